@@ -1,0 +1,102 @@
+"""Exceptions raised by wrpkit.
+
+Every error wrpkit raises derives from :class:`WrpError`, carries a message a
+user can act on and, where one exists, a ``hint`` saying what to do next.
+The CLI prints ``str(error)`` and the hint, never a traceback, and maps each
+class to an exit code (see :data:`EXIT_CODES`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class WrpError(Exception):
+    """Base class of every wrpkit error.
+
+    Args:
+        message: What went wrong.
+        hint: What the user can do about it, or None.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: Optional[str] = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class WrpFormatError(WrpError):
+    """The bytes are not a well-formed file of the expected format.
+
+    Args:
+        message: What is wrong.
+        field: Dotted name of the field that is wrong, e.g. ``"ops[3].total_size"``.
+        offset: Absolute byte offset of that field in the file, or None.
+        hint: What to do next.
+    """
+
+    exit_code = 3
+
+    def __init__(self, message: str, field: Optional[str] = None, offset: Optional[int] = None,
+                 hint: Optional[str] = None):
+        where = ""
+        if field is not None:
+            where = field
+            if offset is not None:
+                where += f" at byte {offset}"
+            where += ": "
+        elif offset is not None:
+            where = f"at byte {offset}: "
+        super().__init__(where + message, hint)
+        self.field = field
+        self.offset = offset
+
+
+class WrpVersionError(WrpFormatError):
+    """The file was written by another WRP1 format or Warp version."""
+
+
+class WrpIntegrityError(WrpFormatError):
+    """A checksum does not match: the file or one of its blobs was altered."""
+
+
+class WrpValidationError(WrpError):
+    """A structurally decodable file breaks one or more validation rules.
+
+    Args:
+        problems: Every problem found, each a one-line message.
+    """
+
+    exit_code = 3
+
+    def __init__(self, problems: list, hint: Optional[str] = None):
+        self.problems = list(problems)
+        head = self.problems[0] if self.problems else "invalid file"
+        more = f" (and {len(self.problems) - 1} more problems)" if len(self.problems) > 1 else ""
+        super().__init__(head + more, hint)
+
+
+class WrpModuleError(WrpError):
+    """A module file the graph needs is missing, empty, unsafe or altered."""
+
+    exit_code = 3
+
+
+class WrpDeviceError(WrpError):
+    """The file cannot run on the requested device."""
+
+    exit_code = 1
+
+
+class WrpBindingError(WrpError):
+    """An input does not fit its binding (unknown name, size or dtype)."""
+
+    exit_code = 2
+
+
+class WrpRuntimeError(WrpError):
+    """Warp's runtime failed to load or replay the graph."""
+
+    exit_code = 1

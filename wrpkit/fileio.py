@@ -1,0 +1,257 @@
+"""Safe file access: read-only mappings of untrusted files and atomic writes.
+
+Reading: :func:`map_file` opens a path without following a final symlink,
+insists on a regular file (a FIFO would hang a reader, a directory makes no
+sense) and maps it read-only, so that decoders see a zero-copy buffer and
+large region data is paged in only if someone reads it.
+
+Writing: :func:`atomic_write` writes to a temporary file in the destination
+directory, checks every write and the close, fsyncs and publishes with one
+``os.replace``; a crash leaves the old file or the new one, never a torn one,
+and no temporary file behind.  :func:`publish_wrp` publishes a ``.wrp`` and
+its ``<stem>_modules/`` so that a reader never sees a ``.wrp`` whose modules
+are missing.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterable, Mapping, Union
+
+from .errors import WrpError, WrpFormatError, WrpModuleError
+
+PathLike = Union[str, os.PathLike]
+
+
+class MappedFile:
+    """A read-only view of a whole file; ``buffer`` is a ``memoryview``.
+
+    Use as a context manager, or keep it alive as long as views of it are
+    in use.  Empty files get an empty ``bytes`` buffer (mmap cannot map 0 bytes).
+    """
+
+    def __init__(self, path: Path, mm, size: int):
+        self.path = path
+        self._mmap = mm
+        self.size = size
+        self.buffer = memoryview(mm) if mm is not None else memoryview(b"")
+
+    def close(self) -> None:
+        # Views handed out keep the mapping alive; closing with exported
+        # views raises BufferError, in which case the GC unmaps later.
+        try:
+            self.buffer.release()
+            if self._mmap is not None:
+                self._mmap.close()
+        except BufferError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_regular(path: PathLike, what: str = "file") -> int:
+    """Open ``path`` read-only without following a final symlink; return the fd.
+
+    Raises:
+        WrpError: The path is missing, a symlink, or not a regular file.
+    """
+    p = os.fspath(path)
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    # O_NONBLOCK so that opening a FIFO never blocks waiting for a writer.
+    flags |= getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(p, flags)
+    except FileNotFoundError:
+        raise WrpError(f"{what} not found: {p}", hint="Check the path.") from None
+    except IsADirectoryError:
+        raise WrpError(f"{what} is a directory, not a file: {p}") from None
+    except OSError as e:
+        if os.path.islink(p):
+            raise WrpError(f"{what} is a symbolic link, which wrpkit does not follow: {p}",
+                           hint="Pass the link's target path instead.") from None
+        raise WrpError(f"cannot open {what} {p}: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise WrpError(f"{what} is {kind}: {p}", hint="Pass a regular file.")
+    return fd
+
+
+def map_file(path: PathLike, what: str = "file") -> MappedFile:
+    """Map a regular file read-only.
+
+    Args:
+        path: The file.
+        what: Its role, for messages ("capture", "module file").
+
+    Returns:
+        A :class:`MappedFile`.
+
+    Raises:
+        WrpError: The file is missing, a symlink, a FIFO, a directory or unreadable.
+    """
+    fd = open_regular(path, what)
+    try:
+        size = os.fstat(fd).st_size
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+    except (OSError, ValueError) as e:
+        raise WrpError(f"cannot map {what} {path}: {e}") from None
+    finally:
+        os.close(fd)
+    return MappedFile(Path(path), mm, size)
+
+
+def read_file(path: PathLike, what: str = "file", max_size: int = 1 << 34) -> bytes:
+    """Read a whole regular file (no symlinks, no FIFOs) into memory."""
+    fd = open_regular(path, what)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max_size:
+            raise WrpError(f"{what} {path} is {size} bytes, above the limit of {max_size}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(size + 1)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise WrpError(f"{what} {path} changed size while it was read")
+    return data
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
+    """Write ``chunks`` to ``path`` atomically and durably.
+
+    Args:
+        path: Destination.  Its directory must exist.
+        chunks: Iterable of bytes-like objects, written in order.
+        progress: Optional callable taking the number of bytes just written.
+
+    Returns:
+        Bytes written.
+
+    Raises:
+        WrpError: The destination directory is missing or a write failed; the
+            destination is left as it was and no temporary file remains.
+    """
+    dest = Path(path)
+    d = dest.parent if str(dest.parent) else Path(".")
+    if not d.is_dir():
+        raise WrpError(f"output directory does not exist: {d}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=d)
+    total = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+                n = len(c) if not isinstance(c, memoryview) else c.nbytes
+                total += n
+                if progress is not None:
+                    progress(n)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, WrpError) or not isinstance(e, OSError):
+            raise
+        raise WrpError(f"cannot write {dest}: {e.strerror or e}") from None
+    _fsync_dir(d)
+    return total
+
+
+def modules_dir_for(path: PathLike) -> Path:
+    """``<stem>_modules`` beside a ``.wrp`` path, as Warp names it."""
+    p = Path(path)
+    return p.with_name(p.stem + "_modules")
+
+
+def is_plain_basename(name: str) -> bool:
+    """True for a non-empty file name with no directory part (Warp's rule, plus NUL)."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\:\0")
+
+
+def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress=None) -> int:
+    """Publish a ``.wrp`` and its module files so that readers never see a torn pair.
+
+    Module files are content-addressed by Warp (their names carry the module
+    hash), so each is first published atomically into ``<stem>_modules/``
+    and only then is the ``.wrp`` replaced.  At every instant the ``.wrp`` in
+    place names only module files that exist.
+
+    Args:
+        path: Destination ``.wrp``.
+        wrp_chunks: The ``.wrp`` bytes as chunks.
+        modules: ``{binary_filename: bytes-like}``.
+        progress: Optional callable taking byte counts as they are written.
+
+    Returns:
+        Bytes written in all.
+
+    Raises:
+        WrpModuleError: A module file name is not a plain basename.
+        WrpError: A write failed.
+    """
+    dest = Path(path)
+    mdir = modules_dir_for(dest)
+    for name in modules:
+        if not is_plain_basename(name):
+            raise WrpModuleError(f"module file name {name!r} is not a plain file name")
+    total = 0
+    if modules:
+        if mdir.is_symlink() or (mdir.exists() and not mdir.is_dir()):
+            raise WrpError(f"{mdir} exists and is not a directory")
+        mdir.mkdir(exist_ok=True)
+        for name, data in modules.items():
+            total += atomic_write(mdir / name, [data], progress)
+    total += atomic_write(dest, wrp_chunks, progress)
+    return total
+
+
+def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
+    """Refuse an output path that is one of the inputs or has no directory.
+
+    Raises:
+        WrpError: With a message naming the problem.
+    """
+    out = Path(path)
+    for i in inputs:
+        try:
+            if out.exists() and os.path.samefile(out, i):
+                raise WrpError(f"output {out} is the same file as input {i}")
+        except OSError:
+            pass
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise WrpError(f"output directory does not exist: {parent}", hint="Create it first.")
+    return out
+
+
+__all__ = [
+    "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
+    "is_plain_basename", "check_output_path", "WrpFormatError",
+]

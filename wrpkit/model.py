@@ -1,0 +1,612 @@
+"""The typed model of a captured Warp program.
+
+Every class here mirrors one table of ``schema/wrp.fbs`` field for field, with
+the same names, so that the WRP1 codec (:mod:`wrpkit.wrp1`), the FlatBuffers
+codec (:mod:`wrpkit.wrpk`) and the JSON form (:mod:`wrpkit.jsonform`) are
+plain mappings of one model.  The model holds content only: where a record
+was found in a file is kept in ``at`` (not compared, not serialized) so that
+tools can point at byte offsets.
+
+Large byte fields (``Region.data``, ``Module.binary``) may be zero-copy
+``memoryview`` slices of a memory-mapped file; nothing here copies them.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import ClassVar, NamedTuple, Optional, Union
+
+Bytes = Union[bytes, bytearray, memoryview]
+
+
+class DeviceType(enum.IntEnum):
+    """Device family of a graph (Warp's ``APICDeviceType``)."""
+
+    CUDA = 0
+    CPU = 1
+
+
+class OpType(enum.IntEnum):
+    """Operation types of APIC format 18; names are Warp's ``APIC_OP_*`` names."""
+
+    KERNEL_LAUNCH = 1
+    MEMCPY_H2D = 2
+    MEMCPY_D2H = 3
+    MEMCPY_D2D = 4
+    MEMSET = 5
+    ALLOC = 6
+    IF = 7
+    WHILE = 8
+    SCAN = 9
+    MEMTILE = 10
+    SEGMENTED_SORT = 11
+    RADIX_SORT = 12
+    RUNLENGTH_ENCODE = 13
+    BSR_FROM_TRIPLETS = 14
+    BSR_TRANSPOSE = 15
+    REDUCTION = 16
+    BVH_REFIT = 17
+    BVH_REBUILD = 18
+    HASH_GRID_UPDATE = 19
+
+
+class RelocKind(enum.IntEnum):
+    """What a relocation writes into an argument slot (``APICRelocKind``)."""
+
+    DATA_PTR = 1
+    HANDLE = 2
+    NULL_PTR = 3
+
+
+class ApicScalarType(enum.IntEnum):
+    """Scalar types of sort, scan and reduction ops (``APICType``)."""
+
+    INT32 = 1
+    UINT32 = 2
+    INT64 = 3
+    UINT64 = 4
+    FLOAT32 = 5
+    FLOAT64 = 6
+
+
+#: Byte size of each ``APICType``.
+APIC_SCALAR_SIZE = {1: 4, 2: 4, 3: 8, 4: 8, 5: 4, 6: 8}
+
+
+class CudaBinaryKind(enum.IntEnum):
+    NONE = 0
+    PTX = 1
+    CUBIN = 2
+
+
+class CudaFallbackReason(enum.IntEnum):
+    AVAILABLE = 0
+    SOURCE_UNAVAILABLE = 1
+    EXTERNAL_INCLUDES = 2
+    LLVM_CUDA = 3
+    LINK_INPUTS = 4
+    EXPORT_FAILED = 5
+    RECIPE_UNAVAILABLE = 6
+
+
+# ---------------------------------------------------------------------------
+# Metadata records
+# ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CudaCompileRecipe:
+    """NVRTC options of a CUDA module; all zero for CPU modules."""
+
+    debug: int = 0
+    optimization_level: int = 0
+    verify_fp: int = 0
+    fast_math: int = 0
+    fuse_fp: int = 0
+    lineinfo: int = 0
+    arch_suffix: int = 0
+
+
+@dataclass(slots=True)
+class Module:
+    """One compiled Warp module (a file in ``<stem>_modules/``)."""
+
+    module_hash: str
+    module_name: str
+    binary_filename: str
+    target_arch: int = 0
+    binary_digest: str = ""
+    source_filename: str = ""
+    source_digest: str = ""
+    binary_kind: int = CudaBinaryKind.NONE
+    fallback_reason: int = CudaFallbackReason.SOURCE_UNAVAILABLE
+    recipe: CudaCompileRecipe = field(default_factory=CudaCompileRecipe)
+    #: The binary's bytes when the container carries them (``.wrpk``, JSON),
+    #: else None: a ``.wrp`` keeps them in ``<stem>_modules/``.
+    binary: Optional[Bytes] = field(default=None, compare=False, repr=False)
+    #: The ``.cu`` source's bytes, when carried and ``source_filename`` is set.
+    source: Optional[Bytes] = field(default=None, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Kernel:
+    """A kernel that launches in the graph; (module_hash, kernel_key) is unique."""
+
+    kernel_key: str
+    module_hash: str
+    forward_name: str
+    backward_name: str = ""
+    forward_smem_bytes: int = 0
+    backward_smem_bytes: int = 0
+    block_dim: int = 1
+
+
+@dataclass(slots=True)
+class Binding:
+    """A named graph parameter; it always covers a whole region."""
+
+    name: str
+    region_id: int
+
+
+@dataclass(slots=True)
+class Mesh:
+    """A ``wp.Mesh`` rebuilt at load from regions (``APICMeshRecord``)."""
+
+    num_points: int
+    num_tris: int
+    support_winding_number: bool
+    bvh_constructor: int
+    bvh_leaf_size: int
+    points_region_id: int
+    indices_region_id: int
+    velocities_region_id: int
+    original_ptr: int
+
+
+@dataclass(slots=True)
+class PointerLocation:
+    """``count`` 8-byte handle slots at ``offset + i * stride`` in a region."""
+
+    region_id: int
+    offset: int
+    stride: int
+    count: int
+
+
+@dataclass(slots=True)
+class Region:
+    """One base allocation; ``data`` holds its initial bytes when present."""
+
+    region_id: int
+    element_size: int
+    size: int
+    has_initial_data: bool
+    data: Optional[Bytes] = field(default=None, compare=False, repr=False)
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+# ---------------------------------------------------------------------------
+# Operations
+# ---------------------------------------------------------------------------
+
+
+class LaunchParam(NamedTuple):
+    """One kernel argument's slice of ``value_data`` (``APICLaunchParamRecord``)."""
+
+    param_index: int
+    num_relocs: int
+    value_offset: int
+    value_size: int
+    value_align: int
+
+
+class Relocation(NamedTuple):
+    """An 8-byte argument slot patched at replay (``APICLaunchPtrLocation``)."""
+
+    value_byte_offset: int
+    region_id: int
+    region_offset: int
+    kind: int
+
+
+@dataclass(slots=True)
+class Op:
+    """Base of every operation; ``op_type`` is the Warp op number."""
+
+    op_type: ClassVar[OpType]
+
+    @property
+    def name(self) -> str:
+        return self.op_type.name
+
+
+@dataclass(slots=True)
+class KernelLaunch(Op):
+    op_type: ClassVar[OpType] = OpType.KERNEL_LAUNCH
+    shape: tuple
+    ndim: int
+    size: int
+    dim: int
+    max_blocks: int
+    block_dim: int
+    smem_bytes: int
+    grid_stride: int
+    is_forward: bool
+    cluster_dim: int
+    kernel_key: str
+    module_hash: str
+    params: list
+    adjoint_params: list
+    relocations: list
+    value_data: Bytes = field(repr=False)
+    at: int = field(default=-1, compare=False, repr=False)
+
+    def param_relocations(self, adjoint: bool = False):
+        """Yield ``(param, [Relocation, ...])`` pairs in table order.
+
+        Args:
+            adjoint: Walk the adjoint bindings instead of the forward ones.
+        """
+        start = 0
+        if adjoint:
+            start = sum(p.num_relocs for p in self.params)
+        for p in self.adjoint_params if adjoint else self.params:
+            yield p, self.relocations[start : start + p.num_relocs]
+            start += p.num_relocs
+
+
+@dataclass(slots=True)
+class MemcpyH2D(Op):
+    op_type: ClassVar[OpType] = OpType.MEMCPY_H2D
+    dst_region_id: int
+    dst_offset: int
+    data: Bytes = field(repr=False)
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class MemcpyD2D(Op):
+    op_type: ClassVar[OpType] = OpType.MEMCPY_D2D
+    dst_region_id: int
+    src_region_id: int
+    dst_offset: int
+    src_offset: int
+    size: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Memset(Op):
+    op_type: ClassVar[OpType] = OpType.MEMSET
+    region_id: int
+    value: int
+    offset: int
+    size: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Alloc(Op):
+    op_type: ClassVar[OpType] = OpType.ALLOC
+    region_id: int
+    size: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class If(Op):
+    op_type: ClassVar[OpType] = OpType.IF
+    cond_region_id: int
+    cond_offset: int
+    then_ops: list
+    else_ops: list
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class While(Op):
+    op_type: ClassVar[OpType] = OpType.WHILE
+    cond_region_id: int
+    cond_offset: int
+    body: list
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Scan(Op):
+    op_type: ClassVar[OpType] = OpType.SCAN
+    dst_region_id: int
+    src_region_id: int
+    dst_offset: int
+    src_offset: int
+    length: int
+    in_stride: int
+    out_stride: int
+    type_len: int
+    dtype: int
+    inclusive: bool
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Memtile(Op):
+    op_type: ClassVar[OpType] = OpType.MEMTILE
+    region_id: int
+    offset: int
+    count: int
+    value: Bytes
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class SegmentedSort(Op):
+    op_type: ClassVar[OpType] = OpType.SEGMENTED_SORT
+    keys_region_id: int
+    values_region_id: int
+    segstart_region_id: int
+    segend_region_id: int
+    keys_offset: int
+    values_offset: int
+    segstart_offset: int
+    segend_offset: int
+    count: int
+    num_segments: int
+    dtype: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class RadixSort(Op):
+    op_type: ClassVar[OpType] = OpType.RADIX_SORT
+    keys_region_id: int
+    values_region_id: int
+    keys_offset: int
+    values_offset: int
+    count: int
+    begin_bit: int
+    end_bit: int
+    value_size: int
+    dtype: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class RunlengthEncode(Op):
+    op_type: ClassVar[OpType] = OpType.RUNLENGTH_ENCODE
+    values_region_id: int
+    run_values_region_id: int
+    run_lengths_region_id: int
+    run_count_region_id: int
+    values_offset: int
+    run_values_offset: int
+    run_lengths_offset: int
+    run_count_offset: int
+    value_count: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class BsrFromTriplets(Op):
+    op_type: ClassVar[OpType] = OpType.BSR_FROM_TRIPLETS
+    block_size: int
+    scalar_size_in_bytes: int
+    row_count: int
+    col_count: int
+    nnz_upper_bound: int
+    masked_topology: bool
+    scalar_zero_mask: int
+    tpl_nnz_region_id: int
+    tpl_rows_region_id: int
+    tpl_columns_region_id: int
+    tpl_values_region_id: int
+    summed_block_offsets_region_id: int
+    summed_block_indices_region_id: int
+    bsr_offsets_region_id: int
+    bsr_row_counts_region_id: int
+    bsr_columns_region_id: int
+    bsr_nnz_region_id: int
+    tpl_nnz_offset: int
+    tpl_rows_offset: int
+    tpl_columns_offset: int
+    tpl_values_offset: int
+    summed_block_offsets_offset: int
+    summed_block_indices_offset: int
+    bsr_offsets_offset: int
+    bsr_row_counts_offset: int
+    bsr_columns_offset: int
+    bsr_nnz_offset: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class BsrTranspose(Op):
+    op_type: ClassVar[OpType] = OpType.BSR_TRANSPOSE
+    row_count: int
+    col_count: int
+    nnz_upper_bound: int
+    bsr_offsets_region_id: int
+    bsr_row_counts_region_id: int
+    bsr_columns_region_id: int
+    transposed_offsets_region_id: int
+    transposed_row_counts_region_id: int
+    transposed_columns_region_id: int
+    block_indices_region_id: int
+    status_region_id: int
+    bsr_offsets_offset: int
+    bsr_row_counts_offset: int
+    bsr_columns_offset: int
+    transposed_offsets_offset: int
+    transposed_row_counts_offset: int
+    transposed_columns_offset: int
+    block_indices_offset: int
+    status_offset: int
+    padded_tail: tuple
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Reduction(Op):
+    op_type: ClassVar[OpType] = OpType.REDUCTION
+    input_a_region_id: int
+    input_b_region_id: int
+    output_region_id: int
+    count: int
+    input_a_offset: int
+    input_b_offset: int
+    output_offset: int
+    input_a_stride: int
+    input_b_stride: int
+    type_len: int
+    kind: int
+    dtype: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class BvhRefit(Op):
+    op_type: ClassVar[OpType] = OpType.BVH_REFIT
+    bvh_id: int
+    constructor_type: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class BvhRebuild(Op):
+    op_type: ClassVar[OpType] = OpType.BVH_REBUILD
+    bvh_id: int
+    constructor_type: int
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class HashGridUpdate(Op):
+    op_type: ClassVar[OpType] = OpType.HASH_GRID_UPDATE
+    grid_id: int
+    cell_width: float
+    points_region_id: int
+    groups_region_id: int
+    points_offset: int
+    groups_offset: int
+    point_count: int
+    points_stride: int
+    groups_stride: int
+    grid_type: int
+    has_groups: bool
+    at: int = field(default=-1, compare=False, repr=False)
+
+
+#: Model class of each op type that a file may hold (3 is reserved by Warp).
+OP_CLASSES: dict = {
+    cls.op_type: cls
+    for cls in (
+        KernelLaunch,
+        MemcpyH2D,
+        MemcpyD2D,
+        Memset,
+        Alloc,
+        If,
+        While,
+        Scan,
+        Memtile,
+        SegmentedSort,
+        RadixSort,
+        RunlengthEncode,
+        BsrFromTriplets,
+        BsrTranspose,
+        Reduction,
+        BvhRefit,
+        BvhRebuild,
+        HashGridUpdate,
+    )
+}
+
+
+def op_fields(cls) -> list:
+    """Names of an op class's content fields, in schema order (``at`` excluded)."""
+    return [f.name for f in fields(cls) if f.name != "at"]
+
+
+def nested_bodies(op: Op) -> list:
+    """The nested op lists of a conditional op (empty for other ops)."""
+    if isinstance(op, If):
+        return [op.then_ops, op.else_ops]
+    if isinstance(op, While):
+        return [op.body]
+    return []
+
+
+def walk_ops(ops, depth: int = 0):
+    """Yield ``(depth, op)`` for every op, nested bodies included, in stream order."""
+    stack = [(depth, iter(ops))]
+    while stack:
+        d, it = stack[-1]
+        op = next(it, None)
+        if op is None:
+            stack.pop()
+            continue
+        yield d, op
+        # Pushed in reverse so that the first body is walked first.
+        for body in reversed(nested_bodies(op)):
+            stack.append((d + 1, iter(body)))
+
+
+# ---------------------------------------------------------------------------
+# The whole program
+# ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Program:
+    """A captured Warp program: everything a ``.wrp`` file holds.
+
+    ``annotations`` keeps wrpkit's extra section (an ``Annotations``
+    FlatBuffer) as raw bytes so that round trips stay byte-identical; use
+    :func:`wrpkit.annotations.read_annotations` to read it.
+    """
+
+    format_version: int
+    warp_version: str
+    device_type: int
+    target_arch: int
+    modules: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    bindings: list = field(default_factory=list)
+    meshes: list = field(default_factory=list)
+    pointer_locations: list = field(default_factory=list)
+    regions: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+    annotations: bytes = b""
+
+    @property
+    def device(self) -> str:
+        """``"cpu"`` or ``"cuda"``."""
+        return "cpu" if self.device_type == DeviceType.CPU else "cuda"
+
+    def region(self, region_id: int) -> Optional[Region]:
+        """The region with this id, or None."""
+        for r in self.regions:
+            if r.region_id == region_id:
+                return r
+        return None
+
+    def region_map(self) -> dict:
+        """``{region_id: Region}``."""
+        return {r.region_id: r for r in self.regions}
+
+    def op_counts(self) -> dict:
+        """Count of each op name over all nesting depths, in op-number order."""
+        counts: dict = {}
+        for _, op in walk_ops(self.ops):
+            counts[op.op_type] = counts.get(op.op_type, 0) + 1
+        return {OpType(k).name: counts[k] for k in sorted(counts)}
+
+    def launch_counts(self) -> dict:
+        """``{(module_hash, kernel_key): launches}`` over all nesting depths."""
+        counts: dict = {}
+        for _, op in walk_ops(self.ops):
+            if isinstance(op, KernelLaunch):
+                key = (op.module_hash, op.kernel_key)
+                counts[key] = counts.get(key, 0) + 1
+        return counts
