@@ -1,0 +1,40 @@
+"""Shared fixtures: real Warp captures made once per test session.
+
+Every capture is made with stock Warp at test time (CPU kernel objects are
+built for this host and every .wrp is locked to one Warp version, so
+committed fixtures would rot).  ``captures`` maps each program name of
+``tests/programs.py`` to the path of its saved ``.wrp``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+@pytest.fixture(scope="session")
+def captures(tmp_path_factory) -> dict:
+    """``{program name: Path of its .wrp}`` for every program in ``programs.PROGRAMS``."""
+    import programs  # noqa: PLC0415
+
+    d = tmp_path_factory.mktemp("captures")
+    out = {}
+    for name, prog in programs.PROGRAMS.items():
+        path = d / f"{name}.wrp"
+        programs.capture_to_file(prog, path)
+        out[name] = path
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_capture(captures) -> Path:
+    """One small capture (a handful of kernel launches) for quick negative tests."""
+    for name in ("views", "copy", "scalars"):
+        if name in captures:
+            return captures[name]
+    return next(iter(captures.values()))

@@ -1,0 +1,420 @@
+"""Validation of a decoded capture: Warp's loader rules plus wrpkit's own.
+
+The codecs already enforce the byte layout (every length, offset, record size
+and reserved byte).  This module checks what a layout cannot: that every
+reference points at something that exists and that every byte range an op,
+relocation, binding, mesh or pointer location touches lies inside its region.
+Warp's loader leaves most of these to replay time, where a bad offset becomes
+a wrong result or a crash; wrpkit refuses the file up front.
+
+:func:`validate_program` returns every problem it finds, not just the first,
+so that ``wrp validate`` can list them all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from . import model as m
+from .fileio import is_plain_basename
+from .model import APIC_SCALAR_SIZE, OpType
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+#: Cap on the threads of one launch (Warp's launch bounds are 32-bit per dim;
+#: a launch of 2^40 threads would run for hours).
+MAX_LAUNCH_THREADS = 1 << 32
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validation finding.
+
+    Attributes:
+        where: Dotted path of the record, e.g. ``"ops[3].then[0]"``.
+        message: What is wrong.
+        offset: Byte offset of the record in the file, when known.
+        severity: ``"error"`` (the file is refused) or ``"warning"``.
+    """
+
+    where: str
+    message: str
+    offset: Optional[int] = None
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        at = f" at byte {self.offset}" if self.offset is not None and self.offset >= 0 else ""
+        return f"{self.where}{at}: {self.message}"
+
+
+class _Checker:
+    def __init__(self, prog: m.Program):
+        self.prog = prog
+        self.regions = prog.region_map()
+        self.kernels = {(k.module_hash, k.kernel_key) for k in prog.kernels}
+        self.mesh_ptrs = {me.original_ptr for me in prog.meshes}
+        self.problems: list = []
+
+    def err(self, where, msg, offset=None, severity="error"):
+        self.problems.append(Problem(where, msg, offset, severity))
+
+    def span(self, where, at, region_id, offset, nbytes, what="range", allow_absent=False):
+        """Check that [offset, offset + nbytes) lies inside region ``region_id``."""
+        if region_id == -1 and allow_absent:
+            return
+        r = self.regions.get(region_id)
+        if r is None:
+            self.err(where, f"{what}: region {region_id} does not exist", at)
+            return
+        if offset < 0 or nbytes < 0 or offset + nbytes > r.size:
+            self.err(where, f"{what}: bytes [{offset}, {offset + nbytes}) fall outside region {region_id} "
+                            f"of {r.size} bytes", at)
+
+    # -- metadata ----------------------------------------------------------
+
+    def metadata(self):
+        p = self.prog
+        cpu = p.device_type == m.DeviceType.CPU
+        seen = set()
+        for i, mod in enumerate(p.modules):
+            w = f"modules[{i}]"
+            if not mod.module_hash:
+                self.err(w, "module hash is empty")
+            elif not _HEX64.match(mod.module_hash):
+                self.err(w, f"module hash {mod.module_hash!r} is not 64 lowercase hex characters")
+            if mod.module_hash in seen:
+                self.err(w, f"duplicate module hash {mod.module_hash}")
+            seen.add(mod.module_hash)
+            if not is_plain_basename(mod.binary_filename):
+                self.err(w, f"binary file name {mod.binary_filename!r} is not a plain file name "
+                            "(no '/', '\\\\', ':', NUL, '.' or '..')")
+            if cpu and mod.target_arch != 0:
+                self.err(w, f"CPU module has target arch {mod.target_arch}, expected 0")
+            if not cpu and mod.target_arch == 0:
+                self.err(w, "CUDA module has target arch 0")
+            if mod.binary_kind > 2:
+                self.err(w, f"binary kind {mod.binary_kind} is not NONE, PTX or CUBIN")
+            if mod.fallback_reason > 6:
+                self.err(w, f"fallback reason {mod.fallback_reason} is out of range 0..6")
+            r = mod.recipe
+            if r.optimization_level > 3 or r.arch_suffix > 2 or any(
+                    v > 1 for v in (r.debug, r.verify_fp, r.fast_math, r.fuse_fp, r.lineinfo)):
+                self.err(w, "CUDA compile recipe has out-of-range fields")
+            if not cpu:
+                self._cuda_module(w, mod)
+            if mod.source_filename and not is_plain_basename(mod.source_filename):
+                self.err(w, f"source file name {mod.source_filename!r} is not a plain file name")
+        hashes = {mod.module_hash for mod in p.modules}
+        seen_k = set()
+        for i, k in enumerate(p.kernels):
+            w = f"kernels[{i}]"
+            key = (k.module_hash, k.kernel_key)
+            if key in seen_k:
+                self.err(w, f"duplicate kernel {k.kernel_key!r} in module {k.module_hash[:12]}")
+            seen_k.add(key)
+            if k.module_hash not in hashes:
+                self.err(w, f"kernel {k.kernel_key!r} refers to module {k.module_hash[:12]}, which is not recorded")
+            if not k.kernel_key or not k.forward_name:
+                self.err(w, "kernel key or forward symbol name is empty")
+        names = set()
+        for i, b in enumerate(p.bindings):
+            w = f"bindings[{i}]"
+            if not b.name:
+                self.err(w, "binding name is empty")
+            if b.name in names:
+                self.err(w, f"duplicate binding name {b.name!r}")
+            names.add(b.name)
+            if b.region_id not in self.regions:
+                self.err(w, f"binding {b.name!r} refers to region {b.region_id}, which does not exist")
+        for i, me in enumerate(p.meshes):
+            w = f"meshes[{i}]"
+            if me.num_points < 0 or me.num_tris < 0:
+                self.err(w, "negative point or triangle count")
+                continue
+            self.span(w, None, me.points_region_id, 0, 12 * me.num_points, "points")
+            self.span(w, None, me.indices_region_id, 0, 12 * me.num_tris, "indices")
+            if me.velocities_region_id:
+                self.span(w, None, me.velocities_region_id, 0, 12 * me.num_points, "velocities")
+            if me.original_ptr == 0:
+                self.err(w, "mesh has a zero original id")
+        for i, pl in enumerate(p.pointer_locations):
+            w = f"pointer_locations[{i}]"
+            if pl.count == 0:
+                continue
+            if pl.stride == 0 and pl.count != 1:
+                self.err(w, "stride 0 is only allowed with count 1")
+                continue
+            self.span(w, None, pl.region_id, pl.offset, (pl.count - 1) * pl.stride + 8, "handle slots")
+        for r in p.regions:
+            if r.has_initial_data and r.data is not None and len(r.data) != r.size:
+                self.err(f"regions[{r.region_id}]", "initial data length differs from the region size", r.at)
+
+    def _cuda_module(self, w, mod):
+        if not mod.binary_digest:
+            if (mod.source_filename or mod.source_digest or mod.binary_kind != 0 or mod.fallback_reason != 1
+                    or mod.recipe != m.CudaCompileRecipe()):
+                self.err(w, "CUDA binary-only module carries incomplete artifact metadata")
+            return
+        if not _HEX64.match(mod.binary_digest):
+            self.err(w, "binary digest is not a SHA-256 hex string")
+        ext = {1: ".ptx", 2: ".cubin"}.get(mod.binary_kind)
+        if ext is None:
+            self.err(w, "module with a digest must be PTX or CUBIN")
+        elif not mod.binary_filename.endswith(ext):
+            self.err(w, f"binary file name must end in {ext}")
+        if bool(mod.source_filename) != bool(mod.source_digest):
+            self.err(w, "source file name and digest must be both set or both empty")
+        if mod.source_filename and not mod.source_filename.endswith(".cu"):
+            self.err(w, "source file name must end in .cu")
+        if mod.source_digest and not _HEX64.match(mod.source_digest):
+            self.err(w, "source digest is not a SHA-256 hex string")
+        if mod.recipe.arch_suffix == 1 and mod.target_arch < 90:
+            self.err(w, "arch suffix 'a' needs sm_90 or later")
+        if mod.recipe.arch_suffix == 2 and mod.target_arch < 100:
+            self.err(w, "arch suffix 'f' needs sm_100 or later")
+        if mod.fallback_reason == 0 and not mod.source_filename:
+            self.err(w, "fallback reason AVAILABLE needs a source file")
+
+    # -- operations ----------------------------------------------------------
+
+    def ops(self, ops, path):
+        for i, op in enumerate(ops):
+            w = f"{path}[{i}]"
+            fn = getattr(self, "op_" + op.op_type.name.lower(), None)
+            if fn is not None:
+                fn(w, op)
+            if isinstance(op, m.If):
+                self.ops(op.then_ops, w + ".then")
+                self.ops(op.else_ops, w + ".else")
+            elif isinstance(op, m.While):
+                self.ops(op.body, w + ".body")
+
+    def op_kernel_launch(self, w, op: m.KernelLaunch):
+        at = op.at
+        if (op.module_hash, op.kernel_key) not in self.kernels:
+            self.err(w, f"launches kernel {op.kernel_key!r} of module {op.module_hash[:12]}, which is not in "
+                        "the kernel table", at)
+        if not 1 <= op.ndim <= 4:
+            self.err(w, f"ndim {op.ndim} is outside 1..4", at)
+        if op.size != op.dim:
+            self.err(w, f"launch size {op.size} differs from dim {op.dim}", at)
+        if op.size > MAX_LAUNCH_THREADS:
+            self.err(w, f"launch of {op.size} threads exceeds the cap of {MAX_LAUNCH_THREADS}", at)
+        prod = 1
+        for d in op.shape[:max(1, min(op.ndim, 4))]:
+            prod *= d
+        if prod > op.size:
+            self.err(w, f"launch shape {op.shape[:op.ndim]} holds more threads than the launch size {op.size}", at)
+        if any(op.shape[max(op.ndim, 1):]):
+            self.err(w, f"launch shape {op.shape} has non-zero dims past ndim {op.ndim}", at)
+        vsize = len(op.value_data)
+        n_rel = sum(p.num_relocs for p in op.params) + sum(p.num_relocs for p in op.adjoint_params)
+        if n_rel != len(op.relocations):
+            self.err(w, f"params own {n_rel} relocations but the table has {len(op.relocations)}", at)
+            return
+        for adjoint in (False, True):
+            for j, (p, rels) in enumerate(op.param_relocations(adjoint)):
+                pw = f"{w}.{'adjoint_params' if adjoint else 'params'}[{j}]"
+                if p.value_offset + p.value_size > vsize:
+                    self.err(pw, f"value bytes [{p.value_offset}, {p.value_offset + p.value_size}) fall outside "
+                                 f"the {vsize}-byte value data", at)
+                    continue
+                if p.value_align not in (0, 1, 2, 4, 8, 16, 32, 64):
+                    self.err(pw, f"value alignment {p.value_align} is not a power of two up to 64", at)
+                for r in rels:
+                    if r.value_byte_offset + 8 > p.value_size:
+                        self.err(pw, f"relocation slot at {r.value_byte_offset} falls outside the argument's "
+                                     f"{p.value_size} bytes", at)
+                    if r.kind == m.RelocKind.DATA_PTR:
+                        reg = self.regions.get(r.region_id)
+                        if reg is None:
+                            self.err(pw, f"relocation points into region {r.region_id}, which does not exist", at)
+                        elif r.region_offset > reg.size:
+                            self.err(pw, f"relocation offset {r.region_offset} falls outside region "
+                                         f"{r.region_id} of {reg.size} bytes", at)
+                    elif r.kind == m.RelocKind.HANDLE:
+                        if r.region_id != -1:
+                            self.err(pw, "HANDLE relocation must have region id -1", at)
+                        if r.region_offset not in self.mesh_ptrs:
+                            self.err(pw, f"handle {r.region_offset:#x} is not one of the file's meshes "
+                                         "(a process-local pointer would dangle at replay)", at)
+                    elif r.kind == m.RelocKind.NULL_PTR:
+                        if r.region_id != -1 or r.region_offset != 0:
+                            self.err(pw, "NULL relocation must have region id -1 and offset 0", at)
+                    else:
+                        self.err(pw, f"unknown relocation kind {r.kind}", at)
+
+    def op_memcpy_h2d(self, w, op):
+        self.span(w, op.at, op.dst_region_id, op.dst_offset, len(op.data), "destination")
+
+    def op_memcpy_d2d(self, w, op):
+        self.span(w, op.at, op.dst_region_id, op.dst_offset, op.size, "destination")
+        self.span(w, op.at, op.src_region_id, op.src_offset, op.size, "source")
+
+    def op_memset(self, w, op):
+        self.span(w, op.at, op.region_id, op.offset, op.size, "destination")
+
+    def op_alloc(self, w, op):
+        if op.region_id not in self.regions:
+            self.err(w, f"ALLOC names region {op.region_id}, which does not exist", op.at)
+
+    def op_if(self, w, op):
+        self.span(w, op.at, op.cond_region_id, op.cond_offset, 4, "condition")
+
+    op_while = op_if
+
+    def _strided(self, n, stride, lanes, scalar):
+        return 0 if n == 0 else (n - 1) * stride + lanes * scalar
+
+    def op_scan(self, w, op):
+        if op.dtype not in (1, 3, 5, 6):
+            self.err(w, f"scan dtype {op.dtype} is not int32, int64, float32 or float64", op.at)
+            return
+        if op.length == 0:
+            return
+        if op.in_stride < 0 or op.out_stride < 0 or op.type_len <= 0:
+            self.err(w, "scan strides must be >= 0 and type_len > 0", op.at)
+            return
+        s = APIC_SCALAR_SIZE[op.dtype]
+        self.span(w, op.at, op.src_region_id, op.src_offset, self._strided(op.length, op.in_stride, op.type_len, s),
+                  "source")
+        self.span(w, op.at, op.dst_region_id, op.dst_offset,
+                  self._strided(op.length, op.out_stride, op.type_len, s), "destination")
+
+    def op_memtile(self, w, op):
+        self.span(w, op.at, op.region_id, op.offset, op.count * len(op.value), "destination")
+
+    def op_segmented_sort(self, w, op):
+        if op.dtype not in (1, 5):
+            self.err(w, f"segmented sort key dtype {op.dtype} is not int32 or float32", op.at)
+        self.span(w, op.at, op.keys_region_id, op.keys_offset, 8 * op.count, "keys (2 x count scratch)")
+        self.span(w, op.at, op.values_region_id, op.values_offset, 8 * op.count, "values (2 x count scratch)")
+        self.span(w, op.at, op.segstart_region_id, op.segstart_offset, 4 * op.num_segments, "segment starts")
+        self.span(w, op.at, op.segend_region_id, op.segend_offset, 4 * op.num_segments, "segment ends")
+
+    def op_radix_sort(self, w, op):
+        if op.dtype not in APIC_SCALAR_SIZE:
+            self.err(w, f"radix sort dtype {op.dtype} is unknown", op.at)
+            return
+        ks = APIC_SCALAR_SIZE[op.dtype]
+        if op.value_size not in (4, 8):
+            self.err(w, f"radix sort value size {op.value_size} is not 4 or 8", op.at)
+            return
+        if not 0 <= op.begin_bit <= op.end_bit <= 8 * ks:
+            self.err(w, f"radix sort bit range [{op.begin_bit}, {op.end_bit}) is invalid for {8 * ks}-bit keys",
+                     op.at)
+        self.span(w, op.at, op.keys_region_id, op.keys_offset, 2 * op.count * ks, "keys (2 x count scratch)")
+        self.span(w, op.at, op.values_region_id, op.values_offset, 2 * op.count * op.value_size,
+                  "values (2 x count scratch)")
+
+    def op_runlength_encode(self, w, op):
+        n = 4 * op.value_count
+        self.span(w, op.at, op.values_region_id, op.values_offset, n, "values")
+        self.span(w, op.at, op.run_values_region_id, op.run_values_offset, n, "run values")
+        self.span(w, op.at, op.run_lengths_region_id, op.run_lengths_offset, n, "run lengths")
+        self.span(w, op.at, op.run_count_region_id, op.run_count_offset, 4, "run count")
+
+    def _region_refs(self, w, op, names):
+        for name in names:
+            rid = getattr(op, name + "_region_id")
+            off = getattr(op, name + "_offset")
+            if rid == -1:
+                continue
+            self.span(w, op.at, rid, off, 0, name)
+
+    def op_bsr_from_triplets(self, w, op):
+        if min(op.block_size, op.scalar_size_in_bytes, op.row_count, op.col_count, op.nnz_upper_bound) < 0:
+            self.err(w, "BSR counts must not be negative", op.at)
+            return
+        self.span(w, op.at, op.tpl_rows_region_id, op.tpl_rows_offset, 4 * op.nnz_upper_bound, "triplet rows")
+        self.span(w, op.at, op.tpl_columns_region_id, op.tpl_columns_offset, 4 * op.nnz_upper_bound,
+                  "triplet columns")
+        self.span(w, op.at, op.bsr_offsets_region_id, op.bsr_offsets_offset, 4 * (op.row_count + 1), "bsr offsets")
+        self._region_refs(w, op, ["tpl_nnz", "tpl_values", "summed_block_offsets", "summed_block_indices",
+                                  "bsr_row_counts", "bsr_columns", "bsr_nnz"])
+
+    def op_bsr_transpose(self, w, op):
+        if min(op.row_count, op.col_count, op.nnz_upper_bound) < 0:
+            self.err(w, "BSR counts must not be negative", op.at)
+            return
+        self.span(w, op.at, op.bsr_offsets_region_id, op.bsr_offsets_offset, 4 * (op.row_count + 1), "bsr offsets")
+        self.span(w, op.at, op.transposed_offsets_region_id, op.transposed_offsets_offset, 4 * (op.col_count + 1),
+                  "transposed offsets")
+        self._region_refs(w, op, ["bsr_row_counts", "bsr_columns", "transposed_row_counts", "transposed_columns",
+                                  "block_indices", "status"])
+
+    def op_reduction(self, w, op):
+        if op.kind not in (1, 2):
+            self.err(w, f"reduction kind {op.kind} is not SUM or INNER", op.at)
+            return
+        if op.dtype not in (5, 6):
+            self.err(w, f"reduction dtype {op.dtype} is not float32 or float64", op.at)
+            return
+        if op.count == 0 or op.count > 0x7FFFFFFF or op.type_len <= 0 or op.input_a_stride < 0 \
+                or op.input_b_stride < 0:
+            self.err(w, "reduction needs 0 < count <= 2^31-1, type_len > 0 and non-negative strides", op.at)
+            return
+        s = APIC_SCALAR_SIZE[op.dtype]
+        if op.kind == 1 and (op.input_b_region_id != -1 or op.input_b_offset or op.input_b_stride):
+            self.err(w, "SUM must have no second input (region -1, offset 0, stride 0)", op.at)
+        for v in (op.input_a_offset, op.input_b_offset, op.output_offset, op.input_a_stride, op.input_b_stride):
+            if v % s:
+                self.err(w, f"reduction offsets and strides must be multiples of the {s}-byte scalar", op.at)
+                break
+        self.span(w, op.at, op.input_a_region_id, op.input_a_offset,
+                  self._strided(op.count, op.input_a_stride, op.type_len, s), "input a")
+        if op.kind == 2:
+            self.span(w, op.at, op.input_b_region_id, op.input_b_offset,
+                      self._strided(op.count, op.input_b_stride, op.type_len, s), "input b")
+        self.span(w, op.at, op.output_region_id, op.output_offset, (op.type_len if op.kind == 1 else 1) * s,
+                  "output")
+
+    def _live_only(self, w, op):
+        self.err(w, f"{op.op_type.name} records a process-local handle and cannot be replayed from a file "
+                    "(Warp refuses to load it)", op.at)
+
+    op_bvh_refit = op_bvh_rebuild = op_hash_grid_update = _live_only
+
+
+def validate_program(prog: m.Program) -> list:
+    """Check a decoded program against Warp's loader rules and wrpkit's own.
+
+    Args:
+        prog: A program from any codec.
+
+    Returns:
+        A list of :class:`Problem`; empty when the program is valid.
+    """
+    c = _Checker(prog)
+    c.metadata()
+    c.ops(prog.ops, "ops")
+    return c.problems
+
+
+def validate_modules(capture) -> list:
+    """Check that every module file the graph names is present, non-empty and safe.
+
+    Args:
+        capture: A :class:`wrpkit.container.Capture`.
+
+    Returns:
+        A list of :class:`Problem`.
+    """
+    from .container import PRESENT  # noqa: PLC0415
+
+    out = []
+    for i, mod in enumerate(capture.program.modules):
+        names = [mod.binary_filename] + ([mod.source_filename] if mod.source_filename else [])
+        for name in names:
+            state = capture.module_state(name)
+            if state != PRESENT:
+                where = capture.modules_dir if capture.modules_dir is not None else "the bundle"
+                out.append(Problem(f"modules[{i}]", f"module file {name!r} is {state} in {where}"))
+    return out
+
+
+def validate_capture(capture) -> list:
+    """All checks of :func:`validate_program` and :func:`validate_modules`."""
+    return validate_program(capture.program) + validate_modules(capture)
