@@ -142,13 +142,21 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
     """
     p = cap.program
     regions = p.region_map()
-    launches = p.launch_counts()
     mod_by_hash = {mod.module_hash: mod for mod in p.modules}
-    max_depth = 0
-    total = 0
-    for d, _ in m.walk_ops(p.ops):
+    # One pass over the stream gathers every count (it can hold millions of ops).
+    max_depth = total = 0
+    counts: dict = {}
+    launches: dict = {}
+    launch_type = m.OpType.KERNEL_LAUNCH
+    for d, op in m.walk_ops(p.ops):
         total += 1
-        max_depth = max(max_depth, d)
+        if d > max_depth:
+            max_depth = d
+        t = op.op_type
+        counts[t] = counts.get(t, 0) + 1
+        if t == launch_type:
+            key = (op.module_hash, op.kernel_key)
+            launches[key] = launches.get(key, 0) + 1
     bindings = []
     for b in p.bindings:
         r = regions.get(b.region_id)
@@ -180,7 +188,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         "device": p.device,
         "target_arch": p.target_arch,
         "sections": _sections(cap),
-        "op_counts": p.op_counts(),
+        "op_counts": {m.OpType(k).name: counts[k] for k in sorted(counts)},
         "op_total": total,
         "top_level_ops": len(p.ops),
         "max_depth": max_depth,

@@ -367,7 +367,7 @@ def _decode_operations(buf, off: int, n: int, prog: m.Program, layout: FormatLay
                              field="operations.op_count", offset=off)
     count = _U32.unpack_from(buf, off)[0]
     _check_count(count, limits.max_ops, "operations.op_count", off)
-    budget = [limits.max_ops]
+    budget = [limits.max_ops, {}]  # remaining op budget, launch-tail cache
     end = _decode_op_list(buf, off + 4, off + n, count, "ops", 0, prog.ops, layout, limits, budget)
     if end != off + n:
         raise WrpFormatError(f"{off + n - end} bytes follow the last operation", field="operations",
@@ -379,6 +379,7 @@ def _decode_op_list(buf, pos, end, count, path, depth, out, layout, limits, budg
         raise WrpFormatError(f"conditional nesting deeper than {limits.max_depth} levels", field=path,
                              offset=pos)
     append = out.append
+    cache = budget[1]
     for i in range(count):
         w = f"{path}[{i}]"
         if end - pos < 8:
@@ -391,7 +392,7 @@ def _decode_op_list(buf, pos, end, count, path, depth, out, layout, limits, budg
             raise WrpFormatError(f"op size {total} does not fit the {end - pos} bytes left",
                                  field=w + ".total_size", offset=pos + 4)
         if op_type == OpType.KERNEL_LAUNCH:
-            append(_decode_launch(buf, pos, total, w, layout))
+            append(_decode_launch(buf, pos, total, w, layout, cache))
         elif op_type in (OpType.IF, OpType.WHILE):
             append(_decode_cond(buf, pos, total, op_type, w, depth, layout, limits, budget))
         elif op_type in layout.ops:
@@ -486,7 +487,7 @@ def _decode_cond(buf, pos, total, op_type, w, depth, layout, limits, budget):
     return m.While(d["cond_region_id"], d["cond_offset"], branches[0], at=pos)
 
 
-def _decode_launch(buf, pos, total, w, layout):
+def _decode_launch(buf, pos, total, w, layout, cache):
     lr = layout.launch
     if total < 8 + lr.size:
         raise WrpFormatError(f"KERNEL_LAUNCH record must be at least {8 + lr.size} bytes, header says {total}",
@@ -500,14 +501,28 @@ def _decode_launch(buf, pos, total, w, layout):
     if is_fwd > 1:
         raise WrpFormatError(f"must be 0 or 1, found {is_fwd}", field=w + ".is_forward", offset=pos + 60)
     n_blocks = 1 if is_fwd else 2
-    ps = layout.launch_param
-    rs = layout.reloc
-    expect = 8 + lr.size + key_len + hash_len + n_blocks * n_params * ps.size + n_relocs * rs.size + vsize
-    if expect != total:
-        raise WrpFormatError(f"record size {total} differs from the {expect} bytes its strings, "
+    head = 8 + lr.size
+    tail = key_len + hash_len + n_blocks * n_params * 16 + n_relocs * 24
+    if head + tail + vsize != total:
+        raise WrpFormatError(f"record size {total} differs from the {head + tail + vsize} bytes its strings, "
                              f"{n_blocks * n_params} params, {n_relocs} relocations and {vsize} value bytes "
                              f"need", field=w + ".total_size", offset=pos + 4)
-    p = pos + 8 + lr.size
+    p = pos + head
+    # Launches of one kernel with the same arguments repeat the same strings,
+    # bindings and relocations byte for byte; decode each distinct tail once.
+    key = (is_fwd, key_len, hash_len, n_params, bytes(buf[p:p + tail]))
+    parts = cache.get(key)
+    if parts is None:
+        parts = _decode_launch_tail(buf, p, key_len, hash_len, n_params, n_relocs, is_fwd, w)
+        cache[key] = parts
+    kkey, mh, params, adj, relocs = parts
+    p += tail
+    return m.KernelLaunch((s0, s1, s2, s3), ndim, size, dim, max_blocks, block_dim, smem, grid_stride,
+                          bool(is_fwd), cluster, kkey, mh, list(params), list(adj), list(relocs),
+                          buf[p:p + vsize], pos)
+
+
+def _decode_launch_tail(buf, p, key_len, hash_len, n_params, n_relocs, is_fwd, w):
     try:
         key = bytes(buf[p:p + key_len]).decode("utf-8")
         mh = bytes(buf[p + key_len:p + key_len + hash_len]).decode("utf-8")
@@ -515,22 +530,18 @@ def _decode_launch(buf, pos, total, w, layout):
         raise WrpFormatError("kernel key or module hash is not valid UTF-8", field=w + ".kernel_key",
                              offset=p) from None
     p += key_len + hash_len
-    params = list(map(m.LaunchParam._make, struct.iter_unpack("<HHIII", buf[p:p + n_params * 16])))
+    params = tuple(map(m.LaunchParam._make, struct.iter_unpack("<HHIII", buf[p:p + n_params * 16])))
     p += n_params * 16
-    adj = []
+    adj = ()
     if not is_fwd:
-        adj = list(map(m.LaunchParam._make, struct.iter_unpack("<HHIII", buf[p:p + n_params * 16])))
+        adj = tuple(map(m.LaunchParam._make, struct.iter_unpack("<HHIII", buf[p:p + n_params * 16])))
         p += n_params * 16
     relocs = []
-    if n_relocs:
-        raw = struct.iter_unpack("<IiQB7s", buf[p:p + n_relocs * 24])
-        for j, (vbo, rid, roff, kind, rpad) in enumerate(raw):
-            if rpad != b"\0\0\0\0\0\0\0":
-                _check_zero(rpad, f"{w}.relocations[{j}]._pad", p + j * 24 + 17)
-            relocs.append(m.Relocation(vbo, rid, roff, kind))
-        p += n_relocs * 24
-    return m.KernelLaunch((s0, s1, s2, s3), ndim, size, dim, max_blocks, block_dim, smem, grid_stride,
-                          bool(is_fwd), cluster, key, mh, params, adj, relocs, buf[p:p + vsize], at=pos)
+    for j, (vbo, rid, roff, kind, rpad) in enumerate(struct.iter_unpack("<IiQB7s", buf[p:p + n_relocs * 24])):
+        if rpad != b"\0\0\0\0\0\0\0":
+            _check_zero(rpad, f"{w}.relocations[{j}]._pad", p + j * 24 + 17)
+        relocs.append(m.Relocation(vbo, rid, roff, kind))
+    return key, mh, params, adj, tuple(relocs)
 
 
 # ---------------------------------------------------------------------------

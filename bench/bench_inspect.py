@@ -1,0 +1,105 @@
+"""Benchmark: `wrp inspect` and a full decode against Warp's own loading route.
+
+Makes (or reuses) a capture with 10,000 kernel launches and one 256 MiB
+region, then reports in one run, each measured in a fresh process:
+
+* wall time and peak RSS of ``wrp inspect FILE --json``;
+* wall time and peak RSS of the stock route,
+  ``python -c "import warp; warp.capture_load(FILE, device='cpu')"``;
+* the time to fully decode the file with ``wrpkit.wrp1.decode_wrp1`` (in this
+  process, best of several runs, file mapped read-only).
+
+Targets (issue #2): inspect >= 5x faster than the stock route, peak memory
+<= 64 MiB; full decode <= 100 ms.
+
+Usage: python bench/bench_inspect.py [--dir DIR] [--launches N] [--region-mib M] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def make_capture(directory: Path, launches: int, region_mib: int) -> Path:
+    path = directory / f"big_{launches}_{region_mib}.wrp"
+    if path.exists():
+        return path
+    code = (
+        "import sys; sys.path.insert(0, %r); import programs; "
+        "programs.capture_to_file(programs.make_big(%d, %d << 20), %r)"
+    ) % (str(ROOT / "tests"), launches, region_mib, str(path))
+    subprocess.run([sys.executable, "-c", code], check=True)
+    return path
+
+
+def run_measured(argv: list) -> tuple:
+    """Run a command; return (wall seconds, peak RSS in MiB) of that child alone."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv} failed ({proc.returncode}): {err[-2000:]}")
+    return wall, usage.ru_maxrss / 1024.0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
+    ap.add_argument("--launches", type=int, default=10_000)
+    ap.add_argument("--region-mib", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+    a.dir.mkdir(parents=True, exist_ok=True)
+    path = make_capture(a.dir, a.launches, a.region_mib)
+    size = path.stat().st_size
+
+    inspect_cmd = [sys.executable, "-m", "wrpkit.cli", "inspect", str(path), "--json"]
+    stock_cmd = [sys.executable, "-c", f"import warp; warp.config.quiet = True; "
+                                       f"warp.capture_load({str(path)!r}, device='cpu')"]
+    env_note = f"python {sys.version.split()[0]}, {os.cpu_count()} cores"
+    rows = {}
+    for label, cmd in (("wrp inspect", inspect_cmd), ("stock capture_load", stock_cmd)):
+        run_measured(cmd)  # warm the page cache and Warp's kernel cache
+        samples = [run_measured(cmd) for _ in range(a.runs)]
+        rows[label] = (statistics.median(s[0] for s in samples), max(s[1] for s in samples))
+
+    from wrpkit.fileio import map_file  # noqa: PLC0415
+    from wrpkit.wrp1 import decode_wrp1  # noqa: PLC0415
+
+    decode_times = []
+    with map_file(path) as mf:
+        for _ in range(max(5, a.runs)):
+            t0 = time.perf_counter()
+            prog = decode_wrp1(mf.buffer)
+            decode_times.append(time.perf_counter() - t0)
+        n_ops = sum(prog.op_counts().values())
+        del prog
+
+    print(f"file: {path} ({size / 2**20:.1f} MiB, {n_ops} ops); {env_note}; median of {a.runs} runs")
+    print(f"{'route':<22}{'wall (s)':>10}{'peak RSS (MiB)':>16}")
+    for label, (wall, rss) in rows.items():
+        print(f"{label:<22}{wall:>10.3f}{rss:>16.1f}")
+    speed = rows["stock capture_load"][0] / rows["wrp inspect"][0]
+    print(f"inspect speed-up vs stock: {speed:.1f}x (target >= 5x); "
+          f"inspect peak RSS {rows['wrp inspect'][1]:.1f} MiB (target <= 64 MiB)")
+    print(f"full decode (decode_wrp1 over mmap): best {min(decode_times) * 1e3:.1f} ms, "
+          f"median {statistics.median(decode_times) * 1e3:.1f} ms (target <= 100 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
