@@ -1,0 +1,118 @@
+"""`wrp check`: the portability preflight and its lints, on real captures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import warp as wp
+from click.testing import CliRunner
+
+from wrpkit.cli import main
+from wrpkit.container import open_capture
+from wrpkit.fileio import publish_wrp
+from wrpkit.wrp1 import iter_wrp1_chunks
+
+
+def run_check(path, *args):
+    res = CliRunner().invoke(main, ["check", str(path), "--json", *args])
+    data = json.loads(res.stdout)
+    return res.exit_code, data
+
+
+def rewrite(src, dst, edit):
+    """Write an edited copy of a capture (with its modules) to ``dst``."""
+    with open_capture(src) as cap:
+        modules = {k: bytes(v) for k, v in cap.module_files().items()}
+        prog = cap.program
+        edit(prog, modules)
+        publish_wrp(dst, iter_wrp1_chunks(prog), modules)
+    return dst
+
+
+def failed(data):
+    return {f["check"] for f in data["findings"] if f["status"] == "fail"}
+
+
+def test_a_fresh_capture_is_loadable(small_capture):
+    code, data = run_check(small_capture)
+    assert code == 0 and data["loadable"], data
+    assert not failed(data)
+
+
+def test_wrong_device_family_is_not_loadable(small_capture):
+    code, data = run_check(small_capture, "--device", "cuda:0")
+    assert code == 1 and "device" in failed(data)
+    fix = next(f["fix"] for f in data["findings"] if f["check"] == "device")
+    assert "--device cpu" in fix
+
+
+def test_other_warp_version_needs_a_recapture(small_capture, tmp_path):
+    def edit(prog, modules):
+        prog.warp_version = "1.18.0"
+
+    path = rewrite(small_capture, tmp_path / "old.wrp", edit)
+    code, data = run_check(path)
+    assert code == 1 and "warp-version" in failed(data)
+    msg = next(f for f in data["findings"] if f["check"] == "warp-version")
+    assert "1.18.0" in msg["message"] and wp.config.version in msg["message"]
+    assert "Recapture" in msg["fix"]
+
+
+def test_missing_module_file(small_capture, tmp_path):
+    dst = tmp_path / "g.wrp"
+    shutil.copy(small_capture, dst)
+    code, data = run_check(dst)  # no g_modules/ beside it
+    assert code == 1 and "modules" in failed(data)
+
+
+def test_kernel_symbol_renamed_to_a_libc_function_is_refused(small_capture, tmp_path):
+    def edit(prog, modules):
+        prog.kernels[0].forward_name = "free"
+
+    code, data = run_check(rewrite(small_capture, tmp_path / "free.wrp", edit))
+    assert code == 1 and "kernel-symbols" in failed(data)
+
+
+def test_kernel_symbol_missing_from_its_object_is_refused(small_capture, tmp_path):
+    def edit(prog, modules):
+        prog.kernels[0].forward_name = "nope_0000_cpu_forward"
+
+    code, data = run_check(rewrite(small_capture, tmp_path / "nope.wrp", edit))
+    assert code == 1 and "kernel-symbols" in failed(data)
+
+
+@wp.kernel
+def k_uses_grid_id(grid: wp.uint64, out: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    out[i] = float(i)
+
+
+def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
+    grid = wp.HashGrid(4, 4, 4, device="cpu")
+    out = wp.zeros(4, dtype=wp.float32, device="cpu")
+    wp.capture_begin("cpu", apic=True)
+    wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
+    g = wp.capture_end()
+    path = tmp_path / "grid.wrp"
+    wp.capture_save(g, str(path), outputs={"out": out})
+    code, data = run_check(path)
+    lint = [f for f in data["findings"] if f["check"] == "lint-pointer"]
+    assert lint and lint[0]["status"] == "warn" and "k_uses_grid_id" in lint[0]["message"]
+    assert code == 0  # a warning, not a failure: the file does load
+
+
+def test_lint_flags_kernel_overloads_sharing_one_record(captures):
+    if "overloads" not in captures:
+        pytest.skip("no overloads program")
+    code, data = run_check(captures["overloads"])
+    assert any(f["check"] == "lint-overloads" for f in data["findings"])
+
+
+def test_check_on_garbage_is_a_clean_failure(tmp_path):
+    bad = tmp_path / "x.wrp"
+    bad.write_bytes(np.arange(100, dtype=np.uint8).tobytes())
+    res = CliRunner().invoke(main, ["check", str(bad)])
+    assert res.exit_code != 0 and "not a Warp capture" in res.output
