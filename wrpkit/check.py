@@ -20,7 +20,7 @@ from typing import Optional
 from . import model as m
 from .container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
-from .validate import validate_capture
+from .validate import validate_program
 
 OK, FAIL, WARN = "ok", "fail", "warn"
 
@@ -202,7 +202,7 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
 
     out.extend(_module_findings(cap, kind))
 
-    problems = [p for p in validate_capture(cap) if p.severity == "error"]
+    problems = [p for p in validate_program(prog) if p.severity == "error"]
     if problems:
         for p in problems[:20]:
             out.append(Finding("structure", FAIL, str(p), "The file is malformed or was altered; recapture it."))
@@ -283,6 +283,8 @@ def _module_findings(cap: Capture, kind: str) -> list:
                                    "If the replay crashes with an illegal instruction, recapture on this host."))
             for msg in check_kernel_symbols(info, symbols.get(mod.module_hash, []), name):
                 out.append(Finding("kernel-symbols", FAIL, msg, "The file was altered; recapture it."))
+            if not check_kernel_symbols(info, symbols.get(mod.module_hash, []), name):
+                out.append(Finding("kernel-symbols", OK, f"{name} defines every kernel the graph names"))
             out.extend(_overload_findings(prog, mod, info))
     return out
 

@@ -14,6 +14,7 @@ so that ``wrp validate`` can list them all.
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,6 +23,8 @@ from .fileio import is_plain_basename
 from .model import APIC_SCALAR_SIZE, OpType
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_I32X4 = struct.Struct("<4i")
+_U16 = struct.Struct("<H")
 
 #: Cap on the threads of one launch (Warp's launch bounds are 32-bit per dim;
 #: a launch of 2^40 threads would run for hours).
@@ -118,14 +121,16 @@ class _Checker:
                 self.err(w, f"kernel {k.kernel_key!r} refers to module {k.module_hash[:12]}, which is not recorded")
             if not k.kernel_key or not k.forward_name:
                 self.err(w, "kernel key or forward symbol name is empty")
-        names = set()
+        names = {}
         for i, b in enumerate(p.bindings):
             w = f"bindings[{i}]"
             if not b.name:
                 self.err(w, "binding name is empty")
-            if b.name in names:
-                self.err(w, f"duplicate binding name {b.name!r}")
-            names.add(b.name)
+            # The same name in capture_save's inputs and outputs (an in-place
+            # binding) is written twice with one region: legal.
+            if b.name in names and names[b.name] != b.region_id:
+                self.err(w, f"duplicate binding name {b.name!r} bound to regions {names[b.name]} and {b.region_id}")
+            names.setdefault(b.name, b.region_id)
             if b.region_id not in self.regions:
                 self.err(w, f"binding {b.name!r} refers to region {b.region_id}, which does not exist")
         for i, me in enumerate(p.meshes):
@@ -223,6 +228,7 @@ class _Checker:
                     continue
                 if p.value_align not in (0, 1, 2, 4, 8, 16, 32, 64):
                     self.err(pw, f"value alignment {p.value_align} is not a power of two up to 64", at)
+                self._array_descriptors(pw, at, op, p, rels)
                 for r in rels:
                     if r.value_byte_offset + 8 > p.value_size:
                         self.err(pw, f"relocation slot at {r.value_byte_offset} falls outside the argument's "
@@ -245,6 +251,47 @@ class _Checker:
                             self.err(pw, "NULL relocation must have region id -1 and offset 0", at)
                     else:
                         self.err(pw, f"unknown relocation kind {r.kind}", at)
+
+    def _array_descriptors(self, pw, at, op, p, rels):
+        """Check every ``array_t`` in an argument against the region its pointers point into.
+
+        An array descriptor is recognised by its two relocated slots: ``data``
+        at +0 and ``grad`` at +8, followed by ``int32 shape[4]``, ``int32
+        strides[4]`` (bytes) and ``uint16 ndim`` at +48.  Shape and strides are
+        frozen in the file, so a descriptor larger than its region would make
+        the kernel read or write outside the allocation.
+        """
+        by_slot = {r.value_byte_offset: r for r in rels}
+        blob = op.value_data
+        base = p.value_offset
+        for off, r in by_slot.items():
+            grad = by_slot.get(off + 8)
+            if grad is None or off + 56 > p.value_size or r.kind != m.RelocKind.DATA_PTR:
+                continue  # not a descriptor, or a None array (zeroed descriptor)
+            shape = _I32X4.unpack_from(blob, base + off + 16)
+            strides = _I32X4.unpack_from(blob, base + off + 32)
+            ndim = _U16.unpack_from(blob, base + off + 48)[0]
+            if not 1 <= ndim <= 4:
+                self.err(pw, f"array descriptor at byte {off} has ndim {ndim}, outside 1..4", at)
+                continue
+            dims, steps = shape[:ndim], strides[:ndim]
+            if any(d < 0 for d in dims) or any(st < 0 for st in steps):
+                self.err(pw, f"array descriptor at byte {off} has a negative shape or stride {dims}/{steps}", at)
+                continue
+            if 0 in dims:
+                continue
+            # The last element starts at sum((d - 1) * stride) and has at least
+            # one byte.  (The element size is not in the file, so this is the
+            # tightest bound that never rejects a genuine strided view.)
+            extent = sum((d - 1) * st for d, st in zip(dims, steps)) + 1
+            for slot in (r, grad):
+                if slot.kind != m.RelocKind.DATA_PTR:
+                    continue
+                reg = self.regions.get(slot.region_id)
+                if reg is not None and slot.region_offset + extent > reg.size:
+                    self.err(pw, f"array of shape {dims} and byte strides {steps} spans {extent} bytes from offset "
+                                 f"{slot.region_offset}, past the end of region {slot.region_id} ({reg.size} bytes)",
+                             at)
 
     def op_memcpy_h2d(self, w, op):
         self.span(w, op.at, op.dst_region_id, op.dst_offset, len(op.data), "destination")
@@ -403,15 +450,33 @@ def validate_modules(capture) -> list:
         A list of :class:`Problem`.
     """
     from .container import PRESENT  # noqa: PLC0415
+    from .elf import check_kernel_symbols, read_object  # noqa: PLC0415
+    from .errors import WrpError  # noqa: PLC0415
 
+    prog = capture.program
+    symbols: dict = {}
+    for k in prog.kernels:
+        symbols.setdefault(k.module_hash, []).extend([k.forward_name, k.backward_name])
     out = []
-    for i, mod in enumerate(capture.program.modules):
+    for i, mod in enumerate(prog.modules):
         names = [mod.binary_filename] + ([mod.source_filename] if mod.source_filename else [])
+        missing = False
         for name in names:
             state = capture.module_state(name)
             if state != PRESENT:
+                missing = True
                 where = capture.modules_dir if capture.modules_dir is not None else "the bundle"
                 out.append(Problem(f"modules[{i}]", f"module file {name!r} is {state} in {where}"))
+        if missing or prog.device_type != m.DeviceType.CPU:
+            continue
+        # Pin the code: every kernel symbol must be defined in this module's own object.
+        try:
+            info = read_object(capture.module_bytes(mod.binary_filename), mod.binary_filename)
+        except WrpError as e:
+            out.append(Problem(f"modules[{i}]", e.message))
+            continue
+        for msg in check_kernel_symbols(info, symbols.get(mod.module_hash, []), mod.binary_filename):
+            out.append(Problem(f"modules[{i}]", msg))
     return out
 
 
