@@ -139,8 +139,63 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+_LINKABLE: dict = {}  # st_dev -> whether unnamed files can be given a name there
+
+
+def _link_anonymous(fd: int, target: str) -> bool:
+    """Give the unnamed file ``fd`` the name ``target``; False if this system can't."""
+    try:
+        import ctypes  # noqa: PLC0415
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        # linkat(fd, "", AT_FDCWD, target, AT_EMPTY_PATH)
+        if libc.linkat(fd, b"", -100, os.fsencode(target), 0x1000) == 0:
+            return True
+    except (OSError, AttributeError):
+        pass
+    try:
+        os.link(f"/proc/self/fd/{fd}", target, follow_symlinks=True)
+        return True
+    except OSError:
+        return False
+
+
+def _open_anonymous(d: Path):
+    """An unnamed file in ``d`` (Linux O_TMPFILE), or None where unsupported.
+
+    A writer killed before publishing leaves nothing behind: the file only
+    gets a name once it is complete.  Whether such a file can later be named
+    is probed once per file system.
+    """
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag:
+        return None
+    try:
+        dev = os.stat(d).st_dev
+        fd = os.open(d, flag | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError:
+        return None
+    if dev not in _LINKABLE:
+        probe = str(d / f".wrpkit-probe.{os.getpid()}.{os.urandom(6).hex()}")
+        _LINKABLE[dev] = _link_anonymous(fd, probe)
+        if _LINKABLE[dev]:
+            os.unlink(probe)
+            os.close(fd)
+            fd = os.open(d, flag | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o644)
+    if not _LINKABLE[dev]:
+        os.close(fd)
+        return None
+    return fd
+
+
 def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
     """Write ``chunks`` to ``path`` atomically and durably.
+
+    The data goes to an unnamed temporary file in the destination directory
+    (a named ``.<name>.<pid>.*.tmp`` one where the OS has no O_TMPFILE); every
+    write and the close are checked, the file is fsynced, and one rename
+    publishes it.  A crash at any point leaves the old file or the new one,
+    never a torn one.
 
     Args:
         path: Destination.  Its directory must exist.
@@ -158,28 +213,44 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
     d = dest.parent if str(dest.parent) else Path(".")
     if not d.is_dir():
         raise WrpError(f"output directory does not exist: {d}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=d)
+    if dest.is_dir():
+        raise WrpError(f"output {dest} is a directory")
+    fd = _open_anonymous(d)
+    tmp = None
+    if fd is None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".tmp", dir=d)
     total = 0
     try:
-        with os.fdopen(fd, "wb") as f:
+        with os.fdopen(fd, "wb", closefd=False) as f:
             for c in chunks:
                 f.write(c)
-                n = len(c) if not isinstance(c, memoryview) else c.nbytes
+                n = c.nbytes if isinstance(c, memoryview) else len(c)
                 total += n
                 if progress is not None:
                     progress(n)
             f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
+            os.fsync(fd)
+        if tmp is None:
+            # Give the finished file a unique name, then rename it into place.
+            tmp = str(d / f".{dest.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
+            if not _link_anonymous(fd, tmp):
+                tmp = None
+                raise OSError(f"cannot name the finished temporary file for {dest}")
+        else:
+            os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
+        tmp = None
     except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         if isinstance(e, WrpError) or not isinstance(e, OSError):
             raise
         raise WrpError(f"cannot write {dest}: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
     _fsync_dir(d)
     return total
 
