@@ -5,7 +5,8 @@ Light entry points (no Warp import): :func:`open_capture`, :mod:`wrpkit.wrp1`,
 on first use: :func:`capture`, :func:`save`, :func:`load`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: it would bind the name
+# `annotations` in this package and shadow the submodule wrpkit.annotations.
 
 __version__ = "0.1.0"
 
@@ -24,11 +25,11 @@ from .errors import (  # noqa: E402
 
 # Names resolved lazily so that `import wrpkit` never imports Warp.
 _LAZY = {
-    "capture": "wrpkit.capture",
-    "begin_capture": "wrpkit.capture",
-    "end_capture": "wrpkit.capture",
-    "Recording": "wrpkit.capture",
-    "save": "wrpkit.capture",
+    "capture": "wrpkit.recording",
+    "begin_capture": "wrpkit.recording",
+    "end_capture": "wrpkit.recording",
+    "Recording": "wrpkit.recording",
+    "save": "wrpkit.recording",
     "load": "wrpkit.runtime",
     "Program": "wrpkit.runtime",
 }
