@@ -59,3 +59,40 @@ def test_cli_never_crashes_or_prints_a_traceback(variants, command):
         assert res.exception is None or isinstance(res.exception, SystemExit), (v.name, repr(res.exception))
         if v.must_refuse and command == "validate":
             assert res.exit_code != 0, v.name
+
+
+def _run_children(variants, tmp_path):
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    regular = [v for v in variants if v.category != "not-a-file" or v.name == "wrp_directory"]
+    listing = tmp_path / "variants.txt"
+    listing.write_text("\n".join(str(v.path) for v in regular))
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("hostile_runner.py")), str(listing)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    return regular, proc
+
+
+def test_load_run_and_replay_refuse_cleanly_or_replay_valid_files(variants, tmp_path):
+    regular, proc = _run_children(variants, tmp_path)
+    lines = proc.stdout.splitlines()
+    started = [ln.split(" ", 1)[1] for ln in lines if ln.startswith("START ")]
+    assert proc.returncode == 0, f"runner died (rc {proc.returncode}) on {started[-1] if started else '?'}: " \
+                                 f"{proc.stderr[-2000:]}"
+    load = {ln.split()[1]: ln.split()[2:] for ln in lines if ln.startswith("LOAD ")}
+    cli = {ln.split()[1]: ln.split()[2:] for ln in lines if ln.startswith("CLI ")}
+    assert len(load) == len(cli) == len(regular)
+    for v in regular:
+        verdict = load[str(v.path)]
+        assert verdict[0] != "unexpected", (v.name, verdict)
+        if v.must_refuse:
+            assert verdict[0] == "refuse", (v.name, verdict)
+        code, state = cli[str(v.path)]
+        assert state == "clean", (v.name, code, state)
+        if v.must_refuse:
+            assert code != "0", v.name
+    assert load[str(next(v.path for v in regular if v.name == "control"))][0] == "accept"

@@ -68,6 +68,8 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             include_modules: bool = True) -> ConvertResult:
     """Convert a capture between ``.wrp``, ``.wrpk`` and ``.json``.
 
+    The output's folder is created if needed.
+
     Args:
         src: Input file (a ``.wrp`` with its ``<stem>_modules/``, a ``.wrpk`` or a ``.json``).
         dst: Output path; its extension picks the form.  A ``.wrp`` output gets
@@ -86,6 +88,10 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
     """
     src, dst = Path(src), Path(dst)
     form = output_form(dst)
+    if not src.exists() and not src.is_symlink():
+        raise WrpError(f"input not found: {src}", hint="Check the path.")
+    # `wrp convert x.wrpk out/x.wrp` creates out/, as cp and tar would.
+    dst.parent.mkdir(parents=True, exist_ok=True)
     check_output_path(dst, [src])
     if form != "json":
         include_modules = True

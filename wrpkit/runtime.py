@@ -212,7 +212,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                                  hint="Copy the module files again from where the capture was made, or recapture.")
 
     # wrpkit's own validation, before Warp sees anything.
-    from .validate import validate_program  # noqa: PLC0415
+    from .validate import check_module_symbols, validate_program  # noqa: PLC0415
 
     problems = [p for p in validate_program(model) if getattr(p, "severity", "error") == "error"]
     if problems:
@@ -229,6 +229,13 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                     f"module file {fname!r} does not match the SHA-256 recorded when the capture was saved",
                     hint="The module file was altered or belongs to another capture; copy the original "
                          "<stem>_modules/ or recapture.")
+
+    # Pin the code: every kernel symbol must be defined in its own module object.
+    symbol_problems = check_module_symbols(model, files)
+    if symbol_problems:
+        raise WrpModuleError("; ".join(p.message for p in symbol_problems[:3]),
+                             hint="The module files do not belong to this capture or were altered; copy the "
+                                  "original <stem>_modules/ or recapture.")
 
     regions = model.region_map()
     sizes, signature = {}, {}

@@ -440,8 +440,45 @@ def validate_program(prog: m.Program) -> list:
     return c.problems
 
 
+def check_module_symbols(prog: m.Program, files) -> list:
+    """Pin the code of a CPU capture's modules before any of it is loaded.
+
+    Every kernel symbol the graph names must be *defined* in its own module's
+    ELF object, and no kernel symbol may name a C library function.
+
+    Args:
+        prog: The program.
+        files: ``{binary_filename: bytes}`` of the module files.
+
+    Returns:
+        A list of :class:`Problem` (empty for CUDA programs: they carry no ELF).
+    """
+    from .elf import check_kernel_symbols, read_object  # noqa: PLC0415
+    from .errors import WrpError  # noqa: PLC0415
+
+    if prog.device_type != m.DeviceType.CPU:
+        return []
+    symbols: dict = {}
+    for k in prog.kernels:
+        symbols.setdefault(k.module_hash, []).extend([k.forward_name, k.backward_name])
+    out = []
+    for i, mod in enumerate(prog.modules):
+        data = files.get(mod.binary_filename)
+        if data is None:
+            continue
+        try:
+            info = read_object(data, mod.binary_filename)
+        except WrpError as e:
+            out.append(Problem(f"modules[{i}]", e.message))
+            continue
+        for msg in check_kernel_symbols(info, symbols.get(mod.module_hash, []), mod.binary_filename):
+            out.append(Problem(f"modules[{i}]", msg))
+    return out
+
+
 def validate_modules(capture) -> list:
-    """Check that every module file the graph names is present, non-empty and safe.
+    """Check that every module file the graph names is present, non-empty, safe,
+    and defines the kernel symbols the graph names.
 
     Args:
         capture: A :class:`wrpkit.container.Capture`.
@@ -450,34 +487,20 @@ def validate_modules(capture) -> list:
         A list of :class:`Problem`.
     """
     from .container import PRESENT  # noqa: PLC0415
-    from .elf import check_kernel_symbols, read_object  # noqa: PLC0415
-    from .errors import WrpError  # noqa: PLC0415
 
     prog = capture.program
-    symbols: dict = {}
-    for k in prog.kernels:
-        symbols.setdefault(k.module_hash, []).extend([k.forward_name, k.backward_name])
     out = []
+    files = {}
     for i, mod in enumerate(prog.modules):
         names = [mod.binary_filename] + ([mod.source_filename] if mod.source_filename else [])
-        missing = False
         for name in names:
             state = capture.module_state(name)
             if state != PRESENT:
-                missing = True
                 where = capture.modules_dir if capture.modules_dir is not None else "the bundle"
                 out.append(Problem(f"modules[{i}]", f"module file {name!r} is {state} in {where}"))
-        if missing or prog.device_type != m.DeviceType.CPU:
-            continue
-        # Pin the code: every kernel symbol must be defined in this module's own object.
-        try:
-            info = read_object(capture.module_bytes(mod.binary_filename), mod.binary_filename)
-        except WrpError as e:
-            out.append(Problem(f"modules[{i}]", e.message))
-            continue
-        for msg in check_kernel_symbols(info, symbols.get(mod.module_hash, []), mod.binary_filename):
-            out.append(Problem(f"modules[{i}]", msg))
-    return out
+            elif name == mod.binary_filename:
+                files[name] = capture.module_bytes(name)
+    return out + check_module_symbols(prog, files)
 
 
 def validate_capture(capture) -> list:
