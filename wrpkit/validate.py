@@ -294,6 +294,9 @@ class _Checker:
                              at)
 
     def op_memcpy_h2d(self, w, op):
+        if self.prog.device_type == m.DeviceType.CPU:
+            # Warp's CPU replayer has no case for it: it would skip the copy and report success.
+            self.err(w, "MEMCPY_H2D cannot be replayed on CPU (Warp would silently skip it)", op.at)
         self.span(w, op.at, op.dst_region_id, op.dst_offset, len(op.data), "destination")
 
     def op_memcpy_d2d(self, w, op):

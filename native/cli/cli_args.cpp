@@ -1,0 +1,131 @@
+// cli_args.cpp -- see cli_args.h.
+#include "cli_args.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "cli_error.h"
+
+namespace wrpcli {
+
+const char* const kUsage =
+    "usage: wrp-replay FILE [--device cpu|cuda:N] [--input NAME=x.npy]... [--output NAME=y.npy]...\n"
+    "                  [--repeat N] [--warmup N] [--json] [--warp-lib-dir DIR] [--list]\n"
+    "\n"
+    "Replay a Warp captured graph (.wrp, written by wp.capture_save) without Python.\n"
+    "The file and the module files in <stem>_modules/ are validated before Warp sees them.\n"
+    "\n"
+    "options:\n"
+    "  --device DEV         cpu or cuda:N (default: the file's own, cpu or cuda:0); must match how\n"
+    "                       the file was captured\n"
+    "  --input NAME=PATH    set binding NAME from a .npy file before replaying; its byte size must\n"
+    "                       equal the binding's (and its dtype match the binding's signature, if any)\n"
+    "  --output NAME=PATH   write binding NAME to a .npy file after replaying (atomically); typed when\n"
+    "                       the file carries a signature for it, else raw uint8 bytes\n"
+    "  --repeat N           timed replays (default 1)\n"
+    "  --warmup N           untimed replays before the timed ones (default 0)\n"
+    "  --json               print one JSON object (bindings, timings, outputs) on stdout\n"
+    "  --warp-lib-dir DIR   directory holding warp.so / warp-clang.so (warp-lang's warp/bin);\n"
+    "                       default: $WRP_WARP_LIB_DIR, then the warp-lang installed beside wrp-replay\n"
+    "  --list               validate the file and list its bindings without loading Warp\n"
+    "  --skip-checks        skip semantic validation (trusted files only)\n"
+    "  --version            print the version and exit\n"
+    "  -h, --help           show this help and exit\n"
+    "\n"
+    "exit status: 0 ok, 1 replay/runtime failure, 2 usage error, 3 invalid or unsafe file\n";
+
+namespace {
+
+[[noreturn]] void usage_error(const std::string& message) { throw CliError(kExitUsage, message); }
+
+uint32_t parse_count(const std::string& flag, const std::string& text, uint32_t min)
+{
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+    if (text.empty() || text[0] == '-' || *end || errno || v < min || v > 1000000000ull)
+        usage_error(flag + " needs an integer between " + std::to_string(min) + " and 1000000000, got \"" + text + "\"");
+    return static_cast<uint32_t>(v);
+}
+
+NamedPath parse_named(const std::string& flag, const std::string& text)
+{
+    size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+        usage_error(flag + " needs NAME=PATH, got \"" + text + "\"");
+    return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+}  // namespace
+
+CliArgs parse_args(int argc, char** argv)
+{
+    CliArgs a;
+    for (int i = 1; i < argc; i++) {
+        std::string arg = argv[i];
+        std::string value;
+        bool has_inline = false;
+        if (arg.compare(0, 2, "--") == 0 && arg.find('=') != std::string::npos) {
+            value = arg.substr(arg.find('=') + 1);
+            arg = arg.substr(0, arg.find('='));
+            has_inline = true;
+        }
+        auto next = [&]() -> std::string {
+            if (has_inline)
+                return value;
+            if (i + 1 >= argc)
+                usage_error(arg + " needs a value");
+            return argv[++i];
+        };
+        auto no_value = [&]() {
+            if (has_inline)
+                usage_error(arg + " takes no value");
+        };
+        if (arg == "-h" || arg == "--help") {
+            no_value();
+            a.help = true;
+        } else if (arg == "--version") {
+            no_value();
+            a.version = true;
+        } else if (arg == "--json") {
+            no_value();
+            a.json = true;
+        } else if (arg == "--list") {
+            no_value();
+            a.list = true;
+        } else if (arg == "--skip-checks") {
+            no_value();
+            a.skip_checks = true;
+        } else if (arg == "--device") {
+            a.device = next();
+        } else if (arg == "--input") {
+            a.inputs.push_back(parse_named(arg, next()));
+        } else if (arg == "--output") {
+            a.outputs.push_back(parse_named(arg, next()));
+        } else if (arg == "--repeat") {
+            a.repeat = parse_count(arg, next(), 1);
+        } else if (arg == "--warmup") {
+            a.warmup = parse_count(arg, next(), 0);
+        } else if (arg == "--warp-lib-dir") {
+            a.warp_lib_dir = next();
+            if (a.warp_lib_dir.empty())
+                usage_error("--warp-lib-dir needs a directory");
+        } else if (arg.size() > 1 && arg[0] == '-') {
+            usage_error("unknown option " + arg);
+        } else if (a.file.empty()) {
+            a.file = arg;
+        } else {
+            usage_error("only one FILE may be given (got \"" + a.file + "\" and \"" + arg + "\")");
+        }
+    }
+    if (!a.help && !a.version && a.file.empty())
+        usage_error("no FILE given");
+    for (size_t i = 0; i < a.outputs.size(); i++)
+        for (size_t j = 0; j < i; j++)
+            if (a.outputs[i].path == a.outputs[j].path)
+                usage_error("two outputs write " + a.outputs[i].path);
+    return a;
+}
+
+}  // namespace wrpcli

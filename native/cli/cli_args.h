@@ -1,0 +1,35 @@
+// cli_args.h -- the command line of wrp-replay.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wrpcli {
+
+struct NamedPath {
+    std::string name;
+    std::string path;
+};
+
+struct CliArgs {
+    std::string file;
+    std::string device = "auto";
+    std::vector<NamedPath> inputs;
+    std::vector<NamedPath> outputs;
+    uint32_t repeat = 1;
+    uint32_t warmup = 0;
+    bool json = false;
+    bool list = false;
+    bool help = false;
+    bool version = false;
+    bool skip_checks = false;
+    std::string warp_lib_dir;
+};
+
+// Throws CliError(kExitUsage) on a malformed command line.
+CliArgs parse_args(int argc, char** argv);
+
+extern const char* const kUsage;
+
+}  // namespace wrpcli

@@ -1,0 +1,40 @@
+// npy_io.h -- NumPy .npy files (format versions 1.0, 2.0 and 3.0), read and
+// written without NumPy.
+//
+// Only plain little-endian numeric dtypes and raw void bytes are accepted:
+// object, string, datetime, structured and big-endian dtypes are refused, as
+// are Fortran-ordered arrays unless their memory order is also C order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wrpcli {
+
+struct NpyDtype {
+    char kind = 'u';    // 'b', 'i', 'u', 'f', 'c' or 'V'
+    uint32_t size = 1;  // bytes per element
+    std::string descr() const;  // e.g. "<f4", "|u1", "|V12"
+};
+
+struct NpyArray {
+    NpyDtype dtype;
+    std::vector<uint64_t> shape;
+    std::vector<uint8_t> data;  // C order
+};
+
+// Read `path`.  `expected_bytes` is the data size the caller needs: a file
+// whose data is any other size is refused before its data is read.  Throws
+// CliError(kExitUsage) naming the file.
+NpyArray read_npy(const std::string& path, uint64_t expected_bytes);
+
+// Write atomically: a temporary file in the same directory, fsync, rename.
+// Throws CliError(kExitRuntime) on I/O failure.
+void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std::vector<uint64_t>& shape,
+                      const uint8_t* data, size_t size);
+
+// "(8,)", "(2, 3)", "()" -- as NumPy prints shapes.
+std::string shape_string(const std::vector<uint64_t>& shape);
+
+}  // namespace wrpcli

@@ -1,0 +1,32 @@
+// typed_view.h -- how a binding's bytes map to a NumPy array.
+//
+// With wrpkit's signature a binding is a typed array view (dtype, shape,
+// byte strides, byte offset) into its region: inputs must have a matching
+// scalar type, and outputs are written as that view.  Without one, a binding
+// is just bytes (uint8).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "npy_io.h"
+#include "wrp_replay.h"
+
+namespace wrpcli {
+
+// The NumPy dtype of a binding's elements and the array shape of its view
+// (view shape followed by the dtype's own shape); raw bytes without a signature.
+NpyDtype binding_dtype(const wrp_binding_info& b);
+std::vector<uint64_t> binding_shape(const wrp_binding_info& b);
+
+// Human-readable dtype, e.g. "float32 (vec3f)" or "uint8 (raw bytes)".
+std::string binding_dtype_name(const wrp_binding_info& b);
+
+// Throws CliError(kExitUsage) when `in` cannot feed binding `b`.
+void check_input_dtype(const wrp_binding_info& b, const NpyArray& in, const std::string& path);
+
+// Gather the view described by `b` from the region bytes into C order.
+std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<uint8_t>& region);
+
+}  // namespace wrpcli

@@ -1,0 +1,256 @@
+/*
+ * wrp_replay.h -- replay NVIDIA Warp captured graphs (.wrp, WRP1 format 18)
+ * from C or C++, without Python.
+ *
+ * A program is opened from a .wrp file (plus the module files in its
+ * `<stem>_modules/` directory) or from memory.  The file is parsed and
+ * validated completely by this library before any byte of it reaches Warp;
+ * then Warp's own native runtime (warp.so, and warp-clang.so for CPU graphs,
+ * from the installed warp-lang wheel) is loaded with dlopen and replays it.
+ *
+ * Typical use:
+ *
+ *     wrp_options opts;
+ *     wrp_options_init(&opts);
+ *     opts.device = "cpu";
+ *     wrp_program* p = NULL;
+ *     if (wrp_program_open("sim.wrp", &opts, &p) != WRP_OK) {
+ *         fprintf(stderr, "%s\n", wrp_last_error());
+ *         return 1;
+ *     }
+ *     wrp_program_set(p, "x", x_bytes, x_size);
+ *     wrp_program_run(p, 1);
+ *     wrp_program_get(p, "y", y_bytes, y_size);
+ *     wrp_program_destroy(p);
+ *
+ * Errors
+ *   Every function that can fail returns a wrp_status.  On failure, a complete
+ *   message (including Warp's own error string, and Warp's stderr output when
+ *   `capture_warp_stderr` is set) is available from wrp_last_error() on the
+ *   same thread, including for a failed wrp_program_open().
+ *   No C++ exception ever leaves this API.
+ *
+ * Thread safety
+ *   - wrp_last_error() is thread-local: each thread sees the message of its
+ *     own last failing call.
+ *   - Warp's runtime keeps process-global state (its error buffer, its mesh
+ *     registry, warp-clang's JIT session, the CPU tile scratch storage), so
+ *     every call that enters Warp (open, run, set, get, destroy) takes one
+ *     process-wide lock inside this library.  Distinct programs may therefore
+ *     be used from distinct threads without external locking, but their
+ *     replays are serialized, not parallel.
+ *   - One program is NOT thread-safe: calls on the same wrp_program must be
+ *     externally synchronized, and memory obtained from
+ *     wrp_program_data_ptr() must not be accessed while that program runs.
+ *   - With capture_warp_stderr set, file descriptor 2 of the whole process is
+ *     redirected while Warp is called; output other threads write to stderr
+ *     in that window is captured (and discarded) too.
+ *   - If the process also uses Warp from Python and both resolve to the same
+ *     warp.so, Warp's state is shared and the lock above does not cover the
+ *     Python side.  This library turns off Warp's echo of its error string to
+ *     stderr (wp_set_error_output_enabled(0)) for the whole process.
+ *
+ * Locating Warp (first match wins)
+ *   1. wrp_options.warp_lib_dir;
+ *   2. the environment variable WRP_WARP_LIB_DIR;
+ *   3. paths recorded at build time relative to this library (installed in
+ *      site-packages/wrpkit/_native/lib: ../../../warp/bin) or to the
+ *      wrp-replay executable.
+ *   The directory must hold warp.so (and warp-clang.so for CPU graphs) whose
+ *   wp_version() equals the Warp version that recorded the file.  Warp is
+ *   loaded once per process; later opens must resolve to the same directory.
+ */
+#ifndef WRP_REPLAY_H
+#define WRP_REPLAY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define WRP_API __declspec(dllexport)
+#else
+#define WRP_API __attribute__((visibility("default")))
+#endif
+
+/* Version of this C API; bumped on incompatible changes. */
+#define WRP_REPLAY_API_VERSION 1
+
+typedef enum wrp_status {
+    WRP_OK = 0,
+    /* A bad call: NULL argument, unknown binding name, size mismatch, bad
+     * device string, device family differing from the file's, or an
+     * operation the program was not opened for (validate_only). */
+    WRP_ERR_INVALID_ARGUMENT = 1,
+    /* The .wrp or one of its module files is malformed, unsafe, missing or
+     * unreadable.  The message names the field and the byte offset. */
+    WRP_ERR_INVALID_FILE = 2,
+    /* Warp's runtime could not be found or loaded, has the wrong version,
+     * or failed to load or replay the graph. */
+    WRP_ERR_RUNTIME = 3,
+    /* The requested CUDA device does not exist (or no CUDA driver). */
+    WRP_ERR_NO_DEVICE = 4,
+    /* An allocation failed. */
+    WRP_ERR_OUT_OF_MEMORY = 5,
+    /* A bug in this library. */
+    WRP_ERR_INTERNAL = 6
+} wrp_status;
+
+/* Options for opening a program.  Always call wrp_options_init() first so
+ * that fields added in later versions get their defaults. */
+typedef struct wrp_options {
+    /* sizeof(wrp_options), set by wrp_options_init(). */
+    uint32_t struct_size;
+    /* "cpu", "cuda:N" ("cuda" means "cuda:0"), or "auto" (the default when
+     * NULL or ""): the file's own family, "cpu" or "cuda:0".  An explicit
+     * device must match the family the file was captured for. */
+    const char* device;
+    /* Directory holding warp.so and warp-clang.so (site-packages/warp/bin
+     * of warp-lang); NULL to search (see "Locating Warp" above). */
+    const char* warp_lib_dir;
+    /* Nonzero: skip the semantic checks (region ranges of ops, relocations,
+     * bindings, meshes and pointer locations; kernel and module references;
+     * module ELF symbol tables; annotation digests).  The structural parse
+     * (bounds, record sizes, counts, caps) always runs.  Only for trusted
+     * files. */
+    int skip_checks;
+    /* Nonzero: only parse and validate the file and its module files; Warp
+     * is not loaded, and run/set/get/data_ptr fail.  Bindings can be listed. */
+    int validate_only;
+    /* Nonzero: redirect the process's stderr while calling into Warp and
+     * append what Warp prints there to error messages (see Thread safety). */
+    int capture_warp_stderr;
+    /* Largest .wrp accepted, in bytes; 0 = default (16 GiB). */
+    uint64_t max_file_bytes;
+    /* Largest total size of all memory regions, in bytes; 0 = default
+     * (16 GiB).  Warp allocates every region when the program opens. */
+    uint64_t max_memory_bytes;
+} wrp_options;
+
+/* One module file given to wrp_program_open_memory(): `filename` is the name
+ * recorded in the .wrp (the basename inside <stem>_modules/). */
+typedef struct wrp_module_bytes {
+    const char* filename;
+    const void* data;
+    size_t size;
+} wrp_module_bytes;
+
+/* Scalar kinds of a typed binding signature (values of wrp.fbs ScalarKind). */
+typedef enum wrp_scalar_kind {
+    WRP_SCALAR_UNKNOWN = 0, /* a struct, or no signature */
+    WRP_SCALAR_BOOL = 1,
+    WRP_SCALAR_INT8 = 2,
+    WRP_SCALAR_UINT8 = 3,
+    WRP_SCALAR_INT16 = 4,
+    WRP_SCALAR_UINT16 = 5,
+    WRP_SCALAR_INT32 = 6,
+    WRP_SCALAR_UINT32 = 7,
+    WRP_SCALAR_INT64 = 8,
+    WRP_SCALAR_UINT64 = 9,
+    WRP_SCALAR_FLOAT16 = 10,
+    WRP_SCALAR_FLOAT32 = 11,
+    WRP_SCALAR_FLOAT64 = 12
+} wrp_scalar_kind;
+
+/* Description of one binding (a named graph parameter).  All pointers are
+ * owned by the program and stay valid until wrp_program_destroy(). */
+typedef struct wrp_binding_info {
+    const char* name;
+    /* Byte size of the binding's memory region: exactly the size that
+     * wrp_program_set()/wrp_program_get() copy. */
+    uint64_t size;
+    uint32_t region_id;
+    /* Nonzero when the file carries wrpkit's typed signature for it; the
+     * fields below are then meaningful, else dtype is NULL and ndim 0. */
+    int has_signature;
+    /* Warp's dtype name ("float32", "vec3f", a struct's name, ...). */
+    const char* dtype;
+    /* Scalar of the dtype (WRP_SCALAR_UNKNOWN for structs). */
+    wrp_scalar_kind scalar;
+    /* Byte size of one element, and the dtype's own shape ([] for scalars,
+     * [n] for vectors, [rows, cols] for matrices). */
+    uint32_t dtype_size;
+    uint32_t dtype_ndim;
+    const uint32_t* dtype_shape;
+    /* The array view: shape (outermost first), byte strides, and the byte
+     * offset of element 0 inside the region. */
+    uint32_t ndim;
+    const int64_t* shape;
+    const int64_t* strides;
+    uint64_t byte_offset;
+    int is_input;
+    int is_output;
+} wrp_binding_info;
+
+typedef struct wrp_program wrp_program;
+
+/* Fill *opts with the defaults. */
+WRP_API void wrp_options_init(wrp_options* opts);
+
+/* Version string of this library, e.g. "0.1.0". */
+WRP_API const char* wrp_library_version(void);
+
+/* Message of the last failing call made by this thread ("" if none).
+ * Valid until this thread's next call into this library. */
+WRP_API const char* wrp_last_error(void);
+
+/* Open `path` (a .wrp file; its modules are read from `<stem>_modules/`
+ * beside it, where stem is the path without ".wrp").  The file must be a
+ * regular file and not a symbolic link.  `opts` may be NULL for defaults.
+ * On success *out_program receives the program; on failure it is set to
+ * NULL and wrp_last_error() explains why. */
+WRP_API wrp_status wrp_program_open(const char* path, const wrp_options* opts, wrp_program** out_program);
+
+/* Open a program from memory: the bytes of the .wrp and the module files the
+ * graph names.  Buffers are only read during the call (the library copies
+ * what it keeps).  Entries the graph does not use are ignored. */
+WRP_API wrp_status wrp_program_open_memory(
+    const void* wrp_data,
+    size_t wrp_size,
+    const wrp_module_bytes* modules,
+    size_t num_modules,
+    const wrp_options* opts,
+    wrp_program** out_program
+);
+
+/* Release the program and everything Warp allocated for it.  NULL is
+ * accepted.  Never fails. */
+WRP_API void wrp_program_destroy(wrp_program* program);
+
+/* Device family of the file ("cpu" or "cuda") and the device it runs on
+ * ("cpu" or "cuda:N"), and the Warp version that recorded it. */
+WRP_API const char* wrp_program_device(const wrp_program* program);
+WRP_API const char* wrp_program_warp_version(const wrp_program* program);
+
+/* Number of bindings; 0 for a NULL program. */
+WRP_API size_t wrp_program_num_bindings(const wrp_program* program);
+
+/* Describe binding `index` (0 <= index < wrp_program_num_bindings()). */
+WRP_API wrp_status wrp_program_binding(const wrp_program* program, size_t index, wrp_binding_info* out_info);
+
+/* Index of the binding called `name`. */
+WRP_API wrp_status wrp_program_find_binding(const wrp_program* program, const char* name, size_t* out_index);
+
+/* Copy `size` bytes into / out of binding `name`.  `size` must equal the
+ * binding's size exactly.  For CUDA programs the copies are complete when
+ * the call returns. */
+WRP_API wrp_status wrp_program_set(wrp_program* program, const char* name, const void* data, size_t size);
+WRP_API wrp_status wrp_program_get(wrp_program* program, const char* name, void* data, size_t size);
+
+/* Zero-copy access: the address of binding `name`'s memory (a host pointer
+ * for CPU programs, a CUDA device pointer for CUDA programs) and its size.
+ * Valid until wrp_program_destroy(); replays read and write it in place. */
+WRP_API wrp_status wrp_program_data_ptr(wrp_program* program, const char* name, void** out_ptr, size_t* out_size);
+
+/* Replay the whole graph `count` times, one after the other.  Returns when
+ * all replays have completed (CUDA: after synchronizing the stream). */
+WRP_API wrp_status wrp_program_run(wrp_program* program, uint32_t count);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* WRP_REPLAY_H */

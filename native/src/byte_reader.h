@@ -1,0 +1,94 @@
+// byte_reader.h -- bounds-checked little-endian reads from an untrusted image.
+//
+// Offsets are absolute positions in the file, so every error message can say
+// exactly where the bad byte is.  A reader is confined to [begin, end) (one
+// section or one record); nothing outside that window can be read through it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "error.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "WRP1 files are little-endian and are read in place; a little-endian host is required"
+#endif
+
+namespace wrp {
+
+// Unchecked load of a little-endian T at `p` (any alignment).  Callers have
+// already checked that sizeof(T) bytes are available.
+template <typename T> inline T load(const uint8_t* p)
+{
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+}
+
+class ByteReader {
+public:
+    // `where` names the structure being read, e.g. "metadata.modules[3]".
+    ByteReader(const uint8_t* image, uint64_t begin, uint64_t end, std::string where)
+        : image_(image)
+        , pos_(begin)
+        , end_(end)
+        , where_(std::move(where))
+    {
+    }
+
+    uint64_t pos() const { return pos_; }
+    uint64_t end() const { return end_; }
+    uint64_t remaining() const { return end_ - pos_; }
+    const std::string& where() const { return where_; }
+    void set_where(std::string where) { where_ = std::move(where); }
+
+    template <typename T> T read(const char* field)
+    {
+        need(sizeof(T), field);
+        T v = load<T>(image_ + pos_);
+        pos_ += sizeof(T);
+        return v;
+    }
+
+    // A WRP1 string: u32 length then that many bytes (no NUL).  Strings that
+    // later become C strings for Warp or file names must not contain NUL, so
+    // that is checked here once for all of them.
+    std::string read_string(const char* field, uint32_t max_len)
+    {
+        uint64_t at = pos_;
+        uint32_t len = read<uint32_t>(field);
+        if (len > max_len)
+            fail_invalid_at(where_ + "." + field, at, "string length %u exceeds the limit of %u bytes", len, max_len);
+        if (len > remaining())
+            fail_invalid_at(where_ + "." + field, at, "string length %u runs past the end (%llu bytes left)", len,
+                            static_cast<unsigned long long>(remaining()));
+        std::string s(reinterpret_cast<const char*>(image_ + pos_), len);
+        if (s.find('\0') != std::string::npos)
+            fail_invalid_at(where_ + "." + field, at, "string contains a NUL byte");
+        pos_ += len;
+        return s;
+    }
+
+    // Skip `n` bytes (e.g. region data) after checking they are present.
+    void skip(uint64_t n, const char* field)
+    {
+        need(n, field);
+        pos_ += n;
+    }
+
+    void need(uint64_t n, const char* field) const
+    {
+        if (n > remaining())
+            fail_invalid_at(where_ + "." + field, pos_, "truncated: needs %llu bytes, %llu left",
+                            static_cast<unsigned long long>(n), static_cast<unsigned long long>(remaining()));
+    }
+
+private:
+    const uint8_t* image_;
+    uint64_t pos_;
+    uint64_t end_;
+    std::string where_;
+};
+
+}  // namespace wrp

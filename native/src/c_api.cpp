@@ -1,0 +1,179 @@
+// c_api.cpp -- the C functions of wrp_replay.h.
+//
+// Each one is a thin wrapper that converts every C++ exception into a status
+// and a thread-local message; nothing thrown ever crosses into C.
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "error.h"
+#include "program.h"
+#include "wrp_replay.h"
+
+#ifndef WRP_LIBRARY_VERSION
+#define WRP_LIBRARY_VERSION "0.0.0"
+#endif
+
+struct wrp_program {
+    std::unique_ptr<wrp::Program> impl;
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+wrp_status set_error(wrp_status status, const std::string& message)
+{
+    try {
+        t_last_error = message;
+    } catch (...) {
+        t_last_error.clear();
+    }
+    return status;
+}
+
+// Run `body`; map what it throws to a status and this thread's last error.
+template <typename F> wrp_status guarded(F&& body)
+{
+    try {
+        t_last_error.clear();
+        body();
+        return WRP_OK;
+    } catch (const wrp::Error& e) {
+        return set_error(e.status(), e.what());
+    } catch (const std::bad_alloc&) {
+        return set_error(WRP_ERR_OUT_OF_MEMORY, "out of memory");
+    } catch (const std::exception& e) {
+        return set_error(WRP_ERR_INTERNAL, std::string("internal error: ") + e.what());
+    } catch (...) {
+        return set_error(WRP_ERR_INTERNAL, "internal error: unknown exception");
+    }
+}
+
+wrp::Program& program_of(wrp_program* p)
+{
+    if (!p || !p->impl)
+        wrp::fail(WRP_ERR_INVALID_ARGUMENT, "program is NULL");
+    return *p->impl;
+}
+
+const wrp::Program& program_of(const wrp_program* p) { return program_of(const_cast<wrp_program*>(p)); }
+
+wrp_status finish_open(wrp_program** out, std::unique_ptr<wrp::Program> impl)
+{
+    auto* p = new wrp_program;
+    p->impl = std::move(impl);
+    *out = p;
+    return WRP_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+void wrp_options_init(wrp_options* opts)
+{
+    if (!opts)
+        return;
+    std::memset(opts, 0, sizeof(*opts));
+    opts->struct_size = sizeof(*opts);
+}
+
+const char* wrp_library_version(void) { return WRP_LIBRARY_VERSION; }
+
+const char* wrp_last_error(void) { return t_last_error.c_str(); }
+
+wrp_status wrp_program_open(const char* path, const wrp_options* opts, wrp_program** out_program)
+{
+    return guarded([&] {
+        if (!out_program)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_program is NULL");
+        *out_program = nullptr;
+        if (!path || !*path)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "path is NULL or empty");
+        finish_open(out_program, wrp::Program::open_file(path, wrp::OpenOptions::from(opts)));
+    });
+}
+
+wrp_status wrp_program_open_memory(const void* wrp_data, size_t wrp_size, const wrp_module_bytes* modules,
+                                   size_t num_modules, const wrp_options* opts, wrp_program** out_program)
+{
+    return guarded([&] {
+        if (!out_program)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_program is NULL");
+        *out_program = nullptr;
+        if (!wrp_data || wrp_size == 0)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "no .wrp bytes given");
+        finish_open(out_program, wrp::Program::open_memory(static_cast<const uint8_t*>(wrp_data), wrp_size, modules,
+                                                           num_modules, wrp::OpenOptions::from(opts)));
+    });
+}
+
+void wrp_program_destroy(wrp_program* program)
+{
+    try {
+        delete program;
+    } catch (...) {
+        // Program::release() is noexcept; nothing can reach here, but the
+        // C boundary must hold regardless.
+    }
+}
+
+const char* wrp_program_device(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->device_name().c_str() : "";
+}
+
+const char* wrp_program_warp_version(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->graph().producer_version.c_str() : "";
+}
+
+size_t wrp_program_num_bindings(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->num_bindings() : 0;
+}
+
+wrp_status wrp_program_binding(const wrp_program* program, size_t index, wrp_binding_info* out_info)
+{
+    return guarded([&] {
+        if (!out_info)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_info is NULL");
+        *out_info = program_of(program).binding(index);
+    });
+}
+
+wrp_status wrp_program_find_binding(const wrp_program* program, const char* name, size_t* out_index)
+{
+    return guarded([&] {
+        if (!out_index)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_index is NULL");
+        *out_index = program_of(program).find_binding(name);
+    });
+}
+
+wrp_status wrp_program_set(wrp_program* program, const char* name, const void* data, size_t size)
+{
+    return guarded([&] { program_of(program).set(name, data, size); });
+}
+
+wrp_status wrp_program_get(wrp_program* program, const char* name, void* data, size_t size)
+{
+    return guarded([&] { program_of(program).get(name, data, size); });
+}
+
+wrp_status wrp_program_data_ptr(wrp_program* program, const char* name, void** out_ptr, size_t* out_size)
+{
+    return guarded([&] {
+        if (!out_ptr)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_ptr is NULL");
+        *out_ptr = program_of(program).data_ptr(name, out_size);
+    });
+}
+
+wrp_status wrp_program_run(wrp_program* program, uint32_t count)
+{
+    return guarded([&] { program_of(program).run(count); });
+}
+
+}  // extern "C"

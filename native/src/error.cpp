@@ -1,0 +1,69 @@
+// error.cpp -- message formatting helpers for wrp::Error.
+#include "error.h"
+
+#include <cstdio>
+#include <vector>
+
+namespace wrp {
+
+std::string vformat(const char* fmt, va_list args)
+{
+    va_list copy;
+    va_copy(copy, args);
+    int n = std::vsnprintf(nullptr, 0, fmt, copy);
+    va_end(copy);
+    if (n < 0)
+        return fmt;
+    std::vector<char> buf(static_cast<size_t>(n) + 1);
+    std::vsnprintf(buf.data(), buf.size(), fmt, args);
+    return std::string(buf.data(), static_cast<size_t>(n));
+}
+
+std::string format(const char* fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    std::string s = vformat(fmt, args);
+    va_end(args);
+    return s;
+}
+
+std::string printable(const std::string& s, size_t max_len)
+{
+    std::string out;
+    for (size_t i = 0; i < s.size() && i < max_len; i++) {
+        unsigned char c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c < 0x7f && c != '\\' && c != '"') {
+            out += static_cast<char>(c);
+        } else {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+            out += buf;
+        }
+    }
+    if (s.size() > max_len)
+        out += "...";
+    return out;
+}
+
+std::string quoted(const std::string& s) { return "\"" + printable(s) + "\""; }
+
+void fail(wrp_status status, const char* fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    std::string s = vformat(fmt, args);
+    va_end(args);
+    throw Error(status, s);
+}
+
+void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    std::string what = vformat(fmt, args);
+    va_end(args);
+    throw Error(WRP_ERR_INVALID_FILE, where + " at byte " + std::to_string(at) + ": " + what);
+}
+
+}  // namespace wrp

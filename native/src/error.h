@@ -1,0 +1,47 @@
+// error.h -- the one exception type used inside libwrp_replay.
+//
+// Every failure inside the library is thrown as wrp::Error carrying a status
+// (which the C API returns and the CLI maps to an exit code) and a complete,
+// human-readable message.  The C API boundary catches it (and everything
+// else), so no exception ever crosses into C.
+#pragma once
+
+#include <cstdarg>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "wrp_replay.h"
+
+namespace wrp {
+
+class Error : public std::runtime_error {
+public:
+    Error(wrp_status status, const std::string& message)
+        : std::runtime_error(message)
+        , status_(status)
+    {
+    }
+    wrp_status status() const { return status_; }
+
+private:
+    wrp_status status_;
+};
+
+// printf-style formatting into a std::string (messages are built in many
+// places; this keeps each site to one readable line).
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string vformat(const char* fmt, va_list args);
+
+// File-derived text made safe for a message: bytes outside printable ASCII
+// become \xNN, and long strings are cut.  quoted() adds double quotes.
+std::string printable(const std::string& s, size_t max_len = 200);
+std::string quoted(const std::string& s);
+
+[[noreturn]] void fail(wrp_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// A validation failure of the .wrp (or a module file): "<where> at byte <at>: <what>".
+[[noreturn]] void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+}  // namespace wrp

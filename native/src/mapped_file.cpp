@@ -1,0 +1,144 @@
+// mapped_file.cpp -- see mapped_file.h.
+#include "mapped_file.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "error.h"
+
+namespace wrp {
+namespace {
+
+const char* file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    return "not a regular file";
+}
+
+[[noreturn]] void fail_open(const std::string& display, const char* what, int err)
+{
+    if (err == ELOOP)
+        fail(WRP_ERR_INVALID_FILE, "%s %s is a symbolic link; symbolic links are refused, pass the real path", what,
+             display.c_str());
+    fail(WRP_ERR_INVALID_FILE, "cannot open %s %s: %s", what, display.c_str(), std::strerror(err));
+}
+
+}  // namespace
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(other.data_)
+    , size_(other.size_)
+{
+    other.data_ = nullptr;
+    other.size_ = 0;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept
+{
+    if (this != &other) {
+        reset();
+        data_ = other.data_;
+        size_ = other.size_;
+        other.data_ = nullptr;
+        other.size_ = 0;
+    }
+    return *this;
+}
+
+MappedFile::~MappedFile() { reset(); }
+
+void MappedFile::reset() noexcept
+{
+    if (data_)
+        munmap(const_cast<uint8_t*>(data_), size_);
+    data_ = nullptr;
+    size_ = 0;
+}
+
+MappedFile MappedFile::map_fd(int fd, const std::string& display, uint64_t max_bytes, const char* what)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int err = errno;
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "cannot stat %s %s: %s", what, display.c_str(), std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "%s %s is %s; a regular file is required", what, display.c_str(),
+             file_kind(st.st_mode));
+    }
+    if (st.st_size <= 0) {
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "%s %s is empty (0 bytes)", what, display.c_str());
+    }
+    if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "%s %s is %llu bytes, larger than the limit of %llu bytes", what, display.c_str(),
+             static_cast<unsigned long long>(st.st_size), static_cast<unsigned long long>(max_bytes));
+    }
+    size_t size = static_cast<size_t>(st.st_size);
+    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    close(fd);  // the mapping keeps the file alive
+    if (p == MAP_FAILED)
+        fail(WRP_ERR_INVALID_FILE, "cannot map %s %s: %s", what, display.c_str(), std::strerror(err));
+    MappedFile m;
+    m.data_ = static_cast<const uint8_t*>(p);
+    m.size_ = size;
+    return m;
+}
+
+MappedFile MappedFile::open(const std::string& path, uint64_t max_bytes, const char* what)
+{
+    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        fail_open(path, what, errno);
+    return map_fd(fd, path, max_bytes, what);
+}
+
+MappedFile MappedFile::open_at(int dirfd, const std::string& name, const std::string& display, uint64_t max_bytes,
+                               const char* what)
+{
+    int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        fail_open(display, what, errno);
+    // A module file with a second name may be swapped under us through the
+    // other one; like symlinks, hard links are refused (same rule as Python).
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1) {
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "%s %s has %llu hard links; hard-linked module files are refused", what,
+             display.c_str(), static_cast<unsigned long long>(st.st_nlink));
+    }
+    return map_fd(fd, display, max_bytes, what);
+}
+
+int open_directory(const std::string& path, const char* what, const std::string& fix)
+{
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0)
+        return fd;
+    int err = errno;
+    if (err == ELOOP)
+        fail(WRP_ERR_INVALID_FILE, "%s %s is a symbolic link; symbolic links are refused. %s", what, path.c_str(),
+             fix.c_str());
+    if (err == ENOTDIR)
+        fail(WRP_ERR_INVALID_FILE, "%s %s is not a directory. %s", what, path.c_str(), fix.c_str());
+    fail(WRP_ERR_INVALID_FILE, "cannot open %s %s: %s. %s", what, path.c_str(), std::strerror(err), fix.c_str());
+}
+
+}  // namespace wrp

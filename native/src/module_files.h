@@ -1,0 +1,38 @@
+// module_files.h -- the compiled module files a graph needs, read and checked.
+//
+// Only the files the graph names are read: for a CPU graph, the objects of
+// the modules its kernels live in; for a CUDA graph, every module record
+// (Warp's CUDA loader loads them all).  Each must be a non-empty regular file
+// (not a symbolic link) in `<stem>_modules/` beside the .wrp, match the
+// SHA-256 wrpkit recorded when annotations carry one, and, for CPU, define
+// every kernel symbol the graph will look up in it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mapped_file.h"
+#include "wrp1_model.h"
+#include "wrp_replay.h"
+
+namespace wrp {
+
+struct ModuleImage {
+    std::string filename;
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+    MappedFile mapping;  // owns `data` when read from disk
+};
+
+// File names (binary_filename) the graph needs, in first-use order.
+std::vector<std::string> required_module_files(const Wrp1Graph& g);
+
+// `<stem>_modules/` for a .wrp path (stem = the path without ".wrp").
+std::string modules_dir_for(const std::string& wrp_path);
+
+std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const Wrp1Graph& g, bool checks);
+std::vector<ModuleImage> select_module_bytes(const wrp_module_bytes* modules, size_t count, const Wrp1Graph& g,
+                                             bool checks);
+
+}  // namespace wrp

@@ -1,0 +1,355 @@
+// program.cpp -- validation first, then Warp: the life of a wrp_program.
+//
+// Sequence for CPU graphs (mirrors warp.capture_load_from_bytes and
+// _apic_load_cpu_modules in warp/_src/context.py):
+//   wp_apic_load_graph_from_bytes(NULL, bytes, size, NULL, 0, CPU)
+//   for each needed object: wp_load_obj_from_bytes(obj, unique JITDylib name)
+//   for each kernel: wp_lookup(forward/backward) + wp_apic_register_loaded_cpu_kernel
+//   run: wp_apic_cpu_replay_graph
+// and for CUDA graphs:
+//   wp_init; wp_cuda_device_get_primary_context(N)
+//   wp_apic_load_graph_from_bytes(ctx, bytes, size, modules, n, CUDA)
+//   wp_cuda_stream_create; run: wp_apic_launch + wp_cuda_stream_synchronize
+#include "program.h"
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+
+#include "error.h"
+#include "mapped_file.h"
+#include "stderr_capture.h"
+#include "warp_runtime.h"
+#include "wrp1_validator.h"
+
+namespace wrp {
+namespace {
+
+// JITDylib names must be unique in the process; one counter serves all loads.
+std::atomic<uint64_t> g_jit_serial{0};
+
+std::string strip_extension(const std::string& filename)
+{
+    size_t dot = filename.find('.');
+    return dot == std::string::npos ? filename : filename.substr(0, dot);
+}
+
+void parse_device(const char* device, OpenOptions& o)
+{
+    std::string d = device && *device ? device : "auto";
+    o.auto_device = d == "auto";
+    if (o.auto_device)
+        return;
+    if (d == "cpu") {
+        o.device = Device::Cpu;
+        o.device_name = "cpu";
+        return;
+    }
+    if (d == "cuda")
+        d = "cuda:0";
+    if (d.compare(0, 5, "cuda:") == 0 && d.size() > 5 && d.size() <= 9
+        && d.find_first_not_of("0123456789", 5) == std::string::npos) {
+        o.device = Device::Cuda;
+        o.cuda_ordinal = std::stoi(d.substr(5));
+        o.device_name = "cuda:" + std::to_string(o.cuda_ordinal);
+        return;
+    }
+    fail(WRP_ERR_INVALID_ARGUMENT, "device %s is not \"cpu\", \"cuda\", \"cuda:N\" or \"auto\"", quoted(d).c_str());
+}
+
+}  // namespace
+
+OpenOptions OpenOptions::from(const wrp_options* user)
+{
+    wrp_options o;
+    wrp_options_init(&o);
+    if (user) {
+        if (user->struct_size == 0)
+            fail(WRP_ERR_INVALID_ARGUMENT, "wrp_options.struct_size is 0: initialize options with wrp_options_init()");
+        std::memcpy(&o, user, std::min<size_t>(user->struct_size, sizeof(o)));
+    }
+    OpenOptions out;
+    parse_device(o.device, out);
+    out.warp_lib_dir = o.warp_lib_dir ? o.warp_lib_dir : "";
+    out.skip_checks = o.skip_checks != 0;
+    out.validate_only = o.validate_only != 0;
+    out.capture_stderr = o.capture_warp_stderr != 0;
+    if (o.max_file_bytes)
+        out.limits.max_file_bytes = o.max_file_bytes;
+    if (o.max_memory_bytes)
+        out.limits.max_memory_bytes = o.max_memory_bytes;
+    out.limits.semantic_checks = !out.skip_checks;
+    return out;
+}
+
+Program::Program(const OpenOptions& opts)
+    : opts_(opts)
+{
+}
+
+Program::~Program() { release(); }
+
+std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenOptions& opts)
+{
+    std::unique_ptr<Program> p(new Program(opts));
+    MappedFile file = MappedFile::open(path, opts.limits.max_file_bytes, "file");
+    p->graph_ = validate_wrp1(file.data(), file.size(), opts.limits);
+    p->describe_bindings();
+    std::vector<ModuleImage> modules = read_module_files(path, p->graph_, !opts.skip_checks);
+    p->start(file.data(), file.size(), modules);
+    return p;
+}
+
+std::unique_ptr<Program> Program::open_memory(const uint8_t* data, size_t size, const wrp_module_bytes* modules,
+                                              size_t num_modules, const OpenOptions& opts)
+{
+    std::unique_ptr<Program> p(new Program(opts));
+    p->graph_ = validate_wrp1(data, size, opts.limits);
+    p->describe_bindings();
+    std::vector<ModuleImage> images = select_module_bytes(modules, num_modules, p->graph_, !opts.skip_checks);
+    p->start(data, size, images);
+    return p;
+}
+
+void Program::describe_bindings()
+{
+    for (const BindingRecord& b : graph_.bindings) {
+        wrp_binding_info info{};
+        info.name = b.name.c_str();
+        info.region_id = b.region_id;
+        const RegionRecord* region = graph_.find_region(b.region_id);
+        info.size = region ? region->size : 0;
+        if (const ArraySignature* s = graph_.find_signature(b.name)) {
+            info.has_signature = 1;
+            info.dtype = s->dtype_name.c_str();
+            info.scalar = static_cast<wrp_scalar_kind>(s->scalar_kind);
+            info.dtype_size = s->dtype_size;
+            info.dtype_ndim = static_cast<uint32_t>(s->dtype_shape.size());
+            info.dtype_shape = s->dtype_shape.data();
+            info.ndim = static_cast<uint32_t>(s->shape.size());
+            info.shape = s->shape.data();
+            info.strides = s->strides.data();
+            info.byte_offset = s->byte_offset;
+            info.is_input = s->is_input;
+            info.is_output = s->is_output;
+        }
+        bindings_.push_back(info);
+    }
+}
+
+void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules)
+{
+    bool file_cpu = graph_.device == Device::Cpu;
+    if (opts_.auto_device) {
+        opts_.device = graph_.device;
+        opts_.device_name = file_cpu ? "cpu" : "cuda:0";
+    }
+    if (file_cpu != (opts_.device == Device::Cpu))
+        fail(WRP_ERR_INVALID_ARGUMENT, "the file was captured for %s, but device \"%s\" was requested; use %s",
+             file_cpu ? "the CPU" : "CUDA", opts_.device_name.c_str(), file_cpu ? "\"cpu\"" : "\"cuda:N\"");
+    if (opts_.validate_only)
+        return;
+    std::lock_guard<std::mutex> lock(warp_mutex());
+    rt_ = &WarpRuntime::acquire(opts_.warp_lib_dir, file_cpu, !file_cpu);
+    if (rt_->version() != graph_.producer_version)
+        fail(WRP_ERR_RUNTIME, "the file was recorded with Warp %s, but the Warp runtime in %s is %s; recapture with %s",
+             graph_.producer_version.c_str(), rt_->dir().c_str(), rt_->version().c_str(), rt_->version().c_str());
+    if (file_cpu)
+        start_cpu(image, size, modules);
+    else
+        start_cuda(image, size, modules);
+    // Cross-check our reading of the bindings with Warp's.
+    for (const wrp_binding_info& b : bindings_)
+        if (rt_->api().wp_apic_get_param_size(handle_, b.name) != b.size)
+            fail(WRP_ERR_INTERNAL, "Warp reports a different size for binding %s than the file's region %u",
+                 quoted(b.name).c_str(), b.region_id);
+}
+
+void Program::warp_failed(const std::string& what, const std::string& before_error, const std::string& captured) const
+{
+    std::string msg = what;
+    std::string now = rt_ ? rt_->error_string() : "";
+    if (!now.empty() && now != before_error)
+        msg += ": " + now;
+    if (!captured.empty())
+        msg += (now.empty() || now == before_error ? ": " : "\nWarp printed: ") + captured;
+    else if (now.empty() || now == before_error)
+        msg += " (Warp printed its reason on stderr; set capture_warp_stderr to include it here)";
+    fail(WRP_ERR_RUNTIME, "%s", msg.c_str());
+}
+
+void Program::start_cpu(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules)
+{
+    const WarpApi& api = rt_->api();
+    std::string before = rt_->error_string();
+    StderrCapture capture(opts_.capture_stderr);
+    handle_ = api.wp_apic_load_graph_from_bytes(nullptr, image, size, nullptr, 0, /*CPU*/ 1);
+    if (!handle_)
+        warp_failed("Warp could not load the graph", before, capture.finish());
+
+    std::vector<std::pair<std::string, std::string>> loaded;  // binary_filename -> JITDylib name
+    for (const ModuleImage& m : modules) {
+        std::string name = "wrp_" + std::to_string(g_jit_serial++) + "_" + strip_extension(m.filename);
+        if (api.wp_load_obj_from_bytes(m.data, m.size, name.c_str(), false) != 0)
+            warp_failed("warp-clang could not load module " + quoted(m.filename), before, capture.finish());
+        jit_names_.push_back(name);
+        loaded.emplace_back(m.filename, name);
+    }
+    for (const KernelRecord& k : graph_.kernels) {
+        const ModuleRecord* mod = graph_.find_module(k.module_hash);
+        const std::string* dylib = nullptr;
+        for (const auto& entry : loaded)
+            if (mod && entry.first == mod->binary_filename)
+                dylib = &entry.second;
+        if (!dylib)
+            fail(WRP_ERR_INTERNAL, "module of kernel %s was not loaded", quoted(k.key).c_str());
+        uint64_t forward = api.wp_lookup(dylib->c_str(), k.forward_name.c_str());
+        uint64_t backward = k.backward_name.empty() ? 0 : api.wp_lookup(dylib->c_str(), k.backward_name.c_str());
+        if (!forward || (!k.backward_name.empty() && !backward))
+            warp_failed("warp-clang could not link kernel " + quoted(k.key) + " of module " + quoted(mod->binary_filename),
+                        before, capture.finish());
+        api.wp_apic_register_loaded_cpu_kernel(handle_, k.key.c_str(), k.module_hash.c_str(),
+                                               reinterpret_cast<void*>(forward), reinterpret_cast<void*>(backward));
+    }
+}
+
+void Program::start_cuda(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules)
+{
+    const WarpApi& api = rt_->api();
+    int count = api.wp_cuda_device_get_count();
+    if (opts_.cuda_ordinal >= count)
+        fail(WRP_ERR_NO_DEVICE, "no CUDA device %s: Warp found %d CUDA device(s)%s", opts_.device_name.c_str(), count,
+             count == 0 ? " (no NVIDIA driver or GPU on this machine)" : "");
+    cuda_context_ = api.wp_cuda_device_get_primary_context(opts_.cuda_ordinal);
+    if (!cuda_context_)
+        fail(WRP_ERR_NO_DEVICE, "cannot get the primary context of %s: %s", opts_.device_name.c_str(),
+             rt_->error_string().c_str());
+    std::vector<WarpModuleBytes> list;
+    for (const ModuleImage& m : modules)
+        list.push_back({m.filename.c_str(), m.data, m.size});
+    std::string before = rt_->error_string();
+    StderrCapture capture(opts_.capture_stderr);
+    handle_ = api.wp_apic_load_graph_from_bytes(cuda_context_, image, size, list.data(),
+                                                static_cast<uint32_t>(list.size()), /*CUDA*/ 0);
+    if (!handle_)
+        warp_failed("Warp could not load the graph on " + opts_.device_name, before, capture.finish());
+    cuda_stream_ = api.wp_cuda_stream_create(cuda_context_, 0);
+    if (!cuda_stream_)
+        warp_failed("cannot create a CUDA stream on " + opts_.device_name, before, capture.finish());
+}
+
+void Program::release() noexcept
+{
+    if (!rt_)
+        return;
+    std::lock_guard<std::mutex> lock(warp_mutex());
+    const WarpApi& api = rt_->api();
+    if (cuda_stream_)
+        api.wp_cuda_stream_destroy(cuda_context_, cuda_stream_);
+    if (handle_)
+        api.wp_apic_destroy_graph(handle_);
+    for (const std::string& name : jit_names_)
+        api.wp_unload_obj(name.c_str());
+    cuda_stream_ = handle_ = nullptr;
+    jit_names_.clear();
+    rt_ = nullptr;
+}
+
+const wrp_binding_info& Program::binding(size_t index) const
+{
+    if (index >= bindings_.size())
+        fail(WRP_ERR_INVALID_ARGUMENT, "binding index %zu is out of range (the program has %zu bindings)", index,
+             bindings_.size());
+    return bindings_[index];
+}
+
+size_t Program::find_binding(const char* name) const
+{
+    if (!name)
+        fail(WRP_ERR_INVALID_ARGUMENT, "binding name is NULL");
+    for (size_t i = 0; i < bindings_.size(); i++)
+        if (std::strcmp(bindings_[i].name, name) == 0)
+            return i;
+    std::string names;
+    for (const wrp_binding_info& b : bindings_)
+        names += std::string(names.empty() ? "" : ", ") + printable(b.name);
+    fail(WRP_ERR_INVALID_ARGUMENT, "no binding named %s (the program has: %s)", quoted(name).c_str(),
+         names.empty() ? "none" : names.c_str());
+}
+
+void Program::require_started(const char* what) const
+{
+    if (!handle_)
+        fail(WRP_ERR_INVALID_ARGUMENT, "cannot %s: the program was opened with validate_only", what);
+}
+
+const wrp_binding_info& Program::checked_binding(const char* name, size_t size) const
+{
+    const wrp_binding_info& b = bindings_[find_binding(name)];
+    if (size != b.size)
+        fail(WRP_ERR_INVALID_ARGUMENT, "binding %s is %llu bytes, but %zu were given", quoted(name).c_str(),
+             static_cast<unsigned long long>(b.size), size);
+    return b;
+}
+
+void Program::set(const char* name, const void* data, size_t size)
+{
+    require_started("set a binding");
+    const wrp_binding_info& b = checked_binding(name, size);
+    if (!data && size)
+        fail(WRP_ERR_INVALID_ARGUMENT, "data is NULL");
+    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::string before = rt_->error_string();
+    StderrCapture capture(opts_.capture_stderr);
+    if (!rt_->api().wp_apic_set_param(handle_, b.name, data, size))
+        warp_failed("Warp could not set binding " + quoted(name), before, capture.finish());
+    // CUDA copies are asynchronous on stream 0; make them complete before the
+    // caller may reuse `data`.
+    if (cuda_context_ && !rt_->api().wp_cuda_context_synchronize(cuda_context_))
+        warp_failed("CUDA synchronization failed after setting " + quoted(name), before, capture.finish());
+}
+
+void Program::get(const char* name, void* data, size_t size)
+{
+    require_started("get a binding");
+    const wrp_binding_info& b = checked_binding(name, size);
+    if (!data && size)
+        fail(WRP_ERR_INVALID_ARGUMENT, "data is NULL");
+    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::string before = rt_->error_string();
+    StderrCapture capture(opts_.capture_stderr);
+    if (!rt_->api().wp_apic_get_param(handle_, b.name, data, size))
+        warp_failed("Warp could not read binding " + quoted(name), before, capture.finish());
+}
+
+void* Program::data_ptr(const char* name, size_t* size)
+{
+    require_started("map a binding");
+    const wrp_binding_info& b = bindings_[find_binding(name)];
+    std::lock_guard<std::mutex> lock(warp_mutex());
+    void* p = rt_->api().wp_apic_get_param_ptr(handle_, b.name);
+    if (!p && b.size)
+        fail(WRP_ERR_RUNTIME, "Warp returned no memory for binding %s", quoted(name).c_str());
+    if (size)
+        *size = static_cast<size_t>(b.size);
+    return p;
+}
+
+void Program::run(uint32_t count)
+{
+    require_started("run");
+    std::lock_guard<std::mutex> lock(warp_mutex());
+    const WarpApi& api = rt_->api();
+    std::string before = rt_->error_string();
+    StderrCapture capture(opts_.capture_stderr);
+    for (uint32_t i = 0; i < count; i++) {
+        bool ok = cuda_stream_ ? api.wp_apic_launch(handle_, cuda_stream_) : api.wp_apic_cpu_replay_graph(handle_);
+        if (!ok)
+            warp_failed("Warp replay " + std::to_string(i + 1) + " of " + std::to_string(count) + " failed", before,
+                        capture.finish());
+    }
+    if (cuda_stream_ && !api.wp_cuda_stream_synchronize(cuda_stream_))
+        warp_failed("CUDA stream synchronization failed after replay", before, capture.finish());
+}
+
+}  // namespace wrp

@@ -1,0 +1,77 @@
+// program.h -- the replay engine behind a wrp_program.
+//
+// A Program owns the validated description of a graph and, unless opened
+// with validate_only, Warp's loaded graph: for CPU the JIT-loaded module
+// objects and registered kernels, for CUDA the device context and a stream.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "module_files.h"
+#include "wrp1_model.h"
+#include "wrp_replay.h"
+
+namespace wrp {
+
+class WarpRuntime;
+
+// Options after defaults are applied (see wrp_options in wrp_replay.h).
+struct OpenOptions {
+    Device device = Device::Cpu;
+    bool auto_device = true;  // follow the file: "cpu" or "cuda:0"
+    int cuda_ordinal = 0;
+    std::string device_name = "auto";
+    std::string warp_lib_dir;
+    bool skip_checks = false;
+    bool validate_only = false;
+    bool capture_stderr = false;
+    ValidationLimits limits;
+
+    static OpenOptions from(const wrp_options* opts);
+};
+
+class Program {
+public:
+    static std::unique_ptr<Program> open_file(const std::string& path, const OpenOptions& opts);
+    static std::unique_ptr<Program> open_memory(const uint8_t* data, size_t size, const wrp_module_bytes* modules,
+                                                size_t num_modules, const OpenOptions& opts);
+    ~Program();
+    Program(const Program&) = delete;
+    Program& operator=(const Program&) = delete;
+
+    const Wrp1Graph& graph() const { return graph_; }
+    const std::string& device_name() const { return opts_.device_name; }
+    size_t num_bindings() const { return bindings_.size(); }
+    const wrp_binding_info& binding(size_t index) const;
+    size_t find_binding(const char* name) const;  // throws if unknown
+
+    void set(const char* name, const void* data, size_t size);
+    void get(const char* name, void* data, size_t size);
+    void* data_ptr(const char* name, size_t* size);
+    void run(uint32_t count);
+
+private:
+    explicit Program(const OpenOptions& opts);
+    void describe_bindings();
+    void start(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);
+    void start_cpu(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);
+    void start_cuda(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);
+    const wrp_binding_info& checked_binding(const char* name, size_t size) const;
+    void require_started(const char* what) const;
+    [[noreturn]] void warp_failed(const std::string& what, const std::string& before_error, const std::string& captured) const;
+    void release() noexcept;
+
+    OpenOptions opts_;
+    Wrp1Graph graph_;
+    std::vector<wrp_binding_info> bindings_;
+    WarpRuntime* rt_ = nullptr;
+    void* handle_ = nullptr;        // APICGraph*
+    void* cuda_context_ = nullptr;  // CUcontext
+    void* cuda_stream_ = nullptr;   // CUstream
+    std::vector<std::string> jit_names_;
+};
+
+}  // namespace wrp

@@ -1,0 +1,168 @@
+// wrp1_model.h -- what the validator learns about a WRP1 file (format 18).
+//
+// The byte layout is defined by Warp 1.19.0's warp/native/apic_types.h; the
+// constants below are this project's own statement of it (see
+// /work/shared/reference/WRP1-FORMAT.md).  Only what the replay engine and
+// the CLI need is kept; the raw bytes stay in the caller's mapping.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace wrp {
+
+constexpr uint32_t kFormatVersion = 18;
+constexpr uint64_t kFileHeaderSize = 64;
+constexpr uint64_t kSectionTableOffset = 64;
+constexpr uint64_t kSectionEntrySize = 32;
+
+enum SectionType : uint32_t {
+    kSectionMetadata = 1,
+    kSectionMemory = 2,
+    kSectionOperations = 3,
+    kSectionAnnotations = 0x41505257,  // the bytes "WRPA": wrpkit's annotations
+};
+
+enum class Device : uint8_t { Cuda = 0, Cpu = 1 };
+
+enum OpType : uint32_t {
+    kOpKernelLaunch = 1,
+    kOpMemcpyH2D = 2,
+    kOpMemcpyD2H = 3,
+    kOpMemcpyD2D = 4,
+    kOpMemset = 5,
+    kOpAlloc = 6,
+    kOpIf = 7,
+    kOpWhile = 8,
+    kOpScan = 9,
+    kOpMemtile = 10,
+    kOpSegmentedSort = 11,
+    kOpRadixSort = 12,
+    kOpRunlengthEncode = 13,
+    kOpBsrFromTriplets = 14,
+    kOpBsrTranspose = 15,
+    kOpReduction = 16,
+    kOpBvhRefit = 17,
+    kOpBvhRebuild = 18,
+    kOpHashGridUpdate = 19,
+};
+
+const char* op_name(uint32_t op_type);
+
+struct ModuleRecord {
+    std::string hash;
+    std::string binary_filename;
+    uint32_t target_arch = 0;
+    std::string binary_digest;
+    uint64_t at = 0;  // file offset of the record
+};
+
+struct KernelRecord {
+    std::string key;
+    std::string module_hash;
+    std::string forward_name;
+    std::string backward_name;
+    uint64_t at = 0;
+};
+
+struct BindingRecord {
+    std::string name;
+    uint32_t region_id = 0;
+    uint64_t at = 0;
+};
+
+struct MeshRecord {
+    int32_t num_points = 0;
+    int32_t num_tris = 0;
+    uint32_t points_region_id = 0;
+    uint32_t indices_region_id = 0;
+    uint32_t velocities_region_id = 0;
+    uint64_t original_ptr = 0;
+    uint64_t at = 0;
+};
+
+struct PointerLocationRecord {
+    uint32_t region_id = 0;
+    uint64_t offset = 0;
+    uint64_t stride = 0;
+    uint64_t count = 0;
+    uint64_t at = 0;
+};
+
+struct RegionRecord {
+    uint32_t id = 0;
+    uint64_t size = 0;
+    bool has_initial_data = false;
+    uint64_t data_offset = 0;  // file offset of the initial data
+    uint64_t at = 0;
+};
+
+// wrpkit's typed view of a binding (table ArraySignature of schema/wrp.fbs).
+struct ArraySignature {
+    std::string name;
+    std::string dtype_name;
+    uint8_t scalar_kind = 0;  // wrp_scalar_kind
+    uint32_t dtype_size = 0;
+    std::vector<uint32_t> dtype_shape;
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+    uint64_t byte_offset = 0;
+    bool is_input = false;
+    bool is_output = false;
+};
+
+// SHA-256 of one module file recorded by wrpkit (table ModuleDigest).
+struct ModuleDigest {
+    std::string binary_filename;
+    uint8_t sha256[32] = {};
+    uint64_t size = 0;
+};
+
+struct Wrp1Graph {
+    Device device = Device::Cpu;
+    uint32_t target_arch = 0;
+    std::string producer_version;
+    std::vector<ModuleRecord> modules;
+    std::vector<KernelRecord> kernels;
+    std::map<std::pair<std::string, std::string>, size_t> kernel_index;  // (module_hash, key) -> kernels[i]
+    std::vector<BindingRecord> bindings;
+    std::vector<MeshRecord> meshes;
+    std::vector<PointerLocationRecord> pointer_locations;
+    std::vector<RegionRecord> regions;  // ascending id
+    uint64_t total_ops = 0;             // at every nesting depth
+    std::vector<ArraySignature> signatures;
+    std::vector<ModuleDigest> module_digests;
+
+    const RegionRecord* find_region(int64_t id) const;
+    const ModuleRecord* find_module(const std::string& hash) const;
+    const KernelRecord* find_kernel(const std::string& module_hash, const std::string& key) const;
+    const ArraySignature* find_signature(const std::string& binding) const;
+    const ModuleDigest* find_digest(const std::string& binary_filename) const;
+};
+
+// Caps applied while validating.  Counts are also bounded by the bytes left
+// in their section, so a huge count can never cause a huge allocation.
+struct ValidationLimits {
+    uint64_t max_file_bytes = uint64_t(16) << 30;
+    uint64_t max_memory_bytes = uint64_t(16) << 30;
+    bool semantic_checks = true;
+};
+
+constexpr uint32_t kMaxStringBytes = 4096;
+constexpr uint32_t kMaxFilenameBytes = 255;
+constexpr uint32_t kMaxVersionBytes = 64;
+constexpr uint32_t kMaxModules = 1u << 16;
+constexpr uint32_t kMaxKernels = 1u << 20;
+constexpr uint32_t kMaxBindings = 1u << 16;
+constexpr uint32_t kMaxMeshes = 1u << 16;
+constexpr uint32_t kMaxPointerLocations = 1u << 20;
+constexpr uint32_t kMaxRegions = 1u << 24;
+constexpr uint64_t kMaxTotalOps = uint64_t(1) << 26;
+constexpr uint32_t kMaxNestingDepth = 64;
+constexpr uint64_t kMaxLaunchThreads = uint64_t(1) << 32;
+constexpr uint64_t kMaxAnnotationsBytes = uint64_t(64) << 20;
+
+}  // namespace wrp

@@ -1,0 +1,691 @@
+// wrp1_ops.cpp -- validation of the OPERATIONS section of a WRP1 file.
+//
+// Every record's total_size must equal exactly what its fields describe, all
+// pad bytes must be zero, and (with semantic checks) every region range an op
+// touches at replay must lie inside its region.  The byte counts are the ones
+// Warp 1.19.0's CPU replayer (apic_cpu_replay_stream) passes to its resolver,
+// computed here with overflow-checked arithmetic, so Warp's own bounds checks
+// can never be the first line of defence.
+//
+// Limits that static checks cannot lift: kernels, sorts and the BSR builders
+// index memory with values that exist only at run time (array contents,
+// segment offsets, triplet coordinates), and op sizes such as a BSR row count
+// must agree with what later kernels assume; a hostile file can still make
+// those go out of bounds inside Warp.
+#include <algorithm>
+#include <climits>
+#include <cstdarg>
+#include <string>
+#include <unordered_set>
+
+#include "byte_reader.h"
+#include "checked_math.h"
+#include "error.h"
+#include "wrp1_validator.h"
+
+namespace wrp {
+namespace {
+
+constexpr uint32_t kLaunchHeader = 80;
+constexpr uint32_t kParamRecord = 16;
+constexpr uint32_t kRelocRecord = 24;
+constexpr uint32_t kCondHeader = 40;
+
+enum RelocKind : uint8_t { kRelocDataPtr = 1, kRelocHandle = 2, kRelocNull = 3 };
+
+uint64_t apic_scalar_size(uint8_t dtype)
+{
+    switch (dtype) {
+    case 1: case 2: case 5: return 4;  // int32, uint32, float32
+    case 3: case 4: case 6: return 8;  // int64, uint64, float64
+    default: return 0;
+    }
+}
+
+// One op being validated: its label ("ops[3].body[1] (MEMSET)") and location.
+struct Op {
+    std::string path;   // "ops[3].body[1]"
+    std::string label;  // path + " (TYPE)"
+    uint64_t at;        // file offset of the op header
+    const uint8_t* p;   // image + at
+    uint32_t type;
+    uint32_t total;
+
+    template <typename T> T get(uint32_t off) const { return load<T>(p + off); }
+
+    [[noreturn]] void fail(const char* fmt, ...) const __attribute__((format(printf, 2, 3)))
+    {
+        va_list args;
+        va_start(args, fmt);
+        std::string what = vformat(fmt, args);
+        va_end(args);
+        fail_invalid_at(label, at, "%s", what.c_str());
+    }
+
+    void require_zero(uint32_t off, uint32_t n, const char* field) const
+    {
+        for (uint32_t i = 0; i < n; i++)
+            if (p[off + i])
+                fail_invalid_at(label, at + off + i, "pad byte %s+%u must be zero", field, i);
+    }
+};
+
+class OpsValidator {
+public:
+    OpsValidator(const uint8_t* image, Wrp1Graph& g, bool semantic)
+        : image_(image)
+        , g_(g)
+        , semantic_(semantic)
+    {
+        for (const MeshRecord& m : g.meshes)
+            mesh_ids_.insert(m.original_ptr);
+    }
+
+    // Validate `count` ops filling [begin, end) exactly.
+    void stream(uint64_t begin, uint64_t end, uint32_t count, const std::string& path, uint32_t depth)
+    {
+        uint64_t pos = begin;
+        for (uint32_t i = 0; i < count; i++) {
+            std::string op_path = path + "[" + std::to_string(i) + "]";
+            if (end - pos < 8)
+                fail_invalid_at(op_path, pos, "truncated op header: 8 bytes needed, %llu left (op count %u)",
+                                static_cast<unsigned long long>(end - pos), count);
+            Op op{op_path, "", pos, image_ + pos, load<uint32_t>(image_ + pos), load<uint32_t>(image_ + pos + 4)};
+            op.label = op_path + " (" + op_name(op.type) + ")";
+            if (op.total < 8 || op.total > end - pos)
+                op.fail("total_size %u is outside 8..%llu (the bytes left in this stream)", op.total,
+                        static_cast<unsigned long long>(end - pos));
+            if (++g_.total_ops > kMaxTotalOps)
+                op.fail("more than %llu operations in the file", static_cast<unsigned long long>(kMaxTotalOps));
+            validate(op, depth);
+            pos += op.total;
+        }
+        if (pos != end)
+            fail_invalid_at(path, pos, "%llu trailing bytes after the last of its %u ops",
+                            static_cast<unsigned long long>(end - pos), count);
+    }
+
+private:
+    void validate(const Op& op, uint32_t depth)
+    {
+        switch (op.type) {
+        case kOpKernelLaunch: return launch(op);
+        case kOpMemcpyH2D: return memcpy_h2d(op);
+        case kOpMemcpyD2D:
+            exact(op, 40);
+            range(op, "dst", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(32));
+            range(op, "src", op.get<int32_t>(12), op.get<uint64_t>(24), op.get<uint64_t>(32));
+            return;
+        case kOpMemset:
+            exact(op, 32);
+            range(op, "", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(24));
+            return;
+        case kOpAlloc:
+            exact(op, 24);
+            op.require_zero(12, 4, "_pad");
+            range(op, "", op.get<int32_t>(8), 0, op.get<uint64_t>(16));
+            return;
+        case kOpIf:
+        case kOpWhile: return conditional(op, depth);
+        case kOpScan: return scan(op);
+        case kOpMemtile: return memtile(op);
+        case kOpSegmentedSort: return segmented_sort(op);
+        case kOpRadixSort: return radix_sort(op);
+        case kOpRunlengthEncode: return runlength_encode(op);
+        case kOpBsrFromTriplets: return bsr_from_triplets(op);
+        case kOpBsrTranspose: return bsr_transpose(op);
+        case kOpReduction: return reduction(op);
+        case kOpMemcpyD2H:
+            op.fail("op type 3 (MEMCPY_D2H) is reserved; Warp's loader rejects it");
+        case kOpBvhRefit:
+        case kOpBvhRebuild:
+            op.fail("op type %u records a process-local wp.Bvh pointer; such graphs cannot be replayed from a file",
+                    op.type);
+        case kOpHashGridUpdate:
+            op.fail("op type 19 records a process-local wp.HashGrid pointer; such graphs cannot be replayed from a file");
+        default:
+            op.fail("unknown op type %u", op.type);
+        }
+    }
+
+    static void exact(const Op& op, uint64_t expected)
+    {
+        if (op.total != expected)
+            op.fail("total_size %u, but a %s record is exactly %llu bytes", op.total, op_name(op.type),
+                    static_cast<unsigned long long>(expected));
+    }
+
+    // The region bytes [offset, offset + length) the op touches must exist.
+    // `optional` lets region id -1 mean "absent" (then nothing is touched).
+    void range(const Op& op, const char* field, int32_t region_id, uint64_t offset, uint64_t length, bool optional = false)
+    {
+        std::string name = std::string(field) + (*field ? "_region_id" : "region_id");
+        if (optional && region_id == -1)
+            return;
+        if (region_id < 1)
+            op.fail("%s %d is not a region id", name.c_str(), region_id);
+        if (!semantic_)
+            return;
+        const RegionRecord* r = g_.find_region(region_id);
+        if (!r)
+            op.fail("%s %d does not exist", name.c_str(), region_id);
+        if (!range_fits(offset, length, r->size))
+            op.fail("%s %d: bytes [%llu, %llu + %llu) exceed the region's %llu bytes", name.c_str(), region_id,
+                    static_cast<unsigned long long>(offset), static_cast<unsigned long long>(offset),
+                    static_cast<unsigned long long>(length), static_cast<unsigned long long>(r->size));
+    }
+
+    static uint64_t mul(const Op& op, uint64_t a, uint64_t b, const char* what)
+    {
+        uint64_t out;
+        if (!mul_ok(a, b, &out))
+            op.fail("%s overflows 64 bits", what);
+        return out;
+    }
+
+    static uint64_t add(const Op& op, uint64_t a, uint64_t b, const char* what)
+    {
+        uint64_t out;
+        if (!add_ok(a, b, &out))
+            op.fail("%s overflows 64 bits", what);
+        return out;
+    }
+
+    // ---------------------------------------------------------------- launch
+    void launch(const Op& op)
+    {
+        if (op.total < kLaunchHeader)
+            op.fail("total_size %u is smaller than the %u-byte launch record", op.total, kLaunchHeader);
+        int32_t ndim = op.get<int32_t>(24);
+        uint64_t size = op.get<uint64_t>(28);
+        uint64_t dim = op.get<uint64_t>(36);
+        uint8_t is_forward = op.p[60];
+        uint16_t key_len = op.get<uint16_t>(64);
+        uint16_t hash_len = op.get<uint16_t>(66);
+        uint16_t num_params = op.get<uint16_t>(68);
+        uint32_t num_relocs = op.get<uint32_t>(72);
+        uint32_t value_size = op.get<uint32_t>(76);
+        op.require_zero(62, 2, "_pad1");
+        op.require_zero(70, 2, "_pad2");
+        if (is_forward > 1)
+            op.fail("is_forward must be 0 or 1, found %u", is_forward);
+        if (ndim < 1 || ndim > 4)
+            op.fail("ndim %d is outside 1..4", ndim);
+        if (size != dim)
+            op.fail("size %llu differs from dim %llu (Warp writes them equal)", static_cast<unsigned long long>(size),
+                    static_cast<unsigned long long>(dim));
+        if (size > kMaxLaunchThreads)
+            op.fail("launch of %llu threads exceeds the limit of 2^32", static_cast<unsigned long long>(size));
+        // The generated entry point unravels thread i with `%`/`/` by each
+        // shape extent: a zero extent would divide by zero, and a size that is
+        // not a multiple of the shape would produce coordinates outside it.
+        uint64_t prod = 1;
+        for (int d = 0; d < 4; d++) {
+            uint32_t extent = op.get<uint32_t>(8 + 4 * d);
+            if (d >= ndim) {
+                if (extent != 0)
+                    op.fail("shape[%d] is %u but ndim is %d (unused extents must be 0)", d, extent, ndim);
+                continue;
+            }
+            if (extent == 0 && size != 0)
+                op.fail("shape[%d] is 0 in a launch of %llu threads", d, static_cast<unsigned long long>(size));
+            prod = mul(op, prod, extent, "shape product");
+        }
+        if (size != 0 && size % prod != 0)
+            op.fail("size %llu is not a multiple of the shape's %llu elements", static_cast<unsigned long long>(size),
+                    static_cast<unsigned long long>(prod));
+        if (key_len == 0 || hash_len == 0)
+            op.fail("kernel key length %u and module hash length %u must be nonzero", key_len, hash_len);
+
+        uint32_t bindings = uint32_t(num_params) * (is_forward ? 1 : 2);
+        uint64_t expected = uint64_t(kLaunchHeader) + key_len + hash_len + uint64_t(bindings) * kParamRecord
+            + uint64_t(num_relocs) * kRelocRecord + value_size;
+        if (expected != op.total)
+            op.fail("total_size %u, but its fields describe %llu bytes (80 + key %u + hash %u + %u param records + %u "
+                    "relocations + %u value bytes)",
+                    op.total, static_cast<unsigned long long>(expected), key_len, hash_len, bindings, num_relocs, value_size);
+
+        std::string key(reinterpret_cast<const char*>(op.p + kLaunchHeader), key_len);
+        std::string hash(reinterpret_cast<const char*>(op.p + kLaunchHeader + key_len), hash_len);
+        if (key.find('\0') != std::string::npos || hash.find('\0') != std::string::npos)
+            op.fail("kernel key or module hash contains a NUL byte");
+        if (semantic_) {
+            const KernelRecord* k = g_.find_kernel(hash, key);
+            if (!k)
+                op.fail("kernel %s of module %s is not in the kernel table", quoted(key).c_str(), quoted(hash).c_str());
+            if (!is_forward && k->backward_name.empty())
+                op.fail("backward launch of kernel %s, whose module was built without backward code", quoted(key).c_str());
+        }
+
+        uint32_t params_off = kLaunchHeader + key_len + hash_len;
+        uint32_t relocs_off = params_off + bindings * kParamRecord;
+        uint32_t values_off = relocs_off + num_relocs * kRelocRecord;
+        uint64_t cursor = 0;
+        uint64_t packed_end = 0;  // end of the previous argument's bytes
+        for (uint32_t j = 0; j < bindings; j++) {
+            uint32_t po = params_off + j * kParamRecord;
+            uint16_t n = op.get<uint16_t>(po + 2);
+            uint32_t voff = op.get<uint32_t>(po + 4);
+            uint32_t vsize = op.get<uint32_t>(po + 8);
+            uint32_t align = op.get<uint32_t>(po + 12);
+            if (!range_fits(voff, vsize, value_size))
+                fail_invalid_at(op.label, op.at + po, "param %u: value bytes [%u, %u + %u) exceed the %u value bytes", j,
+                                voff, voff, vsize, value_size);
+            if (align != 0 && (!is_pow2(align) || align > 256))
+                fail_invalid_at(op.label, op.at + po, "param %u: value_align %u is not a power of two up to 256", j, align);
+            // Warp packs the arguments exactly like the C args struct the
+            // replayer rebuilds (align, then append), forward then adjoint.
+            // A record that disagrees would hand the kernel shifted fields.
+            uint64_t a = align ? align : 8;  // the replayer's default, alignof(void*)
+            uint64_t aligned = (packed_end + a - 1) & ~(a - 1);
+            if (voff != aligned)
+                fail_invalid_at(op.label, op.at + po, "param %u: value_offset %u, but packed with alignment %u it "
+                                "starts at %llu", j, voff, align, static_cast<unsigned long long>(aligned));
+            packed_end = uint64_t(voff) + vsize;
+            if (cursor + n > num_relocs)
+                fail_invalid_at(op.label, op.at + po, "param %u: its %u relocations run past the table of %u", j, n,
+                                num_relocs);
+            for (uint32_t r = 0; r < n; r++)
+                relocation(op, relocs_off + uint32_t(cursor + r) * kRelocRecord, uint32_t(cursor + r), vsize);
+            argument_pointers(op, j, values_off + voff, vsize, relocs_off + uint32_t(cursor) * kRelocRecord,
+                              uint32_t(cursor), n);
+            cursor += n;
+        }
+        if (packed_end != value_size)
+            op.fail("arguments end at byte %llu of %u value bytes", static_cast<unsigned long long>(packed_end), value_size);
+        if (cursor != num_relocs)
+            op.fail("params own %llu relocations but num_relocs is %u", static_cast<unsigned long long>(cursor), num_relocs);
+    }
+
+    void relocation(const Op& op, uint32_t ro, uint32_t index, uint32_t blob_size)
+    {
+        uint32_t slot = op.get<uint32_t>(ro);
+        int32_t region_id = op.get<int32_t>(ro + 4);
+        uint64_t region_offset = op.get<uint64_t>(ro + 8);
+        uint8_t kind = op.p[ro + 16];
+        uint64_t at = op.at + ro;
+        op.require_zero(ro + 17, 7, "relocation._pad");
+        if (uint64_t(slot) + 8 > blob_size)
+            fail_invalid_at(op.label, at, "relocation %u: slot at byte %u of its argument does not fit in its %u bytes",
+                            index, slot, blob_size);
+        switch (kind) {
+        case kRelocDataPtr: {
+            if (!semantic_)
+                return;
+            const RegionRecord* r = g_.find_region(region_id);
+            if (!r)
+                fail_invalid_at(op.label, at, "relocation %u region_id %d does not exist", index, region_id);
+            if (region_offset > r->size)
+                fail_invalid_at(op.label, at, "relocation %u offset %llu is past the end of region %d (%llu bytes)", index,
+                                static_cast<unsigned long long>(region_offset), region_id,
+                                static_cast<unsigned long long>(r->size));
+            return;
+        }
+        case kRelocHandle:
+            if (region_id != -1)
+                fail_invalid_at(op.label, at, "relocation %u: a HANDLE relocation has region_id -1, found %d", index,
+                                region_id);
+            // An unknown handle would be passed to the kernel unchanged: a
+            // stale pointer from the capturing process.
+            if (semantic_ && region_offset != 0 && !mesh_ids_.count(region_offset))
+                fail_invalid_at(op.label, at, "relocation %u: handle 0x%llx is not a mesh recorded in the file", index,
+                                static_cast<unsigned long long>(region_offset));
+            return;
+        case kRelocNull:
+            if (region_id != -1 || region_offset != 0)
+                fail_invalid_at(op.label, at, "relocation %u: a NULL relocation has region_id -1 and offset 0", index);
+            return;
+        default:
+            fail_invalid_at(op.label, at, "relocation %u: unknown kind %u", index, kind);
+        }
+    }
+
+    // The relocations of one argument follow the shape of its type, as
+    // Warp's capture walks it (warp/_src/apic/capture.py): a wp.array is a
+    // 56-byte array_t with DATA_PTR/NULL slots for data (+0) and grad (+8); a
+    // wp.indexedarray is that array_t plus four index-array slots (+56..+80);
+    // a wp.handle is one HANDLE slot; a struct is its fields in order.  So
+    // DATA_PTR/NULL slots must come as those groups, in ascending order, and
+    // each array_t's frozen shape and strides must address bytes inside the
+    // regions its pointers are relocated to.
+    void argument_pointers(const Op& op, uint32_t j, uint32_t blob_off, uint32_t blob_size, uint32_t relocs_off,
+                           uint32_t first_reloc, uint32_t n)
+    {
+        auto slot = [&](uint32_t r) { return op.get<uint32_t>(relocs_off + r * kRelocRecord); };
+        auto kind = [&](uint32_t r) { return op.p[relocs_off + r * kRelocRecord + 16]; };
+        auto pointer = [&](uint32_t r) { return r < n && (kind(r) == kRelocDataPtr || kind(r) == kRelocNull); };
+        uint64_t next_free = 0;
+        for (uint32_t r = 0; r < n;) {
+            uint64_t at = op.at + relocs_off + uint64_t(r) * kRelocRecord;
+            uint32_t o = slot(r);
+            if (o % 8 != 0 || o < next_free)
+                fail_invalid_at(op.label, at, "param %u relocation %u: slot %u is not 8-byte aligned or not after the "
+                                "previous pointer field (ends at %llu)", j, first_reloc + r, o,
+                                static_cast<unsigned long long>(next_free));
+            if (kind(r) == kRelocHandle) {
+                next_free = uint64_t(o) + 8;
+                r++;
+                continue;
+            }
+            if (!pointer(r + 1) || slot(r + 1) != uint64_t(o) + 8)
+                fail_invalid_at(op.label, at, "param %u relocation %u: an array's data pointer must be followed by its "
+                                "grad pointer at slot %u", j, first_reloc + r, o + 8);
+            bool indexed = true;
+            for (uint32_t d = 0; d < 4; d++)
+                indexed = indexed && pointer(r + 2 + d) && slot(r + 2 + d) == uint64_t(o) + 56 + 8 * d;
+            uint32_t group = indexed ? 104 : 56;
+            if (uint64_t(o) + group > blob_size)
+                fail_invalid_at(op.label, at, "param %u relocation %u: a %u-byte %s at byte %u does not fit in the %u-byte "
+                                "argument", j, first_reloc + r, group, indexed ? "indexedarray" : "array", o, blob_size);
+            if (semantic_)
+                array_extent(op, j, blob_off + o, relocs_off + r * kRelocRecord, indexed);
+            next_free = uint64_t(o) + group;
+            r += indexed ? 6 : 2;
+        }
+    }
+
+    // `blob` is the file offset (within the op) of an array_t whose data and
+    // grad relocations start at `reloc0`.  Element sizes are not in the file,
+    // so the first byte of the last element is what is bounded.
+    void array_extent(const Op& op, uint32_t j, uint32_t blob, uint32_t reloc0, bool indexed)
+    {
+        const uint8_t* a = op.p + blob;
+        bool has_data = op.p[reloc0 + 16] == kRelocDataPtr || op.p[reloc0 + kRelocRecord + 16] == kRelocDataPtr;
+        uint16_t ndim = load<uint16_t>(a + 48);
+        if (!has_data)
+            return;  // a None array
+        if (ndim < 1 || ndim > 4)
+            fail_invalid_at(op.label, op.at + blob + 48, "param %u: array argument has ndim %u (1..4)", j, ndim);
+        StridedReach reach;
+        bool empty = false;
+        for (int d = 0; d < ndim; d++) {
+            int32_t extent = load<int32_t>(a + 16 + 4 * d);
+            int64_t stride = load<int32_t>(a + 32 + 4 * d);
+            if (extent < 0)
+                fail_invalid_at(op.label, op.at + blob + 16 + 4 * d, "param %u: array shape[%d] is negative (%d)", j, d,
+                                extent);
+            empty = empty || extent == 0;
+            if (extent > 0)
+                reach.add(extent, stride);
+        }
+        for (uint32_t r = 0; r < 2 && !empty; r++) {
+            const uint8_t* rel = op.p + reloc0 + r * kRelocRecord;
+            if (rel[16] != kRelocDataPtr)
+                continue;
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
+            uint64_t base = load<uint64_t>(rel + 8);
+            if (!region || base > region->size)
+                continue;  // reported by relocation()
+            if (-reach.lo > __int128(base) || reach.hi >= __int128(region->size - base))
+                fail_invalid_at(op.label, op.at + blob + 16,
+                                "param %u: array %s (shape and strides at this offset) reaches outside region %u of %llu "
+                                "bytes from offset %llu",
+                                j, r ? "grad" : "data", region->id, static_cast<unsigned long long>(region->size),
+                                static_cast<unsigned long long>(base));
+        }
+        if (!indexed)
+            return;
+        // Index array d holds shape[d] int32 entries (the indexedarray's own
+        // shape, at +88).
+        for (uint32_t d = 0; d < 4; d++) {
+            const uint8_t* rel = op.p + reloc0 + (2 + d) * kRelocRecord;
+            if (rel[16] != kRelocDataPtr)
+                continue;
+            int32_t count = load<int32_t>(a + 88 + 4 * d);
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
+            uint64_t base = load<uint64_t>(rel + 8);
+            if (count < 0 || (region && base <= region->size && uint64_t(count) * 4 > region->size - base))
+                fail_invalid_at(op.label, op.at + blob + 88 + 4 * d,
+                                "param %u: index array %u of %d entries does not fit its region", j, d, count);
+        }
+    }
+
+    // --------------------------------------------------------------- others
+    void memcpy_h2d(const Op& op)
+    {
+        if (op.total < 32 || op.get<uint64_t>(24) != op.total - 32u)
+            op.fail("total_size %u does not equal 32 + its %llu inline bytes", op.total,
+                    static_cast<unsigned long long>(op.total < 32 ? 0 : op.get<uint64_t>(24)));
+        op.require_zero(12, 4, "_pad");
+        if (g_.device == Device::Cpu)
+            op.fail("MEMCPY_H2D is not replayed by Warp's CPU runtime (it would be skipped silently); Warp 1.19 never "
+                    "records it");
+        range(op, "dst", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(24));
+    }
+
+    void conditional(const Op& op, uint32_t depth)
+    {
+        if (op.total < kCondHeader)
+            op.fail("total_size %u is smaller than the 40-byte conditional record", op.total);
+        op.require_zero(12, 4, "_pad");
+        uint32_t a = op.get<uint32_t>(24), a_count = op.get<uint32_t>(28);
+        uint32_t b = op.get<uint32_t>(32), b_count = op.get<uint32_t>(36);
+        if (uint64_t(kCondHeader) + a + b != op.total)
+            op.fail("total_size %u differs from 40 + branch sizes %u + %u", op.total, a, b);
+        if ((a == 0) != (a_count == 0) || (b == 0) != (b_count == 0))
+            op.fail("branch sizes (%u, %u) and op counts (%u, %u) disagree", a, b, a_count, b_count);
+        if (a_count > a / 8 || b_count > b / 8)
+            op.fail("branch op counts (%u, %u) cannot fit in %u and %u bytes", a_count, b_count, a, b);
+        if (op.type == kOpWhile && b != 0)
+            op.fail("a WHILE record has an empty second branch, found %u bytes", b);
+        if (depth + 1 > kMaxNestingDepth)
+            op.fail("conditionals nest deeper than %u levels", kMaxNestingDepth);
+        range(op, "cond", op.get<int32_t>(8), op.get<uint64_t>(16), 4);
+        uint64_t body = op.at + kCondHeader;
+        if (op.type == kOpWhile) {
+            stream(body, body + a, a_count, op.path + ".body", depth + 1);
+        } else {
+            stream(body, body + a, a_count, op.path + ".then", depth + 1);
+            stream(body + a, body + a + b, b_count, op.path + ".else", depth + 1);
+        }
+    }
+
+    void scan(const Op& op)
+    {
+        exact(op, 52);
+        op.require_zero(50, 2, "_pad");
+        uint32_t length = op.get<uint32_t>(32);
+        int32_t in_stride = op.get<int32_t>(36), out_stride = op.get<int32_t>(40), type_len = op.get<int32_t>(44);
+        uint8_t dtype = op.p[48], inclusive = op.p[49];
+        if (dtype != 1 && dtype != 3 && dtype != 5 && dtype != 6)
+            op.fail("scan dtype %u is not int32 (1), int64 (3), float32 (5) or float64 (6)", dtype);
+        if (inclusive > 1)
+            op.fail("inclusive must be 0 or 1, found %u", inclusive);
+        if (length > INT_MAX)
+            op.fail("length %u exceeds INT_MAX", length);
+        uint64_t in_bytes = 0, out_bytes = 0;
+        if (length > 0) {
+            if (in_stride < 0 || out_stride < 0 || type_len <= 0)
+                op.fail("strides (%d, %d) must be >= 0 and type_len %d > 0", in_stride, out_stride, type_len);
+            uint64_t lanes = mul(op, uint64_t(type_len), apic_scalar_size(dtype), "scan element size");
+            in_bytes = add(op, mul(op, length - 1, uint64_t(in_stride), "scan span"), lanes, "scan span");
+            out_bytes = add(op, mul(op, length - 1, uint64_t(out_stride), "scan span"), lanes, "scan span");
+        }
+        range(op, "dst", op.get<int32_t>(8), op.get<uint64_t>(16), out_bytes);
+        range(op, "src", op.get<int32_t>(12), op.get<uint64_t>(24), in_bytes);
+    }
+
+    void memtile(const Op& op)
+    {
+        uint32_t srcsize = op.total >= 32 ? op.get<uint32_t>(12) : 0;
+        if (op.total < 32 || srcsize == 0 || uint64_t(srcsize) + 32 != op.total)
+            op.fail("total_size %u does not equal 32 + a nonzero value size (%u)", op.total, srcsize);
+        uint64_t bytes = mul(op, op.get<uint64_t>(24), srcsize, "count * value size");
+        range(op, "", op.get<int32_t>(8), op.get<uint64_t>(16), bytes);
+    }
+
+    void segmented_sort(const Op& op)
+    {
+        exact(op, 68);
+        op.require_zero(65, 3, "_pad");
+        uint32_t count = op.get<uint32_t>(56), segments = op.get<uint32_t>(60);
+        uint8_t dtype = op.p[64];
+        if (dtype != 1 && dtype != 5)
+            op.fail("segmented-sort key dtype %u is not int32 (1) or float32 (5)", dtype);
+        if (count > INT_MAX / 2 || segments > INT_MAX - 1)
+            op.fail("count %u or segment count %u is too large", count, segments);
+        int32_t start_id = op.get<int32_t>(16), end_id = op.get<int32_t>(20);
+        uint64_t start_off = op.get<uint64_t>(40), end_off = op.get<uint64_t>(48);
+        // As at replay: ends inferred from starts alias the start array one int32 later.
+        bool inferred = start_id == end_id && end_off >= start_off && end_off - start_off == 4;
+        range(op, "keys", op.get<int32_t>(8), op.get<uint64_t>(24), uint64_t(count) * 8);
+        range(op, "values", op.get<int32_t>(12), op.get<uint64_t>(32), uint64_t(count) * 8);
+        range(op, "segstart", start_id, start_off, (uint64_t(segments) + (inferred ? 1 : 0)) * 4);
+        range(op, "segend", end_id, end_off, uint64_t(segments) * 4);
+    }
+
+    void radix_sort(const Op& op)
+    {
+        exact(op, 52);
+        op.require_zero(49, 3, "_pad");
+        uint32_t count = op.get<uint32_t>(32);
+        int32_t begin_bit = op.get<int32_t>(36), end_bit = op.get<int32_t>(40), value_size = op.get<int32_t>(44);
+        uint8_t dtype = op.p[48];
+        uint64_t key_size = apic_scalar_size(dtype);
+        if (key_size == 0)
+            op.fail("radix-sort key dtype %u is not one of 1..6", dtype);
+        if (value_size != 4 && value_size != 8)
+            op.fail("value_size %d is neither 4 nor 8", value_size);
+        if (begin_bit < 0 || end_bit < begin_bit || uint64_t(end_bit) > key_size * 8)
+            op.fail("bit range [%d, %d) is invalid for %llu-byte keys", begin_bit, end_bit,
+                    static_cast<unsigned long long>(key_size));
+        if (count > INT_MAX)
+            op.fail("count %u exceeds INT_MAX", count);
+        range(op, "keys", op.get<int32_t>(8), op.get<uint64_t>(16), uint64_t(count) * 2 * key_size);
+        range(op, "values", op.get<int32_t>(12), op.get<uint64_t>(24), uint64_t(count) * 2 * uint64_t(value_size));
+    }
+
+    void runlength_encode(const Op& op)
+    {
+        exact(op, 64);
+        op.require_zero(60, 4, "_pad");
+        uint32_t count = op.get<uint32_t>(56);
+        if (count > INT_MAX)
+            op.fail("value_count %u exceeds INT_MAX", count);
+        uint64_t bytes = uint64_t(count) * 4;
+        range(op, "values", op.get<int32_t>(8), op.get<uint64_t>(24), bytes);
+        range(op, "run_values", op.get<int32_t>(12), op.get<uint64_t>(32), bytes);
+        range(op, "run_lengths", op.get<int32_t>(16), op.get<uint64_t>(40), bytes);
+        range(op, "run_count", op.get<int32_t>(20), op.get<uint64_t>(48), 4);
+    }
+
+    void bsr_from_triplets(const Op& op)
+    {
+        exact(op, 160);
+        op.require_zero(29, 3, "_pad");
+        int32_t block_size = op.get<int32_t>(8), scalar_size = op.get<int32_t>(12);
+        int32_t rows = op.get<int32_t>(16), cols = op.get<int32_t>(20), nnz = op.get<int32_t>(24);
+        if (block_size < 0 || scalar_size < 0 || rows < 0 || cols < 0 || nnz < 0)
+            op.fail("negative block size, scalar size, row, column or nnz count");
+        if (op.p[28] > 1)
+            op.fail("masked_topology must be 0 or 1, found %u", op.p[28]);
+        auto id = [&](int i) { return op.get<int32_t>(40 + 4 * i); };
+        auto off = [&](int i) { return op.get<uint64_t>(80 + 8 * i); };
+        if (id(9) != -1 || off(9) != 0)
+            op.fail("legacy bsr_nnz region must be -1 with offset 0");
+        uint64_t int_bytes = uint64_t(nnz) * 4;
+        uint64_t values_bytes = mul(op, mul(op, uint64_t(nnz), uint64_t(block_size), "values span"), uint64_t(scalar_size),
+                                    "values span");
+        range(op, "tpl_nnz", id(0), off(0), 4, true);
+        range(op, "tpl_rows", id(1), off(1), int_bytes);
+        range(op, "tpl_columns", id(2), off(2), int_bytes);
+        range(op, "tpl_values", id(3), off(3), values_bytes, true);
+        range(op, "summed_block_offsets", id(4), off(4), int_bytes);
+        range(op, "summed_block_indices", id(5), off(5), int_bytes);
+        range(op, "bsr_offsets", id(6), off(6), (uint64_t(rows) + 1) * 4);
+        range(op, "bsr_row_counts", id(7), off(7), uint64_t(rows) * 4, true);
+        range(op, "bsr_columns", id(8), off(8), int_bytes);
+    }
+
+    void bsr_transpose(const Op& op)
+    {
+        if (op.total < 116)
+            op.fail("total_size %u is smaller than the 116-byte record", op.total);
+        int32_t rows = op.get<int32_t>(8), cols = op.get<int32_t>(12), nnz = op.get<int32_t>(16);
+        if (rows < 0 || cols < 0 || nnz < 0)
+            op.fail("negative row, column or nnz count");
+        auto id = [&](int i) { return op.get<int32_t>(20 + 4 * i); };
+        auto off = [&](int i) { return op.get<uint64_t>(52 + 8 * i); };
+        bool padded = id(4) >= 0;
+        uint64_t colp1 = (uint64_t(cols) + 1) * 4;
+        uint64_t expected = 116 + (padded ? colp1 : 0);
+        if (op.total != expected)
+            op.fail("total_size %u, expected %llu (116%s)", op.total, static_cast<unsigned long long>(expected),
+                    padded ? " + the (col_count + 1) int32 capacity offsets of a padded destination" : "");
+        uint64_t int_bytes = uint64_t(nnz) * 4;
+        uint64_t capacity_bytes = int_bytes;
+        if (padded) {
+            // Replay copies this tail into the destination offsets, and its last
+            // entry sizes the destination columns.
+            int32_t prev = 0;
+            for (int32_t c = 0; c <= cols; c++) {
+                int32_t v = op.get<int32_t>(116 + 4 * uint32_t(c));
+                if (v < prev)
+                    fail_invalid_at(op.label, op.at + 116 + 4 * uint64_t(c), "capacity offsets must ascend from 0");
+                prev = v;
+            }
+            capacity_bytes = uint64_t(prev) * 4;
+        }
+        range(op, "bsr_offsets", id(0), off(0), (uint64_t(rows) + 1) * 4);
+        range(op, "bsr_row_counts", id(1), off(1), uint64_t(rows) * 4, true);
+        range(op, "bsr_columns", id(2), off(2), int_bytes);
+        range(op, "transposed_offsets", id(3), off(3), colp1);
+        range(op, "transposed_row_counts", id(4), off(4), uint64_t(cols) * 4, true);
+        range(op, "transposed_columns", id(5), off(5), capacity_bytes);
+        range(op, "block_indices", id(6), off(6), std::max(int_bytes, capacity_bytes));
+        range(op, "status", id(7), off(7), 4, true);
+    }
+
+    void reduction(const Op& op)
+    {
+        exact(op, 64);
+        op.require_zero(62, 2, "_pad");
+        int32_t a_id = op.get<int32_t>(8), b_id = op.get<int32_t>(12), out_id = op.get<int32_t>(16);
+        uint32_t count = op.get<uint32_t>(20);
+        uint64_t a_off = op.get<uint64_t>(24), b_off = op.get<uint64_t>(32), out_off = op.get<uint64_t>(40);
+        int32_t a_stride = op.get<int32_t>(48), b_stride = op.get<int32_t>(52), type_len = op.get<int32_t>(56);
+        uint8_t kind = op.p[60], dtype = op.p[61];
+        bool sum = kind == 1, inner = kind == 2;
+        if (!sum && !inner)
+            op.fail("reduction kind %u is neither SUM (1) nor INNER (2)", kind);
+        if (dtype != 5 && dtype != 6)
+            op.fail("reduction dtype %u is neither float32 (5) nor float64 (6)", dtype);
+        if (count == 0 || count > INT_MAX || type_len <= 0 || a_stride < 0)
+            op.fail("count %u, type_len %d or stride %d out of range", count, type_len, a_stride);
+        if (sum && (b_id != -1 || b_off != 0 || b_stride != 0))
+            op.fail("a SUM has no second input (region -1, offset 0, stride 0)");
+        if (inner && b_stride < 0)
+            op.fail("second input stride %d is negative", b_stride);
+        uint64_t scalar = apic_scalar_size(dtype);
+        if (a_off % scalar || out_off % scalar || uint64_t(a_stride) % scalar
+            || (inner && (b_off % scalar || uint64_t(b_stride) % scalar)))
+            op.fail("offsets and strides must be multiples of the %llu-byte scalar", static_cast<unsigned long long>(scalar));
+        uint64_t lanes = mul(op, uint64_t(type_len), scalar, "element size");
+        uint64_t a_bytes = add(op, mul(op, count - 1, uint64_t(a_stride), "input span"), lanes, "input span");
+        range(op, "input_a", a_id, a_off, a_bytes);
+        if (inner)
+            range(op, "input_b", b_id, b_off,
+                  add(op, mul(op, count - 1, uint64_t(b_stride), "input span"), lanes, "input span"));
+        range(op, "output", out_id, out_off, sum ? lanes : scalar);
+    }
+
+    const uint8_t* image_;
+    Wrp1Graph& g_;
+    bool semantic_;
+    std::unordered_set<uint64_t> mesh_ids_;
+};
+
+}  // namespace
+
+void validate_operations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Graph& graph, bool semantic)
+{
+    ByteReader r(image, begin, end, "operations");
+    uint64_t at = r.pos();
+    uint32_t count = r.read<uint32_t>("op_count");
+    if (count > r.remaining() / 8)
+        fail_invalid_at("operations.op_count", at, "%u ops cannot fit in the %llu bytes that follow", count,
+                        static_cast<unsigned long long>(r.remaining()));
+    OpsValidator(image, graph, semantic).stream(r.pos(), end, count, "ops", 0);
+}
+
+}  // namespace wrp

@@ -1,0 +1,31 @@
+// wrp1_validator.h -- parse and validate a whole WRP1 image before Warp sees it.
+//
+// validate_wrp1() checks the header, the section table, every metadata,
+// memory and operation record (sizes exact, pad bytes zero, counts capped,
+// nesting bounded) and, unless limits.semantic_checks is false, every cross
+// reference: regions used by ops, relocations, bindings, meshes and pointer
+// locations exist and the byte ranges fit; launched kernels and their modules
+// exist.  The first violation throws wrp::Error(WRP_ERR_INVALID_FILE) whose
+// message names the field and its byte offset in the file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "wrp1_model.h"
+
+namespace wrp {
+
+Wrp1Graph validate_wrp1(const uint8_t* image, size_t size, const ValidationLimits& limits);
+
+// The operations section, [begin, end) of `image` (internal; wrp1_ops.cpp).
+void validate_operations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Graph& graph, bool semantic);
+
+// wrpkit's annotations section (internal; annotations.cpp).
+void read_annotations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Graph& graph);
+
+// True for a name usable as a file in <stem>_modules/: a non-empty plain
+// basename with no '/', '\\', ':' or NUL that is not "." or "..".
+bool is_plain_basename(const std::string& name);
+
+}  // namespace wrp
