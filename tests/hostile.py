@@ -223,12 +223,21 @@ def generate(src, out, *, dense: bool = False) -> list:
     # -- array shapes and strides larger than their region ----------------------
     def array_field(offset, fmt, value):
         def edit(prog):
-            op = _first_launch(prog)
-            r = op.relocations[0]
-            p = op.params[0]
-            blob = bytearray(op.value_data)
-            struct.pack_into(fmt, blob, p.value_offset + r.value_byte_offset + offset, value)
-            op.value_data = bytes(blob)
+            # The first array descriptor (a DATA_PTR slot followed by a grad slot)
+            # of more than one element, so that a huge stride really overruns.
+            for _, op in m.walk_ops(prog.ops):
+                if not isinstance(op, m.KernelLaunch):
+                    continue
+                for p, rels in op.param_relocations():
+                    slots = {r.value_byte_offset: r for r in rels}
+                    for off, r in slots.items():
+                        if (r.kind == m.RelocKind.DATA_PTR and off + 8 in slots and off + 56 <= p.value_size
+                                and struct.unpack_from("<i", op.value_data, p.value_offset + off + 16)[0] > 1):
+                            blob = bytearray(op.value_data)
+                            struct.pack_into(fmt, blob, p.value_offset + off + offset, value)
+                            op.value_data = bytes(blob)
+                            return
+            raise LookupError("no array argument")
         return edit
 
     mk.emit_prog("array_shape_huge", "array", array_field(16, "<i", 2**30))

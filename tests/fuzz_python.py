@@ -1,0 +1,75 @@
+"""Coverage-guided fuzz targets for wrpkit's Python decoders (atheris / libFuzzer).
+
+Usage: python tests/fuzz_python.py TARGET [libFuzzer args...] [CORPUS_DIR...]
+TARGET is one of: wrp1, wrpk, wrpk-manifest, json.
+
+Each target feeds the bytes to a decoder.  The only acceptable failure is a
+:class:`wrpkit.errors.WrpError` (a clean refusal); any other exception, a
+crash or a hang is a finding.  When the WRP1 decoder accepts an input, the
+model must also validate without raising and re-encode to the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import sys
+
+import atheris
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+with atheris.instrument_imports(include=["wrpkit"]):
+    from wrpkit import jsonform, wrpk
+    from wrpkit.errors import WrpError
+    from wrpkit.validate import validate_program
+    from wrpkit.wrp1 import decode_wrp1, encode_wrp1
+
+
+def fuzz_wrp1(data: bytes) -> None:
+    try:
+        prog = decode_wrp1(data)
+    except WrpError:
+        return
+    validate_program(prog)
+    if encode_wrp1(prog) != data:
+        raise AssertionError("accepted input does not re-encode to the same bytes")
+
+
+def fuzz_wrpk(data: bytes) -> None:
+    try:
+        prog = wrpk.decode_wrpk(data)
+    except WrpError:
+        return
+    validate_program(prog)
+
+
+def fuzz_wrpk_manifest(data: bytes) -> None:
+    """Like ``wrpk``, but re-stamps the manifest SHA-256 so that mutations reach the FlatBuffers reader."""
+    if len(data) >= 128:
+        moff, msize = struct.unpack_from("<QQ", data, 16)
+        if moff + msize <= len(data):
+            data = data[:48] + hashlib.sha256(data[moff:moff + msize]).digest() + data[80:]
+    fuzz_wrpk(data)
+
+
+def fuzz_json(data: bytes) -> None:
+    try:
+        prog, _ = jsonform.loads(data)
+    except WrpError:
+        return
+    validate_program(prog)
+
+
+TARGETS = {"wrp1": fuzz_wrp1, "wrpk": fuzz_wrpk, "wrpk-manifest": fuzz_wrpk_manifest, "json": fuzz_json}
+
+
+def main() -> None:
+    target = TARGETS[sys.argv[1]]
+    atheris.Setup([sys.argv[0], *sys.argv[2:]], target)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

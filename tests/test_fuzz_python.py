@@ -1,0 +1,56 @@
+"""Run each Python decoder's coverage-guided fuzz target for a few seconds (atheris).
+
+The corpus is seeded with real captures and their hostile variants (and their
+.wrpk / .json forms).  A longer run is documented in bench/FUZZING.md.  The
+runs so far found no input that escapes as anything but a WrpError; any
+future finding is kept as a regression test beside these.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hostile
+from wrpkit.convert import convert
+
+pytest.importorskip("atheris", reason="atheris is not installed (pip install '.[test]')")
+
+HERE = Path(__file__).resolve().parent
+SECONDS = int(os.environ.get("WRPKIT_FUZZ_SECONDS", "5"))
+
+
+@pytest.fixture(scope="module")
+def corpus(captures, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fuzz")
+    seeds = {"wrp1": root / "wrp1", "wrpk": root / "wrpk", "json": root / "json"}
+    for d in seeds.values():
+        d.mkdir()
+    for name in ("views", "capture_while", "scalars"):
+        src = captures[name]
+        (seeds["wrp1"] / f"{name}.wrp").write_bytes(src.read_bytes())
+        convert(src, root / f"{name}.wrpk")
+        convert(src, root / f"{name}.json", include_modules=False)
+        (seeds["wrpk"] / f"{name}.wrpk").write_bytes((root / f"{name}.wrpk").read_bytes())
+        (seeds["json"] / f"{name}.json").write_bytes((root / f"{name}.json").read_bytes())
+    for v in hostile.generate(captures["views"], root / "hostile"):
+        if v.path.is_file() and not v.path.is_symlink() and v.category in ("bitflip", "huge", "op-size", "nesting"):
+            (seeds["wrp1"] / v.name).write_bytes(v.path.read_bytes())
+    return seeds
+
+
+@pytest.mark.parametrize("target", ["wrp1", "wrpk", "wrpk-manifest", "json"])
+def test_fuzz_target_finds_nothing(corpus, target, tmp_path):
+    work = tmp_path / "corpus"
+    work.mkdir()
+    cmd = [sys.executable, str(HERE / "fuzz_python.py"), target, f"-max_total_time={SECONDS}", "-rss_limit_mb=4096",
+           "-timeout=10", f"-artifact_prefix={tmp_path}/", str(work), str(corpus[target.split("-")[0]])]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=SECONDS + 120,
+                          env={**os.environ, "PYTHONPATH": str(HERE.parent)})
+    tail = proc.stderr[-3000:]
+    assert proc.returncode == 0, f"fuzzer found a failure:\n{tail}"
+    assert "Done" in proc.stderr and "runs in" in proc.stderr, tail
