@@ -139,6 +139,8 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+_STAGE_MIN = 1 << 20
+_STAGE_SIZE = 8 << 20
 _LINKABLE: dict = {}  # st_dev -> whether unnamed files can be given a name there
 
 
@@ -221,10 +223,23 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".tmp", dir=d)
     total = 0
     try:
+        stage = None
         with os.fdopen(fd, "wb", closefd=False) as f:
             for c in chunks:
-                f.write(c)
                 n = c.nbytes if isinstance(c, memoryview) else len(c)
+                if isinstance(c, memoryview) and n > _STAGE_MIN:
+                    # Large views usually point into a mapped input file; on some
+                    # systems write() from file-backed pages is several times slower
+                    # than from anonymous memory, so stage them through one buffer.
+                    if stage is None:
+                        stage = bytearray(_STAGE_SIZE)
+                    sv = memoryview(stage)
+                    for i in range(0, n, _STAGE_SIZE):
+                        k = min(_STAGE_SIZE, n - i)
+                        sv[:k] = c[i:i + k]
+                        f.write(sv[:k])
+                else:
+                    f.write(c)
                 total += n
                 if progress is not None:
                     progress(n)

@@ -1,0 +1,101 @@
+"""Benchmark: .wrp <-> .wrpk conversion against `cp -r`, and loading a .wrpk against stock capture_load.
+
+On a capture with one 256 MiB region (10,000 launches by default), reports in one run:
+
+* ``wrp convert X.wrp X.wrpk`` and ``wrp convert X.wrpk out/X.wrp`` (the CLI, in
+  a fresh process) against ``cp -r X.wrp X_modules/ dest/`` of the same files:
+  throughput in MB/s and the ratio to cp (target >= 0.5x), plus each
+  process's peak RSS, which shows whether the data was held in memory (it is
+  streamed: region data is written from the source mapping, copied once);
+* loading: ``wrpkit.load("X.wrpk")`` against ``wp.capture_load("X.wrp")``, each
+  in a fresh process that imports Warp (target: wrpkit at least as fast, >= 1x).
+
+Usage: python bench/bench_bundle.py [--dir DIR] [--launches N] [--region-mib M] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_inspect import make_capture, run_measured  # noqa: E402
+
+
+def tree_size(wrp: Path) -> int:
+    mdir = wrp.with_name(wrp.stem + "_modules")
+    return wrp.stat().st_size + sum(f.stat().st_size for f in mdir.iterdir())
+
+
+def best(cmd, runs, before=None):
+    out = []
+    for _ in range(runs):
+        if before:
+            before()
+        out.append(run_measured(cmd))
+    return statistics.median(w for w, _ in out), max(r for _, r in out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
+    ap.add_argument("--launches", type=int, default=10_000)
+    ap.add_argument("--region-mib", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=3)
+    a = ap.parse_args()
+    a.dir.mkdir(parents=True, exist_ok=True)
+    src = make_capture(a.dir, a.launches, a.region_mib)
+    nbytes = tree_size(src)
+    work = a.dir / "bundle"
+    shutil.rmtree(work, ignore_errors=True)
+    (work / "cp").mkdir(parents=True)
+    (work / "back").mkdir()
+    wrpk = work / "g.wrpk"
+    back = work / "back" / src.name
+    py = sys.executable
+
+    def clear_cp():
+        shutil.rmtree(work / "cp")
+        (work / "cp").mkdir()
+
+    cp_cmd = ["cp", "-r", str(src), str(src.with_name(src.stem + "_modules")), str(work / "cp")]
+    to_wrpk = [py, "-m", "wrpkit.cli", "convert", "-q", str(src), str(wrpk)]
+    to_wrp = [py, "-m", "wrpkit.cli", "convert", "-q", str(wrpk), str(back)]
+    run_measured(cp_cmd)
+    cp_t, cp_rss = best(cp_cmd, a.runs, clear_cp)
+    pack_t, pack_rss = best(to_wrpk, a.runs)
+    unpack_t, unpack_rss = best(to_wrp, a.runs)
+    identical = src.read_bytes() == back.read_bytes()
+
+    stock = [py, "-c", f"import warp as wp; wp.config.log_level = 40; wp.capture_load({str(src)!r}, device='cpu')"]
+    mine = [py, "-c", f"import wrpkit, warp as wp; wp.config.log_level = 40; wrpkit.load({str(wrpk)!r}, device='cpu')"]
+    run_measured(stock)
+    run_measured(mine)
+    stock_t, stock_rss = best(stock, a.runs)
+    mine_t, mine_rss = best(mine, a.runs)
+
+    mb = nbytes / 1e6
+    print(f"capture: {src.name}, {mb:.1f} MB with modules; bundle {wrpk.stat().st_size / 1e6:.1f} MB; "
+          f"median of {a.runs}; {os.cpu_count()} cores")
+    print(f"{'operation':<34}{'wall (s)':>9}{'MB/s':>9}{'vs cp':>8}{'peak RSS MiB':>14}")
+    print(f"{'cp -r .wrp + modules':<34}{cp_t:>9.3f}{mb / cp_t:>9.0f}{1.0:>8.2f}{cp_rss:>14.1f}")
+    print(f"{'wrp convert .wrp -> .wrpk':<34}{pack_t:>9.3f}{mb / pack_t:>9.0f}{cp_t / pack_t:>8.2f}{pack_rss:>14.1f}")
+    print(f"{'wrp convert .wrpk -> .wrp':<34}{unpack_t:>9.3f}{mb / unpack_t:>9.0f}{cp_t / unpack_t:>8.2f}"
+          f"{unpack_rss:>14.1f}")
+    print(f"round trip byte-identical: {identical}   (target: >= 0.5x of cp's throughput)")
+    print(f"{'load: stock wp.capture_load(.wrp)':<34}{stock_t:>9.3f}{'':>9}{'':>8}{stock_rss:>14.1f}")
+    print(f"{'load: wrpkit.load(.wrpk)':<34}{mine_t:>9.3f}{'':>9}{stock_t / mine_t:>7.2f}x{mine_rss:>14.1f}")
+    print("(load ratio = stock time / wrpkit time; target >= 1x; both include importing Warp)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
