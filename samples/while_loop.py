@@ -19,12 +19,15 @@ Usage: ``python samples/while_loop.py [OUT_DIR]`` (default ``out``).
 
 from __future__ import annotations
 
-import argparse
 import pathlib
+import sys
 
 import numpy as np
 
 import warp as wp
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from _sample import main, write_sample  # noqa: E402  (shared capture-and-save steps)
 
 NAME = "while_loop"
 N = 64
@@ -103,39 +106,8 @@ def step(a: dict[str, wp.array]) -> None:
 
 def capture(out_dir: str | pathlib.Path) -> pathlib.Path:
     """Write the capture, its inputs and its expected bindings; return the ``.wrp`` path."""
-    out_dir = pathlib.Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    bindings = list(dict.fromkeys(INPUTS + OUTPUTS))
-
-    live = make_arrays()
-    step(live)
-    expected = {name: live[name].numpy() for name in bindings}
-
-    arrays = make_arrays()
-    np.savez(out_dir / f"{NAME}_inputs.npz", **{name: arrays[name].numpy() for name in INPUTS})
-    wp.capture_begin(device="cpu", apic=True)
-    try:
-        step(arrays)
-    finally:
-        graph = wp.capture_end(device="cpu")
-    wp.capture_save(
-        graph,
-        str(out_dir / NAME),
-        inputs={name: arrays[name] for name in INPUTS},
-        outputs={name: arrays[name] for name in OUTPUTS},
-    )
-    np.savez(out_dir / f"{NAME}_expected.npz", **expected)
-    return out_dir / f"{NAME}.wrp"
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", nargs="?", default="out", help="output directory (default: out)")
-    args = parser.parse_args()
-    wp.config.log_level = wp.LOG_WARNING
-    wp.init()
-    print(capture(args.out_dir))
+    return write_sample(NAME, make_arrays, step, INPUTS, OUTPUTS, out_dir)
 
 
 if __name__ == "__main__":
-    main()
+    main(capture, __doc__)
