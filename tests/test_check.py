@@ -116,3 +116,29 @@ def test_check_on_garbage_is_a_clean_failure(tmp_path):
     bad.write_bytes(np.arange(100, dtype=np.uint8).tobytes())
     res = CliRunner().invoke(main, ["check", str(bad)])
     assert res.exit_code != 0 and "not a Warp capture" in res.output
+
+
+def test_capture_layer_warns_about_live_pointers(tmp_path):
+    import wrpkit  # noqa: PLC0415
+    from wrpkit.recording import WrpLintWarning  # noqa: PLC0415
+
+    grid = wp.HashGrid(4, 4, 4, device="cpu")
+    out = wp.zeros(4, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
+    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 1"):
+        rec.save(tmp_path / "grid.wrp", outputs={"out": out})
+
+
+def test_clean_capture_saves_without_lint_warnings(tmp_path):
+    import warnings  # noqa: PLC0415
+
+    import wrpkit  # noqa: PLC0415
+    from wrpkit.recording import WrpLintWarning  # noqa: PLC0415
+
+    out = wp.zeros(4, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_uses_grid_id, dim=4, inputs=[wp.uint64(7), out], device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WrpLintWarning)
+        rec.save(tmp_path / "clean.wrp", outputs={"out": out})

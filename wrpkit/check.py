@@ -113,6 +113,23 @@ def _annotation_digests(prog: m.Program) -> dict:
     return {d.binary_filename: d for d in getattr(ann, "module_digests", [])}
 
 
+def _descriptor_bytes(rels) -> set:
+    """Offsets (8-byte steps) inside array descriptors and relocated slots of one argument.
+
+    An ``array_t`` is recognised by relocated slots at +0 (data) and +8
+    (grad) and spans 56 bytes; an ``indexedarray_t`` adds four index-pointer
+    slots at +56..+80 and a shape at +88, 104 bytes in all.  Their shape and
+    stride words are not pointers.
+    """
+    slots = {r.value_byte_offset for r in rels}
+    covered = set(slots)
+    for o in slots:
+        if o + 8 in slots:
+            span = 104 if o + 56 in slots else 56
+            covered.update(range(o, o + span, 8))
+    return covered
+
+
 def lint_program(prog: m.Program) -> list:
     """Findings for captures that save but cannot replay correctly elsewhere.
 
@@ -134,15 +151,16 @@ def lint_program(prog: m.Program) -> list:
         layout = tuple((p.value_size, p.value_align) for p in op.params)
         layouts.setdefault(key, set()).add(layout)
         for j, (p, rels) in enumerate(op.param_relocations()):
-            covered = {r.value_byte_offset for r in rels}
+            covered = _descriptor_bytes(rels)
             blob = bytes(op.value_data[p.value_offset:p.value_offset + p.value_size])
             for off in range(0, len(blob) - 7, 8):
                 if off in covered:
                     continue
                 v = int.from_bytes(blob[off:off + 8], "little")
-                # A canonical user-space pointer: 8-aligned, above the first
-                # 64 KiB and below 2^47.  Plain integers and floats rarely fit.
-                if v % 8 == 0 and 0x10000 < v < (1 << 47) and (key, j, off) not in flagged:
+                # Heap and mmap pointers of a 64-bit Linux process lie in
+                # [2^44, 2^47) and are 8-aligned; pairs of small int32 values
+                # stay below 2^44 and floats of normal magnitude above 2^47.
+                if v % 8 == 0 and (1 << 44) <= v < (1 << 47) and (key, j, off) not in flagged:
                     flagged.add((key, j, off))
                     out.append(Finding(
                         "lint-pointer", WARN,

@@ -85,6 +85,7 @@ class Recording:
             with tempfile.TemporaryDirectory(prefix="wrpkit-rec-") as d:
                 prog, mapped, _ = _export(self._need_graph(), Path(d), {}, {})
             self._program, self._mapped = prog, mapped
+            warn_lints(prog)
         return self._program
 
     def save(self, path, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None) -> Path:
@@ -102,7 +103,7 @@ class Recording:
         """
         from .container import open_capture  # noqa: PLC0415
 
-        dest = save(self._need_graph(), path, inputs, outputs)
+        dest = save(self._need_graph(), path, inputs, outputs)  # issues the lint warnings
         cap = open_capture(dest)
         self._program, self._mapped = cap.program, cap
         return dest
@@ -110,6 +111,29 @@ class Recording:
     def __repr__(self) -> str:
         state = "complete" if self.graph is not None else "recording"
         return f"<wrpkit.Recording {state} on {self.device}>"
+
+
+class WrpLintWarning(UserWarning):
+    """A capture that saves but may not replay correctly in another process."""
+
+
+def warn_lints(prog) -> list:
+    """Issue a :class:`WrpLintWarning` for each lint finding of a captured program.
+
+    Each warning names the kernel and the argument and says how to fix the
+    capture (see :func:`wrpkit.check.lint_program`).
+
+    Returns:
+        The findings.
+    """
+    import warnings  # noqa: PLC0415
+
+    from .check import lint_program  # noqa: PLC0415
+
+    findings = lint_program(prog)
+    for f in findings:
+        warnings.warn(WrpLintWarning(f"{f.message}. Fix: {f.fix}"), stacklevel=3)
+    return findings
 
 
 def begin_capture(device=None, stream=None, force_module_load: Optional[bool] = None, external: bool = False,
@@ -317,7 +341,9 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
         outputs: ``{name: wp.array}`` bound as outputs.
 
     Returns:
-        The path of the file written.
+        The path of the file written.  A :class:`WrpLintWarning` is issued for
+        each pattern that saves but may not replay in another process (e.g. a
+        HashGrid id passed as ``uint64``).
 
     Raises:
         WrpBindingError: A binding is not a wp.array on the graph's device, or
@@ -342,6 +368,7 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
                 write_wrpk(dest, prog, modules)
             else:
                 publish_wrp(dest, wrp1.iter_wrp1_chunks(prog), modules)
+            warn_lints(prog)
         finally:
             del prog
             mapped.close()
