@@ -1,0 +1,123 @@
+"""The `wrp` command line on real captures: inspect, validate and convert as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import programs
+from wrpkit.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wrp(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("name", sorted(programs.PROGRAMS))
+def test_inspect_json_counts_match_the_ops_issued(captures, name):
+    res = wrp("inspect", captures[name], "--json")
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    expected = {k: v for k, v in programs.PROGRAMS[name].op_counts.items() if v}
+    assert info["op_counts"] == expected
+    assert info["op_total"] == sum(expected.values())
+    assert info["format_version"] == 18 and info["device"] == "cpu" and info["target_arch"] == 0
+    assert [b["name"] for b in info["bindings"]] == programs.PROGRAMS[name].inputs + programs.PROGRAMS[name].outputs
+    assert all(mod["present"] for mod in info["modules"])
+    launches = sum(k["launches"] for k in info["kernels"])
+    assert launches == expected.get("KERNEL_LAUNCH", 0)
+    assert "ops" not in info
+
+
+def test_inspect_json_with_ops_lists_nested_bodies(captures):
+    info = json.loads(wrp("inspect", captures["nested_cond"], "--json", "--ops").stdout)
+
+    def count(ops):
+        return sum(1 + sum(count(op.get(b, [])) for b in ("then_ops", "else_ops", "body")) for op in ops)
+
+    assert count(info["ops"]) == info["op_total"]
+    names = {op["op"] for op in info["ops"]}
+    assert names <= {"KERNEL_LAUNCH", "IF", "WHILE"} and "WHILE" in names
+    assert all(isinstance(op["offset"], int) and op["offset"] >= 160 for op in info["ops"])
+
+
+def test_inspect_ops_indents_nested_bodies(captures):
+    res = wrp("inspect", captures["nested_cond"], "--ops")
+    assert res.exit_code == 0
+    lines = [ln for ln in res.stdout.splitlines() if "WHILE" in ln or "IF" in ln or "KERNEL_LAUNCH" in ln]
+    indents = {len(ln) - len(ln.lstrip()) for ln in lines}
+    assert len(indents) >= 3  # top level, inside WHILE, inside IF
+
+
+def test_inspect_reports_missing_modules(captures, tmp_path):
+    lone = tmp_path / "lone.wrp"
+    lone.write_bytes(captures["views"].read_bytes())
+    info = json.loads(wrp("inspect", lone, "--json").stdout)
+    assert info["modules"] and not any(m["present"] for m in info["modules"])
+    assert wrp("validate", lone).exit_code == 3
+
+
+def test_inspect_does_not_import_warp(captures):
+    code = ("import sys; from click.testing import CliRunner; from wrpkit.cli import main; "
+            f"r = CliRunner().invoke(main, ['inspect', {str(captures['views'])!r}, '--json']); "
+            "assert r.exit_code == 0, r.output; "
+            "assert 'warp' not in sys.modules and 'numpy' not in sys.modules, sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.parametrize("name", sorted(programs.PROGRAMS))
+def test_validate_accepts_every_real_capture(captures, name):
+    res = wrp("validate", captures[name], "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["valid"] is True
+
+
+@pytest.mark.parametrize("ext", [".wrpk", ".json"])
+def test_convert_round_trips_byte_identically(captures, tmp_path, ext):
+    for name in ("views", "nested_cond", "bsr", "mesh"):
+        src = captures[name]
+        mid = tmp_path / f"{name}{ext}"
+        back = tmp_path / "back" / f"{name}.wrp"
+        assert wrp("convert", src, mid).exit_code == 0
+        res = wrp("convert", mid, back)
+        assert res.exit_code == 0, res.output
+        assert back.read_bytes() == src.read_bytes()
+        orig = src.with_name(src.stem + "_modules")
+        for f in orig.iterdir():
+            assert (back.with_name(back.stem + "_modules") / f.name).read_bytes() == f.read_bytes()
+
+
+def test_bad_inputs_get_one_clear_message_and_exit_3(captures, tmp_path):
+    data = captures["views"].read_bytes()
+    cases = {"truncated.wrp": data[:100], "notwrp.wrp": b"PK\x03\x04" + bytes(200),
+             "version.wrp": data[:4] + b"\x63\0\0\0" + data[8:]}
+    for fname, content in cases.items():
+        p = tmp_path / fname
+        p.write_bytes(content)
+        for cmd in ("inspect", "validate"):
+            res = wrp(cmd, p)
+            assert res.exit_code == 3, (fname, cmd, res.output)
+            assert res.output.startswith("error:") or "error" in res.output
+            assert "Traceback" not in res.output
+
+
+def test_convert_refuses_unknown_extension_and_same_file(captures, tmp_path):
+    res = wrp("convert", captures["views"], tmp_path / "x.zip")
+    assert res.exit_code != 0 and ".wrpk" in res.output
+    assert not (tmp_path / "x.zip").exists()
+    res = wrp("convert", captures["views"], captures["views"])
+    assert res.exit_code != 0
+
+
+def test_help_explains_every_command():
+    res = wrp("--help")
+    for cmd in ("inspect", "validate", "check", "convert", "replay"):
+        assert cmd in res.output
+        assert wrp(cmd, "--help").exit_code == 0
