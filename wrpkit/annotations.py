@@ -16,11 +16,23 @@ only by the functions that take or return Warp types.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
+
+
+class _LazyNumpy:
+    """numpy, imported on first use: reading annotations (``wrp inspect``) needs no numpy."""
+
+    def __getattr__(self, name):
+        import numpy  # noqa: PLC0415
+
+        return getattr(numpy, name)
+
+
+np = _LazyNumpy()
 
 from .errors import WrpBindingError, WrpFormatError
 
@@ -46,21 +58,18 @@ class ScalarKind(enum.IntEnum):
     FLOAT64 = 12
 
 
-#: numpy dtype of each scalar kind (little-endian: WRP1 is little-endian only).
-SCALAR_NUMPY = {
-    ScalarKind.BOOL: np.dtype(np.bool_),
-    ScalarKind.INT8: np.dtype("<i1"),
-    ScalarKind.UINT8: np.dtype("<u1"),
-    ScalarKind.INT16: np.dtype("<i2"),
-    ScalarKind.UINT16: np.dtype("<u2"),
-    ScalarKind.INT32: np.dtype("<i4"),
-    ScalarKind.UINT32: np.dtype("<u4"),
-    ScalarKind.INT64: np.dtype("<i8"),
-    ScalarKind.UINT64: np.dtype("<u8"),
-    ScalarKind.FLOAT16: np.dtype("<f2"),
-    ScalarKind.FLOAT32: np.dtype("<f4"),
-    ScalarKind.FLOAT64: np.dtype("<f8"),
+#: numpy dtype string of each scalar kind (little-endian: WRP1 is little-endian only).
+_SCALAR_CODES = {
+    ScalarKind.BOOL: "?", ScalarKind.INT8: "<i1", ScalarKind.UINT8: "<u1", ScalarKind.INT16: "<i2",
+    ScalarKind.UINT16: "<u2", ScalarKind.INT32: "<i4", ScalarKind.UINT32: "<u4", ScalarKind.INT64: "<i8",
+    ScalarKind.UINT64: "<u8", ScalarKind.FLOAT16: "<f2", ScalarKind.FLOAT32: "<f4", ScalarKind.FLOAT64: "<f8",
 }
+
+
+@functools.lru_cache(maxsize=None)
+def scalar_numpy() -> dict:
+    """``{ScalarKind: numpy dtype}`` (built on first use, so that importing this module needs no numpy)."""
+    return {k: np.dtype(code) for k, code in _SCALAR_CODES.items()}
 
 #: Warp scalar type name of each scalar kind.
 SCALAR_NAMES = {
@@ -272,7 +281,7 @@ def element_layout(dt: DataType) -> tuple:
     if dt.fields:
         return numpy_dtype(dt), ()
     if dt.scalar != ScalarKind.UNKNOWN:
-        base = SCALAR_NUMPY.get(dt.scalar)
+        base = scalar_numpy().get(dt.scalar)
         if base is None:
             raise WrpFormatError(f"data type {dt.name!r} has an unknown scalar kind {dt.scalar}")
         return base, tuple(int(d) for d in dt.shape)
@@ -300,7 +309,7 @@ def numpy_dtype(dt: DataType) -> np.dtype:
         except (ValueError, TypeError) as e:
             raise WrpFormatError(f"struct data type {dt.name!r} has an impossible layout: {e}") from None
     if dt.scalar != ScalarKind.UNKNOWN:
-        base = SCALAR_NUMPY.get(dt.scalar)
+        base = scalar_numpy().get(dt.scalar)
         if base is None:
             raise WrpFormatError(f"data type {dt.name!r} has an unknown scalar kind {dt.scalar}")
         if dt.shape:
@@ -377,7 +386,7 @@ def check_fits(sig: ArraySignature, region_size: int) -> None:
 
 def _kind_of_numpy(npd: np.dtype) -> int:
     npd = np.dtype(npd)
-    for k, v in SCALAR_NUMPY.items():
+    for k, v in scalar_numpy().items():
         if v.kind == npd.kind and v.itemsize == npd.itemsize:
             return k
     return ScalarKind.UNKNOWN
@@ -706,5 +715,5 @@ __all__ = [
     "ScalarKind", "DataType", "StructField", "ArraySignature", "KernelArgument", "KernelSignature",
     "ModuleDigest", "Annotations", "element_layout", "numpy_dtype", "dtype_matches", "view_region", "check_fits",
     "dtype_from_warp", "warp_dtype", "signature_of_array", "encode_annotations", "decode_annotations",
-    "read_annotations", "FILE_IDENTIFIER", "SCALAR_NUMPY",
+    "read_annotations", "FILE_IDENTIFIER", "scalar_numpy",
 ]

@@ -59,6 +59,23 @@ class _Checker:
         self.kernels = {(k.module_hash, k.kernel_key) for k in prog.kernels}
         self.mesh_ptrs = {me.original_ptr for me in prog.meshes}
         self.problems: list = []
+        self.kernel_sigs = self._kernel_signatures(prog)
+
+    def _kernel_signatures(self, prog):
+        """``{(module_hash, kernel_key): KernelSignature}`` from wrpkit's annotations, if any."""
+        if not prog.annotations:
+            return {}
+        from .annotations import read_annotations  # noqa: PLC0415
+        from .errors import WrpError  # noqa: PLC0415
+
+        try:
+            ann = read_annotations(prog)
+        except WrpError as e:
+            self.err("annotations", f"malformed annotations: {e.message}")
+            return {}
+        if ann is None:
+            return {}
+        return {(k.module_hash, k.kernel_key): k for k in ann.kernel_signatures}
 
     def err(self, where, msg, offset=None, severity="error"):
         self.problems.append(Problem(where, msg, offset, severity))
@@ -214,6 +231,9 @@ class _Checker:
             self.err(w, f"launch shape {op.shape[:op.ndim]} holds more threads than the launch size {op.size}", at)
         if any(op.shape[max(op.ndim, 1):]):
             self.err(w, f"launch shape {op.shape} has non-zero dims past ndim {op.ndim}", at)
+        sig = self.kernel_sigs.get((op.module_hash, op.kernel_key))
+        if sig is not None:
+            self._against_signature(w, op, sig)
         vsize = len(op.value_data)
         n_rel = sum(p.num_relocs for p in op.params) + sum(p.num_relocs for p in op.adjoint_params)
         if n_rel != len(op.relocations):
@@ -251,6 +271,46 @@ class _Checker:
                             self.err(pw, "NULL relocation must have region id -1 and offset 0", at)
                     else:
                         self.err(pw, f"unknown relocation kind {r.kind}", at)
+
+    def _against_signature(self, w, op, sig):
+        """Files wrpkit wrote record each kernel's arguments: hold every launch to them.
+
+        The argument count and byte sizes must match, and each array argument's
+        descriptor must have the declared ndim and fit its region with the real
+        element size (not just one byte, as without a signature).
+        """
+        args = sig.arguments
+        if len(args) != len(op.params):
+            self.err(w, f"launch passes {len(op.params)} arguments; kernel {op.kernel_key!r} takes {len(args)}", op.at)
+            return
+        regions = self.regions
+        for j, (p, rels) in enumerate(op.param_relocations()):
+            a = args[j]
+            pw = f"{w}.params[{j}]"
+            if a.value_size and p.value_size != a.value_size:
+                self.err(pw, f"argument {a.name!r} is {p.value_size} bytes; its type {a.type} takes {a.value_size}",
+                         op.at)
+                continue
+            if not a.ndim or a.dtype is None or p.value_size < 56 or not rels:
+                continue
+            data = rels[0]
+            if data.kind != m.RelocKind.DATA_PTR or data.value_byte_offset != 0:
+                continue
+            base = p.value_offset
+            ndim = _U16.unpack_from(op.value_data, base + 48)[0]
+            if ndim != a.ndim:
+                self.err(pw, f"array argument {a.name!r} has ndim {ndim}; the kernel declares {a.ndim}", op.at)
+                continue
+            dims = _I32X4.unpack_from(op.value_data, base + 16)[:ndim]
+            steps = _I32X4.unpack_from(op.value_data, base + 32)[:ndim]
+            if 0 in dims or min(dims) < 0 or min(steps) < 0:
+                continue
+            extent = sum((d - 1) * st for d, st in zip(dims, steps)) + a.dtype.size
+            reg = regions.get(data.region_id)
+            if reg is not None and data.region_offset + extent > reg.size:
+                self.err(pw, f"array argument {a.name!r} ({a.dtype.name}, shape {dims}) spans {extent} bytes from "
+                             f"offset {data.region_offset}, past the end of region {data.region_id} "
+                             f"({reg.size} bytes)", op.at)
 
     def _array_descriptors(self, pw, at, op, p, rels):
         """Check every ``array_t`` in an argument against the region its pointers point into.

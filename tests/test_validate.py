@@ -1,0 +1,88 @@
+"""Validation rules beyond the byte layout, on real captures edited through the model."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+import replay_cases as rc
+from wrpkit import model as m
+from wrpkit.container import open_capture
+from wrpkit.validate import validate_capture, validate_program
+from wrpkit.wrp1 import decode_wrp1
+
+
+def first_array_launch(prog):
+    for _, op in m.walk_ops(prog.ops):
+        if isinstance(op, m.KernelLaunch) and op.params and op.params[0].value_size == 56 and op.relocations:
+            return op
+    raise LookupError
+
+
+def edited(path, edit):
+    prog = decode_wrp1(path.read_bytes())
+    edit(prog)
+    return prog
+
+
+def set_ndim(prog, ndim):
+    op = first_array_launch(prog)
+    blob = bytearray(op.value_data)
+    struct.pack_into("<H", blob, op.params[0].value_offset + 48, ndim)
+    op.value_data = bytes(blob)
+
+
+def test_every_wrpkit_capture_passes_the_signature_checks():
+    for name in ("views", "arrays_nd", "structs", "indexedarray", "tape", "bsr", "mesh"):
+        with open_capture(rc.wrpkit_capture(name)) as cap:
+            assert validate_capture(cap) == [], name
+
+
+def test_signature_catches_an_array_ndim_the_kernel_does_not_declare():
+    wrpkit_file = rc.wrpkit_capture("views")
+    stock_file = rc.stock_capture("views")
+    bad = [str(p) for p in validate_program(edited(wrpkit_file, lambda p: set_ndim(p, 2)))]
+    assert any("the kernel declares 1" in p for p in bad), bad
+    # Without a signature the same edit is structurally plausible: nothing to compare it with.
+    assert not validate_program(edited(stock_file, lambda p: set_ndim(p, 2)))
+
+
+def test_signature_catches_a_resized_argument():
+    def grow(prog):
+        op = first_array_launch(prog)
+        p0 = op.params[0]
+        op.params[0] = p0._replace(value_size=p0.value_size - 8)
+
+    bad = [str(p) for p in validate_program(edited(rc.wrpkit_capture("views"), grow))]
+    assert any("takes 56" in p for p in bad), bad
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("region_offset", 1 << 40, "falls outside region"),
+    ("region_id", 999, "does not exist"),
+    ("kind", 9, "unknown relocation kind"),
+])
+def test_relocation_rules(field, value, needle):
+    def edit(prog):
+        op = first_array_launch(prog)
+        op.relocations[0] = op.relocations[0]._replace(**{field: value})
+
+    bad = [str(p) for p in validate_program(edited(rc.stock_capture("views"), edit))]
+    assert any(needle in p for p in bad), bad
+
+
+def test_duplicate_binding_to_another_region_is_refused():
+    def edit(prog):
+        prog.bindings.append(m.Binding(prog.bindings[0].name, prog.regions[-1].region_id))
+
+    bad = [str(p) for p in validate_program(edited(rc.stock_capture("views"), edit))]
+    assert any("duplicate binding" in p for p in bad), bad
+
+
+def test_cpu_h2d_copy_is_refused():
+    def edit(prog):
+        prog.ops.append(m.MemcpyH2D(prog.regions[0].region_id, 0, b"\0" * 4))
+
+    bad = [str(p) for p in validate_program(edited(rc.stock_capture("views"), edit))]
+    assert any("MEMCPY_H2D" in p for p in bad), bad
