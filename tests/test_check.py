@@ -142,3 +142,21 @@ def test_clean_capture_saves_without_lint_warnings(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", WrpLintWarning)
         rec.save(tmp_path / "clean.wrp", outputs={"out": out})
+
+
+def test_altered_module_fails_its_recorded_hash(tmp_path):
+    import replay_cases as rc  # noqa: PLC0415
+
+    dst = rc.copy_capture(rc.wrpkit_capture("views"), tmp_path)
+    victim = next(dst.with_name(dst.stem + "_modules").iterdir())
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    code, out = run_check(dst)
+    assert code == 1
+    assert any(f["check"] == "modules" and "SHA-256" in f["message"] for f in out["findings"])
+
+
+def test_unknown_device_is_a_usage_error(small_capture):
+    res = CliRunner().invoke(main, ["check", str(small_capture), "--device", "tpu"])
+    assert res.exit_code == 2 and "unknown device" in res.output

@@ -20,6 +20,7 @@ from typing import Optional
 from . import model as m
 from .container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
+from .environment import installed_warp_version, parse_device
 from .validate import validate_program
 
 OK, FAIL, WARN = "ok", "fail", "warn"
@@ -41,31 +42,6 @@ class Finding:
     status: str
     message: str
     fix: str = ""
-
-
-def installed_warp_version() -> Optional[str]:
-    """The installed warp-lang version, without importing Warp; None if absent."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
-
-        return version("warp-lang")
-    except PackageNotFoundError:
-        return None
-
-
-def parse_device(device: str) -> tuple:
-    """``"cpu"`` -> ``("cpu", None)``; ``"cuda:1"`` / ``"cuda"`` -> ``("cuda", 1 / 0)``.
-
-    Raises:
-        ValueError: Any other string.
-    """
-    d = device.strip().lower()
-    if d == "cpu":
-        return "cpu", None
-    mt = re.fullmatch(r"cuda(?::(\d+))?", d)
-    if mt:
-        return "cuda", int(mt.group(1) or 0)
-    raise ValueError(f"unknown device {device!r}; use cpu or cuda:N")
 
 
 def _init_warp():
@@ -100,17 +76,17 @@ def _cuda_device_arch(ordinal: int) -> Optional[int]:
 
 
 def _annotation_digests(prog: m.Program) -> dict:
+    """``{binary_filename: ModuleDigest}`` recorded by wrpkit, or {} (bad annotations are validate's job)."""
     if not prog.annotations:
         return {}
-    try:
-        from .annotations import read_annotations  # noqa: PLC0415
+    from .annotations import read_annotations  # noqa: PLC0415
+    from .errors import WrpError  # noqa: PLC0415
 
+    try:
         ann = read_annotations(prog)
-    except Exception:  # noqa: BLE001  (bad annotations are reported by validate)
+    except WrpError:
         return {}
-    if ann is None:
-        return {}
-    return {d.binary_filename: d for d in getattr(ann, "module_digests", [])}
+    return ann.digest_map() if ann is not None else {}
 
 
 def _descriptor_bytes(rels) -> set:
@@ -190,7 +166,7 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
         A list of :class:`Finding`; the file is loadable when none has status ``fail``.
 
     Raises:
-        ValueError: ``device`` is not ``cpu`` or ``cuda:N``.
+        WrpDeviceError: ``device`` is not ``cpu`` or ``cuda:N``.
     """
     prog = cap.program
     kind, ordinal = parse_device(device)
@@ -274,11 +250,14 @@ def _module_findings(cap: Capture, kind: str) -> list:
                                "Copy <stem>_modules/ along with the .wrp, or ship a .wrpk bundle."))
             continue
         data = cap.module_bytes(name)
-        sha = hashlib.sha256(data).hexdigest()
-        want = mod.binary_digest or (digests[name].sha256.hex() if name in digests and
-                                     isinstance(digests[name].sha256, (bytes, bytearray)) else
-                                     getattr(digests.get(name), "sha256_hex", None))
-        if want and want != sha:
+        recorded = digests.get(name)
+        if mod.binary_digest:
+            want, ok = True, hashlib.sha256(data).hexdigest() == mod.binary_digest
+        elif recorded is not None:
+            want, ok = True, recorded.matches(data)
+        else:
+            want, ok = False, True
+        if not ok:
             out.append(Finding("modules", FAIL, f"module file {name!r} does not match its recorded SHA-256",
                                "The module was replaced or corrupted; restore the original or recapture."))
             continue

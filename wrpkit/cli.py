@@ -282,13 +282,14 @@ def check(file, device, as_json):
     (e.g. a HashGrid id passed as uint64).
     Exit 0 when loadable (warnings allowed), 1 when not.
     """
-    from .check import FAIL, WARN, parse_device, preflight  # noqa: PLC0415
+    from .check import FAIL, WARN, preflight  # noqa: PLC0415
     from .container import open_capture  # noqa: PLC0415
+    from .environment import parse_device  # noqa: PLC0415
 
     try:
         parse_device(device)
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--device") from None
+    except WrpError as e:
+        raise click.BadParameter(e.message, param_hint="--device") from None
     try:
         with open_capture(file) as cap:
             findings = preflight(cap, device)

@@ -29,6 +29,7 @@ import numpy as np
 
 from . import annotations as ann
 from . import wrp1
+from .environment import installed_warp_version, parse_device
 from .errors import (
     WrpBindingError,
     WrpDeviceError,
@@ -80,22 +81,7 @@ def device_family(device) -> str:
     Raises:
         WrpDeviceError: The string names no device family.
     """
-    if device is None:
-        return "cpu"
-    if not isinstance(device, str):
-        return "cpu" if getattr(device, "is_cpu", False) else "cuda"
-    d = device.strip().lower()
-    if d == "cpu":
-        return "cpu"
-    if d == "cuda" or (d.startswith("cuda:") and d[5:].isdigit()):
-        return "cuda"
-    raise WrpDeviceError(f"unknown device {device!r}", hint="Use 'cpu', 'cuda' or 'cuda:N'.")
-
-
-def _installed_warp_version() -> str:
-    import warp as wp  # noqa: PLC0415
-
-    return wp.config.version
+    return parse_device(device)[0]
 
 
 def check_runnable(model, device, warp_version: Optional[str] = None, what: str = "the capture") -> None:
@@ -113,7 +99,7 @@ def check_runnable(model, device, warp_version: Optional[str] = None, what: str 
             f"{what} was captured for {want.upper()}{arch} but device {device!s} was requested",
             hint=f"Replay it with --device {'cpu' if want == 'cpu' else 'cuda:0'}, or recapture it on the "
                  f"{fam.upper()} device.")
-    installed = warp_version if warp_version is not None else _installed_warp_version()
+    installed = warp_version if warp_version is not None else installed_warp_version()
     if model.warp_version != installed:
         raise WrpVersionError(
             f"{what} was recorded with Warp {model.warp_version} but the installed Warp is {installed}; "

@@ -20,7 +20,7 @@ from typing import Optional
 
 from . import model as m
 from .fileio import is_plain_basename
-from .model import APIC_SCALAR_SIZE, OpType
+from .model import APIC_SCALAR_SIZE
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _I32X4 = struct.Struct("<4i")
