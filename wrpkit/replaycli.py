@@ -526,8 +526,10 @@ def _savez_bytes(results: dict) -> bytes:
 
 def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=(), output=None, repeat: int = 1,
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
-                as_json: bool = False, progress: bool = True) -> tuple:
+                as_json: bool = False, progress: bool = True, verify_checksums: bool = True) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
+
+    ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
 
     Returns:
         ``(report, ok)``: the JSON-able report and whether the check passed.
@@ -540,7 +542,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     from .fileio import atomic_write, check_output_path  # noqa: PLC0415
 
     file = Path(file)
-    prep = runtime.prepare(file)
+    prep = runtime.prepare(file, verify_checksums=verify_checksums)
     try:
         runtime.check_runnable(prep.model, device, warp_version=_quiet_warp().config.version, what=str(file))
         if engine == "python":
@@ -633,8 +635,10 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-6, show_default=True)
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--no-verify", is_flag=True, help="For a .wrpk: skip blob checksums (trusted files only).")
 @click.pass_context
-def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json):
+def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
+           no_verify):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
@@ -654,7 +658,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         # on the way (Warp's messages) goes to stderr.
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
-                                     atol, engine, as_json)
+                                     atol, engine, as_json, verify_checksums=not no_verify)
     except WrpError as e:
         _report(e)
         ctx.exit(e.exit_code)
