@@ -91,3 +91,20 @@ def test_skipping_checksums_needs_the_explicit_flag(captures, tmp_path):
     assert wrp("replay", bad).exit_code == 3
     res = wrp("replay", bad, "--no-verify")
     assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("name", rc.sample_names())
+def test_moved_bundle_replays_through_the_native_engine(tmp_path, name):
+    from wrpkit.errors import WrpError  # noqa: PLC0415
+    from wrpkit.replaycli import find_native  # noqa: PLC0415
+
+    try:
+        find_native()
+    except WrpError:
+        pytest.skip("wrp-replay is not built (pip install . builds it)")
+    src, inputs, expected = rc.sample_capture(name)
+    wrpk = bundle_alone(src, tmp_path, name)
+    res = wrp("replay", wrpk, "--engine", "native", "--inputs", inputs, "--check", expected, "--json")
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    assert report["engine"] == "native" and report["check"]["ok"] is True

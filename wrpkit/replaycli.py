@@ -394,21 +394,17 @@ def _native_timings(report: dict) -> list | None:
     return None
 
 
-def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int) -> tuple:
+def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
+                verify_checksums: bool = True) -> tuple:
     from .errors import WrpFormatError  # noqa: PLC0415
 
     exe = find_native()
     with tempfile.TemporaryDirectory(prefix="wrp-replay-") as d:
         d = Path(d)
-        if prep.kind != "wrp":
-            # wrp-replay reads .wrp files: unpack the bundle next to the inputs.
-            file = d / "bundle.wrp"
-            file.write_bytes(bytes(prep.wrp_bytes))
-            (d / "bundle_modules").mkdir()
-            for fname, data in prep.modules.items():
-                (d / "bundle_modules" / fname).write_bytes(bytes(data))
         args = [os.fspath(exe), os.fspath(file), "--device", device, "--repeat", str(repeat),
                 "--warmup", str(warmup), "--json"]
+        if not verify_checksums:
+            args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
         for i, (name, arr) in enumerate(inputs.items()):
             p = d / f"in{i}.npy"
             np.save(p, np.ascontiguousarray(arr), allow_pickle=False)
@@ -576,7 +572,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                 raise WrpError(f"output {output} is a directory")
 
         if engine == "native":
-            results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup)
+            results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums)
         else:
             results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json)
     finally:

@@ -13,8 +13,10 @@ const char* const kUsage =
     "usage: wrp-replay FILE [--device cpu|cuda:N] [--input NAME=x.npy]... [--output NAME=y.npy]...\n"
     "                  [--repeat N] [--warmup N] [--json] [--warp-lib-dir DIR] [--list]\n"
     "\n"
-    "Replay a Warp captured graph (.wrp, written by wp.capture_save) without Python.\n"
-    "The file and the module files in <stem>_modules/ are validated before Warp sees them.\n"
+    "Replay a Warp captured graph without Python: a .wrp written by wp.capture_save (with the\n"
+    "module files in <stem>_modules/ beside it) or a single-file .wrpk bundle (wrp convert X.wrp\n"
+    "X.wrpk), told apart by their magic bytes.  Everything is validated before Warp sees it; a\n"
+    ".wrpk's header, manifest and every blob's SHA-256 are checked, and it is read in place.\n"
     "\n"
     "options:\n"
     "  --device DEV         cpu or cuda:N (default: the file's own, cpu or cuda:0); must match how\n"
@@ -30,10 +32,12 @@ const char* const kUsage =
     "                       default: $WRP_WARP_LIB_DIR, then the warp-lang installed beside wrp-replay\n"
     "  --list               validate the file and list its bindings without loading Warp\n"
     "  --skip-checks        skip semantic validation (trusted files only)\n"
+    "  --no-verify          .wrpk only: skip the blobs' SHA-256 checks (trusted files only); the\n"
+    "                       header, the manifest's checksum and all structure are still checked\n"
     "  --version            print the version and exit\n"
     "  -h, --help           show this help and exit\n"
     "\n"
-    "exit status: 0 ok, 1 replay/runtime failure, 2 usage error, 3 invalid or unsafe file\n";
+    "exit status: 0 ok, 1 replay/runtime failure, 2 usage error, 3 invalid, unsafe or corrupted file\n";
 
 namespace {
 
@@ -97,6 +101,9 @@ CliArgs parse_args(int argc, char** argv)
         } else if (arg == "--skip-checks") {
             no_value();
             a.skip_checks = true;
+        } else if (arg == "--no-verify") {
+            no_value();
+            a.no_verify = true;
         } else if (arg == "--device") {
             a.device = next();
         } else if (arg == "--input") {

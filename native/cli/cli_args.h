@@ -24,6 +24,7 @@ struct CliArgs {
     bool help = false;
     bool version = false;
     bool skip_checks = false;
+    bool no_verify = false;
     std::string warp_lib_dir;
 };
 

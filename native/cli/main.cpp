@@ -1,4 +1,4 @@
-// main.cpp -- wrp-replay: replay a .wrp with Warp's native runtime, no Python.
+// main.cpp -- wrp-replay: replay a .wrp or .wrpk with Warp's native runtime, no Python.
 //
 // Uses only the public C API (wrp_replay.h), statically linked.
 #include <algorithm>
@@ -121,6 +121,7 @@ int run(const CliArgs& args)
     opts.device = args.device.c_str();
     opts.warp_lib_dir = args.warp_lib_dir.empty() ? nullptr : args.warp_lib_dir.c_str();
     opts.skip_checks = args.skip_checks;
+    opts.verify_checksums = args.no_verify ? 0 : 1;
     opts.validate_only = args.list;
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
     Program prog;

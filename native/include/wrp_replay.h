@@ -1,12 +1,24 @@
 /*
- * wrp_replay.h -- replay NVIDIA Warp captured graphs (.wrp, WRP1 format 18)
- * from C or C++, without Python.
+ * wrp_replay.h -- replay NVIDIA Warp captured graphs (.wrp, WRP1 format 18,
+ * and .wrpk bundles) from C or C++, without Python.
  *
  * A program is opened from a .wrp file (plus the module files in its
- * `<stem>_modules/` directory) or from memory.  The file is parsed and
+ * `<stem>_modules/` directory), from a single-file .wrpk bundle (module
+ * binaries inside; see schema/WRPK-FORMAT.md), or from memory.  The kind is
+ * detected by the file's magic bytes, not its name.  The file is parsed and
  * validated completely by this library before any byte of it reaches Warp;
  * then Warp's own native runtime (warp.so, and warp-clang.so for CPU graphs,
  * from the installed warp-lang wheel) is loaded with dlopen and replays it.
+ *
+ * A .wrpk is memory-mapped, never unpacked: its header, the SHA-256 of its
+ * manifest, the manifest FlatBuffer (flatbuffers::Verifier plus wrpkit's own
+ * rules), the layout of its blob area and, unless verify_checksums is 0,
+ * every blob's SHA-256 are checked first.  The program's records are then
+ * re-encoded as the WRP1 image Warp's loader takes (region data copied once
+ * from the mapping) and validated exactly like a .wrp; module binaries are
+ * handed to Warp straight from the mapping.  A checksum failure is
+ * WRP_ERR_INVALID_FILE and its message names the blob ("region 3 initial
+ * data", "module wp___main___1a2b.o").
  *
  * Typical use:
  *
@@ -85,8 +97,9 @@ typedef enum wrp_status {
      * device string, device family differing from the file's, or an
      * operation the program was not opened for (validate_only). */
     WRP_ERR_INVALID_ARGUMENT = 1,
-    /* The .wrp or one of its module files is malformed, unsafe, missing or
-     * unreadable.  The message names the field and the byte offset. */
+    /* The .wrp or .wrpk or one of its module files is malformed, unsafe,
+     * missing or unreadable, or fails a checksum.  The message names the
+     * field (or the blob) and the byte offset. */
     WRP_ERR_INVALID_FILE = 2,
     /* Warp's runtime could not be found or loaded, has the wrong version,
      * or failed to load or replay the graph. */
@@ -128,6 +141,13 @@ typedef struct wrp_options {
     /* Largest total size of all memory regions, in bytes; 0 = default
      * (16 GiB).  Warp allocates every region when the program opens. */
     uint64_t max_memory_bytes;
+    /* .wrpk bundles only: nonzero (the default set by wrp_options_init) to
+     * verify the SHA-256 of every blob (region data, module binaries and
+     * sources) before any of it is used.  Zero skips only those hashes, for
+     * trusted files; the header, the manifest's own SHA-256 and every
+     * structural check always run.  Note: a zero-filled struct disables it,
+     * another reason to always start from wrp_options_init(). */
+    int verify_checksums;
 } wrp_options;
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name
@@ -197,16 +217,19 @@ WRP_API const char* wrp_library_version(void);
  * Valid until this thread's next call into this library. */
 WRP_API const char* wrp_last_error(void);
 
-/* Open `path` (a .wrp file; its modules are read from `<stem>_modules/`
- * beside it, where stem is the path without ".wrp").  The file must be a
- * regular file and not a symbolic link.  `opts` may be NULL for defaults.
+/* Open `path`: a .wrp file (its modules are read from `<stem>_modules/`
+ * beside it, where stem is the path without ".wrp") or a .wrpk bundle (which
+ * needs nothing beside it).  The file must be a regular file and not a
+ * symbolic link.  `opts` may be NULL for defaults.
  * On success *out_program receives the program; on failure it is set to
  * NULL and wrp_last_error() explains why. */
 WRP_API wrp_status wrp_program_open(const char* path, const wrp_options* opts, wrp_program** out_program);
 
 /* Open a program from memory: the bytes of the .wrp and the module files the
- * graph names.  Buffers are only read during the call (the library copies
- * what it keeps).  Entries the graph does not use are ignored. */
+ * graph names, or the bytes of a .wrpk (whose own module binaries are used;
+ * `modules` then only supplies a binary the bundle does not carry).  Buffers
+ * are only read during the call (the library copies what it keeps).
+ * Entries the graph does not use are ignored. */
 WRP_API wrp_status wrp_program_open_memory(
     const void* wrp_data,
     size_t wrp_size,

@@ -80,6 +80,14 @@ public:
             fail_invalid_at(where + ".dtype.size", at(dt), "element size %u is not %llu scalars of %u bytes", sig.dtype_size,
                             static_cast<unsigned long long>(lanes), scalar_size(sig.scalar_kind));
 
+        // flatbuffers::Verifier checks a vector's 4-byte length field but not
+        // the alignment of 8-byte elements, and Vector<int64_t>::Get() reads
+        // them in place (found by fuzz_wrp1: a misaligned load, undefined
+        // behaviour).  wrpkit's reader requires the alignment too.
+        for (const flatbuffers::Vector<int64_t>* v : {s->shape(), s->strides()})
+            if (v && (v->Data() - buf_.data()) % 8 != 0)
+                fail_invalid_at(where + (v == s->shape() ? ".shape" : ".strides"), at(v),
+                                "the vector's int64 elements are not 8-byte aligned (a corrupt FlatBuffer)");
         size_t ndim = s->shape() ? s->shape()->size() : 0;
         size_t nstrides = s->strides() ? s->strides()->size() : 0;
         if (ndim > 4 || nstrides != ndim)

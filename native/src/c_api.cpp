@@ -77,6 +77,7 @@ void wrp_options_init(wrp_options* opts)
         return;
     std::memset(opts, 0, sizeof(*opts));
     opts->struct_size = sizeof(*opts);
+    opts->verify_checksums = 1;
 }
 
 const char* wrp_library_version(void) { return WRP_LIBRARY_VERSION; }
@@ -103,7 +104,7 @@ wrp_status wrp_program_open_memory(const void* wrp_data, size_t wrp_size, const 
             wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_program is NULL");
         *out_program = nullptr;
         if (!wrp_data || wrp_size == 0)
-            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "no .wrp bytes given");
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "no .wrp or .wrpk bytes given");
         finish_open(out_program, wrp::Program::open_memory(static_cast<const uint8_t*>(wrp_data), wrp_size, modules,
                                                            num_modules, wrp::OpenOptions::from(opts)));
     });

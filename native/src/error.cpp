@@ -5,6 +5,19 @@
 #include <vector>
 
 namespace wrp {
+namespace {
+
+thread_local const char* t_offset_note = nullptr;
+
+}  // namespace
+
+OffsetNote::OffsetNote(const char* note)
+    : previous_(t_offset_note)
+{
+    t_offset_note = note;
+}
+
+OffsetNote::~OffsetNote() { t_offset_note = previous_; }
 
 std::string vformat(const char* fmt, va_list args)
 {
@@ -63,7 +76,8 @@ void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...
     va_start(args, fmt);
     std::string what = vformat(fmt, args);
     va_end(args);
-    throw Error(WRP_ERR_INVALID_FILE, where + " at byte " + std::to_string(at) + ": " + what);
+    std::string note = t_offset_note ? std::string(" ") + t_offset_note : std::string();
+    throw Error(WRP_ERR_INVALID_FILE, where + " at byte " + std::to_string(at) + note + ": " + what);
 }
 
 }  // namespace wrp

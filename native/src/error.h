@@ -44,4 +44,18 @@ std::string quoted(const std::string& s);
 [[noreturn]] void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+// While one is alive, fail_invalid_at() on this thread says which bytes its
+// offsets count ("<where> at byte <at> <note>: <what>").  Used when a .wrpk
+// bundle is validated through the WRP1 image rebuilt from its manifest.
+class OffsetNote {
+public:
+    explicit OffsetNote(const char* note);
+    ~OffsetNote();
+    OffsetNote(const OffsetNote&) = delete;
+    OffsetNote& operator=(const OffsetNote&) = delete;
+
+private:
+    const char* previous_;
+};
+
 }  // namespace wrp

@@ -112,6 +112,69 @@ std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const Wr
     return out;
 }
 
+namespace {
+
+const wrp_module_bytes* find_module_bytes(const wrp_module_bytes* modules, size_t count, const std::string& name)
+{
+    const wrp_module_bytes* found = nullptr;
+    for (size_t i = 0; i < count; i++) {
+        if (!modules[i].filename)
+            fail(WRP_ERR_INVALID_ARGUMENT, "module entry %zu has a NULL filename", i);
+        if (name == modules[i].filename) {
+            if (found)
+                fail(WRP_ERR_INVALID_ARGUMENT, "module %s is given twice", quoted(name).c_str());
+            found = &modules[i];
+        }
+    }
+    return found;
+}
+
+}  // namespace
+
+std::vector<ModuleImage> select_bundle_modules(const std::vector<WrpkModule>& bundle, const wrp_module_bytes* extra,
+                                               size_t num_extra, const Wrp1Graph& g, bool checks)
+{
+    if (num_extra > 0 && !extra)
+        fail(WRP_ERR_INVALID_ARGUMENT, "module list is NULL but num_modules is %zu", num_extra);
+    std::vector<ModuleImage> out;
+    for (const std::string& name : required_module_files(g)) {
+        const WrpkModule* found = nullptr;
+        for (const WrpkModule& m : bundle) {
+            if (m.binary_filename != name || !m.has_binary)
+                continue;
+            if (!found)
+                found = &m;
+            else if (found->size != m.size || (m.size && std::memcmp(found->data, m.data, m.size) != 0))
+                fail(WRP_ERR_INVALID_FILE, "the bundle holds two different binaries for module file %s",
+                     quoted(name).c_str());
+        }
+        ModuleImage m;
+        m.filename = name;
+        std::string display;
+        if (found) {
+            m.data = found->data;
+            m.size = found->size;
+            display = quoted(name) + " (in the bundle)";
+        } else {
+            const wrp_module_bytes* given = extra ? find_module_bytes(extra, num_extra, name) : nullptr;
+            if (!given)
+                fail(WRP_ERR_INVALID_FILE,
+                     "module file %s is not in the bundle (it was written without module binaries); the graph needs "
+                     "it. Rebuild the bundle from the capture with `wrp convert X.wrp X.wrpk`",
+                     quoted(name).c_str());
+            m.data = static_cast<const uint8_t*>(given->data);
+            m.size = given->data ? given->size : 0;
+            display = quoted(name) + " (from memory)";
+        }
+        if (m.size == 0)
+            fail(WRP_ERR_INVALID_FILE, "module file %s is empty", display.c_str());
+        if (checks)
+            verify_module(m, g, display);
+        out.push_back(std::move(m));
+    }
+    return out;
+}
+
 std::vector<ModuleImage> select_module_bytes(const wrp_module_bytes* modules, size_t count, const Wrp1Graph& g,
                                              bool checks)
 {
@@ -119,16 +182,7 @@ std::vector<ModuleImage> select_module_bytes(const wrp_module_bytes* modules, si
         fail(WRP_ERR_INVALID_ARGUMENT, "module list is NULL but num_modules is %zu", count);
     std::vector<ModuleImage> out;
     for (const std::string& name : required_module_files(g)) {
-        const wrp_module_bytes* found = nullptr;
-        for (size_t i = 0; i < count; i++) {
-            if (!modules[i].filename)
-                fail(WRP_ERR_INVALID_ARGUMENT, "module entry %zu has a NULL filename", i);
-            if (name == modules[i].filename) {
-                if (found)
-                    fail(WRP_ERR_INVALID_ARGUMENT, "module %s is given twice", quoted(name).c_str());
-                found = &modules[i];
-            }
-        }
+        const wrp_module_bytes* found = find_module_bytes(modules, count, name);
         std::string display = quoted(name) + " (from memory)";
         if (!found)
             fail(WRP_ERR_INVALID_FILE, "module file %s was not provided; the graph needs it", quoted(name).c_str());

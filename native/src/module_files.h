@@ -15,6 +15,7 @@
 #include "mapped_file.h"
 #include "wrp1_model.h"
 #include "wrp_replay.h"
+#include "wrpk_reader.h"
 
 namespace wrp {
 
@@ -34,5 +35,10 @@ std::string modules_dir_for(const std::string& wrp_path);
 std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const Wrp1Graph& g, bool checks);
 std::vector<ModuleImage> select_module_bytes(const wrp_module_bytes* modules, size_t count, const Wrp1Graph& g,
                                              bool checks);
+
+// The binaries a bundle carries (pointing into its bytes, not copied); a
+// module the bundle lacks may come from `extra` (wrp_program_open_memory).
+std::vector<ModuleImage> select_bundle_modules(const std::vector<WrpkModule>& bundle, const wrp_module_bytes* extra,
+                                               size_t num_extra, const Wrp1Graph& g, bool checks);
 
 }  // namespace wrp

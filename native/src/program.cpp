@@ -1,5 +1,10 @@
 // program.cpp -- validation first, then Warp: the life of a wrp_program.
 //
+// A .wrp is validated in place.  A .wrpk bundle is checked by decode_wrpk()
+// (header, manifest SHA-256 and FlatBuffer, blob layout, blob SHA-256s), its
+// program rebuilt as a WRP1 image, and that image validated by the very same
+// validate_wrp1(); its module binaries go to Warp straight from the mapping.
+//
 // Sequence for CPU graphs (mirrors warp.capture_load_from_bytes and
 // _apic_load_cpu_modules in warp/_src/context.py):
 //   wp_apic_load_graph_from_bytes(NULL, bytes, size, NULL, 0, CPU)
@@ -21,6 +26,7 @@
 #include "stderr_capture.h"
 #include "warp_runtime.h"
 #include "wrp1_validator.h"
+#include "wrpk_reader.h"
 
 namespace wrp {
 namespace {
@@ -74,6 +80,7 @@ OpenOptions OpenOptions::from(const wrp_options* user)
     out.skip_checks = o.skip_checks != 0;
     out.validate_only = o.validate_only != 0;
     out.capture_stderr = o.capture_warp_stderr != 0;
+    out.verify_checksums = o.verify_checksums != 0;
     if (o.max_file_bytes)
         out.limits.max_file_bytes = o.max_file_bytes;
     if (o.max_memory_bytes)
@@ -91,8 +98,10 @@ Program::~Program() { release(); }
 
 std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenOptions& opts)
 {
-    std::unique_ptr<Program> p(new Program(opts));
     MappedFile file = MappedFile::open(path, opts.limits.max_file_bytes, "file");
+    if (is_wrpk(file.data(), file.size()))
+        return open_bundle(file.data(), file.size(), nullptr, 0, opts);  // `file` outlives Warp's loads
+    std::unique_ptr<Program> p(new Program(opts));
     p->graph_ = validate_wrp1(file.data(), file.size(), opts.limits);
     p->describe_bindings();
     std::vector<ModuleImage> modules = read_module_files(path, p->graph_, !opts.skip_checks);
@@ -103,11 +112,36 @@ std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenO
 std::unique_ptr<Program> Program::open_memory(const uint8_t* data, size_t size, const wrp_module_bytes* modules,
                                               size_t num_modules, const OpenOptions& opts)
 {
+    if (is_wrpk(data, size))
+        return open_bundle(data, size, modules, num_modules, opts);
     std::unique_ptr<Program> p(new Program(opts));
     p->graph_ = validate_wrp1(data, size, opts.limits);
     p->describe_bindings();
     std::vector<ModuleImage> images = select_module_bytes(modules, num_modules, p->graph_, !opts.skip_checks);
     p->start(data, size, images);
+    return p;
+}
+
+std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, const wrp_module_bytes* extra,
+                                              size_t num_extra, const OpenOptions& opts)
+{
+    if (size > opts.limits.max_file_bytes)
+        fail(WRP_ERR_INVALID_FILE, "file is %zu bytes, larger than the limit of %llu bytes", size,
+             static_cast<unsigned long long>(opts.limits.max_file_bytes));
+    WrpkOptions wo;
+    wo.verify_checksums = opts.verify_checksums;
+    wo.max_image_bytes = opts.limits.max_file_bytes;
+    WrpkBundle bundle = decode_wrpk(data, size, wo);
+
+    std::unique_ptr<Program> p(new Program(opts));
+    {
+        OffsetNote note(kWrpkImageOffsetNote);
+        p->graph_ = validate_wrp1(bundle.image.get(), bundle.image_size, opts.limits);
+    }
+    p->describe_bindings();
+    std::vector<ModuleImage> images = select_bundle_modules(bundle.modules, extra, num_extra, p->graph_,
+                                                            !opts.skip_checks);
+    p->start(bundle.image.get(), bundle.image_size, images);
     return p;
 }
 

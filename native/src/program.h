@@ -28,6 +28,7 @@ struct OpenOptions {
     bool skip_checks = false;
     bool validate_only = false;
     bool capture_stderr = false;
+    bool verify_checksums = true;  // .wrpk blobs
     ValidationLimits limits;
 
     static OpenOptions from(const wrp_options* opts);
@@ -55,6 +56,9 @@ public:
 
 private:
     explicit Program(const OpenOptions& opts);
+    // A .wrpk held in `data` (a mapping or the caller's buffer).
+    static std::unique_ptr<Program> open_bundle(const uint8_t* data, size_t size, const wrp_module_bytes* extra,
+                                                size_t num_extra, const OpenOptions& opts);
     void describe_bindings();
     void start(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);
     void start_cpu(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);

@@ -1,0 +1,972 @@
+// wrpk_reader.cpp -- see wrpk_reader.h.  The checks mirror wrpkit/wrpk.py
+// (read_header, decode_wrpk, _check_blobs) and schema/WRPK-FORMAT.md; the
+// WRP1 encoding mirrors wrpkit/wrp1.py (encode_wrp1) byte for byte.
+#include "wrpk_reader.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdarg>
+#include <cstring>
+
+#include "byte_reader.h"
+#include "checked_math.h"
+#include "error.h"
+#include "sha256.h"
+#include "wrp1_model.h"
+#include "wrp_generated.h"
+
+namespace wrp {
+
+const char* const kWrpkImageOffsetNote = "of the bundle's program as a .wrp (wrp convert BUNDLE.wrpk X.wrp)";
+
+namespace {
+
+namespace fbs = wrpkit::fbs;
+using flatbuffers::Offset;
+using flatbuffers::Vector;
+
+constexpr uint8_t kMagic[8] = {'W', 'R', 'P', 'K', '\r', '\n', 0x1a, '\n'};
+constexpr uint32_t kContainerVersion = 1;
+constexpr uint64_t kHeaderSize = 128;
+constexpr uint64_t kAlign = 64;
+constexpr uint64_t kMaxManifest = (uint64_t(1) << 31) - 8;  // FlatBuffers offsets are 32-bit
+constexpr uint32_t kMaxBodyDepth = 64;                      // IF/WHILE nesting, as wrpkit and Warp
+// The Verifier's depth counts tables: Program, then per nesting level an
+// Operation and its If/While, then the innermost op's table.
+constexpr uint32_t kVerifierMaxDepth = 2 * kMaxBodyDepth + 4;
+// Tables and vectors may be shared in a valid FlatBuffer, so the WRP1 records
+// can be larger than the manifest (wrpkit shares identical value vectors).
+// A hostile manifest that references one big vector from many tables must
+// not turn a small file into a huge allocation: the records (metadata and
+// ops, not region data) may be at most this much larger than the manifest.
+constexpr uint64_t kExpansionFactor = 64;
+constexpr uint64_t kExpansionFloor = uint64_t(64) << 20;
+
+constexpr uint64_t align64(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
+
+std::string op_type_name(uint8_t t) { return op_name(t); }
+
+// A field path inside the manifest ("ops[3].then_ops[0].relocations"),
+// rendered only when an error is reported.
+struct Path {
+    const Path* parent;
+    const char* name;  // a field name, or nullptr for an index
+    uint32_t index;
+
+    std::string str() const
+    {
+        std::string head = parent ? parent->str() : std::string();
+        if (!name)
+            return head + "[" + std::to_string(index) + "]";
+        return head.empty() ? std::string(name) : head + "." + name;
+    }
+    Path field(const char* n) const { return Path{this, n, 0}; }
+    Path at(uint32_t i) const { return Path{this, nullptr, i}; }
+};
+
+// Raw scalar of a table field (generated accessors turn booleans into bool
+// and so hide values other than 0 and 1).
+template <typename T> T raw_field(const void* table, flatbuffers::voffset_t field, T def)
+{
+    return reinterpret_cast<const flatbuffers::Table*>(table)->GetField<T>(field, def);
+}
+
+template <typename T> uint32_t count_of(const T* vec) { return vec ? vec->size() : 0; }
+
+class Writer {
+public:
+    explicit Writer(uint64_t* budget)
+        : budget_(budget)
+    {
+    }
+
+    std::vector<uint8_t> bytes;
+
+    // Account for `n` more bytes before they are written (see kExpansionFactor).
+    bool reserve(uint64_t n)
+    {
+        if (n > *budget_)
+            return false;
+        *budget_ -= n;
+        return true;
+    }
+    template <typename T> void put(T v)
+    {
+        size_t at = bytes.size();
+        bytes.resize(at + sizeof(T));
+        std::memcpy(&bytes[at], &v, sizeof(T));
+    }
+    void raw(const void* p, size_t n)
+    {
+        const uint8_t* b = static_cast<const uint8_t*>(p);
+        bytes.insert(bytes.end(), b, b + n);
+    }
+    void zeros(size_t n) { bytes.resize(bytes.size() + n, 0); }
+    void str(const flatbuffers::String* s)
+    {
+        uint32_t n = s ? s->size() : 0;
+        put<uint32_t>(n);
+        if (n)
+            raw(s->data(), n);
+    }
+    template <typename T> void patch(size_t at, T v) { std::memcpy(&bytes[at], &v, sizeof(T)); }
+    size_t size() const { return bytes.size(); }
+
+private:
+    uint64_t* budget_;
+};
+
+uint64_t str_bytes(const flatbuffers::String* s) { return 4 + (s ? s->size() : 0); }
+
+struct BlobRef {
+    std::string name;  // "region 3 initial data"
+    std::string path;  // "regions[2].data"
+    uint64_t offset;
+    uint64_t length;
+    const uint8_t* sha;
+    uint32_t sha_len;
+    uint64_t at;  // bundle offset of the Blob table
+    const uint8_t** data_out;
+    size_t* size_out;
+};
+
+struct RegionOut {
+    uint32_t id;
+    uint32_t element_size;
+    uint64_t size;
+    bool has_data;
+    const uint8_t* data = nullptr;
+    size_t data_size = 0;
+};
+
+class ManifestDecoder {
+public:
+    ManifestDecoder(const uint8_t* manifest, uint64_t manifest_size)
+        : m_(manifest)
+        , limit_(kExpansionFloor + kExpansionFactor * manifest_size)
+        , budget_(limit_)
+        , meta_(&budget_)
+        , ops_(&budget_)
+    {
+    }
+
+    void decode(const fbs::Program* p)
+    {
+        Path root{nullptr, "manifest", 0};
+        program(p, root);
+    }
+
+    std::vector<BlobRef> blobs;
+    std::vector<RegionOut> regions;
+    std::vector<WrpkModule> modules;
+    const fbs::Program* prog = nullptr;
+    uint32_t top_level_ops = 0;
+    Writer& meta() { return meta_; }
+    Writer& ops() { return ops_; }
+
+private:
+    uint64_t at(const void* p) const { return kHeaderSize + static_cast<uint64_t>(static_cast<const uint8_t*>(p) - m_); }
+
+    [[noreturn]] void bad(const Path& where, const void* p, const char* fmt, ...) const
+        __attribute__((format(printf, 4, 5)))
+    {
+        va_list args;
+        va_start(args, fmt);
+        std::string what = vformat(fmt, args);
+        va_end(args);
+        fail_invalid_at(where.str(), at(p), "%s", what.c_str());
+    }
+
+    void reserve(Writer& w, uint64_t n, const Path& where, const void* p)
+    {
+        if (!w.reserve(n))
+            bad(where, p,
+                "the program's records would exceed %llu bytes as WRP1 (64 MiB + %llu times the manifest's size): "
+                "tables or vectors are referenced over and over",
+                static_cast<unsigned long long>(limit_), static_cast<unsigned long long>(kExpansionFactor));
+    }
+
+    void check_bool(const void* table, flatbuffers::voffset_t field, uint8_t def, const Path& where, const char* name)
+    {
+        uint8_t v = raw_field<uint8_t>(table, field, def);
+        if (v > 1)
+            bad(where.field(name), table, "boolean must be 0 or 1, found %u", v);
+    }
+
+    void blob(const fbs::Blob* b, std::string name, const Path& where, const uint8_t** data_out, size_t* size_out)
+    {
+        if (!b)
+            return;
+        const Vector<uint8_t>* sha = b->sha256();
+        std::string path = where.str();  // named by its place in the model, as wrpkit does: "regions[2].data"
+        if (path.compare(0, 9, "manifest.") == 0)
+            path.erase(0, 9);
+        blobs.push_back(BlobRef{std::move(name), std::move(path), b->offset(), b->length(), sha ? sha->data() : nullptr,
+                                count_of(sha), at(b), data_out, size_out});
+    }
+
+    // ------------------------------------------------------------- program
+    void program(const fbs::Program* p, const Path& root)
+    {
+        prog = p;
+        uint32_t fmt = p->format_version();
+        if (fmt != kFormatVersion)
+            bad(root.field("format_version"), p,
+                "APIC format version %u is not supported (this build reads 18, written by Warp 1.19); recapture the "
+                "graph with Warp 1.19.0",
+                fmt);
+        uint8_t device = raw_field<uint8_t>(p, fbs::Program::VT_DEVICE_TYPE, 1);
+        if (device > 1)
+            bad(root.field("device_type"), p, "device type must be 0 (CUDA) or 1 (CPU), found %u", device);
+        uint32_t arch = p->target_arch();
+        if ((device == 1) != (arch == 0) || arch > INT_MAX)
+            bad(root.field("target_arch"), p, "target arch %u does not fit device type %s", arch,
+                device == 1 ? "CPU" : "CUDA");
+
+        Writer& w = meta_;
+        reserve(w, 8 + str_bytes(p->warp_version()) + 20, root, p);
+        w.put<uint32_t>(fmt);
+        w.str(p->warp_version());
+        w.put<uint32_t>(arch);
+        w.put<uint32_t>(count_of(p->modules()));
+        w.put<uint32_t>(count_of(p->kernels()));
+        w.put<uint32_t>(count_of(p->bindings()));
+        w.put<uint32_t>(count_of(p->meshes()));
+        w.put<uint32_t>(count_of(p->pointer_locations()));
+
+        Path mp = root.field("modules");
+        modules.reserve(count_of(p->modules()));
+        for (uint32_t i = 0; i < count_of(p->modules()); i++)
+            module(p->modules()->Get(i), mp.at(i));
+        Path kp = root.field("kernels");
+        for (uint32_t i = 0; i < count_of(p->kernels()); i++) {
+            const fbs::Kernel* k = p->kernels()->Get(i);
+            reserve(w,
+                    str_bytes(k->kernel_key()) + str_bytes(k->module_hash()) + str_bytes(k->forward_name())
+                        + str_bytes(k->backward_name()) + 12,
+                    kp.at(i), k);
+            w.str(k->kernel_key());
+            w.str(k->module_hash());
+            w.str(k->forward_name());
+            w.str(k->backward_name());
+            w.put<uint32_t>(k->forward_smem_bytes());
+            w.put<uint32_t>(k->backward_smem_bytes());
+            w.put<uint32_t>(k->block_dim());
+        }
+        Path bp = root.field("bindings");
+        for (uint32_t i = 0; i < count_of(p->bindings()); i++) {
+            const fbs::Binding* b = p->bindings()->Get(i);
+            reserve(w, str_bytes(b->name()) + 4, bp.at(i), b);
+            w.str(b->name());
+            w.put<uint32_t>(b->region_id());
+        }
+        Path mep = root.field("meshes");
+        for (uint32_t i = 0; i < count_of(p->meshes()); i++) {
+            const fbs::Mesh* m = p->meshes()->Get(i);
+            check_bool(m, fbs::Mesh::VT_SUPPORT_WINDING_NUMBER, 0, mep.at(i), "support_winding_number");
+            reserve(w, 32, mep.at(i), m);
+            w.put<int32_t>(m->num_points());
+            w.put<int32_t>(m->num_tris());
+            w.put<uint8_t>(raw_field<uint8_t>(m, fbs::Mesh::VT_SUPPORT_WINDING_NUMBER, 0));
+            w.put<uint8_t>(m->bvh_constructor());
+            w.put<uint16_t>(m->bvh_leaf_size());
+            w.put<uint32_t>(m->points_region_id());
+            w.put<uint32_t>(m->indices_region_id());
+            w.put<uint32_t>(m->velocities_region_id());
+            w.put<uint64_t>(m->original_ptr());
+        }
+        Path pp = root.field("pointer_locations");
+        for (uint32_t i = 0; i < count_of(p->pointer_locations()); i++) {
+            const fbs::PointerLocation* l = p->pointer_locations()->Get(i);
+            reserve(w, 28, pp.at(i), l);
+            w.put<uint32_t>(l->region_id());
+            w.put<uint64_t>(l->offset());
+            w.put<uint64_t>(l->stride());
+            w.put<uint64_t>(l->count());
+        }
+
+        Path rp = root.field("regions");
+        regions.reserve(count_of(p->regions()));
+        uint32_t last = 0;
+        for (uint32_t i = 0; i < count_of(p->regions()); i++) {
+            const fbs::Region* r = p->regions()->Get(i);
+            Path here = rp.at(i);
+            if (r->region_id() <= last)
+                bad(here.field("region_id"), r,
+                    "region id %u is not above the previous id %u (ids must be unique, ascending and >= 1)",
+                    r->region_id(), last);
+            last = r->region_id();
+            check_bool(r, fbs::Region::VT_HAS_INITIAL_DATA, 0, here, "has_initial_data");
+            bool has = r->has_initial_data();
+            const fbs::Blob* data = r->data();
+            if (has != (data != nullptr))
+                bad(here.field("data"), r, "region %u has_initial_data is %s but its data blob is %s", r->region_id(),
+                    has ? "true" : "false", data ? "present" : "absent");
+            if (data && data->length() != r->size())
+                bad(here.field("data"), data, "region %u data blob is %llu bytes, the region %llu", r->region_id(),
+                    static_cast<unsigned long long>(data->length()), static_cast<unsigned long long>(r->size()));
+            regions.push_back(RegionOut{r->region_id(), r->element_size(), r->size(), has});
+        }
+        // Blob references hold pointers into `regions`: fill them only now
+        // that the vector no longer moves.
+        for (uint32_t i = 0; i < count_of(p->regions()); i++) {
+            const fbs::Region* r = p->regions()->Get(i);
+            blob(r->data(), "region " + std::to_string(r->region_id()) + " initial data", rp.at(i).field("data"),
+                 &regions[i].data, &regions[i].data_size);
+        }
+
+        reserve(ops_, 4, root, p);
+        top_level_ops = op_list(p->ops(), root.field("ops"), 1);
+    }
+
+    void module(const fbs::Module* m, const Path& here)
+    {
+        Writer& w = meta_;
+        reserve(w,
+                str_bytes(m->module_hash()) + str_bytes(m->module_name()) + str_bytes(m->binary_filename()) + 4
+                    + str_bytes(m->binary_digest()) + str_bytes(m->source_filename()) + str_bytes(m->source_digest())
+                    + 2 + 16,
+                here, m);
+        w.str(m->module_hash());
+        w.str(m->module_name());
+        w.str(m->binary_filename());
+        w.put<uint32_t>(m->target_arch());
+        w.str(m->binary_digest());
+        w.str(m->source_filename());
+        w.str(m->source_digest());
+        w.put<uint8_t>(static_cast<uint8_t>(m->binary_kind()));
+        w.put<uint8_t>(static_cast<uint8_t>(m->fallback_reason()));
+        if (const fbs::CudaCompileRecipe* r = m->recipe())
+            w.raw(r, 7);  // seven u8 fields, no padding
+        else
+            w.zeros(7);
+        w.zeros(9);
+
+        std::string filename = m->binary_filename() ? m->binary_filename()->str() : std::string();
+        std::string source = m->source_filename() ? m->source_filename()->str() : std::string();
+        if (m->source() && source.empty())
+            bad(here.field("source"), m, "module carries a source blob but has no source_filename");
+        modules.push_back(WrpkModule{filename, m->binary() != nullptr});
+    }
+
+public:
+    // Module blobs point into `modules`, which must not move afterwards.
+    void module_blobs()
+    {
+        Path root{nullptr, "manifest", 0};
+        Path mp = root.field("modules");
+        for (uint32_t i = 0; i < count_of(prog->modules()); i++) {
+            const fbs::Module* m = prog->modules()->Get(i);
+            blob(m->binary(), "module " + printable(modules[i].binary_filename), mp.at(i).field("binary"),
+                 &modules[i].data, &modules[i].size);
+            std::string source = m->source_filename() ? m->source_filename()->str() : std::string();
+            blob(m->source(), "module source " + printable(source), mp.at(i).field("source"), nullptr, nullptr);
+        }
+    }
+
+private:
+    // --------------------------------------------------------------- ops
+    uint32_t op_list(const Vector<Offset<fbs::Operation>>* list, const Path& where, uint32_t depth)
+    {
+        uint32_t n = count_of(list);
+        if (!list)
+            return 0;
+        if (depth > kMaxBodyDepth + 1)
+            bad(where, list, "IF/WHILE bodies are nested deeper than %u levels", kMaxBodyDepth);
+        for (uint32_t j = 0; j < n; j++) {
+            const fbs::Operation* o = list->Get(j);
+            Path here = where.at(j);
+            uint8_t t = raw_field<uint8_t>(o, fbs::Operation::VT_OP_TYPE, 0);
+            if (t == 0 || t == kOpMemcpyD2H || t > kOpHashGridUpdate)
+                bad(here.field("op_type"), o, "op type %u is %s", t,
+                    t == kOpMemcpyD2H ? "reserved by Warp (MEMCPY_D2H)" : t == 0 ? "NONE" : "unknown");
+            if (!o->op())
+                bad(here.field("op"), o, "op of type %s has no table", op_type_name(t).c_str());
+            op(t, o->op(), here, depth);
+        }
+        return n;
+    }
+
+    // Op header (type, total) followed by a fixed record of `fixed` bytes.
+    void head(uint32_t type, uint64_t total, const Path& where, const void* table)
+    {
+        reserve(ops_, total, where, table);
+        ops_.put<uint32_t>(type);
+        ops_.put<uint32_t>(static_cast<uint32_t>(total));
+    }
+
+    void op(uint8_t t, const void* table, const Path& here, uint32_t depth)
+    {
+        Writer& w = ops_;
+        switch (t) {
+        case kOpKernelLaunch: return launch(static_cast<const fbs::KernelLaunch*>(table), here);
+        case kOpMemcpyH2D: {
+            auto* o = static_cast<const fbs::MemcpyH2D*>(table);
+            uint32_t n = count_of(o->data());
+            head(t, 32 + uint64_t(n), here, o);
+            w.put<int32_t>(o->dst_region_id());
+            w.zeros(4);
+            w.put<uint64_t>(o->dst_offset());
+            w.put<uint64_t>(n);
+            if (n)
+                w.raw(o->data()->data(), n);
+            return;
+        }
+        case kOpMemcpyD2D: {
+            auto* o = static_cast<const fbs::MemcpyD2D*>(table);
+            head(t, 40, here, o);
+            w.put<int32_t>(o->dst_region_id());
+            w.put<int32_t>(o->src_region_id());
+            w.put<uint64_t>(o->dst_offset());
+            w.put<uint64_t>(o->src_offset());
+            w.put<uint64_t>(o->size());
+            return;
+        }
+        case kOpMemset: {
+            auto* o = static_cast<const fbs::Memset*>(table);
+            head(t, 32, here, o);
+            w.put<int32_t>(o->region_id());
+            w.put<int32_t>(o->value());
+            w.put<uint64_t>(o->offset());
+            w.put<uint64_t>(o->size());
+            return;
+        }
+        case kOpAlloc: {
+            auto* o = static_cast<const fbs::Alloc*>(table);
+            head(t, 24, here, o);
+            w.put<int32_t>(o->region_id());
+            w.zeros(4);
+            w.put<uint64_t>(o->size());
+            return;
+        }
+        case kOpIf: {
+            auto* o = static_cast<const fbs::If*>(table);
+            conditional(t, o, o->cond_region_id(), o->cond_offset(), o->then_ops(), "then_ops", o->else_ops(),
+                        "else_ops", here, depth);
+            return;
+        }
+        case kOpWhile: {
+            auto* o = static_cast<const fbs::While*>(table);
+            conditional(t, o, o->cond_region_id(), o->cond_offset(), o->body(), "body", nullptr, nullptr, here, depth);
+            return;
+        }
+        case kOpScan: {
+            auto* o = static_cast<const fbs::Scan*>(table);
+            check_bool(o, fbs::Scan::VT_INCLUSIVE, 0, here, "inclusive");
+            head(t, 52, here, o);
+            w.put<int32_t>(o->dst_region_id());
+            w.put<int32_t>(o->src_region_id());
+            w.put<uint64_t>(o->dst_offset());
+            w.put<uint64_t>(o->src_offset());
+            w.put<uint32_t>(o->length());
+            w.put<int32_t>(o->in_stride());
+            w.put<int32_t>(o->out_stride());
+            w.put<int32_t>(o->type_len());
+            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
+            w.put<uint8_t>(raw_field<uint8_t>(o, fbs::Scan::VT_INCLUSIVE, 0));
+            w.zeros(2);
+            return;
+        }
+        case kOpMemtile: {
+            auto* o = static_cast<const fbs::Memtile*>(table);
+            uint32_t n = count_of(o->value());
+            if (n == 0)
+                bad(here.field("value"), o, "MEMTILE value must not be empty");
+            head(t, 32 + uint64_t(n), here, o);
+            w.put<int32_t>(o->region_id());
+            w.put<uint32_t>(n);
+            w.put<uint64_t>(o->offset());
+            w.put<uint64_t>(o->count());
+            w.raw(o->value()->data(), n);
+            return;
+        }
+        case kOpSegmentedSort: {
+            auto* o = static_cast<const fbs::SegmentedSort*>(table);
+            head(t, 68, here, o);
+            w.put<int32_t>(o->keys_region_id());
+            w.put<int32_t>(o->values_region_id());
+            w.put<int32_t>(o->segstart_region_id());
+            w.put<int32_t>(o->segend_region_id());
+            w.put<uint64_t>(o->keys_offset());
+            w.put<uint64_t>(o->values_offset());
+            w.put<uint64_t>(o->segstart_offset());
+            w.put<uint64_t>(o->segend_offset());
+            w.put<uint32_t>(o->count());
+            w.put<uint32_t>(o->num_segments());
+            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
+            w.zeros(3);
+            return;
+        }
+        case kOpRadixSort: {
+            auto* o = static_cast<const fbs::RadixSort*>(table);
+            head(t, 52, here, o);
+            w.put<int32_t>(o->keys_region_id());
+            w.put<int32_t>(o->values_region_id());
+            w.put<uint64_t>(o->keys_offset());
+            w.put<uint64_t>(o->values_offset());
+            w.put<uint32_t>(o->count());
+            w.put<int32_t>(o->begin_bit());
+            w.put<int32_t>(o->end_bit());
+            w.put<int32_t>(o->value_size());
+            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
+            w.zeros(3);
+            return;
+        }
+        case kOpRunlengthEncode: {
+            auto* o = static_cast<const fbs::RunlengthEncode*>(table);
+            head(t, 64, here, o);
+            w.put<int32_t>(o->values_region_id());
+            w.put<int32_t>(o->run_values_region_id());
+            w.put<int32_t>(o->run_lengths_region_id());
+            w.put<int32_t>(o->run_count_region_id());
+            w.put<uint64_t>(o->values_offset());
+            w.put<uint64_t>(o->run_values_offset());
+            w.put<uint64_t>(o->run_lengths_offset());
+            w.put<uint64_t>(o->run_count_offset());
+            w.put<uint32_t>(o->value_count());
+            w.zeros(4);
+            return;
+        }
+        case kOpBsrFromTriplets: {
+            auto* o = static_cast<const fbs::BsrFromTriplets*>(table);
+            check_bool(o, fbs::BsrFromTriplets::VT_MASKED_TOPOLOGY, 0, here, "masked_topology");
+            head(t, 160, here, o);
+            w.put<int32_t>(o->block_size());
+            w.put<int32_t>(o->scalar_size_in_bytes());
+            w.put<int32_t>(o->row_count());
+            w.put<int32_t>(o->col_count());
+            w.put<int32_t>(o->nnz_upper_bound());
+            w.put<uint8_t>(raw_field<uint8_t>(o, fbs::BsrFromTriplets::VT_MASKED_TOPOLOGY, 0));
+            w.zeros(3);
+            w.put<uint64_t>(o->scalar_zero_mask());
+            for (int32_t v : {o->tpl_nnz_region_id(), o->tpl_rows_region_id(), o->tpl_columns_region_id(),
+                              o->tpl_values_region_id(), o->summed_block_offsets_region_id(),
+                              o->summed_block_indices_region_id(), o->bsr_offsets_region_id(),
+                              o->bsr_row_counts_region_id(), o->bsr_columns_region_id(), o->bsr_nnz_region_id()})
+                w.put<int32_t>(v);
+            for (uint64_t v : {o->tpl_nnz_offset(), o->tpl_rows_offset(), o->tpl_columns_offset(),
+                               o->tpl_values_offset(), o->summed_block_offsets_offset(),
+                               o->summed_block_indices_offset(), o->bsr_offsets_offset(), o->bsr_row_counts_offset(),
+                               o->bsr_columns_offset(), o->bsr_nnz_offset()})
+                w.put<uint64_t>(v);
+            return;
+        }
+        case kOpBsrTranspose: {
+            auto* o = static_cast<const fbs::BsrTranspose*>(table);
+            uint32_t n = count_of(o->padded_tail());
+            head(t, 116 + 4 * uint64_t(n), here, o);
+            w.put<int32_t>(o->row_count());
+            w.put<int32_t>(o->col_count());
+            w.put<int32_t>(o->nnz_upper_bound());
+            for (int32_t v : {o->bsr_offsets_region_id(), o->bsr_row_counts_region_id(), o->bsr_columns_region_id(),
+                              o->transposed_offsets_region_id(), o->transposed_row_counts_region_id(),
+                              o->transposed_columns_region_id(), o->block_indices_region_id(),
+                              o->status_region_id()})
+                w.put<int32_t>(v);
+            for (uint64_t v : {o->bsr_offsets_offset(), o->bsr_row_counts_offset(), o->bsr_columns_offset(),
+                               o->transposed_offsets_offset(), o->transposed_row_counts_offset(),
+                               o->transposed_columns_offset(), o->block_indices_offset(), o->status_offset()})
+                w.put<uint64_t>(v);
+            if (n)
+                w.raw(o->padded_tail()->Data(), 4 * size_t(n));
+            return;
+        }
+        case kOpReduction: {
+            auto* o = static_cast<const fbs::Reduction*>(table);
+            head(t, 64, here, o);
+            w.put<int32_t>(o->input_a_region_id());
+            w.put<int32_t>(o->input_b_region_id());
+            w.put<int32_t>(o->output_region_id());
+            w.put<uint32_t>(o->count());
+            w.put<uint64_t>(o->input_a_offset());
+            w.put<uint64_t>(o->input_b_offset());
+            w.put<uint64_t>(o->output_offset());
+            w.put<int32_t>(o->input_a_stride());
+            w.put<int32_t>(o->input_b_stride());
+            w.put<int32_t>(o->type_len());
+            w.put<uint8_t>(static_cast<uint8_t>(o->kind()));
+            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
+            w.zeros(2);
+            return;
+        }
+        case kOpBvhRefit: {
+            auto* o = static_cast<const fbs::BvhRefit*>(table);
+            head(t, 24, here, o);
+            w.put<uint64_t>(o->bvh_id());
+            w.put<int32_t>(o->constructor_type());
+            w.zeros(4);
+            return;
+        }
+        case kOpBvhRebuild: {
+            auto* o = static_cast<const fbs::BvhRebuild*>(table);
+            head(t, 24, here, o);
+            w.put<uint64_t>(o->bvh_id());
+            w.put<int32_t>(o->constructor_type());
+            w.zeros(4);
+            return;
+        }
+        case kOpHashGridUpdate: {
+            auto* o = static_cast<const fbs::HashGridUpdate*>(table);
+            check_bool(o, fbs::HashGridUpdate::VT_HAS_GROUPS, 0, here, "has_groups");
+            head(t, 64, here, o);
+            w.put<uint64_t>(o->grid_id());
+            w.put<double>(o->cell_width());
+            w.put<int32_t>(o->points_region_id());
+            w.put<int32_t>(o->groups_region_id());
+            w.put<uint64_t>(o->points_offset());
+            w.put<uint64_t>(o->groups_offset());
+            w.put<int32_t>(o->point_count());
+            w.put<int32_t>(o->points_stride());
+            w.put<int32_t>(o->groups_stride());
+            w.put<uint8_t>(o->grid_type());
+            w.put<uint8_t>(raw_field<uint8_t>(o, fbs::HashGridUpdate::VT_HAS_GROUPS, 0));
+            w.zeros(2);
+            return;
+        }
+        default:
+            bad(here.field("op_type"), table, "op type %u is unknown", t);  // excluded by op_list()
+        }
+    }
+
+    void conditional(uint8_t t, const void* table, int32_t cond_region, uint64_t cond_offset,
+                     const Vector<Offset<fbs::Operation>>* a, const char* a_name,
+                     const Vector<Offset<fbs::Operation>>* b, const char* b_name, const Path& here, uint32_t depth)
+    {
+        Writer& w = ops_;
+        size_t start = w.size();
+        head(t, 40, here, table);  // total patched below
+        w.put<int32_t>(cond_region);
+        w.zeros(4);
+        w.put<uint64_t>(cond_offset);
+        size_t sizes_at = w.size();
+        w.zeros(16);
+        size_t a_start = w.size();
+        uint32_t a_count = op_list(a, here.field(a_name), depth + 1);
+        size_t b_start = w.size();
+        uint32_t b_count = b ? op_list(b, here.field(b_name), depth + 1) : 0;
+        uint64_t a_size = b_start - a_start, b_size = w.size() - b_start, total = w.size() - start;
+        if (total > UINT32_MAX)
+            bad(here, table, "the %s record would be %llu bytes; a WRP1 op is at most 4 GiB", op_type_name(t).c_str(),
+                static_cast<unsigned long long>(total));
+        w.patch<uint32_t>(start + 4, static_cast<uint32_t>(total));
+        w.patch<uint32_t>(sizes_at, static_cast<uint32_t>(a_size));
+        w.patch<uint32_t>(sizes_at + 4, a_count);
+        w.patch<uint32_t>(sizes_at + 8, static_cast<uint32_t>(b_size));
+        w.patch<uint32_t>(sizes_at + 12, b_count);
+    }
+
+    void launch(const fbs::KernelLaunch* k, const Path& here)
+    {
+        uint32_t nshape = count_of(k->shape());
+        if (nshape != 4)
+            bad(here.field("shape"), k, "shape must have 4 entries, found %u", nshape);
+        check_bool(k, fbs::KernelLaunch::VT_IS_FORWARD, 1, here, "is_forward");
+        bool forward = k->is_forward();
+        uint32_t np = count_of(k->params()), na = count_of(k->adjoint_params());
+        if (forward && na)
+            bad(here.field("adjoint_params"), k, "a forward launch must not have adjoint params");
+        if (!forward && na != np)
+            bad(here.field("adjoint_params"), k, "an adjoint launch needs one adjoint param per param (%u), found %u",
+                np, na);
+        uint32_t key = count_of(k->kernel_key()), hash = count_of(k->module_hash());
+        if (key > UINT16_MAX || hash > UINT16_MAX || np > UINT16_MAX)
+            bad(here, k, "kernel key (%u bytes), module hash (%u bytes) or param count (%u) exceeds WRP1's 16-bit field",
+                key, hash, np);
+        const Vector<const fbs::Relocation*>* relocs = k->relocations();
+        uint32_t nr = count_of(relocs);
+        if (relocs && (relocs->Data() - m_) % 8 != 0)
+            bad(here.field("relocations"), relocs, "Relocation vector at manifest offset %llu is misaligned",
+                static_cast<unsigned long long>(relocs->Data() - 4 - m_));
+        uint32_t nv = count_of(k->value_data());
+        uint64_t total = 80 + uint64_t(key) + hash + 16 * (uint64_t(np) + (forward ? 0 : na)) + 24 * uint64_t(nr) + nv;
+        if (total > UINT32_MAX)
+            bad(here, k, "the KERNEL_LAUNCH record would be %llu bytes; a WRP1 op is at most 4 GiB",
+                static_cast<unsigned long long>(total));
+        head(kOpKernelLaunch, total, here, k);  // reserves before the relocations are walked
+        const uint8_t* rel = relocs ? relocs->Data() : nullptr;
+        for (uint32_t j = 0; j < nr; j++)
+            for (int b = 17; b < 24; b++)
+                if (rel[24 * size_t(j) + b])
+                    bad(here.field("relocations").at(j), rel + 24 * size_t(j), "struct padding must be zero");
+        Writer& w = ops_;
+        for (uint32_t d = 0; d < 4; d++)
+            w.put<uint32_t>(k->shape()->Get(d));
+        w.put<int32_t>(k->ndim());
+        w.put<uint64_t>(k->size());
+        w.put<uint64_t>(k->dim());
+        w.put<int32_t>(k->max_blocks());
+        w.put<int32_t>(k->block_dim());
+        w.put<int32_t>(k->smem_bytes());
+        w.put<int32_t>(k->grid_stride());
+        w.put<uint8_t>(forward ? 1 : 0);
+        w.put<uint8_t>(k->cluster_dim());
+        w.zeros(2);
+        w.put<uint16_t>(static_cast<uint16_t>(key));
+        w.put<uint16_t>(static_cast<uint16_t>(hash));
+        w.put<uint16_t>(static_cast<uint16_t>(np));
+        w.zeros(2);
+        w.put<uint32_t>(nr);
+        w.put<uint32_t>(nv);
+        if (key)
+            w.raw(k->kernel_key()->data(), key);
+        if (hash)
+            w.raw(k->module_hash()->data(), hash);
+        // LaunchParam (16 bytes) and Relocation (24 bytes, zero padding
+        // checked above) have exactly the WRP1 record layouts.
+        if (np)
+            w.raw(k->params()->Data(), 16 * size_t(np));
+        if (!forward && na)
+            w.raw(k->adjoint_params()->Data(), 16 * size_t(na));
+        if (nr)
+            w.raw(rel, 24 * size_t(nr));
+        if (nv)
+            w.raw(k->value_data()->data(), nv);
+    }
+
+    const uint8_t* m_;
+    uint64_t limit_;
+    uint64_t budget_;
+    Writer meta_;
+    Writer ops_;
+};
+
+void check_header(const uint8_t* data, size_t size, uint64_t* manifest_size, uint64_t* blob_off, uint64_t* blob_size)
+{
+    if (size < kHeaderSize)
+        fail_invalid_at("header", 0, "file is %zu bytes, too small for the 128-byte WRPK header; the file is truncated "
+                        "or is not a .wrpk bundle", size);
+    if (std::memcmp(data, kMagic, 8) != 0) {
+        bool text_mode = std::memcmp(data, "WRPK", 4) == 0;
+        fail_invalid_at("header.magic", 0, "bad magic %s, expected \"WRPK\\r\\n\\x1a\\n\": %s%s",
+                        quoted(std::string(reinterpret_cast<const char*>(data), 8)).c_str(),
+                        std::memcmp(data, "WRP1", 4) == 0 ? "a WRP1 .wrp capture" : "not a .wrpk bundle",
+                        text_mode ? " (a mangled line-ending guard means a text-mode transfer: copy the file in binary "
+                                    "mode)" : "");
+    }
+    uint32_t version = load<uint32_t>(data + 8);
+    if (version != kContainerVersion)
+        fail_invalid_at("header.container_version", 8,
+                        "container version %u is not supported (this build reads %u); rebuild the bundle with this "
+                        "wrpkit", version, kContainerVersion);
+    if (uint32_t flags = load<uint32_t>(data + 12))
+        fail_invalid_at("header.flags", 12, "flags must be 0, found 0x%x", flags);
+    for (int i = 80; i < 128; i++)
+        if (data[i])
+            fail_invalid_at("header.reserved", 80, "reserved bytes must be zero");
+    uint64_t moff = load<uint64_t>(data + 16), msize = load<uint64_t>(data + 24);
+    uint64_t boff = load<uint64_t>(data + 32), bsize = load<uint64_t>(data + 40);
+    if (moff != kHeaderSize)
+        fail_invalid_at("header.manifest_offset", 16, "manifest must start at byte 128, found %llu",
+                        static_cast<unsigned long long>(moff));
+    if (msize < 8 || msize > kMaxManifest)
+        fail_invalid_at("header.manifest_size", 24, "manifest size %llu is not between 8 bytes and 2 GiB",
+                        static_cast<unsigned long long>(msize));
+    uint64_t expect = align64(kHeaderSize + msize);
+    if (boff != expect)
+        fail_invalid_at("header.blob_area_offset", 32,
+                        "blob area must start at byte %llu (the manifest's end rounded up to 64), found %llu",
+                        static_cast<unsigned long long>(expect), static_cast<unsigned long long>(boff));
+    if (boff > size || bsize != size - boff) {
+        bool truncated = boff > size || bsize > size - boff;
+        fail_invalid_at("header.blob_area_size", 40,
+                        "file is %zu bytes but its header describes %s bytes (%s); the file is truncated or is not a "
+                        ".wrpk bundle",
+                        size, bsize > UINT64_MAX - boff ? "more than 2^64" : std::to_string(boff + bsize).c_str(),
+                        truncated ? "truncated" : "trailing bytes");
+    }
+    *manifest_size = msize;
+    *blob_off = boff;
+    *blob_size = bsize;
+}
+
+void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff, uint64_t bsize, bool verify)
+{
+    std::vector<BlobRef*> entries;
+    for (BlobRef& b : blobs) {
+        if (b.length == 0) {
+            if (b.offset || b.sha_len)
+                fail_invalid_at(b.path, b.at, "empty blob of %s must have offset 0 and no SHA-256", b.name.c_str());
+        } else {
+            if (b.sha_len != 32)
+                fail_invalid_at(b.path + ".sha256", b.at, "SHA-256 of %s must be 32 bytes, found %u", b.name.c_str(),
+                                b.sha_len);
+            if (b.offset % kAlign)
+                fail_invalid_at(b.path + ".offset", b.at, "blob offset %llu of %s is not a multiple of 64",
+                                static_cast<unsigned long long>(b.offset), b.name.c_str());
+            if (!range_fits(b.offset, b.length, bsize))
+                fail_invalid_at(b.path + ".length", b.at, "blob of %s (%llu bytes at %llu) runs past the %llu-byte blob "
+                                "area", b.name.c_str(), static_cast<unsigned long long>(b.length),
+                                static_cast<unsigned long long>(b.offset), static_cast<unsigned long long>(bsize));
+            entries.push_back(&b);
+        }
+        if (b.data_out) {
+            *b.data_out = data + boff + b.offset;
+            *b.size_out = static_cast<size_t>(b.length);
+        }
+    }
+    // The blobs tile the blob area in offset order: each at the next 64-byte
+    // boundary after the previous one, zeros between.
+    std::stable_sort(entries.begin(), entries.end(), [](const BlobRef* x, const BlobRef* y) {
+        return x->offset != y->offset ? x->offset < y->offset : x->length < y->length;
+    });
+    uint64_t pos = 0;
+    for (const BlobRef* b : entries) {
+        uint64_t expect = align64(pos);
+        if (b->offset != expect)
+            fail_invalid_at(b->path + ".offset", b->at, "blob of %s at %llu %s (expected at %llu)", b->name.c_str(),
+                            static_cast<unsigned long long>(b->offset),
+                            b->offset < pos ? "overlaps the previous blob" : "leaves a gap after the previous blob",
+                            static_cast<unsigned long long>(expect));
+        for (uint64_t i = pos; i < b->offset; i++)
+            if (data[boff + i])
+                fail_invalid_at("blob_area", boff + pos, "padding between blobs must be zero");
+        pos = b->offset + b->length;
+    }
+    if (pos != bsize)
+        fail_invalid_at("header.blob_area_size", 40, "the blobs end at %llu but the blob area is %llu bytes",
+                        static_cast<unsigned long long>(pos), static_cast<unsigned long long>(bsize));
+    if (!verify)
+        return;
+    for (const BlobRef* b : entries) {
+        uint8_t digest[32];
+        sha256(data + boff + b->offset, static_cast<size_t>(b->length), digest);
+        if (std::memcmp(digest, b->sha, 32) != 0)
+            fail_invalid_at(b->path, boff + b->offset,
+                            "integrity check failed: SHA-256 of %s does not match (%llu bytes, SHA-256 %s, recorded "
+                            "%s): the bundle was altered or corrupted; rebuild it from the original capture",
+                            b->name.c_str(), static_cast<unsigned long long>(b->length), to_hex(digest, 32).c_str(),
+                            to_hex(b->sha, 32).c_str());
+    }
+}
+
+}  // namespace
+
+bool is_wrpk(const uint8_t* data, size_t size) { return data && size >= 4 && std::memcmp(data, "WRPK", 4) == 0; }
+
+WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& options)
+{
+    if (!data)
+        fail(WRP_ERR_INVALID_ARGUMENT, "no .wrpk data given");
+    uint64_t msize, boff, bsize;
+    check_header(data, size, &msize, &boff, &bsize);
+    uint64_t mend = kHeaderSize + msize;
+    for (uint64_t i = mend; i < boff; i++)
+        if (data[i])
+            fail_invalid_at("manifest_padding", mend, "padding after the manifest must be zero");
+    const uint8_t* manifest = data + kHeaderSize;
+    uint8_t digest[32];
+    sha256(manifest, static_cast<size_t>(msize), digest);
+    if (std::memcmp(digest, data + 48, 32) != 0)
+        fail_invalid_at("manifest", kHeaderSize,
+                        "integrity check failed: SHA-256 of the manifest (%s) does not match the header's (%s): the "
+                        "bundle was altered or corrupted; rebuild it from the original capture",
+                        to_hex(digest, 32).c_str(), to_hex(data + 48, 32).c_str());
+    if (std::memcmp(manifest + 4, "WRPK", 4) != 0)
+        fail_invalid_at("manifest.file_identifier", kHeaderSize + 4, "FlatBuffer identifier is %s, expected \"WRPK\"",
+                        quoted(std::string(reinterpret_cast<const char*>(manifest + 4), 4)).c_str());
+
+    // The generated accessors read scalars in place: give them an 8-byte
+    // aligned manifest (a mapping is page-aligned, so this copies only for
+    // odd in-memory buffers).
+    std::unique_ptr<uint64_t[]> aligned;
+    if (reinterpret_cast<uintptr_t>(manifest) % 8 != 0) {
+        aligned.reset(new uint64_t[(msize + 7) / 8]);
+        std::memcpy(aligned.get(), manifest, static_cast<size_t>(msize));
+        manifest = reinterpret_cast<const uint8_t*>(aligned.get());
+    }
+    flatbuffers::Verifier::Options vo;
+    vo.max_depth = kVerifierMaxDepth;
+    vo.max_tables = static_cast<flatbuffers::uoffset_t>(msize / 4 + 1);
+    vo.check_alignment = true;
+    // The nested Annotations buffer is verified where the WRP1 image's
+    // ANNOTATIONS section is read (read_annotations), as for a .wrp.
+    vo.check_nested_flatbuffers = false;
+    flatbuffers::Verifier verifier(manifest, static_cast<size_t>(msize), vo);
+    if (!fbs::VerifyProgramBuffer(verifier))
+        fail_invalid_at("manifest", kHeaderSize,
+                        "the Program FlatBuffer failed verification: an offset, vtable, vector or string is out of "
+                        "bounds or misaligned, tables nest deeper than %u, or more than %llu tables are visited",
+                        kVerifierMaxDepth, static_cast<unsigned long long>(msize / 4 + 1));
+    const fbs::Program* prog = fbs::GetProgram(manifest);
+
+    ManifestDecoder dec(manifest, msize);
+    dec.decode(prog);
+    dec.module_blobs();
+    check_blobs(dec.blobs, data, boff, bsize, options.verify_checksums);
+
+    // ---- the WRP1 image: header, section table, METADATA, MEMORY, OPERATIONS [, ANNOTATIONS]
+    const Vector<uint8_t>* ann = prog->annotations();
+    uint32_t ann_size = count_of(ann);
+    uint32_t nsec = ann_size ? 4 : 3;
+    const std::vector<uint8_t>& meta = dec.meta().bytes;
+    const std::vector<uint8_t>& ops = dec.ops().bytes;
+    uint64_t mem = 4;
+    for (const RegionOut& r : dec.regions)
+        mem += 24 + (r.has_data ? r.data_size : 0);  // bounded by the bundle's size
+    uint64_t sizes[4] = {meta.size(), mem, 4 + uint64_t(ops.size()), ann_size};
+    uint64_t total = kFileHeaderSize + nsec * kSectionEntrySize;
+    for (uint32_t i = 0; i < nsec; i++)
+        total += sizes[i];
+    if (total > options.max_image_bytes || total > SIZE_MAX)
+        fail(WRP_ERR_INVALID_FILE, "the bundle's program is %llu bytes as a .wrp, larger than the limit of %llu bytes",
+             static_cast<unsigned long long>(total), static_cast<unsigned long long>(options.max_image_bytes));
+
+    WrpkBundle out;
+    out.image.reset(new uint8_t[static_cast<size_t>(total)]);
+    out.image_size = static_cast<size_t>(total);
+    uint8_t* w = out.image.get();
+    auto put = [&w](const void* p, size_t n) {
+        if (n)
+            std::memcpy(w, p, n);
+        w += n;
+    };
+    auto put32 = [&put](uint32_t v) { put(&v, 4); };
+    auto put64 = [&put](uint64_t v) { put(&v, 8); };
+    auto zeros = [&w](size_t n) {
+        std::memset(w, 0, n);
+        w += n;
+    };
+    put("WRP1", 4);
+    put32(prog->format_version());
+    put32(0);
+    put32(nsec);
+    put64(kSectionTableOffset);
+    uint8_t device = raw_field<uint8_t>(prog, fbs::Program::VT_DEVICE_TYPE, 1);
+    put(&device, 1);
+    zeros(3);
+    put32(prog->target_arch());
+    zeros(32);
+    static const uint32_t kTypes[4] = {kSectionMetadata, kSectionMemory, kSectionOperations, kSectionAnnotations};
+    uint64_t off = kFileHeaderSize + nsec * kSectionEntrySize;
+    for (uint32_t i = 0; i < nsec; i++) {
+        put32(kTypes[i]);
+        put32(0);
+        put64(off);
+        put64(sizes[i]);
+        put64(sizes[i]);
+        off += sizes[i];
+    }
+    put(meta.data(), meta.size());
+    put32(static_cast<uint32_t>(dec.regions.size()));
+    for (const RegionOut& r : dec.regions) {
+        put32(r.id);
+        put32(r.element_size);
+        put64(r.size);
+        uint8_t has = r.has_data ? 1 : 0;
+        put(&has, 1);
+        zeros(7);
+        if (r.has_data)
+            put(r.data, r.data_size);  // the one copy of region data
+    }
+    put32(dec.top_level_ops);
+    put(ops.data(), ops.size());
+    if (ann_size)
+        put(ann->data(), ann_size);
+    if (w != out.image.get() + total)
+        fail(WRP_ERR_INTERNAL, "WRP1 image size mismatch: wrote %zu of %llu bytes", static_cast<size_t>(w - out.image.get()),
+             static_cast<unsigned long long>(total));
+    out.modules = std::move(dec.modules);
+    return out;
+}
+
+}  // namespace wrp

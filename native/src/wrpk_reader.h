@@ -1,0 +1,67 @@
+// wrpk_reader.h -- the .wrpk bundle (schema/WRPK-FORMAT.md): check it all,
+// then rebuild the WRP1 image Warp's loader takes.
+//
+// decode_wrpk() performs every check of WRPK-FORMAT.md "What a reader checks"
+// in its order, as wrpkit/wrpk.py does:
+//   1. the 128-byte header and the zero padding after the manifest;
+//   2. the manifest's SHA-256 (always);
+//   3. the FlatBuffer: identifier "WRPK", flatbuffers::Verifier (bounds,
+//      alignment, vtables, strings, nesting depth, table count), then what the
+//      Verifier does not check: booleans 0 or 1, union types known and their
+//      tables present, 8-byte alignment and zero padding of Relocation
+//      vectors;
+//   4. model consistency (format version, device and arch, ascending region
+//      ids, region data blobs, launch shapes and adjoint params, MEMTILE);
+//   5. every Blob: 32-byte SHA-256, 64-byte-aligned offset inside the blob
+//      area, blobs tiling the area with zero padding;
+//   6. every blob's SHA-256 (unless verify_checksums is false).
+// Then the program's records are re-encoded as WRP1 bytes (byte-identical to
+// `wrp convert X.wrpk X.wrp`), with region data copied once out of the
+// caller's buffer.  Module binaries are NOT copied: the result points into
+// the caller's buffer (typically the bundle's read-only mapping).
+//
+// Failures throw wrp::Error(WRP_ERR_INVALID_FILE): "<field> at byte <offset
+// in the bundle>: <what>".  Checksum failures name the blob ("region 3
+// initial data", "module wp___main___x.o").  The WRP1 image itself is then
+// validated by the caller with validate_wrp1(), like any .wrp.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace wrp {
+
+// True when `data` starts like a .wrpk ("WRPK"); the full magic, with its
+// text-mode-transfer guard bytes, is checked by decode_wrpk().
+bool is_wrpk(const uint8_t* data, size_t size);
+
+struct WrpkOptions {
+    // Verify each blob's SHA-256 (step 6).  Steps 1-5 always run.
+    bool verify_checksums = true;
+    // Largest WRP1 image to build (ValidationLimits::max_file_bytes).
+    uint64_t max_image_bytes = uint64_t(16) << 30;
+};
+
+// One Module record of the bundle and its binary blob, if it carries one.
+struct WrpkModule {
+    std::string binary_filename;
+    bool has_binary = false;
+    const uint8_t* data = nullptr;  // inside the bundle's bytes
+    size_t size = 0;
+};
+
+struct WrpkBundle {
+    std::unique_ptr<uint8_t[]> image;  // the program as a WRP1 file
+    size_t image_size = 0;
+    std::vector<WrpkModule> modules;  // in manifest order
+};
+
+WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& options);
+
+// Where validate_wrp1() offsets point when it checks the image of a bundle.
+extern const char* const kWrpkImageOffsetNote;
+
+}  // namespace wrp
