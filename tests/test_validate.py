@@ -86,3 +86,16 @@ def test_cpu_h2d_copy_is_refused():
 
     bad = [str(p) for p in validate_program(edited(rc.stock_capture("views"), edit))]
     assert any("MEMCPY_H2D" in p for p in bad), bad
+
+
+def test_while_whose_body_cannot_change_its_condition_is_refused():
+    def edit(prog):
+        loop = next(op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.While))
+        others = [r.region_id for r in prog.regions if r.region_id != loop.cond_region_id]
+        # Keep only body ops that never touch the condition region.
+        loop.body = [m.Memset(others[0], 0, 0, 4)]
+
+    src = rc.stock_capture("capture_while")
+    assert not validate_program(decode_wrp1(src.read_bytes()))
+    bad = [str(p) for p in validate_program(edited(src, edit))]
+    assert any("never touches its condition" in p for p in bad), bad

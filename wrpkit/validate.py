@@ -52,6 +52,19 @@ class Problem:
         return f"{self.where}{at}: {self.message}"
 
 
+def _regions_touched(ops) -> set:
+    """Every region id an op list (nested bodies included) can read or write."""
+    out = set()
+    for _, op in m.walk_ops(ops):
+        if isinstance(op, m.KernelLaunch):
+            out.update(r.region_id for r in op.relocations if r.kind == m.RelocKind.DATA_PTR)
+        else:
+            for name in m.op_fields(type(op)):
+                if name.endswith("region_id"):
+                    out.add(getattr(op, name))
+    return out
+
+
 class _Checker:
     def __init__(self, prog: m.Program):
         self.prog = prog
@@ -373,7 +386,13 @@ class _Checker:
     def op_if(self, w, op):
         self.span(w, op.at, op.cond_region_id, op.cond_offset, 4, "condition")
 
-    op_while = op_if
+    def op_while(self, w, op):
+        self.op_if(w, op)
+        # A body that touches no byte of the condition's region can never end
+        # the loop: Warp would spin until its 2^24-iteration guard.
+        if op.cond_region_id not in _regions_touched(op.body):
+            self.err(w, f"WHILE body never touches its condition region {op.cond_region_id}, so the loop could "
+                        "not end", op.at)
 
     def _strided(self, n, stride, lanes, scalar):
         return 0 if n == 0 else (n - 1) * stride + lanes * scalar
