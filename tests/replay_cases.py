@@ -162,3 +162,14 @@ def copy_capture(src: Path, dst_dir: Path, stem: str = None) -> Path:
     if mdir.is_dir():
         shutil.copytree(mdir, dst_dir / f"{stem}_modules", dirs_exist_ok=True)
     return dst
+
+
+def rewrite_capture(src: Path, dst_dir: Path, edit) -> Path:
+    """Copy a capture into ``dst_dir``, apply ``edit(program)`` to its model and re-encode it."""
+    from wrpkit import wrp1  # noqa: PLC0415
+
+    dst = copy_capture(src, dst_dir)
+    prog = wrp1.decode_wrp1(dst.read_bytes())
+    edit(prog)
+    dst.write_bytes(wrp1.encode_wrp1(prog))
+    return dst

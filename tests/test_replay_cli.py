@@ -14,7 +14,6 @@ from click.testing import CliRunner
 
 import replay_cases as rc
 import warp as wp
-from wrpkit import wrp1
 from wrpkit.errors import WrpBindingError, WrpDeviceError, WrpModuleError, WrpVersionError
 from wrpkit.replaycli import compare, find_native, replay
 
@@ -241,14 +240,6 @@ def _assert_fails(result, exit_code, *words, out=None):
         assert not list(out.parent.glob(f".{out.name}.*")), "no temporary file left"
 
 
-def _rewrite(src, dst_dir, edit):
-    dst = rc.copy_capture(src, dst_dir)
-    prog = wrp1.decode_wrp1(dst.read_bytes())
-    edit(prog)
-    dst.write_bytes(wrp1.encode_wrp1(prog))
-    return dst
-
-
 def test_error_device_mismatch(tmp_path):
     out = tmp_path / "out.npz"
     r = invoke(rc.wrpkit_capture(PROGRAMS[0]), "--device", "cuda:0", "--output", out)
@@ -260,14 +251,14 @@ def test_error_device_type_edited(tmp_path):
         prog.device_type = 0
         prog.target_arch = 86
 
-    dst = _rewrite(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", edit)
+    dst = rc.rewrite_capture(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", edit)
     out = tmp_path / "out.npz"
     r = invoke(dst, "--output", out)
     assert r.exit_code != 0 and "error:" in r.stderr and not out.exists()
 
 
 def test_error_version_mismatch(tmp_path):
-    dst = _rewrite(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", lambda p: setattr(p, "warp_version", "1.18.2"))
+    dst = rc.rewrite_capture(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", lambda p: setattr(p, "warp_version", "1.18.2"))
     out = tmp_path / "out.npz"
     r = invoke(dst, "--output", out)
     _assert_fails(r, WrpVersionError.exit_code, "1.18.2", wp.config.version, "recapture", out=out)
@@ -388,7 +379,7 @@ def test_errors_through_the_wrp_group(tmp_path):
     """The lead's `wrp` group gives the same exit codes and messages."""
     from wrpkit.cli import main
 
-    dst = _rewrite(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", lambda p: setattr(p, "warp_version", "0.0.1"))
+    dst = rc.rewrite_capture(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", lambda p: setattr(p, "warp_version", "0.0.1"))
     r = CliRunner().invoke(main, ["replay", str(dst)])
     assert r.exit_code == WrpVersionError.exit_code and "0.0.1" in r.stderr and "recapture" in r.stderr
 
@@ -455,7 +446,7 @@ def test_native_engine_sample_check(name, tmp_path):
 
 @pytest.mark.skipif(not _native_available(), reason="wrp-replay is not built")
 def test_native_engine_errors_are_checked_first(tmp_path):
-    dst = _rewrite(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", lambda p: setattr(p, "warp_version", "1.0.0"))
+    dst = rc.rewrite_capture(rc.wrpkit_capture(PROGRAMS[0]), tmp_path / "f", lambda p: setattr(p, "warp_version", "1.0.0"))
     out = tmp_path / "out.npz"
     r = invoke(dst, "--engine", "native", "--output", out)
     _assert_fails(r, WrpVersionError.exit_code, "1.0.0", "recapture", out=out)

@@ -11,7 +11,6 @@ import replay_cases as rc
 import warp as wp
 import wrpkit
 from wrpkit import annotations as ann
-from wrpkit import wrp1
 from wrpkit.errors import (
     WrpBindingError,
     WrpDeviceError,
@@ -284,17 +283,9 @@ def test_view_binding_accepts_the_view_shape(tmp_path):
 # ---------------------------------------------------------------------------
 
 
-def _rewrite(src, dst_dir, edit):
-    dst = rc.copy_capture(src, dst_dir)
-    prog = wrp1.decode_wrp1(dst.read_bytes())
-    edit(prog)
-    dst.write_bytes(wrp1.encode_wrp1(prog))
-    return dst
-
-
 def test_version_mismatch_is_a_clear_error(tmp_path):
     src = rc.wrpkit_capture(PROGRAMS[0])
-    dst = _rewrite(src, tmp_path, lambda prog: setattr(prog, "warp_version", "1.18.0"))
+    dst = rc.rewrite_capture(src, tmp_path, lambda prog: setattr(prog, "warp_version", "1.18.0"))
     with pytest.raises(WrpVersionError) as e:
         wrpkit.load(dst)
     msg = str(e.value)
@@ -316,7 +307,7 @@ def test_device_type_edited_to_cuda(tmp_path):
         prog.device_type = 0
         prog.target_arch = 86
 
-    dst = _rewrite(rc.wrpkit_capture(PROGRAMS[0]), tmp_path, edit)
+    dst = rc.rewrite_capture(rc.wrpkit_capture(PROGRAMS[0]), tmp_path, edit)
     with pytest.raises((WrpDeviceError, WrpValidationError)):
         wrpkit.load(dst, device="cpu")
 
@@ -386,7 +377,7 @@ def test_signature_that_does_not_fit_its_region_is_refused(tmp_path):
         prog.annotations = ann.encode_annotations(ann.Annotations(a.producer, (bad,) + a.signature[1:],
                                                                   a.kernel_signatures, a.module_digests))
 
-    dst = _rewrite(src, tmp_path, edit)
+    dst = rc.rewrite_capture(src, tmp_path, edit)
     with pytest.raises(WrpError, match="spans bytes"):
         wrpkit.load(dst)
 
