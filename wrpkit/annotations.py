@@ -35,27 +35,14 @@ class _LazyNumpy:
 np = _LazyNumpy()
 
 from .errors import WrpBindingError, WrpFormatError
+from .fbs.ScalarKind import ScalarKind as _SchemaScalarKind
 
 #: FlatBuffers file identifier of an Annotations buffer.
 FILE_IDENTIFIER = b"WRPK"
 
 
-class ScalarKind(enum.IntEnum):
-    """Scalar kinds of Warp data types (``ScalarKind`` in the schema)."""
-
-    UNKNOWN = 0
-    BOOL = 1
-    INT8 = 2
-    UINT8 = 3
-    INT16 = 4
-    UINT16 = 5
-    INT32 = 6
-    UINT32 = 7
-    INT64 = 8
-    UINT64 = 9
-    FLOAT16 = 10
-    FLOAT32 = 11
-    FLOAT64 = 12
+#: Scalar kinds of Warp data types, taken from the schema so that the values cannot drift.
+ScalarKind = enum.IntEnum("ScalarKind", {k: v for k, v in vars(_SchemaScalarKind).items() if not k.startswith("_")})
 
 
 #: numpy dtype string of each scalar kind (little-endian: WRP1 is little-endian only).
