@@ -1039,6 +1039,32 @@ def test_wrpk_validation_rules_are_the_wrp_rules(native, caps, tmp_path):
     run(native.exe, tmp_path / "bad.wrpk", "--list", "--skip-checks", check_rc=0)
 
 
+def test_while_body_must_touch_its_condition(native, caps, tmp_path):
+    """A WHILE whose body never reads or writes its condition's region could never end (Warp would spin
+    to its 2^24-iteration guard): refused, in a .wrp and in a .wrpk, like wrpkit's validate does."""
+    from wrpkit import model as m  # noqa: PLC0415
+    from wrpkit.wrp1 import decode_wrp1, encode_wrp1  # noqa: PLC0415
+
+    src = caps["local_saxpb"]
+    for label, touched, rc in (("untouched", False, 3), ("touched", True, 0)):
+        prog = decode_wrp1(src.read_bytes())
+        if touched:
+            cond = prog.regions[-1].region_id  # y, which the launch writes
+        else:
+            cond = prog.regions[-1].region_id + 1
+            prog.regions.append(m.Region(cond, 4, 4, True, data=struct.pack("<i", 1)))
+        prog.ops = [m.While(cond, 0, list(prog.ops))]
+        path = copy_capture(src, tmp_path / label, data=encode_wrp1(prog))
+        bundle = tmp_path / f"{label}.wrpk"
+        convert_with_cli([(path, bundle)])
+        for f in (path, bundle):
+            res = run(native.exe, f, "--list", check_rc=rc)
+            if rc:
+                assert f"WHILE body never touches its condition region {cond}" in res.stderr, res.stderr
+        if rc:
+            run(native.exe, path, "--list", "--skip-checks", check_rc=0)
+
+
 def test_wrpk_of_hostile_variants_gets_the_wrp_verdict(native, caps, tmp_path):
     """Every hostile .wrp that wrpkit can bundle gets the same verdict as a .wrpk as it does as a .wrp."""
     try:

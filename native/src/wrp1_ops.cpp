@@ -17,6 +17,7 @@
 #include <cstdarg>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "byte_reader.h"
 #include "checked_math.h"
@@ -159,6 +160,7 @@ private:
     // `optional` lets region id -1 mean "absent" (then nothing is touched).
     void range(const Op& op, const char* field, int32_t region_id, uint64_t offset, uint64_t length, bool optional = false)
     {
+        touch(region_id);
         std::string name = std::string(field) + (*field ? "_region_id" : "region_id");
         if (optional && region_id == -1)
             return;
@@ -310,6 +312,7 @@ private:
                             index, slot, blob_size);
         switch (kind) {
         case kRelocDataPtr: {
+            touch(region_id);
             if (!semantic_)
                 return;
             const RegionRecord* r = g_.find_region(region_id);
@@ -473,7 +476,16 @@ private:
         range(op, "cond", op.get<int32_t>(8), op.get<uint64_t>(16), 4);
         uint64_t body = op.at + kCondHeader;
         if (op.type == kOpWhile) {
+            // A body that touches no byte of the condition's region can never
+            // end the loop: Warp's CPU replay would spin until its 2^24
+            // iteration guard (wrpkit's validate has the same rule).
+            int32_t cond = op.get<int32_t>(8);
+            while_touched_.emplace_back();
             stream(body, body + a, a_count, op.path + ".body", depth + 1);
+            bool touched = while_touched_.back().count(cond) != 0;
+            while_touched_.pop_back();
+            if (semantic_ && !touched)
+                op.fail("WHILE body never touches its condition region %d, so the loop could not end", cond);
         } else {
             stream(body, body + a, a_count, op.path + ".then", depth + 1);
             stream(body + a, body + a + b, b_count, op.path + ".else", depth + 1);
@@ -673,6 +685,14 @@ private:
     Wrp1Graph& g_;
     bool semantic_;
     std::unordered_set<uint64_t> mesh_ids_;
+    // Region ids each enclosing WHILE body reads or writes (innermost last).
+    std::vector<std::unordered_set<int32_t>> while_touched_;
+
+    void touch(int32_t region_id)
+    {
+        for (std::unordered_set<int32_t>& regions : while_touched_)
+            regions.insert(region_id);
+    }
 };
 
 }  // namespace
