@@ -38,6 +38,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from wrpk_manifests import program_manifest, shared_launch, wrap_manifest  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ_SECONDS = int(os.environ.get("WRP_FUZZ_SECONDS", "5"))
 
@@ -252,48 +254,6 @@ def test_fuzz_targets_never_load_warp(fuzzers):
 # ---------------------------------------------------------------------------
 
 
-def _wrpk(manifest: bytes, blob_area: bytes = b"") -> bytes:
-    """A .wrpk around ``manifest`` (header fields and checksum right) followed by ``blob_area``."""
-    manifest = manifest + bytes(-len(manifest) % 8)
-    boff = (128 + len(manifest) + 63) // 64 * 64
-    header = struct.pack("<8sIIQQQQ32s48s", b"WRPK\r\n\x1a\n", 1, 0, 128, len(manifest), boff, len(blob_area),
-                         hashlib.sha256(manifest).digest(), bytes(48))
-    return header + manifest + bytes(boff - 128 - len(manifest)) + blob_area
-
-
-def _program(ops=None, regions=None, op_count=1, edit_op=None) -> bytes:
-    """A minimal Program manifest (FlatBuffers builder, slot numbers of schema/wrp.fbs)."""
-    import flatbuffers  # noqa: PLC0415
-
-    b = flatbuffers.Builder(1024)
-    region_offsets = []
-    for build in regions or []:
-        region_offsets.append(build(b))
-    op_offsets = []
-    for build in ops or []:
-        op_offsets.append(build(b))
-    ops_vec = regions_vec = None
-    if op_offsets:
-        b.StartVector(4, len(op_offsets) * op_count, 4)
-        for o in reversed(op_offsets * op_count):
-            b.PrependUOffsetTRelative(o)
-        ops_vec = b.EndVector()
-    if region_offsets:
-        b.StartVector(4, len(region_offsets), 4)
-        for o in reversed(region_offsets):
-            b.PrependUOffsetTRelative(o)
-        regions_vec = b.EndVector()
-    version = b.CreateString("1.19.0")
-    b.StartObject(12)
-    b.PrependUOffsetTRelativeSlot(1, version, 0)
-    if regions_vec:
-        b.PrependUOffsetTRelativeSlot(9, regions_vec, 0)
-    if ops_vec:
-        b.PrependUOffsetTRelativeSlot(10, ops_vec, 0)
-    b.Finish(b.EndObject(), b"WRPK")
-    return bytes(b.Output())
-
-
 def _memset(op_type=5, with_table=True):
     def build(b):
         table = None
@@ -318,25 +278,6 @@ def _region(region_id=1, size=16, has_data=0):
         b.PrependUint8Slot(3, has_data, 0)
         return b.EndObject()
     return build
-
-
-def _shared_launch(b):
-    value = b.CreateByteVector(bytes(65536))
-    key, mh = b.CreateString("k"), b.CreateString("0" * 64)
-    b.StartVector(4, 4, 4)
-    for v in (1, 0, 0, 0):
-        b.PrependUint32(v)
-    shape = b.EndVector()
-    b.StartObject(16)
-    b.PrependUOffsetTRelativeSlot(0, shape, 0)
-    b.PrependUOffsetTRelativeSlot(10, key, 0)
-    b.PrependUOffsetTRelativeSlot(11, mh, 0)
-    b.PrependUOffsetTRelativeSlot(15, value, 0)
-    launch = b.EndObject()
-    b.StartObject(2)
-    b.PrependUint8Slot(0, 1, 0)
-    b.PrependUOffsetTRelativeSlot(1, launch, 0)
-    return b.EndObject()
 
 
 def misaligned_annotations(binding: str, count: int = 16) -> bytes:
@@ -397,7 +338,7 @@ def with_annotations(wrp: bytes, payload: bytes) -> bytes:
 def regression_inputs(base_wrp: bytes, binding: str) -> dict:
     """``{name: (target, bytes, expected substring of the library's message)}``."""
     ok_region = [_region()]
-    valid = _wrpk(_program(ops=[_memset()], regions=ok_region))
+    valid = wrap_manifest(program_manifest(ops=[_memset()], regions=ok_region))
     out = {
         # FOUND BY fuzz_wrp1 (bench/FUZZING.md): an ANNOTATIONS section whose int64 shape/strides
         # vectors are misaligned was read in place by Vector<int64_t>::Get (UBSan: load of misaligned
@@ -412,16 +353,18 @@ def regression_inputs(base_wrp: bytes, binding: str) -> dict:
         "minimal_valid_bundle": ("wrpk", valid, "ok"),
         # A union member without its table: the generated Verifier accepts it (a NULL
         # pointer is "absent"); dereferencing it would crash.
-        "op_without_table": ("wrpk", _wrpk(_program(ops=[_memset(with_table=False)], regions=ok_region)),
+        "op_without_table": ("wrpk",
+                             wrap_manifest(program_manifest(ops=[_memset(with_table=False)], regions=ok_region)),
                              "has no table"),
         # Union types the generated Verifier lets through: NONE, reserved 3, unknown 200.
-        "op_type_none": ("wrpk", _wrpk(_program(ops=[_memset(op_type=0, with_table=False)])), "is NONE"),
-        "op_type_reserved": ("wrpk", _wrpk(_program(ops=[_memset(op_type=3)])), "reserved by Warp"),
-        "op_type_unknown": ("wrpk", _wrpk(_program(ops=[_memset(op_type=200)])), "unknown"),
+        "op_type_none": ("wrpk", wrap_manifest(program_manifest(ops=[_memset(op_type=0, with_table=False)])),
+                         "is NONE"),
+        "op_type_reserved": ("wrpk", wrap_manifest(program_manifest(ops=[_memset(op_type=3)])), "reserved by Warp"),
+        "op_type_unknown": ("wrpk", wrap_manifest(program_manifest(ops=[_memset(op_type=200)])), "unknown"),
         # A boolean stored as 2 (the Verifier does not check bool values).
-        "bool_is_2": ("wrpk", _wrpk(_program(regions=[_region(has_data=2)])), "boolean must be 0 or 1"),
+        "bool_is_2": ("wrpk", wrap_manifest(program_manifest(regions=[_region(has_data=2)])), "boolean must be 0 or 1"),
         # 12000 references to one 64 KiB launch: ~790 MB of WRP1 records from a 112 KB file.
-        "shared_table_expansion": ("wrpk", _wrpk(_program(ops=[_shared_launch], op_count=12000)),
+        "shared_table_expansion": ("wrpk", wrap_manifest(program_manifest(ops=[shared_launch], op_count=12000)),
                                    "would exceed"),
         # Header lies: manifest past the end, blob area size wrapping around 2^64.
         "manifest_past_end": ("wrpk", valid[:24] + struct.pack("<QQ", 1 << 30, (1 << 30) + 128) + valid[40:],
@@ -430,7 +373,7 @@ def regression_inputs(base_wrp: bytes, binding: str) -> dict:
         "magic_only": ("wrpk", b"WRPK", "too small"),
         "text_mode_magic": ("wrpk", b"WRPK\n\x1a\n" + valid[8:], "text-mode"),
         # Manifest of the wrong root type's identifier and a zero root offset.
-        "root_offset_zero": ("wrpk", _wrpk(bytes(4) + b"WRPK"), "failed verification"),
+        "root_offset_zero": ("wrpk", wrap_manifest(bytes(4) + b"WRPK"), "failed verification"),
     }
     return out
 

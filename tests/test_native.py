@@ -39,6 +39,8 @@ import warp as wp
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from wrpk_manifests import program_manifest, shared_launch, wrap_manifest  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 WARP_BIN = Path(wp.__file__).resolve().parent / "bin"
 CLEAN_ENV = {"PATH": "/usr/bin:/bin"}  # what `env -i PATH=/usr/bin:/bin` leaves
@@ -1095,17 +1097,6 @@ def test_wrpk_of_hostile_variants_gets_the_wrp_verdict(native, caps, tmp_path):
     assert compared >= 20 and refused >= 10, (compared, refused)
 
 
-def wrap_manifest(manifest: bytes, blob_area: bytes = b"") -> bytes:
-    """A .wrpk around a FlatBuffer ``manifest`` (header and checksum right) and a ``blob_area``."""
-    import hashlib  # noqa: PLC0415
-
-    manifest += bytes(-len(manifest) % 8)
-    boff = (128 + len(manifest) + 63) // 64 * 64
-    header = struct.pack("<8sIIQQQQ32s48s", b"WRPK\r\n\x1a\n", 1, 0, 128, len(manifest), boff, len(blob_area),
-                         hashlib.sha256(manifest).digest(), bytes(48))
-    return header + manifest + bytes(boff - 128 - len(manifest)) + blob_area
-
-
 def test_wrpk_nesting_depth_limit(native, caps, tmp_path):
     """IF bodies nest 64 deep at most (wrpkit's and Warp's limit); the manifest Verifier accepts that depth."""
     from wrpkit import model as m  # noqa: PLC0415
@@ -1131,37 +1122,10 @@ def test_wrpk_shared_tables_cannot_blow_up(native, tmp_path):
     """One 64 KiB launch referenced 12000 times from a 112 KB manifest would be 790 MB as WRP1: refused
     up front, quickly, instead of allocated.  (The Verifier's table budget, a quarter of the manifest's
     size, allows these 24001 table visits.)"""
-    flatbuffers = pytest.importorskip("flatbuffers")
-    b = flatbuffers.Builder(1 << 20)
-    value = b.CreateByteVector(bytes(65536))
-    key, mh = b.CreateString("k"), b.CreateString("0" * 64)
-    b.StartVector(4, 4, 4)
-    for v in (1, 0, 0, 0):
-        b.PrependUint32(v)
-    shape = b.EndVector()
-    b.StartObject(16)
-    b.PrependUOffsetTRelativeSlot(0, shape, 0)
-    b.PrependInt32Slot(1, 1, 0)
-    b.PrependUOffsetTRelativeSlot(10, key, 0)
-    b.PrependUOffsetTRelativeSlot(11, mh, 0)
-    b.PrependUOffsetTRelativeSlot(15, value, 0)
-    launch = b.EndObject()
-    b.StartObject(2)
-    b.PrependUint8Slot(0, 1, 0)
-    b.PrependUOffsetTRelativeSlot(1, launch, 0)
-    op = b.EndObject()
-    n = 12000
-    b.StartVector(4, n, 4)
-    for _ in range(n):
-        b.PrependUOffsetTRelative(op)
-    ops = b.EndVector()
-    version = b.CreateString("1.19.0")
-    b.StartObject(12)
-    b.PrependUOffsetTRelativeSlot(1, version, 0)
-    b.PrependUOffsetTRelativeSlot(10, ops, 0)
-    b.Finish(b.EndObject(), b"WRPK")
+    pytest.importorskip("flatbuffers")
+    manifest = program_manifest(ops=[shared_launch], op_count=12000)
     path = tmp_path / "bomb.wrpk"
-    path.write_bytes(wrap_manifest(bytes(b.Output())))
+    path.write_bytes(wrap_manifest(manifest))
     res = run(native.exe, path, "--list", check_rc=3, timeout=20)
     assert "would exceed" in res.stderr, res.stderr
 
