@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Union
 
-from .errors import WrpError, WrpFormatError, WrpModuleError
+from .errors import WrpError, WrpModuleError
 
 PathLike = Union[str, os.PathLike]
 
@@ -339,5 +339,5 @@ def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
 
 __all__ = [
     "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
-    "is_plain_basename", "check_output_path", "WrpFormatError",
+    "is_plain_basename", "check_output_path",
 ]
