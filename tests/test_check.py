@@ -118,16 +118,39 @@ def test_check_on_garbage_is_a_clean_failure(tmp_path):
     assert res.exit_code != 0 and "not a Warp capture" in res.output
 
 
-def test_capture_layer_warns_about_live_pointers(tmp_path):
+def test_capture_layer_warns_about_live_pointers_when_the_capture_ends(tmp_path):
+    import warnings  # noqa: PLC0415
+
     import wrpkit  # noqa: PLC0415
     from wrpkit.recording import WrpLintWarning  # noqa: PLC0415
 
     grid = wp.HashGrid(4, 4, 4, device="cpu")
     out = wp.zeros(4, dtype=wp.float32, device="cpu")
-    with wrpkit.capture(device="cpu") as rec:
-        wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
-    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 1"):
+    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 1") as record:
+        with wrpkit.capture(device="cpu") as rec:
+            for _ in range(3):  # one warning, not one per launch
+                wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
+        assert rec.graph is not None  # raised at the end of the block, before any save
+    lint = [w for w in record if issubclass(w.category, WrpLintWarning)]
+    assert len(lint) == 1 and lint[0].filename == __file__
+    assert [f.check for f in rec.lint_findings] == ["lint-pointer"]
+    # Saving does not repeat what the end of the capture said.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WrpLintWarning)
         rec.save(tmp_path / "grid.wrp", outputs={"out": out})
+
+
+def test_saving_a_plain_warp_capture_lints_it(tmp_path):
+    import wrpkit  # noqa: PLC0415
+    from wrpkit.recording import WrpLintWarning  # noqa: PLC0415
+
+    grid = wp.HashGrid(4, 4, 4, device="cpu")
+    out = wp.zeros(4, dtype=wp.float32, device="cpu")
+    wp.capture_begin("cpu", apic=True)
+    wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
+    g = wp.capture_end()
+    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 1"):
+        wrpkit.save(g, tmp_path / "grid.wrp", outputs={"out": out})
 
 
 def test_clean_capture_saves_without_lint_warnings(tmp_path):
@@ -137,11 +160,12 @@ def test_clean_capture_saves_without_lint_warnings(tmp_path):
     from wrpkit.recording import WrpLintWarning  # noqa: PLC0415
 
     out = wp.zeros(4, dtype=wp.float32, device="cpu")
-    with wrpkit.capture(device="cpu") as rec:
-        wp.launch(k_uses_grid_id, dim=4, inputs=[wp.uint64(7), out], device="cpu")
     with warnings.catch_warnings():
         warnings.simplefilter("error", WrpLintWarning)
+        with wrpkit.capture(device="cpu") as rec:
+            wp.launch(k_uses_grid_id, dim=4, inputs=[wp.uint64(7), out], device="cpu")
         rec.save(tmp_path / "clean.wrp", outputs={"out": out})
+    assert rec.lint_findings == []
 
 
 def test_altered_module_fails_its_recorded_hash(tmp_path):

@@ -109,6 +109,15 @@ def _descriptor_bytes(rels) -> set:
 def lint_program(prog: m.Program) -> list:
     """Findings for captures that save but cannot replay correctly elsewhere.
 
+    See :func:`lint_launches`; this lints every kernel launch of ``prog``,
+    nested bodies included.
+    """
+    return lint_launches(op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.KernelLaunch))
+
+
+def lint_launches(launches) -> list:
+    """Lint findings for kernel launches (:class:`wrpkit.model.KernelLaunch`).
+
     * A 64-bit kernel argument (or struct field) that holds a live
       process pointer without a relocation: HashGrid, Bvh or Volume ids
       passed as ``uint64``.  Stock Warp saves them; the replay in a new
@@ -120,9 +129,7 @@ def lint_program(prog: m.Program) -> list:
     out = []
     layouts: dict = {}
     flagged = set()
-    for _, op in m.walk_ops(prog.ops):
-        if not isinstance(op, m.KernelLaunch):
-            continue
+    for op in launches:
         key = (op.module_hash, op.kernel_key)
         layout = tuple((p.value_size, p.value_align) for p in op.params)
         layouts.setdefault(key, set()).add(layout)

@@ -57,6 +57,8 @@ class Recording:
         self.graph = None
         self._program = None
         self._mapped = None  # keeps the buffer that _program views alive
+        self._launches = _LaunchLog()
+        self.lint_findings = None  # set when the capture ends (see end_capture)
 
     @property
     def complete(self) -> bool:
@@ -85,7 +87,8 @@ class Recording:
             with tempfile.TemporaryDirectory(prefix="wrpkit-rec-") as d:
                 prog, mapped, _ = _export(self._need_graph(), Path(d), {}, {})
             self._program, self._mapped = prog, mapped
-            warn_lints(prog)
+            if self.lint_findings is None:
+                self.lint_findings = warn_lints(prog)
         return self._program
 
     def save(self, path, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None) -> Path:
@@ -103,7 +106,8 @@ class Recording:
         """
         from .container import open_capture  # noqa: PLC0415
 
-        dest = save(self._need_graph(), path, inputs, outputs)  # issues the lint warnings
+        # The lint already ran when the capture ended; save() must not repeat it.
+        dest = save(self._need_graph(), path, inputs, outputs, lint=self.lint_findings is None)
         cap = open_capture(dest)
         self._program, self._mapped = cap.program, cap
         return dest
@@ -117,23 +121,94 @@ class WrpLintWarning(UserWarning):
     """A capture that saves but may not replay correctly in another process."""
 
 
-def warn_lints(prog) -> list:
+def warn_lints(prog, stacklevel: int = 3) -> list:
     """Issue a :class:`WrpLintWarning` for each lint finding of a captured program.
 
     Each warning names the kernel and the argument and says how to fix the
     capture (see :func:`wrpkit.check.lint_program`).
 
+    Args:
+        prog: A :class:`wrpkit.model.Program` (only its kernel launches are read).
+        stacklevel: Passed to :func:`warnings.warn`.
+
     Returns:
         The findings.
     """
-    import warnings  # noqa: PLC0415
-
     from .check import lint_program  # noqa: PLC0415
 
-    findings = lint_program(prog)
+    return _warn(lint_program(prog), stacklevel)
+
+
+def _warn(findings: list, stacklevel: int) -> list:
+    import warnings  # noqa: PLC0415
+
     for f in findings:
-        warnings.warn(WrpLintWarning(f"{f.message}. Fix: {f.fix}"), stacklevel=3)
+        warnings.warn(WrpLintWarning(f"{f.message}. Fix: {f.fix}"), stacklevel=stacklevel + 1)
     return findings
+
+
+class _LaunchLog:
+    """The kernel launches of a capture in progress, as Warp hands them to its recorder.
+
+    Warp builds one ``APICLaunchInfo`` per recorded launch
+    (``APICapture.build_launch_info``); it holds exactly the argument bytes,
+    parameter records and relocations that ``capture_save`` later writes.
+    Keeping a copy of each distinct one lets the lint run when the capture
+    ends, without saving the graph (which would snapshot every region).
+    """
+
+    def __init__(self):
+        self.launches = []
+        self.attached = False  # True once a recorder was observed (Warp's internals as expected)
+        self._seen = set()
+        self._apic = None
+
+    def attach(self, apic) -> None:
+        original = apic.build_launch_info
+
+        def build_launch_info(*args, **kwargs):
+            info = original(*args, **kwargs)
+            try:
+                self._record(info)
+            except Exception:  # noqa: BLE001 -- the lint must never break a capture
+                pass
+            return info
+
+        self._apic, self.attached = apic, True
+        # An instance attribute: only this capture's recorder is observed.
+        apic.build_launch_info = build_launch_info
+
+    def detach(self) -> None:
+        if self._apic is not None:
+            with contextlib.suppress(AttributeError):
+                del self._apic.build_launch_info
+            self._apic = None
+
+    def _record(self, info) -> None:
+        import ctypes  # noqa: PLC0415
+
+        from .model import LaunchParam, Relocation  # noqa: PLC0415
+
+        def params(arr):
+            if not arr or not info.num_params:
+                return []
+            return [LaunchParam(p.param_index, p.num_relocs, p.value_offset, p.value_size, p.value_align)
+                    for p in arr[:info.num_params]]
+
+        value = ctypes.string_at(info.value_data, info.value_data_size) if info.value_data_size else b""
+        fwd = params(info.params)
+        adj = params(info.adj_params) if not info.is_forward else []
+        rels = ([Relocation(r.value_byte_offset, r.region_id, r.region_offset, r.kind)
+                 for r in info.relocs[:info.num_relocs]] if info.num_relocs else [])
+        key = (info.kernel_key, info.module_hash, bytes(info.is_forward), value, tuple(fwd), tuple(adj), tuple(rels))
+        if key in self._seen:  # a step loop repeats identical launches; lint each once
+            return
+        self._seen.add(key)
+        self.launches.append(KernelLaunch(
+            shape=(), ndim=0, size=0, dim=info.kernel_dim, max_blocks=0, block_dim=0, smem_bytes=0, grid_stride=0,
+            is_forward=bool(info.is_forward), cluster_dim=0, kernel_key=info.kernel_key.decode("utf-8", "replace"),
+            module_hash=info.module_hash.decode("utf-8", "replace"), params=fwd, adjoint_params=adj,
+            relocations=rels, value_data=value))
 
 
 def begin_capture(device=None, stream=None, force_module_load: Optional[bool] = None, external: bool = False,
@@ -152,16 +227,26 @@ def begin_capture(device=None, stream=None, force_module_load: Optional[bool] = 
             raise WrpRuntimeError(f"cannot begin the capture: {e}") from None
         dev = stream.device if stream is not None else wp.get_device(device)
         rec = Recording(dev, stream)
+        apic = getattr(getattr(wp._src.context, "runtime", None), "_apic_capture", None)
+        if apic is not None and hasattr(apic, "build_launch_info"):
+            rec._launches.attach(apic)
         _active.append(rec)
     return rec
 
 
-def end_capture() -> Recording:
-    """End the capture begun by :func:`begin_capture` and return its Recording."""
+def end_capture(_stacklevel: int = 2) -> Recording:
+    """End the capture begun by :func:`begin_capture` and return its Recording.
+
+    The captured launches are linted here: a :class:`WrpLintWarning` is
+    issued for each pattern that would save but not replay in another process
+    (e.g. a HashGrid id passed as ``uint64``), and the findings are kept in
+    ``Recording.lint_findings``.
+    """
     with _lock:
         if not _active:
             raise WrpError("no wrpkit capture is in progress", hint="Call begin_capture() first.")
         rec = _active.pop()
+        rec._launches.detach()
         try:
             if rec.device.is_cpu:
                 graph = wp.capture_end(device=rec.device)
@@ -170,6 +255,11 @@ def end_capture() -> Recording:
         except RuntimeError as e:
             raise WrpRuntimeError(f"the capture failed: {e}") from None
     rec.graph = graph
+    if rec._launches.attached:
+        from .check import lint_launches  # noqa: PLC0415
+
+        rec.lint_findings = _warn(lint_launches(rec._launches.launches), _stacklevel)
+    rec._launches = _LaunchLog()  # the copies are no longer needed
     return rec
 
 
@@ -188,10 +278,16 @@ def capture(device=None, stream=None, force_module_load: Optional[bool] = None, 
         yield rec
     except BaseException:
         with contextlib.suppress(Exception):
-            end_capture()
+            rec._launches.detach()
+            wp.capture_end(device=rec.device) if rec.device.is_cpu else wp.capture_end(device=rec.device,
+                                                                                       stream=rec.stream)
+        with _lock:
+            if rec in _active:
+                _active.remove(rec)
         rec.graph = None
         raise
-    end_capture()
+    # Warnings point at the `with` statement: end_capture <- capture <- contextlib __exit__ <- user.
+    end_capture(_stacklevel=4)
 
 
 # ---------------------------------------------------------------------------
@@ -324,7 +420,8 @@ def _export(graph, tmp: Path, inputs: Mapping, outputs: Mapping):
     return prog, mapped, modules
 
 
-def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None) -> Path:
+def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None, *,
+         lint: bool = True) -> Path:
     """Save a graph captured with ``apic=True`` to a ``.wrp`` with typed signatures.
 
     The file is what ``wp.capture_save`` writes (stock ``wp.capture_load``
@@ -339,11 +436,13 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
             wrpkit loads; stock Warp loads only ``.wrp``).
         inputs: ``{name: wp.array}`` bound as inputs.
         outputs: ``{name: wp.array}`` bound as outputs.
+        lint: Issue a :class:`WrpLintWarning` for each pattern that saves but
+            may not replay in another process (e.g. a HashGrid id passed as
+            ``uint64``).  :meth:`Recording.save` turns it off: its capture
+            was linted when it ended.
 
     Returns:
-        The path of the file written.  A :class:`WrpLintWarning` is issued for
-        each pattern that saves but may not replay in another process (e.g. a
-        HashGrid id passed as ``uint64``).
+        The path of the file written.
 
     Raises:
         WrpBindingError: A binding is not a wp.array on the graph's device, or
@@ -368,7 +467,8 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
                 write_wrpk(dest, prog, modules)
             else:
                 publish_wrp(dest, wrp1.iter_wrp1_chunks(prog), modules)
-            warn_lints(prog)
+            if lint:
+                warn_lints(prog)
         finally:
             del prog
             mapped.close()
