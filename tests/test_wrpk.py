@@ -748,3 +748,55 @@ def test_bundle_over_4_gib(tmp_path):
         mod = cap.program.modules[0]
         assert bytes(mod.binary) == b"object file"
         assert len(cap.program.regions[0].data) == size
+
+
+# ---------------------------------------------------------------------------
+# Shared operation tables and the expansion limit
+# ---------------------------------------------------------------------------
+
+def _looped(wrp_inputs, times):
+    """A real capture's program with its op list run ``times`` times over, as a step loop records it."""
+    data, files = wrp_inputs["views"] if "views" in wrp_inputs else next(iter(wrp_inputs.values()))
+    prog = wrp1.decode_wrp1(data)
+    n = len(prog.ops)
+    prog.ops = prog.ops * times
+    return prog, files, n
+
+
+def test_identical_ops_share_one_table_and_decode_once(wrp_inputs):
+    """A step loop's repeated launches are written once; the round trip stays byte-identical."""
+    prog, files, n = _looped(wrp_inputs, 3)
+    back = wrpk.decode_wrpk(wrpk.encode_wrpk(prog, files))
+    leaf = [i for i in range(n) if not isinstance(prog.ops[i], (m.If, m.While))]
+    assert leaf
+    for i in leaf:  # one table in the manifest, one object in the model
+        assert back.ops[i] is back.ops[i + n] is back.ops[i + 2 * n]
+    assert wrp1.encode_wrp1(back) == wrp1.encode_wrp1(prog)
+
+
+def test_sharing_keeps_a_long_loop_small(wrp_inputs):
+    prog, files, n = _looped(wrp_inputs, 1)
+    one = wrpk.read_header(wrpk.encode_wrpk(prog, files)).manifest_size
+    prog, files, n = _looped(wrp_inputs, 50)
+    many = wrpk.read_header(wrpk.encode_wrpk(prog, files)).manifest_size
+    # 49 more rounds cost one 4-byte offset per op, not 49 more copies of the tables.
+    assert many - one <= 4 * 49 * n + 64
+
+
+def test_manifest_that_expands_past_the_limit_is_refused():
+    """12000 references to one 64 KiB launch: ~790 MB of WRP1 records from a ~100 KB bundle."""
+    from wrpk_manifests import program_manifest, shared_launch, wrap_manifest  # noqa: PLC0415
+
+    hostile = wrap_manifest(program_manifest(ops=[shared_launch], op_count=12000))
+    assert len(hostile) < 200_000
+    with pytest.raises(WrpFormatError, match="referenced over and over"):
+        wrpk.decode_wrpk(hostile)
+    # Below the limit the same construction decodes (the limit, not sharing, is refused).
+    fine = wrpk.decode_wrpk(wrap_manifest(program_manifest(ops=[shared_launch], op_count=100)))
+    assert len(fine.ops) == 100 and all(op is fine.ops[0] for op in fine.ops)
+
+
+def test_expansion_limit_matches_wrp_replays():
+    assert (wrpk.EXPANSION_FLOOR, wrpk.EXPANSION_FACTOR) == (64 << 20, 64)
+    src = (Path(__file__).resolve().parents[1] / "native" / "src" / "wrpk_reader.cpp").read_text()
+    assert "kExpansionFactor = 64;" in src and "kExpansionFloor = uint64_t(64) << 20;" in src

@@ -64,7 +64,7 @@ class Limits:
     files.
     """
 
-    max_file_size: int = 1 << 40
+    max_file_size: int = 16 << 30
     max_string: int = 4096
     max_modules: int = 1 << 16
     max_kernels: int = 1 << 20
@@ -72,9 +72,18 @@ class Limits:
     max_meshes: int = 1 << 16
     max_pointer_locations: int = 1 << 20
     max_regions: int = 1 << 20
-    max_region_size: int = 1 << 40
-    max_ops: int = 1 << 24
+    max_region_size: int = 16 << 30
+    max_memory: int = 16 << 30
+    max_ops: int = 1 << 26
     max_depth: int = 64
+    max_annotations: int = 64 << 20
+
+
+#: Tighter caps of single strings (the C++ validator's, wrp1_validator.cpp read_metadata).
+MAX_HASH = 256
+MAX_FILENAME = 255
+MAX_DIGEST = 64
+MAX_VERSION = 64
 
 
 DEFAULT_LIMITS = Limits()
@@ -112,15 +121,18 @@ class _Cursor:
         p = self.need(1, what)
         return self.buf[p]
 
-    def string(self, what: str, limits: Limits) -> str:
+    def string(self, what: str, limits: Limits, cap: int = None) -> str:
         at = self.pos
         n = self.u32(what + ".length")
-        if n > limits.max_string:
-            raise WrpFormatError(f"string length {n} exceeds the limit of {limits.max_string}",
-                                 field=what, offset=at)
+        cap = limits.max_string if cap is None else min(cap, limits.max_string)
+        if n > cap:
+            raise WrpFormatError(f"string length {n} exceeds the limit of {cap}", field=what, offset=at)
         p = self.need(n, what)
+        raw = bytes(self.buf[p:p + n])
+        if b"\0" in raw:
+            raise WrpFormatError("string contains a NUL byte", field=what, offset=at)
         try:
-            return bytes(self.buf[p:p + n]).decode("utf-8")
+            return raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise WrpFormatError(f"string is not valid UTF-8 ({e.reason})", field=what, offset=p) from None
 
@@ -222,6 +234,9 @@ def decode_wrp1(data, *, limits: Limits = DEFAULT_LIMITS) -> m.Program:
     _decode_operations(buf, ops_off, ops_size, prog, layout, limits)
     if len(sections) == 4:
         off, n = sections[3]
+        if not 8 <= n <= limits.max_annotations:
+            raise WrpFormatError(f"annotations section of {n} bytes is outside 8..{limits.max_annotations}",
+                                 field="annotations", offset=off)
         prog.annotations = bytes(buf[off:off + n])
     return prog
 
@@ -271,7 +286,11 @@ def _decode_metadata(buf, off: int, n: int, prog: m.Program, layout: FormatLayou
     if version != prog.format_version:
         raise WrpFormatError(f"metadata format version {version} differs from the header's "
                              f"{prog.format_version}", field="metadata.format_version", offset=at)
-    prog.warp_version = c.string("metadata.warp_version", limits)
+    at = c.pos
+    prog.warp_version = c.string("metadata.warp_version", limits, MAX_VERSION)
+    if not prog.warp_version or not all(0x20 < ord(ch) < 0x7F for ch in prog.warp_version):
+        raise WrpFormatError("producer Warp version must be non-empty printable ASCII",
+                             field="metadata.warp_version", offset=at)
     at = c.pos
     arch = c.u32("metadata.target_arch")
     if arch != prog.target_arch:
@@ -291,13 +310,13 @@ def _decode_metadata(buf, off: int, n: int, prog: m.Program, layout: FormatLayou
     rec = layout.recipe
     for i in range(n_mod):
         w = f"modules[{i}]"
-        mh = c.string(w + ".module_hash", limits)
+        mh = c.string(w + ".module_hash", limits, MAX_HASH)
         mn = c.string(w + ".module_name", limits)
-        bf = c.string(w + ".binary_filename", limits)
+        bf = c.string(w + ".binary_filename", limits, MAX_FILENAME)
         arch = c.u32(w + ".target_arch")
-        bd = c.string(w + ".binary_digest", limits)
-        sf = c.string(w + ".source_filename", limits)
-        sd = c.string(w + ".source_digest", limits)
+        bd = c.string(w + ".binary_digest", limits, MAX_DIGEST)
+        sf = c.string(w + ".source_filename", limits, MAX_FILENAME)
+        sd = c.string(w + ".source_digest", limits, MAX_DIGEST)
         kind = c.u8(w + ".binary_kind")
         reason = c.u8(w + ".fallback_reason")
         at = c.pos
@@ -307,7 +326,7 @@ def _decode_metadata(buf, off: int, n: int, prog: m.Program, layout: FormatLayou
                                      m.CudaCompileRecipe(*vals[:-1])))
     for i in range(n_ker):
         w = f"kernels[{i}]"
-        k = m.Kernel(c.string(w + ".kernel_key", limits), c.string(w + ".module_hash", limits),
+        k = m.Kernel(c.string(w + ".kernel_key", limits), c.string(w + ".module_hash", limits, MAX_HASH),
                      c.string(w + ".forward_name", limits), c.string(w + ".backward_name", limits),
                      c.u32(w + ".forward_smem_bytes"), c.u32(w + ".backward_smem_bytes"),
                      c.u32(w + ".block_dim"))
@@ -336,6 +355,7 @@ def _decode_memory(buf, off: int, n: int, prog: m.Program, limits: Limits):
     count = c.u32("memory.region_count")
     _check_count(count, limits.max_regions, "memory.region_count", off)
     last_id = 0
+    total = 0
     for i in range(count):
         at = c.pos
         w = f"regions[{i}]"
@@ -349,6 +369,10 @@ def _decode_memory(buf, off: int, n: int, prog: m.Program, limits: Limits):
                                  field=w + ".has_initial_data", offset=at + 16)
         if rsize > limits.max_region_size:
             raise WrpFormatError(f"region size {rsize} exceeds the limit of {limits.max_region_size}",
+                                 field=w + ".size", offset=at + 8)
+        total += rsize
+        if total > limits.max_memory:
+            raise WrpFormatError(f"regions add up to more than the limit of {limits.max_memory} bytes",
                                  field=w + ".size", offset=at + 8)
         data = None
         if has:
@@ -457,6 +481,8 @@ def _decode_fixed(buf, pos, total, op_type, w, layout):
 
 def _decode_cond(buf, pos, total, op_type, w, depth, layout, limits, budget):
     rl = layout.ops[op_type]
+    if depth + 1 > limits.max_depth:
+        raise WrpFormatError(f"conditional nesting deeper than {limits.max_depth} levels", field=w, offset=pos)
     d = _fixed_values(buf, pos, total, rl, w, exact=False)
     a_size, a_count = d["branch_a_size"], d["branch_a_op_count"]
     b_size, b_count = d["branch_b_size"], d["branch_b_op_count"]
@@ -599,18 +625,33 @@ def memory_section_size(prog: m.Program) -> int:
     return 4 + sum(REGION_RECORD.size + (r.size if r.has_initial_data else 0) for r in prog.regions)
 
 
-def encode_ops(ops: list, layout: FormatLayout, out: bytearray) -> None:
-    """Append the records of ``ops`` (no count word) to ``out``."""
+def encode_ops(ops: list, layout: FormatLayout, out: bytearray, memo: dict | None = None) -> None:
+    """Append the records of ``ops`` (no count word) to ``out``.
+
+    ``memo`` maps ``id(op)`` to that op's record, so that an op object listed
+    many times (a ``.wrpk`` decodes identical ops into one object) is encoded
+    once; pass one dict for the whole program.
+    """
+    if memo is None:
+        memo = {}
     for op in ops:
         t = op.op_type
+        if t != OpType.IF and t != OpType.WHILE:
+            done = memo.get(id(op))
+            if done is not None:
+                if type(done) is tuple:  # (buffer, start, end) of its first encoding
+                    done = memo[id(op)] = bytes(done[0][done[1]:done[2]])
+                out += done
+                continue
+            start = len(out)
         if t == OpType.KERNEL_LAUNCH:
             _encode_launch(op, layout, out)
         elif t in (OpType.IF, OpType.WHILE):
             a, b = bytearray(), bytearray()
             first = op.then_ops if t == OpType.IF else op.body
-            encode_ops(first, layout, a)
+            encode_ops(first, layout, a, memo)
             if t == OpType.IF:
-                encode_ops(op.else_ops, layout, b)
+                encode_ops(op.else_ops, layout, b, memo)
             rl = layout.ops[t]
             out += OP_HEADER.pack(t, 8 + rl.size + len(a) + len(b))
             n_b = len(op.else_ops) if t == OpType.IF else 0
@@ -638,6 +679,70 @@ def encode_ops(ops: list, layout: FormatLayout, out: bytearray) -> None:
             out += OP_HEADER.pack(t, 8 + rl.size + len(extra))
             out += rl.struct.pack(*vals)
             out += extra
+        if t != OpType.IF and t != OpType.WHILE:
+            memo[id(op)] = (out, start, len(out))
+
+
+def _leaf_record_size(op, layout: FormatLayout) -> int:
+    t = op.op_type
+    if t == OpType.KERNEL_LAUNCH:
+        blocks = len(op.params) + (0 if op.is_forward else len(op.adjoint_params))
+        return (8 + layout.launch.size + len(op.kernel_key.encode("utf-8")) + len(op.module_hash.encode("utf-8"))
+                + 16 * blocks + 24 * len(op.relocations) + len(op.value_data))
+    extra = 0
+    if t == OpType.BSR_TRANSPOSE:
+        extra = 4 * len(op.padded_tail)
+    elif t == OpType.MEMCPY_H2D:
+        extra = len(op.data)
+    elif "srcsize" in layout.ops[t].names:
+        extra = len(op.value)
+    return 8 + layout.ops[t].size + extra
+
+
+def ops_section_size(prog: m.Program, layout: FormatLayout) -> int:
+    """Byte size of the OPERATIONS section, computed without building it.
+
+    Each distinct op object is sized once, so a program whose op lists
+    repeat one object many times (as a ``.wrpk`` decodes) costs time in
+    proportion to its distinct ops, whatever size it expands to.
+    """
+    sizes: dict = {}
+
+    def size(ops) -> int:
+        total = 0
+        for op in ops:
+            n = sizes.get(id(op))
+            if n is None:
+                t = op.op_type
+                if t == OpType.IF:
+                    n = 8 + layout.ops[t].size + size(op.then_ops) + size(op.else_ops)
+                elif t == OpType.WHILE:
+                    n = 8 + layout.ops[t].size + size(op.body)
+                else:
+                    n = _leaf_record_size(op, layout)
+                sizes[id(op)] = n
+            total += n
+        return total
+
+    return 4 + size(prog.ops)
+
+
+def metadata_section_size(prog: m.Program, layout: FormatLayout) -> int:
+    """Byte size of the METADATA section, computed without building it."""
+
+    def strs(*values) -> int:
+        return sum(4 + len(v.encode("utf-8")) for v in values)
+
+    n = 4 + strs(prog.warp_version) + 4 + 5 * 4
+    for mod in prog.modules:
+        n += (strs(mod.module_hash, mod.module_name, mod.binary_filename, mod.binary_digest, mod.source_filename,
+                   mod.source_digest) + 4 + 2 + layout.recipe.struct.size)
+    for k in prog.kernels:
+        n += strs(k.kernel_key, k.module_hash, k.forward_name, k.backward_name) + 12
+    for b in prog.bindings:
+        n += strs(b.name) + 4
+    n += len(prog.meshes) * layout.mesh.struct.size + len(prog.pointer_locations) * layout.pointer_location.size
+    return n
 
 
 def _encode_launch(op: m.KernelLaunch, layout: FormatLayout, out: bytearray) -> None:
@@ -680,7 +785,7 @@ def iter_wrp1_chunks(prog: m.Program) -> Iterator:
     meta = encode_metadata(prog, layout)
     mem_size = memory_section_size(prog)
     ops = bytearray(_U32.pack(len(prog.ops)))
-    encode_ops(prog.ops, layout, ops)
+    encode_ops(prog.ops, layout, ops, {})
     sizes = [len(meta), mem_size, len(ops)]
     types = [SECTION_METADATA, SECTION_MEMORY, SECTION_OPERATIONS]
     if prog.annotations:
@@ -700,6 +805,46 @@ def iter_wrp1_chunks(prog: m.Program) -> Iterator:
     yield bytes(ops)
     if prog.annotations:
         yield prog.annotations
+
+
+def build_image(prog: m.Program) -> tuple:
+    """The ``.wrp`` encoding of ``prog`` in one newly allocated buffer.
+
+    Unlike ``b"".join(iter_wrp1_chunks(prog))``, every byte is copied once,
+    straight into the final buffer (which Warp's from-bytes loader takes
+    as is).
+
+    Returns:
+        ``(image, region_offsets)``: a ``numpy.uint8`` array holding the file, and
+        ``{region_id: byte offset of its initial data in image}`` for the
+        regions that carry data.
+    """
+    import numpy as np  # noqa: PLC0415  (only loading needs it)
+
+    chunks = [memoryview(c).cast("B") for c in iter_wrp1_chunks(prog)]
+    # numpy backs large arrays with transparent huge pages where the OS
+    # allows, so filling a fresh buffer takes a few hundred page faults
+    # instead of one per 4 KiB; Warp's from-bytes loader takes the array.
+    image = np.empty(sum(c.nbytes for c in chunks), dtype=np.uint8)
+    view = memoryview(image)
+    # Chunk order: header, section table, metadata, region count, then per
+    # region its record and (if it has one) its data, then ops, annotations.
+    data_chunks = {}
+    k = 4
+    for r in prog.regions:
+        k += 1
+        if r.has_initial_data:
+            data_chunks[k] = r.region_id
+            k += 1
+    offsets = {}
+    pos = 0
+    for i, c in enumerate(chunks):
+        if i in data_chunks:
+            offsets[data_chunks[i]] = pos
+        view[pos:pos + c.nbytes] = c
+        pos += c.nbytes
+    view.release()
+    return image, offsets
 
 
 def encode_wrp1(prog: m.Program) -> bytes:

@@ -51,6 +51,10 @@ CHUNK = 16 << 20
 MAX_DEPTH = 64
 #: FlatBuffers offsets are 32-bit: the manifest must stay below 2 GiB.
 MAX_MANIFEST = (1 << 31) - 8
+# A manifest's WRP1 records (metadata and ops) may be at most this much larger
+# than the manifest (shared tables expand); wrp-replay applies the same limit.
+EXPANSION_FLOOR = 64 << 20
+EXPANSION_FACTOR = 64
 
 assert HEADER.size == HEADER_SIZE
 
@@ -406,11 +410,21 @@ class _Builder:
         return out
 
 
+def _frozen(v):
+    """A hashable stand-in for one field value (lists and byte views compare by content)."""
+    if isinstance(v, list):
+        return tuple(v)
+    if isinstance(v, (memoryview, bytearray)):
+        return bytes(v)
+    return v
+
+
 class _Encoder:
     """Writes the model's tables into a :class:`_Builder`."""
 
     def __init__(self):
         self.b = _Builder()
+        self.op_tables: dict = {}  # op content -> E of its shared Operation table
 
     def blob(self, ref) -> Optional[int]:
         if ref is None:
@@ -479,6 +493,7 @@ class _Encoder:
         if not ops:
             return None
         op_spec = _ENC["Operation"]
+        memo = self.op_tables
         es = []
         for op in ops:
             t = op.op_type
@@ -486,11 +501,21 @@ class _Encoder:
             if name is None or t == OpType.MEMCPY_D2H:
                 raise WrpFormatError(f"cannot encode op type {t}")
             spec = _ENC[name]
-            if t == OpType.KERNEL_LAUNCH:
-                if len(op.shape) != 4:
+            # A step loop records the same launch many times: identical ops
+            # (bodies excepted) share one Operation table, which readers
+            # decode once.  Keys hold every field the table stores.
+            key = None if t in (OpType.IF, OpType.WHILE) else (t, *map(_frozen, spec.getter(op)))
+            try:
+                e_op = memo.get(key) if key is not None else None
+            except TypeError:  # a field value that cannot be hashed: do not share
+                key = e_op = None
+            if e_op is None:
+                if t == OpType.KERNEL_LAUNCH and len(op.shape) != 4:
                     raise WrpFormatError(f"KERNEL_LAUNCH shape must have 4 entries, found {len(op.shape)}")
-            e = self.generic(spec, op)
-            es.append(self.b.table(op_spec, [int(t), e]))
+                e_op = self.b.table(op_spec, [int(t), self.generic(spec, op)])
+                if key is not None:
+                    memo[key] = e_op
+            es.append(e_op)
         return self.offsets_vector(es)
 
     def program(self, prog: m.Program, module_refs: list, region_refs: list) -> bytes:
@@ -724,6 +749,9 @@ class _Reader:
         self.plans: dict = {}
         self.strings: dict = {}
         self.cache: dict = {}
+        # Operation table position -> decoded op: a shared table decodes once,
+        # into one object (ops from a .wrpk may alias; treat them as read-only).
+        self.op_objects: dict = {}
         self.budget = self.n // 4 + 1
         self.depth = 0
         self.max_depth = max_depth
@@ -907,6 +935,10 @@ class _Reader:
         for j, v in enumerate(struct.unpack_from(f"<{count}I", self.buf, start)):
             try:
                 p = self.target(start + 4 * j, v, "Operation table")
+                op = self.op_objects.get(p)
+                if op is not None:
+                    out.append(op)
+                    continue
                 t, where = self.table(p, op_spec)
                 cls = m.OP_CLASSES.get(t)
                 if cls is None:
@@ -917,7 +949,10 @@ class _Reader:
                     raise _Bad(f"op of type {OpType(t).name} has no table", p, "op")
                 spec = _DEC[OP_TABLES[t]]
                 vals = self.table(where, spec)
-                out.append(_OP_MAKERS.get(t, _make_op)(cls, vals, where))
+                op = _OP_MAKERS.get(t, _make_op)(cls, vals, where)
+                if t != OpType.IF and t != OpType.WHILE:  # a body's nesting depth depends on where it is
+                    self.op_objects[p] = op
+                out.append(op)
             except _Bad as e:
                 e.parts.append(f"[{j}]")
                 raise
@@ -1087,7 +1122,28 @@ def read_header(data) -> WrpkHeader:
     return WrpkHeader(version, flags, moff, msize, boff, bsize, msha)
 
 
-def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEPTH) -> m.Program:
+class DeferredChecksum(NamedTuple):
+    """A region-data blob whose SHA-256 the caller of :func:`decode_wrpk` must verify."""
+
+    region_id: int
+    name: str  # "region 3 initial data"
+    field: str  # "regions[0].data"
+    offset: int  # of the blob in the file
+    sha256: bytes
+
+    def matches(self, data) -> bool:
+        """True when ``data`` (the blob's bytes, or a copy of them) has the recorded SHA-256."""
+        return hashlib.sha256(data).digest() == self.sha256
+
+    def error(self) -> WrpIntegrityError:
+        """The error to raise when :meth:`matches` is False."""
+        return WrpIntegrityError(f"SHA-256 of {self.name} does not match: the bundle was altered or corrupted",
+                                 field=self.field, offset=self.offset,
+                                 hint="Rebuild the bundle from the original capture.")
+
+
+def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEPTH,
+                deferred: Optional[list] = None) -> m.Program:
     """Decode a ``.wrpk`` file's bytes into a :class:`~wrpkit.model.Program`.
 
     Every header field, the manifest's SHA-256, the whole FlatBuffer (every
@@ -1103,6 +1159,17 @@ def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEP
             skips only those hashes, for trusted files where speed matters;
             the header and manifest are always verified.
         max_depth: Deepest IF/WHILE nesting accepted.
+        deferred: A list, for a loader that copies region data anyway:
+            region-data blobs that no mesh reads are then not hashed here;
+            a :class:`DeferredChecksum` for each is appended instead, and
+            the caller must verify them (on its copy, which also closes the
+            window in which the file could change) before it uses the
+            program.  Module blobs, and regions meshes read, are always
+            verified here, before any code can load.
+
+    Operations that share one table in the manifest (wrpkit's writer shares
+    identical ops) decode into one shared object: treat decoded programs as
+    read-only, or copy an op before changing it.
 
     Raises:
         WrpIntegrityError: The manifest's or a blob's SHA-256 does not match;
@@ -1136,8 +1203,32 @@ def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEP
         # Defence in depth: every read above is bounds-checked first.
         raise WrpFormatError(f"malformed manifest ({type(e).__name__}: {e})", field="manifest",
                              offset=HEADER_SIZE) from None
-    _check_blobs(rd, prog, buf, boff, bsize, verify_checksums)
+    _check_expansion(prog, msize)
+    _check_blobs(rd, prog, buf, boff, bsize, verify_checksums, deferred)
     return prog
+
+
+def _check_expansion(prog: m.Program, manifest_size: int) -> None:
+    """Refuse a manifest whose shared tables would expand into huge WRP1 records.
+
+    A FlatBuffer may reference one table or vector from many places, so a
+    small manifest can describe an enormous program.  The records (metadata
+    and ops, not region data) may be at most :data:`EXPANSION_FLOOR` plus
+    :data:`EXPANSION_FACTOR` times the manifest's size, the limit
+    wrp-replay applies too.
+    """
+    from . import wrp1  # noqa: PLC0415
+
+    layout = wrp1.LAYOUTS.get(prog.format_version)
+    if layout is None:  # an unsupported version is reported when it is used
+        return
+    limit = EXPANSION_FLOOR + EXPANSION_FACTOR * manifest_size
+    size = wrp1.metadata_section_size(prog, layout) + wrp1.ops_section_size(prog, layout)
+    if size > limit:
+        raise WrpFormatError(f"the program's records would take {size} bytes as WRP1, more than {limit} "
+                             f"(64 MiB + {EXPANSION_FACTOR} times the manifest's size): tables or vectors are "
+                             "referenced over and over", field="manifest", offset=HEADER_SIZE,
+                             hint="The bundle was not written by wrpkit or was crafted; do not load it.")
 
 
 def _make_program(rd: _Reader, v: list, pos: int) -> m.Program:
@@ -1195,7 +1286,8 @@ def verify_annotations(data, max_depth: int = MAX_DEPTH) -> None:
         raise WrpFormatError(f"malformed Annotations FlatBuffer ({type(e).__name__}: {e})") from None
 
 
-def _check_blobs(rd: _Reader, prog: m.Program, buf, boff: int, bsize: int, verify: bool) -> None:
+def _check_blobs(rd: _Reader, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
+                 deferred: Optional[list] = None) -> None:
     # Name each blob by its place in the model.
     index = {id(r): f"regions[{i}]" for i, r in enumerate(prog.regions)}
     index.update((id(mod), f"modules[{i}]") for i, mod in enumerate(prog.modules))
@@ -1234,6 +1326,15 @@ def _check_blobs(rd: _Reader, prog: m.Program, buf, boff: int, bsize: int, verif
         raise WrpFormatError(f"the blobs end at {pos} but the blob area is {bsize} bytes",
                              field="header.blob_area_size", offset=40)
     if verify:
+        if deferred is not None:
+            mesh_regions = {rid for me in prog.meshes
+                            for rid in (me.points_region_id, me.indices_region_id, me.velocities_region_id)}
+            ids = {f"regions[{i}].data": r.region_id for i, r in enumerate(prog.regions)
+                   if r.region_id not in mesh_regions}
+            later = [e for e in entries if e[2] in ids]
+            deferred.extend(DeferredChecksum(ids[path], name, path, boff + off, sha)
+                            for off, _, path, name, sha, _ in later)
+            entries = [e for e in entries if e[2] not in ids]
         for off, length, path, name, sha, at in entries:
             if hashlib.sha256(buf[boff + off:boff + off + length]).digest() != sha:
                 raise WrpIntegrityError(f"SHA-256 of {name} does not match: the bundle was altered or corrupted",
@@ -1244,5 +1345,5 @@ def _check_blobs(rd: _Reader, prog: m.Program, buf, boff: int, bsize: int, verif
 __all__ = [
     "MAGIC", "CONTAINER_VERSION", "HEADER_SIZE", "ALIGN", "TABLES", "OP_TABLES", "iter_wrpk_chunks",
     "encode_wrpk", "write_wrpk", "decode_wrpk", "read_header", "WrpkHeader", "bundle_size", "module_files",
-    "verify_annotations", "field_names",
+    "verify_annotations", "field_names", "DeferredChecksum", "EXPANSION_FLOOR", "EXPANSION_FACTOR",
 ]
