@@ -108,3 +108,22 @@ def test_moved_bundle_replays_through_the_native_engine(tmp_path, name):
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
     assert report["engine"] == "native" and report["check"]["ok"] is True
+
+
+def test_tampered_region_data_fails_the_load_not_later(captures, tmp_path):
+    """Region checksums are verified on the image handed to Warp, before load() returns."""
+    wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
+    data = bytearray(wrpk.read_bytes())
+    from wrpkit.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+
+    prog = decode_wrpk(bytes(data))
+    region = next(r for r in prog.regions if r.has_initial_data and r.size)
+    start = bytes(data).find(bytes(region.data), read_header(bytes(data)).blob_area_offset)
+    data[start + region.size - 1] ^= 0x80
+    bad = tmp_path / "flipped.wrpk"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(wrpkit.WrpIntegrityError, match=f"region {region.region_id} initial data"):
+        wrpkit.load(bad)
+    with pytest.raises(wrpkit.WrpIntegrityError, match=f"region {region.region_id} initial data"):
+        wrpkit.load(bytes(data))
+    wrpkit.load(wrpk).run()  # the untouched bundle loads

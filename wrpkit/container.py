@@ -111,7 +111,8 @@ class Capture:
         self.close()
 
 
-def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_checksums: bool = True) -> Capture:
+def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_checksums: bool = True,
+                 prefetch: bool = False, deferred: Optional[list] = None) -> Capture:
     """Open and decode a ``.wrp`` or ``.wrpk`` file.
 
     The container is chosen by the file's magic bytes, not its name.
@@ -121,6 +122,9 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
         limits: Decoder caps.
         verify_checksums: For ``.wrpk``: verify every blob's SHA-256 (default).
             Skip only when the bundle is trusted and speed matters.
+        prefetch: Map every page up front; for callers that read the whole
+            file (see :func:`wrpkit.fileio.map_file`).
+        deferred: For ``.wrpk``: see :func:`wrpkit.wrpk.decode_wrpk`.
 
     Returns:
         A :class:`Capture`; close it (or use ``with``) when done.
@@ -130,7 +134,7 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
         WrpFormatError: The bytes are not a valid capture; names field and offset.
     """
     p = Path(path)
-    mapped = map_file(p, "capture")
+    mapped = map_file(p, "capture", prefetch=prefetch)
     try:
         kind = wrp1.sniff(mapped.buffer)
         if kind == "wrp":
@@ -139,7 +143,7 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
         if kind == "wrpk":
             from . import wrpk  # noqa: PLC0415  (the FlatBuffers runtime is only needed here)
 
-            prog = wrpk.decode_wrpk(mapped.buffer, verify_checksums=verify_checksums)
+            prog = wrpk.decode_wrpk(mapped.buffer, verify_checksums=verify_checksums, deferred=deferred)
             return Capture(p, "wrpk", prog, None, mapped)
         raise WrpFormatError(
             f"{p} is not a Warp capture: it starts with {bytes(mapped.buffer[:4])!r}, not b'WRP1' or b'WRPK'",

@@ -73,6 +73,20 @@ class Prepared:
     sizes: dict
     modules_given: bool = False
     _keep: list = field(default_factory=list, repr=False)
+    # (DeferredChecksum, view of the region's data in wrp_bytes): checksums
+    # still to verify; load_prepared does so while Warp loads the image.
+    deferred: list = field(default_factory=list, repr=False)
+
+    def verify_deferred(self) -> None:
+        """Verify the checksums :func:`prepare` left for later (see ``deferred``).
+
+        Raises:
+            WrpIntegrityError: A region's data does not match its SHA-256.
+        """
+        for check, view in self.deferred:
+            if not check.matches(view):
+                raise check.error()
+        self.deferred = []
 
 
 def device_family(device) -> str:
@@ -132,11 +146,14 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
     """
     keep = []
     path = None
+    # Region-data checksums of a .wrpk are verified on the WRP1 image this
+    # function builds (see Prepared.deferred), while Warp loads it.
+    deferred = []
     if isinstance(source, (str, os.PathLike)):
         from .container import open_capture  # noqa: PLC0415
 
         path = Path(os.fspath(source))
-        cap = open_capture(path, verify_checksums=verify_checksums)
+        cap = open_capture(path, verify_checksums=verify_checksums, prefetch=True, deferred=deferred)
         keep.append(cap)
         model, kind = cap.program, cap.kind
         if kind == "wrp":
@@ -161,7 +178,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         elif kind == "wrpk":
             from . import wrpk  # noqa: PLC0415
 
-            model = wrpk.decode_wrpk(buf, verify_checksums=verify_checksums)
+            model = wrpk.decode_wrpk(buf, verify_checksums=verify_checksums, deferred=deferred)
             wrp_bytes = None
         else:
             raise WrpFormatError(f"the data is not a Warp capture: it starts with {bytes(buf[:4])!r}",
@@ -242,9 +259,15 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                 raise WrpFormatError(e.message, field="annotations.signature", hint=e.hint) from None
         signature[b.name] = sig
 
+    checks = []
     if wrp_bytes is None:
-        wrp_bytes = wrp1.encode_wrp1(model)
-    return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules is not None, keep)
+        wrp_bytes, offsets = wrp1.build_image(model)
+        region_sizes = {r.region_id: r.size for r in model.regions}
+        for d in deferred:
+            at = offsets[d.region_id]
+            checks.append((d, memoryview(wrp_bytes)[at:at + region_sizes[d.region_id]]))
+    return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules is not None, keep,
+                    checks)
 
 
 def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature]) -> np.ndarray:
@@ -593,6 +616,24 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
         binaries[mod.binary_filename] = prep.modules[mod.binary_filename]
         if dev.is_cuda and mod.source_filename:
             binaries[mod.source_filename] = prep.modules[mod.source_filename]
+    # Region data holds no code and has passed validation, so its checksums
+    # are verified while Warp copies it (hashlib and Warp's loader both
+    # release the GIL); the graph is returned only if they match.  Module
+    # blobs were verified before this point.
+    verifier = None
+    if prep.deferred:
+        import threading  # noqa: PLC0415
+
+        failure = []
+
+        def verify():
+            try:
+                prep.verify_deferred()
+            except WrpError as e:
+                failure.append(e)
+
+        verifier = threading.Thread(target=verify, name="wrpkit-verify", daemon=True)
+        verifier.start()
     try:
         if dev.is_cuda and prep.kind == "wrp" and prep.path is not None and not prep.modules_given:
             # capture_load can also compile the packaged source fallback.
@@ -604,6 +645,12 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
     except (RuntimeError, TypeError, ValueError) as e:
         raise WrpRuntimeError(f"Warp could not load {what}: {e}",
                               hint="Warp's own diagnostic, if any, is printed on stderr above.") from None
+    finally:
+        if verifier is not None:
+            verifier.join()
+    if verifier is not None and failure:
+        del graph  # never hand out a graph whose data failed its checksum
+        raise failure[0]
     return Program(prep, graph, dev)
 
 
