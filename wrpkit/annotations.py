@@ -635,6 +635,24 @@ def _unpack_dtype(t) -> Optional[DataType]:
     return DataType(_s(t.name), scalar, _ints(t.shape), int(t.size), fields)
 
 
+def _check_vector_alignment(buf: bytes) -> None:
+    """Refuse int64 vectors (signature shapes and strides) that are not 8-byte aligned in the buffer.
+
+    FlatBuffers aligns them when it writes them; a misaligned one is a corrupt buffer (and would be
+    read with a misaligned load by C++), so the native validator refuses it too.
+    """
+    from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
+
+    root = FbAnnotations.GetRootAs(buf, 0)
+    for i in range(root.SignatureLength()):
+        s = root.Signature(i)
+        for slot, what in ((8, "shape"), (10, "strides")):
+            o = s._tab.Offset(slot)
+            if o and s._tab.Vector(o) % 8:
+                raise WrpFormatError(f"the vector's int64 elements are not 8-byte aligned (a corrupt FlatBuffer)",
+                                     field=f"annotations.signature[{i}].{what}")
+
+
 def decode_annotations(data) -> Annotations:
     """Decode the bytes of an ``Annotations`` FlatBuffer.
 
@@ -649,6 +667,7 @@ def decode_annotations(data) -> Annotations:
         raise WrpFormatError("the annotations are not an Annotations FlatBuffer (identifier 'WRPK' missing)",
                              field="annotations")
     try:
+        _check_vector_alignment(buf)
         t = AnnotationsT.InitFromPackedBuf(buf, 0)
         sigs = []
         for s in t.signature or ():
