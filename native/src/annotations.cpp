@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "byte_reader.h"
 #include "checked_math.h"
 #include "error.h"
 #include "wrp1_validator.h"
@@ -23,6 +24,49 @@ uint32_t scalar_size(uint8_t kind)
 {
     static const uint32_t kSizes[] = {0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8};
     return kind < 13 ? kSizes[kind] : 0;
+}
+
+bool utf8(const flatbuffers::String* s) { return !s || is_utf8(reinterpret_cast<const uint8_t*>(s->data()), s->size()); }
+
+// The Verifier bounds the nesting (max_depth), so this recursion is bounded too.
+bool dtype_utf8(const fbs::DataType* dt)
+{
+    if (!dt)
+        return true;
+    if (!utf8(dt->name()))
+        return false;
+    if (dt->fields())
+        for (const fbs::StructField* f : *dt->fields())
+            if (f && (!utf8(f->name()) || !dtype_utf8(f->type())))
+                return false;
+    return true;
+}
+
+// wrpkit's reader decodes every string of the buffer; one that is not UTF-8 makes it refuse the file.
+bool strings_are_utf8(const fbs::Annotations* a)
+{
+    if (!utf8(a->producer()))
+        return false;
+    if (a->signature())
+        for (const fbs::ArraySignature* s : *a->signature())
+            if (s && (!utf8(s->name()) || !dtype_utf8(s->dtype())))
+                return false;
+    if (a->kernel_signatures())
+        for (const fbs::KernelSignature* k : *a->kernel_signatures()) {
+            if (!k)
+                continue;
+            if (!utf8(k->kernel_key()) || !utf8(k->module_hash()))
+                return false;
+            if (k->arguments())
+                for (const fbs::KernelArgument* arg : *k->arguments())
+                    if (arg && (!utf8(arg->name()) || !utf8(arg->type()) || !dtype_utf8(arg->dtype())))
+                        return false;
+        }
+    if (a->module_digests())
+        for (const fbs::ModuleDigest* d : *a->module_digests())
+            if (d && !utf8(d->binary_filename()))
+                return false;
+    return true;
 }
 
 class AnnotationReader {
@@ -133,6 +177,40 @@ public:
         g_.module_digests.push_back(std::move(md));
     }
 
+    void kernel_signature(const fbs::KernelSignature* k, size_t index)
+    {
+        std::string where = "annotations.kernel_signatures[" + std::to_string(index) + "]";
+        uint64_t pos = at(k);
+        KernelSignature ks;
+        ks.kernel_key = k->kernel_key() ? k->kernel_key()->str() : "";
+        ks.module_hash = k->module_hash() ? k->module_hash()->str() : "";
+        if (!g_.find_kernel(ks.module_hash, ks.kernel_key))
+            fail_invalid_at(where, pos, "kernel %s of module %s is not in the kernel table", quoted(ks.kernel_key).c_str(),
+                            quoted(ks.module_hash).c_str());
+        if (g_.kernel_signatures.count({ks.module_hash, ks.kernel_key}))
+            fail_invalid_at(where, pos, "kernel %s has two signatures", quoted(ks.kernel_key).c_str());
+        if (k->arguments()) {
+            for (flatbuffers::uoffset_t j = 0; j < k->arguments()->size(); j++) {
+                const fbs::KernelArgument* a = k->arguments()->Get(j);
+                KernelArgumentSignature arg;
+                arg.name = a->name() ? a->name()->str() : "";
+                arg.type = a->type() ? a->type()->str() : "";
+                arg.value_size = a->value_size();
+                arg.ndim = a->ndim();
+                if (const fbs::DataType* dt = a->dtype()) {
+                    arg.has_dtype = true;
+                    arg.dtype_name = dt->name() ? dt->name()->str() : "";
+                    arg.dtype_size = dt->size();
+                }
+                if (arg.ndim > 4)
+                    fail_invalid_at(where + ".arguments[" + std::to_string(j) + "]", at(a),
+                                    "argument %s declares ndim %u (at most 4)", quoted(arg.name).c_str(), arg.ndim);
+                ks.arguments.push_back(std::move(arg));
+            }
+        }
+        g_.kernel_signatures.emplace(std::make_pair(ks.module_hash, ks.kernel_key), std::move(ks));
+    }
+
 private:
     // Every element the view addresses must lie inside the binding's region.
     static void check_extent(const ArraySignature& sig, const RegionRecord* region, const std::string& where, uint64_t pos)
@@ -177,6 +255,9 @@ void read_annotations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Gr
         fail_invalid_at("annotations", begin, "the Annotations FlatBuffer failed verification (corrupt or not wrp.fbs)");
     const wrpkit::fbs::Annotations* a = flatbuffers::GetRoot<wrpkit::fbs::Annotations>(buf.data());
 
+    if (!strings_are_utf8(a))
+        fail_invalid_at("annotations", begin, "a string in the Annotations FlatBuffer is not valid UTF-8");
+
     AnnotationReader reader(buf, begin, g);
     if (a->signature())
         for (flatbuffers::uoffset_t i = 0; i < a->signature()->size(); i++)
@@ -184,6 +265,9 @@ void read_annotations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Gr
     if (a->module_digests())
         for (flatbuffers::uoffset_t i = 0; i < a->module_digests()->size(); i++)
             reader.digest(a->module_digests()->Get(i), i);
+    if (a->kernel_signatures())
+        for (flatbuffers::uoffset_t i = 0; i < a->kernel_signatures()->size(); i++)
+            reader.kernel_signature(a->kernel_signatures()->Get(i), i);
 }
 
 }  // namespace wrp

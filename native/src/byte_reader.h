@@ -26,6 +26,39 @@ template <typename T> inline T load(const uint8_t* p)
     return v;
 }
 
+// Strict UTF-8, as Python's decoder accepts it: no overlong forms, no
+// surrogates, nothing above U+10FFFF.  wrpkit refuses strings that are not.
+inline bool is_utf8(const uint8_t* s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t min, cp;
+        if ((c & 0xE0) == 0xC0) { len = 2; min = 0x80; cp = c & 0x1F; }
+        else if ((c & 0xF0) == 0xE0) { len = 3; min = 0x800; cp = c & 0x0F; }
+        else if ((c & 0xF8) == 0xF0) { len = 4; min = 0x10000; cp = c & 0x07; }
+        else return false;
+        if (n - i < len)
+            return false;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+inline bool is_utf8(const std::string& s) { return is_utf8(reinterpret_cast<const uint8_t*>(s.data()), s.size()); }
+
 class ByteReader {
 public:
     // `where` names the structure being read, e.g. "metadata.modules[3]".
@@ -66,6 +99,8 @@ public:
         std::string s(reinterpret_cast<const char*>(image_ + pos_), len);
         if (s.find('\0') != std::string::npos)
             fail_invalid_at(where_ + "." + field, at, "string contains a NUL byte");
+        if (!is_utf8(s))
+            fail_invalid_at(where_ + "." + field, at, "string is not valid UTF-8");
         pos_ += len;
         return s;
     }

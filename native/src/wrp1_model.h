@@ -114,6 +114,24 @@ struct ArraySignature {
     bool is_output = false;
 };
 
+// One kernel argument as wrpkit recorded it (table KernelArgument).
+struct KernelArgumentSignature {
+    std::string name;
+    std::string type;
+    uint32_t value_size = 0;  // 0: unknown
+    bool has_dtype = false;
+    std::string dtype_name;
+    uint32_t dtype_size = 0;
+    uint32_t ndim = 0;  // 0: not an array
+};
+
+// A kernel's argument list (table KernelSignature); launches are held to it.
+struct KernelSignature {
+    std::string kernel_key;
+    std::string module_hash;
+    std::vector<KernelArgumentSignature> arguments;
+};
+
 // SHA-256 of one module file recorded by wrpkit (table ModuleDigest).
 struct ModuleDigest {
     std::string binary_filename;
@@ -135,6 +153,7 @@ struct Wrp1Graph {
     uint64_t total_ops = 0;             // at every nesting depth
     std::vector<ArraySignature> signatures;
     std::vector<ModuleDigest> module_digests;
+    std::map<std::pair<std::string, std::string>, KernelSignature> kernel_signatures;  // (module_hash, key)
 
     const RegionRecord* find_region(int64_t id) const;
     const ModuleRecord* find_module(const std::string& hash) const;
@@ -159,7 +178,7 @@ constexpr uint32_t kMaxKernels = 1u << 20;
 constexpr uint32_t kMaxBindings = 1u << 16;
 constexpr uint32_t kMaxMeshes = 1u << 16;
 constexpr uint32_t kMaxPointerLocations = 1u << 20;
-constexpr uint32_t kMaxRegions = 1u << 24;
+constexpr uint32_t kMaxRegions = 1u << 20;
 constexpr uint64_t kMaxTotalOps = uint64_t(1) << 26;
 constexpr uint32_t kMaxNestingDepth = 64;
 constexpr uint64_t kMaxLaunchThreads = uint64_t(1) << 32;

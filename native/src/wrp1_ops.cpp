@@ -251,6 +251,8 @@ private:
         std::string hash(reinterpret_cast<const char*>(op.p + kLaunchHeader + key_len), hash_len);
         if (key.find('\0') != std::string::npos || hash.find('\0') != std::string::npos)
             op.fail("kernel key or module hash contains a NUL byte");
+        if (!is_utf8(key) || !is_utf8(hash))
+            op.fail("kernel key or module hash is not valid UTF-8");
         if (semantic_) {
             const KernelRecord* k = g_.find_kernel(hash, key);
             if (!k)
@@ -273,8 +275,8 @@ private:
             if (!range_fits(voff, vsize, value_size))
                 fail_invalid_at(op.label, op.at + po, "param %u: value bytes [%u, %u + %u) exceed the %u value bytes", j,
                                 voff, voff, vsize, value_size);
-            if (align != 0 && (!is_pow2(align) || align > 256))
-                fail_invalid_at(op.label, op.at + po, "param %u: value_align %u is not a power of two up to 256", j, align);
+            if (align != 0 && (!is_pow2(align) || align > 64))
+                fail_invalid_at(op.label, op.at + po, "param %u: value_align %u is not a power of two up to 64", j, align);
             // Warp packs the arguments exactly like the C args struct the
             // replayer rebuilds (align, then append), forward then adjoint.
             // A record that disagrees would hand the kernel shifted fields.
@@ -297,6 +299,70 @@ private:
             op.fail("arguments end at byte %llu of %u value bytes", static_cast<unsigned long long>(packed_end), value_size);
         if (cursor != num_relocs)
             op.fail("params own %llu relocations but num_relocs is %u", static_cast<unsigned long long>(cursor), num_relocs);
+        if (semantic_)
+            against_signature(op, key, hash, num_params, params_off, relocs_off, values_off);
+    }
+
+    // Files wrpkit wrote record each kernel's arguments (annotations): every
+    // launch must pass that many arguments of those byte sizes, and each array
+    // argument's descriptor must have the declared ndim and fit its region
+    // with the real element size (not just one byte, as without a signature).
+    // The rules of wrpkit's validate (_Checker._against_signature).
+    void against_signature(const Op& op, const std::string& key, const std::string& hash, uint32_t num_params,
+                           uint32_t params_off, uint32_t relocs_off, uint32_t values_off)
+    {
+        auto it = g_.kernel_signatures.find({hash, key});
+        if (it == g_.kernel_signatures.end())
+            return;
+        const std::vector<KernelArgumentSignature>& args = it->second.arguments;
+        if (args.size() != num_params)
+            op.fail("launch passes %u arguments; kernel %s takes %zu (its recorded signature)", num_params,
+                    quoted(key).c_str(), args.size());
+        uint32_t cursor = 0;
+        for (uint32_t j = 0; j < num_params; j++) {
+            uint32_t po = params_off + j * kParamRecord;
+            uint16_t n = op.get<uint16_t>(po + 2);
+            uint32_t voff = op.get<uint32_t>(po + 4);
+            uint32_t vsize = op.get<uint32_t>(po + 8);
+            uint32_t first = cursor;
+            cursor += n;
+            const KernelArgumentSignature& a = args[j];
+            if (a.value_size != 0 && vsize != a.value_size)
+                fail_invalid_at(op.label, op.at + po, "param %u: argument %s is %u bytes; its type %s takes %u", j,
+                                quoted(a.name).c_str(), vsize, quoted(a.type).c_str(), a.value_size);
+            if (a.ndim == 0 || !a.has_dtype || vsize < 56 || n == 0)
+                continue;
+            const uint8_t* rel = op.p + relocs_off + first * kRelocRecord;
+            if (rel[16] != kRelocDataPtr || load<uint32_t>(rel) != 0)
+                continue;
+            const uint8_t* desc = op.p + values_off + voff;
+            uint16_t ndim = load<uint16_t>(desc + 48);
+            if (ndim != a.ndim)
+                fail_invalid_at(op.label, op.at + values_off + voff + 48,
+                                "param %u: array argument %s has ndim %u; the kernel declares %u", j, quoted(a.name).c_str(),
+                                ndim, a.ndim);
+            if (ndim > 4)
+                continue;
+            StridedReach reach;
+            bool skip = false;
+            for (int d = 0; d < ndim; d++) {
+                int32_t extent = load<int32_t>(desc + 16 + 4 * d);
+                if (extent <= 0)
+                    skip = true;  // empty, or negative (reported with the descriptor)
+                else
+                    reach.add(extent, load<int32_t>(desc + 32 + 4 * d));
+            }
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
+            uint64_t base = load<uint64_t>(rel + 8);
+            if (skip || !region || base > region->size)
+                continue;
+            if (-reach.lo > __int128(base) || __int128(base) + reach.hi + a.dtype_size > __int128(region->size))
+                fail_invalid_at(op.label, op.at + values_off + voff + 16,
+                                "param %u: array argument %s (%s, shape and strides at this offset) spans past the end "
+                                "of region %u (%llu bytes) from offset %llu", j, quoted(a.name).c_str(),
+                                printable(a.dtype_name).c_str(), region->id, static_cast<unsigned long long>(region->size),
+                                static_cast<unsigned long long>(base));
+        }
     }
 
     void relocation(const Op& op, uint32_t ro, uint32_t index, uint32_t blob_size)

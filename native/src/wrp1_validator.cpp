@@ -215,8 +215,9 @@ std::vector<Section> check_sections(const uint8_t* image, size_t size)
 void check_module(const ModuleRecord& m, Device device, uint8_t kind, uint8_t fallback, const std::string& source_filename,
                   const std::string& source_digest, const uint8_t* recipe, const std::string& where)
 {
-    if (!is_lower_hex(m.hash))
-        fail_invalid_at(where + ".module_hash", m.at, "module hash %s is not lowercase hex", quoted(m.hash).c_str());
+    if (!is_sha256_hex(m.hash))
+        fail_invalid_at(where + ".module_hash", m.at, "module hash %s is not 64 lowercase hex characters",
+                        quoted(m.hash).c_str());
     if (!is_plain_basename(m.binary_filename))
         fail_invalid_at(where + ".binary_filename", m.at,
                         "%s is not a plain file name (non-empty, no '/', '\\', ':' or NUL, not \".\" or \"..\")",
@@ -561,9 +562,10 @@ Wrp1Graph validate_wrp1(const uint8_t* image, size_t size, const ValidationLimit
     read_memory(image, sections[1], g, limits);
     if (limits.semantic_checks)
         check_references(image, g);
-    validate_operations(image, sections[2].offset, sections[2].offset + sections[2].size, g, limits.semantic_checks);
+    // Annotations first: launches are checked against the kernel signatures they record.
     if (sections.size() == 4)
         read_annotations(image, sections[3].offset, sections[3].offset + sections[3].size, g);
+    validate_operations(image, sections[2].offset, sections[2].offset + sections[2].size, g, limits.semantic_checks);
     return g;
 }
 
