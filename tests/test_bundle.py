@@ -127,3 +127,23 @@ def test_tampered_region_data_fails_the_load_not_later(captures, tmp_path):
     with pytest.raises(wrpkit.WrpIntegrityError, match=f"region {region.region_id} initial data"):
         wrpkit.load(bytes(data))
     wrpkit.load(wrpk).run()  # the untouched bundle loads
+
+
+def test_unpacking_a_bundle_with_altered_region_data_writes_nothing(captures, tmp_path):
+    """Region checksums are checked while the .wrp is written; a mismatch publishes no .wrp."""
+    wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
+    data = bytearray(wrpk.read_bytes())
+    from wrpkit.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+
+    region = next(r for r in decode_wrpk(bytes(data)).regions if r.has_initial_data and r.size)
+    start = bytes(data).find(bytes(region.data), read_header(bytes(data)).blob_area_offset)
+    data[start] ^= 0x01
+    bad = tmp_path / "flipped.wrpk"
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    res = wrp("convert", bad, out / "x.wrp")
+    assert res.exit_code == 3 and f"region {region.region_id} initial data" in res.output, res.output
+    assert not (out / "x.wrp").exists()
+    assert not list(out.rglob("*.o")) and not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    res = wrp("convert", bad, out / "x.wrpk")
+    assert res.exit_code == 3 and not (out / "x.wrpk").exists()

@@ -800,3 +800,14 @@ def test_expansion_limit_matches_wrp_replays():
     assert (wrpk.EXPANSION_FLOOR, wrpk.EXPANSION_FACTOR) == (64 << 20, 64)
     src = (Path(__file__).resolve().parents[1] / "native" / "src" / "wrpk_reader.cpp").read_text()
     assert "kExpansionFactor = 64;" in src and "kExpansionFloor = uint64_t(64) << 20;" in src
+
+
+def test_write_wrpk_writes_exactly_the_encoded_bytes(wrp_inputs, tmp_path):
+    """write_wrpk hashes while it writes and fills the digests in last; the file must not differ."""
+    for name, (data, files) in wrp_inputs.items():
+        prog = wrp1.decode_wrp1(data)
+        out = tmp_path / f"{name}.wrpk"
+        n = wrpk.write_wrpk(out, prog, files)
+        assert out.read_bytes() == wrpk.encode_wrpk(prog, files), name
+        assert n == out.stat().st_size
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -102,24 +102,47 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             raise WrpError(f"{src} carries no module binaries, so it cannot become a {form} file",
                            hint="Convert from a JSON file made with its modules embedded.")
         return _write(prog, modules if include_modules else None, src, dst, src_form, form, progress)
-    with open_capture(src, verify_checksums=verify_checksums) as cap:
+    # Region checksums of a .wrpk input are verified while the output is
+    # written, on a worker thread; the output is published only if they match.
+    deferred = [] if form != "json" else None
+    with open_capture(src, verify_checksums=verify_checksums, prefetch=True, deferred=deferred) as cap:
         modules = cap.module_files() if include_modules else None
-        return _write(cap.program, modules, src, dst, cap.kind, form, progress)
+        return _write(cap.program, modules, src, dst, cap.kind, form, progress, deferred)
 
 
-def _write(prog, modules, src, dst, src_form, form, progress) -> ConvertResult:
+def _write(prog, modules, src, dst, src_form, form, progress, deferred=None) -> ConvertResult:
+    verifier = finish = None
+    if deferred:
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        data = {r.region_id: r.data for r in prog.regions}
+        verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wrpkit-verify")
+        pending = [(d, verifier.submit(d.matches, data[d.region_id])) for d in deferred]
+
+        def finish(fd: int) -> None:
+            for d, ok in pending:
+                if not ok.result():
+                    raise d.error()
+    try:
+        return _write_form(prog, modules, src, dst, src_form, form, progress, finish)
+    finally:
+        if verifier is not None:
+            verifier.shutdown(cancel_futures=True)
+
+
+def _write_form(prog, modules, src, dst, src_form, form, progress, finish) -> ConvertResult:
     if form == "wrp":
-        n = publish_wrp(dst, wrp1.iter_wrp1_chunks(prog), modules or {}, progress)
+        n = publish_wrp(dst, wrp1.iter_wrp1_chunks(prog), modules or {}, progress, finish)
     elif form == "wrpk":
         from . import wrpk  # noqa: PLC0415
 
-        n = atomic_write(dst, wrpk.iter_wrpk_chunks(prog, modules), progress)
+        n = wrpk.write_wrpk(dst, prog, modules, progress, finish)
     else:
         from . import jsonform  # noqa: PLC0415
 
         text = jsonform.dumps(prog, modules)
         data = text.encode("utf-8") if isinstance(text, str) else text
-        n = atomic_write(dst, [data], progress)
+        n = atomic_write(dst, [data], progress, finish)
     return ConvertResult(src, dst, src_form, form, n, len(modules or {}))
 
 

@@ -199,7 +199,7 @@ def _open_anonymous(d: Path):
     return fd
 
 
-def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
+def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, before_publish=None) -> int:
     """Write ``chunks`` to ``path`` atomically and durably.
 
     The data goes to an unnamed temporary file in the destination directory
@@ -212,6 +212,14 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
         path: Destination.  Its directory must exist.
         chunks: Iterable of bytes-like objects, written in order.
         progress: Optional callable taking the number of bytes just written.
+        finish: Optional callable taking the file descriptor, called once
+            every chunk is written and before the file is synced and
+            published; it may overwrite earlier bytes with ``os.pwrite``
+            (a header that depends on what follows it) or raise to abandon
+            the write.
+        before_publish: Optional callable run once the file is complete and
+            synced, just before it is renamed into place (to publish files
+            it refers to first); raising abandons the write.
 
     Returns:
         Bytes written.
@@ -219,6 +227,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
     Raises:
         WrpError: The destination directory is missing or a write failed; the
             destination is left as it was and no temporary file remains.
+        Whatever ``finish`` raises, with the same guarantee.
     """
     dest = Path(path)
     d = dest.parent if str(dest.parent) else Path(".")
@@ -253,6 +262,8 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
                 if progress is not None:
                     progress(n)
             f.flush()
+            if finish is not None:
+                finish(fd)
             os.fsync(fd)
         if tmp is None:
             # Give the finished file a unique name, then rename it into place.
@@ -262,6 +273,8 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None) -> int:
                 raise OSError(f"cannot name the finished temporary file for {dest}")
         else:
             os.chmod(tmp, 0o644)
+        if before_publish is not None:
+            before_publish()
         os.replace(tmp, dest)
         tmp = None
     except BaseException as e:
@@ -290,19 +303,23 @@ def is_plain_basename(name: str) -> bool:
     return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\:\0")
 
 
-def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress=None) -> int:
+def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress=None, finish=None) -> int:
     """Publish a ``.wrp`` and its module files so that readers never see a torn pair.
 
     Module files are content-addressed by Warp (their names carry the module
-    hash), so each is first published atomically into ``<stem>_modules/``
-    and only then is the ``.wrp`` replaced.  At every instant the ``.wrp`` in
-    place names only module files that exist.
+    hash).  The ``.wrp`` is written and synced under a temporary name first;
+    then each module file is published atomically into ``<stem>_modules/``,
+    and only then is the ``.wrp`` renamed into place.  At every instant the
+    ``.wrp`` in place names only module files that exist, and a write that
+    fails (or whose ``finish`` check fails) publishes nothing.
 
     Args:
         path: Destination ``.wrp``.
         wrp_chunks: The ``.wrp`` bytes as chunks.
         modules: ``{binary_filename: bytes-like}``.
         progress: Optional callable taking byte counts as they are written.
+        finish: Passed to :func:`atomic_write` for the ``.wrp`` (the last
+            file published): it may still abandon the ``.wrp``.
 
     Returns:
         Bytes written in all.
@@ -316,15 +333,18 @@ def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress
     for name in modules:
         if not is_plain_basename(name):
             raise WrpModuleError(f"module file name {name!r} is not a plain file name")
-    total = 0
-    if modules:
-        if mdir.is_symlink() or (mdir.exists() and not mdir.is_dir()):
-            raise WrpError(f"{mdir} exists and is not a directory")
-        mdir.mkdir(exist_ok=True)
-        for name, data in modules.items():
-            total += atomic_write(mdir / name, [data], progress)
-    total += atomic_write(dest, wrp_chunks, progress)
-    return total
+    if modules and (mdir.is_symlink() or (mdir.exists() and not mdir.is_dir())):
+        raise WrpError(f"{mdir} exists and is not a directory")
+    written = [0]
+
+    def publish_modules():
+        # The .wrp is complete, checked and synced but not yet in place.
+        if modules:
+            mdir.mkdir(exist_ok=True)
+            for name, data in modules.items():
+                written[0] += atomic_write(mdir / name, [data], progress)
+
+    return atomic_write(dest, wrp_chunks, progress, finish, publish_modules) + written[0]
 
 
 def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
@@ -350,3 +370,11 @@ __all__ = [
     "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
     "is_plain_basename", "check_output_path",
 ]
+
+
+def pwrite_all(fd: int, data, offset: int) -> None:
+    """``os.pwrite`` until all of ``data`` is written at ``offset``."""
+    view = memoryview(data).cast("B")
+    while view.nbytes:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n

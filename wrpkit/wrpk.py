@@ -237,7 +237,7 @@ _ALWAYS = _NotDefault()
 
 
 class _EncSpec:
-    __slots__ = ("name", "fields", "defaults", "getter", "children", "plans")
+    __slots__ = ("name", "fields", "defaults", "getter", "children", "plans", "unhashable")
 
     def __init__(self, name: str):
         self.name = name
@@ -249,6 +249,9 @@ class _EncSpec:
         self.getter = _tuple_getter(names, attr=True)
         self.children = [(i, k) for i, (_, k, _) in enumerate(self.fields) if _is_offset(k) and k != "blob"]
         self.plans: dict = {}
+        # Fields whose model values are lists or byte views (see _frozen).
+        self.unhashable = [i for i, (_, k, _) in enumerate(self.fields) if k in ("bytes", "params", "relocs")
+                           or k.endswith("v")]
 
 
 def _tuple_getter(keys, attr=False):
@@ -425,12 +428,16 @@ class _Encoder:
     def __init__(self):
         self.b = _Builder()
         self.op_tables: dict = {}  # op content -> E of its shared Operation table
+        # (E of a Blob's sha256 vector, blob offset): where write_wrpk patches digests in.
+        self.sha_slots: list = []
 
     def blob(self, ref) -> Optional[int]:
         if ref is None:
             return None
         off, length, sha = ref
         sha_e = self.b.vector(None, len(sha), sha, share=False) if length else None
+        if length:
+            self.sha_slots.append((sha_e, off))
         return self.b.table(_ENC["Blob"], [off, length, sha_e])
 
     def child(self, kind: str, v):
@@ -504,11 +511,16 @@ class _Encoder:
             # A step loop records the same launch many times: identical ops
             # (bodies excepted) share one Operation table, which readers
             # decode once.  Keys hold every field the table stores.
-            key = None if t in (OpType.IF, OpType.WHILE) else (t, *map(_frozen, spec.getter(op)))
-            try:
-                e_op = memo.get(key) if key is not None else None
-            except TypeError:  # a field value that cannot be hashed: do not share
-                key = e_op = None
+            key = e_op = None
+            if t != OpType.IF and t != OpType.WHILE:
+                key = list(spec.getter(op))
+                for i in spec.unhashable:
+                    key[i] = _frozen(key[i])
+                key = (t, *key)
+                try:
+                    e_op = memo.get(key)
+                except TypeError:  # a field value that cannot be hashed: do not share
+                    key = None
             if e_op is None:
                 if t == OpType.KERNEL_LAUNCH and len(op.shape) != 4:
                     raise WrpFormatError(f"KERNEL_LAUNCH shape must have 4 entries, found {len(op.shape)}")
@@ -599,16 +611,22 @@ class _Layout:
                                      None if source is None else add(source)))
 
 
-def _manifest(prog: m.Program, layout: _Layout) -> bytes:
+def _manifest(prog: m.Program, layout: _Layout, slots: Optional[list] = None) -> bytes:
+    """The manifest; ``slots`` (a list) receives ``(byte offset in the manifest, blob offset)``
+    of every blob's SHA-256, for digests filled in later."""
     if prog.annotations:
         try:
             verify_annotations(prog.annotations)
         except WrpFormatError as e:
             raise WrpFormatError(f"the program's annotations are not a valid Annotations FlatBuffer: {e}",
                                  hint="Drop or rewrite the annotations (wrpkit.annotations).") from None
-    manifest = _Encoder().program(prog, layout.module_refs, layout.region_refs)
+    enc = _Encoder()
+    manifest = enc.program(prog, layout.module_refs, layout.region_refs)
     if len(manifest) > MAX_MANIFEST:
         raise WrpFormatError(f"the manifest would be {len(manifest)} bytes, above the FlatBuffers limit of 2 GiB")
+    if slots is not None:
+        # A vector at E starts len(manifest) - E bytes in; its payload follows the count word.
+        slots.extend((len(manifest) - e + 4, off) for e, off in enc.sha_slots)
     return manifest
 
 
@@ -652,6 +670,11 @@ def _chunks(header: bytes, manifest: bytes, layout: _Layout) -> Iterator:
     base = _align(pos)
     if base > pos:
         yield bytes(base - pos)
+    yield from _blob_chunks(layout)
+
+
+def _blob_chunks(layout: _Layout) -> Iterator:
+    """The blob area: every blob at its offset, zeros between."""
     pos = 0
     for data, off, n in layout.items:
         if off > pos:
@@ -671,21 +694,63 @@ def encode_wrpk(program: m.Program, modules: Optional[Mapping] = None) -> bytes:
     return b"".join(iter_wrpk_chunks(program, modules))
 
 
-def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None) -> int:
+def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None, finish=None) -> int:
     """Write a ``.wrpk`` atomically (see :func:`wrpkit.fileio.atomic_write`).
+
+    The file holds the bytes of :func:`iter_wrpk_chunks`, but the blobs are
+    hashed on worker threads while they are written.
 
     Args:
         path: Destination.
         program, modules: As for :func:`iter_wrpk_chunks`.
         progress: Optional callable taking the number of bytes just written
             (blobs are written in pieces of at most :data:`CHUNK` bytes).
+        finish: Optional check run before the file is published (see
+            :func:`wrpkit.fileio.atomic_write`); raise to abandon it.
 
     Returns:
         Bytes written.
     """
-    from .fileio import atomic_write  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-    return atomic_write(path, iter_wrpk_chunks(program, modules), progress)
+    from .fileio import atomic_write, pwrite_all  # noqa: PLC0415
+
+    # The bytes are those of iter_wrpk_chunks, written in another order: the
+    # blob area first while worker threads hash the blobs (hashlib releases
+    # the GIL), then the header and manifest, whose digests were left zero
+    # and are filled in once the hashes are done.
+    layout = _Layout(program, modules, hashes=False)
+    slots: list = []
+    manifest = _manifest(program, layout, slots)
+    base = _align(HEADER_SIZE + len(manifest))
+    workers = max(1, min(len(layout.items), os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wrpkit-hash") as pool:
+        # Largest first, so that the longest hash starts at once.
+        digests = {off: pool.submit(_sha256, data) for data, off, _ in sorted(layout.items, key=lambda it: -it[2])}
+
+        def chunks():
+            yield bytes(base)  # header and manifest: written by finish()
+            yield from _blob_chunks(layout)
+
+        def write_head(fd: int) -> None:
+            final = bytearray(manifest)
+            for at, off in slots:
+                final[at:at + 32] = digests[off].result()
+            final = bytes(final)
+            pwrite_all(fd, _header(final, layout.end) + final, 0)
+            if finish is not None:
+                finish(fd)
+
+        try:
+            return atomic_write(path, chunks(), progress, write_head)
+        finally:
+            for f in digests.values():
+                f.cancel()
+
+
+def _sha256(data) -> bytes:
+    return hashlib.sha256(data).digest()
 
 
 def bundle_size(program: m.Program, modules: Optional[Mapping] = None) -> int:
