@@ -1067,6 +1067,29 @@ def test_while_body_must_touch_its_condition(native, caps, tmp_path):
             run(native.exe, path, "--list", "--skip-checks", check_rc=0)
 
 
+def _parity_cases():
+    try:
+        import parity_cases  # noqa: PLC0415
+
+        return parity_cases.CASES
+    except ImportError:  # pragma: no cover - tests/programs.py absent
+        return []
+
+
+@pytest.mark.parametrize("case", _parity_cases(), ids=lambda c: c.name)
+def test_rule_parity_native(native, case, tmp_path):
+    """wrp-replay gives the verdict ``wrp validate`` gives on every variant of tests/parity_cases.py (each
+    breaks one rule that once lived on one side only; test_validate.py checks the Python side)."""
+    import parity_cases as pc  # noqa: PLC0415
+
+    run(native.exe, pc.base_capture(case), "--list", check_rc=0)
+    path = pc.build(case, tmp_path / "v")
+    res = run(native.exe, path, "--list", check_rc=0 if case.accept else 3)
+    assert case.accept or case.native in res.stderr, res.stderr
+    py_code, py_out = pc.python_validate(path)
+    assert (py_code == 0) == case.accept, py_out
+
+
 def test_wrpk_of_hostile_variants_gets_the_wrp_verdict(native, caps, tmp_path):
     """Every hostile .wrp that wrpkit can bundle gets the same verdict as a .wrpk as it does as a .wrp."""
     try:

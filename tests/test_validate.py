@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+import parity_cases as pc
 import replay_cases as rc
 from wrpkit import model as m
 from wrpkit.container import open_capture
@@ -99,3 +100,18 @@ def test_while_whose_body_cannot_change_its_condition_is_refused():
     assert not validate_program(decode_wrp1(src.read_bytes()))
     bad = [str(p) for p in validate_program(edited(src, edit))]
     assert any("never touches its condition" in p for p in bad), bad
+
+
+# -- rule parity with the native validator (cases in tests/parity_cases.py) --------------------------
+
+
+@pytest.mark.parametrize("case", pc.CASES, ids=pc.CASE_IDS)
+def test_rule_parity_python(case, tmp_path):
+    """``wrp validate`` gives the verdict wrp-replay gives (tests/test_native.py checks that side)."""
+    code, out = pc.python_validate(pc.base_capture(case))
+    assert code == 0, out
+    code, out = pc.python_validate(pc.build(case, tmp_path / "v"))
+    if case.accept:
+        assert code == 0, out
+    else:
+        assert code != 0 and case.py in out, (code, out)

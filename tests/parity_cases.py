@@ -1,0 +1,325 @@
+"""Variants of real captures on which wrpkit's validator (Python) and wrp-replay's (C++) once disagreed.
+
+Each :class:`Case` edits a capture made at test time (stock ``wp.capture_save``
+or ``wrpkit.capture`` with annotations) so that exactly one rule that used to
+live on one side only is broken.  Both sides must now refuse it (or, for an
+``accept`` case, both must accept it); tests/test_validate.py checks the
+Python side through ``wrp validate``, tests/test_native.py the native side
+through ``wrp-replay --list``.  The rule table is schema/VALIDATION-RULES.md.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional
+
+import replay_cases as rc
+from wrpkit import annotations as ann
+from wrpkit import model as m
+from wrpkit.fileio import modules_dir_for
+
+
+@dataclass
+class Case:
+    """One variant.
+
+    Attributes:
+        name: Test id.
+        program: A program of tests/programs.py.
+        annotated: Start from the ``wrpkit.capture`` file (with annotations) instead of the stock one.
+        edit: ``edit(program)`` on the decoded model (re-encoded afterwards).
+        py: Text the Python refusal must contain.
+        native: Text the native refusal must contain.
+        raw: ``raw(bytes) -> bytes`` applied after re-encoding.
+        modules: ``modules(modules_dir)`` applied to the copied module files.
+        accept: Both sides must accept it (a rule one side used to apply wrongly).
+    """
+
+    name: str
+    program: str
+    edit: Callable
+    py: str = ""
+    native: str = ""
+    annotated: bool = False
+    raw: Optional[Callable] = None
+    modules: Optional[Callable] = None
+    accept: bool = False
+
+
+def launches(prog, key=None):
+    return [op for _, op in m.walk_ops(prog.ops)
+            if isinstance(op, m.KernelLaunch) and (key is None or op.kernel_key == key)]
+
+
+def _grow_values(op, n=8):
+    op.value_data = bytes(op.value_data) + bytes(n)
+
+
+def misplaced_argument(prog):
+    op = launches(prog)[0]
+    _grow_values(op)
+    last = op.params[-1]
+    op.params[-1] = last._replace(value_offset=last.value_offset + 8)
+
+
+def trailing_value_bytes(prog):
+    _grow_values(launches(prog)[0])
+
+
+def align_128(prog):
+    op = launches(prog)[0]
+    op.params[0] = op.params[0]._replace(value_align=128)
+
+
+def grad_slot_moved(prog):
+    op = launches(prog)[0]
+    op.relocations[1] = op.relocations[1]._replace(value_byte_offset=16)
+
+
+def index_count_past_region(prog):
+    op = launches(prog, "k_indexed")[0]
+    blob = bytearray(op.value_data)
+    struct.pack_into("<i", blob, op.params[0].value_offset + 88, 1000)
+    op.value_data = bytes(blob)
+
+
+def size_not_multiple(prog):
+    op = launches(prog)[0]
+    op.shape = (3,) + tuple(op.shape[1:])
+
+
+def backward_without_code(prog):
+    op = next(op for op in launches(prog) if not op.is_forward)
+    k = next(k for k in prog.kernels if k.kernel_key == op.kernel_key and k.module_hash == op.module_hash)
+    k.backward_name = ""
+
+
+def _indices(prog):
+    me = prog.meshes[0]
+    return me, next(r for r in prog.regions if r.region_id == me.indices_region_id)
+
+
+def mesh_index_out_of_range(prog):
+    me, reg = _indices(prog)
+    data = bytearray(reg.data)
+    struct.pack_into("<i", data, 0, me.num_points)
+    reg.data = bytes(data)
+
+
+def mesh_field(**fields):
+    def edit(prog):
+        prog.meshes[0] = replace(prog.meshes[0], **fields)
+    return edit
+
+
+def mesh_duplicate(prog):
+    prog.meshes.append(replace(prog.meshes[0]))
+
+
+def null_mesh_handle(prog):
+    op = next(op for op in launches(prog) if any(r.kind == m.RelocKind.HANDLE for r in op.relocations))
+    i = next(i for i, r in enumerate(op.relocations) if r.kind == m.RelocKind.HANDLE)
+    op.relocations[i] = op.relocations[i]._replace(region_offset=0)
+
+
+def _first_array_param(prog):
+    for op in launches(prog):
+        start = 0
+        for p in op.params:
+            rels = op.relocations[start:start + p.num_relocs]
+            start += p.num_relocs
+            if p.value_size == 56 and rels and rels[0].kind == m.RelocKind.DATA_PTR:
+                return op, p, rels, start - p.num_relocs
+    raise LookupError("no array argument")
+
+
+def element_past_region(prog):
+    """Move an array so that its last element starts inside its region but ends past it: only the
+    element size the kernel signature records can tell."""
+    op, p, rels, first = _first_array_param(prog)
+    ndim = struct.unpack_from("<H", op.value_data, p.value_offset + 48)[0]
+    shape = struct.unpack_from("<4i", op.value_data, p.value_offset + 16)[:ndim]
+    strides = struct.unpack_from("<4i", op.value_data, p.value_offset + 32)[:ndim]
+    hi = sum((d - 1) * s for d, s in zip(shape, strides) if s > 0)
+    size = next(r.size for r in prog.regions if r.region_id == rels[0].region_id)
+    op.relocations[first] = rels[0]._replace(region_offset=size - hi - 1)
+
+
+def ndim_mismatch(prog):
+    op, p, _, _ = _first_array_param(prog)
+    blob = bytearray(op.value_data)
+    struct.pack_into("<H", blob, p.value_offset + 48, 2)
+    op.value_data = bytes(blob)
+
+
+def edit_annotations(change):
+    def edit(prog):
+        a = ann.decode_annotations(prog.annotations)
+        prog.annotations = ann.encode_annotations(change(prog, a))
+    return edit
+
+
+def fewer_arguments(prog, a):
+    key = (launches(prog)[0].module_hash, launches(prog)[0].kernel_key)
+    ks = tuple(replace(k, arguments=k.arguments[:-1]) if (k.module_hash, k.kernel_key) == key else k
+               for k in a.kernel_signatures)
+    return replace(a, kernel_signatures=ks)
+
+
+def unknown_kernel_signature(prog, a):
+    k = a.kernel_signatures[0]
+    return replace(a, kernel_signatures=a.kernel_signatures + (replace(k, kernel_key="not_a_kernel"),))
+
+
+def view_past_region(prog, a):
+    s = a.signature[0]
+    return replace(a, signature=(replace(s, byte_offset=1 << 20),) + a.signature[1:])
+
+
+def corrupt_module(d: Path):
+    """One byte appended: still a well-formed ELF object defining every symbol, but not the recorded one."""
+    f = sorted(d.iterdir())[0]
+    f.write_bytes(f.read_bytes() + b"\0")
+
+
+def cpu_module_with_digest(prog):
+    prog.modules[0].binary_digest = "a" * 64
+
+
+def ptr_location_missing_region(prog):
+    prog.pointer_locations.append(m.PointerLocation(999, 0, 0, 0))
+
+
+def alloc_past_region(prog):
+    r = prog.regions[0]
+    prog.ops.append(m.Alloc(r.region_id, r.size + 1))
+
+
+def empty_scan_missing_region(prog):
+    r = prog.regions[0]
+    prog.ops.append(m.Scan(999, r.region_id, 0, 0, 0, 0, 0, 1, 5, False))
+
+
+def bsr_summed_offsets_absent(prog):
+    op = next(op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.BsrFromTriplets))
+    op.summed_block_offsets_region_id = -1
+
+
+def module_name(name):
+    def edit(prog):
+        prog.modules[0].module_name = name
+    return edit
+
+
+def warp_version(prog):
+    prog.warp_version = prog.warp_version + " beta"
+
+
+def short_module_hash(prog):
+    new = {mod.module_hash: f"{i:032x}" for i, mod in enumerate(prog.modules)}
+    for mod in prog.modules:
+        mod.module_hash = new[mod.module_hash]
+    for k in prog.kernels:
+        k.module_hash = new[k.module_hash]
+    for op in launches(prog):
+        op.module_hash = new[op.module_hash]
+
+
+def nesting_65(prog):
+    cond = prog.regions[0].region_id
+    body = [m.If(cond, 0, [], [])]
+    for _ in range(64):
+        body = [m.If(cond, 0, body, [])]
+    prog.ops = list(prog.ops) + body
+
+
+CASES = [
+    # -- launch argument packing (was native only) ----------------------------------------------
+    Case("launch_argument_misplaced", "views", misplaced_argument, "packed with alignment", "packed with alignment"),
+    Case("launch_trailing_value_bytes", "views", trailing_value_bytes, "arguments end at byte",
+         "arguments end at byte"),
+    Case("launch_grad_slot_moved", "views", grad_slot_moved, "must be followed by its grad pointer",
+         "must be followed by its grad pointer"),
+    Case("indexedarray_index_count_past_region", "indexedarray", index_count_past_region,
+         "index array 0 of 1000 entries", "index array 0 of 1000 entries"),
+    Case("launch_size_not_multiple_of_shape", "views", size_not_multiple, "not a multiple of the shape",
+         "not a multiple of the shape"),
+    Case("backward_launch_without_backward_code", "tape", backward_without_code, "backward launch of kernel",
+         "backward launch of kernel"),
+    # -- launch argument alignment (was Python only: native allowed up to 256) ------------------
+    Case("launch_value_align_128", "views", align_128, "power of two up to 64", "power of two up to 64"),
+    # -- meshes (was native only) ----------------------------------------------------------------
+    Case("mesh_triangle_index_out_of_range", "mesh", mesh_index_out_of_range, "triangle index 8",
+         "triangle index 8"),
+    Case("mesh_bvh_constructor_3", "mesh", mesh_field(bvh_constructor=3), "BVH constructor 3", "BVH constructor 3"),
+    Case("mesh_bvh_leaf_size_0", "mesh", mesh_field(bvh_leaf_size=0), "leaf size must be at least 1",
+         "leaf size must be at least 1"),
+    Case("mesh_duplicate_id", "mesh", mesh_duplicate, "appears twice", "appears twice"),
+    Case("mesh_triangles_without_points", "mesh", mesh_field(num_points=0), "triangles but no points",
+         "triangles but no points"),
+    # -- a null mesh handle (Python refused it, native and Warp accept it) -----------------------
+    Case("null_mesh_handle", "mesh", null_mesh_handle, accept=True),
+    # -- kernel signatures of the annotations (was Python only) ----------------------------------
+    Case("signature_element_past_region", "views", element_past_region, "past the bounds of region",
+         "spans past the end of region", annotated=True),
+    Case("signature_ndim_mismatch", "views", ndim_mismatch, "the kernel declares 1", "the kernel declares 1",
+         annotated=True),
+    Case("signature_argument_count", "views", edit_annotations(fewer_arguments), "arguments; kernel",
+         "arguments; kernel", annotated=True),
+    Case("signature_of_unknown_kernel", "views", edit_annotations(unknown_kernel_signature),
+         "'not_a_kernel' of module", "\"not_a_kernel\" of module", annotated=True),
+    # -- binding signatures and module digests of the annotations (was native only) --------------
+    Case("binding_signature_past_region", "views", edit_annotations(view_past_region), "outside region",
+         "outside region", annotated=True),
+    Case("module_digest_mismatch", "views", lambda prog: None, "does not match the SHA-256",
+         "does not match the", annotated=True, modules=corrupt_module),
+    # -- metadata (was native only) --------------------------------------------------------------
+    Case("cpu_module_with_cuda_metadata", "views", cpu_module_with_digest, "CUDA artifact metadata",
+         "CUDA artifact metadata"),
+    Case("pointer_location_of_missing_region", "views", ptr_location_missing_region,
+         "pointer-location region 999 does not exist", "pointer-location region 999 does not exist"),
+    Case("nul_in_module_name", "views", module_name("main\0x"), "NUL byte", "NUL byte"),
+    Case("warp_version_not_printable", "views", warp_version, "printable ASCII", "printable ASCII"),
+    # -- module hashes (Python wanted 64 hex characters, native any lowercase hex) ---------------
+    Case("module_hash_not_sha256", "views", short_module_hash, "64 lowercase hex", "64 lowercase hex"),
+    # -- UTF-8 (Python refused invalid UTF-8, native did not check) -----------------------------
+    Case("module_name_not_utf8", "views", module_name("ZZQQmain"), "UTF-8", "UTF-8",
+         raw=lambda data: data.replace(b"ZZQQ", b"\xff\xfeQQ", 1)),
+    # -- ops (was native only) -------------------------------------------------------------------
+    Case("alloc_past_region", "views", alloc_past_region, "ALLOC: bytes", "exceed the region's"),
+    Case("empty_scan_of_missing_region", "views", empty_scan_missing_region, "region 999 does not exist",
+         "999 does not exist"),
+    Case("bsr_summed_block_offsets_absent", "bsr", bsr_summed_offsets_absent, "summed_block_offsets: region -1",
+         "summed_block_offsets_region_id -1"),
+    Case("conditional_nesting_65", "views", nesting_65, "nesting deeper than 64", "nest deeper than 64"),
+]
+
+CASE_IDS = [c.name for c in CASES]
+
+
+def base_capture(case: Case) -> Path:
+    return rc.wrpkit_capture(case.program) if case.annotated else rc.stock_capture(case.program)
+
+
+def build(case: Case, dst_dir: Path) -> Path:
+    """Write the case's variant (``.wrp`` and ``<stem>_modules/``) into ``dst_dir``."""
+    path = rc.rewrite_capture(base_capture(case), dst_dir, case.edit)
+    if case.raw is not None:
+        path.write_bytes(case.raw(path.read_bytes()))
+    if case.modules is not None:
+        case.modules(modules_dir_for(path))
+    return path
+
+
+def python_validate(path: Path):
+    """``wrp validate PATH`` through click's CliRunner: ``(exit code, output)``."""
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from wrpkit.cli import main  # noqa: PLC0415
+
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        raise res.exception
+    return res.exit_code, " ".join(res.output.split())  # undo the console's line wrapping
