@@ -120,6 +120,9 @@ def _write(prog, modules, src, dst, src_form, form, progress, deferred=None) -> 
         pending = [(d, verifier.submit(d.matches, data[d.region_id])) for d in deferred]
 
         def finish(fd: int) -> None:
+            import os  # noqa: PLC0415
+
+            os.fsync(fd)  # the output goes to disk while the last hashes finish
             for d, ok in pending:
                 if not ok.result():
                     raise d.error()

@@ -721,19 +721,18 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
     # the GIL), then the header and manifest, whose digests were left zero
     # and are filled in once the hashes are done.
     layout = _Layout(program, modules, hashes=False)
-    slots: list = []
-    manifest = _manifest(program, layout, slots)
-    base = _align(HEADER_SIZE + len(manifest))
     workers = max(1, min(len(layout.items), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wrpkit-hash") as pool:
-        # Largest first, so that the longest hash starts at once.
+        # Largest first, so that the longest hash starts at once, before the
+        # manifest is even encoded.
         digests = {off: pool.submit(_sha256, data) for data, off, _ in sorted(layout.items, key=lambda it: -it[2])}
 
         def chunks():
-            yield bytes(base)  # header and manifest: written by finish()
+            yield bytes(base)  # header and manifest: written by write_head()
             yield from _blob_chunks(layout)
 
         def write_head(fd: int) -> None:
+            os.fsync(fd)  # the blobs go to disk while the last hashes finish
             final = bytearray(manifest)
             for at, off in slots:
                 final[at:at + 32] = digests[off].result()
@@ -743,6 +742,9 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
                 finish(fd)
 
         try:
+            slots: list = []
+            manifest = _manifest(program, layout, slots)
+            base = _align(HEADER_SIZE + len(manifest))
             return atomic_write(path, chunks(), progress, write_head)
         finally:
             for f in digests.values():
