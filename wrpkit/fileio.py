@@ -52,6 +52,14 @@ class MappedFile:
         except BufferError:
             pass
 
+    def drop_pages(self) -> None:
+        """Unmap the resident pages (they stay in the page cache; a later read faults them back in)."""
+        if self._mmap is not None and hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                self._mmap.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):
+                pass
+
     def __enter__(self):
         return self
 

@@ -266,6 +266,10 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         for d in deferred:
             at = offsets[d.region_id]
             checks.append((d, memoryview(wrp_bytes)[at:at + region_sizes[d.region_id]]))
+        if path is not None:
+            # The image now holds the region data; let the mapped bundle's
+            # pages go so the file is not resident twice while Warp copies it.
+            cap.mapped.drop_pages()
     return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules is not None, keep,
                     checks)
 
@@ -691,7 +695,10 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None) -> Prog
         WrpRuntimeError: Warp failed to load it.
     """
     prep = prepare(path_or_bytes, modules)
-    return load_prepared(prep, device)
+    prog = load_prepared(prep, device)
+    if prep.kind == "wrpk":
+        prep.wrp_bytes = None  # Warp copied what it needs; the rebuilt image is no longer used
+    return prog
 
 
 __all__ = ["load", "prepare", "load_prepared", "Program", "Prepared", "check_runnable", "device_family",
