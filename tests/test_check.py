@@ -90,12 +90,17 @@ def k_uses_grid_id(grid: wp.uint64, out: wp.array(dtype=wp.float32)):
     out[i] = float(i)
 
 
-def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
+def _stock_grid_capture():
+    """A plain wp.capture_begin graph that passes a live HashGrid id as uint64; returns (graph, out, grid)."""
     grid = wp.HashGrid(4, 4, 4, device="cpu")
     out = wp.zeros(4, dtype=wp.float32, device="cpu")
     wp.capture_begin("cpu", apic=True)
     wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
-    g = wp.capture_end()
+    return wp.capture_end(), out, grid
+
+
+def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
+    g, out, _grid = _stock_grid_capture()
     path = tmp_path / "grid.wrp"
     wp.capture_save(g, str(path), outputs={"out": out})
     code, data = run_check(path)
@@ -144,11 +149,7 @@ def test_saving_a_plain_warp_capture_lints_it(tmp_path):
     import wrpkit  # noqa: PLC0415
     from wrpkit.recording import WrpLintWarning  # noqa: PLC0415
 
-    grid = wp.HashGrid(4, 4, 4, device="cpu")
-    out = wp.zeros(4, dtype=wp.float32, device="cpu")
-    wp.capture_begin("cpu", apic=True)
-    wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
-    g = wp.capture_end()
+    g, out, _grid = _stock_grid_capture()
     with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 1"):
         wrpkit.save(g, tmp_path / "grid.wrp", outputs={"out": out})
 
