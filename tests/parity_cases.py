@@ -235,7 +235,57 @@ def nesting_65(prog):
     prog.ops = list(prog.ops) + body
 
 
+def shared_dtype_tables(levels: int = 18) -> bytes:
+    """An Annotations buffer of ~840 bytes whose one signature's dtype is a DAG: each level's two
+    fields share the level below, so walking every path visits 2^levels tables."""
+    import flatbuffers  # noqa: PLC0415
+
+    from wrpkit.fbs import Annotations as A  # noqa: PLC0415
+    from wrpkit.fbs import ArraySignature as S  # noqa: PLC0415
+    from wrpkit.fbs import DataType as D  # noqa: PLC0415
+    from wrpkit.fbs import StructField as F  # noqa: PLC0415
+
+    b = flatbuffers.Builder(1024)
+    D.Start(b)
+    D.AddSize(b, 4)
+    cur = D.End(b)
+    for _ in range(levels):
+        fields = []
+        for _ in range(2):
+            F.Start(b)
+            F.AddType(b, cur)
+            fields.append(F.End(b))
+        D.StartFieldsVector(b, 2)
+        for f in reversed(fields):
+            b.PrependUOffsetTRelative(f)
+        vec = b.EndVector()
+        D.Start(b)
+        D.AddSize(b, 4)
+        D.AddFields(b, vec)
+        cur = D.End(b)
+    name = b.CreateString("a")
+    S.Start(b)
+    S.AddName(b, name)
+    S.AddDtype(b, cur)
+    sig = S.End(b)
+    A.StartSignatureVector(b, 1)
+    b.PrependUOffsetTRelative(sig)
+    sigs = b.EndVector()
+    A.Start(b)
+    A.AddSignature(b, sigs)
+    b.Finish(A.End(b), file_identifier=b"WRPK")
+    return bytes(b.Output())
+
+
+def annotations_of_shared_tables(prog):
+    prog.annotations = shared_dtype_tables()
+
+
 CASES = [
+    # -- annotations whose shared tables make a tiny buffer a 2^18-table walk (Python decoded it
+    # -- for minutes; the C++ Verifier's table cap was a fixed 2^20 instead of one per 4 bytes) --
+    Case("annotations_of_shared_tables", "views", annotations_of_shared_tables,
+         "more tables than it can hold", "failed verification"),
     # -- launch argument packing (was native only) ----------------------------------------------
     Case("launch_argument_misplaced", "views", misplaced_argument, "packed with alignment", "packed with alignment"),
     Case("launch_trailing_value_bytes", "views", trailing_value_bytes, "arguments end at byte",

@@ -662,10 +662,15 @@ def decode_annotations(data) -> Annotations:
     from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
     from .fbs.Annotations import AnnotationsT  # noqa: PLC0415
 
+    from .wrpk import verify_annotations  # noqa: PLC0415
+
     buf = bytes(data)
     if len(buf) < 8 or not FbAnnotations.AnnotationsBufferHasIdentifier(buf, 0):
         raise WrpFormatError("the annotations are not an Annotations FlatBuffer (identifier 'WRPK' missing)",
                              field="annotations")
+    # Verify first: the object API below unpacks every path through shared
+    # tables, so an unverified buffer of a few hundred bytes could take hours.
+    verify_annotations(buf)
     try:
         _check_vector_alignment(buf)
         t = AnnotationsT.InitFromPackedBuf(buf, 0)

@@ -810,9 +810,13 @@ class _DecPlan:
 
 
 class _Reader:
-    def __init__(self, buf, max_depth: int):
+    def __init__(self, buf, max_depth: int, verifier_depth: bool = False):
         self.buf = buf
         self.n = len(buf)
+        # flatbuffers::Verifier semantics (the Annotations buffer, which C++
+        # checks with the Verifier): every table entered counts one level,
+        # the root included, instead of only table-valued fields.
+        self.vdepth = 0 if verifier_depth else None
         self.plans: dict = {}
         self.strings: dict = {}
         self.cache: dict = {}
@@ -873,7 +877,11 @@ class _Reader:
             raise _Bad(f"{spec.name} table at manifest offset {pos} is out of bounds or misaligned", pos)
         self.budget -= 1
         if self.budget < 0:
-            raise _Bad("the manifest refers to more tables than it can hold (aliased offsets)", pos)
+            raise _Bad("the buffer refers to more tables than it can hold (aliased offsets)", pos)
+        if self.vdepth is not None:
+            self.vdepth += 1
+            if self.vdepth > self.max_depth:
+                raise _Bad(f"tables are nested deeper than {self.max_depth} levels", pos)
         vt = pos - _I32.unpack_from(self.buf, pos)[0]
         key = (spec.name, vt, pos & 7)
         plan = self.plans.get(key)
@@ -898,6 +906,8 @@ class _Reader:
                 vals[i] = []
             else:
                 vals[i] = _EMPTY.get(kind)
+        if self.vdepth is not None:
+            self.vdepth -= 1
         return vals
 
     # -- everything an offset can point to -----------------------------------
@@ -946,6 +956,9 @@ class _Reader:
             return off, length, sha, pos
         if kind.startswith("table:"):
             spec = _DEC[kind[6:]]
+            if self.vdepth is not None:  # counted in table()
+                self.table(self.target(at, u, f"{spec.name} table"), spec)
+                return None
             self.depth += 1
             if self.depth > self.max_depth:
                 raise _Bad(f"tables are nested deeper than {self.max_depth} levels", at)
@@ -1115,12 +1128,13 @@ _OP_MAKERS = {OpType.KERNEL_LAUNCH: _make_launch, OpType.MEMTILE: _make_memtile,
               OpType.BSR_TRANSPOSE: _make_bsr_transpose}
 
 
-def _fail(e: _Bad, base: int, cls=WrpFormatError):
+def _fail(e: _Bad, base: int, cls=WrpFormatError, root: str = "manifest"):
     path = ""
     for part in reversed(e.parts):
         path += part if part.startswith("[") or not path else "." + part
-    raise cls(e.message, field=("manifest." + path) if path else "manifest", offset=base + e.pos,
-              hint="The bundle is corrupted or was not written by a conforming writer.") from None
+    hint = ("The bundle is corrupted or was not written by a conforming writer." if root == "manifest" else
+            "The annotations are corrupted or were not written by wrpkit; recapture, or convert with wrpkit.")
+    raise cls(e.message, field=f"{root}.{path}" if path else root, offset=base + e.pos, hint=hint) from None
 
 
 class WrpkHeader(NamedTuple):
@@ -1331,8 +1345,11 @@ def _make_program(rd: _Reader, v: list, pos: int) -> m.Program:
 
 
 def _verify_nested(data, max_depth: int) -> None:
+    # As wrp-replay's flatbuffers::Verifier (annotations.cpp): tables nest at
+    # most max_depth deep, root included, and at most len/4 + 1 tables are
+    # visited, so shared tables cannot make a small buffer expensive to read.
     buf = memoryview(data)
-    rd = _Reader(buf, max_depth)
+    rd = _Reader(buf, max_depth, verifier_depth=True)
     if len(buf) < 8:
         raise _Bad(f"{len(buf)} bytes are too few for a FlatBuffer", 0)
     rd.table(rd.target(0, _U32.unpack_from(buf, 0)[0], "Annotations table"), _DEC["Annotations"])
@@ -1347,7 +1364,7 @@ def verify_annotations(data, max_depth: int = MAX_DEPTH) -> None:
     try:
         _verify_nested(data, max_depth)
     except _Bad as e:
-        _fail(e, 0)
+        _fail(e, 0, root="annotations")
         raise AssertionError from None  # pragma: no cover
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as e:
         raise WrpFormatError(f"malformed Annotations FlatBuffer ({type(e).__name__}: {e})") from None
