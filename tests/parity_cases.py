@@ -277,6 +277,13 @@ def shared_dtype_tables(levels: int = 18) -> bytes:
     return bytes(b.Output())
 
 
+def module_no_kernel_uses(prog):
+    """A second module record, used by no kernel, whose file is not in <stem>_modules/."""
+    extra = replace(prog.modules[0], module_hash="ab" * 32, module_name="unused",
+                    binary_filename="wp_unused_abababa.cpu0000.o")
+    prog.modules = list(prog.modules) + [extra]
+
+
 def annotations_of_shared_tables(prog):
     prog.annotations = shared_dtype_tables()
 
@@ -311,6 +318,9 @@ CASES = [
          "triangles but no points"),
     # -- a null mesh handle (Python refused it, native and Warp accept it) -----------------------
     Case("null_mesh_handle", "mesh", null_mesh_handle, accept=True),
+    # -- which module files must be present (Python wanted every file named; native and Warp
+    # -- need only the binaries the kernels are in) ----------------------------------------------
+    Case("module_file_no_kernel_uses_is_missing", "views", module_no_kernel_uses, accept=True),
     # -- kernel signatures of the annotations (was Python only) ----------------------------------
     Case("signature_element_past_region", "views", element_past_region, "past the bounds of region",
          "spans past the end of region", annotated=True),

@@ -444,3 +444,19 @@ def test_cuda_file_refused_on_cpu(tmp_path):
     with pytest.raises(WrpDeviceError, match="captured for CUDA"):
         wrpkit.load(path, device="cpu")
     assert wrpkit.load(path, device="cuda:0").run()["x"].shape == (4,)
+
+
+def test_a_module_no_kernel_uses_need_not_be_present(tmp_path):
+    """Warp loads only the modules the kernels are in; wrpkit requires exactly those files."""
+    import parity_cases as pc  # noqa: PLC0415
+
+    case = next(c for c in pc.CASES if c.name == "module_file_no_kernel_uses_is_missing")
+    path = pc.build(case, tmp_path)
+    assert not (path.with_name(path.stem + "_modules") / "wp_unused_abababa.cpu0000.o").exists()
+    prog = wrpkit.load(path)
+    assert prog.run()  # replays
+    # A module a kernel is in is still required.
+    used = next(path.with_name(path.stem + "_modules").iterdir())
+    used.unlink()
+    with pytest.raises(WrpError, match="missing"):
+        wrpkit.load(path)

@@ -249,12 +249,17 @@ def _module_findings(cap: Capture, kind: str) -> list:
     symbols: dict = {}
     for k in prog.kernels:
         symbols.setdefault(k.module_hash, []).extend([k.forward_name, k.backward_name])
+    required = set(prog.required_module_files())
     for mod in prog.modules:
         name = mod.binary_filename
         state = cap.module_state(name)
         if state != PRESENT:
-            out.append(Finding("modules", FAIL, f"module file {name!r} is {state}",
-                               "Copy <stem>_modules/ along with the .wrp, or ship a .wrpk bundle."))
+            if name in required:
+                out.append(Finding("modules", FAIL, f"module file {name!r} is {state}",
+                                   "Copy <stem>_modules/ along with the .wrp, or ship a .wrpk bundle."))
+            else:
+                out.append(Finding("modules", WARN, f"module file {name!r} is {state}; no kernel of the graph "
+                                   "uses it, so the file still loads", "Nothing to do, or copy it for completeness."))
             continue
         data = cap.module_bytes(name)
         recorded = digests.get(name)

@@ -48,10 +48,11 @@ class Capture:
             return UNSAFE
         if self.modules_dir is None:
             for mod in self.program.modules:
-                if mod.binary_filename == filename:
-                    if mod.binary is None:
-                        return MISSING
-                    return PRESENT if len(mod.binary) else EMPTY
+                for name, data in ((mod.binary_filename, mod.binary), (mod.source_filename, mod.source)):
+                    if name == filename:
+                        if data is None:
+                            return MISSING
+                        return PRESENT if len(data) else EMPTY
             return MISSING
         p = self.modules_dir / filename
         try:
@@ -92,6 +93,22 @@ class Capture:
             out[mod.binary_filename] = self.module_bytes(mod.binary_filename)
             if mod.source_filename:
                 out[mod.source_filename] = self._source_bytes(mod)
+        return out
+
+    def load_files(self) -> dict:
+        """``{file name: bytes}`` of what a load needs: every required module
+        binary (:meth:`wrpkit.model.Program.required_module_files`) plus each
+        exported ``.cu`` source that is present.
+
+        Raises:
+            WrpModuleError: A required binary is missing, empty or unsafe.
+        """
+        prog = self.program
+        out = {name: self.module_bytes(name) for name in prog.required_module_files()}
+        if prog.device != "cpu":
+            for mod in prog.modules:
+                if mod.source_filename and self.module_state(mod.source_filename) == PRESENT:
+                    out[mod.source_filename] = self._source_bytes(mod)
         return out
 
     def _source_bytes(self, mod):

@@ -595,6 +595,28 @@ class Program:
         """``{region_id: Region}``."""
         return {r.region_id: r for r in self.regions}
 
+    def required_module_files(self) -> list:
+        """The module files Warp's loader needs, in first-use order.
+
+        On CPU, the binaries of the modules the kernels are in (Warp loads
+        only those); on CUDA, every module's binary.  Exported ``.cu``
+        sources are never required: they serve only Warp's compile fallback.
+        wrp-replay applies the same rule (``required_module_files`` in
+        native/src/module_files.cpp).
+        """
+        names: list = []
+        if self.device_type == DeviceType.CPU:
+            by_hash = {mod.module_hash: mod for mod in self.modules}
+            for k in self.kernels:
+                mod = by_hash.get(k.module_hash)
+                if mod is not None and mod.binary_filename not in names:
+                    names.append(mod.binary_filename)
+        else:
+            for mod in self.modules:
+                if mod.binary_filename not in names:
+                    names.append(mod.binary_filename)
+        return names
+
     def op_counts(self) -> dict:
         """Count of each op name over all nesting depths, in op-number order."""
         counts: dict = {}

@@ -146,6 +146,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
     """
     keep = []
     path = None
+    modules_given = modules is not None
     # Region-data checksums of a .wrpk are verified on the WRP1 image this
     # function builds (see Prepared.deferred), while Warp loads it.
     deferred = []
@@ -161,7 +162,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         else:
             wrp_bytes = None
         if modules is None:
-            files = cap.module_files()
+            files = cap.load_files()
         else:
             files = None
     else:
@@ -187,28 +188,29 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         files = None
         if modules is None:
             if kind == "wrpk":
-                files = {}
-                for mod in model.modules:
-                    for fname, data in ((mod.binary_filename, mod.binary), (mod.source_filename, mod.source)):
-                        if fname:
-                            if data is None:
-                                raise WrpModuleError(f"the bundle carries no bytes for module file {fname!r}",
-                                                     hint="Rebuild the bundle from the original .wrp.")
-                            files[fname] = data
+                from .wrpk import module_files  # noqa: PLC0415
+
+                modules = module_files(model)
             else:
                 modules = {}
     if files is None:
         if not isinstance(modules, Mapping):
             raise WrpModuleError(f"modules must be a mapping of file name to bytes, got {type(modules).__name__}")
         files = {}
-        for mod in model.modules:
-            for fname in (mod.binary_filename, mod.source_filename):
-                if not fname:
-                    continue
-                if fname not in modules:
-                    raise WrpModuleError(f"module file {fname!r} is missing from the modules given",
-                                         hint="Pass every file of <stem>_modules/ in modules={name: bytes}.")
-                files[fname] = _bytes_of(modules[fname], f"module file {fname!r}")
+        in_bundle = kind == "wrpk" and not modules_given
+        for fname in model.required_module_files():
+            if fname not in modules:
+                if in_bundle:
+                    raise WrpModuleError(f"the bundle carries no bytes for module file {fname!r}",
+                                         hint="Rebuild the bundle from the original .wrp.")
+                raise WrpModuleError(f"module file {fname!r} is missing from the modules given",
+                                     hint="Pass every file of <stem>_modules/ in modules={name: bytes}.")
+            files[fname] = _bytes_of(modules[fname], f"module file {fname!r}")
+        if model.device != "cpu":  # exported sources serve Warp's compile fallback when given
+            for mod in model.modules:
+                if mod.source_filename and mod.source_filename in modules:
+                    files[mod.source_filename] = _bytes_of(modules[mod.source_filename],
+                                                           f"module file {mod.source_filename!r}")
     for fname, data in files.items():
         if memoryview(data).nbytes == 0:
             raise WrpModuleError(f"module file {fname!r} is empty",
@@ -270,7 +272,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             # The image now holds the region data; let the mapped bundle's
             # pages go so the file is not resident twice while Warp copies it.
             cap.mapped.drop_pages()
-    return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules is not None, keep,
+    return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules_given, keep,
                     checks)
 
 
@@ -617,9 +619,9 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
     dev = resolve_device(device)
     binaries = {}
     for mod in prep.model.modules:
-        binaries[mod.binary_filename] = prep.modules[mod.binary_filename]
-        if dev.is_cuda and mod.source_filename:
-            binaries[mod.source_filename] = prep.modules[mod.source_filename]
+        for fname in (mod.binary_filename, mod.source_filename if dev.is_cuda else ""):
+            if fname and fname in prep.modules:
+                binaries[fname] = prep.modules[fname]
     # Region data holds no code and has passed validation, so its checksums
     # are verified while Warp copies it (hashlib and Warp's loader both
     # release the GIL); the graph is returned only if they match.  Module

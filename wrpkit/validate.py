@@ -841,20 +841,28 @@ def validate_modules(capture) -> list:
     Returns:
         A list of :class:`Problem`.
     """
-    from .container import PRESENT  # noqa: PLC0415
+    from .container import PRESENT, UNSAFE  # noqa: PLC0415
 
     prog = capture.program
     out = []
     files = {}
+    required = set(prog.required_module_files())
+    where = capture.modules_dir if capture.modules_dir is not None else "the bundle"
     for i, mod in enumerate(prog.modules):
         names = [mod.binary_filename] + ([mod.source_filename] if mod.source_filename else [])
         for name in names:
             state = capture.module_state(name)
-            if state != PRESENT:
-                where = capture.modules_dir if capture.modules_dir is not None else "the bundle"
+            if state == PRESENT:
+                if name == mod.binary_filename:
+                    files[name] = capture.module_bytes(name)
+            elif name in required or state == UNSAFE:
                 out.append(Problem(f"modules[{i}]", f"module file {name!r} is {state} in {where}"))
-            elif name == mod.binary_filename:
-                files[name] = capture.module_bytes(name)
+            else:
+                # Warp's loader never reads it (see Program.required_module_files): the file loads without it.
+                what = "exported source (Warp's compile fallback)" if name != mod.binary_filename else \
+                    "binary of a module no kernel uses"
+                out.append(Problem(f"modules[{i}]", f"module file {name!r}, the {what}, is {state} in {where}",
+                                   severity="warning"))
     return out + check_module_digests(prog, files) + check_module_symbols(prog, files)
 
 
