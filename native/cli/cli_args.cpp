@@ -2,6 +2,7 @@
 #include "cli_args.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,7 +12,7 @@ namespace wrpcli {
 
 const char* const kUsage =
     "usage: wrp-replay FILE [--device cpu|cuda:N] [--input NAME=x.npy]... [--output NAME=y.npy]...\n"
-    "                  [--repeat N] [--warmup N] [--json] [--warp-lib-dir DIR] [--list]\n"
+    "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json] [--warp-lib-dir DIR] [--list]\n"
     "\n"
     "Replay a Warp captured graph without Python: a .wrp written by wp.capture_save (with the\n"
     "module files in <stem>_modules/ beside it) or a single-file .wrpk bundle (wrp convert X.wrp\n"
@@ -27,6 +28,10 @@ const char* const kUsage =
     "                       the file carries a signature for it, else raw uint8 bytes\n"
     "  --repeat N           timed replays (default 1)\n"
     "  --warmup N           untimed replays before the timed ones (default 0)\n"
+    "  --timeout SECONDS    give up when loading and replaying take longer than SECONDS of wall\n"
+    "                       time (fractional allowed): exit status 124, no output written.  Bounds\n"
+    "                       a WHILE loop that does not end (nested loops multiply Warp's\n"
+    "                       2^24-iteration guard)\n"
     "  --json               print one JSON object (bindings, timings, outputs) on stdout\n"
     "  --warp-lib-dir DIR   directory holding warp.so / warp-clang.so (warp-lang's warp/bin);\n"
     "                       default: $WRP_WARP_LIB_DIR, then the warp-lang installed beside wrp-replay\n"
@@ -37,7 +42,8 @@ const char* const kUsage =
     "  --version            print the version and exit\n"
     "  -h, --help           show this help and exit\n"
     "\n"
-    "exit status: 0 ok, 1 replay/runtime failure, 2 usage error, 3 invalid, unsafe or corrupted file\n";
+    "exit status: 0 ok, 1 replay/runtime failure, 2 usage error, 3 invalid, unsafe or corrupted file,\n"
+    "             124 --timeout ran out\n";
 
 namespace {
 
@@ -51,6 +57,17 @@ uint32_t parse_count(const std::string& flag, const std::string& text, uint32_t 
     if (text.empty() || text[0] == '-' || *end || errno || v < min || v > 1000000000ull)
         usage_error(flag + " needs an integer between " + std::to_string(min) + " and 1000000000, got \"" + text + "\"");
     return static_cast<uint32_t>(v);
+}
+
+double parse_seconds(const std::string& flag, const std::string& text)
+{
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    bool plain = !text.empty() && text.find_first_not_of("0123456789.eE+-") == std::string::npos;
+    if (!plain || *end || errno || !std::isfinite(v) || v <= 0 || v > 1e9)
+        usage_error(flag + " needs a number of seconds above 0 (at most 1e9), got \"" + text + "\"");
+    return v;
 }
 
 NamedPath parse_named(const std::string& flag, const std::string& text)
@@ -114,6 +131,8 @@ CliArgs parse_args(int argc, char** argv)
             a.repeat = parse_count(arg, next(), 1);
         } else if (arg == "--warmup") {
             a.warmup = parse_count(arg, next(), 0);
+        } else if (arg == "--timeout") {
+            a.timeout_s = parse_seconds(arg, next());
         } else if (arg == "--warp-lib-dir") {
             a.warp_lib_dir = next();
             if (a.warp_lib_dir.empty())

@@ -19,6 +19,7 @@ struct CliArgs {
     std::vector<NamedPath> outputs;
     uint32_t repeat = 1;
     uint32_t warmup = 0;
+    double timeout_s = 0;  // --timeout: wall-time limit of loading + replaying, 0 = none
     bool json = false;
     bool list = false;
     bool help = false;

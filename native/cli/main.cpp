@@ -2,10 +2,20 @@
 //
 // Uses only the public C API (wrp_replay.h), statically linked.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "cli_args.h"
 #include "cli_error.h"
@@ -43,6 +53,94 @@ struct OutputDone {
     std::string name, path, dtype;
     std::vector<uint64_t> shape;
 };
+
+// --timeout: a real-time interval timer whose SIGALRM handler writes a message prepared in advance and
+// _exits with 124, using only async-signal-safe calls, so it works while Warp's native code runs (a WHILE
+// loop that does not end).  It covers opening, loading and replaying; it is disarmed before any output is
+// written (outputs are written only after the last replay, each atomically through a temp file), and
+// nothing before that point writes a file, so an expired timeout leaves no output and no temp file.
+char g_timeout_stderr[512];
+size_t g_timeout_stderr_len = 0;
+char g_timeout_stdout[512];
+size_t g_timeout_stdout_len = 0;
+int g_timeout_fd = 2;
+
+void write_all(int fd, const char* p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+}
+
+extern "C" void on_timeout(int)
+{
+    write_all(g_timeout_fd, g_timeout_stderr, g_timeout_stderr_len);
+    if (g_timeout_stdout_len)
+        write_all(1, g_timeout_stdout, g_timeout_stdout_len);
+    _exit(kExitTimeout);
+}
+
+std::string timeout_message(double seconds)
+{
+    char num[64];
+    std::snprintf(num, sizeof(num), "%g", seconds);
+    return std::string("the replay did not finish within ") + num +
+        " s (a WHILE loop that does not end?); no output was written";
+}
+
+void copy_message(char* dst, size_t cap, size_t* len, const std::string& text)
+{
+    *len = std::min(text.size(), cap);
+    std::memcpy(dst, text.data(), *len);
+}
+
+void arm_timeout(double seconds, bool json)
+{
+    if (seconds <= 0)
+        return;
+    std::string message = timeout_message(seconds);
+    copy_message(g_timeout_stderr, sizeof(g_timeout_stderr), &g_timeout_stderr_len,
+                 "wrp-replay: error: " + message + "\n");
+    if (json)
+        copy_message(g_timeout_stdout, sizeof(g_timeout_stdout), &g_timeout_stdout_len,
+                     "{\"error\": " + json_string(message) + ", \"exit_code\": " + std::to_string(kExitTimeout) +
+                         "}\n");
+    // While Warp runs, fd 2 may point at the library's stderr capture (a memory file): keep our own copy.
+    int fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+    g_timeout_fd = fd >= 0 ? fd : 2;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_timeout;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGALRM, &sa, nullptr) != 0)
+        throw CliError(kExitRuntime, std::string("cannot set up --timeout: ") + std::strerror(errno));
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGALRM);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    struct itimerval it;
+    std::memset(&it, 0, sizeof(it));
+    double whole = std::floor(seconds);
+    it.it_value.tv_sec = static_cast<time_t>(whole);
+    it.it_value.tv_usec = static_cast<suseconds_t>((seconds - whole) * 1e6);
+    if (it.it_value.tv_sec == 0 && it.it_value.tv_usec == 0)
+        it.it_value.tv_usec = 1;
+    if (setitimer(ITIMER_REAL, &it, nullptr) != 0)
+        throw CliError(kExitRuntime, std::string("cannot set up --timeout: ") + std::strerror(errno));
+}
+
+void disarm_timeout()
+{
+    struct itimerval it;
+    std::memset(&it, 0, sizeof(it));
+    setitimer(ITIMER_REAL, &it, nullptr);  // a no-op when never armed
+}
 
 std::vector<wrp_binding_info> list_bindings(wrp_program* p)
 {
@@ -125,6 +223,7 @@ int run(const CliArgs& args)
     opts.validate_only = args.list;
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
     Program prog;
+    arm_timeout(args.timeout_s, args.json);
     check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
     std::vector<wrp_binding_info> bindings = list_bindings(prog.p);
 
@@ -132,6 +231,7 @@ int run(const CliArgs& args)
         ", \"warp_version\": " + json_string(wrp_program_warp_version(prog.p)) + ", \"bindings\": " +
         bindings_json(bindings);
     if (args.list) {
+        disarm_timeout();
         if (args.json)
             std::printf("%s}\n", head.c_str());
         else
@@ -161,6 +261,7 @@ int run(const CliArgs& args)
         auto t1 = std::chrono::steady_clock::now();
         ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
+    disarm_timeout();  // replayed in time: from here on, outputs are written and never cut short
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     size_t n = sorted.size();
@@ -231,6 +332,7 @@ int main(int argc, char** argv)
         code = kExitRuntime;
         message = std::string("internal error: ") + e.what();
     }
+    disarm_timeout();  // this failure is reported as it is, not overtaken by the timeout
     std::fflush(stdout);
     std::fprintf(stderr, "wrp-replay: error: %s\n", message.c_str());
     if (code == kExitUsage && message.find("input ") != 0 && message.find("no binding") != 0)
