@@ -9,7 +9,7 @@ see tracebacks of internal errors.
 Exit codes: 0 success; 1 a check or replay failed (e.g. ``--check``
 mismatch, runtime error); 2 usage error (bad option, unknown binding,
 wrong input size); 3 the file is invalid, corrupted, unsafe or incomplete;
-70 internal error.
+70 internal error; 124 ``wrp replay --timeout`` ran out.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Optional
 
+#: Exit status when ``wrp replay --timeout`` ran out (as coreutils ``timeout``).
+EXIT_TIMEOUT = 124
+
 
 class WrpError(Exception):
     """Base class of every wrpkit error.
@@ -100,3 +103,19 @@ class WrpRuntimeError(WrpError):
     """Warp's runtime failed to load or replay the graph."""
 
     exit_code = 1
+
+
+class WrpTimeoutError(WrpError):
+    """A replay did not finish within its ``--timeout``; nothing was written."""
+
+    exit_code = EXIT_TIMEOUT
+
+
+def timeout_message(seconds: float) -> str:
+    """The one-line message of an expired ``--timeout`` (the same words as wrp-replay's)."""
+    return (f"the replay did not finish within {seconds:g} s (a WHILE loop that does not end?); "
+            "no output was written")
+
+
+#: The hint printed with :func:`timeout_message`.
+TIMEOUT_HINT = "The file's WHILE loops may never end with these inputs; check them, or raise --timeout."

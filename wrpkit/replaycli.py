@@ -29,7 +29,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .errors import WrpBindingError, WrpError, WrpRuntimeError
+from .errors import (EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
+                     timeout_message)
 
 #: Replays from which a progress bar is shown (when not --json).
 PROGRESS_THRESHOLD = 1000
@@ -64,6 +65,76 @@ def _quiet_warp():
     if hasattr(wp, "LOG_WARNING") and hasattr(wp.config, "log_level"):
         wp.config.log_level = max(getattr(wp.config, "log_level", 0) or 0, wp.LOG_WARNING)
     return wp
+
+
+# ---------------------------------------------------------------------------
+# --timeout
+# ---------------------------------------------------------------------------
+
+
+class _Watchdog:
+    """Ends the process with :data:`~wrpkit.errors.EXIT_TIMEOUT` when a replay runs past its deadline.
+
+    Warp replays through ctypes calls, which release the GIL, so a timer
+    thread runs while Warp's native code loops (a WHILE that does not end)
+    and can only stop it with ``os._exit``.  The watchdog covers preparing,
+    loading and replaying; it is disarmed before any output is written, and
+    nothing before that point writes a file (outputs are written atomically
+    after the last replay; the native engine's temporary directory is made
+    after the watchdog is disarmed), so no output or temporary file is left.
+    A lock makes :meth:`disarm` final: once it returns, the process is never
+    ended by the watchdog.
+    """
+
+    def __init__(self, seconds):
+        import threading  # noqa: PLC0415
+
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._armed = seconds is not None
+        self._timer = None
+        if self._armed:
+            self._timer = threading.Timer(seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self):
+        with self._lock:
+            if not self._armed:
+                return
+            text = f"error: {timeout_message(self.seconds)}\nhint: {TIMEOUT_HINT}\n".encode()
+            with contextlib.suppress(OSError):
+                os.write(2, text)
+            os._exit(EXIT_TIMEOUT)
+
+    def remaining(self):
+        """Seconds left (at least 1 ms), or None without a timeout."""
+        return None if self.deadline is None else max(1e-3, self.deadline - time.monotonic())
+
+    def disarm(self):
+        with self._lock:
+            self._armed = False
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _Seconds(click.ParamType):
+    """A finite number of seconds above 0 (fractional allowed)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            v = float(value)
+        else:
+            try:
+                v = float(str(value).strip())
+            except ValueError:
+                v = math.nan
+        if not math.isfinite(v) or v <= 0 or v > 1e9:
+            self.fail(f"{value!r} is not a number of seconds above 0 (at most 1e9)", param, ctx)
+        return v
 
 
 # ---------------------------------------------------------------------------
@@ -395,16 +466,24 @@ def _native_timings(report: dict) -> list | None:
 
 
 def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
-                verify_checksums: bool = True) -> tuple:
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
     from .errors import WrpFormatError  # noqa: PLC0415
 
     exe = find_native()
+    remaining = None
+    if watchdog is not None:
+        # From here on wrp-replay keeps the time (its own --timeout): this process must not be ended
+        # while its temporary directory exists or its child runs.
+        watchdog.disarm()
+        remaining = watchdog.remaining()
     with tempfile.TemporaryDirectory(prefix="wrp-replay-") as d:
         d = Path(d)
         args = [os.fspath(exe), os.fspath(file), "--device", device, "--repeat", str(repeat),
                 "--warmup", str(warmup), "--json"]
         if not verify_checksums:
             args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
+        if remaining is not None:
+            args += ["--timeout", repr(remaining)]
         for i, (name, arr) in enumerate(inputs.items()):
             p = d / f"in{i}.npy"
             np.save(p, np.ascontiguousarray(arr), allow_pickle=False)
@@ -422,7 +501,11 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             env["WRP_WARP_LIB_DIR"] = os.path.join(os.path.dirname(warp.__file__), "bin")
         t0 = time.perf_counter()
         try:
-            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env)
+            # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
+            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env,
+                                  timeout=None if remaining is None else remaining + 30)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(args, EXIT_TIMEOUT, "", "")
         except OSError as e:
             raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
         wall_ms = (time.perf_counter() - t0) * 1e3
@@ -431,6 +514,8 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             report = json.loads(proc.stdout) if proc.stdout.strip() else {}
         except json.JSONDecodeError:
             report = {}
+        if proc.returncode == EXIT_TIMEOUT and watchdog is not None:
+            raise WrpTimeoutError(timeout_message(watchdog.seconds), hint=TIMEOUT_HINT)
         if proc.returncode != 0:
             msg = report.get("error") if isinstance(report, dict) else None
             if not msg:
@@ -522,10 +607,17 @@ def _savez_bytes(results: dict) -> bytes:
 
 def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=(), output=None, repeat: int = 1,
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
-                as_json: bool = False, progress: bool = True, verify_checksums: bool = True) -> tuple:
+                as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
+                timeout: float | None = None) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
+
+    ``timeout`` (seconds) bounds the wall time of preparing, loading and
+    replaying: when it runs out, the process prints an ``error:`` line and
+    ends at once with exit status 124 (``os._exit``: Warp's native code cannot
+    be interrupted otherwise), before anything is written.  Meant for the
+    command line; a library caller loses its process.
 
     Returns:
         ``(report, ok)``: the JSON-able report and whether the check passed.
@@ -538,7 +630,13 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     from .fileio import atomic_write, check_output_path  # noqa: PLC0415
 
     file = Path(file)
-    prep = runtime.prepare(file, verify_checksums=verify_checksums)
+    watchdog = _Watchdog(timeout) if timeout is not None else None
+    try:
+        prep = runtime.prepare(file, verify_checksums=verify_checksums)
+    except BaseException:
+        if watchdog is not None:
+            watchdog.disarm()
+        raise
     try:
         runtime.check_runnable(prep.model, device, warp_version=_quiet_warp().config.version, what=str(file))
         if engine == "python":
@@ -572,10 +670,13 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                 raise WrpError(f"output {output} is a directory")
 
         if engine == "native":
-            results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums)
+            results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums,
+                                                      watchdog)
         else:
             results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json)
     finally:
+        if watchdog is not None:
+            watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
         for k in prep._keep:
             with contextlib.suppress(Exception):
                 k.close()
@@ -632,29 +733,33 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--no-verify", is_flag=True, help="For a .wrpk: skip blob checksums (trusted files only).")
+@click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
+              help="Give up when loading and replaying take longer than SECONDS of wall time (fractional "
+                   "allowed): exit 124, nothing written. Bounds WHILE loops that do not end.")
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
-           no_verify):
+           no_verify, timeout):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
     Inputs are keyed by binding name; each must hold exactly the binding's
     bytes, with the recorded dtype when the file has a typed signature.
     Exit codes: 0 ok; 1 check mismatch or replay failure; 2 bad input;
-    3 invalid, incomplete or incompatible file.
+    3 invalid, incomplete or incompatible file; 124 --timeout ran out.
 
     \b
     Examples:
       wrp replay sim.wrp --inputs in.npz --output out.npz
       wrp replay sim.wrp --repeat 1000 --warmup 10 --json
       wrp replay sim.wrp --inputs in.npz --check expected.npz --rtol 1e-6
+      wrp replay untrusted.wrp --timeout 10 --output out.npz
     """
     try:
         # With --json, stdout carries exactly one JSON object: anything printed
         # on the way (Warp's messages) goes to stderr.
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
-                                     atol, engine, as_json, verify_checksums=not no_verify)
+                                     atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout)
     except WrpError as e:
         _report(e)
         ctx.exit(e.exit_code)
