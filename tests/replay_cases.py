@@ -173,3 +173,23 @@ def rewrite_capture(src: Path, dst_dir: Path, edit) -> Path:
     edit(prog)
     dst.write_bytes(wrp1.encode_wrp1(prog))
     return dst
+
+
+def endless_while(prog) -> None:
+    """Edit a capture of ``capture_while`` (tests/programs.py) into a valid file whose replay never ends in practice.
+
+    Prepends ``WHILE flag { MEMSET flag = 1; MEMSET counter = 65535; WHILE counter { k_counter_step } }``:
+    the outer body writes 1 into its own condition, and the inner loop counts 65535 down and ends, so no
+    single loop reaches Warp's 2^24-iteration guard (a loop that did would abort the replay with an error
+    at once) and the outer one runs about 2^24 times 65535 kernel launches (days).  Every WHILE body touches its
+    condition region, so ``wrp validate`` and ``wrp-replay --list`` accept it.
+    """
+    from wrpkit import model as m  # noqa: PLC0415
+
+    whiles = [op for op in prog.ops if isinstance(op, m.While)]
+    counter, flag = whiles[0].cond_region_id, whiles[1].cond_region_id  # the counted loop, the convergence loop
+    step = next(op for _, op in m.walk_ops(prog.ops)
+                if isinstance(op, m.KernelLaunch) and "k_counter_step" in op.kernel_key)
+    inner = m.While(counter, 0, [step])
+    body = [m.Memset(flag, 1, 0, 4), m.Memset(counter, 0xFF, 0, 2), m.Memset(counter, 0, 2, 2), inner]
+    prog.ops = [m.While(flag, 0, body)] + list(prog.ops)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -480,3 +481,62 @@ def test_cuda_replay_reports_device_time(tmp_path):
     assert np.array_equal(read_npz(out)["x"], np.full(1024, 4, np.float32))
     r = invoke(path, "--device", "cpu")
     _assert_fails(r, WrpDeviceError.exit_code, "captured for CUDA")
+
+
+# ---------------------------------------------------------------------------
+# --timeout
+# ---------------------------------------------------------------------------
+
+TIMEOUT_MESSAGE = "the replay did not finish within 1 s (a WHILE loop that does not end?); no output was written"
+
+
+def _wrp(*args, cwd, env=None, timeout=120):
+    """``python -m wrpkit.cli ARGS`` in a fresh process (``--timeout`` ends its process: no CliRunner)."""
+    env = dict(env or os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "wrpkit.cli", *map(str, args)], capture_output=True, text=True, env=env,
+                       cwd=cwd, timeout=timeout)
+    return p, time.monotonic() - t0
+
+
+def endless_capture(dst_dir):
+    """A valid capture whose replay never ends in practice (see ``replay_cases.endless_while``)."""
+    if "capture_while" not in rc.programs.PROGRAMS:
+        pytest.skip("tests/programs.py has no capture_while")
+    return rc.rewrite_capture(rc.stock_capture("capture_while"), dst_dir, rc.endless_while)
+
+
+def test_timeout_stops_an_endless_while(tmp_path):
+    path = endless_capture(tmp_path / "f")
+    p, _ = _wrp("validate", path, cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr  # structurally valid: only a timeout can stop it
+    work = tmp_path / "o"
+    work.mkdir()
+    p, wall = _wrp("replay", path, "--timeout", 1, "--output", "out.npz", cwd=work)
+    assert p.returncode == 124, (p.returncode, p.stdout, p.stderr)
+    assert wall < 30, wall
+    assert f"error: {TIMEOUT_MESSAGE}" in p.stderr and "hint:" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    assert list(work.iterdir()) == [], "no output and no temporary file may be left"
+
+
+def test_timeout_does_not_disturb_a_normal_replay(tmp_path):
+    name = "capture_while" if "capture_while" in PROGRAMS else _kernel_program()
+    wrp = rc.wrpkit_capture(name)
+    r = invoke(wrp, "--output", tmp_path / "plain.npz")
+    assert r.exit_code == 0, r.stderr
+    r = invoke(wrp, "--timeout", 30, "--output", tmp_path / "timed.npz")
+    assert r.exit_code == 0, r.stderr
+    plain, timed = read_npz(tmp_path / "plain.npz"), read_npz(tmp_path / "timed.npz")
+    assert plain.keys() == timed.keys()
+    for b in plain:
+        assert rc.same_bytes(plain[b], timed[b]), b
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.npz", "timed.npz"]
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "nan", "inf", "0.0"])
+def test_timeout_must_be_a_positive_number(value, tmp_path):
+    out = tmp_path / "out.npz"
+    r = CliRunner().invoke(replay, [str(rc.wrpkit_capture(PROGRAMS[0])), "--timeout", value, "--output", str(out)])
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    assert "--timeout" in r.stderr and not out.exists()
