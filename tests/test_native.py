@@ -1638,3 +1638,27 @@ def test_asan_hostile_set(asan_exe, caps, tmp_path):
               "--warp-lib-dir", WARP_BIN, env=full, timeout=120)
     assert res.returncode == 0 and "Sanitizer" not in res.stderr, res.stderr
     assert np.load(tmp_path / "y.npy").tobytes() == np.load(tmp_path / "yk.npy").tobytes()
+
+
+def test_wrpk_with_shared_operation_tables_rebuilds_the_wrp(native, caps, tmp_path):
+    """wrpkit's writer shares one table among identical ops (a step loop); the C++ reader must expand
+    every reference, giving back exactly the WRP1 bytes of the looped program."""
+    from wrpkit import wrp1, wrpk  # noqa: PLC0415
+    from wrpkit.container import open_capture  # noqa: PLC0415
+
+    name = "views" if "views" in caps else sorted(caps)[0]
+    with open_capture(caps[name]) as cap:
+        prog, files = cap.program, cap.module_files()
+        prog.ops = list(prog.ops) * 3
+        looped = tmp_path / "looped.wrpk"
+        looped.write_bytes(wrpk.encode_wrpk(prog, files))
+        want = wrp1.encode_wrp1(prog)
+    shared = wrpk.decode_wrpk(looped.read_bytes())
+    n = len(shared.ops) // 3
+    assert any(shared.ops[i] is shared.ops[i + n] for i in range(n))  # the bundle really shares tables
+    out = tmp_path / "looped.wrp"
+    res = subprocess.run([str(native.dir / "native" / "wrpk-unpack"), str(looped), str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert out.read_bytes() == want
+    run(native.exe, looped, "--warp-lib-dir", WARP_BIN, check_rc=0)  # and it replays
