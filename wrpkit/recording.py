@@ -200,7 +200,7 @@ class _LaunchLog:
         adj = params(info.adj_params) if not info.is_forward else []
         rels = ([Relocation(r.value_byte_offset, r.region_id, r.region_offset, r.kind)
                  for r in info.relocs[:info.num_relocs]] if info.num_relocs else [])
-        key = (info.kernel_key, info.module_hash, bytes(info.is_forward), value, tuple(fwd), tuple(adj), tuple(rels))
+        key = (info.kernel_key, info.module_hash, bool(info.is_forward), value, tuple(fwd), tuple(adj), tuple(rels))
         if key in self._seen:  # a step loop repeats identical launches; lint each once
             return
         self._seen.add(key)
@@ -234,6 +234,18 @@ def begin_capture(device=None, stream=None, force_module_load: Optional[bool] = 
     return rec
 
 
+def _end_locked(rec: Recording):
+    """Stop observing and end ``rec``'s Warp capture; return Warp's graph.  The caller holds ``_lock``."""
+    _active.remove(rec)
+    rec._launches.detach()
+    try:
+        if rec.device.is_cpu:
+            return wp.capture_end(device=rec.device)
+        return wp.capture_end(device=rec.device, stream=rec.stream)
+    except RuntimeError as e:
+        raise WrpRuntimeError(f"the capture failed: {e}") from None
+
+
 def end_capture(_stacklevel: int = 2) -> Recording:
     """End the capture begun by :func:`begin_capture` and return its Recording.
 
@@ -245,15 +257,8 @@ def end_capture(_stacklevel: int = 2) -> Recording:
     with _lock:
         if not _active:
             raise WrpError("no wrpkit capture is in progress", hint="Call begin_capture() first.")
-        rec = _active.pop()
-        rec._launches.detach()
-        try:
-            if rec.device.is_cpu:
-                graph = wp.capture_end(device=rec.device)
-            else:
-                graph = wp.capture_end(device=rec.device, stream=rec.stream)
-        except RuntimeError as e:
-            raise WrpRuntimeError(f"the capture failed: {e}") from None
+        rec = _active[-1]
+        graph = _end_locked(rec)
     rec.graph = graph
     if rec._launches.attached:
         from .check import lint_launches  # noqa: PLC0415
@@ -277,13 +282,8 @@ def capture(device=None, stream=None, force_module_load: Optional[bool] = None, 
     try:
         yield rec
     except BaseException:
-        with contextlib.suppress(Exception):
-            rec._launches.detach()
-            wp.capture_end(device=rec.device) if rec.device.is_cpu else wp.capture_end(device=rec.device,
-                                                                                       stream=rec.stream)
-        with _lock:
-            if rec in _active:
-                _active.remove(rec)
+        with _lock, contextlib.suppress(Exception):
+            _end_locked(rec)  # discarded: not linted
         rec.graph = None
         raise
     # Warnings point at the `with` statement: end_capture <- capture <- contextlib __exit__ <- user.
