@@ -80,6 +80,8 @@ class Capture:
             for mod in self.program.modules:
                 if mod.binary_filename == filename:
                     return mod.binary
+                if mod.source_filename == filename:
+                    return mod.source
         return read_file(self.modules_dir / filename, "module file")
 
     def module_files(self) -> dict:
@@ -105,10 +107,9 @@ class Capture:
         """
         prog = self.program
         out = {name: self.module_bytes(name) for name in prog.required_module_files()}
-        if prog.device != "cpu":
-            for mod in prog.modules:
-                if mod.source_filename and self.module_state(mod.source_filename) == PRESENT:
-                    out[mod.source_filename] = self._source_bytes(mod)
+        for name in prog.optional_module_files():
+            if self.module_state(name) == PRESENT:
+                out[name] = self.module_bytes(name)
         return out
 
     def _source_bytes(self, mod):

@@ -7,6 +7,8 @@ file behind and an existing one untouched.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -111,26 +113,23 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
 
 
 def _write(prog, modules, src, dst, src_form, form, progress, deferred=None) -> ConvertResult:
-    verifier = finish = None
+    verification = finish = None
     if deferred:
-        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+        from .wrpk import BackgroundVerification  # noqa: PLC0415
 
         data = {r.region_id: r.data for r in prog.regions}
-        verifier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wrpkit-verify")
-        pending = [(d, verifier.submit(d.matches, data[d.region_id])) for d in deferred]
+        verification = BackgroundVerification((d, data[d.region_id]) for d in deferred)
 
         def finish(fd: int) -> None:
-            import os  # noqa: PLC0415
-
             os.fsync(fd)  # the output goes to disk while the last hashes finish
-            for d, ok in pending:
-                if not ok.result():
-                    raise d.error()
+            verification.wait()
     try:
         return _write_form(prog, modules, src, dst, src_form, form, progress, finish)
     finally:
-        if verifier is not None:
-            verifier.shutdown(cancel_futures=True)
+        if verification is not None:
+            # Never leave the thread reading the input after it is closed.
+            with contextlib.suppress(WrpError):
+                verification.wait()
 
 
 def _write_form(prog, modules, src, dst, src_form, form, progress, finish) -> ConvertResult:

@@ -617,6 +617,14 @@ class Program:
                     names.append(mod.binary_filename)
         return names
 
+    def optional_module_files(self) -> list:
+        """Files a loader passes to Warp when present but does not require:
+        the exported ``.cu`` sources of a CUDA capture (for Warp's compile
+        fallback).  None on CPU."""
+        if self.device_type == DeviceType.CPU:
+            return []
+        return [mod.source_filename for mod in self.modules if mod.source_filename]
+
     def op_counts(self) -> dict:
         """Count of each op name over all nesting depths, in op-number order."""
         counts: dict = {}

@@ -77,17 +77,6 @@ class Prepared:
     # still to verify; load_prepared does so while Warp loads the image.
     deferred: list = field(default_factory=list, repr=False)
 
-    def verify_deferred(self) -> None:
-        """Verify the checksums :func:`prepare` left for later (see ``deferred``).
-
-        Raises:
-            WrpIntegrityError: A region's data does not match its SHA-256.
-        """
-        for check, view in self.deferred:
-            if not check.matches(view):
-                raise check.error()
-        self.deferred = []
-
 
 def device_family(device) -> str:
     """``"cpu"`` or ``"cuda"`` for a device string or ``wp.Device``.
@@ -206,11 +195,9 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                 raise WrpModuleError(f"module file {fname!r} is missing from the modules given",
                                      hint="Pass every file of <stem>_modules/ in modules={name: bytes}.")
             files[fname] = _bytes_of(modules[fname], f"module file {fname!r}")
-        if model.device != "cpu":  # exported sources serve Warp's compile fallback when given
-            for mod in model.modules:
-                if mod.source_filename and mod.source_filename in modules:
-                    files[mod.source_filename] = _bytes_of(modules[mod.source_filename],
-                                                           f"module file {mod.source_filename!r}")
+        for fname in model.optional_module_files():
+            if fname in modules:
+                files[fname] = _bytes_of(modules[fname], f"module file {fname!r}")
     for fname, data in files.items():
         if memoryview(data).nbytes == 0:
             raise WrpModuleError(f"module file {fname!r} is empty",
@@ -617,29 +604,17 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
     what = str(prep.path) if prep.path is not None else "the capture"
     check_runnable(prep.model, device, what=what)
     dev = resolve_device(device)
-    binaries = {}
-    for mod in prep.model.modules:
-        for fname in (mod.binary_filename, mod.source_filename if dev.is_cuda else ""):
-            if fname and fname in prep.modules:
-                binaries[fname] = prep.modules[fname]
+    # prepare() picked exactly the files Warp needs (and .cu sources when present).
+    binaries = prep.modules
     # Region data holds no code and has passed validation, so its checksums
     # are verified while Warp copies it (hashlib and Warp's loader both
     # release the GIL); the graph is returned only if they match.  Module
     # blobs were verified before this point.
-    verifier = None
+    verification = None
     if prep.deferred:
-        import threading  # noqa: PLC0415
+        from .wrpk import BackgroundVerification  # noqa: PLC0415
 
-        failure = []
-
-        def verify():
-            try:
-                prep.verify_deferred()
-            except WrpError as e:
-                failure.append(e)
-
-        verifier = threading.Thread(target=verify, name="wrpkit-verify", daemon=True)
-        verifier.start()
+        verification = BackgroundVerification(prep.deferred)
     try:
         if dev.is_cuda and prep.kind == "wrp" and prep.path is not None and not prep.modules_given:
             # capture_load can also compile the packaged source fallback.
@@ -652,11 +627,12 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
         raise WrpRuntimeError(f"Warp could not load {what}: {e}",
                               hint="Warp's own diagnostic, if any, is printed on stderr above.") from None
     finally:
-        if verifier is not None:
-            verifier.join()
-    if verifier is not None and failure:
-        del graph  # never hand out a graph whose data failed its checksum
-        raise failure[0]
+        if verification is not None:
+            try:
+                verification.wait()
+            except WrpError:
+                graph = None  # never hand out a graph whose data failed its checksum
+                raise
     return Program(prep, graph, dev)
 
 

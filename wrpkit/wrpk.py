@@ -1223,6 +1223,40 @@ class DeferredChecksum(NamedTuple):
                                  hint="Rebuild the bundle from the original capture.")
 
 
+class BackgroundVerification:
+    """Verify :class:`DeferredChecksum` s on a worker thread while the caller
+    writes or loads the same data (hashlib releases the GIL).
+
+    Args:
+        checks: ``(DeferredChecksum, data)`` pairs; ``data`` is the region's
+            bytes as the caller uses them (a copy, ideally).
+    """
+
+    def __init__(self, checks):
+        import threading  # noqa: PLC0415
+
+        self._failure: Optional[WrpIntegrityError] = None
+        self._thread = threading.Thread(target=self._run, args=(list(checks),), name="wrpkit-verify",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, checks) -> None:
+        for check, data in checks:
+            if not check.matches(data):
+                self._failure = check.error()
+                return
+
+    def wait(self) -> None:
+        """Wait until every checksum is verified.
+
+        Raises:
+            WrpIntegrityError: The first region whose data does not match.
+        """
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+
+
 def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEPTH,
                 deferred: Optional[list] = None) -> m.Program:
     """Decode a ``.wrpk`` file's bytes into a :class:`~wrpkit.model.Program`.
@@ -1429,5 +1463,5 @@ def _check_blobs(rd: _Reader, prog: m.Program, buf, boff: int, bsize: int, verif
 __all__ = [
     "MAGIC", "CONTAINER_VERSION", "HEADER_SIZE", "ALIGN", "TABLES", "OP_TABLES", "iter_wrpk_chunks",
     "encode_wrpk", "write_wrpk", "decode_wrpk", "read_header", "WrpkHeader", "bundle_size", "module_files",
-    "verify_annotations", "field_names", "DeferredChecksum", "EXPANSION_FLOOR", "EXPANSION_FACTOR",
+    "verify_annotations", "field_names", "DeferredChecksum", "BackgroundVerification", "EXPANSION_FLOOR", "EXPANSION_FACTOR",
 ]
