@@ -53,6 +53,23 @@ _SCALAR_CODES = {
 }
 
 
+#: Byte size of each scalar kind (from its numpy type code, without importing numpy).
+SCALAR_SIZES = {k: 1 if code == "?" else int(code[2:]) for k, code in _SCALAR_CODES.items()}
+
+
+def strided_reach(shape, strides) -> tuple:
+    """``(lo, hi)``: byte offsets, relative to element 0, of the lowest and highest element of a
+    non-empty strided view (negative strides reach below element 0)."""
+    lo = hi = 0
+    for d, st in zip(shape, strides):
+        span = (d - 1) * st
+        if span < 0:
+            lo += span
+        else:
+            hi += span
+    return lo, hi
+
+
 @functools.lru_cache(maxsize=None)
 def scalar_numpy() -> dict:
     """``{ScalarKind: numpy dtype}`` (built on first use, so that importing this module needs no numpy)."""
@@ -170,13 +187,8 @@ class ArraySignature:
         """``(lowest, highest)`` byte offsets touched in the region, end exclusive."""
         if self.size == 0:
             return self.byte_offset, self.byte_offset
-        lo = hi = self.byte_offset
-        for d, s in zip(self.shape, self.strides):
-            if s >= 0:
-                hi += (d - 1) * s
-            else:
-                lo += (d - 1) * s
-        return lo, hi + self.dtype.size
+        lo, hi = strided_reach(self.shape, self.strides)
+        return self.byte_offset + lo, self.byte_offset + hi + self.dtype.size
 
     def numpy_shape(self) -> tuple:
         """Shape of the numpy array: the array shape plus the element's trailing dims."""

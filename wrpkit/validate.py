@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import model as m
+from .annotations import SCALAR_SIZES
+from .annotations import strided_reach as _reach
 from .fileio import is_plain_basename
 from .model import APIC_SCALAR_SIZE
 
@@ -31,21 +33,6 @@ _U16 = struct.Struct("<H")
 _I32 = struct.Struct("<i")
 _ALIGNMENTS = (0, 1, 2, 4, 8, 16, 32, 64)
 _INT_MAX = 0x7FFFFFFF
-#: Byte size of each annotations ScalarKind (UNKNOWN = 0 first).
-_SCALAR_KIND_SIZE = (0, 1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8)
-
-
-def _reach(shape, strides) -> tuple:
-    """``(lo, hi)``: byte offsets, relative to element 0, of the lowest and highest element of a
-    non-empty strided view (negative strides reach below element 0)."""
-    lo = hi = 0
-    for d, st in zip(shape, strides):
-        span = (d - 1) * st
-        if span < 0:
-            lo += span
-        else:
-            hi += span
-    return lo, hi
 
 #: Cap on the threads of one launch (Warp's launch bounds are 32-bit per dim;
 #: a launch of 2^40 threads would run for hours).
@@ -154,8 +141,8 @@ class _Checker:
             lanes = 1
             for v in dt.shape:
                 lanes *= v
-            if dt.scalar != ScalarKind.UNKNOWN and _SCALAR_KIND_SIZE[dt.scalar] * lanes != dt.size:
-                self.err(w, f"element size {dt.size} is not {lanes} scalars of {_SCALAR_KIND_SIZE[dt.scalar]} bytes")
+            if dt.scalar != ScalarKind.UNKNOWN and SCALAR_SIZES[dt.scalar] * lanes != dt.size:
+                self.err(w, f"element size {dt.size} is not {lanes} scalars of {SCALAR_SIZES[dt.scalar]} bytes")
                 continue
             if len(s.shape) > 4 or len(s.strides) != len(s.shape):
                 self.err(w, f"{len(s.shape)} dimensions with {len(s.strides)} strides (need equal counts, at most 4)")
@@ -169,10 +156,10 @@ class _Checker:
                 continue  # reported with the binding
             if 0 in s.shape:
                 continue  # an empty view addresses nothing
-            lo, hi = _reach(s.shape, s.strides)
-            if s.byte_offset + lo < 0 or s.byte_offset + hi + dt.size > reg.size:
-                self.err(w, f"the view of {s.name!r} addresses bytes [{s.byte_offset + lo}, "
-                            f"{s.byte_offset + hi + dt.size}) outside region {reg.region_id} of {reg.size} bytes")
+            lo, hi = s.extent()
+            if lo < 0 or hi > reg.size:
+                self.err(w, f"the view of {s.name!r} addresses bytes [{lo}, {hi}) outside region "
+                            f"{reg.region_id} of {reg.size} bytes")
 
     def _module_digests(self, ann):
         names = {mod.binary_filename for mod in self.prog.modules}
