@@ -396,6 +396,14 @@ def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress
     return atomic_write(dest, wrp_chunks, progress, finish, publish_modules) + written[0]
 
 
+def pwrite_all(fd: int, data, offset: int) -> None:
+    """``os.pwrite`` until all of ``data`` is written at ``offset``."""
+    view = memoryview(data).cast("B")
+    while view.nbytes:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
 def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
     """Refuse an output path that is one of the inputs or has no directory.
 
@@ -417,13 +425,6 @@ def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
 
 __all__ = [
     "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
-    "is_plain_basename", "check_output_path",
+    "is_plain_basename", "check_output_path", "pwrite_all",
 ]
 
-
-def pwrite_all(fd: int, data, offset: int) -> None:
-    """``os.pwrite`` until all of ``data`` is written at ``offset``."""
-    view = memoryview(data).cast("B")
-    while view.nbytes:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
