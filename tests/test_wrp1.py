@@ -55,6 +55,51 @@ def test_decoding_does_not_copy_region_data(captures):
             assert isinstance(r.data, memoryview) and r.data.obj is data
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_shared_decode_gives_one_object_per_distinct_record(captures, name):
+    """share_ops=True: equal programs, repeats are one object, and the encoding is unchanged."""
+    data = captures[name].read_bytes()
+    plain = decode_wrp1(data)
+    shared = decode_wrp1(data, share_ops=True)
+    assert shared == plain
+    assert encode_wrp1(shared) == data
+    leaf = [(i, op) for i, op in m.walk_ops(shared.ops) if not isinstance(op, (m.If, m.While))]
+    records = set()
+    for _, op in m.walk_ops(plain.ops):
+        if not isinstance(op, (m.If, m.While)):
+            total = struct.unpack_from("<I", data, op.at + 4)[0]
+            records.add(data[op.at:op.at + total])
+    # As many distinct objects as distinct records, however often each repeats.
+    assert len({id(op) for _, op in leaf}) == len(records)
+
+
+def test_shared_decode_shares_a_step_loops_launches(tmp_path):
+    """49 launches cycling through 7 argument values decode into 7 objects (plus the one other launch)."""
+    path = tmp_path / "loop.wrp"
+    programs.capture_to_file(programs.make_big(launches=50, region_bytes=4096), path)
+    data = path.read_bytes()
+    prog = decode_wrp1(data, share_ops=True)
+    launches = [op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.KernelLaunch)]
+    assert len(launches) == 50
+    assert len({id(op) for op in launches}) == 8
+    assert prog == decode_wrp1(data) and encode_wrp1(prog) == data
+
+
+def test_on_regions_sees_the_regions_before_the_ops(captures):
+    data = captures[NAMES[0]].read_bytes()
+    seen = []
+    prog = decode_wrp1(data, on_regions=lambda regions: seen.append(list(regions)))
+    assert seen == [prog.regions] and prog.regions
+    # Called before the operations are decoded: a bad first op does not stop it.
+    bad = bytearray(data)
+    first_op = prog.ops[0].at
+    bad[first_op:first_op + 4] = struct.pack("<I", 0xFFFF)
+    seen.clear()
+    with pytest.raises(WrpFormatError, match="op type 65535"):
+        decode_wrp1(bytes(bad), on_regions=lambda regions: seen.append(list(regions)))
+    assert seen == [prog.regions]
+
+
 def test_every_cpu_op_type_is_covered(captures):
     seen = set()
     for path in captures.values():

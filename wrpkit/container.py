@@ -12,7 +12,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from . import wrp1
 from .errors import WrpError, WrpFormatError, WrpModuleError
@@ -130,7 +130,8 @@ class Capture:
 
 
 def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_checksums: bool = True,
-                 prefetch: bool = False, deferred: Optional[list] = None) -> Capture:
+                 prefetch: bool = False, deferred: Optional[list] = None, share_ops: bool = False,
+                 on_regions: Optional[Callable[[list], None]] = None) -> Capture:
     """Open and decode a ``.wrp`` or ``.wrpk`` file.
 
     The container is chosen by the file's magic bytes, not its name.
@@ -143,6 +144,8 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
         prefetch: Map every page up front; for callers that read the whole
             file (see :func:`wrpkit.fileio.map_file`).
         deferred: For ``.wrpk``: see :func:`wrpkit.wrpk.decode_wrpk`.
+        share_ops, on_regions: For ``.wrp``: see :func:`wrpkit.wrp1.decode_wrp1`
+            (a ``.wrpk`` always decodes shared operation tables into shared objects).
 
     Returns:
         A :class:`Capture`; close it (or use ``with``) when done.
@@ -156,7 +159,7 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
     try:
         kind = wrp1.sniff(mapped.buffer)
         if kind == "wrp":
-            prog = wrp1.decode_wrp1(mapped.buffer, limits=limits)
+            prog = wrp1.decode_wrp1(mapped.buffer, limits=limits, share_ops=share_ops, on_regions=on_regions)
             return Capture(p, "wrp", prog, modules_dir_for(p), mapped)
         if kind == "wrpk":
             from . import wrpk  # noqa: PLC0415  (the FlatBuffers runtime is only needed here)

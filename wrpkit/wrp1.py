@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 from . import model as m
 from .errors import WrpFormatError, WrpVersionError
@@ -166,13 +166,22 @@ def sniff(buf) -> str:
     return "unknown"
 
 
-def decode_wrp1(data, *, limits: Limits = DEFAULT_LIMITS) -> m.Program:
+def decode_wrp1(data, *, limits: Limits = DEFAULT_LIMITS, share_ops: bool = False,
+                on_regions: Optional[Callable[[list], None]] = None) -> m.Program:
     """Decode a ``.wrp`` file's bytes into a :class:`~wrpkit.model.Program`.
 
     Args:
         data: The whole file: ``bytes``, ``bytearray``, ``mmap`` or ``memoryview``.
             Blob fields of the result are zero-copy views into it.
         limits: Caps on counts and sizes (see :class:`Limits`).
+        share_ops: Decode byte-identical records of ops other than IF and
+            WHILE (a step loop records the same launch many times) into one
+            object, whose ``at`` is the first record's offset, as a ``.wrpk``
+            decodes shared tables.  Faster for callers that treat the ops as
+            read-only and do not report per-op offsets (conversion, loading).
+        on_regions: Called with the decoded regions (``Program.regions``)
+            before the operations are decoded, so that a caller can start
+            work on region data (hashing it, say) while they are.
 
     Returns:
         The decoded program.
@@ -231,7 +240,9 @@ def decode_wrp1(data, *, limits: Limits = DEFAULT_LIMITS) -> m.Program:
                      target_arch=target_arch)
     _decode_metadata(buf, meta_off, meta_size, prog, layout, limits)
     _decode_memory(buf, mem_off, mem_size, prog, limits)
-    _decode_operations(buf, ops_off, ops_size, prog, layout, limits)
+    if on_regions is not None:
+        on_regions(prog.regions)
+    _decode_operations(buf, ops_off, ops_size, prog, layout, limits, share_ops)
     if len(sections) == 4:
         off, n = sections[3]
         if not 8 <= n <= limits.max_annotations:
@@ -385,13 +396,15 @@ def _decode_memory(buf, off: int, n: int, prog: m.Program, limits: Limits):
                              offset=c.pos)
 
 
-def _decode_operations(buf, off: int, n: int, prog: m.Program, layout: FormatLayout, limits: Limits):
+def _decode_operations(buf, off: int, n: int, prog: m.Program, layout: FormatLayout, limits: Limits,
+                       share_ops: bool = False):
     if n < 4:
         raise WrpFormatError("operations section is shorter than its 4-byte op count",
                              field="operations.op_count", offset=off)
     count = _U32.unpack_from(buf, off)[0]
     _check_count(count, limits.max_ops, "operations.op_count", off)
-    budget = [limits.max_ops, {}]  # remaining op budget, launch-tail cache
+    # Remaining op budget, launch-tail cache, and (share_ops) record bytes -> decoded op.
+    budget = [limits.max_ops, {}, {} if share_ops else None]
     end = _decode_op_list(buf, off + 4, off + n, count, "ops", 0, prog.ops, layout, limits, budget)
     if end != off + n:
         raise WrpFormatError(f"{off + n - end} bytes follow the last operation", field="operations",
@@ -403,7 +416,7 @@ def _decode_op_list(buf, pos, end, count, path, depth, out, layout, limits, budg
         raise WrpFormatError(f"conditional nesting deeper than {limits.max_depth} levels", field=path,
                              offset=pos)
     append = out.append
-    cache = budget[1]
+    cache, shared = budget[1], budget[2]
     for i in range(count):
         w = f"{path}[{i}]"
         if end - pos < 8:
@@ -415,17 +428,35 @@ def _decode_op_list(buf, pos, end, count, path, depth, out, layout, limits, budg
         if total < 8 or total > end - pos:
             raise WrpFormatError(f"op size {total} does not fit the {end - pos} bytes left",
                                  field=w + ".total_size", offset=pos + 4)
-        if op_type == OpType.KERNEL_LAUNCH:
-            append(_decode_launch(buf, pos, total, w, layout, cache))
-        elif op_type in (OpType.IF, OpType.WHILE):
+        if shared is not None and total <= _SHARE_MAX and op_type != OpType.IF and op_type != OpType.WHILE:
+            # Records are checked as they decode, so a repeat of a record
+            # that decoded cleanly is itself clean.
+            rec = bytes(buf[pos:pos + total])
+            op = shared.get(rec)
+            if op is None:
+                op = _decode_leaf(buf, pos, total, op_type, w, layout, cache)
+                shared[rec] = op
+            append(op)
+        elif op_type == OpType.IF or op_type == OpType.WHILE:
             append(_decode_cond(buf, pos, total, op_type, w, depth, layout, limits, budget))
-        elif op_type in layout.ops:
-            append(_decode_fixed(buf, pos, total, op_type, w, layout))
         else:
-            what = "reserved by Warp (MEMCPY_D2H)" if op_type == OpType.MEMCPY_D2H else "unknown"
-            raise WrpFormatError(f"op type {op_type} is {what}", field=w + ".op_type", offset=pos)
+            append(_decode_leaf(buf, pos, total, op_type, w, layout, cache))
         pos += total
     return pos
+
+
+#: Records up to this size are shared by ``decode_wrp1(share_ops=True)``;
+#: larger ones (MEMCPY_H2D payloads) are rare and cost their bytes to key.
+_SHARE_MAX = 4096
+
+
+def _decode_leaf(buf, pos, total, op_type, w, layout, cache):
+    if op_type == OpType.KERNEL_LAUNCH:
+        return _decode_launch(buf, pos, total, w, layout, cache)
+    if op_type in layout.ops and op_type != OpType.IF and op_type != OpType.WHILE:
+        return _decode_fixed(buf, pos, total, op_type, w, layout)
+    what = "reserved by Warp (MEMCPY_D2H)" if op_type == OpType.MEMCPY_D2H else "unknown"
+    raise WrpFormatError(f"op type {op_type} is {what}", field=w + ".op_type", offset=pos)
 
 
 def _fixed_values(buf, pos, total, rl, w, exact=True):
