@@ -808,6 +808,13 @@ def test_write_wrpk_writes_exactly_the_encoded_bytes(wrp_inputs, tmp_path):
         prog = wrp1.decode_wrp1(data)
         out = tmp_path / f"{name}.wrpk"
         n = wrpk.write_wrpk(out, prog, files)
-        assert out.read_bytes() == wrpk.encode_wrpk(prog, files), name
+        expected = wrpk.encode_wrpk(prog, files)
+        assert out.read_bytes() == expected, name
         assert n == out.stat().st_size
+        # As `wrp convert` writes it: ops decoded shared, region data hashed
+        # by a BlobHasher started before the ops were decoded.
+        with wrpk.BlobHasher() as hasher:
+            shared = wrp1.decode_wrp1(data, share_ops=True, on_regions=hasher.start_regions)
+            wrpk.write_wrpk(out, shared, files, hasher=hasher)
+        assert out.read_bytes() == expected, name
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

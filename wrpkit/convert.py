@@ -107,12 +107,29 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
     # Region checksums of a .wrpk input are verified while the output is
     # written, on a worker thread; the output is published only if they match.
     deferred = [] if form != "json" else None
-    with open_capture(src, verify_checksums=verify_checksums, prefetch=True, deferred=deferred) as cap:
+    with contextlib.ExitStack() as stack:
+        hasher = on_regions = None
+        if form == "wrpk":
+            from .wrpk import BlobHasher  # noqa: PLC0415
+
+            # A .wrp's region data is hashed while its ops are decoded.
+            hasher = BlobHasher()
+            on_regions = hasher.start_regions
+        try:
+            cap = open_capture(src, verify_checksums=verify_checksums, prefetch=True, deferred=deferred,
+                               share_ops=True, on_regions=on_regions)
+        except BaseException:
+            if hasher is not None:
+                hasher.close()
+            raise
+        stack.enter_context(cap)
+        if hasher is not None:
+            stack.enter_context(hasher)  # exits first: no hash still reads the input when it closes
         modules = cap.module_files() if include_modules else None
-        return _write(cap.program, modules, src, dst, cap.kind, form, progress, deferred)
+        return _write(cap.program, modules, src, dst, cap.kind, form, progress, deferred, hasher)
 
 
-def _write(prog, modules, src, dst, src_form, form, progress, deferred=None) -> ConvertResult:
+def _write(prog, modules, src, dst, src_form, form, progress, deferred=None, hasher=None) -> ConvertResult:
     verification = finish = None
     if deferred:
         from .wrpk import BackgroundVerification  # noqa: PLC0415
@@ -124,7 +141,7 @@ def _write(prog, modules, src, dst, src_form, form, progress, deferred=None) -> 
             os.fsync(fd)  # the output goes to disk while the last hashes finish
             verification.wait()
     try:
-        return _write_form(prog, modules, src, dst, src_form, form, progress, finish)
+        return _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher)
     finally:
         if verification is not None:
             # Never leave the thread reading the input after it is closed.
@@ -132,13 +149,13 @@ def _write(prog, modules, src, dst, src_form, form, progress, deferred=None) -> 
                 verification.wait()
 
 
-def _write_form(prog, modules, src, dst, src_form, form, progress, finish) -> ConvertResult:
+def _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher) -> ConvertResult:
     if form == "wrp":
         n = publish_wrp(dst, wrp1.iter_wrp1_chunks(prog), modules or {}, progress, finish)
     elif form == "wrpk":
         from . import wrpk  # noqa: PLC0415
 
-        n = wrpk.write_wrpk(dst, prog, modules, progress, finish)
+        n = wrpk.write_wrpk(dst, prog, modules, progress, finish, hasher)
     else:
         from . import jsonform  # noqa: PLC0415
 

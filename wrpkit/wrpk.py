@@ -30,6 +30,7 @@ decoding returns ``memoryview`` slices of the input buffer.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 from operator import itemgetter, ne
@@ -428,6 +429,9 @@ class _Encoder:
     def __init__(self):
         self.b = _Builder()
         self.op_tables: dict = {}  # op content -> E of its shared Operation table
+        # id(op) -> E, for op objects listed many times (a shared decode);
+        # the program holds every op alive while it is encoded.
+        self.op_ids: dict = {}
         # (E of a Blob's sha256 vector, blob offset): where write_wrpk patches digests in.
         self.sha_slots: list = []
 
@@ -500,9 +504,13 @@ class _Encoder:
         if not ops:
             return None
         op_spec = _ENC["Operation"]
-        memo = self.op_tables
+        memo, ids = self.op_tables, self.op_ids
         es = []
         for op in ops:
+            e_op = ids.get(id(op))
+            if e_op is not None:
+                es.append(e_op)
+                continue
             t = op.op_type
             name = OP_TABLES.get(t)
             if name is None or t == OpType.MEMCPY_D2H:
@@ -527,6 +535,8 @@ class _Encoder:
                 e_op = self.b.table(op_spec, [int(t), self.generic(spec, op)])
                 if key is not None:
                     memo[key] = e_op
+            if t != OpType.IF and t != OpType.WHILE:
+                ids[id(op)] = e_op
             es.append(e_op)
         return self.offsets_vector(es)
 
@@ -694,7 +704,52 @@ def encode_wrpk(program: m.Program, modules: Optional[Mapping] = None) -> bytes:
     return b"".join(iter_wrpk_chunks(program, modules))
 
 
-def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None, finish=None) -> int:
+class BlobHasher:
+    """SHA-256 digests of blobs, computed on worker threads (hashlib releases the GIL).
+
+    A converter can :meth:`start` hashing a blob as soon as its bytes exist,
+    before the rest of the program is decoded, and hand the hasher to
+    :func:`write_wrpk`, which then waits only for what is still running.
+    Blobs are known by object identity, so pass the same buffer objects the
+    program holds.  Close it (or use ``with``) before the buffers go away.
+    """
+
+    def __init__(self):
+        import os  # noqa: PLC0415
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="wrpkit-hash")
+        self._jobs: dict = {}  # id(data) -> (data, future); data is held so that its id stays unique
+
+    def start(self, data):
+        """Start hashing ``data`` (no-op if it is already started); return its future digest."""
+        job = self._jobs.get(id(data))
+        if job is None:
+            job = self._jobs[id(data)] = (data, self._pool.submit(_sha256, data))
+        return job[1]
+
+    def start_regions(self, regions) -> None:
+        """Start hashing the initial data of ``regions``, largest first (for ``on_regions`` hooks)."""
+        for r in sorted(regions, key=lambda r: -r.size):
+            if r.has_initial_data and r.data is not None:
+                self.start(r.data)
+
+    def close(self) -> None:
+        """Cancel what has not started and wait for what has."""
+        for _, f in self._jobs.values():
+            f.cancel()
+        self._pool.shutdown(wait=True)
+        self._jobs.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None, finish=None,
+               hasher: Optional[BlobHasher] = None) -> int:
     """Write a ``.wrpk`` atomically (see :func:`wrpkit.fileio.atomic_write`).
 
     The file holds the bytes of :func:`iter_wrpk_chunks`, but the blobs are
@@ -707,25 +762,27 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
             (blobs are written in pieces of at most :data:`CHUNK` bytes).
         finish: Optional check run before the file is published (see
             :func:`wrpkit.fileio.atomic_write`); raise to abandon it.
+        hasher: A :class:`BlobHasher` that may already be hashing some of
+            the blobs; by default one is made for this call.
 
     Returns:
         Bytes written.
     """
     import os  # noqa: PLC0415
-    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
     from .fileio import atomic_write, pwrite_all  # noqa: PLC0415
 
     # The bytes are those of iter_wrpk_chunks, written in another order: the
-    # blob area first while worker threads hash the blobs (hashlib releases
-    # the GIL), then the header and manifest, whose digests were left zero
-    # and are filled in once the hashes are done.
+    # blob area first while worker threads hash the blobs, then the header
+    # and manifest, whose digests were left zero and are filled in once the
+    # hashes are done.
     layout = _Layout(program, modules, hashes=False)
-    workers = max(1, min(len(layout.items), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="wrpkit-hash") as pool:
+    with contextlib.ExitStack() as stack:
+        if hasher is None:
+            hasher = stack.enter_context(BlobHasher())
         # Largest first, so that the longest hash starts at once, before the
         # manifest is even encoded.
-        digests = {off: pool.submit(_sha256, data) for data, off, _ in sorted(layout.items, key=lambda it: -it[2])}
+        digests = {off: hasher.start(data) for data, off, _ in sorted(layout.items, key=lambda it: -it[2])}
 
         def chunks():
             yield bytes(base)  # header and manifest: written by write_head()
@@ -741,14 +798,10 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
             if finish is not None:
                 finish(fd)
 
-        try:
-            slots: list = []
-            manifest = _manifest(program, layout, slots)
-            base = _align(HEADER_SIZE + len(manifest))
-            return atomic_write(path, chunks(), progress, write_head)
-        finally:
-            for f in digests.values():
-                f.cancel()
+        slots: list = []
+        manifest = _manifest(program, layout, slots)
+        base = _align(HEADER_SIZE + len(manifest))
+        return atomic_write(path, chunks(), progress, write_head)
 
 
 def _sha256(data) -> bytes:
@@ -1462,6 +1515,6 @@ def _check_blobs(rd: _Reader, prog: m.Program, buf, boff: int, bsize: int, verif
 
 __all__ = [
     "MAGIC", "CONTAINER_VERSION", "HEADER_SIZE", "ALIGN", "TABLES", "OP_TABLES", "iter_wrpk_chunks",
-    "encode_wrpk", "write_wrpk", "decode_wrpk", "read_header", "WrpkHeader", "bundle_size", "module_files",
+    "encode_wrpk", "write_wrpk", "BlobHasher", "decode_wrpk", "read_header", "WrpkHeader", "bundle_size", "module_files",
     "verify_annotations", "field_names", "DeferredChecksum", "BackgroundVerification", "EXPANSION_FLOOR", "EXPANSION_FACTOR",
 ]
