@@ -9,7 +9,10 @@ On a capture with one 256 MiB region (10,000 launches by default), reports in on
   process's peak RSS, which shows whether the data was held in memory (it is
   streamed: region data is written from the source mapping, copied once);
 * loading: ``wrpkit.load("X.wrpk")`` against ``wp.capture_load("X.wrp")``, each
-  in a fresh process that imports Warp (target: wrpkit at least as fast, >= 1x).
+  in a fresh process that imports Warp (target: wrpkit at least as fast, >= 1x);
+* the floors under the conversion rows: SHA-256 of every blob once, on one
+  thread (both directions must do it: the format stores each blob's digest),
+  and the time to start Python and import the CLI (in the CLI rows only).
 
 Usage: python bench/bench_bundle.py [--dir DIR] [--launches N] [--region-mib M] [--runs R]
 """
@@ -95,10 +98,22 @@ def main() -> int:
         "    wrpk.unlink(missing_ok=True); shutil.rmtree(back.parent); back.parent.mkdir()\n"
         "    t = time.perf_counter(); convert(src, wrpk); p.append(time.perf_counter() - t)\n"
         "    t = time.perf_counter(); convert(wrpk, back); u.append(time.perf_counter() - t)\n"
-        "print(statistics.median(p), statistics.median(u))\n")
+        "# The floor: SHA-256 of every blob once, which both directions must do.\n"
+        "import hashlib\n"
+        "from wrpkit.container import open_capture\n"
+        "h = []\n"
+        "with open_capture(src) as cap:\n"
+        "    blobs = [r.data for r in cap.program.regions if r.has_initial_data] + list(cap.module_files().values())\n"
+        "    for _ in range(runs):\n"
+        "        t = time.perf_counter(); [hashlib.sha256(b).digest() for b in blobs]; h.append(time.perf_counter() - t)\n"
+        "    del blobs\n"
+        "print(statistics.median(p), statistics.median(u), statistics.median(h))\n")
     out = subprocess.run([py, "-c", lib_code, str(src), str(wrpk), str(back), str(max(a.runs, 5))],
                          check=True, capture_output=True, text=True).stdout.split()
-    lib_pack, lib_unpack = float(out[0]), float(out[1])
+    lib_pack, lib_unpack, hash_t = float(out[0]), float(out[1]), float(out[2])
+    startup = [py, "-c", "import wrpkit.cli"]
+    run_measured(startup)
+    startup_t, _ = best(startup, a.runs)
 
     stock = [py, "-c", f"import warp as wp; wp.config.log_level = 40; wp.capture_load({str(src)!r}, device='cpu')"]
     mine = [py, "-c", f"import wrpkit, warp as wp; wp.config.log_level = 40; wrpkit.load({str(wrpk)!r}, device='cpu')"]
@@ -119,6 +134,9 @@ def main() -> int:
           f"{'(in process)':>14}")
     print(f"{'  library: .wrpk -> .wrp':<34}{lib_unpack:>9.3f}{mb / lib_unpack:>9.0f}{cp_t / lib_unpack:>8.2f}"
           f"{'(in process)':>14}")
+    print(f"{'  floor: SHA-256 of the blobs':<34}{hash_t:>9.3f}{mb / hash_t:>9.0f}{cp_t / hash_t:>8.2f}"
+          f"{'(one thread)':>14}")
+    print(f"{'  floor: start Python, import CLI':<34}{startup_t:>9.3f}{'':>9}{'':>8}{'(CLI rows)':>14}")
     print(f"round trip byte-identical: {identical}   (target: >= 0.5x of cp's throughput; the CLI rows include "
           "starting Python and importing wrpkit)")
     print(f"{'load: stock wp.capture_load(.wrp)':<34}{stock_t:>9.3f}{'':>9}{'':>8}{stock_rss:>14.1f}")
