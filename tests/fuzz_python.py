@@ -6,7 +6,9 @@ TARGET is one of: wrp1, wrpk, wrpk-manifest, json.
 Each target feeds the bytes to a decoder.  The only acceptable failure is a
 :class:`wrpkit.errors.WrpError` (a clean refusal); any other exception, a
 crash or a hang is a finding.  When the WRP1 decoder accepts an input, the
-model must also validate without raising and re-encode to the same bytes.
+model must also validate without raising and re-encode to the same bytes, and
+the shared decode (``share_ops=True``) must accept or refuse every input exactly
+as the plain one does.
 """
 
 from __future__ import annotations
@@ -30,11 +32,21 @@ with atheris.instrument_imports(include=["wrpkit"]):
 def fuzz_wrp1(data: bytes) -> None:
     try:
         prog = decode_wrp1(data)
-    except WrpError:
-        return
+    except WrpError as e:
+        # The shared decode (wrp convert's) must refuse the same input with the same message.
+        try:
+            decode_wrp1(data, share_ops=True)
+        except WrpError as e2:
+            if str(e2) != str(e):
+                raise AssertionError(f"shared decode refused differently: {e2} / {e}") from None
+            return
+        raise AssertionError(f"shared decode accepted what the plain decode refused: {e}") from None
     validate_program(prog)
     if encode_wrp1(prog) != data:
         raise AssertionError("accepted input does not re-encode to the same bytes")
+    shared = decode_wrp1(data, share_ops=True)
+    if shared != prog or encode_wrp1(shared) != data:
+        raise AssertionError("shared decode differs from the plain decode")
 
 
 def fuzz_wrpk(data: bytes) -> None:

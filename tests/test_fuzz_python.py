@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import hostile
+import programs
 from wrpkit.convert import convert
 
 pytest.importorskip("atheris", reason="atheris is not installed (pip install '.[test]')")
@@ -37,6 +38,9 @@ def corpus(captures, tmp_path_factory):
         convert(src, root / f"{name}.json", include_modules=False)
         (seeds["wrpk"] / f"{name}.wrpk").write_bytes((root / f"{name}.wrpk").read_bytes())
         (seeds["json"] / f"{name}.json").write_bytes((root / f"{name}.json").read_bytes())
+    # A step loop: repeated launch records, which the shared decode turns into one object.
+    programs.capture_to_file(programs.make_big(launches=20, region_bytes=4096), root / "loop.wrp")
+    (seeds["wrp1"] / "loop.wrp").write_bytes((root / "loop.wrp").read_bytes())
     for v in hostile.generate(captures["views"], root / "hostile"):
         if v.path.is_file() and not v.path.is_symlink() and v.category in ("bitflip", "huge", "op-size", "nesting"):
             (seeds["wrp1"] / v.name).write_bytes(v.path.read_bytes())
