@@ -113,3 +113,24 @@ def test_concurrent_writers_and_a_reader_never_see_a_torn_pair(captures, tmp_pat
     assert reads > 0 and torn == 0
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
     assert modules_dir_for(dest).is_dir()
+
+
+def test_writeback_helper_is_done_before_the_write_returns_or_fails(tmp_path):
+    """Writeback of a large file starts on a helper thread; it must not outlive the write, even a failed one."""
+    import threading  # noqa: PLC0415
+
+    piece = bytes(8 << 20)
+    dest = tmp_path / "big.bin"
+    assert atomic_write(dest, [piece] * 9) == 9 * len(piece)
+    assert dest.stat().st_size == 9 * len(piece)
+    assert not [t for t in threading.enumerate() if t.name == "wrpkit-writeback"]
+
+    def failing():
+        yield from [piece] * 9
+        raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        atomic_write(tmp_path / "never.bin", failing())
+    assert not (tmp_path / "never.bin").exists()
+    assert not [t for t in threading.enumerate() if t.name == "wrpkit-writeback"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.bin"]

@@ -219,6 +219,45 @@ def _start_writeback(fd: int, offset: int, length: int) -> None:
         fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE: start, do not wait
 
 
+class _Writeback:
+    """Starts writeback of written ranges (:func:`_start_writeback`) on a helper thread.
+
+    Starting writeback can block while the disk queue is full (70 ms of a
+    0.23 s conversion, measured); the writer should be writing meanwhile.
+    """
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.thread = None
+        self.queue = None
+
+    def start(self, offset: int, length: int) -> None:
+        if _sync_file_range() is None:
+            return
+        if self.thread is None:
+            import queue  # noqa: PLC0415
+            import threading  # noqa: PLC0415
+
+            self.queue = queue.SimpleQueue()
+            self.thread = threading.Thread(target=self._run, name="wrpkit-writeback", daemon=True)
+            self.thread.start()
+        self.queue.put((offset, length))
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            _start_writeback(self.fd, *item)
+
+    def close(self) -> None:
+        """Wait until every range asked for has been started (call before the fd is closed)."""
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+
+
 @functools.lru_cache(maxsize=None)
 def _sync_file_range():
     if not sys.platform.startswith("linux"):
@@ -275,6 +314,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
     if fd is None:
         fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".tmp", dir=d)
     total = 0
+    writeback = _Writeback(fd)
     try:
         stage = None
         with os.fdopen(fd, "wb", closefd=False) as f:
@@ -287,7 +327,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
                     # Start writing back what is written so far, so that the
                     # final fsync does not wait for the whole file.
                     f.flush()
-                    _start_writeback(fd, flushed, total + n - flushed)
+                    writeback.start(flushed, total + n - flushed)
                     flushed = total + n
 
             for c in chunks:
@@ -311,6 +351,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
                 if progress is not None:
                     progress(n)
             f.flush()
+            writeback.close()
             if finish is not None:
                 finish(fd)
             os.fsync(fd)
@@ -336,6 +377,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
             raise
         raise WrpError(f"cannot write {dest}: {e.strerror or e}") from None
     finally:
+        writeback.close()
         os.close(fd)
     _fsync_dir(d)
     return total
