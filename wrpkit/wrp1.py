@@ -451,9 +451,10 @@ _SHARE_MAX = 4096
 
 
 def _decode_leaf(buf, pos, total, op_type, w, layout, cache):
+    """One op other than IF and WHILE."""
     if op_type == OpType.KERNEL_LAUNCH:
         return _decode_launch(buf, pos, total, w, layout, cache)
-    if op_type in layout.ops and op_type != OpType.IF and op_type != OpType.WHILE:
+    if op_type in layout.ops:
         return _decode_fixed(buf, pos, total, op_type, w, layout)
     what = "reserved by Warp (MEMCPY_D2H)" if op_type == OpType.MEMCPY_D2H else "unknown"
     raise WrpFormatError(f"op type {op_type} is {what}", field=w + ".op_type", offset=pos)
