@@ -633,7 +633,7 @@ def test_aliased_tables_cannot_blow_up():
         e = enc.b.table(wrpk._ENC["Operation"], [int(m.OpType.IF), if_e])
     b = _wrap(_program_with_ops(enc, enc.offsets_vector([e])))
     t0 = time.perf_counter()
-    with pytest.raises(WrpFormatError, match="aliased|more tables"):
+    with pytest.raises(WrpFormatError, match="aliased|more tables|entries in all"):
         wrpk.decode_wrpk(b)
     assert time.perf_counter() - t0 < 2
 
@@ -794,6 +794,24 @@ def test_manifest_that_expands_past_the_limit_is_refused():
     # Below the limit the same construction decodes (the limit, not sharing, is refused).
     fine = wrpk.decode_wrpk(wrap_manifest(program_manifest(ops=[shared_launch], op_count=100)))
     assert len(fine.ops) == 100 and all(op is fine.ops[0] for op in fine.ops)
+
+
+@pytest.mark.parametrize("n_ifs, body_len", [(5, 200), (2000, 20000)])
+def test_ifs_sharing_one_body_are_refused_before_the_walk(n_ifs, body_len):
+    """IF tables that share one body vector: each IF walks it again, so a 150 KB manifest can ask for
+    40 million walked entries (a minute of decoding before the expansion limit could refuse it).  The
+    entries walked are bounded by a quarter of the manifest's size, as wrp-replay bounds them."""
+    from wrpk_manifests import shared_if_bodies  # noqa: PLC0415
+
+    with pytest.raises(WrpFormatError, match="operation lists hold more than .* entries in all"):
+        wrpk.decode_wrpk(shared_if_bodies(n_ifs, body_len))
+
+
+def test_a_long_step_loop_is_within_the_entry_bound(wrp_inputs):
+    """A step loop's bundle has one 4-byte entry per launch, so its entries always fit the bound."""
+    prog, files, n = _looped(wrp_inputs, 2000)
+    back = wrpk.decode_wrpk(wrpk.encode_wrpk(prog, files))
+    assert len(back.ops) == 2000 * n
 
 
 def test_expansion_limit_matches_wrp_replays():

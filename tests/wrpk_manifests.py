@@ -69,3 +69,49 @@ def shared_launch(b):
     b.PrependUint8Slot(0, 1, 0)
     b.PrependUOffsetTRelativeSlot(1, launch, 0)
     return b.EndObject()
+
+
+def shared_if_bodies(n_ifs: int, body_len: int) -> bytes:
+    """A .wrpk whose ``n_ifs`` IF ops all share one body of ``body_len`` references to one MEMSET.
+
+    Each IF walks the whole body again, so ``n_ifs * body_len`` entries are
+    walked in a manifest of about ``4 * body_len + 40 * n_ifs`` bytes.
+    """
+    import flatbuffers  # noqa: PLC0415
+
+    b = flatbuffers.Builder(1 << 16)
+    b.StartObject(4)  # Memset: region_id, value, offset, size
+    b.PrependInt32Slot(0, 1, 0)
+    b.PrependUint64Slot(3, 4, 0)
+    memset = b.EndObject()
+    b.StartObject(2)  # Operation: op_type (5 = Memset), op
+    b.PrependUint8Slot(0, 5, 0)
+    b.PrependUOffsetTRelativeSlot(1, memset, 0)
+    op = b.EndObject()
+    b.StartVector(4, body_len, 4)
+    for _ in range(body_len):
+        b.PrependUOffsetTRelative(op)
+    body = b.EndVector()
+    ifs = []
+    for i in range(n_ifs):
+        b.StartObject(4)  # If: cond_region_id, cond_offset, then_ops, else_ops
+        b.PrependInt32Slot(0, 1, 0)
+        b.PrependUint64Slot(1, 4 * i, 0)
+        b.PrependUOffsetTRelativeSlot(2, body, 0)
+        table = b.EndObject()
+        b.StartObject(2)  # Operation: op_type (7 = If), op
+        b.PrependUint8Slot(0, 7, 0)
+        b.PrependUOffsetTRelativeSlot(1, table, 0)
+        ifs.append(b.EndObject())
+    b.StartVector(4, n_ifs, 4)
+    for o in reversed(ifs):
+        b.PrependUOffsetTRelative(o)
+    ops = b.EndVector()
+    version = b.CreateString("1.19.0")
+    b.StartObject(12)  # Program: format_version, warp_version, device_type (1 = CPU), ..., ops (slot 10)
+    b.PrependUint32Slot(0, 18, 0)
+    b.PrependUOffsetTRelativeSlot(1, version, 0)
+    b.PrependUint8Slot(2, 1, 0)
+    b.PrependUOffsetTRelativeSlot(10, ops, 0)
+    b.Finish(b.EndObject(), b"WRPK")
+    return wrap_manifest(bytes(b.Output()))

@@ -876,7 +876,18 @@ class _Reader:
         # Operation table position -> decoded op: a shared table decodes once,
         # into one object (ops from a .wrpk may alias; treat them as read-only).
         self.op_objects: dict = {}
-        self.budget = self.n // 4 + 1
+        # Table visits: the Annotations buffer follows flatbuffers::Verifier
+        # (every visit counts, at most size/4 + 1).  In the manifest, tables
+        # of identical ops are shared and a step loop visits one per launch;
+        # what bounds that walk is op_refs below, and this cap only mirrors
+        # the one wrp-replay gives its Verifier (2 x size + 8), which no
+        # manifest within op_refs reaches.
+        self.budget = self.n // 4 + 1 if verifier_depth else 2 * self.n + 8
+        # Operation vector entries walked, in all: a body vector shared by
+        # many IF/WHILE tables is walked once per table, so without this a
+        # small manifest could take minutes to walk before the expansion
+        # limit could refuse it.  wrp-replay applies the same bound.
+        self.op_refs = self.n // 4 + 1
         self.depth = 0
         self.max_depth = max_depth
         self.blobs: list = []  # (path, name, offset, length, sha256, manifest pos)
@@ -1063,6 +1074,11 @@ class _Reader:
         self.depth += 1
         if self.depth > self.max_depth + 1:  # the top-level list is depth 1
             raise _Bad(f"IF/WHILE bodies are nested deeper than {self.max_depth} levels", at)
+        self.op_refs -= count
+        if self.op_refs < 0:
+            raise _Bad(f"the operation lists hold more than {self.n // 4 + 1} entries in all (a quarter of the "
+                       "manifest's size; a body shared by several IF/WHILE ops counts each time): tables or "
+                       "vectors are referenced over and over", at)
         out = []
         op_spec = _DEC["Operation"]
         for j, v in enumerate(struct.unpack_from(f"<{count}I", self.buf, start)):

@@ -145,6 +145,8 @@ public:
         : m_(manifest)
         , limit_(kExpansionFloor + kExpansionFactor * manifest_size)
         , budget_(limit_)
+        , op_refs_limit_(manifest_size / 4 + 1)
+        , op_refs_left_(op_refs_limit_)
         , meta_(&budget_)
         , ops_(&budget_)
     {
@@ -373,6 +375,14 @@ private:
             return 0;
         if (depth > kMaxBodyDepth + 1)
             bad(where, list, "IF/WHILE bodies are nested deeper than %u levels", kMaxBodyDepth);
+        // A body vector shared by many IF/WHILE tables is walked once per
+        // table: bound the entries walked in all, as wrpkit.wrpk does.
+        if (n > op_refs_left_)
+            bad(where, list,
+                "the operation lists hold more than %llu entries in all (a quarter of the manifest's size; a body "
+                "shared by several IF/WHILE ops counts each time): tables or vectors are referenced over and over",
+                static_cast<unsigned long long>(op_refs_limit_));
+        op_refs_left_ -= n;
         for (uint32_t j = 0; j < n; j++) {
             const fbs::Operation* o = list->Get(j);
             Path here = where.at(j);
@@ -726,6 +736,8 @@ private:
     const uint8_t* m_;
     uint64_t limit_;
     uint64_t budget_;
+    uint64_t op_refs_limit_;  // Operation vector entries walked, at most (see op_list)
+    uint64_t op_refs_left_;
     Writer meta_;
     Writer ops_;
 };
@@ -874,9 +886,17 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
         std::memcpy(aligned.get(), manifest, static_cast<size_t>(msize));
         manifest = reinterpret_cast<const uint8_t*>(aligned.get());
     }
+    // The Verifier visits a shared table once per reference, and wrpkit
+    // shares the tables of identical ops (a 10,000-launch step loop is
+    // 20,000 visits from a 42 KB manifest). The visits that matter are
+    // bounded after this by the op-entry budget (ManifestDecoder::op_list)
+    // and the expansion limit; this bound only keeps the Verifier linear.
+    // It cannot refuse a manifest those accept: at most 3 visits per
+    // non-op vector entry and 2 per op entry walked.
+    const uint64_t max_tables = 2 * msize + 8;
     flatbuffers::Verifier::Options vo;
     vo.max_depth = kVerifierMaxDepth;
-    vo.max_tables = static_cast<flatbuffers::uoffset_t>(msize / 4 + 1);
+    vo.max_tables = static_cast<flatbuffers::uoffset_t>(max_tables);
     vo.check_alignment = true;
     // The nested Annotations buffer is verified where the WRP1 image's
     // ANNOTATIONS section is read (read_annotations), as for a .wrp.
@@ -886,7 +906,7 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
         fail_invalid_at("manifest", kHeaderSize,
                         "the Program FlatBuffer failed verification: an offset, vtable, vector or string is out of "
                         "bounds or misaligned, tables nest deeper than %u, or more than %llu tables are visited",
-                        kVerifierMaxDepth, static_cast<unsigned long long>(msize / 4 + 1));
+                        kVerifierMaxDepth, static_cast<unsigned long long>(max_tables));
     const fbs::Program* prog = fbs::GetProgram(manifest);
 
     ManifestDecoder dec(manifest, msize);

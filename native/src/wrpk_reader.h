@@ -9,7 +9,8 @@
 //      alignment, vtables, strings, nesting depth, table count), then what the
 //      Verifier does not check: booleans 0 or 1, union types known and their
 //      tables present, 8-byte alignment and zero padding of Relocation
-//      vectors;
+//      vectors, the Operation entries walked (shared IF/WHILE bodies) and
+//      the size of the records as WRP1 (shared tables);
 //   4. model consistency (format version, device and arch, ascending region
 //      ids, region data blobs, launch shapes and adjoint params, MEMTILE);
 //   5. every Blob: 32-byte SHA-256, 64-byte-aligned offset inside the blob
