@@ -165,7 +165,7 @@ def cmake_build(tmp_path_factory, name, *args, targets=()) -> Path:
 @pytest.fixture(scope="session")
 def native(tmp_path_factory) -> Build:
     bdir = cmake_build(tmp_path_factory, "native-build", "-DCMAKE_BUILD_TYPE=Release",
-                       targets=["all", "wrpk-unpack"])  # the test tool is not part of `all`
+                       targets=["all", "wrpk-unpack", "sha256-check"])  # test tools are not part of `all`
     return Build(bdir, bdir / "native" / "wrp-replay", bdir / "native" / "libwrp_replay.so",
                  ROOT / "native" / "include")
 
@@ -1215,6 +1215,29 @@ def test_wrpk_nesting_depth_limit(native, caps, tmp_path):
         res = run(native.exe, path, "--list", check_rc=rc)
         if rc:
             assert "nested deeper than 64" in res.stderr or "failed verification" in res.stderr, res.stderr
+
+
+def test_sha256_matches_hashlib_on_every_block_boundary(native, tmp_path):
+    """libwrp_replay's SHA-256 (on the CPU's SHA extensions where it has them) and its portable code
+    both give hashlib's digests, for every length around the 64-byte block and padding boundaries."""
+    import hashlib  # noqa: PLC0415
+    import random  # noqa: PLC0415
+
+    rng = random.Random(7)
+    lengths = [*range(0, 200), 1000, 4095, 4096, 65536 + 55, (1 << 20) + 3]
+    files = []
+    for n in lengths:
+        f = tmp_path / f"b{n}"
+        f.write_bytes(rng.randbytes(n))
+        files.append(f)
+    res = subprocess.run([str(native.dir / "native" / "sha256-check"), *map(str, files)], capture_output=True,
+                         text=True, check=True)
+    lines = res.stdout.splitlines()
+    assert lines[0] in ("accelerated: yes", "accelerated: no")
+    for f, line in zip(files, lines[1:], strict=True):
+        fast, plain, name = line.split()
+        want = hashlib.sha256(f.read_bytes()).hexdigest()
+        assert (fast, plain, name) == (want, want, str(f))
 
 
 def test_wrpk_shared_tables_cannot_blow_up(native, tmp_path):
