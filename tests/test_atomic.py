@@ -119,11 +119,17 @@ def test_writeback_helper_is_done_before_the_write_returns_or_fails(tmp_path):
     """Writeback of a large file starts on a helper thread; it must not outlive the write, even a failed one."""
     import threading  # noqa: PLC0415
 
+    import numpy as np  # noqa: PLC0415
+
     piece = bytes(8 << 20)
     dest = tmp_path / "big.bin"
     assert atomic_write(dest, [piece] * 9) == 9 * len(piece)
     assert dest.stat().st_size == 9 * len(piece)
     assert not [t for t in threading.enumerate() if t.name == "wrpkit-writeback"]
+    # A large typed view (as region data is) is written in pieces, straight from its buffer.
+    values = np.arange(10_000_003, dtype=np.float32)
+    assert atomic_write(dest, [b"head", memoryview(values), b"tail"]) == 8 + values.nbytes
+    assert dest.read_bytes() == b"head" + values.tobytes() + b"tail"
 
     def failing():
         yield from [piece] * 9

@@ -158,8 +158,9 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
-_STAGE_MIN = 1 << 20
-_STAGE_SIZE = 8 << 20
+#: Large views are written in pieces of this size, so that writeback starts
+#: as the file grows (see _WRITEBACK_STEP).
+_WRITE_PIECE = 8 << 20
 _LINKABLE: dict = {}  # st_dev -> whether unnamed files can be given a name there
 
 
@@ -316,7 +317,6 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
     total = 0
     writeback = _Writeback(fd)
     try:
-        stage = None
         with os.fdopen(fd, "wb", closefd=False) as f:
             flushed = 0
 
@@ -332,18 +332,13 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
 
             for c in chunks:
                 n = c.nbytes if isinstance(c, memoryview) else len(c)
-                if isinstance(c, memoryview) and n > _STAGE_MIN:
-                    # Large views usually point into a mapped input file; on some
-                    # systems write() from file-backed pages is several times slower
-                    # than from anonymous memory, so stage them through one buffer.
-                    if stage is None:
-                        stage = bytearray(_STAGE_SIZE)
-                    sv = memoryview(stage)
+                if isinstance(c, memoryview) and n > _WRITE_PIECE:
+                    # Written straight from the caller's buffer (usually the
+                    # mapped input file): the data is copied once, by write().
                     c = c.cast("B") if c.format != "B" or c.ndim != 1 else c
-                    for i in range(0, n, _STAGE_SIZE):
-                        k = min(_STAGE_SIZE, n - i)
-                        sv[:k] = c[i:i + k]
-                        put(sv[:k], k)
+                    for i in range(0, n, _WRITE_PIECE):
+                        k = min(_WRITE_PIECE, n - i)
+                        put(c[i:i + k], k)
                         total += k
                 else:
                     put(c, n)

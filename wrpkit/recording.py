@@ -385,7 +385,7 @@ def _export(graph, tmp: Path, inputs: Mapping, outputs: Mapping):
     except RuntimeError as e:
         raise WrpRuntimeError(f"Warp could not save the graph: {e}") from None
     wrp_path = stem.with_suffix(".wrp")
-    mapped = map_file(wrp_path, "capture")
+    mapped = map_file(wrp_path, "capture", prefetch=True)  # all of it is written out again
     prog = wrp1.decode_wrp1(mapped.buffer)
 
     # Warp appends bindings on every save of the same graph; keep this save's.
