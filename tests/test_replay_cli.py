@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import replay_cases as rc
 import warp as wp
 from wrpkit.errors import WrpBindingError, WrpDeviceError, WrpModuleError, WrpVersionError
-from wrpkit.replaycli import compare, find_native, replay
+from wrpkit.replaycli import compare, find_native, replay, stats
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()
@@ -223,6 +223,34 @@ def test_check_tolerances():
     assert compare(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-3, 0)["ok"]
     assert not compare(np.arange(3), np.arange(3) + 1, 1, 1)["ok"]  # integers compare exactly
     assert not compare(np.arange(3), np.arange(4), 0, 0)["ok"]
+
+
+def test_stats_and_compare_of_a_large_binding_match_numpy():
+    """Outputs are summarized and compared slice by slice; the results equal whole-array numpy."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(3_000_017).astype(np.float32)
+    a[[5, 1_048_576, 2_999_999]] = np.nan
+    a[[7, 2_097_152]] = [np.inf, -np.inf]
+    s = stats(a)
+    finite = a[np.isfinite(a)]
+    assert (s["nan"], s["inf"]) == (3, 2)
+    assert s["min"] == float(finite.min()) and s["max"] == float(finite.max())
+    assert s["mean"] == pytest.approx(float(finite.astype(np.float64).mean()), rel=1e-9, abs=1e-12)
+    ints = rng.integers(0, 200, 3_000_017, dtype=np.uint8)
+    si = stats(ints)
+    assert (si["min"], si["max"]) == (int(ints.min()), int(ints.max()))
+    assert si["mean"] == pytest.approx(float(ints.astype(np.float64).mean()), rel=1e-12)
+    assert stats(np.array([True, False, True]))["mean"] == pytest.approx(2 / 3)
+
+    b = a.copy()
+    assert compare(a, b, 0, 0)["ok"]
+    b[2_500_000] += 1.0  # in the third slice
+    res = compare(a, b, 1e-6, 0)
+    assert not res["ok"] and res["max_abs"] == pytest.approx(1.0, rel=1e-6)
+    c = ints.copy()
+    c[-1] ^= 1
+    res = compare(ints, c, 0, 0)
+    assert not res["ok"] and res["max_abs"] == 1.0
 
 
 # ---------------------------------------------------------------------------

@@ -215,8 +215,22 @@ def _num(x):
     return x if math.isfinite(x) else None
 
 
+#: Elements per slice when summarizing or comparing outputs: the temporaries
+#: (float64 copies, masks) stay a few MiB however large a binding is.
+_SLICE = 1 << 20
+
+
+def _slices(n: int):
+    for i in range(0, n, _SLICE):
+        yield slice(i, min(i + _SLICE, n))
+
+
 def stats(arr: np.ndarray) -> dict:
-    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts."""
+    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts.
+
+    Works through the array in slices, so a binding of any size costs little
+    memory beyond itself.
+    """
     out = {"shape": list(arr.shape), "dtype": str(arr.dtype), "min": None, "max": None, "mean": None,
            "nan": 0, "inf": 0}
     if arr.dtype.names is not None or arr.dtype.kind == "V":
@@ -224,20 +238,31 @@ def stats(arr: np.ndarray) -> dict:
         return out
     if arr.size == 0:
         return out
-    a = arr
+    a = arr.reshape(-1)
     if a.dtype.kind == "f":
-        nan = np.isnan(a)
-        inf = np.isinf(a)
-        out["nan"], out["inf"] = int(nan.sum()), int(inf.sum())
-        finite = a[~(nan | inf)]
-        if finite.size:
-            out["min"], out["max"] = _num(finite.min()), _num(finite.max())
-            out["mean"] = _num(finite.astype(np.float64).mean())
+        nan = inf = count = 0
+        total = 0.0
+        lo = hi = None
+        for sl in _slices(a.size):
+            c = a[sl]
+            finite = np.isfinite(c)
+            n_nan = int(np.isnan(c).sum())
+            nan += n_nan
+            inf += c.size - int(finite.sum()) - n_nan
+            f = c[finite]
+            if f.size:
+                cmin, cmax = f.min(), f.max()
+                lo = cmin if lo is None or cmin < lo else lo
+                hi = cmax if hi is None or cmax > hi else hi
+                total += float(f.sum(dtype=np.float64))
+                count += f.size
+        out["nan"], out["inf"] = nan, inf
+        if count:
+            out["min"], out["max"], out["mean"] = _num(lo), _num(hi), _num(total / count)
         return out
-    if a.dtype.kind == "b":
-        a = a.astype(np.uint8)
+    # Integers and booleans: reductions that do not copy the array.
     out["min"], out["max"] = _num(a.min()), _num(a.max())
-    out["mean"] = _num(a.astype(np.float64).mean())
+    out["mean"] = _num(a.mean(dtype=np.float64))
     return out
 
 
@@ -247,7 +272,8 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict
     Returns:
         ``{"ok", "max_abs", "max_rel", "reason"}``; integer and struct
         data compare exactly, floats with ``|got - want| <= atol + rtol*|want|``
-        (NaNs equal NaNs).
+        (NaNs equal NaNs).  Numbers are compared in slices, so the float64
+        temporaries stay small however large the binding is.
     """
     want = np.asarray(want)
     res = {"ok": True, "max_abs": 0.0, "max_rel": 0.0, "reason": None}
@@ -277,17 +303,32 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict
         return res
     if got.size == 0:
         return res
-    if got.dtype.kind in "biu" and want.dtype.kind in "biu":
-        g = got.astype(np.int64) if got.dtype != np.uint64 else got
-        w = want.astype(np.int64) if want.dtype != np.uint64 else want
-        diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
-        res["ok"] = bool(np.array_equal(got, want))
-        res["max_abs"] = float(diff.max())
-        denom = np.abs(w.astype(np.float64))
-        rel = np.divide(diff, denom, out=np.zeros_like(diff), where=denom > 0)
-        rel[(denom == 0) & (diff > 0)] = np.inf
-        res["max_rel"] = _num(rel.max()) if np.isfinite(rel.max()) else float("inf")
-        return res
+    g_all, w_all = got.reshape(-1), want.reshape(-1)
+    exact = got.dtype.kind in "biu" and want.dtype.kind in "biu"
+    ok, max_abs, max_rel = True, 0.0, 0.0
+    for sl in _slices(g_all.size):
+        if exact:
+            c_ok, c_abs, c_rel = _compare_exact(g_all[sl], w_all[sl])
+        else:
+            c_ok, c_abs, c_rel = _compare_close(g_all[sl], w_all[sl], rtol, atol)
+        ok, max_abs, max_rel = ok and c_ok, max(max_abs, c_abs), max(max_rel, c_rel)
+    res["ok"], res["max_abs"] = ok, max_abs
+    res["max_rel"] = _num(max_rel) if exact and math.isfinite(max_rel) else float(max_rel)
+    return res
+
+
+def _compare_exact(got, want):
+    """Integers: equal or not; the differences are reported as floats."""
+    g = got.astype(np.int64) if got.dtype != np.uint64 else got
+    w = want.astype(np.int64) if want.dtype != np.uint64 else want
+    diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
+    denom = np.abs(w.astype(np.float64))
+    rel = np.divide(diff, denom, out=np.zeros_like(diff), where=denom > 0)
+    rel[(denom == 0) & (diff > 0)] = np.inf
+    return bool(np.array_equal(got, want)), float(diff.max()), float(rel.max())
+
+
+def _compare_close(got, want, rtol, atol):
     with np.errstate(invalid="ignore", over="ignore"):
         g = got.astype(np.float64)
         w = want.astype(np.float64)
@@ -301,10 +342,7 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1.0), np.where(diff > 0, np.inf, 0.0))
     ok = diff <= atol + rtol * np.where(np.isfinite(denom), denom, 0.0)
-    res["ok"] = bool(ok.all())
-    res["max_abs"] = float(diff.max())
-    res["max_rel"] = float(rel.max())
-    return res
+    return bool(ok.all()), float(diff.max()), float(rel.max())
 
 
 def _timing_summary(values) -> dict | None:
