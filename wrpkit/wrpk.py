@@ -1283,13 +1283,17 @@ class DeferredChecksum(NamedTuple):
 
     def matches(self, data) -> bool:
         """True when ``data`` (the blob's bytes, or a copy of them) has the recorded SHA-256."""
-        return hashlib.sha256(data).digest() == self.sha256
+        return _sha256(data) == self.sha256
 
     def error(self) -> WrpIntegrityError:
         """The error to raise when :meth:`matches` is False."""
-        return WrpIntegrityError(f"SHA-256 of {self.name} does not match: the bundle was altered or corrupted",
-                                 field=self.field, offset=self.offset,
-                                 hint="Rebuild the bundle from the original capture.")
+        return _blob_mismatch(self.name, self.field, self.offset)
+
+
+def _blob_mismatch(name: str, field: str, offset: int) -> WrpIntegrityError:
+    """The error for a blob whose bytes do not have their recorded SHA-256."""
+    return WrpIntegrityError(f"SHA-256 of {name} does not match: the bundle was altered or corrupted",
+                             field=field, offset=offset, hint="Rebuild the bundle from the original capture.")
 
 
 class BackgroundVerification:
@@ -1523,10 +1527,8 @@ def _check_blobs(rd: _Reader, prog: m.Program, buf, boff: int, bsize: int, verif
                             for off, _, path, name, sha, _ in later)
             entries = [e for e in entries if e[2] not in ids]
         for off, length, path, name, sha, at in entries:
-            if hashlib.sha256(buf[boff + off:boff + off + length]).digest() != sha:
-                raise WrpIntegrityError(f"SHA-256 of {name} does not match: the bundle was altered or corrupted",
-                                        field=path, offset=boff + off,
-                                        hint="Rebuild the bundle from the original capture.")
+            if _sha256(buf[boff + off:boff + off + length]) != sha:
+                raise _blob_mismatch(name, path, boff + off)
 
 
 __all__ = [
