@@ -213,15 +213,9 @@ def _open_anonymous(d: Path):
 _WRITEBACK_STEP = 32 << 20
 
 
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """Ask Linux to start writing ``[offset, offset + length)`` to disk now (sync_file_range); a hint only."""
-    fn = _sync_file_range()
-    if fn is not None:
-        fn(fd, offset, length, 2)  # SYNC_FILE_RANGE_WRITE: start, do not wait
-
-
 class _Writeback:
-    """Starts writeback of written ranges (:func:`_start_writeback`) on a helper thread.
+    """Asks Linux to start writing written ranges to disk (sync_file_range, a
+    hint only), on a helper thread.
 
     Starting writeback can block while the disk queue is full (70 ms of a
     0.23 s conversion, measured); the writer should be writing meanwhile.
@@ -233,6 +227,7 @@ class _Writeback:
         self.queue = None
 
     def start(self, offset: int, length: int) -> None:
+        """Start writing back ``[offset, offset + length)`` soon; returns at once."""
         if _sync_file_range() is None:
             return
         if self.thread is None:
@@ -245,11 +240,12 @@ class _Writeback:
         self.queue.put((offset, length))
 
     def _run(self) -> None:
+        sync_file_range = _sync_file_range()
         while True:
             item = self.queue.get()
             if item is None:
                 return
-            _start_writeback(self.fd, *item)
+            sync_file_range(self.fd, *item, 2)  # SYNC_FILE_RANGE_WRITE: start, do not wait
 
     def close(self) -> None:
         """Wait until every range asked for has been started (call before the fd is closed)."""
