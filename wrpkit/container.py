@@ -47,13 +47,10 @@ class Capture:
         if not is_plain_basename(filename):
             return UNSAFE
         if self.modules_dir is None:
-            for mod in self.program.modules:
-                for name, data in ((mod.binary_filename, mod.binary), (mod.source_filename, mod.source)):
-                    if name == filename:
-                        if data is None:
-                            return MISSING
-                        return PRESENT if len(data) else EMPTY
-            return MISSING
+            data = self._bundled(filename)
+            if data is None:
+                return MISSING
+            return PRESENT if len(data) else EMPTY
         p = self.modules_dir / filename
         try:
             st = os.lstat(p)
@@ -77,12 +74,16 @@ class Capture:
                     "Rebuild the bundle from the original .wrp and its modules.")
             raise WrpModuleError(f"module file {filename!r} is {state} in {where}", hint=hint)
         if self.modules_dir is None:
-            for mod in self.program.modules:
-                if mod.binary_filename == filename:
-                    return mod.binary
-                if mod.source_filename == filename:
-                    return mod.source
+            return self._bundled(filename)
         return read_file(self.modules_dir / filename, "module file")
+
+    def _bundled(self, filename: str):
+        """A bundle's bytes for one module file it names (binary or source), or None."""
+        for mod in self.program.modules:
+            for name, data in ((mod.binary_filename, mod.binary), (mod.source_filename, mod.source)):
+                if name == filename:
+                    return data
+        return None
 
     def module_files(self) -> dict:
         """``{binary_filename: bytes}`` of every module (and exported source) the graph names.
