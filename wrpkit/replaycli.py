@@ -312,8 +312,7 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict
         else:
             c_ok, c_abs, c_rel = _compare_close(g_all[sl], w_all[sl], rtol, atol)
         ok, max_abs, max_rel = ok and c_ok, max(max_abs, c_abs), max(max_rel, c_rel)
-    res["ok"], res["max_abs"] = ok, max_abs
-    res["max_rel"] = _num(max_rel) if exact and math.isfinite(max_rel) else float(max_rel)
+    res["ok"], res["max_abs"], res["max_rel"] = ok, max_abs, max_rel
     return res
 
 
