@@ -463,16 +463,22 @@ def test_npy_format_versions(native, caps, tmp_path):
     assert "format version 4.0" in res.stderr
 
 
-def test_skip_checks_skips_only_semantic_checks(native, caps, tmp_path):
+def _relocation_to_missing_region(caps, dst: Path) -> tuple:
+    """``(source capture, copy in dst)``: local_saxpb with its first launch's relocation 0 pointing at
+    region 999 (structurally valid, semantically invalid)."""
     src = caps["local_saxpb"]
     data = bytearray(src.read_bytes())
     op = op_offsets(data)[0][0]
     kl, hl, nparams = struct.unpack_from("<HHH", data, op + 64)
     struct.pack_into("<i", data, op + 80 + kl + hl + 16 * nparams + 4, 999)  # relocation 0 -> region 999
-    path = copy_capture(src, tmp_path / "s", data=bytes(data))
+    return src, copy_capture(src, dst, data=bytes(data))
+
+
+def test_skip_checks_skips_only_semantic_checks(native, caps, tmp_path):
+    src, path = _relocation_to_missing_region(caps, tmp_path / "s")
     run(native.exe, path, "--list", check_rc=3)
     run(native.exe, path, "--list", "--skip-checks", check_rc=0)
-    truncated = copy_capture(src, tmp_path / "t", data=bytes(data[:-3]))
+    truncated = copy_capture(src, tmp_path / "t", data=path.read_bytes()[:-3])
     run(native.exe, truncated, "--list", "--skip-checks", check_rc=3)  # structure is always checked
 
 
@@ -1026,12 +1032,7 @@ def test_wrpk_no_verify_skips_only_blob_hashes(native, bundles, tmp_path):
 
 def test_wrpk_validation_rules_are_the_wrp_rules(native, caps, tmp_path):
     """A bundle of a semantically invalid program is refused with the field path of the .wrp message."""
-    src = caps["local_saxpb"]
-    data = bytearray(src.read_bytes())
-    op = op_offsets(data)[0][0]
-    kl, hl, nparams = struct.unpack_from("<HHH", data, op + 64)
-    struct.pack_into("<i", data, op + 80 + kl + hl + 16 * nparams + 4, 999)  # relocation 0 -> region 999
-    bad = copy_capture(src, tmp_path / "s", data=bytes(data))
+    _, bad = _relocation_to_missing_region(caps, tmp_path / "s")
     convert_with_cli([(bad, tmp_path / "bad.wrpk")])
     wrp_msg = run(native.exe, bad, "--list", check_rc=3).stderr
     wrpk_msg = run(native.exe, tmp_path / "bad.wrpk", "--list", check_rc=3).stderr
