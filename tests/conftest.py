@@ -22,13 +22,7 @@ def captures(tmp_path_factory) -> dict:
     """``{program name: Path of its .wrp}`` for every program in ``programs.PROGRAMS``."""
     import programs  # noqa: PLC0415
 
-    d = tmp_path_factory.mktemp("captures")
-    out = {}
-    for name, prog in programs.PROGRAMS.items():
-        path = d / f"{name}.wrp"
-        programs.capture_to_file(prog, path)
-        out[name] = path
-    return out
+    return programs.capture_all(tmp_path_factory.mktemp("captures"))
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -149,6 +150,16 @@ def capture_to_file(prog: WarpProgram, path: str | os.PathLike, device: str = "c
         outputs=_binding_map(arrays, prog.outputs),
     )
     return arrays
+
+
+def capture_all(directory: Path, device: str = "cpu") -> dict[str, Path]:
+    """Capture every program of :data:`PROGRAMS` into ``directory``; ``{name: Path of its .wrp}``."""
+    out = {}
+    for name, prog in PROGRAMS.items():
+        path = Path(directory) / f"{name}.wrp"
+        capture_to_file(prog, path, device)
+        out[name] = path
+    return out
 
 
 def run_live(prog: WarpProgram, device: str = "cpu") -> dict[str, np.ndarray]:

@@ -89,17 +89,6 @@ def fuzzers(tmp_path_factory) -> dict:
 # ---------------------------------------------------------------------------
 
 
-def _capture_all(out: Path) -> dict:
-    import programs  # noqa: PLC0415
-
-    caps = {}
-    for name, prog in programs.PROGRAMS.items():
-        path = out / f"{name}.wrp"
-        programs.capture_to_file(prog, path)
-        caps[name] = path
-    return caps
-
-
 def _capture_annotated(out: Path) -> dict:
     """Captures saved with wrpkit's own writer, which adds the ANNOTATIONS section (typed signatures,
     kernel signatures, module digests) that stock captures lack."""
@@ -157,7 +146,9 @@ def write_seeds(out: Path, work: Path) -> tuple:
     d1, dk = out / "wrp1", out / "wrpk"
     d1.mkdir(parents=True, exist_ok=True)
     dk.mkdir(parents=True, exist_ok=True)
-    caps = _capture_all(work / "captures")
+    import programs  # noqa: PLC0415
+
+    caps = programs.capture_all(work / "captures")
     (work / "annotated").mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
