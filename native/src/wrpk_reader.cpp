@@ -44,8 +44,6 @@ constexpr uint64_t kExpansionFloor = uint64_t(64) << 20;
 
 constexpr uint64_t align64(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
-std::string op_type_name(uint8_t t) { return op_name(t); }
-
 // A field path inside the manifest ("ops[3].then_ops[0].relocations"),
 // rendered only when an error is reported.
 struct Path {
@@ -391,7 +389,7 @@ private:
                 bad(here.field("op_type"), o, "op type %u is %s", t,
                     t == kOpMemcpyD2H ? "reserved by Warp (MEMCPY_D2H)" : t == 0 ? "NONE" : "unknown");
             if (!o->op())
-                bad(here.field("op"), o, "op of type %s has no table", op_type_name(t).c_str());
+                bad(here.field("op"), o, "op of type %s has no table", op_name(t));
             op(t, o->op(), here, depth);
         }
         return n;
@@ -656,7 +654,7 @@ private:
         uint32_t b_count = b ? op_list(b, here.field(b_name), depth + 1) : 0;
         uint64_t a_size = b_start - a_start, b_size = w.size() - b_start, total = w.size() - start;
         if (total > UINT32_MAX)
-            bad(here, table, "the %s record would be %llu bytes; a WRP1 op is at most 4 GiB", op_type_name(t).c_str(),
+            bad(here, table, "the %s record would be %llu bytes; a WRP1 op is at most 4 GiB", op_name(t),
                 static_cast<unsigned long long>(total));
         w.patch<uint32_t>(start + 4, static_cast<uint32_t>(total));
         w.patch<uint32_t>(sizes_at, static_cast<uint32_t>(a_size));

@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "mapped_file.h"
+#include "module_files.h"
 #include "wrp1_validator.h"
 #include "wrpk_reader.h"
 
@@ -49,9 +50,7 @@ int main(int argc, char** argv)
             std::perror(out.c_str());
             return 1;
         }
-        std::string dir = out.substr(0, out.size() > 4 && out.compare(out.size() - 4, 4, ".wrp") == 0 ? out.size() - 4
-                                                                                                        : out.size())
-            + "_modules";
+        std::string dir = wrp::modules_dir_for(out);
         for (const wrp::WrpkModule& m : b.modules) {
             if (!m.has_binary || !wrp::is_plain_basename(m.binary_filename))
                 continue;
