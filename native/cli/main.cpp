@@ -65,25 +65,19 @@ char g_timeout_stdout[512];
 size_t g_timeout_stdout_len = 0;
 int g_timeout_fd = 2;
 
-void write_all(int fd, const char* p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        p += w;
-        n -= static_cast<size_t>(w);
-    }
-}
-
 extern "C" void on_timeout(int)
 {
-    write_all(g_timeout_fd, g_timeout_stderr, g_timeout_stderr_len);
+    // Nothing more can be done if a write fails: the exit status still says it.
+    (void)write_all(g_timeout_fd, g_timeout_stderr, g_timeout_stderr_len);
     if (g_timeout_stdout_len)
-        write_all(1, g_timeout_stdout, g_timeout_stdout_len);
+        (void)write_all(1, g_timeout_stdout, g_timeout_stdout_len);
     _exit(kExitTimeout);
+}
+
+// The one JSON line --json prints for a failure.
+std::string error_json(const std::string& message, int code)
+{
+    return "{\"error\": " + json_string(message) + ", \"exit_code\": " + std::to_string(code) + "}\n";
 }
 
 std::string timeout_message(double seconds)
@@ -109,8 +103,7 @@ void arm_timeout(double seconds, bool json)
                  "wrp-replay: error: " + message + "\n");
     if (json)
         copy_message(g_timeout_stdout, sizeof(g_timeout_stdout), &g_timeout_stdout_len,
-                     "{\"error\": " + json_string(message) + ", \"exit_code\": " + std::to_string(kExitTimeout) +
-                         "}\n");
+                     error_json(message, kExitTimeout));
     // While Warp runs, fd 2 may point at the library's stderr capture (a memory file): keep our own copy.
     int fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
     g_timeout_fd = fd >= 0 ? fd : 2;
@@ -338,6 +331,6 @@ int main(int argc, char** argv)
     if (code == kExitUsage && message.find("input ") != 0 && message.find("no binding") != 0)
         std::fprintf(stderr, "(run wrp-replay --help for usage)\n");
     if (json)
-        std::printf("{\"error\": %s, \"exit_code\": %d}\n", json_string(message).c_str(), code);
+        std::fputs(error_json(message, code).c_str(), stdout);
     return code;
 }

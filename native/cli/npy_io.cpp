@@ -217,6 +217,21 @@ std::string NpyDtype::descr() const
     return std::string(1, order) + kind + std::to_string(size);
 }
 
+bool write_all(int fd, const void* data, size_t n)
+{
+    const uint8_t* p = static_cast<const uint8_t*>(data);
+    while (n > 0) {
+        ssize_t w = ::write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+    return true;
+}
+
 std::string shape_string(const std::vector<uint64_t>& shape)
 {
     std::string s = "(";
@@ -324,19 +339,7 @@ void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std:
         throw CliError(kExitRuntime, "output " + path + ": cannot create a temporary file in " + dir + ": " +
                                          std::strerror(errno));
     std::string tmp_path(tmpl.data());
-    auto write_all = [&](const uint8_t* p, size_t n) {
-        while (n > 0) {
-            ssize_t w = ::write(fd, p, n);
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                return false;
-            p += w;
-            n -= static_cast<size_t>(w);
-        }
-        return true;
-    };
-    bool ok = write_all(reinterpret_cast<const uint8_t*>(head.data()), head.size()) && write_all(data, size)
+    bool ok = write_all(fd, head.data(), head.size()) && write_all(fd, data, size)
         && fchmod(fd, file_mode()) == 0 && fsync(fd) == 0;
     int err = errno;
     if (close(fd) != 0 && ok) {

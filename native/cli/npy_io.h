@@ -6,6 +6,7 @@
 // are Fortran-ordered arrays unless their memory order is also C order.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,10 @@ NpyArray read_npy(const std::string& path, uint64_t expected_bytes);
 // Throws CliError(kExitRuntime) on I/O failure.
 void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std::vector<uint64_t>& shape,
                       const uint8_t* data, size_t size);
+
+// write(2) until all `n` bytes are written, retrying on EINTR; false on any
+// other failure.  Async-signal-safe (the timeout handler uses it).
+bool write_all(int fd, const void* data, size_t n);
 
 // "(8,)", "(2, 3)", "()" -- as NumPy prints shapes.
 std::string shape_string(const std::vector<uint64_t>& shape);
