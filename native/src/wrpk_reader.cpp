@@ -286,6 +286,7 @@ private:
         }
 
         Path rp = root.field("regions");
+        // Blob references hold pointers into `regions`, which therefore must never move.
         regions.reserve(count_of(p->regions()));
         uint32_t last = 0;
         for (uint32_t i = 0; i < count_of(p->regions()); i++) {
@@ -306,13 +307,8 @@ private:
                 bad(here.field("data"), data, "region %u data blob is %llu bytes, the region %llu", r->region_id(),
                     static_cast<unsigned long long>(data->length()), static_cast<unsigned long long>(r->size()));
             regions.push_back(RegionOut{r->region_id(), r->element_size(), r->size(), has});
-        }
-        // Blob references hold pointers into `regions`: fill them only now
-        // that the vector no longer moves.
-        for (uint32_t i = 0; i < count_of(p->regions()); i++) {
-            const fbs::Region* r = p->regions()->Get(i);
-            blob(r->data(), "region " + std::to_string(r->region_id()) + " initial data", rp.at(i).field("data"),
-                 &regions[i].data, &regions[i].data_size);
+            blob(data, "region " + std::to_string(r->region_id()) + " initial data", here.field("data"),
+                 &regions.back().data, &regions.back().data_size);
         }
 
         reserve(ops_, 4, root, p);
