@@ -3,7 +3,7 @@
 On a capture with one 256 MiB region (10,000 launches by default), reports in one run:
 
 * ``wrp convert X.wrp X.wrpk`` and ``wrp convert X.wrpk out/X.wrp`` (the CLI, in
-  a fresh process, and the same conversions through ``wrpkit.convert.convert``
+  a fresh process, and the same conversions through ``wrpkit.formats.convert.convert``
   in one process) against ``cp -r X.wrp X_modules/ dest/`` of the same files:
   throughput in MB/s and the ratio to cp (target >= 0.5x), plus each
   process's peak RSS, which shows whether the data was held in memory (it is
@@ -97,7 +97,7 @@ def main() -> int:
     lib_code = (
         "import os, shutil, statistics, sys, time\n"
         "from pathlib import Path\n"
-        "from wrpkit.convert import convert\n"
+        "from wrpkit.formats.convert import convert\n"
         "src, wrpk, back, runs = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), int(sys.argv[4])\n"
         "p, u = [], []\n"
         "for _ in range(runs):\n"
@@ -106,7 +106,7 @@ def main() -> int:
         "    t = time.perf_counter(); convert(wrpk, back); u.append(time.perf_counter() - t)\n"
         "# The floor: SHA-256 of every blob once, which both directions must do.\n"
         "import hashlib\n"
-        "from wrpkit.container import open_capture\n"
+        "from wrpkit.formats.container import open_capture\n"
         "h = []\n"
         "with open_capture(src) as cap:\n"
         "    blobs = [r.data for r in cap.program.regions if r.has_initial_data] + list(cap.module_files().values())\n"

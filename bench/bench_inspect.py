@@ -6,7 +6,7 @@ region, then reports in one run, each measured in a fresh process:
 * wall time and peak RSS of ``wrp inspect FILE --json``;
 * wall time and peak RSS of the stock route,
   ``python -c "import warp; warp.capture_load(FILE, device='cpu')"``;
-* the time to fully decode the file with ``wrpkit.wrp1.decode_wrp1`` (in this
+* the time to fully decode the file with ``wrpkit.formats.wrp1.decode_wrp1`` (in this
   process, best of several runs, file mapped read-only).
 
 Targets (issue #2): inspect >= 5x faster than the stock route, peak memory
@@ -91,7 +91,7 @@ def main() -> int:
         rows[label] = (statistics.median(s[0] for s in samples), max(s[1] for s in samples))
 
     from wrpkit.fileio import map_file  # noqa: PLC0415
-    from wrpkit.wrp1 import decode_wrp1  # noqa: PLC0415
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
 
     decode_times = []
     with map_file(path) as mf:

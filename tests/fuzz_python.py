@@ -23,10 +23,10 @@ import atheris
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 with atheris.instrument_imports(include=["wrpkit"]):
-    from wrpkit import jsonform, wrpk
+    from wrpkit.formats import jsonform, wrpk
     from wrpkit.errors import WrpError
-    from wrpkit.validate import validate_program
-    from wrpkit.wrp1 import decode_wrp1, encode_wrp1
+    from wrpkit.checks.validate import validate_program
+    from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1
 
 
 def fuzz_wrp1(data: bytes) -> None:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wrpkit import model as m
-from wrpkit.container import open_capture
+from wrpkit.formats.container import open_capture
 from wrpkit.fileio import modules_dir_for
-from wrpkit.wrp1 import encode_wrp1
+from wrpkit.formats.wrp1 import encode_wrp1
 
 
 @dataclass
@@ -50,7 +50,7 @@ class _Maker:
 
     def fresh(self):
         """A decoded copy of the source program (safe to edit)."""
-        from wrpkit.wrp1 import decode_wrp1
+        from wrpkit.formats.wrp1 import decode_wrp1
 
         return decode_wrp1(bytes(self.data))
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import replay_cases as rc
-from wrpkit import annotations as ann
+from wrpkit.formats import annotations as ann
 from wrpkit import model as m
 from wrpkit.fileio import modules_dir_for
 
@@ -242,10 +242,10 @@ def shared_dtype_tables(levels: int = 18) -> bytes:
     fields share the level below, so walking every path visits 2^levels tables."""
     import flatbuffers  # noqa: PLC0415
 
-    from wrpkit.fbs import Annotations as A  # noqa: PLC0415
-    from wrpkit.fbs import ArraySignature as S  # noqa: PLC0415
-    from wrpkit.fbs import DataType as D  # noqa: PLC0415
-    from wrpkit.fbs import StructField as F  # noqa: PLC0415
+    from wrpkit.formats.fbs import Annotations as A  # noqa: PLC0415
+    from wrpkit.formats.fbs import ArraySignature as S  # noqa: PLC0415
+    from wrpkit.formats.fbs import DataType as D  # noqa: PLC0415
+    from wrpkit.formats.fbs import StructField as F  # noqa: PLC0415
 
     b = flatbuffers.Builder(1024)
     D.Start(b)
@@ -382,7 +382,7 @@ def build(case: Case, dst_dir: Path) -> Path:
     if case.modules is not None:
         case.modules(modules_dir_for(path))
     if case.bundle:
-        from wrpkit.convert import convert  # noqa: PLC0415
+        from wrpkit.formats.convert import convert  # noqa: PLC0415
 
         bundled = path.with_suffix(".wrpk")
         convert(path, bundled)

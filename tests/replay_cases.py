@@ -166,7 +166,7 @@ def copy_capture(src: Path, dst_dir: Path, stem: str = None) -> Path:
 
 def rewrite_capture(src: Path, dst_dir: Path, edit) -> Path:
     """Copy a capture into ``dst_dir``, apply ``edit(program)`` to its model and re-encode it."""
-    from wrpkit import wrp1  # noqa: PLC0415
+    from wrpkit.formats import wrp1  # noqa: PLC0415
 
     dst = copy_capture(src, dst_dir)
     prog = wrp1.decode_wrp1(dst.read_bytes())

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from wrpkit.container import open_capture
-from wrpkit.convert import convert
+from wrpkit.formats.container import open_capture
+from wrpkit.formats.convert import convert
 from wrpkit.fileio import atomic_write, modules_dir_for
-from wrpkit.validate import validate_capture
+from wrpkit.checks.validate import validate_capture
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -60,8 +60,8 @@ def test_killed_publish_keeps_a_loadable_pair(captures, tmp_path):
     proc = _spawn(f"""
         import time
         from wrpkit import fileio
-        from wrpkit.container import open_capture
-        from wrpkit.wrp1 import iter_wrp1_chunks
+        from wrpkit.formats.container import open_capture
+        from wrpkit.formats.wrp1 import iter_wrp1_chunks
         with open_capture({str(captures["bsr"])!r}) as cap:
             mods = {{k: bytes(v) for k, v in cap.module_files().items()}}
             chunks = list(iter_wrp1_chunks(cap.program))
@@ -97,7 +97,7 @@ def test_concurrent_writers_and_a_reader_never_see_a_torn_pair(captures, tmp_pat
     dest = tmp_path / "shared.wrp"
     convert(captures["views"], dest)
     writers = [_spawn(f"""
-        from wrpkit.convert import convert
+        from wrpkit.formats.convert import convert
         for i in range(25):
             convert({str(src)!r}, {str(dest)!r})
     """) for src in (captures["views"], captures["bsr"])]

@@ -79,7 +79,7 @@ def test_skipping_checksums_needs_the_explicit_flag(captures, tmp_path):
     wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
     data = bytearray(wrpk.read_bytes())
     # Flip a byte of the first region's data: harmless to run, but no longer what was bundled.
-    from wrpkit.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk import decode_wrpk, read_header  # noqa: PLC0415
 
     prog = decode_wrpk(bytes(data))
     region = next(r for r in prog.regions if r.has_initial_data and r.size)
@@ -96,7 +96,7 @@ def test_skipping_checksums_needs_the_explicit_flag(captures, tmp_path):
 @pytest.mark.parametrize("name", rc.sample_names())
 def test_moved_bundle_replays_through_the_native_engine(tmp_path, name):
     from wrpkit.errors import WrpError  # noqa: PLC0415
-    from wrpkit.replaycli import find_native  # noqa: PLC0415
+    from wrpkit.cli.replay import find_native  # noqa: PLC0415
 
     try:
         find_native()
@@ -114,7 +114,7 @@ def test_tampered_region_data_fails_the_load_not_later(captures, tmp_path):
     """Region checksums are verified on the image handed to Warp, before load() returns."""
     wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
     data = bytearray(wrpk.read_bytes())
-    from wrpkit.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk import decode_wrpk, read_header  # noqa: PLC0415
 
     prog = decode_wrpk(bytes(data))
     region = next(r for r in prog.regions if r.has_initial_data and r.size)
@@ -133,7 +133,7 @@ def test_unpacking_a_bundle_with_altered_region_data_writes_nothing(captures, tm
     """Region checksums are checked while the .wrp is written; a mismatch publishes no .wrp."""
     wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
     data = bytearray(wrpk.read_bytes())
-    from wrpkit.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk import decode_wrpk, read_header  # noqa: PLC0415
 
     region = next(r for r in decode_wrpk(bytes(data)).regions if r.has_initial_data and r.size)
     start = bytes(data).find(bytes(region.data), read_header(bytes(data)).blob_area_offset)

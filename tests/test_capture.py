@@ -9,11 +9,11 @@ import pytest
 import replay_cases as rc
 import warp as wp
 import wrpkit
-from wrpkit import annotations as ann
-from wrpkit import wrp1
-from wrpkit.container import open_capture
+from wrpkit.formats import annotations as ann
+from wrpkit.formats import wrp1
+from wrpkit.formats.container import open_capture
 from wrpkit.errors import WrpBindingError, WrpError, WrpFormatError
-from wrpkit.wrp1_layout import SECTION_ANNOTATIONS
+from wrpkit.formats.wrp1_layout import SECTION_ANNOTATIONS
 
 # ---------------------------------------------------------------------------
 # Kernels and arrays local to these tests
@@ -86,7 +86,10 @@ def saxpy_file():
 def test_annotations_is_the_submodule():
     import types
 
-    assert isinstance(wrpkit.annotations, types.ModuleType)
+    import wrpkit.formats.annotations as ann  # noqa: PLC0415
+
+    # No `from __future__ import annotations` in a package __init__ may shadow the submodule.
+    assert isinstance(wrpkit.formats.annotations, types.ModuleType) and wrpkit.formats.annotations is ann
 
 
 def test_capture_context_manager_gives_a_launchable_recording():

@@ -96,7 +96,7 @@ def _capture_annotated(out: Path) -> dict:
     import warp as wp  # noqa: PLC0415
 
     try:
-        from wrpkit import recording  # noqa: PLC0415
+        from wrpkit.run import recording  # noqa: PLC0415
     except Exception:  # noqa: BLE001 - another engineer's module may be mid-change
         return {}
     caps = {}
@@ -120,7 +120,7 @@ def _capture_annotated(out: Path) -> dict:
 def _deep_bundle(base_prog, depth: int) -> bytes:
     """A bundle whose ops sit inside ``depth`` nested IFs (wrpkit's decoder stops at 64, so build it directly)."""
     from wrpkit import model as m  # noqa: PLC0415
-    from wrpkit.wrpk import encode_wrpk  # noqa: PLC0415
+    from wrpkit.formats.wrpk import encode_wrpk  # noqa: PLC0415
 
     ops = list(base_prog.ops)
     for _ in range(depth):
@@ -138,10 +138,10 @@ def write_seeds(out: Path, work: Path) -> tuple:
     hand-made bundles (deep nesting).  Returns the two folders.
     """
     import hostile  # noqa: PLC0415
-    from wrpkit.container import open_capture  # noqa: PLC0415
+    from wrpkit.formats.container import open_capture  # noqa: PLC0415
     from wrpkit.errors import WrpError  # noqa: PLC0415
-    from wrpkit.wrp1 import decode_wrp1  # noqa: PLC0415
-    from wrpkit.wrpk import encode_wrpk  # noqa: PLC0415
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+    from wrpkit.formats.wrpk import encode_wrpk  # noqa: PLC0415
 
     d1, dk = out / "wrp1", out / "wrpk"
     d1.mkdir(parents=True, exist_ok=True)

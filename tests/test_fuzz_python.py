@@ -17,7 +17,7 @@ import pytest
 
 import hostile
 import programs
-from wrpkit.convert import convert
+from wrpkit.formats.convert import convert
 
 pytest.importorskip("atheris", reason="atheris is not installed (pip install '.[test]')")
 

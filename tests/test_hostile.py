@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 import hostile
 from wrpkit.cli import main
-from wrpkit.container import open_capture
+from wrpkit.formats.container import open_capture
 from wrpkit.errors import WrpError
-from wrpkit.validate import validate_capture
+from wrpkit.checks.validate import validate_capture
 
 
 @pytest.fixture(scope="module")

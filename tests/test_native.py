@@ -334,7 +334,7 @@ def test_binaries_link_only_the_c_and_cxx_runtime(native):
 
 
 def test_build_generates_python_flatbuffers(native):
-    gen = native.dir / "python_fbs" / "wrpkit" / "fbs"
+    gen = native.dir / "python_fbs" / "wrpkit" / "formats" / "fbs"
     assert (gen / "Annotations.py").is_file() and (gen / "Program.py").is_file()
     assert not (ROOT / "native" / "wrp_generated.h").exists()  # generated code stays in the build tree
 
@@ -544,12 +544,12 @@ def test_warp_failures_carry_warps_own_message(native, caps, tmp_path):
 
 
 # Builds an Annotations FlatBuffer with the Python code the build generated
-# from schema/wrp.fbs, in a child process so that its `wrpkit.fbs` package
+# from schema/wrp.fbs, in a child process so that its `wrpkit.formats.fbs` package
 # does not shadow the repository's `wrpkit` in this one.
 ANNOTATIONS_SCRIPT = r"""
 import json, sys
 import flatbuffers
-from wrpkit.fbs import Annotations, ArraySignature, DataType, ModuleDigest
+from wrpkit.formats.fbs import Annotations, ArraySignature, DataType, ModuleDigest
 spec = json.load(sys.stdin)
 ann = Annotations.AnnotationsT()
 ann.producer = "test_native"
@@ -858,7 +858,7 @@ def bundles(caps, tmp_path_factory) -> dict:
 
 def wrpk_layout(path: Path):
     """``(header, {blob name: (file offset, length)})`` of a bundle, read with wrpkit's own decoder."""
-    from wrpkit import wrpk  # noqa: PLC0415
+    from wrpkit.formats import wrpk  # noqa: PLC0415
 
     buf = path.read_bytes()
     header = wrpk.read_header(buf)
@@ -1047,7 +1047,7 @@ def test_while_body_must_touch_its_condition(native, caps, tmp_path):
     """A WHILE whose body never reads or writes its condition's region could never end (Warp would spin
     to its 2^24-iteration guard): refused, in a .wrp and in a .wrpk, like wrpkit's validate does."""
     from wrpkit import model as m  # noqa: PLC0415
-    from wrpkit.wrp1 import decode_wrp1, encode_wrp1  # noqa: PLC0415
+    from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1  # noqa: PLC0415
 
     src = caps["local_saxpb"]
     for label, touched, rc in (("untouched", False, 3), ("touched", True, 0)):
@@ -1175,7 +1175,7 @@ def test_wrpk_of_hostile_variants_gets_the_wrp_verdict(native, caps, tmp_path):
         variants = hostile.generate(base_for_hostile(caps), tmp_path / "hv")
     except Exception as e:  # noqa: BLE001 - another engineer's module may be mid-change
         pytest.skip(f"tests/hostile.py is not usable: {e!r}")
-    from wrpkit.convert import convert  # noqa: PLC0415
+    from wrpkit.formats.convert import convert  # noqa: PLC0415
     from wrpkit.errors import WrpError  # noqa: PLC0415
 
     compared = refused = 0
@@ -1200,8 +1200,8 @@ def test_wrpk_of_hostile_variants_gets_the_wrp_verdict(native, caps, tmp_path):
 def test_wrpk_nesting_depth_limit(native, caps, tmp_path):
     """IF bodies nest 64 deep at most (wrpkit's and Warp's limit); the manifest Verifier accepts that depth."""
     from wrpkit import model as m  # noqa: PLC0415
-    from wrpkit.wrp1 import decode_wrp1  # noqa: PLC0415
-    from wrpkit.wrpk import encode_wrpk  # noqa: PLC0415
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+    from wrpkit.formats.wrpk import encode_wrpk  # noqa: PLC0415
 
     src = caps["local_saxpb"]
     module = next(src.with_name(src.stem + "_modules").iterdir())
@@ -1681,8 +1681,8 @@ def test_asan_hostile_set(asan_exe, caps, tmp_path):
 def test_wrpk_with_shared_operation_tables_rebuilds_the_wrp(native, caps, tmp_path):
     """wrpkit's writer shares one table among identical ops (a step loop); the C++ reader must expand
     every reference, giving back exactly the WRP1 bytes of the looped program."""
-    from wrpkit import wrp1, wrpk  # noqa: PLC0415
-    from wrpkit.container import open_capture  # noqa: PLC0415
+    from wrpkit.formats import wrp1, wrpk  # noqa: PLC0415
+    from wrpkit.formats.container import open_capture  # noqa: PLC0415
 
     name = "views" if "views" in caps else sorted(caps)[0]
     with open_capture(caps[name]) as cap:

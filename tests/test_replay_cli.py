@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import replay_cases as rc
 import warp as wp
 from wrpkit.errors import WrpBindingError, WrpDeviceError, WrpModuleError, WrpVersionError
-from wrpkit.replaycli import compare, find_native, replay, stats
+from wrpkit.cli.replay import compare, find_native, replay, stats
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()

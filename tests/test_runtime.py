@@ -1,4 +1,4 @@
-"""wrpkit.load / wrpkit.runtime.Program: replays of real Warp captures."""
+"""wrpkit.load / wrpkit.run.runtime.Program: replays of real Warp captures."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import replay_cases as rc
 import warp as wp
 import wrpkit
-from wrpkit import annotations as ann
+from wrpkit.formats import annotations as ann
 from wrpkit.errors import (
     WrpBindingError,
     WrpDeviceError,
@@ -19,7 +19,7 @@ from wrpkit.errors import (
     WrpValidationError,
     WrpVersionError,
 )
-from wrpkit.runtime import Program
+from wrpkit.run.runtime import Program
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()
@@ -106,8 +106,8 @@ def test_load_from_bytes_without_modules_fails():
 
 
 def test_load_wrpk_bundle(tmp_path):
-    from wrpkit.container import open_capture
-    from wrpkit.wrpk import encode_wrpk
+    from wrpkit.formats.container import open_capture
+    from wrpkit.formats.wrpk import encode_wrpk
 
     name = "copy" if "copy" in PROGRAMS else PROGRAMS[0]
     path = rc.wrpkit_capture(name)

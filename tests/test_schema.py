@@ -22,15 +22,15 @@ def test_committed_python_code_matches_the_schema(tmp_path):
     import gen_schema  # noqa: PLC0415
 
     fresh = gen_schema.generate(tmp_path, flatc)
-    committed = ROOT / "wrpkit" / "fbs"
+    committed = ROOT / "wrpkit" / "formats" / "fbs"
     cmp = filecmp.dircmp(fresh, committed, ignore=["__pycache__"])
     assert not (cmp.left_only or cmp.right_only or cmp.diff_files), (
-        f"wrpkit/fbs drifted from schema/wrp.fbs (run python tools/gen_schema.py): "
+        f"wrpkit/formats/fbs drifted from schema/wrp.fbs (run python tools/gen_schema.py): "
         f"new={cmp.left_only} stale={cmp.right_only} changed={cmp.diff_files}")
 
 
 def test_op_union_codes_equal_warp_op_numbers():
-    from wrpkit.fbs.Op import Op  # noqa: PLC0415
+    from wrpkit.formats.fbs.Op import Op  # noqa: PLC0415
     from wrpkit.model import OpType  # noqa: PLC0415
 
     names = {"KERNEL_LAUNCH": "KernelLaunch", "MEMCPY_H2D": "MemcpyH2D", "MEMCPY_D2H": "MemcpyD2H",
@@ -50,7 +50,7 @@ def test_model_ops_mirror_schema_tables(cls_name):
     """Every field of a model op is a field of the schema table of the same name."""
     from wrpkit import model  # noqa: PLC0415
 
-    fb = importlib.import_module(f"wrpkit.fbs.{cls_name}")
+    fb = importlib.import_module(f"wrpkit.formats.fbs.{cls_name}")
     accessor_names = {a.lower() for a in dir(getattr(fb, cls_name)) if not a.startswith("_")}
     for field in model.op_fields(getattr(model, cls_name)):
         assert field.replace("_", "") in accessor_names, f"{cls_name}.{field} is not in schema/wrp.fbs"

@@ -9,9 +9,9 @@ import pytest
 import parity_cases as pc
 import replay_cases as rc
 from wrpkit import model as m
-from wrpkit.container import open_capture
-from wrpkit.validate import validate_capture, validate_program
-from wrpkit.wrp1 import decode_wrp1
+from wrpkit.formats.container import open_capture
+from wrpkit.checks.validate import validate_capture, validate_program
+from wrpkit.formats.wrp1 import decode_wrp1
 
 
 def first_array_launch(prog):

@@ -9,7 +9,7 @@ import pytest
 import programs
 from wrpkit import model as m
 from wrpkit.errors import WrpFormatError, WrpVersionError
-from wrpkit.wrp1 import decode_wrp1, encode_wrp1, iter_wrp1_chunks
+from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1, iter_wrp1_chunks
 
 NAMES = sorted(programs.PROGRAMS)
 

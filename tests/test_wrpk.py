@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wrpk_helpers as H  # noqa: E402
 
 from wrpkit import model as m  # noqa: E402
-from wrpkit import wrp1, wrpk  # noqa: E402
-from wrpkit.container import open_capture  # noqa: E402
+from wrpkit.formats import wrp1, wrpk  # noqa: E402
+from wrpkit.formats.container import open_capture  # noqa: E402
 from wrpkit.errors import WrpFormatError, WrpIntegrityError, WrpModuleError, WrpVersionError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +136,7 @@ def test_model_field_order_matches_schema():
 
 def test_wrpkit_capture_with_annotations(tmp_path):
     """A .wrp saved by wrpkit.capture (with its ANNOTATIONS section) round-trips, annotations included."""
-    capture = pytest.importorskip("wrpkit.recording")
+    capture = pytest.importorskip("wrpkit.run.recording")
     import numpy as np  # noqa: PLC0415
     import warp as wp  # noqa: PLC0415
 
@@ -278,7 +278,7 @@ def _camel(name: str) -> str:
 def test_table_specs_match_generated_code(table):
     import importlib  # noqa: PLC0415
 
-    mod = importlib.import_module(f"wrpkit.fbs.{table}")
+    mod = importlib.import_module(f"wrpkit.formats.fbs.{table}")
     # Field order and defaults as the object API declares them.
     params = list(inspect.signature(getattr(mod, table + "T").__init__).parameters.values())[1:]
     fields = wrpk.TABLES[table]
@@ -301,7 +301,7 @@ def _to_object_api(prog: m.Program, module_refs, region_refs):
     import importlib  # noqa: PLC0415
 
     def T(_table, **kw):
-        obj = getattr(importlib.import_module(f"wrpkit.fbs.{_table}"), _table + "T")()
+        obj = getattr(importlib.import_module(f"wrpkit.formats.fbs.{_table}"), _table + "T")()
         for k, v in kw.items():
             setattr(obj, k[0].lower() + _camel(k)[1:], v)
         return obj
@@ -315,7 +315,7 @@ def _to_object_api(prog: m.Program, module_refs, region_refs):
     def struct_vec(name, rows):
         out = []
         for r in rows:
-            o = getattr(importlib.import_module(f"wrpkit.fbs.{name}"), name + "T")()
+            o = getattr(importlib.import_module(f"wrpkit.formats.fbs.{name}"), name + "T")()
             for f, v in zip(r._fields, r):
                 setattr(o, f[0].lower() + _camel(f)[1:], v)
             out.append(o)
@@ -340,7 +340,7 @@ def _to_object_api(prog: m.Program, module_refs, region_refs):
             out.append(T("Operation", op_type=int(op.op_type), op=T(table, **kw)))
         return out
 
-    from wrpkit.fbs.CudaCompileRecipe import CudaCompileRecipeT  # noqa: PLC0415
+    from wrpkit.formats.fbs.CudaCompileRecipe import CudaCompileRecipeT  # noqa: PLC0415
 
     mods = []
     for mod, (bref, sref) in zip(prog.modules, module_refs):
@@ -381,7 +381,7 @@ def test_decoder_reads_flatc_builder_output(synthetic):
 
 def test_generated_reader_reads_our_manifest(synthetic):
     """The flatc-generated reader sees in our manifest exactly what the model holds."""
-    from wrpkit.fbs.Program import ProgramT  # noqa: PLC0415
+    from wrpkit.formats.fbs.Program import ProgramT  # noqa: PLC0415
 
     prog, files, b = synthetic
     h = _header(b)

@@ -76,7 +76,7 @@ def load_inputs(request, tmp_path_factory) -> dict:
     there is one (so each program is captured once per session), else captures
     into a fresh temporary folder.
     """
-    from wrpkit.container import open_capture  # noqa: PLC0415
+    from wrpkit.formats.container import open_capture  # noqa: PLC0415
 
     paths = None
     try:
@@ -105,13 +105,13 @@ MOD2_HASH = "fedcba9876543210" * 4
 
 def annotations_bytes() -> bytes:
     """A real ``Annotations`` FlatBuffer built with the flatc-generated object API."""
-    from wrpkit.fbs.Annotations import AnnotationsT  # noqa: PLC0415
-    from wrpkit.fbs.ArraySignature import ArraySignatureT  # noqa: PLC0415
-    from wrpkit.fbs.DataType import DataTypeT  # noqa: PLC0415
-    from wrpkit.fbs.KernelArgument import KernelArgumentT  # noqa: PLC0415
-    from wrpkit.fbs.KernelSignature import KernelSignatureT  # noqa: PLC0415
-    from wrpkit.fbs.ModuleDigest import ModuleDigestT  # noqa: PLC0415
-    from wrpkit.fbs.StructField import StructFieldT  # noqa: PLC0415
+    from wrpkit.formats.fbs.Annotations import AnnotationsT  # noqa: PLC0415
+    from wrpkit.formats.fbs.ArraySignature import ArraySignatureT  # noqa: PLC0415
+    from wrpkit.formats.fbs.DataType import DataTypeT  # noqa: PLC0415
+    from wrpkit.formats.fbs.KernelArgument import KernelArgumentT  # noqa: PLC0415
+    from wrpkit.formats.fbs.KernelSignature import KernelSignatureT  # noqa: PLC0415
+    from wrpkit.formats.fbs.ModuleDigest import ModuleDigestT  # noqa: PLC0415
+    from wrpkit.formats.fbs.StructField import StructFieldT  # noqa: PLC0415
 
     f32 = DataTypeT(name="float32", scalar=11, shape=[], size=4)
     vec3 = DataTypeT(name="vec3f", scalar=11, shape=[3], size=12)

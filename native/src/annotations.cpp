@@ -18,7 +18,7 @@
 namespace wrp {
 namespace {
 
-namespace fbs = wrpkit::fbs;
+namespace fbs = wrpkit::formats::fbs;
 
 uint32_t scalar_size(uint8_t kind)
 {
@@ -254,9 +254,9 @@ void read_annotations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Gr
     options.max_depth = 64;
     options.max_tables = static_cast<flatbuffers::uoffset_t>(size / 4 + 1);
     flatbuffers::Verifier verifier(buf.data(), buf.size(), options);
-    if (!verifier.VerifyBuffer<wrpkit::fbs::Annotations>("WRPK"))
+    if (!verifier.VerifyBuffer<wrpkit::formats::fbs::Annotations>("WRPK"))
         fail_invalid_at("annotations", begin, "the Annotations FlatBuffer failed verification (corrupt or not wrp.fbs)");
-    const wrpkit::fbs::Annotations* a = flatbuffers::GetRoot<wrpkit::fbs::Annotations>(buf.data());
+    const wrpkit::formats::fbs::Annotations* a = flatbuffers::GetRoot<wrpkit::formats::fbs::Annotations>(buf.data());
 
     if (!strings_are_utf8(a))
         fail_invalid_at("annotations", begin, "a string in the Annotations FlatBuffer is not valid UTF-8");

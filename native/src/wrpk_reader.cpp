@@ -21,7 +21,7 @@ const char* const kWrpkImageOffsetNote = "of the bundle's program as a .wrp (wrp
 
 namespace {
 
-namespace fbs = wrpkit::fbs;
+namespace fbs = wrpkit::formats::fbs;
 using flatbuffers::Offset;
 using flatbuffers::Vector;
 

@@ -1,0 +1,320 @@
+"""``wrp check``: will this capture load and replay here, and if not, why?
+
+:func:`preflight` runs every check that can be made before Warp touches the
+file and returns a list of :class:`Finding`; each failed finding says how to
+fix it.  It covers the format and Warp version against the installed Warp,
+the device family, the CUDA arch against the device, the CPU objects' target
+against this host, module presence and hashes, the kernel symbols each module
+must define, wrpkit's structural validation, and lints for captures that
+save but cannot replay elsewhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from .. import model as m
+from ..formats.container import PRESENT, Capture
+from .elf import check_kernel_symbols, read_object
+from ..environment import installed_warp_version, parse_device
+from .validate import validate_program
+
+OK, FAIL, WARN = "ok", "fail", "warn"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One preflight result.
+
+    Attributes:
+        check: Short name of the check (``warp-version``, ``device``, ...).
+        status: ``"ok"``, ``"fail"`` (the file will not load or replay here)
+            or ``"warn"`` (it may, but something is suspicious).
+        message: What was found.
+        fix: What to do about a failure or warning, or ``""``.
+    """
+
+    check: str
+    status: str
+    message: str
+    fix: str = ""
+
+
+def _init_warp():
+    import warp as wp  # noqa: PLC0415
+
+    # Keep Warp's start-up banner off stdout: `wrp check --json` must print JSON only.
+    wp.config.log_level = getattr(wp, "LOG_WARNING", 30)
+    wp.init()
+    return wp
+
+
+def _host_cpu_tags() -> Optional[set]:
+    """The ``.cpu<hash>`` tags this host's Warp would give CPU objects, or None if unknown."""
+    try:
+        from warp._src import context as ctx  # noqa: PLC0415
+
+        _init_warp()
+        tags = {ctx._get_cpu_target_hash(""), ctx._get_cpu_target_hash("-march=native")}
+        return {t for t in tags if t}
+    except Exception:  # noqa: BLE001  (private API; absence just means "unknown")
+        return None
+
+
+def _cuda_device_arch(ordinal: int) -> Optional[int]:
+    try:
+        wp = _init_warp()
+        if ordinal >= wp.get_cuda_device_count():
+            return None
+        return wp.get_device(f"cuda:{ordinal}").arch
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _annotation_digests(prog: m.Program) -> dict:
+    """``{binary_filename: ModuleDigest}`` recorded by wrpkit, or {} (bad annotations are validate's job)."""
+    if not prog.annotations:
+        return {}
+    from ..formats.annotations import read_annotations  # noqa: PLC0415
+    from ..errors import WrpError  # noqa: PLC0415
+
+    try:
+        ann = read_annotations(prog)
+    except WrpError:
+        return {}
+    return ann.digest_map() if ann is not None else {}
+
+
+def _descriptor_bytes(rels) -> set:
+    """Offsets (8-byte steps) inside array descriptors and relocated slots of one argument.
+
+    An ``array_t`` is recognised by relocated slots at +0 (data) and +8
+    (grad) and spans 56 bytes; an ``indexedarray_t`` adds four index-pointer
+    slots at +56..+80 and a shape at +88, 104 bytes in all.  Their shape and
+    stride words are not pointers.
+    """
+    slots = {r.value_byte_offset for r in rels}
+    covered = set(slots)
+    for o in slots:
+        if o + 8 in slots:
+            span = 104 if o + 56 in slots else 56
+            covered.update(range(o, o + span, 8))
+    return covered
+
+
+def lint_program(prog: m.Program) -> list:
+    """Findings for captures that save but cannot replay correctly elsewhere.
+
+    See :func:`lint_launches`; this lints every kernel launch of ``prog``,
+    nested bodies included.
+    """
+    return lint_launches(op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.KernelLaunch))
+
+
+def lint_launches(launches) -> list:
+    """Lint findings for kernel launches (:class:`wrpkit.model.KernelLaunch`).
+
+    * A 64-bit kernel argument (or struct field) that holds a live
+      process pointer without a relocation: HashGrid, Bvh or Volume ids
+      passed as ``uint64``.  Stock Warp saves them; the replay in a new
+      process dereferences a stale pointer.
+    * Overloads of one generic kernel launched in one graph: Warp records one
+      kernel per (module, key), so replay runs the first overload's code for
+      all of them.
+    """
+    out = []
+    layouts: dict = {}
+    flagged = set()
+    for op in launches:
+        key = (op.module_hash, op.kernel_key)
+        layout = tuple((p.value_size, p.value_align) for p in op.params)
+        layouts.setdefault(key, set()).add(layout)
+        for j, (p, rels) in enumerate(op.param_relocations()):
+            covered = _descriptor_bytes(rels)
+            blob = bytes(op.value_data[p.value_offset:p.value_offset + p.value_size])
+            for off in range(0, len(blob) - 7, 8):
+                if off in covered:
+                    continue
+                v = int.from_bytes(blob[off:off + 8], "little")
+                # Heap and mmap pointers of a 64-bit Linux process lie in
+                # [2^44, 2^47) and are 8-aligned; pairs of small int32 values
+                # stay below 2^44 and floats of normal magnitude above 2^47.
+                if v % 8 == 0 and (1 << 44) <= v < (1 << 47) and (key, j, off) not in flagged:
+                    flagged.add((key, j, off))
+                    out.append(Finding(
+                        "lint-pointer", WARN,
+                        f"kernel {op.kernel_key!r} argument {j + 1} holds {v:#x} at byte {off} with no relocation: "
+                        "it looks like a live process pointer (a HashGrid, Bvh or Volume id passed as uint64?)",
+                        "A captured process pointer dangles in a new process. Pass meshes through "
+                        "wp.handle-typed arguments (Warp rebuilds them at load); HashGrid, Bvh and Volume "
+                        "cannot be saved yet, so replay such graphs in the capturing process."))
+    for (mh, kk), seen in layouts.items():
+        if len(seen) > 1:
+            out.append(Finding(
+                "lint-overloads", WARN,
+                f"kernel {kk!r} is launched with {len(seen)} different argument layouts: overloads of one generic "
+                "kernel share one kernel record, so the replay runs one overload's code for all of them",
+                "Give each overload its own kernel key (wp.kernel(fn, key=...)) or its own module before capturing."))
+    return out
+
+
+def preflight(cap: Capture, device: str = "cpu") -> list:
+    """Check whether a capture will load and replay on ``device`` in this environment.
+
+    Args:
+        cap: An opened capture.
+        device: ``"cpu"`` or ``"cuda:N"``.
+
+    Returns:
+        A list of :class:`Finding`; the file is loadable when none has status ``fail``.
+
+    Raises:
+        WrpDeviceError: ``device`` is not ``cpu`` or ``cuda:N``.
+    """
+    prog = cap.program
+    kind, ordinal = parse_device(device)
+    out = []
+
+    installed = installed_warp_version()
+    if installed is None:
+        out.append(Finding("warp-version", FAIL, "warp-lang is not installed",
+                           f"pip install warp-lang=={prog.warp_version}"))
+    elif installed != prog.warp_version:
+        out.append(Finding("warp-version", FAIL,
+                           f"captured with Warp {prog.warp_version}, installed Warp is {installed}; Warp only loads "
+                           "captures from its own version",
+                           f"Recapture the graph with Warp {installed}, or install warp-lang=={prog.warp_version}."))
+    else:
+        out.append(Finding("warp-version", OK, f"format {prog.format_version}, Warp {installed}"))
+
+    if prog.device != kind:
+        out.append(Finding("device", FAIL, f"captured for {prog.device.upper()}, asked to run on {device}",
+                           f"Run it with --device {'cpu' if prog.device == 'cpu' else 'cuda:0'}, or recapture "
+                           f"on {device}."))
+    else:
+        out.append(Finding("device", OK, f"{prog.device.upper()} capture, {device} requested"))
+
+    if kind == "cuda" and prog.device == "cuda":
+        out.extend(_cuda_arch_findings(prog, ordinal))
+
+    out.extend(_module_findings(cap, kind))
+
+    problems = [p for p in validate_program(prog) if p.severity == "error"]
+    if problems:
+        for p in problems[:20]:
+            out.append(Finding("structure", FAIL, str(p), "The file is malformed or was altered; recapture it."))
+    else:
+        out.append(Finding("structure", OK, "every reference and byte range checks out"))
+    out.extend(lint_program(prog))
+    return out
+
+
+def _cuda_arch_findings(prog: m.Program, ordinal: int) -> list:
+    arch = _cuda_device_arch(ordinal)
+    if arch is None:
+        return [Finding("cuda-arch", FAIL, f"no CUDA device cuda:{ordinal} is available here",
+                        "Run on a machine with a CUDA GPU, or recapture on CPU.")]
+    out = []
+    for mod in prog.modules:
+        name = mod.binary_filename
+        if name.endswith(".cubin"):
+            specific = ".sm%da." % mod.target_arch in name or ".sm%df." % mod.target_arch in name
+            ok = arch == mod.target_arch if specific else (arch // 10 == mod.target_arch // 10
+                                                            and arch >= mod.target_arch)
+            how = "CUBIN"
+        else:
+            ok = arch >= mod.target_arch
+            how = "PTX (JIT-compiled by the driver)"
+        if ok:
+            out.append(Finding("cuda-arch", OK, f"{name}: {how} for sm_{mod.target_arch} runs on sm_{arch}"))
+        elif mod.source_filename and mod.fallback_reason == m.CudaFallbackReason.AVAILABLE:
+            out.append(Finding("cuda-arch", WARN, f"{name}: {how} for sm_{mod.target_arch} cannot run on sm_{arch}; "
+                                                  "Warp will recompile the packaged source", ""))
+        else:
+            out.append(Finding("cuda-arch", FAIL, f"{name}: {how} for sm_{mod.target_arch} cannot run on sm_{arch}",
+                               f"Recapture on an sm_{arch} device, or save with source_fallback=True."))
+    return out
+
+
+def _module_findings(cap: Capture, kind: str) -> list:
+    prog = cap.program
+    out = []
+    digests = _annotation_digests(prog)
+    host_tags = _host_cpu_tags() if prog.device == "cpu" and kind == "cpu" else None
+    host_machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
+    symbols: dict = {}
+    for k in prog.kernels:
+        symbols.setdefault(k.module_hash, []).extend([k.forward_name, k.backward_name])
+    required = set(prog.required_module_files())
+    for mod in prog.modules:
+        name = mod.binary_filename
+        state = cap.module_state(name)
+        if state != PRESENT:
+            if name in required:
+                out.append(Finding("modules", FAIL, f"module file {name!r} is {state}",
+                                   "Copy <stem>_modules/ along with the .wrp, or ship a .wrpk bundle."))
+            else:
+                out.append(Finding("modules", WARN, f"module file {name!r} is {state}; no kernel of the graph "
+                                   "uses it, so the file still loads", "Nothing to do, or copy it for completeness."))
+            continue
+        data = cap.module_bytes(name)
+        recorded = digests.get(name)
+        if mod.binary_digest:
+            want, ok = True, hashlib.sha256(data).hexdigest() == mod.binary_digest
+        elif recorded is not None:
+            want, ok = True, recorded.matches(data)
+        else:
+            want, ok = False, True
+        if not ok:
+            out.append(Finding("modules", FAIL, f"module file {name!r} does not match its recorded SHA-256",
+                               "The module was replaced or corrupted; restore the original or recapture."))
+            continue
+        out.append(Finding("modules", OK, f"{name}: present" + (", hash matches" if want else
+                                                                 " (no hash recorded)")))
+        if prog.device == "cpu":
+            try:
+                info = read_object(data, name)
+            except Exception as e:  # noqa: BLE001  (WrpModuleError with a message)
+                out.append(Finding("cpu-object", FAIL, str(e), "Recapture the graph."))
+                continue
+            if info.machine != host_machine:
+                out.append(Finding("cpu-target", FAIL, f"{name} is {info.machine} code; this host is {host_machine}",
+                                   f"Recapture on a {host_machine} machine."))
+            tag = re.search(r"\.cpu([0-9a-f]{8})\.o$", name)
+            if tag and host_tags is not None and tag.group(1) not in host_tags:
+                out.append(Finding("cpu-target", WARN,
+                                   f"{name} was built for another CPU target (LLVM version, triple or ISA features "
+                                   "differ from this host's)",
+                                   "If the replay crashes with an illegal instruction, recapture on this host."))
+            for msg in check_kernel_symbols(info, symbols.get(mod.module_hash, []), name):
+                out.append(Finding("kernel-symbols", FAIL, msg, "The file was altered; recapture it."))
+            if not check_kernel_symbols(info, symbols.get(mod.module_hash, []), name):
+                out.append(Finding("kernel-symbols", OK, f"{name} defines every kernel the graph names"))
+            out.extend(_overload_findings(prog, mod, info))
+    return out
+
+
+def _overload_findings(prog: m.Program, mod: m.Module, info) -> list:
+    """Warn when a launched kernel has several compiled overloads in its module.
+
+    The file records one kernel per (module, key), so every launch of an
+    overloaded generic kernel replays the recorded overload's code.
+    """
+    launches = prog.launch_counts()
+    out = []
+    for k in prog.kernels:
+        if k.module_hash != mod.module_hash or launches.get((k.module_hash, k.kernel_key), 0) < 2:
+            continue
+        pat = re.compile(re.escape(k.kernel_key) + r"_[0-9a-f]{8}_cpu_forward")
+        n = sum(1 for sym in info.defined if pat.fullmatch(sym))
+        if n > 1:
+            out.append(Finding(
+                "lint-overloads", WARN,
+                f"kernel {k.kernel_key!r} has {n} compiled overloads in {mod.binary_filename} but the file records "
+                "one: if the graph launches several overloads, the replay runs one overload's code for all",
+                "Give each overload its own kernel key before capturing (e.g. wp.kernel(fn, key=...))."))
+    return out

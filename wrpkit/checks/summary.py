@@ -1,0 +1,214 @@
+"""What ``wrp inspect`` reports, as plain data with stable keys.
+
+:func:`summarize` turns an opened capture into a JSON-ready ``dict``; the CLI
+formats it as tables or prints it as JSON.  Nothing here imports Warp or
+numpy, and nothing reads region or module contents (only their sizes), so
+inspecting a large file touches only its records.
+"""
+
+from __future__ import annotations
+
+from .. import model as m
+from ..formats.container import Capture
+from ..formats.wrp1_layout import FILE_HEADER_SIZE, SECTION_ENTRY, SECTION_ENTRY_SIZE
+
+_SECTION_NAMES = {1: "METADATA", 2: "MEMORY", 3: "OPERATIONS", 0x41505257: "ANNOTATIONS"}
+
+
+def _sections(cap: Capture) -> list:
+    buf = cap.mapped.buffer
+    if cap.kind == "wrp":
+        n = int.from_bytes(buf[12:16], "little")
+        out = [{"name": "HEADER", "offset": 0, "size": FILE_HEADER_SIZE},
+               {"name": "SECTION_TABLE", "offset": FILE_HEADER_SIZE, "size": n * SECTION_ENTRY_SIZE}]
+        for i in range(n):
+            t, _, off, size, _ = SECTION_ENTRY.unpack_from(buf, FILE_HEADER_SIZE + i * SECTION_ENTRY_SIZE)
+            out.append({"name": _SECTION_NAMES.get(t, str(t)), "offset": off, "size": size})
+        return out
+    from ..formats.wrpk import read_header  # noqa: PLC0415
+
+    h = read_header(buf)
+    return [{"name": "HEADER", "offset": 0, "size": h.manifest_offset},
+            {"name": "MANIFEST", "offset": h.manifest_offset, "size": h.manifest_size},
+            {"name": "BLOB_AREA", "offset": h.blob_area_offset, "size": h.blob_area_size}]
+
+
+def _value(v):
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v[:32])
+        return {"length": len(v), "hex": b.hex() + ("..." if len(v) > 32 else "")}
+    if isinstance(v, tuple) and v and hasattr(v, "_asdict"):
+        return dict(v._asdict())
+    if isinstance(v, (list, tuple)):
+        return [_value(x) for x in v]
+    if isinstance(v, bool):
+        return v
+    return v
+
+
+def op_record(op: m.Op) -> dict:
+    """One op as a JSON-ready dict: ``{"op": NAME, "offset": byte, ...fields}``, nested bodies included."""
+    d = {"op": op.op_type.name, "offset": op.at}
+    for name in m.op_fields(type(op)):
+        v = getattr(op, name)
+        if name in ("then_ops", "else_ops", "body"):
+            d[name] = [op_record(x) for x in v]
+        elif name in ("params", "adjoint_params", "relocations"):
+            d[name] = [dict(x._asdict()) for x in v]
+        else:
+            d[name] = _value(v)
+    return d
+
+
+def op_line(op: m.Op) -> str:
+    """A one-line description of an op's key fields, for ``wrp inspect --ops``."""
+    t = op.op_type
+    if t == m.OpType.KERNEL_LAUNCH:
+        shape = "x".join(str(s) for s in op.shape[:max(op.ndim, 1)])
+        kind = "" if op.is_forward else " backward"
+        return (f"{op.kernel_key}{kind} dim={shape} threads={op.size} args={len(op.params)} "
+                f"relocs={len(op.relocations)} value_bytes={len(op.value_data)}")
+    if t in (m.OpType.IF, m.OpType.WHILE):
+        body = (f"then={len(op.then_ops)} else={len(op.else_ops)}" if t == m.OpType.IF
+                else f"body={len(op.body)}")
+        return f"cond=region {op.cond_region_id}+{op.cond_offset} {body}"
+    if t == m.OpType.MEMCPY_D2D:
+        return f"{op.size} B region {op.src_region_id}+{op.src_offset} -> region {op.dst_region_id}+{op.dst_offset}"
+    if t == m.OpType.MEMSET:
+        return f"{op.size} B of {op.value:#04x} -> region {op.region_id}+{op.offset}"
+    if t == m.OpType.MEMTILE:
+        return f"{op.count} x {len(op.value)} B value {bytes(op.value[:16]).hex()} -> region {op.region_id}+{op.offset}"
+    if t == m.OpType.MEMCPY_H2D:
+        return f"{len(op.data)} B inline -> region {op.dst_region_id}+{op.dst_offset}"
+    skip = {"at"}
+    parts = []
+    for name in m.op_fields(type(op)):
+        if name in skip:
+            continue
+        v = getattr(op, name)
+        if isinstance(v, (tuple, list)) and len(v) > 8:
+            v = f"[{len(v)} items]"
+        parts.append(f"{name}={v}")
+    return " ".join(parts)
+
+
+def iter_op_lines(ops, depth: int = 0, path: str = ""):
+    """Yield ``(depth, index_path, name, line)`` for every op, nested bodies indented."""
+    for i, op in enumerate(ops):
+        ip = f"{path}{i}"
+        yield depth, ip, op.op_type.name, op_line(op)
+        if isinstance(op, m.If):
+            if op.then_ops:
+                yield depth + 1, "", "then:", ""
+                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".")
+            if op.else_ops:
+                yield depth + 1, "", "else:", ""
+                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e")
+        elif isinstance(op, m.While):
+            yield from iter_op_lines(op.body, depth + 1, ip + ".")
+
+
+def binding_signature_rows(prog: m.Program):
+    """``{binding: {"dtype": name, "shape": [...]}}`` from wrpkit's annotations, or None."""
+    if not prog.annotations:
+        return None
+    try:
+        from ..formats.annotations import read_annotations  # noqa: PLC0415
+
+        ann = read_annotations(prog)
+    except ImportError:
+        return None
+    if ann is None:
+        return None
+    return {s.name: {"dtype": s.dtype.name if s.dtype is not None else None, "shape": list(s.shape)}
+            for s in ann.signature}
+
+
+def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = None) -> dict:
+    """Summarize a capture for ``wrp inspect``.
+
+    Args:
+        cap: An opened capture.
+        with_ops: Include every op (``"ops"``), nested bodies included.
+        signature: Optional ``{binding name: {"dtype": ..., "shape": [...]}}``
+            to merge into the binding rows.
+
+    Returns:
+        A dict with stable keys: ``file``, ``container``, ``file_size``,
+        ``format_version``, ``warp_version``, ``device``, ``target_arch``,
+        ``sections``, ``op_counts``, ``op_total``, ``top_level_ops``,
+        ``max_depth``, ``kernels``, ``bindings``, ``regions``, ``modules``,
+        ``meshes``, ``pointer_locations`` and, with ``with_ops``, ``ops``.
+    """
+    p = cap.program
+    regions = p.region_map()
+    mod_by_hash = {mod.module_hash: mod for mod in p.modules}
+    # One pass over the stream gathers every count (it can hold millions of ops).
+    max_depth = total = 0
+    counts: dict = {}
+    launches: dict = {}
+    launch_type = m.OpType.KERNEL_LAUNCH
+    for d, op in m.walk_ops(p.ops):
+        total += 1
+        if d > max_depth:
+            max_depth = d
+        t = op.op_type
+        counts[t] = counts.get(t, 0) + 1
+        if t == launch_type:
+            key = (op.module_hash, op.kernel_key)
+            launches[key] = launches.get(key, 0) + 1
+    bindings = []
+    for b in p.bindings:
+        r = regions.get(b.region_id)
+        row = {"name": b.name, "region_id": b.region_id, "size": r.size if r else None}
+        if signature and b.name in signature:
+            row.update(signature[b.name])
+        bindings.append(row)
+    modules = []
+    for mod in p.modules:
+        state = cap.module_state(mod.binary_filename)
+        size = None
+        if state == "present":
+            if cap.modules_dir is not None:
+                size = (cap.modules_dir / mod.binary_filename).stat().st_size
+            elif mod.binary is not None:
+                size = len(mod.binary)
+        modules.append({
+            "module_name": mod.module_name, "module_hash": mod.module_hash,
+            "binary_filename": mod.binary_filename, "target_arch": mod.target_arch,
+            "binary_kind": m.CudaBinaryKind(mod.binary_kind).name if mod.binary_kind <= 2 else mod.binary_kind,
+            "source_filename": mod.source_filename, "present": state == "present", "state": state, "size": size,
+        })
+    out = {
+        "file": str(cap.path),
+        "container": cap.kind,
+        "file_size": cap.mapped.size,
+        "format_version": p.format_version,
+        "warp_version": p.warp_version,
+        "device": p.device,
+        "target_arch": p.target_arch,
+        "sections": _sections(cap),
+        "op_counts": {m.OpType(k).name: counts[k] for k in sorted(counts)},
+        "op_total": total,
+        "top_level_ops": len(p.ops),
+        "max_depth": max_depth,
+        "kernels": sorted([{
+            "kernel_key": k.kernel_key, "module_hash": k.module_hash,
+            "module_name": mod_by_hash[k.module_hash].module_name if k.module_hash in mod_by_hash else None,
+            "forward_name": k.forward_name, "backward_name": k.backward_name, "block_dim": k.block_dim,
+            "launches": launches.get((k.module_hash, k.kernel_key), 0),
+        } for k in p.kernels], key=lambda k: (k["kernel_key"], k["module_hash"])),
+        "bindings": bindings,
+        "regions": [{"region_id": r.region_id, "size": r.size, "element_size": r.element_size,
+                     "has_initial_data": r.has_initial_data} for r in p.regions],
+        "modules": modules,
+        "meshes": [{"num_points": me.num_points, "num_tris": me.num_tris, "points_region_id": me.points_region_id,
+                    "indices_region_id": me.indices_region_id, "velocities_region_id": me.velocities_region_id}
+                   for me in p.meshes],
+        "pointer_locations": [{"region_id": pl.region_id, "offset": pl.offset, "stride": pl.stride,
+                               "count": pl.count} for pl in p.pointer_locations],
+        "annotations_bytes": len(p.annotations),
+    }
+    if with_ops:
+        out["ops"] = [op_record(op) for op in p.ops]
+    return out

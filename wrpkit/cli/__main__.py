@@ -1,0 +1,5 @@
+"""``python -m wrpkit.cli``: the ``wrp`` command line."""
+
+from . import main
+
+main()

@@ -1,0 +1,64 @@
+"""``wrp check``: preflight, will a capture load and replay on this machine."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import WrpError
+from .output import console, dump_json, stderr_console
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@click.option("--device", default="cpu", show_default=True, help="Where it should run: cpu or cuda:N.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+def check(file, device, as_json):
+    """Preflight: will FILE load and replay on DEVICE here, and if not, why?
+
+    \b
+    Checks the format and Warp version against the installed Warp (Warp only
+    loads captures from its own version), the device family, the CUDA arch
+    against the device (CUBIN, PTX or source fallback), the CPU objects'
+    target against this host, that every module file is present, matches its
+    recorded hash and defines the kernels the graph names, the file's
+    structure, and lints captures that save but cannot replay elsewhere
+    (e.g. a HashGrid id passed as uint64).
+    Exit 0 when loadable (warnings allowed), 1 when not.
+    """
+    from ..checks.check import FAIL, WARN, preflight  # noqa: PLC0415
+    from ..formats.container import open_capture  # noqa: PLC0415
+    from ..environment import parse_device  # noqa: PLC0415
+
+    try:
+        parse_device(device)
+    except WrpError as e:
+        raise click.BadParameter(e.message, param_hint="--device") from None
+    try:
+        with open_capture(file) as cap:
+            findings = preflight(cap, device)
+    except WrpError as e:
+        if not as_json:
+            raise
+        dump_json({"file": str(file), "device": device, "loadable": False,
+                    "findings": [{"check": "file", "status": FAIL, "message": str(e), "fix": e.hint or ""}]})
+        sys.exit(1)
+    loadable = not any(f.status == FAIL for f in findings)
+    if as_json:
+        dump_json({"file": str(file), "device": device, "loadable": loadable,
+                    "findings": [{"check": f.check, "status": f.status, "message": f.message, "fix": f.fix}
+                                 for f in findings]})
+    else:
+        con = console()
+        style = {"ok": "[green]ok[/]  ", FAIL: "[red]FAIL[/]", WARN: "[yellow]warn[/]"}
+        for f in findings:
+            con.print(f"{style[f.status]} {f.check:<15} {f.message}", highlight=False)
+            if f.fix and f.status != "ok":
+                con.print(f"     {'':<15} [dim]fix:[/] {f.fix}", highlight=False)
+        if loadable:
+            con.print(f"[green]loadable:[/] {file} on {device}")
+        else:
+            stderr_console().print(f"[bold red]not loadable:[/] {file} on {device}")
+    if not loadable:
+        sys.exit(1)

@@ -1,0 +1,49 @@
+"""``wrp convert``: .wrp, .wrpk and .json, chosen by the destination's extension."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .output import console, dump_json, size, stderr_console
+
+
+@click.command()
+@click.argument("src", type=click.Path(dir_okay=True))
+@click.argument("dst", type=click.Path(dir_okay=False))
+@click.option("--no-verify", is_flag=True, help="For a .wrpk input: skip blob checksums (trusted files only).")
+@click.option("--no-modules", is_flag=True, help="For a .json output: leave module binaries out.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
+def convert(src, dst, no_verify, no_modules, as_json, quiet):
+    """Convert SRC to DST; the format is picked from DST's extension.
+
+    \b
+      .wrp   Warp's own file; <stem>_modules/ is written beside it
+      .wrpk  one self-contained, checksummed, mmap-able bundle
+      .json  the whole program as editable JSON (bytes in base64)
+    .wrp -> .wrpk/.json -> .wrp restores the file byte-identically and every
+    module file identical.  Outputs are written atomically.
+    """
+    from ..formats.convert import convert as do_convert  # noqa: PLC0415
+    from ..formats.convert import estimate_output_size  # noqa: PLC0415
+
+    show = not (quiet or as_json) and sys.stderr.isatty()
+    total = estimate_output_size(src) if show else 0
+    if show and total > (32 << 20):
+        from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn  # noqa: PLC0415
+
+        with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                      TransferSpeedColumn(), console=stderr_console(), transient=True) as bar:
+            task = bar.add_task(f"writing {dst}", total=total)
+            res = do_convert(src, dst, progress=lambda n: bar.advance(task, n), verify_checksums=not no_verify,
+                             include_modules=not no_modules)
+    else:
+        res = do_convert(src, dst, verify_checksums=not no_verify, include_modules=not no_modules)
+    if as_json:
+        dump_json({"source": str(res.source), "destination": str(res.destination), "from": res.source_form,
+                    "to": res.destination_form, "bytes_written": res.bytes_written, "modules": res.modules})
+    elif not quiet:
+        console().print(f"wrote {res.destination} ({res.destination_form}, {size(res.bytes_written)}, "
+                         f"{res.modules} module files)")

@@ -1,0 +1,828 @@
+"""``wrp replay``: replay a captured graph, time it, summarize and check its outputs.
+
+Everything that can be checked is checked before anything runs or is
+written: the file decodes and validates, its module files are present,
+non-empty and unaltered, the device family and the Warp version match, every
+input names a binding and fits it (size, and dtype when the file carries a
+signature), and the golden file and output path are usable.  On any of these
+errors the command prints ``error:``/``hint:`` lines on stderr, writes
+nothing, and exits with the error's code.
+
+Engines: ``python`` (default) loads the graph in-process through Warp;
+``native`` runs the C++ ``wrp-replay`` executable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+from ..errors import (EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
+                     timeout_message)
+
+#: Replays from which a progress bar is shown (when not --json).
+PROGRESS_THRESHOLD = 1000
+NATIVE_EXE = "wrp-replay"
+
+
+# ---------------------------------------------------------------------------
+# Error reporting (the `wrp` group does the same; this keeps the command
+# self-sufficient when used on its own)
+# ---------------------------------------------------------------------------
+
+
+def _report(err: WrpError) -> None:
+    try:
+        from .output import report_error  # noqa: PLC0415
+
+        report_error(err)
+        return
+    except Exception:  # noqa: BLE001  (fall back to plain lines)
+        pass
+    click.echo(f"error: {err.message}", err=True)
+    for p in getattr(err, "problems", [])[1:21]:
+        click.echo(f"       {p}", err=True)
+    if err.hint:
+        click.echo(f"hint: {err.hint}", err=True)
+
+
+def _quiet_warp():
+    import warp as wp  # noqa: PLC0415
+
+    wp.config.quiet = True
+    if hasattr(wp, "LOG_WARNING") and hasattr(wp.config, "log_level"):
+        wp.config.log_level = max(getattr(wp.config, "log_level", 0) or 0, wp.LOG_WARNING)
+    return wp
+
+
+# ---------------------------------------------------------------------------
+# --timeout
+# ---------------------------------------------------------------------------
+
+
+class _Watchdog:
+    """Ends the process with :data:`~wrpkit.errors.EXIT_TIMEOUT` when a replay runs past its deadline.
+
+    Warp replays through ctypes calls, which release the GIL, so a timer
+    thread runs while Warp's native code loops (a WHILE that does not end)
+    and can only stop it with ``os._exit``.  The watchdog covers preparing,
+    loading and replaying; it is disarmed before any output is written, and
+    nothing before that point writes a file (outputs are written atomically
+    after the last replay; the native engine's temporary directory is made
+    after the watchdog is disarmed), so no output or temporary file is left.
+    A lock makes :meth:`disarm` final: once it returns, the process is never
+    ended by the watchdog.
+    """
+
+    def __init__(self, seconds):
+        import threading  # noqa: PLC0415
+
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._armed = seconds is not None
+        self._timer = None
+        if self._armed:
+            self._timer = threading.Timer(seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self):
+        with self._lock:
+            if not self._armed:
+                return
+            text = f"error: {timeout_message(self.seconds)}\nhint: {TIMEOUT_HINT}\n".encode()
+            with contextlib.suppress(OSError):
+                os.write(2, text)
+            os._exit(EXIT_TIMEOUT)
+
+    def remaining(self):
+        """Seconds left (at least 1 ms), or None without a timeout."""
+        return None if self.deadline is None else max(1e-3, self.deadline - time.monotonic())
+
+    def disarm(self):
+        with self._lock:
+            self._armed = False
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _Seconds(click.ParamType):
+    """A finite number of seconds above 0 (fractional allowed)."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            v = float(value)
+        else:
+            try:
+                v = float(str(value).strip())
+            except ValueError:
+                v = math.nan
+        if not math.isfinite(v) or v <= 0 or v > 1e9:
+            self.fail(f"{value!r} is not a number of seconds above 0 (at most 1e9)", param, ctx)
+        return v
+
+
+# ---------------------------------------------------------------------------
+# Reading inputs
+# ---------------------------------------------------------------------------
+
+
+def _read_npy_bytes(path: Path, what: str) -> bytes:
+    from ..fileio import read_file  # noqa: PLC0415
+
+    return read_file(path, what)
+
+
+def load_npz(path: Path, what: str = "inputs file") -> dict:
+    """``{key: array}`` of an ``.npz`` (no pickles).
+
+    Raises:
+        WrpBindingError: The file is missing or not a readable ``.npz``.
+    """
+    try:
+        data = _read_npy_bytes(path, what)
+    except WrpError as e:
+        raise WrpBindingError(e.message, hint=e.hint) from None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise ValueError("it holds a single array (.npy), not an archive")
+            return {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001  (any failure: a bad npz)
+        raise WrpBindingError(f"cannot read {what} {path}: not a valid .npz ({type(e).__name__}: {e})",
+                              hint="Write it with numpy.savez(path, name=array, ...).") from None
+
+
+def load_npy(path: Path, what: str = "input file") -> np.ndarray:
+    """The array of an ``.npy`` (no pickles).
+
+    Raises:
+        WrpBindingError: The file is missing or not a readable ``.npy``.
+    """
+    try:
+        data = _read_npy_bytes(path, what)
+    except WrpError as e:
+        raise WrpBindingError(e.message, hint=e.hint) from None
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+        if not isinstance(arr, np.ndarray):
+            arr.close()
+            raise ValueError("it is an .npz archive, not a single array")
+        return arr
+    except Exception as e:  # noqa: BLE001
+        raise WrpBindingError(f"cannot read {what} {path}: not a valid .npy ({type(e).__name__}: {e})",
+                              hint="Write it with numpy.save(path, array).") from None
+
+
+def _parse_items(items) -> list:
+    out = []
+    for it in items:
+        name, sep, path = it.partition("=")
+        if not sep or not name or not path:
+            raise WrpBindingError(f"--input {it!r} is not NAME=FILE.npy")
+        out.append((name, Path(path)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Statistics and comparison
+# ---------------------------------------------------------------------------
+
+
+def _num(x):
+    if x is None:
+        return None
+    if isinstance(x, (np.bool_, bool)):
+        return int(x)
+    if isinstance(x, (np.integer, int)):
+        return int(x)
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+#: Elements per slice when summarizing or comparing outputs: the temporaries
+#: (float64 copies, masks) stay a few MiB however large a binding is.
+_SLICE = 1 << 20
+
+
+def _slices(n: int):
+    for i in range(0, n, _SLICE):
+        yield slice(i, min(i + _SLICE, n))
+
+
+def stats(arr: np.ndarray) -> dict:
+    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts.
+
+    Works through the array in slices, so a binding of any size costs little
+    memory beyond itself.
+    """
+    out = {"shape": list(arr.shape), "dtype": str(arr.dtype), "min": None, "max": None, "mean": None,
+           "nan": 0, "inf": 0}
+    if arr.dtype.names is not None or arr.dtype.kind == "V":
+        out["dtype"] = "struct" if arr.dtype.names is not None else str(arr.dtype)
+        return out
+    if arr.size == 0:
+        return out
+    a = arr.reshape(-1)
+    if a.dtype.kind == "f":
+        nan = inf = count = 0
+        total = 0.0
+        lo = hi = None
+        for sl in _slices(a.size):
+            c = a[sl]
+            finite = np.isfinite(c)
+            n_nan = int(np.isnan(c).sum())
+            nan += n_nan
+            inf += c.size - int(finite.sum()) - n_nan
+            f = c[finite]
+            if f.size:
+                cmin, cmax = f.min(), f.max()
+                lo = cmin if lo is None or cmin < lo else lo
+                hi = cmax if hi is None or cmax > hi else hi
+                total += float(f.sum(dtype=np.float64))
+                count += f.size
+        out["nan"], out["inf"] = nan, inf
+        if count:
+            out["min"], out["max"], out["mean"] = _num(lo), _num(hi), _num(total / count)
+        return out
+    # Integers and booleans: reductions that do not copy the array.
+    out["min"], out["max"] = _num(a.min()), _num(a.max())
+    out["mean"] = _num(a.mean(dtype=np.float64))
+    return out
+
+
+def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict:
+    """Compare one binding with its golden value.
+
+    Returns:
+        ``{"ok", "max_abs", "max_rel", "reason"}``; integer and struct
+        data compare exactly, floats with ``|got - want| <= atol + rtol*|want|``
+        (NaNs equal NaNs).  Numbers are compared in slices, so the float64
+        temporaries stay small however large the binding is.
+    """
+    want = np.asarray(want)
+    res = {"ok": True, "max_abs": 0.0, "max_rel": 0.0, "reason": None}
+    if got.dtype == np.uint8 and want.dtype != np.uint8:
+        got = _typed_as(got, want)  # untyped binding: compare as the golden's type
+    if want.dtype != got.dtype:
+        if want.nbytes == got.nbytes and (got.dtype == np.uint8 or got.dtype.names is not None
+                                          or want.dtype.names is not None):
+            want = np.frombuffer(np.ascontiguousarray(want).tobytes(), dtype=got.dtype)
+        elif want.dtype.kind in "biuf" and got.dtype.kind in "biuf":
+            pass  # compare values numerically
+        else:
+            return {"ok": False, "max_abs": None, "max_rel": None,
+                    "reason": f"dtype {want.dtype} vs {got.dtype}"}
+    if want.shape != got.shape:
+        if want.size == got.size:
+            want = want.reshape(got.shape)
+        else:
+            return {"ok": False, "max_abs": None, "max_rel": None,
+                    "reason": f"shape {tuple(want.shape)} vs {tuple(got.shape)}"}
+    if got.dtype.names is not None or got.dtype.kind == "V":
+        same = np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
+        res["ok"] = same
+        res["max_abs"] = res["max_rel"] = None
+        if not same:
+            res["reason"] = "struct bytes differ"
+        return res
+    if got.size == 0:
+        return res
+    g_all, w_all = got.reshape(-1), want.reshape(-1)
+    exact = got.dtype.kind in "biu" and want.dtype.kind in "biu"
+    ok, max_abs, max_rel = True, 0.0, 0.0
+    for sl in _slices(g_all.size):
+        if exact:
+            c_ok, c_abs, c_rel = _compare_exact(g_all[sl], w_all[sl])
+        else:
+            c_ok, c_abs, c_rel = _compare_close(g_all[sl], w_all[sl], rtol, atol)
+        ok, max_abs, max_rel = ok and c_ok, max(max_abs, c_abs), max(max_rel, c_rel)
+    res["ok"], res["max_abs"], res["max_rel"] = ok, max_abs, max_rel
+    return res
+
+
+def _compare_exact(got, want):
+    """Integers: equal or not; the differences are reported as floats."""
+    g = got.astype(np.int64) if got.dtype != np.uint64 else got
+    w = want.astype(np.int64) if want.dtype != np.uint64 else want
+    diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
+    denom = np.abs(w.astype(np.float64))
+    rel = np.divide(diff, denom, out=np.zeros_like(diff), where=denom > 0)
+    rel[(denom == 0) & (diff > 0)] = np.inf
+    return bool(np.array_equal(got, want)), float(diff.max()), float(rel.max())
+
+
+def _compare_close(got, want, rtol, atol):
+    with np.errstate(invalid="ignore", over="ignore"):
+        g = got.astype(np.float64)
+        w = want.astype(np.float64)
+    both_nan = np.isnan(g) & np.isnan(w)
+    same_inf = np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(g - w)
+    diff[both_nan | same_inf] = 0.0
+    diff[np.isnan(diff)] = np.inf
+    denom = np.abs(w)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1.0), np.where(diff > 0, np.inf, 0.0))
+    ok = diff <= atol + rtol * np.where(np.isfinite(denom), denom, 0.0)
+    return bool(ok.all()), float(diff.max()), float(rel.max())
+
+
+def _timing_summary(values) -> dict | None:
+    if not values:
+        return None
+    v = sorted(values)
+    n = len(v)
+    median = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+    return {"min": v[0], "median": median, "max": v[-1], "mean": sum(v) / n, "count": n}
+
+
+# ---------------------------------------------------------------------------
+# Engines
+# ---------------------------------------------------------------------------
+
+
+class _Progress:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, enabled: bool, total: int, label: str):
+        self.bar = None
+        self.task = None
+        if enabled and total >= PROGRESS_THRESHOLD:
+            from rich.console import Console  # noqa: PLC0415
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # noqa: PLC0415
+
+            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+            self.task = self.bar.add_task(label, total=total)
+
+    def __enter__(self):
+        if self.bar is not None:
+            self.bar.__enter__()
+        return self
+
+    def advance(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool) -> tuple:
+    """Replay in-process. Returns ``(results, host_ms, device_ms or None)``."""
+    from ..run import runtime  # noqa: PLC0415
+
+    wp = _quiet_warp()
+    prog = runtime.load_prepared(prep, device)
+    for name, arr in inputs.items():
+        prog.set(name, arr)
+    graph, launch = prog.graph, wp.capture_launch
+    is_cuda = prog.device.is_cuda
+    host_ms, device_ms = [], []
+    perf = time.perf_counter
+    chunk = max(1, (warmup + repeat) // 200)
+    try:
+        with _Progress(progress, warmup + repeat, "replaying") as bar:
+            for i in range(warmup):
+                launch(graph)
+                if (i + 1) % chunk == 0:
+                    bar.advance(chunk)
+            if is_cuda:
+                wp.synchronize_device(prog.device)
+                stream = prog.device.stream  # capture_launch's stream
+                start = wp.Event(prog.device, enable_timing=True)
+                end = wp.Event(prog.device, enable_timing=True)
+                for i in range(repeat):
+                    t0 = perf()
+                    stream.record_event(start)
+                    launch(graph)
+                    stream.record_event(end)
+                    wp.synchronize_device(prog.device)
+                    host_ms.append((perf() - t0) * 1e3)
+                    device_ms.append(float(wp.get_event_elapsed_time(start, end)))
+                    if (i + 1) % chunk == 0:
+                        bar.advance(chunk)
+            else:
+                for i in range(repeat):
+                    t0 = perf()
+                    launch(graph)
+                    host_ms.append((perf() - t0) * 1e3)
+                    if (i + 1) % chunk == 0:
+                        bar.advance(chunk)
+    except RuntimeError as e:
+        raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
+    results = {name: prog.get(name) for name in prep.sizes}
+    return results, host_ms, (device_ms if is_cuda else None)
+
+
+def find_native() -> Path:
+    """Path of the ``wrp-replay`` executable.
+
+    Looked for, in order: ``$WRP_REPLAY``, next to the Python executable,
+    on ``PATH``, in ``wrpkit/_native/bin/``.
+
+    Raises:
+        WrpError: It is not built or installed.
+    """
+    exe = NATIVE_EXE + (".exe" if os.name == "nt" else "")
+    candidates = []
+    env = os.environ.get("WRP_REPLAY")
+    if env:
+        candidates.append(Path(env))
+    candidates.append(Path(sys.executable).parent / exe)
+    which = shutil.which(exe)
+    if which:
+        candidates.append(Path(which))
+    candidates.append(Path(__file__).resolve().parent / "_native" / "bin" / exe)
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return c
+    raise WrpError(
+        f"the native replayer `{NATIVE_EXE}` is not built or installed (looked next to {sys.executable}, on PATH "
+        f"and in wrpkit/_native/bin/)",
+        hint="Install wrpkit with `pip install .` from the source tree, which builds it with CMake, "
+             "or use --engine python.")
+
+
+def _typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
+    """Reinterpret a native engine output per the binding's signature."""
+    from ..formats import annotations as ann  # noqa: PLC0415
+
+    raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    if raw.nbytes == size:
+        if sig is None:
+            return raw.copy()
+        return np.array(ann.view_region(raw, sig), copy=True)
+    if sig is not None and arr.shape == sig.numpy_shape():
+        return np.asarray(arr)
+    return np.asarray(arr)
+
+
+def _typed_as(raw: np.ndarray, hint) -> np.ndarray:
+    """``raw`` bytes viewed with the dtype and shape of ``hint`` when the byte sizes agree."""
+    if hint is None:
+        return raw
+    hint = np.asarray(hint)
+    if hint.dtype.hasobject or hint.nbytes != raw.nbytes or raw.dtype != np.uint8:
+        return raw
+    try:
+        return np.ascontiguousarray(raw).view(hint.dtype).reshape(hint.shape)
+    except (ValueError, TypeError):
+        return raw
+
+
+def _native_timings(report: dict) -> list | None:
+    """Per-replay host times in ms from ``wrp-replay --json`` (``timings.replays_ms``)."""
+    t = report.get("timings") if isinstance(report, dict) else None
+    if not isinstance(t, dict):
+        return None
+    v = t.get("replays_ms")
+    if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
+        return [float(x) for x in v]
+    if isinstance(t.get("median_ms"), (int, float)):
+        return [float(t.get("min_ms", t["median_ms"])), float(t["median_ms"]), float(t.get("max_ms", t["median_ms"]))]
+    return None
+
+
+def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
+    from ..errors import WrpFormatError  # noqa: PLC0415
+
+    exe = find_native()
+    remaining = None
+    if watchdog is not None:
+        # From here on wrp-replay keeps the time (its own --timeout): this process must not be ended
+        # while its temporary directory exists or its child runs.
+        watchdog.disarm()
+        remaining = watchdog.remaining()
+    with tempfile.TemporaryDirectory(prefix="wrp-replay-") as d:
+        d = Path(d)
+        args = [os.fspath(exe), os.fspath(file), "--device", device, "--repeat", str(repeat),
+                "--warmup", str(warmup), "--json"]
+        if not verify_checksums:
+            args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
+        if remaining is not None:
+            args += ["--timeout", repr(remaining)]
+        for i, (name, arr) in enumerate(inputs.items()):
+            p = d / f"in{i}.npy"
+            np.save(p, np.ascontiguousarray(arr), allow_pickle=False)
+            args += ["--input", f"{name}={p}"]
+        outs = {}
+        for i, name in enumerate(prep.sizes):
+            p = d / f"out{i}.npy"
+            outs[name] = p
+            args += ["--output", f"{name}={p}"]
+        env = dict(os.environ)
+        if not env.get("WRP_WARP_LIB_DIR"):
+            # the warp-lang this Python uses (warp.so, warp-clang.so)
+            import warp  # noqa: PLC0415
+
+            env["WRP_WARP_LIB_DIR"] = os.path.join(os.path.dirname(warp.__file__), "bin")
+        t0 = time.perf_counter()
+        try:
+            # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
+            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env,
+                                  timeout=None if remaining is None else remaining + 30)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(args, EXIT_TIMEOUT, "", "")
+        except OSError as e:
+            raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        report = {}
+        try:
+            report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        except json.JSONDecodeError:
+            report = {}
+        if proc.returncode == EXIT_TIMEOUT and watchdog is not None:
+            raise WrpTimeoutError(timeout_message(watchdog.seconds), hint=TIMEOUT_HINT)
+        if proc.returncode != 0:
+            msg = report.get("error") if isinstance(report, dict) else None
+            if not msg:
+                msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
+            msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
+            cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
+            raise cls(msg, hint="Rerun with --engine python to compare.")
+        results = {}
+        for name, p in outs.items():
+            if not p.is_file():
+                raise WrpRuntimeError(f"{NATIVE_EXE} did not write binding {name!r}")
+            arr = load_npy(p, "native engine output")
+            results[name] = _typed_like(arr, prep.sizes[name], prep.signature.get(name))
+    host = _native_timings(report) or [wall_ms / max(1, repeat)]
+    return results, host, None
+
+
+# ---------------------------------------------------------------------------
+# Output
+# ---------------------------------------------------------------------------
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.6g}"
+
+
+def _print_report(report: dict) -> None:
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    con = Console(highlight=False)
+    t = report["timings"]
+    tt = Table(title=f"{report['file']} on {report['device']} ({report['engine']} engine, "
+                     f"{report['repeat']} replays, {report['warmup']} warmup)", title_justify="left")
+    for c in ("time per replay", "min", "median", "max"):
+        tt.add_column(c, justify="right" if c != "time per replay" else "left")
+    for key, label in (("host_ms", "host wall (ms)"), ("device_ms", "device (ms)")):
+        s = t.get(key)
+        if s:
+            tt.add_row(label, _fmt(s["min"]), _fmt(s["median"]), _fmt(s["max"]))
+    con.print(tt)
+    ot = Table(title="outputs", title_justify="left")
+    for c in ("binding", "shape", "dtype", "min", "max", "mean", "NaN", "Inf"):
+        ot.add_column(c, justify="left" if c in ("binding", "shape", "dtype") else "right")
+    for name, s in report["outputs"].items():
+        ot.add_row(name, str(tuple(s["shape"])), s["dtype"], _fmt(s["min"]), _fmt(s["max"]), _fmt(s["mean"]),
+                   str(s["nan"]), str(s["inf"]))
+    con.print(ot)
+    chk = report.get("check")
+    if chk:
+        ct = Table(title=f"check against {chk['golden']} (rtol={chk['rtol']:g}, atol={chk['atol']:g})",
+                   title_justify="left")
+        for c in ("binding", "result", "max abs err", "max rel err", "note"):
+            ct.add_column(c)
+        for name, r in chk["bindings"].items():
+            ct.add_row(name, "[green]ok[/]" if r["ok"] else "[bold red]MISMATCH[/]", _fmt(r["max_abs"]),
+                       _fmt(r["max_rel"]), r.get("reason") or "")
+        con.print(ct)
+        con.print("[green]check passed[/]" if chk["ok"] else "[bold red]check failed[/]")
+    if report.get("output"):
+        con.print(f"wrote {report['output']}")
+
+
+def _json_safe(obj):
+    """Non-finite floats (an infinite relative error) become null: the JSON stays standard."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _savez_bytes(results: dict) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **results)
+    return buf.getvalue()
+
+
+# ---------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------
+
+
+def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=(), output=None, repeat: int = 1,
+                warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
+                as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
+                timeout: float | None = None) -> tuple:
+    """Everything ``wrp replay`` does, minus printing.
+
+    ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
+
+    ``timeout`` (seconds) bounds the wall time of preparing, loading and
+    replaying: when it runs out, the process prints an ``error:`` line and
+    ends at once with exit status 124 (``os._exit``: Warp's native code cannot
+    be interrupted otherwise), before anything is written.  Meant for the
+    command line; a library caller loses its process.
+
+    Returns:
+        ``(report, ok)``: the JSON-able report and whether the check passed.
+
+    Raises:
+        WrpError: Any problem found before or while replaying; nothing is
+            written in that case.
+    """
+    from ..run import runtime  # noqa: PLC0415
+    from ..fileio import atomic_write, check_output_path  # noqa: PLC0415
+
+    file = Path(file)
+    watchdog = _Watchdog(timeout) if timeout is not None else None
+    try:
+        prep = runtime.prepare(file, verify_checksums=verify_checksums)
+    except BaseException:
+        if watchdog is not None:
+            watchdog.disarm()
+        raise
+    try:
+        runtime.check_runnable(prep.model, device, warp_version=_quiet_warp().config.version, what=str(file))
+        if engine == "python":
+            runtime.resolve_device(device)
+
+        # inputs
+        raw_inputs = {}
+        sources = [file]
+        if inputs_npz is not None:
+            sources.append(Path(inputs_npz))
+            raw_inputs.update(load_npz(Path(inputs_npz)))
+        for name, p in _parse_items(input_items):
+            sources.append(p)
+            raw_inputs[name] = load_npy(p)
+        inputs = {}
+        for name, value in raw_inputs.items():
+            if name not in prep.sizes:
+                raise runtime.unknown_binding(name, prep.sizes)
+            inputs[name] = runtime.coerce_input(name, value, prep.sizes[name], prep.signature.get(name))
+
+        golden_arrays = None
+        if golden is not None:
+            sources.append(Path(golden))
+            golden_arrays = load_npz(Path(golden), "golden file")
+            for name in golden_arrays:
+                if name not in prep.sizes:
+                    raise runtime.unknown_binding(name, prep.sizes)
+        if output is not None:
+            output = check_output_path(output, sources)
+            if output.exists() and output.is_dir():
+                raise WrpError(f"output {output} is a directory")
+
+        if engine == "native":
+            results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums,
+                                                      watchdog)
+        else:
+            results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json)
+    finally:
+        if watchdog is not None:
+            watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
+        for k in prep._keep:
+            with contextlib.suppress(Exception):
+                k.close()
+
+    # Bindings without a signature come back as raw bytes; type them like the
+    # input or golden array given for them when the sizes agree.
+    for name, arr in list(results.items()):
+        if prep.signature.get(name) is None:
+            hint = raw_inputs.get(name)
+            if hint is None and golden_arrays is not None:
+                hint = golden_arrays.get(name)
+            results[name] = _typed_as(arr, hint)
+
+    outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
+    report = {
+        "file": str(file),
+        "device": device,
+        "engine": engine,
+        "warp_version": prep.model.warp_version,
+        "repeat": repeat,
+        "warmup": warmup,
+        "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
+        "outputs": {n: stats(results[n]) for n in outputs},
+        "check": None,
+        "output": None,
+        "ok": True,
+    }
+    ok = True
+    if golden_arrays is not None:
+        per = {n: compare(results[n], w, rtol, atol) for n, w in golden_arrays.items()}
+        ok = all(r["ok"] for r in per.values())
+        report["check"] = {"golden": str(golden), "rtol": rtol, "atol": atol, "ok": ok, "bindings": per}
+        report["ok"] = ok
+    if output is not None:
+        atomic_write(output, [_savez_bytes(results)])
+        report["output"] = str(output)
+    return report, ok
+
+
+@click.command("replay")
+@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N (the capture's device family).")
+@click.option("--inputs", "inputs_npz", type=click.Path(path_type=Path), metavar="IN.npz",
+              help="Inputs keyed by binding name.")
+@click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy", help="One input (repeatable).")
+@click.option("--output", "output", type=click.Path(path_type=Path), metavar="OUT.npz",
+              help="Write every binding after the last replay.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Timed replays.")
+@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Untimed replays first.")
+@click.option("--check", "golden", type=click.Path(path_type=Path), metavar="GOLDEN.npz",
+              help="Compare bindings with a golden .npz; exit 1 on mismatch.")
+@click.option("--rtol", type=click.FloatRange(min=0), default=1e-5, show_default=True)
+@click.option("--atol", type=click.FloatRange(min=0), default=1e-6, show_default=True)
+@click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+@click.option("--no-verify", is_flag=True, help="For a .wrpk: skip blob checksums (trusted files only).")
+@click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
+              help="Give up when loading and replaying take longer than SECONDS of wall time (fractional "
+                   "allowed): exit 124, nothing written. Bounds WHILE loops that do not end.")
+@click.pass_context
+def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
+           no_verify, timeout):
+    """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
+
+    \b
+    Inputs are keyed by binding name; each must hold exactly the binding's
+    bytes, with the recorded dtype when the file has a typed signature.
+    Exit codes: 0 ok; 1 check mismatch or replay failure; 2 bad input;
+    3 invalid, incomplete or incompatible file; 124 --timeout ran out.
+
+    \b
+    Examples:
+      wrp replay sim.wrp --inputs in.npz --output out.npz
+      wrp replay sim.wrp --repeat 1000 --warmup 10 --json
+      wrp replay sim.wrp --inputs in.npz --check expected.npz --rtol 1e-6
+      wrp replay untrusted.wrp --timeout 10 --output out.npz
+    """
+    try:
+        # With --json, stdout carries exactly one JSON object: anything printed
+        # on the way (Warp's messages) goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
+                                     atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout)
+    except WrpError as e:
+        _report(e)
+        ctx.exit(e.exit_code)
+        return
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        ctx.exit(130)
+        return
+    except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        raise
+    except Exception as e:  # noqa: BLE001  (no tracebacks for users; WRP_DEBUG=1 shows them)
+        if os.environ.get("WRP_DEBUG"):
+            raise
+        click.echo(f"error: internal error: {type(e).__name__}: {e}", err=True)
+        click.echo("hint: rerun with WRP_DEBUG=1 for a traceback and report it", err=True)
+        ctx.exit(70)
+        return
+    if as_json:
+        click.echo(json.dumps(_json_safe(report), indent=2, allow_nan=False))
+    else:
+        _print_report(report)
+    if not ok:
+        if not as_json:
+            bad = [n for n, r in report["check"]["bindings"].items() if not r["ok"]]
+            click.echo(f"error: {len(bad)} binding(s) differ from {golden}: {', '.join(bad)}", err=True)
+        ctx.exit(1)
+
+
+__all__ = ["replay", "replay_file", "find_native", "compare", "stats", "load_npz", "load_npy"]

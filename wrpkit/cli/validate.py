@@ -1,0 +1,53 @@
+"""``wrp validate``: every structural rule, exit 0 when valid and 3 with every problem listed."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..errors import WrpError
+from .output import console, dump_json, stderr_console
+
+
+@click.command()
+@click.argument("file", type=click.Path(dir_okay=True))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
+def validate(file, as_json, no_verify):
+    """Check a capture's structure: every rule Warp's loader applies, plus wrpkit's.
+
+    \b
+    Checks the byte layout, that every region referenced by an op, relocation,
+    binding, mesh or pointer location exists and every byte range fits inside
+    its region, that binding names are unique, that nested bodies are well
+    formed, and that every module file is present and non-empty.
+    Exit 0 when valid; 3 with every problem listed otherwise.
+    """
+    from ..formats.container import open_capture  # noqa: PLC0415
+    from ..checks.validate import validate_capture  # noqa: PLC0415
+
+    try:
+        with open_capture(file, verify_checksums=not no_verify) as cap:
+            problems = validate_capture(cap)
+    except WrpError as e:
+        if not as_json:
+            raise
+        dump_json({"file": str(file), "valid": False, "problems": [{"where": "file", "message": str(e)}]})
+        sys.exit(e.exit_code)
+    errors = [p for p in problems if p.severity == "error"]
+    if as_json:
+        dump_json({"file": str(file), "valid": not errors,
+                    "problems": [{"where": p.where, "message": p.message, "offset": p.offset,
+                                  "severity": p.severity} for p in problems]})
+    else:
+        con = console()
+        for p in problems:
+            tag = "[red]error[/]" if p.severity == "error" else "[yellow]warning[/]"
+            con.print(f"{tag} {p}", highlight=False)
+        if errors:
+            stderr_console().print(f"[bold red]invalid:[/] {file}: {len(errors)} problem(s)")
+        else:
+            con.print(f"[green]valid:[/] {file}")
+    if errors:
+        sys.exit(3)

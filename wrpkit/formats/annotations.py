@@ -1,0 +1,742 @@
+"""wrpkit's annotations of a capture: typed binding signatures, kernel
+signatures and module digests.
+
+Warp records a binding as a bare region of bytes.  wrpkit adds what it knows
+at capture time in an ``Annotations`` FlatBuffer (``schema/wrp.fbs``, file
+identifier ``"WRPK"``), stored as raw bytes in :attr:`wrpkit.model.Program.annotations`
+(an extra WRP1 section that Warp's loader skips, or a field of a ``.wrpk``).
+
+This module maps that FlatBuffer to small frozen dataclasses
+(:class:`DataType`, :class:`ArraySignature`, ...), and maps data types to
+numpy (:func:`numpy_dtype`, :func:`element_layout`, :func:`view_region`) and
+from/to Warp (:func:`dtype_from_warp`, :func:`warp_dtype`).  Warp is imported
+only by the functions that take or return Warp types.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+
+class _LazyNumpy:
+    """numpy, imported on first use: reading annotations (``wrp inspect``) needs no numpy."""
+
+    def __getattr__(self, name):
+        import numpy  # noqa: PLC0415
+
+        return getattr(numpy, name)
+
+
+np = _LazyNumpy()
+
+from ..errors import WrpBindingError, WrpFormatError
+from .fbs.ScalarKind import ScalarKind as _SchemaScalarKind
+
+#: FlatBuffers file identifier of an Annotations buffer.
+FILE_IDENTIFIER = b"WRPK"
+
+
+#: Scalar kinds of Warp data types, taken from the schema so that the values cannot drift.
+ScalarKind = enum.IntEnum("ScalarKind", {k: v for k, v in vars(_SchemaScalarKind).items() if not k.startswith("_")})
+
+
+#: numpy dtype string of each scalar kind (little-endian: WRP1 is little-endian only).
+_SCALAR_CODES = {
+    ScalarKind.BOOL: "?", ScalarKind.INT8: "<i1", ScalarKind.UINT8: "<u1", ScalarKind.INT16: "<i2",
+    ScalarKind.UINT16: "<u2", ScalarKind.INT32: "<i4", ScalarKind.UINT32: "<u4", ScalarKind.INT64: "<i8",
+    ScalarKind.UINT64: "<u8", ScalarKind.FLOAT16: "<f2", ScalarKind.FLOAT32: "<f4", ScalarKind.FLOAT64: "<f8",
+}
+
+
+#: Byte size of each scalar kind (from its numpy type code, without importing numpy).
+SCALAR_SIZES = {k: 1 if code == "?" else int(code[2:]) for k, code in _SCALAR_CODES.items()}
+
+
+def strided_reach(shape, strides) -> tuple:
+    """``(lo, hi)``: byte offsets, relative to element 0, of the lowest and highest element of a
+    non-empty strided view (negative strides reach below element 0)."""
+    lo = hi = 0
+    for d, st in zip(shape, strides):
+        span = (d - 1) * st
+        if span < 0:
+            lo += span
+        else:
+            hi += span
+    return lo, hi
+
+
+@functools.lru_cache(maxsize=None)
+def scalar_numpy() -> dict:
+    """``{ScalarKind: numpy dtype}`` (built on first use, so that importing this module needs no numpy)."""
+    return {k: np.dtype(code) for k, code in _SCALAR_CODES.items()}
+
+#: Warp scalar type name of each scalar kind.
+SCALAR_NAMES = {
+    ScalarKind.BOOL: "bool",
+    ScalarKind.INT8: "int8",
+    ScalarKind.UINT8: "uint8",
+    ScalarKind.INT16: "int16",
+    ScalarKind.UINT16: "uint16",
+    ScalarKind.INT32: "int32",
+    ScalarKind.UINT32: "uint32",
+    ScalarKind.INT64: "int64",
+    ScalarKind.UINT64: "uint64",
+    ScalarKind.FLOAT16: "float16",
+    ScalarKind.FLOAT32: "float32",
+    ScalarKind.FLOAT64: "float64",
+}
+_KIND_BY_NAME = {v: k for k, v in SCALAR_NAMES.items()}
+
+
+# ---------------------------------------------------------------------------
+# The dataclasses
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StructField:
+    """One field of a ``@wp.struct`` element type."""
+
+    name: str
+    offset: int
+    type: "DataType"
+
+
+@dataclass(frozen=True)
+class DataType:
+    """The element type of an array or of a struct field.
+
+    Attributes:
+        name: Warp's name: ``"float32"``, ``"vec3f"``, ``"mat33d"``,
+            ``"transformf"``, or a struct's qualified name.
+        scalar: The :class:`ScalarKind` of a scalar, vector, matrix,
+            quaternion or transform; ``UNKNOWN`` for structs.
+        shape: ``()`` for scalars, ``(n,)`` for vectors, quaternions and
+            transforms, ``(rows, cols)`` for matrices.
+        size: Byte size of one element.
+        fields: Struct fields in declaration order; empty unless a struct.
+    """
+
+    name: str
+    scalar: int = ScalarKind.UNKNOWN
+    shape: tuple = ()
+    size: int = 0
+    fields: tuple = ()
+
+    @property
+    def is_struct(self) -> bool:
+        return bool(self.fields)
+
+    @property
+    def is_scalar(self) -> bool:
+        return self.scalar != ScalarKind.UNKNOWN and not self.shape
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class ArraySignature:
+    """The typed view of one binding: what ``Program.run`` returns for it.
+
+    Attributes:
+        name: Binding name.
+        dtype: Element type.
+        shape: Array shape, outermost first.
+        strides: Byte strides, outermost first.
+        byte_offset: Byte offset of element 0 inside the binding's region.
+        is_input: Bound through ``inputs=``.
+        is_output: Bound through ``outputs=``.
+    """
+
+    name: str
+    dtype: DataType
+    shape: tuple
+    strides: tuple
+    byte_offset: int = 0
+    is_input: bool = False
+    is_output: bool = False
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def is_contiguous(self) -> bool:
+        expected = self.dtype.size
+        for d, s in zip(reversed(self.shape), reversed(self.strides)):
+            if d > 1 and s != expected:
+                return False
+            expected *= d
+        return True
+
+    def extent(self) -> tuple:
+        """``(lowest, highest)`` byte offsets touched in the region, end exclusive."""
+        if self.size == 0:
+            return self.byte_offset, self.byte_offset
+        lo, hi = strided_reach(self.shape, self.strides)
+        return self.byte_offset + lo, self.byte_offset + hi + self.dtype.size
+
+    def numpy_shape(self) -> tuple:
+        """Shape of the numpy array: the array shape plus the element's trailing dims."""
+        return tuple(self.shape) + element_layout(self.dtype)[1]
+
+    def numpy_dtype(self) -> np.dtype:
+        """Scalar (or structured) numpy dtype of the numpy array."""
+        return element_layout(self.dtype)[0]
+
+
+@dataclass(frozen=True)
+class KernelArgument:
+    """One argument of a kernel, as declared in Python."""
+
+    name: str
+    type: str
+    value_size: int = 0
+    dtype: Optional[DataType] = None
+    ndim: int = 0
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    """A kernel's argument list."""
+
+    kernel_key: str
+    module_hash: str
+    arguments: tuple = ()
+
+
+@dataclass(frozen=True)
+class ModuleDigest:
+    """SHA-256 of one module file."""
+
+    binary_filename: str
+    sha256: bytes
+    size: int
+
+    @classmethod
+    def of(cls, binary_filename: str, data) -> "ModuleDigest":
+        mv = memoryview(data)
+        return cls(binary_filename, hashlib.sha256(mv).digest(), mv.nbytes)
+
+    def matches(self, data) -> bool:
+        mv = memoryview(data)
+        return mv.nbytes == self.size and hashlib.sha256(mv).digest() == self.sha256
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """Everything wrpkit records about a capture beyond Warp's own records."""
+
+    producer: str = ""
+    signature: tuple = ()
+    kernel_signatures: tuple = ()
+    module_digests: tuple = field(default=())
+
+    def signature_map(self) -> dict:
+        """``{binding name: ArraySignature}``."""
+        return {s.name: s for s in self.signature}
+
+    def digest_map(self) -> dict:
+        """``{binary_filename: ModuleDigest}``."""
+        return {d.binary_filename: d for d in self.module_digests}
+
+    def kernel_signature(self, module_hash: str, kernel_key: str) -> Optional[KernelSignature]:
+        for k in self.kernel_signatures:
+            if k.module_hash == module_hash and k.kernel_key == kernel_key:
+                return k
+        return None
+
+
+# ---------------------------------------------------------------------------
+# numpy mapping
+# ---------------------------------------------------------------------------
+
+
+def element_layout(dt: DataType) -> tuple:
+    """``(numpy dtype, trailing dims)`` of one element.
+
+    Scalars map to their numpy scalar dtype with no trailing dims; vectors,
+    quaternions, transforms and matrices to their scalar dtype with trailing
+    dims ``(n,)`` or ``(rows, cols)`` (as ``wp.array.numpy()`` returns them);
+    structs to a structured dtype laid out like the C struct.
+
+    Raises:
+        WrpFormatError: The data type is not representable.
+    """
+    if dt.fields:
+        return numpy_dtype(dt), ()
+    if dt.scalar != ScalarKind.UNKNOWN:
+        base = scalar_numpy().get(dt.scalar)
+        if base is None:
+            raise WrpFormatError(f"data type {dt.name!r} has an unknown scalar kind {dt.scalar}")
+        return base, tuple(int(d) for d in dt.shape)
+    return numpy_dtype(dt), ()
+
+
+def numpy_dtype(dt: DataType) -> np.dtype:
+    """The numpy dtype of one element, as a single dtype.
+
+    Vectors and matrices become subarray dtypes (``('<f4', (3,))``), which
+    numpy expands into trailing dims when an array is built with them; structs
+    become structured dtypes equal to Warp's ``Struct.numpy_dtype()``.
+
+    Raises:
+        WrpFormatError: The data type is not representable.
+    """
+    if dt.fields:
+        names, formats, offsets = [], [], []
+        for f in dt.fields:
+            names.append(f.name)
+            formats.append(numpy_dtype(f.type))
+            offsets.append(int(f.offset))
+        try:
+            return np.dtype({"names": names, "formats": formats, "offsets": offsets, "itemsize": int(dt.size)})
+        except (ValueError, TypeError) as e:
+            raise WrpFormatError(f"struct data type {dt.name!r} has an impossible layout: {e}") from None
+    if dt.scalar != ScalarKind.UNKNOWN:
+        base = scalar_numpy().get(dt.scalar)
+        if base is None:
+            raise WrpFormatError(f"data type {dt.name!r} has an unknown scalar kind {dt.scalar}")
+        if dt.shape:
+            return np.dtype((base, tuple(int(d) for d in dt.shape)))
+        return base
+    if dt.name == "bfloat16" and dt.size == 2:
+        return np.dtype("<u2")  # as wp.array.numpy() returns bfloat16
+    if dt.size <= 0:
+        raise WrpFormatError(f"data type {dt.name!r} has no size")
+    return np.dtype(f"V{int(dt.size)}")
+
+
+def dtype_matches(sig_dtype: DataType, arr_dtype: np.dtype) -> bool:
+    """Whether a numpy array of ``arr_dtype`` can be given for elements of ``sig_dtype``.
+
+    Scalars, vectors and matrices need the same scalar dtype (byte order
+    included); structs need a structured dtype of the same size and field names.
+    """
+    base, _ = element_layout(sig_dtype)
+    arr_dtype = np.dtype(arr_dtype)
+    if base.names is not None:
+        return arr_dtype.itemsize == base.itemsize and (arr_dtype.names is None or arr_dtype.names == base.names)
+    if arr_dtype.subdtype is not None:
+        arr_dtype = arr_dtype.subdtype[0]
+    return arr_dtype == base
+
+
+def view_region(region: np.ndarray, sig: ArraySignature) -> np.ndarray:
+    """A typed, shaped view of a binding's region bytes per its signature.
+
+    Args:
+        region: A 1-D ``uint8`` array holding the whole region.
+        sig: The binding's signature.
+
+    Returns:
+        A view (no copy) with ``sig.numpy_shape()`` and ``sig.numpy_dtype()``
+        that respects ``byte_offset`` and ``strides``.
+
+    Raises:
+        WrpBindingError: The signature does not fit the region.
+    """
+    check_fits(sig, region.nbytes)
+    base, trailing = element_layout(sig.dtype)
+    inner = []
+    step = base.itemsize
+    for d in reversed(trailing):
+        inner.append(step)
+        step *= d
+    strides = tuple(int(s) for s in sig.strides) + tuple(reversed(inner))
+    shape = tuple(int(d) for d in sig.shape) + trailing
+    if sig.size == 0:
+        return np.empty(shape, dtype=base)
+    return np.ndarray(shape, dtype=base, buffer=region, offset=int(sig.byte_offset), strides=strides)
+
+
+def check_fits(sig: ArraySignature, region_size: int) -> None:
+    """Raise WrpBindingError when the signature's bytes lie outside a region of ``region_size`` bytes."""
+    if len(sig.shape) != len(sig.strides):
+        raise WrpBindingError(f"signature of {sig.name!r} has {len(sig.shape)} dims but {len(sig.strides)} strides")
+    if any(d < 0 for d in sig.shape):
+        raise WrpBindingError(f"signature of {sig.name!r} has a negative dimension {tuple(sig.shape)}")
+    lo, hi = sig.extent()
+    if lo < 0 or hi > region_size:
+        raise WrpBindingError(
+            f"signature of {sig.name!r} (shape {tuple(sig.shape)}, strides {tuple(sig.strides)}, "
+            f"offset {sig.byte_offset}) spans bytes [{lo}, {hi}) but its region has {region_size} bytes",
+            hint="The annotations do not describe this file; recapture it with wrpkit.")
+
+
+# ---------------------------------------------------------------------------
+# Warp mapping (imports Warp)
+# ---------------------------------------------------------------------------
+
+
+def _kind_of_numpy(npd: np.dtype) -> int:
+    npd = np.dtype(npd)
+    for k, v in scalar_numpy().items():
+        if v.kind == npd.kind and v.itemsize == npd.itemsize:
+            return k
+    return ScalarKind.UNKNOWN
+
+
+def _dtype_from_ctype(ctype, name: str) -> DataType:
+    """DataType of a plain ctypes type (the array_t/indexedarray_t fields of structs)."""
+    import ctypes  # noqa: PLC0415
+
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
+        fields = []
+        for fname, ftype in ctype._fields_:
+            off = getattr(ctype, fname).offset
+            fields.append(StructField(fname, off, _dtype_from_ctype(ftype, fname)))
+        return DataType(name, ScalarKind.UNKNOWN, (), ctypes.sizeof(ctype), tuple(fields))
+    if isinstance(ctype, type) and issubclass(ctype, ctypes.Array):
+        inner = _dtype_from_ctype(ctype._type_, name)
+        if inner.fields or inner.shape:
+            # arrays of structs / nested arrays: keep them opaque
+            return DataType(f"{inner.name}[{ctype._length_}]", ScalarKind.UNKNOWN, (), ctypes.sizeof(ctype))
+        return DataType(f"{inner.name}[{ctype._length_}]", inner.scalar, (ctype._length_,), ctypes.sizeof(ctype))
+    if ctype is ctypes.c_void_p:
+        return DataType("uint64", ScalarKind.UINT64, (), 8)
+    kind = _kind_of_numpy(np.dtype(ctype))
+    return DataType(SCALAR_NAMES.get(kind, name), kind, (), ctypes.sizeof(ctype))
+
+
+def _warp_name(t) -> str:
+    from warp._src import types as wt  # noqa: PLC0415
+
+    name = getattr(t, "__name__", None)
+    if name in (None, "vec_t", "mat_t", "quat_t", "transform_t"):
+        return wt.type_repr(t)
+    return name
+
+
+def dtype_from_warp(t) -> DataType:
+    """The DataType of a Warp element type.
+
+    Args:
+        t: A Warp scalar type (``wp.float32``), vector, matrix, quaternion,
+            transform or spatial type, a ``@wp.struct``, or an array type
+            (as found among struct fields).
+
+    Raises:
+        TypeError: ``t`` is not a Warp data type.
+    """
+    import warp as wp  # noqa: PLC0415
+    from warp._src import codegen  # noqa: PLC0415
+    from warp._src import types as wt  # noqa: PLC0415
+
+    if t is float:
+        t = wp.float32
+    elif t is int:
+        t = wp.int32
+    elif t is bool:
+        t = wp.bool
+    if isinstance(t, codegen.Struct):
+        qual = getattr(getattr(t, "cls", None), "__qualname__", None) or t.key
+        mod = getattr(getattr(t, "cls", None), "__module__", None)
+        name = f"{mod}.{qual}" if mod else qual
+        fields = []
+        for fname, var in t.vars.items():
+            off = getattr(t.ctype, fname).offset
+            fields.append(StructField(fname, off, _field_dtype(var.type)))
+        return DataType(name, ScalarKind.UNKNOWN, (), wt.type_size_in_bytes(t), tuple(fields))
+    if wt.is_array(t):
+        raise TypeError(f"{wt.type_repr(t)} is an array type, not an element type")
+    if hasattr(t, "_wp_scalar_type_") and hasattr(t, "_shape_"):
+        scalar = dtype_from_warp(t._wp_scalar_type_)
+        return DataType(_warp_name(t), scalar.scalar, tuple(int(d) for d in t._shape_), wt.type_size_in_bytes(t))
+    if t in wt.warp_type_to_np_dtype:
+        name = t.__name__
+        if name == "handle":
+            return DataType("handle", ScalarKind.UINT64, (), 8)
+        if name == "bfloat16":
+            return DataType("bfloat16", ScalarKind.UNKNOWN, (), 2)
+        return DataType(name, _KIND_BY_NAME[name], (), wt.type_size_in_bytes(t))
+    raise TypeError(f"{t!r} is not a Warp data type")
+
+
+def _field_dtype(t) -> DataType:
+    """DataType of a struct field: element types, or the C layout of array fields."""
+    from warp._src import types as wt  # noqa: PLC0415
+
+    if wt.is_array(t):
+        if isinstance(t, wt.indexedarray):
+            ctype = wt.indexedarray_t
+        elif hasattr(wt, "fabricarray") and isinstance(t, (wt.fabricarray, getattr(wt, "indexedfabricarray", ()))):
+            ctype = wt.fabricarray_t if isinstance(t, wt.fabricarray) else wt.indexedfabricarray_t
+        else:
+            ctype = wt.array_t
+        return _dtype_from_ctype(ctype, wt.type_repr(t))
+    return dtype_from_warp(t)
+
+
+def warp_dtype(dt: DataType):
+    """The Warp element type of a DataType, or None for structs and opaque types."""
+    import warp as wp  # noqa: PLC0415
+    from warp._src import types as wt  # noqa: PLC0415
+
+    if dt.fields:
+        return None
+    if dt.name == "bfloat16":
+        return getattr(wt, "bfloat16", None)
+    known = getattr(wt, dt.name, None)
+    if isinstance(known, type) and known in wt.warp_type_to_np_dtype and not dt.shape:
+        if dt.name == "handle":
+            return wp.uint64
+        return known
+    if isinstance(known, type) and hasattr(known, "_shape_") and tuple(known._shape_) == tuple(dt.shape):
+        return known
+    if dt.scalar == ScalarKind.UNKNOWN:
+        return None
+    scalar = getattr(wt, SCALAR_NAMES[ScalarKind(dt.scalar)])
+    if not dt.shape:
+        return scalar
+    if dt.name.startswith("quat") and len(dt.shape) == 1:
+        return wt.quaternion(dtype=scalar)
+    if dt.name.startswith("transform") and len(dt.shape) == 1:
+        return wt.transformation(dtype=scalar)
+    if len(dt.shape) == 1:
+        return wt.vector(length=int(dt.shape[0]), dtype=scalar)
+    if len(dt.shape) == 2:
+        return wt.matrix(shape=tuple(int(d) for d in dt.shape), dtype=scalar)
+    return None
+
+
+def signature_of_array(name: str, arr, byte_offset: int = 0, is_input: bool = False,
+                       is_output: bool = False) -> ArraySignature:
+    """The ArraySignature of a ``wp.array`` (its element type, shape and byte strides).
+
+    Args:
+        name: Binding name.
+        arr: The array (a view or a whole allocation).
+        byte_offset: Offset of ``arr``'s first element in its base allocation.
+    """
+    return ArraySignature(
+        name=name,
+        dtype=dtype_from_warp(arr.dtype),
+        shape=tuple(int(d) for d in arr.shape),
+        strides=tuple(int(s) for s in arr.strides),
+        byte_offset=int(byte_offset),
+        is_input=bool(is_input),
+        is_output=bool(is_output),
+    )
+
+
+# ---------------------------------------------------------------------------
+# FlatBuffers codec
+# ---------------------------------------------------------------------------
+
+
+def _pack_dtype(dt: DataType):
+    from .fbs.DataType import DataTypeT  # noqa: PLC0415
+    from .fbs.StructField import StructFieldT  # noqa: PLC0415
+
+    t = DataTypeT()
+    t.name = dt.name
+    t.scalar = int(dt.scalar)
+    t.shape = [int(d) for d in dt.shape]
+    t.size = int(dt.size)
+    if dt.fields:
+        t.fields = []
+        for f in dt.fields:
+            ft = StructFieldT()
+            ft.name = f.name
+            ft.offset = int(f.offset)
+            ft.type = _pack_dtype(f.type)
+            t.fields.append(ft)
+    return t
+
+
+def encode_annotations(annotations: Optional[Annotations] = None, *, producer: Optional[str] = None,
+                       signature=(), kernel_signatures=(), module_digests=()) -> bytes:
+    """Encode annotations as an ``Annotations`` FlatBuffer with identifier ``"WRPK"``.
+
+    Pass either an :class:`Annotations` or its parts as keywords.
+
+    Returns:
+        The buffer's bytes, for :attr:`wrpkit.model.Program.annotations`.
+    """
+    import flatbuffers  # noqa: PLC0415
+
+    from .fbs.Annotations import AnnotationsT  # noqa: PLC0415
+    from .fbs.ArraySignature import ArraySignatureT  # noqa: PLC0415
+    from .fbs.KernelArgument import KernelArgumentT  # noqa: PLC0415
+    from .fbs.KernelSignature import KernelSignatureT  # noqa: PLC0415
+    from .fbs.ModuleDigest import ModuleDigestT  # noqa: PLC0415
+
+    if annotations is None:
+        if producer is None:
+            from .. import __version__  # noqa: PLC0415
+
+            producer = f"wrpkit {__version__}"
+        annotations = Annotations(producer, tuple(signature), tuple(kernel_signatures), tuple(module_digests))
+
+    root = AnnotationsT()
+    root.producer = annotations.producer
+    root.signature = []
+    for s in annotations.signature:
+        t = ArraySignatureT()
+        t.name = s.name
+        t.dtype = _pack_dtype(s.dtype)
+        t.shape = [int(d) for d in s.shape]
+        t.strides = [int(d) for d in s.strides]
+        t.byteOffset = int(s.byte_offset)
+        t.isInput = bool(s.is_input)
+        t.isOutput = bool(s.is_output)
+        root.signature.append(t)
+    root.kernelSignatures = []
+    for k in annotations.kernel_signatures:
+        t = KernelSignatureT()
+        t.kernelKey = k.kernel_key
+        t.moduleHash = k.module_hash
+        t.arguments = []
+        for a in k.arguments:
+            at = KernelArgumentT()
+            at.name = a.name
+            at.type = a.type
+            at.valueSize = int(a.value_size)
+            at.dtype = _pack_dtype(a.dtype) if a.dtype is not None else None
+            at.ndim = int(a.ndim)
+            t.arguments.append(at)
+        root.kernelSignatures.append(t)
+    root.moduleDigests = []
+    for d in annotations.module_digests:
+        t = ModuleDigestT()
+        t.binaryFilename = d.binary_filename
+        t.sha256 = list(bytes(d.sha256))
+        t.size = int(d.size)
+        root.moduleDigests.append(t)
+
+    b = flatbuffers.Builder(1024)
+    b.Finish(root.Pack(b), file_identifier=FILE_IDENTIFIER)
+    return bytes(b.Output())
+
+
+def _s(v) -> str:
+    if v is None:
+        return ""
+    return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else str(v)
+
+
+def _ints(v) -> tuple:
+    return () if v is None else tuple(int(x) for x in v)
+
+
+def _unpack_dtype(t) -> Optional[DataType]:
+    if t is None:
+        return None
+    fields = tuple(StructField(_s(f.name), int(f.offset), _unpack_dtype(f.type) or DataType("?"))
+                   for f in (t.fields or ()) if f is not None)
+    scalar = int(t.scalar)
+    try:
+        scalar = ScalarKind(scalar)
+    except ValueError:
+        pass
+    return DataType(_s(t.name), scalar, _ints(t.shape), int(t.size), fields)
+
+
+def _check_vector_alignment(buf: bytes) -> None:
+    """Refuse int64 vectors (signature shapes and strides) that are not 8-byte aligned in the buffer.
+
+    FlatBuffers aligns them when it writes them; a misaligned one is a corrupt buffer (and would be
+    read with a misaligned load by C++), so the native validator refuses it too.
+    """
+    from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
+
+    root = FbAnnotations.GetRootAs(buf, 0)
+    for i in range(root.SignatureLength()):
+        s = root.Signature(i)
+        for slot, what in ((8, "shape"), (10, "strides")):
+            o = s._tab.Offset(slot)
+            if o and s._tab.Vector(o) % 8:
+                raise WrpFormatError(f"the vector's int64 elements are not 8-byte aligned (a corrupt FlatBuffer)",
+                                     field=f"annotations.signature[{i}].{what}")
+
+
+def decode_annotations(data) -> Annotations:
+    """Decode the bytes of an ``Annotations`` FlatBuffer.
+
+    Raises:
+        WrpFormatError: The bytes are not a well-formed Annotations buffer.
+    """
+    from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
+    from .fbs.Annotations import AnnotationsT  # noqa: PLC0415
+
+    from .wrpk import verify_annotations  # noqa: PLC0415
+
+    buf = bytes(data)
+    if len(buf) < 8 or not FbAnnotations.AnnotationsBufferHasIdentifier(buf, 0):
+        raise WrpFormatError("the annotations are not an Annotations FlatBuffer (identifier 'WRPK' missing)",
+                             field="annotations")
+    # Verify first: the object API below unpacks every path through shared
+    # tables, so an unverified buffer of a few hundred bytes could take hours.
+    verify_annotations(buf)
+    try:
+        _check_vector_alignment(buf)
+        t = AnnotationsT.InitFromPackedBuf(buf, 0)
+        sigs = []
+        for s in t.signature or ():
+            if s is None:
+                continue
+            sigs.append(ArraySignature(
+                name=_s(s.name),
+                dtype=_unpack_dtype(s.dtype) or DataType("?"),
+                shape=_ints(s.shape),
+                strides=_ints(s.strides),
+                byte_offset=int(s.byteOffset),
+                is_input=bool(s.isInput),
+                is_output=bool(s.isOutput),
+            ))
+        ksigs = []
+        for k in t.kernelSignatures or ():
+            if k is None:
+                continue
+            args = tuple(
+                KernelArgument(_s(a.name), _s(a.type), int(a.valueSize), _unpack_dtype(a.dtype), int(a.ndim))
+                for a in (k.arguments or ()) if a is not None)
+            ksigs.append(KernelSignature(_s(k.kernelKey), _s(k.moduleHash), args))
+        digests = []
+        for d in t.moduleDigests or ():
+            if d is None:
+                continue
+            digests.append(ModuleDigest(_s(d.binaryFilename), bytes(bytearray(_ints(d.sha256))), int(d.size)))
+        return Annotations(_s(t.producer), tuple(sigs), tuple(ksigs), tuple(digests))
+    except WrpFormatError:
+        raise
+    except Exception as e:  # noqa: BLE001  (untrusted bytes: any failure is a format error)
+        raise WrpFormatError(f"the annotations are malformed ({type(e).__name__}: {e})", field="annotations") from None
+
+
+def read_annotations(program) -> Optional[Annotations]:
+    """The annotations of a decoded program, or None when it has none.
+
+    Args:
+        program: A :class:`wrpkit.model.Program`.
+
+    Raises:
+        WrpFormatError: The program carries malformed annotations.
+    """
+    raw = getattr(program, "annotations", b"")
+    if not raw:
+        return None
+    return decode_annotations(raw)
+
+
+__all__ = [
+    "ScalarKind", "DataType", "StructField", "ArraySignature", "KernelArgument", "KernelSignature",
+    "ModuleDigest", "Annotations", "element_layout", "numpy_dtype", "dtype_matches", "view_region", "check_fits",
+    "dtype_from_warp", "warp_dtype", "signature_of_array", "encode_annotations", "decode_annotations",
+    "read_annotations", "FILE_IDENTIFIER", "scalar_numpy",
+]

@@ -1,0 +1,175 @@
+"""Conversion between the forms of a capture: ``.wrp``, ``.wrpk`` and ``.json``.
+
+The input form is recognized by its bytes, the output form by its extension.
+Every output is written atomically: a failed conversion leaves no output
+file behind and an existing one untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import wrp1
+from .container import open_capture
+from ..errors import WrpError, WrpFormatError
+from ..fileio import atomic_write, check_output_path, map_file, publish_wrp
+
+#: Output forms by file extension.
+FORMATS = {".wrp": "wrp", ".wrpk": "wrpk", ".json": "json"}
+
+
+@dataclass
+class ConvertResult:
+    """What :func:`convert` did."""
+
+    source: Path
+    destination: Path
+    source_form: str
+    destination_form: str
+    bytes_written: int
+    modules: int
+
+
+def output_form(path) -> str:
+    """The form an output path asks for, from its extension.
+
+    Raises:
+        WrpError: The extension is not one of ``.wrp``, ``.wrpk``, ``.json``.
+    """
+    ext = Path(path).suffix.lower()
+    if ext not in FORMATS:
+        raise WrpError(f"cannot tell the output format from {Path(path).name!r}",
+                       hint="Use an output name ending in .wrp, .wrpk or .json.")
+    return FORMATS[ext]
+
+
+def _read_json(path: Path):
+    from . import jsonform  # noqa: PLC0415
+
+    with map_file(path, "JSON capture") as mf:
+        text = bytes(mf.buffer)
+    try:
+        return jsonform.loads(text)
+    except WrpError:
+        raise
+    except (ValueError, UnicodeDecodeError) as e:
+        raise WrpFormatError(f"{path} is not valid JSON: {e}") from None
+
+
+def _sniff_json(path: Path) -> bool:
+    with map_file(path, "input") as mf:
+        head = bytes(mf.buffer[:64]).lstrip()
+    return head.startswith(b"{")
+
+
+def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verify_checksums: bool = True,
+            include_modules: bool = True) -> ConvertResult:
+    """Convert a capture between ``.wrp``, ``.wrpk`` and ``.json``.
+
+    The output's folder is created if needed.
+
+    Args:
+        src: Input file (a ``.wrp`` with its ``<stem>_modules/``, a ``.wrpk`` or a ``.json``).
+        dst: Output path; its extension picks the form.  A ``.wrp`` output gets
+            its ``<stem>_modules/`` folder written beside it.
+        progress: Optional callable receiving byte counts as they are written.
+        verify_checksums: Verify a ``.wrpk`` input's blob checksums.
+        include_modules: Carry module binaries along (required for ``.wrp``
+            and ``.wrpk`` outputs; optional for ``.json``).
+
+    Returns:
+        A :class:`ConvertResult`.
+
+    Raises:
+        WrpError: Unknown output extension, output equal to input, missing
+            module files, or any decoding error of the input.
+    """
+    src, dst = Path(src), Path(dst)
+    form = output_form(dst)
+    if not src.exists() and not src.is_symlink():
+        raise WrpError(f"input not found: {src}", hint="Check the path.")
+    # `wrp convert x.wrpk out/x.wrp` creates out/, as cp and tar would.
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(dst, [src])
+    if form != "json":
+        include_modules = True
+    if _sniff_json(src):
+        prog, modules = _read_json(src)
+        src_form = "json"
+        if include_modules and not modules and prog.modules:
+            raise WrpError(f"{src} carries no module binaries, so it cannot become a {form} file",
+                           hint="Convert from a JSON file made with its modules embedded.")
+        return _write(prog, modules if include_modules else None, src, dst, src_form, form, progress)
+    # Region checksums of a .wrpk input are verified while the output is
+    # written, on a worker thread; the output is published only if they match.
+    deferred = [] if form != "json" else None
+    with contextlib.ExitStack() as stack:
+        hasher = on_regions = None
+        if form == "wrpk":
+            from .wrpk import BlobHasher  # noqa: PLC0415
+
+            # A .wrp's region data is hashed while its ops are decoded.
+            hasher = BlobHasher()
+            on_regions = hasher.start_regions
+        try:
+            cap = open_capture(src, verify_checksums=verify_checksums, prefetch=True, deferred=deferred,
+                               share_ops=True, on_regions=on_regions)
+        except BaseException:
+            if hasher is not None:
+                hasher.close()
+            raise
+        stack.enter_context(cap)
+        if hasher is not None:
+            stack.enter_context(hasher)  # exits first: no hash still reads the input when it closes
+        modules = cap.module_files() if include_modules else None
+        return _write(cap.program, modules, src, dst, cap.kind, form, progress, deferred, hasher)
+
+
+def _write(prog, modules, src, dst, src_form, form, progress, deferred=None, hasher=None) -> ConvertResult:
+    verification = finish = None
+    if deferred:
+        from .wrpk import BackgroundVerification  # noqa: PLC0415
+
+        data = {r.region_id: r.data for r in prog.regions}
+        verification = BackgroundVerification((d, data[d.region_id]) for d in deferred)
+
+        def finish(fd: int) -> None:
+            os.fsync(fd)  # the output goes to disk while the last hashes finish
+            verification.wait()
+    try:
+        return _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher)
+    finally:
+        if verification is not None:
+            # Never leave the thread reading the input after it is closed.
+            with contextlib.suppress(WrpError):
+                verification.wait()
+
+
+def _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher) -> ConvertResult:
+    if form == "wrp":
+        n = publish_wrp(dst, wrp1.iter_wrp1_chunks(prog), modules or {}, progress, finish)
+    elif form == "wrpk":
+        from . import wrpk  # noqa: PLC0415
+
+        n = wrpk.write_wrpk(dst, prog, modules, progress, finish, hasher)
+    else:
+        from . import jsonform  # noqa: PLC0415
+
+        text = jsonform.dumps(prog, modules)
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        n = atomic_write(dst, [data], progress, finish)
+    return ConvertResult(src, dst, src_form, form, n, len(modules or {}))
+
+
+def estimate_output_size(src) -> int:
+    """Rough byte count a conversion of ``src`` writes (for progress bars)."""
+    p = Path(src)
+    total = p.stat().st_size
+    mdir = p.with_name(p.stem + "_modules")
+    if mdir.is_dir():
+        total += sum(f.stat().st_size for f in mdir.iterdir() if f.is_file())
+    return total

@@ -1,0 +1,683 @@
+"""Load a captured program and run it through Warp.
+
+:func:`load` decodes and validates a ``.wrp`` or ``.wrpk`` with wrpkit's own
+codec before any byte reaches Warp, checks that it can run here (device
+family, Warp version, module files present, unaltered and non-empty), then
+loads it with ``wp.capture_load_from_bytes`` (so only the named modules load
+and ``.wrpk`` bundles need no temporary files).  The result is a
+:class:`Program`: a runnable graph with typed bindings.
+
+Example::
+
+    prog = wrpkit.load("saxpy.wrp", device="cpu")
+    out = prog.run({"x": x, "y": y}, repeat=10)   # {name: np.ndarray}
+    y = prog.numpy("y")                           # zero-copy view on CPU
+
+All checks and all per-binding bookkeeping (pointers, numpy views) happen
+once, at load; :meth:`Program.run` adds nothing per launch to
+``wp.capture_launch``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..formats import annotations as ann
+from ..formats import wrp1
+from ..environment import installed_warp_version, parse_device
+from ..errors import (
+    WrpBindingError,
+    WrpDeviceError,
+    WrpError,
+    WrpFormatError,
+    WrpModuleError,
+    WrpRuntimeError,
+    WrpValidationError,
+    WrpVersionError,
+)
+from ..model import DeviceType
+
+# ---------------------------------------------------------------------------
+# Preparation: everything that needs no Warp runtime (shared with the native engine)
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Prepared:
+    """A decoded, validated capture that is ready to load on a device.
+
+    Attributes:
+        model: The program (:class:`wrpkit.model.Program`).
+        wrp_bytes: The WRP1 bytes to hand to Warp (a view of the mapped file
+            for a ``.wrp``; re-encoded for a ``.wrpk``).
+        modules: ``{filename: bytes}`` of every module file the graph names.
+        path: The source file, or None when loaded from bytes.
+        kind: ``"wrp"`` or ``"wrpk"``.
+        annotations: wrpkit's annotations, or None.
+        signature: ``{binding name: ArraySignature or None}``.
+        sizes: ``{binding name: region size in bytes}``.
+    """
+
+    model: object
+    wrp_bytes: object
+    modules: dict
+    path: Optional[Path]
+    kind: str
+    annotations: Optional[ann.Annotations]
+    signature: dict
+    sizes: dict
+    modules_given: bool = False
+    _keep: list = field(default_factory=list, repr=False)
+    # (DeferredChecksum, view of the region's data in wrp_bytes): checksums
+    # still to verify; load_prepared does so while Warp loads the image.
+    deferred: list = field(default_factory=list, repr=False)
+
+
+def device_family(device) -> str:
+    """``"cpu"`` or ``"cuda"`` for a device string or ``wp.Device``.
+
+    Raises:
+        WrpDeviceError: The string names no device family.
+    """
+    return parse_device(device)[0]
+
+
+def check_runnable(model, device, warp_version: Optional[str] = None, what: str = "the capture") -> None:
+    """Check the device family and the Warp version a program needs.
+
+    Raises:
+        WrpDeviceError: The program was captured for another device family.
+        WrpVersionError: The program was captured with another Warp version.
+    """
+    fam = device_family(device)
+    want = "cpu" if model.device_type == DeviceType.CPU else "cuda"
+    if fam != want:
+        arch = f" (sm_{model.target_arch})" if want == "cuda" else ""
+        raise WrpDeviceError(
+            f"{what} was captured for {want.upper()}{arch} but device {device!s} was requested",
+            hint=f"Replay it with --device {'cpu' if want == 'cpu' else 'cuda:0'}, or recapture it on the "
+                 f"{fam.upper()} device.")
+    installed = warp_version if warp_version is not None else installed_warp_version()
+    if model.warp_version != installed:
+        raise WrpVersionError(
+            f"{what} was recorded with Warp {model.warp_version} but the installed Warp is {installed}; "
+            "Warp only loads captures of its own version, so a recapture is needed",
+            field="metadata.warp_version",
+            hint=f"Recapture it with Warp {installed}, or install warp-lang=={model.warp_version} to replay it.")
+
+
+def _bytes_of(data, what: str):
+    try:
+        mv = memoryview(data)
+    except TypeError:
+        raise WrpModuleError(f"{what} must be bytes-like, got {type(data).__name__}") from None
+    return mv
+
+
+def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool = True) -> Prepared:
+    """Decode and validate a capture without loading it into Warp.
+
+    Args:
+        source: A path to a ``.wrp`` or ``.wrpk``, or the bytes of one.
+        modules: ``{filename: bytes}`` of module files.  Required for the
+            bytes of a ``.wrp`` that launches kernels; for a path it replaces
+            the files of ``<stem>_modules/``.
+
+    Raises:
+        WrpFormatError: The bytes are not a valid capture.
+        WrpValidationError: The program breaks a validation rule.
+        WrpModuleError: A module file is missing, empty or altered.
+    """
+    keep = []
+    path = None
+    modules_given = modules is not None
+    # Region-data checksums of a .wrpk are verified on the WRP1 image this
+    # function builds (see Prepared.deferred), while Warp loads it.
+    deferred = []
+    if isinstance(source, (str, os.PathLike)):
+        from ..formats.container import open_capture  # noqa: PLC0415
+
+        path = Path(os.fspath(source))
+        cap = open_capture(path, verify_checksums=verify_checksums, prefetch=True, deferred=deferred)
+        keep.append(cap)
+        model, kind = cap.program, cap.kind
+        if kind == "wrp":
+            wrp_bytes = cap.mapped.buffer
+        else:
+            wrp_bytes = None
+        if modules is None:
+            files = cap.load_files()
+        else:
+            files = None
+    else:
+        try:
+            buf = memoryview(source)
+        except TypeError:
+            raise WrpError(f"cannot load a {type(source).__name__}: pass a path or the bytes of a .wrp/.wrpk") \
+                from None
+        buf = buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
+        kind = wrp1.sniff(buf)
+        if kind == "wrp":
+            model = wrp1.decode_wrp1(buf)
+            wrp_bytes = buf
+        elif kind == "wrpk":
+            from ..formats import wrpk  # noqa: PLC0415
+
+            model = wrpk.decode_wrpk(buf, verify_checksums=verify_checksums, deferred=deferred)
+            wrp_bytes = None
+        else:
+            raise WrpFormatError(f"the data is not a Warp capture: it starts with {bytes(buf[:4])!r}",
+                                 hint="Pass the bytes of a .wrp written by wp.capture_save or a .wrpk.")
+        keep.append(source)
+        files = None
+        if modules is None:
+            if kind == "wrpk":
+                from ..formats.wrpk import module_files  # noqa: PLC0415
+
+                modules = module_files(model)
+            else:
+                modules = {}
+    if files is None:
+        if not isinstance(modules, Mapping):
+            raise WrpModuleError(f"modules must be a mapping of file name to bytes, got {type(modules).__name__}")
+        files = {}
+        in_bundle = kind == "wrpk" and not modules_given
+        for fname in model.required_module_files():
+            if fname not in modules:
+                if in_bundle:
+                    raise WrpModuleError(f"the bundle carries no bytes for module file {fname!r}",
+                                         hint="Rebuild the bundle from the original .wrp.")
+                raise WrpModuleError(f"module file {fname!r} is missing from the modules given",
+                                     hint="Pass every file of <stem>_modules/ in modules={name: bytes}.")
+            files[fname] = _bytes_of(modules[fname], f"module file {fname!r}")
+        for fname in model.optional_module_files():
+            if fname in modules:
+                files[fname] = _bytes_of(modules[fname], f"module file {fname!r}")
+    for fname, data in files.items():
+        if memoryview(data).nbytes == 0:
+            raise WrpModuleError(f"module file {fname!r} is empty",
+                                 hint="Copy the module files again from where the capture was made, or recapture.")
+
+    # wrpkit's own validation, before Warp sees anything.
+    from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
+
+    problems = [p for p in validate_program(model) if getattr(p, "severity", "error") == "error"]
+    if problems:
+        raise WrpValidationError([str(p) for p in problems],
+                                 hint="Run `wrp validate` on the file for the full list.")
+
+    annotations = ann.read_annotations(model)
+    if annotations is not None:
+        digests = annotations.digest_map()
+        for fname, data in files.items():
+            d = digests.get(fname)
+            if d is not None and not d.matches(data):
+                raise WrpModuleError(
+                    f"module file {fname!r} does not match the SHA-256 recorded when the capture was saved",
+                    hint="The module file was altered or belongs to another capture; copy the original "
+                         "<stem>_modules/ or recapture.")
+
+    # Pin the code: every kernel symbol must be defined in its own module object.
+    symbol_problems = check_module_symbols(model, files)
+    if symbol_problems:
+        raise WrpModuleError("; ".join(p.message for p in symbol_problems[:3]),
+                             hint="The module files do not belong to this capture or were altered; copy the "
+                                  "original <stem>_modules/ or recapture.")
+
+    regions = model.region_map()
+    sizes, signature = {}, {}
+    sig_map = annotations.signature_map() if annotations is not None else {}
+    for b in model.bindings:
+        if b.name in sizes:
+            continue
+        region = regions.get(b.region_id)
+        if region is None:
+            raise WrpValidationError([f"binding {b.name!r} names region {b.region_id}, which does not exist"])
+        sizes[b.name] = region.size
+        sig = sig_map.get(b.name)
+        if sig is not None:
+            try:
+                ann.check_fits(sig, region.size)
+                ann.element_layout(sig.dtype)
+            except WrpBindingError as e:
+                raise WrpFormatError(e.message, field="annotations.signature", hint=e.hint) from None
+        signature[b.name] = sig
+
+    checks = []
+    if wrp_bytes is None:
+        wrp_bytes, offsets = wrp1.build_image(model)
+        region_sizes = {r.region_id: r.size for r in model.regions}
+        for d in deferred:
+            at = offsets[d.region_id]
+            checks.append((d, memoryview(wrp_bytes)[at:at + region_sizes[d.region_id]]))
+        if path is not None:
+            # The image now holds the region data; let the mapped bundle's
+            # pages go so the file is not resident twice while Warp copies it.
+            cap.mapped.drop_pages()
+    return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules_given, keep,
+                    checks)
+
+
+def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature]) -> np.ndarray:
+    """Check one input against its binding and return it as a numpy array.
+
+    Accepted: exactly ``size`` bytes, or (for a binding whose signature is a
+    view of its region) exactly the view's numpy shape; with the signature's
+    element dtype when there is a signature.  Raw bytes-like objects
+    (``bytes``, ``bytearray``, ``memoryview``) of exactly ``size`` bytes are
+    taken as they are.
+
+    Args:
+        name: Binding name (for messages).
+        value: A numpy array, ``wp.array``, or bytes-like object.
+        size: The binding's size in bytes.
+        sig: The binding's signature, or None.
+
+    Raises:
+        WrpBindingError: Wrong dtype or size.
+    """
+    if type(value).__module__.startswith("warp"):
+        from warp._src import types as wt  # noqa: PLC0415
+
+        if wt.is_array(value):
+            value = value.numpy()
+    raw = isinstance(value, (bytes, bytearray, memoryview))
+    if raw:
+        arr = np.frombuffer(value, dtype=np.uint8)
+    else:
+        arr = np.asarray(value)
+    if arr.dtype.hasobject:
+        raise WrpBindingError(f"input {name!r} holds Python objects ({arr.dtype}), not numbers")
+    if raw and arr.nbytes == size:
+        return arr  # explicit raw bytes: no dtype to check
+    if sig is not None and not ann.dtype_matches(sig.dtype, arr.dtype):
+        base = sig.numpy_dtype()
+        np_name = "a structured dtype" if base.names is not None else f"numpy {base.name}"
+        raise WrpBindingError(
+            f"input {name!r} has dtype {arr.dtype} but the binding holds {sig.dtype.name} elements "
+            f"({np_name}, shape {sig.numpy_shape()})",
+            hint=f"Convert it, e.g. x.astype(np.{base.name})." if base.names is None else
+            "Pass an array of the struct's structured dtype.")
+    if arr.nbytes == size:
+        return arr
+    if sig is not None and arr.shape == sig.numpy_shape():
+        return arr  # a view binding: written through the signature
+    want = f"{size} bytes"
+    if sig is not None:
+        want += f" (shape {sig.numpy_shape()}, {sig.numpy_dtype()})"
+    raise WrpBindingError(f"input {name!r} has {arr.nbytes} bytes (shape {arr.shape}, {arr.dtype}) but the "
+                          f"binding holds {want}",
+                          hint="Inputs must match the binding's size exactly.")
+
+
+def unknown_binding(name, known) -> WrpBindingError:
+    """The error for a binding name the program does not have."""
+    names = ", ".join(repr(n) for n in known) or "none"
+    return WrpBindingError(f"unknown binding {name!r}; this program binds: {names}")
+
+
+# ---------------------------------------------------------------------------
+# The runnable program
+# ---------------------------------------------------------------------------
+
+
+class _HostMemory:
+    """Exposes ``size`` bytes at ``ptr`` to numpy while keeping ``owner`` (the graph) alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, ptr: int, size: int, owner):
+        self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (ptr, False), "version": 3}
+        self.owner = owner
+
+
+class _Slot:
+    __slots__ = ("name", "size", "ptr", "sig", "region", "view")
+
+    def __init__(self, name, size, ptr, sig):
+        self.name, self.size, self.ptr, self.sig = name, size, ptr, sig
+        self.region = None  # CPU: uint8 view of the region
+        self.view = None  # CPU: typed view per the signature
+
+
+class Program:
+    """A loaded, runnable captured program.
+
+    Attributes:
+        model: The decoded program (:class:`wrpkit.model.Program`).
+        graph: Warp's loaded ``wp.Graph``.
+        device: The ``wp.Device`` it runs on.
+        path: The source file, or None.
+        annotations: wrpkit's annotations, or None.
+    """
+
+    def __init__(self, prepared: Prepared, graph, device):
+        self.model = prepared.model
+        self.graph = graph
+        self.device = device
+        self.path = prepared.path
+        self.annotations = prepared.annotations
+        self._prepared = prepared
+        self._sig = dict(prepared.signature)
+        self._sizes = dict(prepared.sizes)
+        self._is_cpu = bool(device.is_cpu)
+        self._slots = {}
+        for name, size in self._sizes.items():
+            ptr = graph.get_param_ptr(name)
+            if not ptr and size:
+                raise WrpRuntimeError(f"Warp has no memory for binding {name!r}")
+            slot = _Slot(name, size, int(ptr or 0), self._sig.get(name))
+            if self._is_cpu:
+                # The views own the graph (which owns the memory), not this Program:
+                # no reference cycle, and a view outliving the Program stays valid.
+                slot.region = (np.asarray(_HostMemory(slot.ptr, size, graph)) if size
+                               else np.zeros(0, dtype=np.uint8))
+                slot.view = ann.view_region(slot.region, slot.sig) if slot.sig is not None else slot.region
+            self._slots[name] = slot
+
+    # -- description ----------------------------------------------------------
+
+    @property
+    def signature(self) -> dict:
+        """``{binding name: ArraySignature or None}`` (None: no typed signature recorded)."""
+        return dict(self._sig)
+
+    @property
+    def bindings(self) -> dict:
+        """``{binding name: size in bytes}``."""
+        return dict(self._sizes)
+
+    @property
+    def inputs(self) -> list:
+        """Names recorded as inputs (every binding when the file has no signature)."""
+        return [n for n in self._sizes if self._sig.get(n) is None or self._sig[n].is_input]
+
+    @property
+    def outputs(self) -> list:
+        """Names recorded as outputs (every binding when the file has no signature)."""
+        return [n for n in self._sizes if self._sig.get(n) is None or self._sig[n].is_output]
+
+    @property
+    def warp_version(self) -> str:
+        return self.model.warp_version
+
+    def __repr__(self) -> str:
+        src = f" {self.path}" if self.path else ""
+        return f"<wrpkit.run.runtime.Program{src} on {self.device} bindings={list(self._sizes)}>"
+
+    def _slot(self, name: str) -> _Slot:
+        try:
+            return self._slots[name]
+        except (KeyError, TypeError):
+            raise unknown_binding(name, self._slots) from None
+
+    # -- running --------------------------------------------------------------
+
+    def launch(self) -> None:
+        """Replay the graph once (``wp.capture_launch``); asynchronous on CUDA."""
+        import warp as wp  # noqa: PLC0415
+
+        wp.capture_launch(self.graph)
+
+    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1) -> dict:
+        """Set inputs, replay ``repeat`` times, and read every binding back.
+
+        Args:
+            inputs: ``{name: array}`` (numpy arrays, ``wp.array`` or
+                bytes-like).  Each must hold exactly its binding's bytes (or,
+                for a binding whose signature is a view, exactly the view's
+                shape), with the signature's dtype when there is one.
+            repeat: Number of replays (0 only sets inputs and reads back).
+
+        Returns:
+            ``{name: np.ndarray}`` for every binding, typed and shaped per its
+            signature, or raw ``uint8`` bytes when it has none.
+
+        Raises:
+            WrpBindingError: An unknown name, a size or dtype mismatch.
+            WrpRuntimeError: Warp failed to replay.
+        """
+        import warp as wp  # noqa: PLC0415
+
+        if inputs:
+            if not isinstance(inputs, Mapping):
+                raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
+                                      f"{type(inputs).__name__}")
+            checked = [(self._slot(n), self._as_input(n, v)) for n, v in inputs.items()]
+            for slot, arr in checked:
+                self._write(slot, arr)
+        repeat = int(repeat)
+        if repeat < 0:
+            raise WrpError(f"repeat must be >= 0, got {repeat}")
+        graph, launch = self.graph, wp.capture_launch
+        try:
+            for _ in range(repeat):
+                launch(graph)
+        except RuntimeError as e:
+            raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
+        if not self._is_cpu:
+            wp.synchronize_device(self.device)
+        return {name: self.get(name) for name in self._slots}
+
+    # -- bindings ---------------------------------------------------------------
+
+    def _as_input(self, name: str, value) -> np.ndarray:
+        slot = self._slot(name)
+        return coerce_input(name, value, slot.size, slot.sig)
+
+    def _write(self, slot: _Slot, arr: np.ndarray) -> None:
+        whole = arr.nbytes == slot.size
+        if self._is_cpu:
+            if whole:
+                if slot.size:
+                    slot.region[:] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+            else:
+                slot.view[...] = arr
+            return
+        import warp as wp  # noqa: PLC0415
+
+        if whole:
+            host = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+        else:
+            host = self._read_raw(slot)
+            ann.view_region(host, slot.sig)[...] = arr
+        if slot.size:
+            tmp = wp.array(host, dtype=wp.uint8, device=self.device)
+            try:
+                self.graph.set_param(slot.name, tmp)
+            except RuntimeError as e:
+                raise WrpRuntimeError(f"cannot set binding {slot.name!r}: {e}") from None
+
+    def _read_raw(self, slot: _Slot) -> np.ndarray:
+        if self._is_cpu:
+            return slot.region.copy()
+        import warp as wp  # noqa: PLC0415
+
+        if not slot.size:
+            return np.zeros(0, dtype=np.uint8)
+        tmp = wp.empty(slot.size, dtype=wp.uint8, device=self.device)
+        try:
+            self.graph.get_param(slot.name, tmp)
+        except RuntimeError as e:
+            raise WrpRuntimeError(f"cannot read binding {slot.name!r}: {e}") from None
+        return tmp.numpy()
+
+    def set(self, name: str, value) -> None:
+        """Write one binding (same rules as ``run``'s inputs)."""
+        slot = self._slot(name)
+        self._write(slot, self._as_input(name, value))
+
+    def get(self, name: str) -> np.ndarray:
+        """A copy of one binding, typed per its signature (raw ``uint8`` without one)."""
+        slot = self._slot(name)
+        if self._is_cpu:
+            return np.array(slot.view, copy=True)
+        raw = self._read_raw(slot)
+        if slot.sig is None:
+            return raw
+        return np.array(ann.view_region(raw, slot.sig), copy=True)
+
+    def numpy(self, name: str) -> np.ndarray:
+        """One binding as a numpy array: a zero-copy view on CPU, a copy on CUDA.
+
+        The CPU view aliases the graph's memory: replays change it, writes to
+        it are inputs.  It keeps the graph's memory alive.
+        """
+        slot = self._slot(name)
+        if self._is_cpu:
+            return slot.view
+        return self.get(name)
+
+    def array(self, name: str):
+        """One binding as a zero-copy ``wp.array`` over the graph's memory.
+
+        Typed and shaped per the signature; structs and untyped bindings come
+        back as ``uint8`` (structs with a trailing dim of the struct size).
+        """
+        import warp as wp  # noqa: PLC0415
+
+        slot = self._slot(name)
+        sig = slot.sig
+        if not slot.size:
+            return wp.empty(0, dtype=wp.uint8, device=self.device)
+        if sig is None:
+            arr = wp.array(ptr=slot.ptr, dtype=wp.uint8, shape=(slot.size,), capacity=slot.size,
+                           device=self.device)
+        else:
+            wdt = ann.warp_dtype(sig.dtype)
+            ptr = slot.ptr + int(sig.byte_offset)
+            cap = slot.size - int(sig.byte_offset)
+            if wdt is None:
+                shape = tuple(sig.shape) + (int(sig.dtype.size),)
+                strides = tuple(sig.strides) + (1,)
+                arr = wp.array(ptr=ptr, dtype=wp.uint8, shape=shape, strides=strides, capacity=cap,
+                               device=self.device)
+            else:
+                arr = wp.array(ptr=ptr, dtype=wdt, shape=tuple(sig.shape), strides=tuple(sig.strides),
+                               capacity=cap, device=self.device)
+        arr._wrpkit_owner = self.graph  # the graph owns the memory
+        return arr
+
+    def close(self) -> None:
+        """Release the graph and the source mapping (views become invalid)."""
+        self._slots = {}
+        self.graph = None
+        for k in self._prepared._keep:
+            close = getattr(k, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+def resolve_device(device):
+    """The ``wp.Device`` for a device string (or a ``wp.Device``).
+
+    Raises:
+        WrpDeviceError: Unknown device, or CUDA requested without a CUDA device.
+    """
+    import warp as wp  # noqa: PLC0415
+
+    fam = device_family(device)
+    if not isinstance(device, str) and device is not None:
+        return device
+    if fam == "cuda" and wp.get_cuda_device_count() == 0:
+        raise WrpDeviceError(f"device {device} was requested but no CUDA device is available",
+                             hint="Run on a machine with an NVIDIA GPU and driver, or use a CPU capture.")
+    try:
+        return wp.get_device(device)
+    except (RuntimeError, ValueError, KeyError, IndexError) as e:
+        raise WrpDeviceError(f"cannot use device {device!r}: {e}",
+                             hint=f"Available devices: {', '.join(str(d) for d in wp.get_devices())}.") from None
+
+
+def load_prepared(prep: Prepared, device="cpu") -> Program:
+    """Load a :class:`Prepared` capture into Warp (see :func:`load`)."""
+    import warp as wp  # noqa: PLC0415
+
+    what = str(prep.path) if prep.path is not None else "the capture"
+    check_runnable(prep.model, device, what=what)
+    dev = resolve_device(device)
+    # prepare() picked exactly the files Warp needs (and .cu sources when present).
+    binaries = prep.modules
+    # Region data holds no code and has passed validation, so its checksums
+    # are verified while Warp copies it (hashlib and Warp's loader both
+    # release the GIL); the graph is returned only if they match.  Module
+    # blobs were verified before this point.
+    verification = None
+    if prep.deferred:
+        from ..formats.wrpk import BackgroundVerification  # noqa: PLC0415
+
+        verification = BackgroundVerification(prep.deferred)
+    try:
+        if dev.is_cuda and prep.kind == "wrp" and prep.path is not None and not prep.modules_given:
+            # capture_load can also compile the packaged source fallback.
+            graph = wp.capture_load(os.fspath(prep.path), device=dev)
+        elif hasattr(wp, "capture_load_from_bytes"):
+            graph = wp.capture_load_from_bytes(prep.wrp_bytes, modules=binaries, device=dev)
+        else:  # pragma: no cover  (older Warp)
+            graph = _load_via_dir(prep, binaries, dev)
+    except (RuntimeError, TypeError, ValueError) as e:
+        raise WrpRuntimeError(f"Warp could not load {what}: {e}",
+                              hint="Warp's own diagnostic, if any, is printed on stderr above.") from None
+    finally:
+        if verification is not None:
+            try:
+                verification.wait()
+            except WrpError:
+                graph = None  # never hand out a graph whose data failed its checksum
+                raise
+    return Program(prep, graph, dev)
+
+
+def _load_via_dir(prep: Prepared, binaries: dict, dev):  # pragma: no cover
+    import tempfile  # noqa: PLC0415
+
+    import warp as wp  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory(prefix="wrpkit-load-") as d:
+        p = Path(d) / "capture.wrp"
+        p.write_bytes(bytes(prep.wrp_bytes))
+        (Path(d) / "capture_modules").mkdir()
+        for name, data in binaries.items():
+            (Path(d) / "capture_modules" / name).write_bytes(bytes(data))
+        return wp.capture_load(os.fspath(p), device=dev)
+
+
+def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None) -> Program:
+    """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`Program`.
+
+    Checks, in order: the container decodes and validates with wrpkit's codec;
+    the module files are present, non-empty and match their recorded
+    digests; the device family matches; the Warp version matches.  Then Warp
+    loads it.
+
+    Args:
+        path_or_bytes: A path, or the bytes of a ``.wrp`` / ``.wrpk``.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``wp.Device``.
+        modules: ``{filename: bytes}`` of module files (needed for the bytes
+            of a ``.wrp`` that launches kernels; replaces ``<stem>_modules/``
+            for a path).
+
+    Raises:
+        WrpFormatError, WrpValidationError: The file is invalid.
+        WrpModuleError: A module file is missing, empty or altered.
+        WrpDeviceError: Wrong device family, or the device is unavailable.
+        WrpVersionError: Recorded with another Warp version (recapture needed).
+        WrpRuntimeError: Warp failed to load it.
+    """
+    prep = prepare(path_or_bytes, modules)
+    prog = load_prepared(prep, device)
+    if prep.kind == "wrpk":
+        prep.wrp_bytes = None  # Warp copied what it needs; the rebuilt image is no longer used
+    return prog
+
+
+__all__ = ["load", "prepare", "load_prepared", "Program", "Prepared", "check_runnable", "device_family",
+           "coerce_input", "unknown_binding", "resolve_device"]
