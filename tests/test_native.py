@@ -40,6 +40,7 @@ import warp as wp
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+from conftest import cmake_python_args  # noqa: E402
 from wrpk_manifests import program_manifest, shared_if_bodies, shared_launch, wrap_manifest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +153,7 @@ def cmake_build(tmp_path_factory, name, *args, targets=()) -> Path:
         pytest.skip("cmake is not installed: the native tests need CMake >= 3.18 and a C++17 compiler")
     bdir = tmp_path_factory.mktemp(name)
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    steps = [[cmake, "-S", str(ROOT), "-B", str(bdir), *gen, *args],
+    steps = [[cmake, "-S", str(ROOT), "-B", str(bdir), *gen, *cmake_python_args(), *args],
              [cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2)]
              + (["--target", *targets] if targets else [])]
     for cmd in steps:
