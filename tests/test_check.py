@@ -92,6 +92,7 @@ def k_uses_grid_id(grid: wp.uint64, out: wp.array(dtype=wp.float32)):
 
 def _stock_grid_capture():
     """A plain wp.capture_begin graph that passes a live HashGrid id as uint64; returns (graph, out, grid)."""
+    wp.init()  # HashGrid needs the runtime, which a launch would otherwise start
     grid = wp.HashGrid(4, 4, 4, device="cpu")
     out = wp.zeros(4, dtype=wp.float32, device="cpu")
     wp.capture_begin("cpu", apic=True)
@@ -107,6 +108,40 @@ def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
     lint = [f for f in data["findings"] if f["check"] == "lint-pointer"]
     assert lint and lint[0]["status"] == "warn" and "k_uses_grid_id" in lint[0]["message"]
     assert code == 0  # a warning, not a failure: the file does load
+
+
+@pytest.mark.parametrize("address", [0x356CCB80, 0x55D15E5EF6C0, 0x7F3A2C001000])
+def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address):
+    # The grid's id is an address of this process's heap: near 2^46 under a PIE
+    # interpreter, below 2^32 under a non-PIE one (Debian's /usr/bin/python3).
+    # Rewrite it to each kind so that both are checked whatever runs the tests.
+    from wrpkit.checks.check import lint_program  # noqa: PLC0415
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+
+    g, out, _grid = _stock_grid_capture()
+    path = tmp_path / "grid.wrp"
+    wp.capture_save(g, str(path), outputs={"out": out})
+    prog = decode_wrp1(path.read_bytes())
+    launch = next(op for op in prog.ops if hasattr(op, "value_data"))
+    p = launch.params[0]
+    assert p.value_size == 8
+    data = bytearray(launch.value_data)
+    data[p.value_offset:p.value_offset + 8] = address.to_bytes(8, "little")
+    launch.value_data = bytes(data)
+    findings = [f for f in lint_program(prog) if f.check == "lint-pointer"]
+    assert len(findings) == 1 and f"{address:#x}" in findings[0].message
+
+
+def test_lint_leaves_floats_padded_with_zeros_alone(captures):
+    # A float32 beside zero padding reads as a small 64-bit value (1.5f -> 0x3fc00000),
+    # inside a non-PIE heap's range; it is not a pointer.
+    from wrpkit.checks.check import lint_program  # noqa: PLC0415
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+
+    assert {"structs", "vecmat"} <= set(captures)
+    for name, path in captures.items():
+        prog = decode_wrp1(path.read_bytes())
+        assert not [f for f in lint_program(prog) if f.check == "lint-pointer"], name
 
 
 def test_lint_flags_kernel_overloads_sharing_one_record(captures):

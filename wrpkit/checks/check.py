@@ -115,6 +115,26 @@ def lint_program(prog: m.Program) -> list:
     return lint_launches(op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.KernelLaunch))
 
 
+# Where a live process pointer lies.  The heap of a PIE interpreter (most
+# builds, pyenv's) is near 2^46 and its mmap areas just below 2^47: 8-aligned
+# values in [2^44, 2^47) are pointers wherever they sit, since pairs of small
+# int32 values stay below 2^44 and floats of normal magnitude pack above 2^47.
+# A non-PIE interpreter (Debian's /usr/bin/python3) grows its brk heap up from
+# a few MiB, so a HashGrid made there has an id below 2^32, among the bit
+# patterns of floats padded with zeros.  Such a value is taken for a pointer
+# only when it fills a whole 8-byte scalar argument (a uint64 id) and is
+# 16-aligned, as glibc's malloc returns.
+HIGH_POINTERS = (1 << 44, 1 << 47)
+LOW_POINTERS = (1 << 24, 1 << 44)
+
+
+def _looks_like_a_process_pointer(v: int, whole_u64_argument: bool) -> bool:
+    """True for a value that is most likely an address in a 64-bit Linux process."""
+    if v % 8 == 0 and HIGH_POINTERS[0] <= v < HIGH_POINTERS[1]:
+        return True
+    return whole_u64_argument and v % 16 == 0 and LOW_POINTERS[0] <= v < LOW_POINTERS[1]
+
+
 def lint_launches(launches) -> list:
     """Lint findings for kernel launches (:class:`wrpkit.model.KernelLaunch`).
 
@@ -140,10 +160,8 @@ def lint_launches(launches) -> list:
                 if off in covered:
                     continue
                 v = int.from_bytes(blob[off:off + 8], "little")
-                # Heap and mmap pointers of a 64-bit Linux process lie in
-                # [2^44, 2^47) and are 8-aligned; pairs of small int32 values
-                # stay below 2^44 and floats of normal magnitude above 2^47.
-                if v % 8 == 0 and (1 << 44) <= v < (1 << 47) and (key, j, off) not in flagged:
+                whole = p.value_size == 8 and off == 0
+                if _looks_like_a_process_pointer(v, whole) and (key, j, off) not in flagged:
                     flagged.add((key, j, off))
                     out.append(Finding(
                         "lint-pointer", WARN,
