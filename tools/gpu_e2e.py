@@ -15,6 +15,10 @@ Subcommands (each exits 0 on success, 1 on a mismatch or error):
     Replays FILE with stock ``wp.capture_load`` + ``wp.capture_launch`` after
     copying the inputs in, and compares every expected binding.
 
+``gate --device DEV``
+    ``warp.init()``, lists the CUDA devices, fails when DEV is ``cuda:N`` and Warp
+    sees none, then launches one kernel on DEV and checks its result.
+
 ``compare EXPECTED.npz NAME=FILE.npy...``
     Compares ``.npy`` files (``wrp-replay --output``) with the expected values.
 
@@ -124,6 +128,37 @@ def cmd_capture(out_dir: pathlib.Path, device: str) -> int:
     return 0
 
 
+def cmd_gate(device: str) -> int:
+    import warp as wp  # noqa: PLC0415
+
+    wp.init()
+    n = wp.get_cuda_device_count()
+    print("cuda devices:", n)
+    for i in range(n):
+        d = wp.get_device(f"cuda:{i}")
+        print(f"  cuda:{i} {d.name} arch sm_{d.arch} mempool {d.is_mempool_supported}")
+    if device.startswith("cuda") and n < 1:
+        print("no CUDA device: Warp sees none (driver? /dev/nvidia*?)")
+        return 1
+
+    @wp.kernel
+    def gate_kernel(x: wp.array(dtype=wp.float32)):
+        i = wp.tid()
+        x[i] = x[i] * 2.0 + 1.0
+
+    t0 = time.perf_counter()
+    x = wp.array(np.arange(256, dtype=np.float32), device=device)
+    wp.launch(gate_kernel, dim=256, inputs=[x], device=device)
+    got = x.numpy()
+    want = np.arange(256, dtype=np.float32) * 2.0 + 1.0
+    if not np.array_equal(got, want):
+        print(f"kernel on {device}: WRONG result {got[:4]} ... (expected {want[:4]} ...)")
+        return 1
+    print(f"kernel on {device}: compiled, launched and correct in {time.perf_counter() - t0:.2f} s "
+          f"(cuda_output={wp.config.cuda_output}, mode={wp.config.mode})")
+    return 0
+
+
 def cmd_stock(file: str, inputs_npz: str, expected_npz: str, device: str) -> int:
     import warp as wp  # noqa: PLC0415
 
@@ -168,12 +203,16 @@ def main() -> int:
     s.add_argument("inputs")
     s.add_argument("expected")
     s.add_argument("--device", default="cuda:0")
+    g = sub.add_parser("gate")
+    g.add_argument("--device", default="cuda:0")
     m = sub.add_parser("compare")
     m.add_argument("expected")
     m.add_argument("items", nargs="+")
     a = p.parse_args()
     if a.cmd == "capture":
         return cmd_capture(a.out_dir, a.device)
+    if a.cmd == "gate":
+        return cmd_gate(a.device)
     if a.cmd == "stock":
         return cmd_stock(a.file, a.inputs, a.expected, a.device)
     return cmd_compare(a.expected, a.items)
