@@ -167,19 +167,15 @@ def cmd_stock(file: str, inputs_npz: str, expected_npz: str, device: str) -> int
     expected = dict(np.load(expected_npz))
     inputs = dict(np.load(inputs_npz))
     graph = wp.capture_load(file, device=device)
-    params = {}
     for n, v in inputs.items():
-        a = wp.array(v, device=device)
-        wp.capture_set_param(graph, n, a)
-        params[n] = a
+        graph.set_param(n, wp.array(v, device=device))
     wp.capture_launch(graph)
     wp.synchronize_device(device)
     got = {}
-    for n in expected:
-        a = params.get(n)
-        if a is None:
-            a = wp.capture_get_param(graph, n)
-        got[n] = a.numpy()
+    for n, want in expected.items():
+        out = wp.empty(want.shape, dtype=wp.dtype_from_numpy(want.dtype), device=device)
+        graph.get_param(n, out)
+        got[n] = out.numpy()
     return 0 if _compare(expected, got, f"stock {pathlib.Path(file).name}") else 1
 
 
