@@ -67,11 +67,17 @@ def test_kernel_argument_access_from_source():
     assert kernel_argument_access(k_access) is acc  # cached per kernel
 
 
-def test_access_recorded_in_the_file_and_read_back(tmp_path):
+@pytest.fixture(scope="module")
+def access_capture(tmp_path_factory) -> Path:
+    """A wrpkit capture of one launch of ``k_access`` (so its annotations record access)."""
     arrs = _arrays()
     with wrpkit.capture(device="cpu") as rec:
         wp.launch(k_access, dim=4, inputs=[*arrs, 2.0], device="cpu")
-    path = rec.save(tmp_path / "acc.wrp", inputs={"a": arrs[0]}, outputs={"b": arrs[1]})
+    return rec.save(tmp_path_factory.mktemp("acc") / "acc.wrp", inputs={"a": arrs[0]}, outputs={"b": arrs[1]})
+
+
+def test_access_recorded_in_the_file_and_read_back(access_capture):
+    path = access_capture
     with open_capture(path) as cap:
         access = ann.argument_access(cap.program)
         (key, words), = access.items()
@@ -99,8 +105,8 @@ def test_files_without_the_record_say_touches(captures):
         assert not gr.has_access
 
 
-def test_old_annotations_without_access_decode_as_unknown(captures):
-    with open_capture(captures["scalars"]) as cap:
+def test_old_annotations_without_access_decode_as_unknown(access_capture):
+    with open_capture(access_capture) as cap:
         a = ann.read_annotations(cap.program)
     stripped = ann.Annotations(a.producer, a.signature, tuple(
         ann.KernelSignature(k.kernel_key, k.module_hash, tuple(
@@ -318,7 +324,7 @@ def test_browser_10000_ops(browser, big_capture, tmp_path):
     p = Page(browser, html)
     assert p.drawn() == _expected_rows(gr)
     rep = next(it for it in gr.items if it.kind == "REPEAT")
-    assert p.page.inner_text(f"g.node[data-id='{rep.id}']").find("×9999") >= 0
+    assert "×9999" in p.page.text_content(f"g.node[data-id='{rep.id}']")
     # unfolding the ×9999 group draws every op
     p.page.click(f"[data-tog='{rep.id}']")
     assert len(p.drawn()) == 10_000 + 1

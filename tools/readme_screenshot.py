@@ -19,6 +19,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def capture_sample(name: str, out_dir: Path) -> Path:
+    """Capture a sample's step with ``wrpkit.capture`` (so the file records argument access)."""
+    import importlib.util  # noqa: PLC0415
+
+    import warp as wp  # noqa: PLC0415
+
+    import wrpkit  # noqa: PLC0415
+
+    wp.config.quiet = True
+    sys.path.insert(0, str(ROOT / "samples"))
+    spec = importlib.util.spec_from_file_location(f"sample_{name}", ROOT / "samples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    arrays = mod.make_arrays()
+    with wrpkit.capture(device="cpu") as rec:
+        mod.step(arrays)
+    return rec.save(out_dir / f"{name}.wrp", inputs={n: arrays[n] for n in mod.INPUTS},
+                    outputs={n: arrays[n] for n in mod.OUTPUTS})
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sample", default="particles")
@@ -29,11 +49,9 @@ def main() -> int:
     from playwright.sync_api import sync_playwright  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as d:
-        subprocess.run([sys.executable, str(ROOT / "samples" / f"{a.sample}.py"), d], check=True,
-                       capture_output=True)
+        wrp = capture_sample(a.sample, Path(d))
         html = Path(d) / f"{a.sample}.html"
-        subprocess.run([sys.executable, "-m", "wrpkit.cli", "graph", str(Path(d) / f"{a.sample}.wrp"), "-o",
-                        str(html)], check=True)
+        subprocess.run([sys.executable, "-m", "wrpkit.cli", "graph", str(wrp), "-o", str(html)], check=True)
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=a.chromium, args=["--no-sandbox"])
             page = b.new_page(viewport={"width": 1200, "height": 640}, device_scale_factor=1)

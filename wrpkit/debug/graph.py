@@ -447,11 +447,11 @@ def build_graph(program: m.Program, title: str = "", fold: bool = True) -> Graph
 # Layout (the HTML renderer runs the same algorithm in JavaScript)
 # ---------------------------------------------------------------------------
 
-ROW_H = 30
-OP_W = 260
+ROW_H = 34
+OP_W = 300
 INDENT = 16
 LANE_W = 120
-TOP = 56
+TOP = 64
 
 
 @dataclass
@@ -545,18 +545,35 @@ def render_svg(graph: Graph) -> str:
         lo, hi = span[a]
         y0, y1 = TOP + lo * ROW_H, TOP + hi * ROW_H + ROW_H
         out.append(f'<line x1="{x}" y1="{y0}" x2="{x}" y2="{y1}" stroke="#bbb" stroke-width="2"/>')
+    expanded = default_expanded(graph.items)
+    open_groups: list = []
+
+    def close_to(depth, r):
+        while open_groups and open_groups[-1][0] >= depth:
+            d, start, kind = open_groups.pop()
+            fx = 4 + d * INDENT
+            out.append(f'<rect x="{fx}" y="{TOP + start * ROW_H + 1}" width="{OP_W + 2 - fx}" '
+                       f'height="{(r - start) * ROW_H - 2}" rx="7" fill="{_KIND_FILL.get(kind, "#f4f4f4")}" '
+                       f'fill-opacity="0.55" stroke="#c9c9c9"/>')
+
+    for r, row in enumerate(rows):
+        close_to(row.depth, r)
+        if row.item.is_group and row.item.id in expanded:
+            open_groups.append((row.depth, r, row.item.kind))
+    close_to(0, len(rows))
     for r, row in enumerate(rows):
         y = TOP + r * ROW_H
         it = row.item
-        for ed in it.edges:
-            if ed.array not in lane:
-                continue
+        es = sorted((ed for ed in it.edges if ed.array in lane), key=lambda ed: -lane[ed.array])
+        for k, ed in enumerate(es):
+            dy = (k - (len(es) - 1) / 2) * min(5, 20 / max(len(es), 1))
             x = lane_x0 + lane[ed.array] * LANE_W + LANE_W / 2
             c = _COLORS.get(ed.mode, "#888")
             ends = {"read": 'marker-start="url(#a-read)"', "write": 'marker-end="url(#a-write)"',
                     "readwrite": 'marker-start="url(#a-readwrite)" marker-end="url(#a-readwrite)"'}.get(ed.mode, "")
             dash = ' stroke-dasharray="4 3"' if ed.mode == "touches" else ""
-            out.append(f'<line x1="{OP_W + 4}" y1="{y + ROW_H / 2}" x2="{x - 6}" y2="{y + ROW_H / 2}" stroke="{c}" '
+            out.append(f'<line x1="{OP_W + 4}" y1="{y + ROW_H / 2 + dy}" x2="{x - 6}" y2="{y + ROW_H / 2 + dy}" '
+                       f'stroke="{c}" '
                        f'stroke-width="{edge_width(ed.bytes)}" stroke-opacity="0.75"{dash} {ends}/>')
         x = 8 + row.depth * INDENT
         w = OP_W - x

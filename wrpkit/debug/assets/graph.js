@@ -6,7 +6,7 @@
 "use strict";
 (function () {
   var G = JSON.parse(document.getElementById("graph-data").textContent);
-  var ROW_H = 30, OP_W = 300, INDENT = 16, LANE_W = 120, TOP = 24;
+  var ROW_H = 34, OP_W = 300, INDENT = 16, LANE_W = 120, TOP = 24;
   var COLORS = {read: "#2b7bd6", write: "#d6452b", readwrite: "#8e44ad", touches: "#888888"};
   var FILL = {KERNEL_LAUNCH: "#eef5ff", IF: "#fff6e0", WHILE: "#fff0f0", THEN: "#fffaf0", ELSE: "#fffaf0", REPEAT: "#eefbef"};
   var byId = {}, parent = {};
@@ -85,15 +85,32 @@
       var x = laneX0 + L.lane[a] * LANE_W + LANE_W / 2, sp = L.span[a];
       s.push('<line class="life" x1="' + x + '" y1="' + (TOP + sp[0] * ROW_H) + '" x2="' + x + '" y2="' + (TOP + sp[1] * ROW_H + ROW_H) + '"/>');
     }
+    // frames around open groups: from the header row to the group's last row
+    var frames = [], open = [];
+    function closeTo(depth, i) {
+      while (open.length && open[open.length - 1].depth >= depth) {
+        var f = open.pop(), fx = 4 + f.depth * INDENT;
+        frames.push('<rect class="frame" x="' + fx + '" y="' + (TOP + f.row * ROW_H + 1) + '" width="' + (OP_W + 2 - fx) + '" height="' + ((i - f.row) * ROW_H - 2) + '" rx="7" fill="' + (FILL[f.kind] || "#f4f4f4") + '" fill-opacity=".55" stroke="#c9c9c9"/>');
+      }
+    }
+    rs.forEach(function (r, i) {
+      closeTo(r.depth, i);
+      if (r.it.c && expanded[r.it.id]) open.push({depth: r.depth, row: i, kind: r.it.k});
+    });
+    closeTo(0, rs.length);
+    s.push(frames.join(""));
     var edges = [], nodes = [];
     rs.forEach(function (r, i) {
       var it = r.it, y = TOP + i * ROW_H, hit = state.hits[it.id];
-      (it.e || []).forEach(function (e) {
+      var es = (it.e || []).slice().sort(function (a, b) { return L.lane[b[0]] - L.lane[a[0]]; });
+      es.forEach(function (e, k) {
+        // longest first (drawn below), each a few pixels apart so that none hides another
         var ax = laneX0 + L.lane[e[0]] * LANE_W + LANE_W / 2, mode = e[1];
+        var dy = (k - (es.length - 1) / 2) * Math.min(5, 20 / Math.max(es.length, 1));
         var mk = mode === "read" ? ' marker-start="url(#m-read)"' : mode === "write" ? ' marker-end="url(#m-write)"' :
           mode === "readwrite" ? ' marker-start="url(#m-readwrite)" marker-end="url(#m-readwrite)"' : ' stroke-dasharray="4 3"';
         var eh = hit || state.arrHits[e[0]] ? " hit" : "";
-        edges.push('<line class="edge' + eh + '" data-from="' + it.id + '" data-a="' + e[0] + '" data-mode="' + mode + '" x1="' + (OP_W + 4) + '" y1="' + (y + ROW_H / 2) + '" x2="' + (ax - 6) + '" y2="' + (y + ROW_H / 2) + '" stroke="' + COLORS[mode] + '" stroke-width="' + width(e[2]) + '"' + mk + '><title>' + esc(e[3] + ": " + mode + ", " + size(e[2])) + '</title></line>');
+        edges.push('<line class="edge' + eh + '" data-from="' + it.id + '" data-a="' + e[0] + '" data-mode="' + mode + '" x1="' + (OP_W + 4) + '" y1="' + (y + ROW_H / 2 + dy) + '" x2="' + (ax - 6) + '" y2="' + (y + ROW_H / 2 + dy) + '" stroke="' + COLORS[mode] + '" stroke-width="' + width(e[2]) + '"' + mk + '><title>' + esc(e[3] + ": " + mode + ", " + size(e[2])) + '</title></line>');
       });
       var x = 8 + r.depth * INDENT, w = OP_W - x, cls = "node" + (hit ? " hit" : "") + (state.selected === it.id ? " sel" : "");
       var label = it.l.length > 34 ? it.l.slice(0, 33) + "\u2026" : it.l;
