@@ -334,3 +334,17 @@ def test_browser_10000_ops(browser, big_capture, tmp_path):
     hits = p.js("() => Array.from(document.querySelectorAll('#graph g.node.hit')).map(n => n.dataset.id)")
     assert hits == [rep.id]
     p.check_clean()
+
+
+@wp.kernel
+def k_values_and_views(x: wp.array(dtype=float), m: wp.array2d(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    v = x[i]                 # an element: a value, not an alias of x
+    row = m[i]               # a view of m's row i
+    row[0] = v               # a store through the view writes m
+    out[i] = v + 1.0         # reading the value v does not touch x again
+
+
+def test_element_values_are_not_aliases():
+    A = ann.ArgumentAccess
+    assert kernel_argument_access(k_values_and_views) == (A.READ, A.WRITE, A.WRITE)

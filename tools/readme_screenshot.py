@@ -1,6 +1,6 @@
 """Regenerate the README's picture of a capture: docs/graph.png.
 
-Captures ``samples/particles.py`` with stock Warp, draws it with
+Captures a sample (``samples/while_loop.py`` by default) with ``wrpkit.capture`` with stock Warp, draws it with
 ``wrp graph`` (the HTML view) and takes a screenshot in Chromium through
 Playwright, after clicking one kernel launch so that the details panel shows.
 
@@ -41,7 +41,7 @@ def capture_sample(name: str, out_dir: Path) -> Path:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sample", default="particles")
+    ap.add_argument("--sample", default="while_loop")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "graph.png")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     ap.add_argument("--click", default="", help="kernel whose launch to click (default: the first launch)")
@@ -54,7 +54,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "wrpkit.cli", "graph", str(wrp), "-o", str(html)], check=True)
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=a.chromium, args=["--no-sandbox"])
-            page = b.new_page(viewport={"width": 1200, "height": 640}, device_scale_factor=1)
+            page = b.new_page(viewport={"width": 1480, "height": 420}, device_scale_factor=1)
             page.goto(html.resolve().as_uri())
             page.wait_for_selector("body[data-ready='1']")
             sel = "#graph g.node[data-kind='KERNEL_LAUNCH'] rect"

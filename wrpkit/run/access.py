@@ -111,6 +111,8 @@ class _Walker(ast.NodeVisitor):
         self.adj = adj
         self.stack = stack
         self.alias = {p: {p} for p in params}  # local name -> parameters it may refer to
+        # dimensionality of array parameters (0 where unknown, e.g. a @wp.func's generic parameter)
+        self.ndim = {v.label: int(getattr(v.type, "ndim", 0) or 0) for v in getattr(adj, "args", ()) or ()}
         self.flags: dict = {}
 
     # -- helpers ---------------------------------------------------------
@@ -163,10 +165,24 @@ class _Walker(ast.NodeVisitor):
         return ""
 
     # -- visitors --------------------------------------------------------
+    def _alias_source(self, value) -> set:
+        """Parameters a local name assigned ``value`` refers to: ``b = a``, or a view ``row = a[i]`` of a
+        multi-dimensional array (an element ``v = a[i]`` is a value, not an alias)."""
+        if isinstance(value, ast.Name):
+            return set(self.alias.get(value.id, ()))
+        if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+            roots = self.alias.get(value.value.id, set())
+            n_index = len(value.slice.elts) if isinstance(value.slice, ast.Tuple) else 1
+            if roots and any(self.ndim.get(r, 0) > n_index for r in roots):
+                return set(roots)
+        return set()
+
     def visit_Assign(self, node):
-        if not isinstance(node.value, ast.Name):  # `b = a` only aliases
+        src = self._alias_source(node.value)
+        if isinstance(node.value, ast.Subscript) and src:
+            self._visit_indices(node.value)  # taking a view reads nothing
+        elif not isinstance(node.value, ast.Name):  # `b = a` only aliases
             self.visit(node.value)
-        src = self._roots(node.value) if isinstance(node.value, (ast.Name, ast.Subscript)) else set()
         for t in node.targets:
             self._store(t, src)
 
@@ -174,8 +190,7 @@ class _Walker(ast.NodeVisitor):
         if node.value is not None:
             if not isinstance(node.value, ast.Name):
                 self.visit(node.value)
-            src = self._roots(node.value) if isinstance(node.value, (ast.Name, ast.Subscript)) else set()
-            self._store(node.target, src)
+            self._store(node.target, self._alias_source(node.value))
 
     def _store(self, target, src) -> None:
         if isinstance(target, ast.Name):
