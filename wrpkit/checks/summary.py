@@ -60,14 +60,54 @@ def op_record(op: m.Op) -> dict:
     return d
 
 
-def op_line(op: m.Op) -> str:
-    """A one-line description of an op's key fields, for ``wrp inspect --ops``."""
+def launch_access(op: m.KernelLaunch, signature=None) -> list:
+    """``[(argument name, word, region id)]`` for each array argument of a launch that a relocation binds.
+
+    ``word`` is ``"read"``, ``"write"``, ``"readwrite"`` or ``"unused"`` as
+    recorded at capture (:func:`wrpkit.formats.annotations.argument_access`),
+    or ``"touches"`` where the file does not say.
+
+    Args:
+        op: A kernel launch.
+        signature: The kernel's :class:`~wrpkit.formats.annotations.KernelSignature`, or None.
+    """
+    args = signature.arguments if signature is not None else ()
+    out = []
+    for p, rels in op.param_relocations():
+        for r in rels:
+            if r.kind == m.RelocKind.DATA_PTR:
+                a = launch_argument(args, p)
+                out.append((a.name if a is not None else f"arg{p.param_index - 1}",
+                            (a.access_word if a is not None else None) or "touches", r.region_id))
+                break
+    return out
+
+
+def launch_argument(arguments, param):
+    """The kernel argument a launch parameter passes (``param_index`` is 1-based: 0 is the launch bounds)."""
+    i = param.param_index - 1
+    return arguments[i] if 0 <= i < len(arguments) else None
+
+
+def op_line(op: m.Op, signatures: dict | None = None) -> str:
+    """A one-line description of an op's key fields, for ``wrp inspect --ops``.
+
+    Args:
+        op: The op.
+        signatures: ``{(module_hash, kernel_key): KernelSignature}`` from the
+            annotations; with it a launch lists what it does to each array.
+    """
     t = op.op_type
     if t == m.OpType.KERNEL_LAUNCH:
         shape = "x".join(str(s) for s in op.shape[:max(op.ndim, 1)])
         kind = "" if op.is_forward else " backward"
-        return (f"{op.kernel_key}{kind} dim={shape} threads={op.size} args={len(op.params)} "
+        line = (f"{op.kernel_key}{kind} dim={shape} threads={op.size} args={len(op.params)} "
                 f"relocs={len(op.relocations)} value_bytes={len(op.value_data)}")
+        if signatures is not None:
+            acc = launch_access(op, signatures.get((op.module_hash, op.kernel_key)))
+            if acc:
+                line += " " + " ".join(f"{n}={w}@r{rid}" for n, w, rid in acc)
+        return line
     if t in (m.OpType.IF, m.OpType.WHILE):
         body = (f"then={len(op.then_ops)} else={len(op.else_ops)}" if t == m.OpType.IF
                 else f"body={len(op.body)}")
@@ -92,20 +132,31 @@ def op_line(op: m.Op) -> str:
     return " ".join(parts)
 
 
-def iter_op_lines(ops, depth: int = 0, path: str = ""):
-    """Yield ``(depth, index_path, name, line)`` for every op, nested bodies indented."""
+def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None = None):
+    """Yield ``(depth, index_path, name, line)`` for every op, nested bodies indented.
+
+    With ``signatures`` (see :func:`op_line`) launches list their array access.
+    """
     for i, op in enumerate(ops):
         ip = f"{path}{i}"
-        yield depth, ip, op.op_type.name, op_line(op)
+        yield depth, ip, op.op_type.name, op_line(op, signatures)
         if isinstance(op, m.If):
             if op.then_ops:
                 yield depth + 1, "", "then:", ""
-                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".")
+                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".", signatures)
             if op.else_ops:
                 yield depth + 1, "", "else:", ""
-                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e")
+                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures)
         elif isinstance(op, m.While):
-            yield from iter_op_lines(op.body, depth + 1, ip + ".")
+            yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures)
+
+
+def kernel_signatures(prog: m.Program) -> dict:
+    """``{(module_hash, kernel_key): KernelSignature}`` from the annotations; empty without them."""
+    from ..formats.annotations import read_annotations  # noqa: PLC0415
+
+    a = read_annotations(prog)
+    return {} if a is None else {(k.module_hash, k.kernel_key): k for k in a.kernel_signatures}
 
 
 def binding_signature_rows(prog: m.Program):

@@ -19,7 +19,7 @@ def inspect(file, with_ops, as_json, no_verify):
     and never imports Warp, so it is fast on large files.
     """
     from ..formats.container import open_capture  # noqa: PLC0415
-    from ..checks.summary import binding_signature_rows, iter_op_lines, summarize  # noqa: PLC0415
+    from ..checks.summary import binding_signature_rows, iter_op_lines, kernel_signatures, summarize  # noqa: PLC0415
 
     with open_capture(file, verify_checksums=not no_verify) as cap:
         info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program))
@@ -28,7 +28,7 @@ def inspect(file, with_ops, as_json, no_verify):
             return
         _print_summary(info)
         if with_ops:
-            _print_ops(iter_op_lines(cap.program.ops))
+            _print_ops(iter_op_lines(cap.program.ops, signatures=kernel_signatures(cap.program)))
 
 
 

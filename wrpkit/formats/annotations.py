@@ -35,6 +35,7 @@ class _LazyNumpy:
 np = _LazyNumpy()
 
 from ..errors import WrpBindingError, WrpFormatError
+from .fbs.ArgumentAccess import ArgumentAccess as _SchemaArgumentAccess
 from .fbs.ScalarKind import ScalarKind as _SchemaScalarKind
 
 #: FlatBuffers file identifier of an Annotations buffer.
@@ -43,6 +44,14 @@ FILE_IDENTIFIER = b"WRPK"
 
 #: Scalar kinds of Warp data types, taken from the schema so that the values cannot drift.
 ScalarKind = enum.IntEnum("ScalarKind", {k: v for k, v in vars(_SchemaScalarKind).items() if not k.startswith("_")})
+
+#: What a kernel does with an array argument (schema enum ``ArgumentAccess``).
+ArgumentAccess = enum.IntEnum("ArgumentAccess",
+                              {k: v for k, v in vars(_SchemaArgumentAccess).items() if not k.startswith("_")})
+
+#: The word each access reads as in tools; UNKNOWN is None ("touches": may read and write).
+ACCESS_WORDS = {ArgumentAccess.READ: "read", ArgumentAccess.WRITE: "write",
+                ArgumentAccess.READ_WRITE: "readwrite", ArgumentAccess.UNUSED: "unused"}
 
 
 #: numpy dtype string of each scalar kind (little-endian: WRP1 is little-endian only).
@@ -208,6 +217,16 @@ class KernelArgument:
     value_size: int = 0
     dtype: Optional[DataType] = None
     ndim: int = 0
+    #: What the kernel does with the array (:class:`ArgumentAccess`); UNKNOWN when not recorded.
+    access: int = 0
+
+    @property
+    def access_word(self) -> Optional[str]:
+        """``"read"``, ``"write"``, ``"readwrite"``, ``"unused"``, or None when unknown."""
+        try:
+            return ACCESS_WORDS.get(ArgumentAccess(self.access))
+        except ValueError:
+            return None
 
 
 @dataclass(frozen=True)
@@ -609,6 +628,7 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
             at.valueSize = int(a.value_size)
             at.dtype = _pack_dtype(a.dtype) if a.dtype is not None else None
             at.ndim = int(a.ndim)
+            at.access = int(a.access)
             t.arguments.append(at)
         root.kernelSignatures.append(t)
     root.moduleDigests = []
@@ -704,7 +724,8 @@ def decode_annotations(data) -> Annotations:
             if k is None:
                 continue
             args = tuple(
-                KernelArgument(_s(a.name), _s(a.type), int(a.valueSize), _unpack_dtype(a.dtype), int(a.ndim))
+                KernelArgument(_s(a.name), _s(a.type), int(a.valueSize), _unpack_dtype(a.dtype), int(a.ndim),
+                               int(a.access))
                 for a in (k.arguments or ()) if a is not None)
             ksigs.append(KernelSignature(_s(k.kernelKey), _s(k.moduleHash), args))
         digests = []
@@ -734,8 +755,30 @@ def read_annotations(program) -> Optional[Annotations]:
     return decode_annotations(raw)
 
 
+def argument_access(program) -> dict:
+    """What each captured kernel does with each of its arguments, as recorded at capture.
+
+    Args:
+        program: A :class:`wrpkit.model.Program`.
+
+    Returns:
+        ``{(module_hash, kernel_key): [word per argument]}`` where each word is
+        ``"read"``, ``"write"``, ``"readwrite"``, ``"unused"``, or None where
+        the file does not say (files written before wrpkit recorded access,
+        non-array arguments): tools then say "touches".  Empty when the file
+        has no annotations.
+
+    Raises:
+        WrpFormatError: The program carries malformed annotations.
+    """
+    ann = read_annotations(program)
+    if ann is None:
+        return {}
+    return {(k.module_hash, k.kernel_key): [a.access_word for a in k.arguments] for k in ann.kernel_signatures}
+
+
 __all__ = [
-    "ScalarKind", "DataType", "StructField", "ArraySignature", "KernelArgument", "KernelSignature",
+    "ArgumentAccess", "ACCESS_WORDS", "argument_access", "ScalarKind", "DataType", "StructField", "ArraySignature", "KernelArgument", "KernelSignature",
     "ModuleDigest", "Annotations", "element_layout", "numpy_dtype", "dtype_matches", "view_region", "check_fits",
     "dtype_from_warp", "warp_dtype", "signature_of_array", "encode_annotations", "decode_annotations",
     "read_annotations", "FILE_IDENTIFIER", "scalar_numpy",

@@ -33,6 +33,7 @@ from typing import Mapping, Optional
 import warp as wp
 
 from ..formats import annotations as ann
+from .access import kernel_argument_access
 from ..formats import wrp1
 from ..errors import WrpBindingError, WrpError, WrpRuntimeError
 from ..fileio import map_file, modules_dir_for, publish_wrp, read_file
@@ -347,6 +348,7 @@ def _kernel_signatures(graph, prog) -> list:
         if kernel is None:
             continue
         launch = first_launch.get((k.module_hash, k.kernel_key))
+        access = kernel_argument_access(kernel)
         args = []
         for i, var in enumerate(kernel.adj.args):
             t = var.type
@@ -363,7 +365,8 @@ def _kernel_signatures(graph, prog) -> list:
                 tname = wt.type_repr(t)
             except Exception:  # noqa: BLE001
                 tname = str(t)
-            args.append(ann.KernelArgument(var.label, tname, int(value_size), dtype, ndim))
+            args.append(ann.KernelArgument(var.label, tname, int(value_size), dtype, ndim,
+                                           int(access[i]) if i < len(access) else 0))
         out.append(ann.KernelSignature(k.kernel_key, k.module_hash, tuple(args)))
     return out
 

@@ -72,8 +72,17 @@ class KernelArgument(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 0
 
+    # Whether the kernel reads or writes the array; UNKNOWN when not
+    # recorded.
+    # KernelArgument
+    def Access(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, o + self._tab.Pos)
+        return 0
+
 def KernelArgumentStart(builder):
-    builder.StartObject(5)
+    builder.StartObject(6)
 
 def Start(builder):
     KernelArgumentStart(builder)
@@ -108,6 +117,12 @@ def KernelArgumentAddNdim(builder, ndim):
 def AddNdim(builder, ndim):
     KernelArgumentAddNdim(builder, ndim)
 
+def KernelArgumentAddAccess(builder, access):
+    builder.PrependUint8Slot(5, access, 0)
+
+def AddAccess(builder, access):
+    KernelArgumentAddAccess(builder, access)
+
 def KernelArgumentEnd(builder):
     return builder.EndObject()
 
@@ -130,12 +145,14 @@ class KernelArgumentT(object):
         valueSize = 0,
         dtype = None,
         ndim = 0,
+        access = 0,
     ):
         self.name = name  # type: Optional[str]
         self.type = type  # type: Optional[str]
         self.valueSize = valueSize  # type: int
         self.dtype = dtype  # type: Optional[wrpkit.formats.fbs.DataType.DataTypeT]
         self.ndim = ndim  # type: int
+        self.access = access  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -164,6 +181,7 @@ class KernelArgumentT(object):
         if kernelArgument.Dtype() is not None:
             self.dtype = wrpkit.formats.fbs.DataType.DataTypeT.InitFromObj(kernelArgument.Dtype())
         self.ndim = kernelArgument.Ndim()
+        self.access = kernelArgument.Access()
 
     # KernelArgumentT
     def Pack(self, builder):
@@ -182,5 +200,6 @@ class KernelArgumentT(object):
         if self.dtype is not None:
             KernelArgumentAddDtype(builder, dtype)
         KernelArgumentAddNdim(builder, self.ndim)
+        KernelArgumentAddAccess(builder, self.access)
         kernelArgument = KernelArgumentEnd(builder)
         return kernelArgument

@@ -1,0 +1,699 @@
+"""A picture of a capture: ops in order, arrays as data nodes, read and write edges.
+
+:func:`build_graph` turns a decoded program (:class:`wrpkit.model.Program`)
+into a :class:`Graph`: a tree of items (ops, IF/WHILE groups, and runs of a
+repeated op sequence folded into one ``×N`` group) plus the arrays they touch
+(a binding's region, or a region without a binding), each op carrying its
+edges to arrays with a mode (``"read"``, ``"write"``, ``"readwrite"`` or
+``"touches"`` where the file does not say) and a byte count.
+
+It is drawn three ways:
+
+* :func:`render_html`: one self-contained HTML file (the graph as JSON plus a
+  small renderer, no network request of any kind) with collapsible groups,
+  search and a details panel;
+* :func:`render_svg`: a static SVG picture of the default view;
+* :func:`render_dot`: Graphviz text.
+
+All three use the same layout (see :func:`layout`): ops in one column in
+execution order, each array on a vertical lane to their right that spans its
+first to its last use, lanes shared by arrays whose uses do not overlap, and
+edges as horizontal links from an op to the lanes it touches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Optional
+
+from .. import model as m
+from ..checks.summary import launch_argument
+from ..formats import annotations as ann
+
+#: Longest op sequence that :func:`fold_repeats` looks for.
+MAX_PERIOD = 16
+
+_WRITE_PREFIXES = ("dst", "run_", "bsr_", "summed_", "out")
+_READ_PREFIXES = ("src", "tpl_", "cond", "in_")
+
+
+@dataclass
+class Edge:
+    """A link from an op to an array."""
+
+    array: int
+    mode: str  # "read", "write", "readwrite" or "touches"
+    bytes: int
+    arg: str = ""
+
+    def to_json(self) -> list:
+        return [self.array, self.mode, self.bytes, self.arg]
+
+
+@dataclass
+class ArrayNode:
+    """An array: a binding's region, or a region without a binding."""
+
+    id: int
+    region_id: int
+    name: str
+    size: int
+    bindings: tuple = ()
+    dtype: str = ""
+    shape: tuple = ()
+    roles: tuple = ()
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "region": self.region_id, "name": self.name, "size": self.size,
+                "bindings": list(self.bindings), "dtype": self.dtype, "shape": list(self.shape),
+                "roles": list(self.roles)}
+
+
+@dataclass
+class Item:
+    """An op (``kind`` = op type) or a group (``kind`` = ``"IF"``, ``"WHILE"``, ``"THEN"``, ``"ELSE"``,
+    ``"REPEAT"``) of the graph's tree."""
+
+    id: str
+    kind: str
+    label: str
+    index: str = ""
+    edges: list = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+    children: list = field(default_factory=list)
+    count: int = 0  # REPEAT: number of repeats; children hold the first one, ``rest`` the others
+    rest: list = field(default_factory=list)
+    is_group: bool = False
+
+    def to_json(self) -> dict:
+        d = {"id": self.id, "k": self.kind, "l": self.label}
+        if self.index:
+            d["i"] = self.index
+        if self.edges:
+            d["e"] = [e.to_json() for e in self.edges]
+        if self.details:
+            d["d"] = self.details
+        if self.is_group:
+            d["c"] = [c.to_json() for c in self.children]
+            if self.kind == "REPEAT":
+                d["n"] = self.count
+                d["r"] = [[c.to_json() for c in it] for it in self.rest]
+        return d
+
+
+@dataclass
+class Graph:
+    """A capture as a graph: the item tree and the arrays."""
+
+    title: str
+    items: list
+    arrays: list
+    op_total: int
+    has_access: bool
+
+    def to_json(self) -> dict:
+        return {"title": self.title, "items": [i.to_json() for i in self.items],
+                "arrays": [a.to_json() for a in self.arrays], "op_total": self.op_total,
+                "has_access": self.has_access}
+
+
+# ---------------------------------------------------------------------------
+# Building the graph
+# ---------------------------------------------------------------------------
+
+
+def _decode_scalar(raw: bytes, dt: Optional[ann.DataType]) -> Optional[str]:
+    """A scalar (or vector/matrix) argument's value as text, through its data type."""
+    if dt is None or dt.fields:
+        return None
+    fmt = {ann.ScalarKind.BOOL: "?", ann.ScalarKind.INT8: "b", ann.ScalarKind.UINT8: "B",
+           ann.ScalarKind.INT16: "h", ann.ScalarKind.UINT16: "H", ann.ScalarKind.INT32: "i",
+           ann.ScalarKind.UINT32: "I", ann.ScalarKind.INT64: "q", ann.ScalarKind.UINT64: "Q",
+           ann.ScalarKind.FLOAT16: "e", ann.ScalarKind.FLOAT32: "f", ann.ScalarKind.FLOAT64: "d"}.get(dt.scalar)
+    if fmt is None:
+        return None
+    n = 1
+    for d in dt.shape:
+        n *= d
+    need = struct.calcsize("<" + fmt) * n
+    if n <= 0 or n > 64 or len(raw) < need:
+        return None
+    vals = struct.unpack_from(f"<{n}{fmt}", raw)
+    text = [f"{v:.6g}" if isinstance(v, float) else str(v) for v in vals]
+    return text[0] if not dt.shape else "(" + ", ".join(text) + ")"
+
+
+def _array_shape(raw: bytes) -> Optional[tuple]:
+    """Shape of a packed ``array_t`` (data, grad, shape[4], strides[4], ndim)."""
+    if len(raw) < 50:
+        return None
+    ndim = struct.unpack_from("<H", raw, 48)[0]
+    if not 1 <= ndim <= 4:
+        return None
+    return struct.unpack_from(f"<{ndim}i", raw, 16)
+
+
+class _Builder:
+    def __init__(self, prog: m.Program):
+        self.prog = prog
+        self.annotations = None
+        try:
+            self.annotations = ann.read_annotations(prog)
+        except Exception:  # noqa: BLE001 -- a graph of a file with bad annotations still draws its ops
+            self.annotations = None
+        self.sigs = {}
+        self.has_access = False
+        if self.annotations is not None:
+            for k in self.annotations.kernel_signatures:
+                self.sigs[(k.module_hash, k.kernel_key)] = k
+                if any(a.access for a in k.arguments):
+                    self.has_access = True
+        self.modules = {mod.module_hash: mod.module_name for mod in prog.modules}
+        self.regions = {r.region_id: r for r in prog.regions}
+        self.array_of_region: dict = {}
+        self.arrays: list = []
+        sig_map = self.annotations.signature_map() if self.annotations is not None else {}
+        by_region: dict = {}
+        for b in prog.bindings:
+            by_region.setdefault(b.region_id, []).append(b.name)
+        self._bindings = by_region
+        self._sig_map = sig_map
+        self.op_total = 0
+
+    def array(self, region_id: int) -> int:
+        a = self.array_of_region.get(region_id)
+        if a is not None:
+            return a
+        region = self.regions.get(region_id)
+        names = tuple(self._bindings.get(region_id, ()))
+        dtype, shape, roles = "", (), []
+        for n in names:
+            s = self._sig_map.get(n)
+            if s is not None:
+                dtype, shape = s.dtype.name, tuple(s.shape)
+                roles += (["input"] if s.is_input else []) + (["output"] if s.is_output else [])
+        if names and not roles:
+            roles = ["binding"]
+        node = ArrayNode(len(self.arrays), region_id, names[0] if names else f"region {region_id}",
+                         region.size if region is not None else 0, names, dtype, shape, tuple(dict.fromkeys(roles)))
+        self.arrays.append(node)
+        self.array_of_region[region_id] = node.id
+        return node.id
+
+    def items(self, ops, prefix: str) -> list:
+        out = []
+        for i, op in enumerate(ops):
+            index = f"{prefix}{i}"
+            out.append(self.item(op, index))
+        return out
+
+    def item(self, op: m.Op, index: str) -> Item:
+        t = op.op_type
+        self.op_total += 1
+        if t == m.OpType.IF:
+            children = []
+            if op.then_ops:
+                then = Item(f"g{index}t", "THEN", f"then ({len(op.then_ops)})", index, is_group=True,
+                            children=self.items(op.then_ops, index + "."))
+                children.append(then)
+            if op.else_ops:
+                els = Item(f"g{index}e", "ELSE", f"else ({len(op.else_ops)})", index, is_group=True,
+                           children=self.items(op.else_ops, index + ".e"))
+                children.append(els)
+            it = Item(f"g{index}", "IF", f"IF region {op.cond_region_id}+{op.cond_offset}", index, is_group=True,
+                      children=children, details={"op": "IF", "condition": f"region {op.cond_region_id} "
+                                                  f"offset {op.cond_offset}"})
+            it.edges.append(Edge(self.array(op.cond_region_id), "read", 4, "condition"))
+            return it
+        if t == m.OpType.WHILE:
+            it = Item(f"g{index}", "WHILE", f"WHILE region {op.cond_region_id}+{op.cond_offset}", index,
+                      is_group=True, children=self.items(op.body, index + "."),
+                      details={"op": "WHILE", "condition": f"region {op.cond_region_id} offset {op.cond_offset}",
+                               "body ops": str(len(op.body))})
+            it.edges.append(Edge(self.array(op.cond_region_id), "readwrite", 4, "condition"))
+            return it
+        if t == m.OpType.KERNEL_LAUNCH:
+            return self.launch(op, index)
+        return self.generic(op, index)
+
+    def launch(self, op: m.KernelLaunch, index: str) -> Item:
+        sig = self.sigs.get((op.module_hash, op.kernel_key))
+        args = sig.arguments if sig is not None else ()
+        short = op.kernel_key.rsplit(".", 1)[-1] if "." in op.kernel_key else op.kernel_key
+        dims = list(op.shape[:op.ndim]) if op.ndim else [op.dim]
+        details = {"op": "KERNEL_LAUNCH", "kernel": op.kernel_key,
+                   "module": f"{self.modules.get(op.module_hash, '?')} {op.module_hash[:8]}",
+                   "dims": "x".join(str(d) for d in dims), "threads": str(op.dim),
+                   "direction": "forward" if op.is_forward else "backward"}
+        if op.block_dim:
+            details["block_dim"] = str(op.block_dim)
+        value = bytes(op.value_data) if op.value_data is not None else b""
+        edges: dict = {}
+        arg_lines = []
+        for p, rels in op.param_relocations():
+            a = launch_argument(args, p)
+            name = a.name if a is not None else f"arg{p.param_index - 1}"
+            raw = value[p.value_offset:p.value_offset + p.value_size]
+            if rels:
+                words = a.access_word if a is not None else None
+                mode = {"read": "read", "write": "write", "readwrite": "readwrite", "unused": None}.get(
+                    words, "touches") if words else "touches"
+                shape = _array_shape(raw) if a is not None and a.ndim else None
+                for r in rels:
+                    if r.kind != m.RelocKind.DATA_PTR:
+                        continue
+                    region = self.regions.get(r.region_id)
+                    nbytes = region.size if region is not None else 0
+                    if shape is not None and a is not None and a.dtype is not None and a.dtype.size:
+                        n = 1
+                        for d in shape:
+                            n *= max(d, 0)
+                        nbytes = min(nbytes, n * a.dtype.size) if nbytes else n * a.dtype.size
+                    desc = f"region {r.region_id} +{r.region_offset}"
+                    if shape is not None:
+                        desc += f" shape {'x'.join(str(d) for d in shape)}"
+                    if mode is None:
+                        desc += " (unused)"
+                    else:
+                        aid = self.array(r.region_id)
+                        key = (aid, name)
+                        prev = edges.get(key)
+                        if prev is None:
+                            edges[key] = Edge(aid, mode, nbytes, name)
+                        else:
+                            prev.bytes = max(prev.bytes, nbytes)
+                    arg_lines.append([name, (a.type if a is not None else "?"), desc,
+                                      (words or "touches")])
+                    break
+                continue
+            text = _decode_scalar(raw, a.dtype if a is not None else None) if a is not None and not a.ndim else None
+            if text is None:
+                text = raw.hex() if len(raw) <= 16 else raw[:16].hex() + "…"
+            arg_lines.append([name, a.type if a is not None else "?", text, ""])
+        details["arguments"] = arg_lines
+        details["relocations"] = [[r.value_byte_offset, r.region_id, r.region_offset,
+                                   m.RelocKind(r.kind).name if r.kind in (1, 2, 3) else str(r.kind)]
+                                  for r in op.relocations[:64]]
+        it = Item(f"o{index}", "KERNEL_LAUNCH", short, index, details=details)
+        it.edges = list(edges.values())
+        return it
+
+    def generic(self, op: m.Op, index: str) -> Item:
+        name = op.op_type.name
+        details = {"op": name}
+        edges = []
+        for f in dataclasses.fields(op):
+            v = getattr(op, f.name)
+            if f.name in ("at",) or isinstance(v, (bytes, bytearray, memoryview)):
+                if isinstance(v, (bytes, bytearray, memoryview)):
+                    details[f.name] = f"{len(v)} bytes"
+                continue
+            details[f.name] = str(v)
+            if f.name.endswith("_region_id") and isinstance(v, int) and v in self.regions:
+                stem = f.name[:-len("_region_id")]
+                if stem.startswith(_WRITE_PREFIXES):
+                    mode = "write"
+                elif stem.startswith(_READ_PREFIXES) or (stem == "values" and op.op_type == m.OpType.RUNLENGTH_ENCODE):
+                    mode = "read"
+                else:
+                    mode = "readwrite"
+                nbytes = self._op_bytes(op) or self.regions[v].size
+                edges.append(Edge(self.array(v), mode, nbytes, stem))
+        if op.op_type == m.OpType.MEMSET or op.op_type == m.OpType.ALLOC:
+            for e in edges:
+                e.mode = "write"
+        it = Item(f"o{index}", name, name.lower().replace("_", " "), index, details=details)
+        it.edges = edges
+        return it
+
+    @staticmethod
+    def _op_bytes(op) -> int:
+        for attr in ("size",):
+            v = getattr(op, attr, None)
+            if isinstance(v, int) and v > 0:
+                return v
+        data = getattr(op, "data", None)
+        if data is not None:
+            return len(data)
+        return 0
+
+
+def _signature(item: Item) -> tuple:
+    """What makes two items the same step of a repeated sequence (scalar values aside)."""
+    if item.is_group:
+        return (item.kind, item.label, tuple(_signature(c) for c in item.children),
+                tuple((e.array, e.mode) for e in item.edges))
+    return (item.kind, item.label, item.details.get("kernel"), item.details.get("module"),
+            item.details.get("dims"), tuple((e.array, e.mode) for e in item.edges))
+
+
+def fold_repeats(items: list, max_period: int = MAX_PERIOD) -> list:
+    """Fold runs of a repeated item sequence into ``REPEAT`` groups (recursively inside groups).
+
+    At each position the period (1..``max_period``) whose repeats cover the
+    most items is folded when it repeats at least twice.
+    """
+    for it in items:
+        if it.is_group and it.kind != "REPEAT":
+            it.children = fold_repeats(it.children, max_period)
+    sig_ids: dict = {}
+    sigs = [sig_ids.setdefault(_signature(it), len(sig_ids)) for it in items]
+    n = len(items)
+    out = []
+    i = 0
+    while i < n:
+        best_p, best_k = 0, 1
+        for p in range(1, min(max_period, (n - i) // 2) + 1):
+            k = 1
+            while i + (k + 1) * p <= n and sigs[i + k * p:i + (k + 1) * p] == sigs[i:i + p]:
+                k += 1
+            if k >= 2 and k * p > best_k * max(best_p, 1):
+                best_p, best_k = p, k
+        if best_p == 0:
+            out.append(items[i])
+            i += 1
+            continue
+        body = items[i:i + best_p]
+        rest = [items[i + j * best_p:i + (j + 1) * best_p] for j in range(1, best_k)]
+        names = []
+        for b in body:
+            if b.label not in names:
+                names.append(b.label)
+        label = " → ".join(names[:3]) + (" …" if len(names) > 3 else "")
+        g = Item(f"r{body[0].id}", "REPEAT", label, body[0].index, is_group=True, children=body, count=best_k,
+                 rest=rest, details={"op": "REPEAT", "repeats": str(best_k), "ops per repeat": str(best_p),
+                                     "first op": body[0].index})
+        merged: dict = {}
+        for b in body:
+            for e in _all_edges(b):
+                prev = merged.get((e.array, e.mode))
+                if prev is None:
+                    merged[(e.array, e.mode)] = Edge(e.array, e.mode, e.bytes, e.arg)
+                else:
+                    prev.bytes = max(prev.bytes, e.bytes)
+        g.edges = list(merged.values())
+        out.append(g)
+        i += best_k * best_p
+    return out
+
+
+def _walk(items):
+    """Every item of a tree (repeats' other iterations included), depth first."""
+    for it in items:
+        yield it
+        if it.is_group:
+            yield from _walk(it.children)
+            for rep in it.rest:
+                yield from _walk(rep)
+
+
+def _all_edges(item: Item):
+    yield from item.edges
+    if item.is_group:
+        for c in item.children:
+            yield from _all_edges(c)
+
+
+def build_graph(program: m.Program, title: str = "", fold: bool = True) -> Graph:
+    """The graph of a captured program.
+
+    Args:
+        program: A decoded :class:`wrpkit.model.Program` (region and module
+            contents are not read).
+        title: Shown at the top of the picture (e.g. the file name).
+        fold: Fold repeated op sequences into ``×N`` groups.
+
+    Returns:
+        A :class:`Graph`.
+    """
+    b = _Builder(program)
+    items = b.items(program.ops, "")
+    if fold:
+        items = fold_repeats(items)
+    # bindings that no op touches are still data nodes
+    for bnd in program.bindings:
+        if bnd.region_id in b.regions:
+            b.array(bnd.region_id)
+    return Graph(title, items, b.arrays, b.op_total, b.has_access)
+
+
+# ---------------------------------------------------------------------------
+# Layout (the HTML renderer runs the same algorithm in JavaScript)
+# ---------------------------------------------------------------------------
+
+ROW_H = 34
+OP_W = 300
+INDENT = 16
+LANE_W = 120
+TOP = 64
+
+
+@dataclass
+class Row:
+    item: Item
+    depth: int
+    header: bool  # a group's header row
+
+
+def visible_rows(items: list, expanded: set, depth: int = 0) -> list:
+    """Rows of the view: a group is one row, plus its children's rows when expanded."""
+    rows = []
+    for it in items:
+        rows.append(Row(it, depth, it.is_group))
+        if it.is_group and it.id in expanded:
+            rows.extend(visible_rows(it.children, expanded, depth + 1))
+            if it.kind == "REPEAT":
+                for rep in it.rest:
+                    rows.extend(visible_rows(rep, expanded, depth + 1))
+    return rows
+
+
+def default_expanded(items: list) -> set:
+    """Groups shown open by default: IF/WHILE bodies open, repeats folded."""
+    out = set()
+
+    def walk(its):
+        for it in its:
+            if it.is_group and it.kind != "REPEAT":
+                out.add(it.id)
+                walk(it.children)
+
+    walk(items)
+    return out
+
+
+def layout(graph: Graph, rows: list) -> tuple:
+    """Lane of each array and its first/last row: ``({array: lane}, {array: (first, last)}, lanes)``."""
+    span: dict = {}
+    for r, row in enumerate(rows):
+        edges = row.item.edges if (row.header and row.item.kind == "REPEAT") or not row.item.is_group else row.item.edges
+        for e in edges:
+            lo, hi = span.get(e.array, (r, r))
+            span[e.array] = (min(lo, r), max(hi, r))
+    lane_end: list = []
+    lane: dict = {}
+    for a in sorted(span, key=lambda a: span[a]):
+        lo, hi = span[a]
+        for li, end in enumerate(lane_end):
+            if end < lo - 1:
+                lane[a] = li
+                lane_end[li] = hi
+                break
+        else:
+            lane[a] = len(lane_end)
+            lane_end.append(hi)
+    return lane, span, len(lane_end)
+
+
+def edge_width(nbytes: int) -> float:
+    """Stroke width of an edge: 1 px for a few bytes, up to 7 px for a gigabyte."""
+    return round(1 + min(6.0, max(0.0, math.log2(max(nbytes, 1)) / 5)), 2)
+
+
+_COLORS = {"read": "#2b7bd6", "write": "#d6452b", "readwrite": "#8e44ad", "touches": "#888888"}
+_KIND_FILL = {"KERNEL_LAUNCH": "#eef5ff", "IF": "#fff6e0", "WHILE": "#fff0f0", "THEN": "#fffaf0",
+              "ELSE": "#fffaf0", "REPEAT": "#eefbef"}
+
+
+def render_svg(graph: Graph) -> str:
+    """A static SVG picture of the graph's default view (IF/WHILE bodies open, repeats folded)."""
+    rows = visible_rows(graph.items, default_expanded(graph.items))
+    lane, span, nlanes = layout(graph, rows)
+    lane_x0 = OP_W + 40
+    width = lane_x0 + max(nlanes, 1) * LANE_W + 20
+    height = TOP + len(rows) * ROW_H + 30
+    e = html.escape
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12">',
+           '<defs>' + "".join(
+               f'<marker id="a-{k}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" '
+               f'orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="{c}"/></marker>'
+               for k, c in _COLORS.items()) + '</defs>',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="10" y="20" font-size="15" font-weight="bold">{e(graph.title)}</text>',
+           f'<text x="10" y="38" fill="#555">{graph.op_total} ops, {len(graph.arrays)} arrays'
+           f'{"" if graph.has_access else " (no access record: edges say touches)"}</text>']
+    arrays = {a.id: a for a in graph.arrays}
+    for a, li in lane.items():
+        x = lane_x0 + li * LANE_W + LANE_W / 2
+        lo, hi = span[a]
+        y0, y1 = TOP + lo * ROW_H, TOP + hi * ROW_H + ROW_H
+        out.append(f'<line x1="{x}" y1="{y0}" x2="{x}" y2="{y1}" stroke="#bbb" stroke-width="2"/>')
+    expanded = default_expanded(graph.items)
+    open_groups: list = []
+
+    def close_to(depth, r):
+        while open_groups and open_groups[-1][0] >= depth:
+            d, start, kind = open_groups.pop()
+            fx = 4 + d * INDENT
+            out.append(f'<rect x="{fx}" y="{TOP + start * ROW_H + 1}" width="{OP_W + 2 - fx}" '
+                       f'height="{(r - start) * ROW_H - 2}" rx="7" fill="{_KIND_FILL.get(kind, "#f4f4f4")}" '
+                       f'fill-opacity="0.55" stroke="#c9c9c9"/>')
+
+    for r, row in enumerate(rows):
+        close_to(row.depth, r)
+        if row.item.is_group and row.item.id in expanded:
+            open_groups.append((row.depth, r, row.item.kind))
+    close_to(0, len(rows))
+    for r, row in enumerate(rows):
+        y = TOP + r * ROW_H
+        it = row.item
+        es = sorted((ed for ed in it.edges if ed.array in lane), key=lambda ed: -lane[ed.array])
+        for k, ed in enumerate(es):
+            dy = (k - (len(es) - 1) / 2) * min(5, 20 / max(len(es), 1))
+            x = lane_x0 + lane[ed.array] * LANE_W + LANE_W / 2
+            c = _COLORS.get(ed.mode, "#888")
+            ends = {"read": 'marker-start="url(#a-read)"', "write": 'marker-end="url(#a-write)"',
+                    "readwrite": 'marker-start="url(#a-readwrite)" marker-end="url(#a-readwrite)"'}.get(ed.mode, "")
+            dash = ' stroke-dasharray="4 3"' if ed.mode == "touches" else ""
+            out.append(f'<line x1="{OP_W + 4}" y1="{y + ROW_H / 2 + dy}" x2="{x - 6}" y2="{y + ROW_H / 2 + dy}" '
+                       f'stroke="{c}" '
+                       f'stroke-width="{edge_width(ed.bytes)}" stroke-opacity="0.75"{dash} {ends}/>')
+        x = 8 + row.depth * INDENT
+        w = OP_W - x
+        fill = _KIND_FILL.get(it.kind, "#f4f4f4")
+        out.append(f'<rect x="{x}" y="{y + 3}" width="{w}" height="{ROW_H - 6}" rx="5" fill="{fill}" '
+                   f'stroke="#667" stroke-width="1"/>')
+        label = it.label if len(it.label) <= 30 else it.label[:29] + "…"
+        prefix = f"×{it.count} " if it.kind == "REPEAT" else ("" if it.kind == "KERNEL_LAUNCH" or it.is_group
+                                                             else "")
+        dims = it.details.get("dims")
+        text = f"{it.index} {prefix}{label}" + (f" [{dims}]" if dims else "")
+        out.append(f'<text x="{x + 6}" y="{y + ROW_H / 2 + 4}">{e(text)}</text>')
+    for a, li in lane.items():
+        lo = span[a][0]
+        node = arrays[a]
+        x = lane_x0 + li * LANE_W + 6
+        y = TOP + lo * ROW_H - 2
+        name = node.name if len(node.name) <= 14 else node.name[:13] + "…"
+        out.append(f'<rect x="{x}" y="{y - 14}" width="{LANE_W - 12}" height="18" rx="9" fill="#fffbe6" '
+                   f'stroke="#b8860b"/><text x="{x + 6}" y="{y - 1}" font-size="11">{e(name)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def render_dot(graph: Graph) -> str:
+    """Graphviz text: ops chained in order, IF/WHILE/repeat groups as clusters, arrays as ellipses."""
+
+    def q(s: str) -> str:
+        return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+    lines = ["digraph capture {", "  rankdir=TB;", '  node [fontname="Helvetica", fontsize=10];',
+             f"  label={q(graph.title)};"]
+    order: list = []
+
+    def emit(items, indent):
+        pad = "  " * indent
+        for it in items:
+            if it.is_group:
+                lines.append(f"{pad}subgraph {q('cluster_' + it.id)} {{")
+                lab = (f"×{it.count} " if it.kind == "REPEAT" else "") + f"{it.kind} {it.label}"
+                lines.append(f"{pad}  label={q(lab)};")
+                head = it.id + "_h"
+                lines.append(f"{pad}  {q(head)} [shape=point];")
+                order.append(head)
+                for ed in it.edges:
+                    _edge(head, ed)
+                emit(it.children, indent + 1)
+                lines.append(f"{pad}}}")
+            else:
+                lab = f"{it.index} {it.label}" + (f"\\n[{it.details['dims']}]" if "dims" in it.details else "")
+                lines.append(f"{pad}{q(it.id)} [shape=box, style=rounded, label={q(lab)}];")
+                order.append(it.id)
+                for ed in it.edges:
+                    _edge(it.id, ed)
+
+    edges_out: list = []
+
+    def _edge(src, ed):
+        a = f"a{ed.array}"
+        style = f'penwidth={edge_width(ed.bytes)}, color="{_COLORS.get(ed.mode, "#888")}"'
+        if ed.mode == "read":
+            edges_out.append(f"  {q(a)} -> {q(src)} [{style}];")
+        elif ed.mode == "write":
+            edges_out.append(f"  {q(src)} -> {q(a)} [{style}];")
+        else:
+            extra = ", style=dashed" if ed.mode == "touches" else ""
+            edges_out.append(f"  {q(src)} -> {q(a)} [{style}, dir=both{extra}];")
+
+    emit(graph.items, 1)
+    for a in graph.arrays:
+        lab = a.name + (f"\\n{a.dtype} {'x'.join(str(d) for d in a.shape)}" if a.dtype else "")
+        lines.append(f"  {q('a' + str(a.id))} [shape=ellipse, style=filled, fillcolor=\"#fffbe6\", label={q(lab)}];")
+    for x, y in zip(order, order[1:]):
+        lines.append(f"  {q(x)} -> {q(y)} [color=\"#cccccc\", weight=10];")
+    lines.extend(edges_out)
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render_html(graph: Graph) -> str:
+    """One self-contained HTML page: the graph as JSON plus its renderer; no network request of any kind."""
+    files = resources.files(__package__).joinpath("assets")
+    template = files.joinpath("graph.html").read_text(encoding="utf-8")
+    script = files.joinpath("graph.js").read_text(encoding="utf-8")
+    data = json.dumps(graph.to_json(), separators=(",", ":"), ensure_ascii=True)
+    data = data.replace("</", "<\\/")  # never closes the script element, whatever a name holds
+    return (template.replace("@@TITLE@@", html.escape(graph.title))
+            .replace("@@DATA@@", data).replace("@@SCRIPT@@", script))
+
+
+def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str = "") -> dict:
+    """Draw a program's graph into ``dest`` (atomically).
+
+    Args:
+        program: The decoded program.
+        dest: Output path; its suffix picks the format unless ``fmt`` is given.
+        fmt: ``"html"``, ``"svg"`` or ``"dot"``.
+        title: Shown in the picture.
+
+    Returns:
+        ``{"path", "format", "bytes", "ops", "arrays", "items"}``.
+
+    Raises:
+        ValueError: The format is not one of html, svg, dot.
+    """
+    from pathlib import Path  # noqa: PLC0415
+
+    from ..fileio import atomic_write  # noqa: PLC0415
+
+    dest = Path(dest)
+    fmt = (fmt or dest.suffix.lstrip(".") or "html").lower()
+    renderers = {"html": render_html, "svg": render_svg, "dot": render_dot}
+    if fmt not in renderers:
+        raise ValueError(f"cannot draw a graph as {fmt!r}: use html, svg or dot")
+    graph = build_graph(program, title=title)
+    text = renderers[fmt](graph).encode("utf-8")
+    atomic_write(dest, [text])
+    return {"path": str(dest), "format": fmt, "bytes": len(text), "ops": graph.op_total,
+            "arrays": len(graph.arrays), "items": len(graph.items)}
+
+
+__all__ = ["Graph", "Item", "Edge", "ArrayNode", "build_graph", "fold_repeats", "render_html", "render_svg",
+           "render_dot", "write_graph", "layout", "visible_rows", "default_expanded", "edge_width"]

@@ -1,0 +1,325 @@
+"""Which arrays a Warp kernel reads and which it writes, found from its Python source.
+
+Warp's code generator tracks this per argument (``Var.is_read`` /
+``Var.is_write``) only when ``verify_autograd_array_access`` is on, and that
+option changes the module hash and forces a rebuild.  wrpkit instead walks the
+kernel's syntax tree (``kernel.adj.tree``, which Warp parsed when the kernel
+was defined) once per kernel and caches the answer, so a capture pays
+microseconds per distinct kernel and nothing per launch.
+
+The analysis is conservative: a store (``a[i] = v``) is a write, a load is a
+read, ``a[i] += v`` and ``wp.atomic_*`` are both, ``wp.tile_load`` reads and
+``wp.tile_store`` writes, calls into ``@wp.func`` functions are analysed
+through their own trees, and anything else an array is handed to (a builtin
+wrpkit does not list, a function it cannot resolve) counts as read and write.
+Only array arguments are analysed; other arguments are ``UNKNOWN``.
+"""
+
+from __future__ import annotations
+
+import ast
+import weakref
+
+from ..formats.annotations import ArgumentAccess
+
+_R, _W = 1, 2
+
+#: Builtins that only read the array handed to them as their first argument.
+_READ_BUILTINS = frozenset({
+    "tile_load", "tile_load_indexed", "load", "lower_bound", "address", "view", "array", "tile_view",
+})
+#: Builtins that only write their first argument.
+_WRITE_BUILTINS = frozenset({"tile_store", "tile_store_indexed", "store"})
+#: Builtins that read nothing of the array (metadata only).
+_META_BUILTINS = frozenset({"len"})
+#: Array attributes that are metadata, not element data.
+_META_ATTRS = frozenset({"shape", "ndim", "strides", "size", "dtype"})
+
+_kernel_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_func_cache: dict = {}
+
+
+def _flags_to_access(flags: int) -> ArgumentAccess:
+    return {0: ArgumentAccess.UNUSED, _R: ArgumentAccess.READ, _W: ArgumentAccess.WRITE,
+            _R | _W: ArgumentAccess.READ_WRITE}[flags]
+
+
+def kernel_argument_access(kernel) -> tuple:
+    """The :class:`ArgumentAccess` of each argument of a Warp kernel, in declaration order.
+
+    Computed once per kernel object and cached.  Never raises: a kernel
+    whose source cannot be analysed gets ``UNKNOWN`` for every argument.
+
+    Args:
+        kernel: A ``wp.Kernel`` (``@wp.kernel``).
+
+    Returns:
+        A tuple with one :class:`ArgumentAccess` per argument.
+    """
+    try:
+        return _kernel_cache[kernel]
+    except (KeyError, TypeError):
+        pass
+    try:
+        out = _analyse_kernel(kernel)
+    except Exception:  # noqa: BLE001 -- the analysis must never break a capture
+        out = tuple(ArgumentAccess.UNKNOWN for _ in getattr(getattr(kernel, "adj", None), "args", ()) or ())
+    try:
+        _kernel_cache[kernel] = out
+    except TypeError:
+        pass
+    return out
+
+
+def _analyse_kernel(kernel) -> tuple:
+    from warp._src import types as wt  # noqa: PLC0415
+
+    adj = kernel.adj
+    labels = [v.label for v in adj.args]
+    flags = _analyse_function(adj, frozenset(labels), ())
+    out = []
+    for v in adj.args:
+        if wt.is_array(v.type):
+            out.append(_flags_to_access(flags.get(v.label, 0)))
+        else:
+            out.append(ArgumentAccess.UNKNOWN)
+    return tuple(out)
+
+
+def _analyse_function(adj, params: frozenset, stack: tuple) -> dict:
+    """``{param name: flags}`` of one function (kernel or ``@wp.func``) for the named parameters."""
+    key = (id(adj), params)
+    hit = _func_cache.get(key)
+    if hit is not None and hit[0] is adj:
+        return hit[1]
+    if id(adj) in stack:  # recursion: assume the worst
+        return {p: _R | _W for p in params}
+    tree = adj.tree
+    fdef = tree.body[0] if isinstance(tree, ast.Module) else tree
+    walker = _Walker(adj, params, stack + (id(adj),))
+    for stmt in fdef.body:
+        walker.visit(stmt)
+    result = {p: walker.flags.get(p, 0) for p in params}
+    _func_cache[key] = (adj, result)
+    return result
+
+
+class _Walker(ast.NodeVisitor):
+    """Marks reads and writes of array parameters (and local names aliasing them) in one function body."""
+
+    def __init__(self, adj, params: frozenset, stack: tuple):
+        self.adj = adj
+        self.stack = stack
+        self.alias = {p: {p} for p in params}  # local name -> parameters it may refer to
+        # dimensionality of array parameters (0 where unknown, e.g. a @wp.func's generic parameter)
+        self.ndim = {v.label: int(getattr(v.type, "ndim", 0) or 0) for v in getattr(adj, "args", ()) or ()}
+        self.flags: dict = {}
+
+    # -- helpers ---------------------------------------------------------
+    def _mark(self, roots, f: int) -> None:
+        for r in roots:
+            self.flags[r] = self.flags.get(r, 0) | f
+
+    def _roots(self, node) -> set:
+        """Parameters an expression's array may refer to (empty when it is not rooted at one)."""
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            if isinstance(node, ast.Attribute) and node.attr in _META_ATTRS:
+                return set()  # `a.shape[0]`: metadata, not the array's elements
+            node = node.value
+        if isinstance(node, ast.Name):
+            return self.alias.get(node.id, set())
+        return set()
+
+    def _is_meta(self, node) -> bool:
+        """Whether an expression reads only an array's metadata (``a.shape``, ``a.shape[0]``)."""
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            if isinstance(node, ast.Attribute) and node.attr in _META_ATTRS:
+                inner = node.value
+                while isinstance(inner, (ast.Subscript, ast.Attribute)):
+                    inner = inner.value
+                return isinstance(inner, ast.Name) and inner.id in self.alias
+            node = node.value
+        return False
+
+    def _resolve(self, func_node):
+        """The Python object a call's function expression names, or None."""
+        if isinstance(func_node, ast.Name):
+            return self._lookup(func_node.id)
+        if isinstance(func_node, ast.Attribute):
+            base = self._resolve(func_node.value)
+            return getattr(base, func_node.attr, None) if base is not None else None
+        return None
+
+    def _lookup(self, name):
+        try:
+            return self.adj.resolve_external_reference(name)
+        except Exception:  # noqa: BLE001
+            return None
+
+    @staticmethod
+    def _call_name(func_node) -> str:
+        if isinstance(func_node, ast.Attribute):
+            return func_node.attr
+        if isinstance(func_node, ast.Name):
+            return func_node.id
+        return ""
+
+    # -- visitors --------------------------------------------------------
+    def _alias_source(self, value) -> set:
+        """Parameters a local name assigned ``value`` refers to: ``b = a``, or a view ``row = a[i]`` of a
+        multi-dimensional array (an element ``v = a[i]`` is a value, not an alias)."""
+        if isinstance(value, ast.Name):
+            return set(self.alias.get(value.id, ()))
+        if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+            roots = self.alias.get(value.value.id, set())
+            n_index = len(value.slice.elts) if isinstance(value.slice, ast.Tuple) else 1
+            if roots and any(self.ndim.get(r, 0) > n_index for r in roots):
+                return set(roots)
+        return set()
+
+    def visit_Assign(self, node):
+        src = self._alias_source(node.value)
+        if isinstance(node.value, ast.Subscript) and src:
+            self._visit_indices(node.value)  # taking a view reads nothing
+        elif not isinstance(node.value, ast.Name):  # `b = a` only aliases
+            self.visit(node.value)
+        for t in node.targets:
+            self._store(t, src)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            if not isinstance(node.value, ast.Name):
+                self.visit(node.value)
+            self._store(node.target, self._alias_source(node.value))
+
+    def _store(self, target, src) -> None:
+        if isinstance(target, ast.Name):
+            if src:
+                self.alias[target.id] = set(src)
+            else:
+                self.alias.pop(target.id, None)
+        elif isinstance(target, (ast.Subscript, ast.Attribute)):
+            roots = self._roots(target)
+            self._mark(roots, _W)
+            self._visit_indices(target)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for e in target.elts:
+                self._store(e, set())
+
+    def visit_AugAssign(self, node):
+        self.visit(node.value)
+        t = node.target
+        if isinstance(t, (ast.Subscript, ast.Attribute)):
+            self._mark(self._roots(t), _R | _W)
+            self._visit_indices(t)
+        elif isinstance(t, ast.Name) and t.id in self.alias:
+            self._mark(self.alias[t.id], _R | _W)
+
+    def _visit_indices(self, node) -> None:
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            if isinstance(node, ast.Subscript):
+                self.visit(node.slice)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            self.visit(node)
+
+    def visit_Subscript(self, node):
+        if self._is_meta(node):
+            self._visit_indices(node)
+            return
+        roots = self._roots(node)
+        if roots:
+            self._mark(roots, _R)
+            self._visit_indices(node)
+        else:
+            self.generic_visit(node)
+
+    def visit_Attribute(self, node):
+        if self._is_meta(node):
+            self._visit_indices(node)
+            return
+        roots = self._roots(node)
+        if roots:
+            if node.attr not in _META_ATTRS:
+                self._mark(roots, _R)
+            self._visit_indices(node)
+        else:
+            self.generic_visit(node)
+
+    def visit_Name(self, node):
+        # an array named anywhere the walker has no rule for: it may be read and written
+        if isinstance(node.ctx, ast.Load) and node.id in self.alias:
+            self._mark(self.alias[node.id], _R | _W)
+
+    def visit_Call(self, node):
+        name = self._call_name(node.func)
+        target = self._resolve(node.func)
+        # array arguments of the call: (position or keyword, roots)
+        arrays = []
+        for i, a in enumerate(node.args):
+            if isinstance(a, (ast.Name, ast.Subscript, ast.Attribute)) and self._roots(a):
+                arrays.append((i, a))
+            else:
+                self.visit(a)
+        for kw in node.keywords:
+            if isinstance(kw.value, (ast.Name, ast.Subscript, ast.Attribute)) and self._roots(kw.value):
+                arrays.append((kw.arg, kw.value))
+            else:
+                self.visit(kw.value)
+        if not isinstance(node.func, ast.Name):
+            self.visit(node.func)
+        if not arrays:
+            return
+        user = self._user_function(target)
+        for where, a in arrays:
+            roots = self._roots(a)
+            if isinstance(a, ast.Attribute) and a.attr in _META_ATTRS:
+                self._visit_indices(a)
+                continue
+            self._visit_indices(a)
+            if user is not None:
+                f = self._user_flags(user, where)
+            elif name.startswith("atomic_") or name.startswith("tile_atomic") or name.startswith("tile_scatter"):
+                f = _R | _W if where == 0 else _R
+            elif name in _META_BUILTINS:
+                f = 0
+            elif name in _READ_BUILTINS and where in (0, "a", "arr", "array"):
+                f = _R
+            elif name in _WRITE_BUILTINS and where in (0, "a", "arr", "array"):
+                f = _W
+            else:
+                f = _R | _W
+            self._mark(roots, f)
+
+    @staticmethod
+    def _user_function(target):
+        adj = getattr(target, "adj", None)
+        if adj is not None and getattr(adj, "tree", None) is not None and getattr(target, "func", None) is not None:
+            return target
+        return None
+
+    def _user_flags(self, func, where) -> int:
+        """Flags a ``@wp.func`` puts on the parameter an array is passed to (all overloads together)."""
+        adjs = [func.adj]
+        adjs += [o.adj for o in (getattr(func, "user_overloads", None) or {}).values() if getattr(o, "adj", None)]
+        out = 0
+        for adj in adjs:
+            labels = [a.arg for a in _fdef(adj).args.args]
+            if isinstance(where, int):
+                if where >= len(labels):
+                    return _R | _W
+                pname = labels[where]
+            else:
+                pname = where
+                if pname not in labels:
+                    return _R | _W
+            out |= _analyse_function(adj, frozenset({pname}), self.stack).get(pname, _R | _W)
+        return out
+
+
+def _fdef(adj):
+    tree = adj.tree
+    return tree.body[0] if isinstance(tree, ast.Module) else tree
+
+
+__all__ = ["kernel_argument_access"]
