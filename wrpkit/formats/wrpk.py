@@ -183,7 +183,7 @@ TABLES: dict = {
                        ("strides", "i64v", None), ("byte_offset", "u64", 0), ("is_input", "bool", 0),
                        ("is_output", "bool", 0)],
     "KernelArgument": [("name", "str", None), ("type", "str", None), ("value_size", "u32", 0),
-                       ("dtype", "table:DataType", None), ("ndim", "u32", 0)],
+                       ("dtype", "table:DataType", None), ("ndim", "u32", 0), ("access", "u8", 0)],
     "KernelSignature": [("kernel_key", "str", None), ("module_hash", "str", None),
                         ("arguments", "t:KernelArgument", None)],
     "ModuleDigest": [("binary_filename", "str", None), ("sha256", "bytes", None), ("size", "u64", 0)],
