@@ -92,6 +92,7 @@ def rebuild_kernels(paths: Sequence, device: str = "cpu") -> tuple:
     import warp as wp  # noqa: PLC0415
     from warp._src import types as wt  # noqa: PLC0415
 
+    wp.init()
     kernels, binaries = [], {}
     for path in paths:
         path = Path(path)
