@@ -23,8 +23,9 @@ Input is checked strictly: an unknown or missing key, a value of the wrong
 type or out of its field's range raises :class:`~wrpkit.errors.WrpFormatError`
 naming the JSON path, e.g. ``ops[3].params[1].value_size: expected an integer``.
 Optional keys are only: a region's ``data`` (present exactly when
-``has_initial_data``), a module's ``binary`` and ``source``, and the
-program's ``annotations``.
+``has_initial_data``), a module's ``binary`` and ``source``, the
+program's ``annotations``, and a launch's ``legacy_args`` and
+``handle_offsets`` (format 3 only; written only when non-empty).
 """
 
 from __future__ import annotations
