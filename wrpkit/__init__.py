@@ -37,6 +37,7 @@ _LAZY = {
     "save": "wrpkit.run.recording",
     "load": "wrpkit.run.runtime",
     "Program": "wrpkit.run.runtime",
+    "upgrade": "wrpkit.run.upgrade",
 }
 
 

@@ -202,6 +202,33 @@ class LaunchParam(NamedTuple):
     value_align: int
 
 
+class LegacyArg(NamedTuple):
+    """One argument of a format-3 launch (Warp 1.13's 88-byte ``APICLaunchParamRecord``).
+
+    Format 3 describes each argument instead of recording its bytes: an array
+    by region, offset, shape and strides; a scalar (struct, vector, handle)
+    by its size in ``byte_offset`` and its bytes in ``shape`` and ``strides``
+    (read here as eight little-endian int64).  Formats 10 and later record
+    ``params``/``relocations``/``value_data`` instead.
+    """
+
+    is_array: int
+    ndim: int
+    param_index: int
+    region_id: int
+    byte_offset: int
+    shape: tuple
+    strides: tuple
+    element_size: int
+
+    def scalar_bytes(self) -> bytes:
+        """The bytes of a scalar argument (``byte_offset`` of them, at most 64)."""
+        import struct  # noqa: PLC0415
+
+        raw = struct.pack("<8q", *self.shape, *self.strides)
+        return raw[:min(self.byte_offset, 64)]
+
+
 class Relocation(NamedTuple):
     """An 8-byte argument slot patched at replay (``APICLaunchPtrLocation``)."""
 
@@ -241,6 +268,10 @@ class KernelLaunch(Op):
     adjoint_params: list
     relocations: list
     value_data: Bytes = field(repr=False)
+    #: Format 3 only: the per-argument descriptors (empty in 10 and later).
+    legacy_args: list = field(default_factory=list)
+    #: Format 3 only: ``num_handle_offsets`` u32 entries (Warp 1.13 writes none).
+    handle_offsets: list = field(default_factory=list)
     at: int = field(default=-1, compare=False, repr=False)
 
     def param_relocations(self, adjoint: bool = False):

@@ -142,8 +142,18 @@ void check_header(const uint8_t* image, size_t size, Wrp1Graph& g)
                         image[0], image[1], image[2], image[3]);
     uint32_t version = load<uint32_t>(image + 4);
     if (version != kFormatVersion)
+    {
+        // Formats of older Warp releases: wrp-replay does not read them; `wrp upgrade` rewrites them as 18.
+        const char* by = version == 3 ? "Warp 1.13" : version == 10 ? "Warp 1.14" : version == 13 ? "no released Warp"
+                       : version == 14 ? "Warp 1.15" : version == 15 ? "Warp 1.16/1.17" : version == 16 ? "Warp 1.18"
+                       : nullptr;
+        if (by)
+            fail_invalid_at("header.version", 4,
+                            "format version %u (written by %s) is not supported (this build reads format 18, "
+                            "written by Warp 1.19); convert it with `wrp upgrade IN OUT`", version, by);
         fail_invalid_at("header.version", 4,
                         "format version %u is not supported (this build reads format 18, written by Warp 1.19)", version);
+    }
     if (uint32_t flags = load<uint32_t>(image + 8))
         fail_invalid_at("header.flags", 8, "flags 0x%x must be zero", flags);
     uint8_t device = image[24];

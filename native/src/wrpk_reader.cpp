@@ -212,8 +212,8 @@ private:
         uint32_t fmt = p->format_version();
         if (fmt != kFormatVersion)
             bad(root.field("format_version"), p,
-                "APIC format version %u is not supported (this build reads 18, written by Warp 1.19); recapture the "
-                "graph with Warp 1.19.0",
+                "APIC format version %u is not supported (this build reads 18, written by Warp 1.19); for a capture "
+                "of Warp 1.13-1.18 run `wrp upgrade IN OUT`, else recapture the graph with Warp 1.19.0",
                 fmt);
         uint8_t device = raw_field<uint8_t>(p, fbs::Program::VT_DEVICE_TYPE, 1);
         if (device > 1)

@@ -21,6 +21,7 @@ from .. import model as m
 from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
 from ..environment import installed_warp_version, parse_device
+from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS, describe_format
 from .validate import validate_program
 
 OK, FAIL, WARN = "ok", "fail", "warn"
@@ -198,7 +199,17 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
     out = []
 
     installed = installed_warp_version()
-    if installed is None:
+    if prog.format_version < CURRENT_FORMAT:
+        layout = LAYOUTS[prog.format_version]
+        out.append(Finding(
+            "warp-version", FAIL,
+            f"written by an older Warp: {describe_format(prog.format_version)}, loaded by Warp {layout.loaded_by} "
+            f"only; the installed Warp ({installed or 'not installed'}) loads only format {CURRENT_FORMAT} from "
+            "its own version",
+            "Convert it with `wrp upgrade "
+            + (f"{cap.path} NEW.wrp --kernels KERNELS.py` (format 3 kernels are rebuilt from their Python source)."
+               if layout.legacy_args else f"{cap.path} NEW.wrp`, which keeps its kernel objects.")))
+    elif installed is None:
         out.append(Finding("warp-version", FAIL, "warp-lang is not installed",
                            f"pip install warp-lang=={prog.warp_version}"))
     elif installed != prog.warp_version:

@@ -25,6 +25,7 @@ from ..formats.annotations import SCALAR_SIZES
 from ..formats.annotations import strided_reach as _reach
 from ..fileio import is_plain_basename
 from ..model import APIC_SCALAR_SIZE
+from . import legacy as _legacy
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -78,6 +79,7 @@ class _Checker:
         self.prog = prog
         self.regions = prog.region_map()
         self.kernels = {(k.module_hash, k.kernel_key): k for k in prog.kernels}
+        self.kernels_by_key = {k.kernel_key: k for k in prog.kernels}  # formats 3/10 (checks/legacy.py)
         self.mesh_ptrs = {me.original_ptr for me in prog.meshes}
         self.problems: list = []
         self.kernel_sigs = self._kernel_signatures(prog)
@@ -361,6 +363,15 @@ class _Checker:
     def op_kernel_launch(self, w, op: m.KernelLaunch):
         at = op.at
         k = self.kernels.get((op.module_hash, op.kernel_key))
+        if k is None and self.prog.format_version < 18:
+            k = _legacy.launch_kernel(self.prog, self.kernels_by_key, op)
+            if k is not None:
+                self.err(w, f"kernel {op.kernel_key!r} of module {op.module_hash[:12]} has no kernel record; Warp "
+                            f"keyed kernels by key alone and runs module {k.module_hash[:12]}'s kernel for it "
+                            "(`wrp upgrade --collision producer|intent` chooses)", at, severity="warning")
+        if op.legacy_args or op.handle_offsets or self.prog.format_version == 3:
+            for msg in _legacy.launch_problems(self.prog, self.regions, op):
+                self.err(w, msg, at)
         if k is None:
             self.err(w, f"launches kernel {op.kernel_key!r} of module {op.module_hash[:12]}, which is not in "
                         "the kernel table", at)
@@ -778,6 +789,8 @@ def validate_program(prog: m.Program) -> list:
     """
     c = _Checker(prog)
     c.metadata()
+    for where, msg, severity in _legacy.metadata_problems(prog):
+        c.err(where, msg, severity=severity)
     c.ops(prog.ops, "ops")
     return c.problems
 

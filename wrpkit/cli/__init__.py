@@ -33,7 +33,8 @@ class WrpGroup(click.Group):
     command pays only for the imports it needs.
     """
 
-    lazy = {name: f"wrpkit.cli.{name}:{name}" for name in ("inspect", "validate", "check", "convert", "replay", "graph")}
+    lazy = {name: f"wrpkit.cli.{name}:{name}"
+            for name in ("inspect", "validate", "check", "convert", "replay", "graph", "upgrade")}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))

@@ -23,8 +23,9 @@ Input is checked strictly: an unknown or missing key, a value of the wrong
 type or out of its field's range raises :class:`~wrpkit.errors.WrpFormatError`
 naming the JSON path, e.g. ``ops[3].params[1].value_size: expected an integer``.
 Optional keys are only: a region's ``data`` (present exactly when
-``has_initial_data``), a module's ``binary`` and ``source``, and the
-program's ``annotations``.
+``has_initial_data``), a module's ``binary`` and ``source``, the
+program's ``annotations``, and a launch's ``legacy_args`` and
+``handle_offsets`` (format 3 only; written only when non-empty).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from .wrpk import MAX_DEPTH, OP_TABLES, TABLES
 JSON_VERSION = 1
 
 _RANGES = {"u8": (0, 0xFF), "u16": (0, 0xFFFF), "u32": (0, 0xFFFFFFFF), "i32": (-(1 << 31), (1 << 31) - 1),
-           "u64": (0, (1 << 64) - 1)}
+           "u64": (0, (1 << 64) - 1), "i64": (-(1 << 63), (1 << 63) - 1)}
 
 _SCALAR_TYPE_NAMES = {0: "INVALID", **{e.value: e.name for e in m.ApicScalarType}}
 _ENUMS = {
@@ -62,6 +63,11 @@ _ENUM_VALUES = {k: {name: v for v, name in names.items()} for k, names in _ENUMS
 _PARAM_FIELDS = [("param_index", "u16"), ("num_relocs", "u16"), ("value_offset", "u32"), ("value_size", "u32"),
                  ("value_align", "u32")]
 _RELOC_FIELDS = [("value_byte_offset", "u32"), ("region_id", "i32"), ("region_offset", "u64"), ("kind", "u8")]
+_LEGACY_FIELDS = [("is_array", "u8"), ("ndim", "u8"), ("param_index", "u16"), ("region_id", "i32"),
+                  ("byte_offset", "u64"), ("element_size", "u32")]
+#: Launch keys written only when non-empty (format 3's argument descriptors),
+#: so that JSON of formats 10 and later is unchanged; optional on input.
+_LAUNCH_OPTIONAL = ("legacy_args", "handle_offsets")
 _RECIPE_FIELDS = [(f, "u8") for f in ("debug", "optimization_level", "verify_fp", "fast_math", "fuse_fp",
                                       "lineinfo", "arch_suffix")]
 _OP_BY_NAME = {t.name: t for t in OP_TABLES if t != OpType.MEMCPY_D2H}
@@ -96,6 +102,8 @@ def _op_out(op) -> dict:
     out = {"op": OpType(t).name}
     for name, kind, _ in TABLES[table]:
         v = getattr(op, name)
+        if name in _LAUNCH_OPTIONAL and not v:
+            continue
         if kind == "ops":
             out[name] = [_op_out(o) for o in v]
         elif kind == "bytes":
@@ -107,6 +115,11 @@ def _op_out(op) -> dict:
         elif kind == "relocs":
             out[name] = [{"value_byte_offset": r[0], "region_id": r[1], "region_offset": r[2],
                           "kind": _enum_out("Relocation", "kind", r[3])} for r in v]
+        elif kind == "legacy":
+            out[name] = [{**dict(zip(m.LegacyArg._fields, (int(a.is_array), a.ndim, a.param_index, a.region_id,
+                                                             a.byte_offset))),
+                          "shape": list(a.shape), "strides": list(a.strides), "element_size": a.element_size}
+                         for a in v]
         elif kind == "str":
             out[name] = v
         else:
@@ -261,6 +274,21 @@ def _struct_list(v, path: str, fields, enum_table: str, make) -> list:
     return out
 
 
+def _legacy_arg_in(d, path: str) -> m.LegacyArg:
+    names = [f for f, _ in _LEGACY_FIELDS]
+    _obj(d, path, names + ["shape", "strides"])
+    v = {f: _int(d[f], f"{path}.{f}", k) for f, k in _LEGACY_FIELDS}
+    if v["is_array"] > 1:
+        _err(path + ".is_array", "expected 0 or 1")
+    for f in ("shape", "strides"):
+        xs = _list(d[f], f"{path}.{f}")
+        if len(xs) != 4:
+            _err(f"{path}.{f}", f"expected 4 entries, found {len(xs)}")
+        v[f] = tuple(_int(x, f"{path}.{f}[{j}]", "i64") for j, x in enumerate(xs))
+    return m.LegacyArg(v["is_array"], v["ndim"], v["param_index"], v["region_id"], v["byte_offset"], v["shape"],
+                       v["strides"], v["element_size"])
+
+
 def _op_in(d, path: str, depth: int):
     if depth > MAX_DEPTH:
         _err(path, f"IF/WHILE bodies are nested deeper than {MAX_DEPTH} levels")
@@ -274,9 +302,13 @@ def _op_in(d, path: str, depth: int):
         _err(path + ".op", f"unknown op {name!r}; expected one of {', '.join(_OP_BY_NAME)}")
     table = OP_TABLES[t]
     spec = TABLES[table]
-    _obj(d, path, ["op"] + [f for f, _, _ in spec])
+    optional = _LAUNCH_OPTIONAL if t == OpType.KERNEL_LAUNCH else ()
+    _obj(d, path, ["op"] + [f for f, _, _ in spec if f not in optional], optional)
     vals = {}
     for name, kind, _ in spec:
+        if name not in d:
+            vals[name] = []
+            continue
         v = d[name]
         p = f"{path}.{name}"
         if kind == "ops":
@@ -289,6 +321,8 @@ def _op_in(d, path: str, depth: int):
             vals[name] = _struct_list(v, p, _PARAM_FIELDS, "LaunchParam", m.LaunchParam)
         elif kind == "relocs":
             vals[name] = _struct_list(v, p, _RELOC_FIELDS, "Relocation", m.Relocation)
+        elif kind == "legacy":
+            vals[name] = [_legacy_arg_in(a, f"{p}[{j}]") for j, a in enumerate(_list(v, p))]
         elif kind == "str":
             vals[name] = _str(v, p)
         else:
@@ -300,6 +334,10 @@ def _op_in(d, path: str, depth: int):
             _err(path + ".adjoint_params", "a forward launch has no adjoint params")
         if not vals["is_forward"] and len(vals["adjoint_params"]) != len(vals["params"]):
             _err(path + ".adjoint_params", "an adjoint launch needs one adjoint param per param")
+        vals["handle_offsets"] = list(vals["handle_offsets"])
+        if vals["legacy_args"] and (vals["params"] or vals["relocations"] or vals["value_data"]):
+            _err(path + ".legacy_args", "a launch with format-3 argument descriptors has no params, relocations "
+                                        "or value data")
     if t == OpType.MEMTILE and not vals["value"]:
         _err(path + ".value", "MEMTILE value must not be empty")
     return m.OP_CLASSES[t](**vals)

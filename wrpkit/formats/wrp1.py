@@ -1,9 +1,13 @@
-"""Codec for Warp's WRP1 container (``.wrp``, APIC format 18).
+"""Codec for Warp's WRP1 container (``.wrp``, APIC formats 3, 10 and 13 to 18).
 
 :func:`decode_wrp1` turns the bytes of a ``.wrp`` into a
 :class:`~wrpkit.model.Program`; :func:`encode_wrp1` turns a program back into
 bytes, byte-identical to what was decoded.  The format is described in
-``schema/WRP1-FORMAT.md``.
+``schema/WRP1-FORMAT.md``.  Every format a Warp release wrote (3, 10, 14, 15,
+16, 18, and 13, which 1.15 to 1.18 load) decodes into the same model and
+encodes back in its own format; what differs between them is described by
+the :class:`~wrpkit.formats.wrp1_layout.FormatLayout` of each, and the
+per-format branches below are driven by its flags.
 
 The decoder is fail-closed, in the style of safetensors: every count, length
 and offset is checked before it is used, arithmetic cannot overflow (Python
@@ -42,6 +46,7 @@ from .wrp1_layout import (
     SECTION_MEMORY,
     SECTION_METADATA,
     SECTION_OPERATIONS,
+    LEGACY_ARG,
     FormatLayout,
 )
 
@@ -213,7 +218,8 @@ def decode_wrp1(data, *, limits: Limits = DEFAULT_LIMITS, share_ops: bool = Fals
         raise WrpVersionError(
             f"WRP1 format version {version} is not supported (this wrpkit reads {sorted(LAYOUTS)})",
             field="header.version", offset=4,
-            hint="Recapture the graph with Warp 1.19.0, which writes format 18.")
+            hint="No released Warp wrote this format; recapture the graph with Warp 1.19.0, which writes "
+                 "format 18.")
     if flags != 0:
         raise WrpFormatError(f"flags must be 0, found {flags:#x}", field="header.flags", offset=8)
     if num_sections not in (3, 4):
@@ -298,10 +304,11 @@ def _decode_metadata(buf, off: int, n: int, prog: m.Program, layout: FormatLayou
         raise WrpFormatError(f"metadata format version {version} differs from the header's "
                              f"{prog.format_version}", field="metadata.format_version", offset=at)
     at = c.pos
-    prog.warp_version = c.string("metadata.warp_version", limits, MAX_VERSION)
-    if not prog.warp_version or not all(0x20 < ord(ch) < 0x7F for ch in prog.warp_version):
-        raise WrpFormatError("producer Warp version must be non-empty printable ASCII",
-                             field="metadata.warp_version", offset=at)
+    if layout.producer_version:
+        prog.warp_version = c.string("metadata.warp_version", limits, MAX_VERSION)
+        if not prog.warp_version or not all(0x20 < ord(ch) < 0x7F for ch in prog.warp_version):
+            raise WrpFormatError("producer Warp version must be non-empty printable ASCII",
+                                 field="metadata.warp_version", offset=at)
     at = c.pos
     arch = c.u32("metadata.target_arch")
     if arch != prog.target_arch:
@@ -325,6 +332,9 @@ def _decode_metadata(buf, off: int, n: int, prog: m.Program, layout: FormatLayou
         mn = c.string(w + ".module_name", limits)
         bf = c.string(w + ".binary_filename", limits, MAX_FILENAME)
         arch = c.u32(w + ".target_arch")
+        if not layout.module_extras:
+            prog.modules.append(m.Module(mh, mn, bf, arch))
+            continue
         bd = c.string(w + ".binary_digest", limits, MAX_DIGEST)
         sf = c.string(w + ".source_filename", limits, MAX_FILENAME)
         sd = c.string(w + ".source_digest", limits, MAX_DIGEST)
@@ -354,8 +364,10 @@ def _decode_metadata(buf, off: int, n: int, prog: m.Program, layout: FormatLayou
                                  offset=at + 8)
         prog.meshes.append(m.Mesh(v[0], v[1], bool(v[2]), *v[3:]))
     for i in range(n_ptr):
-        prog.pointer_locations.append(m.PointerLocation(*c.unpack(layout.pointer_location,
-                                                                  f"pointer_locations[{i}]")))
+        v = c.unpack(layout.pointer_location, f"pointer_locations[{i}]")
+        # Before format 18 there is no count: stride 0 is one slot, else
+        # every stride to the end of the region.  0 stands for "not recorded".
+        prog.pointer_locations.append(m.PointerLocation(*v) if len(v) == 4 else m.PointerLocation(*v, 0))
     if c.pos != c.end:
         raise WrpFormatError(f"{c.end - c.pos} bytes follow the last metadata record",
                              field="metadata", offset=c.pos)
@@ -456,7 +468,12 @@ def _decode_leaf(buf, pos, total, op_type, w, layout, cache):
         return _decode_launch(buf, pos, total, w, layout, cache)
     if op_type in layout.ops:
         return _decode_fixed(buf, pos, total, op_type, w, layout)
-    what = "reserved by Warp (MEMCPY_D2H)" if op_type == OpType.MEMCPY_D2H else "unknown"
+    if op_type == OpType.MEMCPY_D2H:
+        what = "reserved by Warp (MEMCPY_D2H)"
+    elif op_type in LAYOUTS[18].ops:
+        what = f"{OpType(op_type).name}, which format {layout.version} does not have"
+    else:
+        what = "unknown"
     raise WrpFormatError(f"op type {op_type} is {what}", field=w + ".op_type", offset=pos)
 
 
@@ -500,6 +517,9 @@ def _decode_fixed(buf, pos, total, op_type, w, layout):
     if op_type == OpType.BSR_TRANSPOSE:
         d = _fixed_values(buf, pos, total, rl, w, exact=False)
         tail = total - 8 - rl.size
+        if tail and not layout.bsr_transpose_tail:
+            raise WrpFormatError(f"BSR_TRANSPOSE has no tail in format {layout.version}, found {tail} bytes",
+                                 field=w + ".total_size", offset=pos + 4)
         if tail % 4:
             raise WrpFormatError(f"BSR_TRANSPOSE tail of {tail} bytes is not a whole number of int32",
                                  field=w + ".total_size", offset=pos + 4)
@@ -546,6 +566,8 @@ def _decode_cond(buf, pos, total, op_type, w, depth, layout, limits, budget):
 
 
 def _decode_launch(buf, pos, total, w, layout, cache):
+    if layout.version < 13:
+        return _decode_launch_legacy(buf, pos, total, w, layout)
     lr = layout.launch
     if total < 8 + lr.size:
         raise WrpFormatError(f"KERNEL_LAUNCH record must be at least {8 + lr.size} bytes, header says {total}",
@@ -577,7 +599,65 @@ def _decode_launch(buf, pos, total, w, layout, cache):
     p += tail
     return m.KernelLaunch((s0, s1, s2, s3), ndim, size, dim, max_blocks, block_dim, smem, grid_stride,
                           bool(is_fwd), cluster, kkey, mh, list(params), list(adj), list(relocs),
-                          buf[p:p + vsize], pos)
+                          buf[p:p + vsize], at=pos)
+
+
+def _decode_launch_legacy(buf, pos, total, w, layout):
+    """A launch of format 3 or 10 (no grid_stride/cluster_dim; format 3: argument descriptors).
+
+    The model gets what 1.15+ write on CPU for the missing fields:
+    ``grid_stride`` 0 and ``cluster_dim`` 1.
+    """
+    lr = layout.launch
+    head = 8 + lr.size
+    if total < head:
+        raise WrpFormatError(f"KERNEL_LAUNCH record must be at least {head} bytes, header says {total}",
+                             field=w + ".total_size", offset=pos + 4)
+    vals = lr.struct.unpack_from(buf, pos + 8)
+    d = dict(zip(lr.names[1:], vals[4:]))
+    d["shape"] = vals[:4]
+    for i in lr.pads:
+        _check_zero(d[lr.names[i]], f"{w}.{lr.names[i]}", pos + 8)
+    if d["is_forward"] > 1:
+        raise WrpFormatError(f"must be 0 or 1, found {d['is_forward']}", field=w + ".is_forward",
+                             offset=pos + 56)
+    key_len, hash_len, n_params = d["kernel_key_len"], d["module_hash_len"], d["num_params"]
+    p = pos + head
+    if layout.legacy_args:
+        n_handles = d["num_handle_offsets"]
+        need = head + key_len + hash_len + LEGACY_ARG.size * n_params + 4 * n_handles
+        if need != total:
+            raise WrpFormatError(f"record size {total} differs from the {need} bytes its strings, {n_params} "
+                                 f"argument descriptors and {n_handles} handle offsets need",
+                                 field=w + ".total_size", offset=pos + 4)
+        kkey, mh, _, _, _ = _decode_launch_tail(buf, p, key_len, hash_len, 0, 0, True, w)
+        p += key_len + hash_len
+        args = []
+        for j, v in enumerate(LEGACY_ARG.iter_unpack(buf[p:p + LEGACY_ARG.size * n_params])):
+            at = p + j * LEGACY_ARG.size
+            if v[-1] != b"\0\0\0\0":
+                _check_zero(v[-1], f"{w}.legacy_args[{j}]._pad", at + 84)
+            if v[0] > 1:
+                raise WrpFormatError(f"must be 0 or 1, found {v[0]}", field=f"{w}.legacy_args[{j}].is_array",
+                                     offset=at)
+            args.append(m.LegacyArg(v[0], v[1], v[2], v[3], v[4], tuple(v[5:9]), tuple(v[9:13]), v[13]))
+        p += LEGACY_ARG.size * n_params
+        handles = list(struct.unpack_from(f"<{n_handles}I", buf, p))
+        return m.KernelLaunch(tuple(d["shape"]), d["ndim"], d["size"], d["dim"], d["max_blocks"], d["block_dim"],
+                              d["smem_bytes"], 0, bool(d["is_forward"]), 1, kkey, mh, [], [], [], b"",
+                              legacy_args=args, handle_offsets=handles, at=pos)
+    n_relocs, vsize, is_fwd = d["num_relocs"], d["value_data_size"], d["is_forward"]
+    n_blocks = 1 if is_fwd else 2
+    tail = key_len + hash_len + n_blocks * n_params * 16 + n_relocs * 24
+    if head + tail + vsize != total:
+        raise WrpFormatError(f"record size {total} differs from the {head + tail + vsize} bytes its strings, "
+                             f"{n_blocks * n_params} params, {n_relocs} relocations and {vsize} value bytes "
+                             f"need", field=w + ".total_size", offset=pos + 4)
+    kkey, mh, params, adj, relocs = _decode_launch_tail(buf, p, key_len, hash_len, n_params, n_relocs, is_fwd, w)
+    p += tail
+    return m.KernelLaunch(tuple(d["shape"]), d["ndim"], d["size"], d["dim"], d["max_blocks"], d["block_dim"],
+                          d["smem_bytes"], 0, bool(is_fwd), 1, kkey, mh, list(params), list(adj), list(relocs),
+                          buf[p:p + vsize], at=pos)
 
 
 def _decode_launch_tail(buf, p, key_len, hash_len, n_params, n_relocs, is_fwd, w):
@@ -615,12 +695,19 @@ def _str(s: str) -> bytes:
 def encode_metadata(prog: m.Program, layout: FormatLayout) -> bytes:
     """The METADATA section's bytes."""
     out = bytearray()
-    out += _U32.pack(prog.format_version) + _str(prog.warp_version) + _U32.pack(prog.target_arch)
+    out += _U32.pack(prog.format_version)
+    if layout.producer_version:
+        out += _str(prog.warp_version)
+    out += _U32.pack(prog.target_arch)
     for n in (len(prog.modules), len(prog.kernels), len(prog.bindings), len(prog.meshes),
               len(prog.pointer_locations)):
         out += _U32.pack(n)
     for mod in prog.modules:
         r = mod.recipe
+        if not layout.module_extras:
+            out += (_str(mod.module_hash) + _str(mod.module_name) + _str(mod.binary_filename)
+                    + _U32.pack(mod.target_arch))
+            continue
         out += (_str(mod.module_hash) + _str(mod.module_name) + _str(mod.binary_filename)
                 + _U32.pack(mod.target_arch) + _str(mod.binary_digest) + _str(mod.source_filename)
                 + _str(mod.source_digest) + bytes((mod.binary_kind, mod.fallback_reason))
@@ -636,7 +723,8 @@ def encode_metadata(prog: m.Program, layout: FormatLayout) -> bytes:
                                        me.bvh_constructor, me.bvh_leaf_size, me.points_region_id,
                                        me.indices_region_id, me.velocities_region_id, me.original_ptr)
     for pl in prog.pointer_locations:
-        out += layout.pointer_location.pack(pl.region_id, pl.offset, pl.stride, pl.count)
+        vals = (pl.region_id, pl.offset, pl.stride, pl.count)
+        out += layout.pointer_location.pack(*vals[:4 if layout.producer_version else 3])
     return bytes(out)
 
 
@@ -718,6 +806,10 @@ def encode_ops(ops: list, layout: FormatLayout, out: bytearray, memo: dict | Non
 def _leaf_record_size(op, layout: FormatLayout) -> int:
     t = op.op_type
     if t == OpType.KERNEL_LAUNCH:
+        if layout.legacy_args:
+            return (8 + layout.launch.size + len(op.kernel_key.encode("utf-8"))
+                    + len(op.module_hash.encode("utf-8")) + LEGACY_ARG.size * len(op.legacy_args)
+                    + 4 * len(op.handle_offsets))
         blocks = len(op.params) + (0 if op.is_forward else len(op.adjoint_params))
         return (8 + layout.launch.size + len(op.kernel_key.encode("utf-8")) + len(op.module_hash.encode("utf-8"))
                 + 16 * blocks + 24 * len(op.relocations) + len(op.value_data))
@@ -765,8 +857,11 @@ def metadata_section_size(prog: m.Program, layout: FormatLayout) -> int:
     def strs(*values) -> int:
         return sum(4 + len(v.encode("utf-8")) for v in values)
 
-    n = 4 + strs(prog.warp_version) + 4 + 5 * 4
+    n = 4 + (strs(prog.warp_version) if layout.producer_version else 0) + 4 + 5 * 4
     for mod in prog.modules:
+        if not layout.module_extras:
+            n += strs(mod.module_hash, mod.module_name, mod.binary_filename) + 4
+            continue
         n += (strs(mod.module_hash, mod.module_name, mod.binary_filename, mod.binary_digest, mod.source_filename,
                    mod.source_digest) + 4 + 2 + layout.recipe.struct.size)
     for k in prog.kernels:
@@ -777,7 +872,44 @@ def metadata_section_size(prog: m.Program, layout: FormatLayout) -> int:
     return n
 
 
+def _check_launch_fits(op: m.KernelLaunch, layout: FormatLayout) -> None:
+    """Refuse to encode a launch whose content the format cannot hold."""
+    if layout.legacy_args:
+        if op.params or op.adjoint_params or op.relocations or len(op.value_data) or not op.is_forward:
+            raise WrpFormatError(f"launch of {op.kernel_key!r} has bindings or value data, which format "
+                                 f"{layout.version} cannot hold (it records argument descriptors)")
+    elif op.legacy_args or op.handle_offsets:
+        raise WrpFormatError(f"launch of {op.kernel_key!r} has format-3 argument descriptors, which format "
+                             f"{layout.version} cannot hold", hint="Use `wrp upgrade` to re-encode them.")
+    if layout.version < 13 and (op.grid_stride != 0 or op.cluster_dim != 1):
+        raise WrpFormatError(f"launch of {op.kernel_key!r} has grid_stride {op.grid_stride} and cluster_dim "
+                             f"{op.cluster_dim}; format {layout.version} records neither (only 0 and 1 fit)")
+
+
+def _encode_launch_legacy(op: m.KernelLaunch, layout: FormatLayout, out: bytearray) -> None:
+    _check_launch_fits(op, layout)
+    key = op.kernel_key.encode("utf-8")
+    mh = op.module_hash.encode("utf-8")
+    out += OP_HEADER.pack(OpType.KERNEL_LAUNCH, _leaf_record_size(op, layout))
+    common = (*op.shape, op.ndim, op.size, op.dim, op.max_blocks, op.block_dim, op.smem_bytes, int(op.is_forward),
+              b"", len(key), len(mh))
+    if layout.legacy_args:
+        out += layout.launch.struct.pack(*common, len(op.legacy_args), len(op.handle_offsets))
+        out += key
+        out += mh
+        for a in op.legacy_args:
+            out += LEGACY_ARG.pack(a.is_array, a.ndim, a.param_index, a.region_id, a.byte_offset, *a.shape,
+                                   *a.strides, a.element_size, b"")
+        out += struct.pack(f"<{len(op.handle_offsets)}I", *op.handle_offsets)
+        return
+    out += layout.launch.struct.pack(*common, len(op.params), b"", len(op.relocations), len(op.value_data))
+    _encode_launch_tail(op, layout, out, key, mh)
+
+
 def _encode_launch(op: m.KernelLaunch, layout: FormatLayout, out: bytearray) -> None:
+    if layout.version < 13 or op.legacy_args or op.handle_offsets:
+        _encode_launch_legacy(op, layout, out)
+        return
     key = op.kernel_key.encode("utf-8")
     mh = op.module_hash.encode("utf-8")
     n_params = len(op.params)
@@ -789,6 +921,11 @@ def _encode_launch(op: m.KernelLaunch, layout: FormatLayout, out: bytearray) -> 
                                      op.smem_bytes, op.grid_stride, int(op.is_forward), op.cluster_dim,
                                      b"\0\0", len(key), len(mh), n_params, b"\0\0", len(op.relocations),
                                      len(op.value_data))
+    _encode_launch_tail(op, layout, out, key, mh)
+
+
+def _encode_launch_tail(op: m.KernelLaunch, layout: FormatLayout, out: bytearray, key: bytes, mh: bytes) -> None:
+    blocks = op.params if op.is_forward else op.params + op.adjoint_params
     out += key
     out += mh
     pack_param = layout.launch_param.pack

@@ -16,7 +16,7 @@ checked against Warp 1.19.0's ``warp/native/apic_types.h``.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model import OpType
 
@@ -74,7 +74,21 @@ class FormatLayout:
         pointer_location: The metadata pointer-location record.
         recipe: ``APICCudaCompileRecipe``.
         ops: ``{OpType: RecordLayout}`` for the fixed part of every other op
-            (after the 8-byte op header).
+            (after the 8-byte op header).  Only the op types that exist in
+            this format are listed; any other op type is refused.
+        releases: The Warp releases that write this format (``""`` if none does).
+        loaded_by: The Warp releases whose ``capture_load`` accepts it.
+        producer_version: The metadata records the producer's Warp version
+            string after the format version (18 and later).
+        module_extras: Module records carry binary/source digests, binary
+            kind, fallback reason and compile recipe (18 and later).
+        legacy_args: Launches describe their arguments with 88-byte
+            descriptors (:class:`~wrpkit.model.LegacyArg`) instead of
+            bindings, relocations and a value blob (format 3).
+        kernels_by_key: Warp's loader keys kernel records by kernel key alone,
+            so launches of one key in two modules share one record (3, 10).
+        bsr_transpose_tail: BSR_TRANSPOSE records may carry the int32 tail
+            (14 and later).
     """
 
     version: int
@@ -85,12 +99,26 @@ class FormatLayout:
     pointer_location: struct.Struct
     recipe: RecordLayout
     ops: dict
+    releases: str = ""
+    loaded_by: str = ""
+    producer_version: bool = True
+    module_extras: bool = True
+    legacy_args: bool = False
+    kernels_by_key: bool = False
+    bsr_transpose_tail: bool = True
+
+    @property
+    def launch_fixed_size(self) -> int:
+        """Bytes of a launch record before its strings (op header included)."""
+        return 8 + self.launch.size
 
 
 _I, _U, _Q, _B, _H, _D = "i", "I", "Q", "B", "H", "d"
 
 LAYOUT_18 = FormatLayout(
     version=18,
+    releases="1.19.0",
+    loaded_by="1.19.0",
     launch=_rec("KERNEL_LAUNCH", [
         ("shape", "4I"), ("ndim", _I), ("size", _Q), ("dim", _Q), ("max_blocks", _I),
         ("block_dim", _I), ("smem_bytes", _I), ("grid_stride", _I), ("is_forward", _B),
@@ -172,8 +200,83 @@ LAYOUT_18 = FormatLayout(
 LAYOUT_18.ops[OpType.WHILE] = LAYOUT_18.ops[OpType.IF]
 LAYOUT_18.ops[OpType.BVH_REBUILD] = LAYOUT_18.ops[OpType.BVH_REFIT]
 
-#: Layouts by format version.  Warp 1.19.0 reads and writes only 18.
-LAYOUTS = {18: LAYOUT_18}
+
+
+# -- older formats -------------------------------------------------------------
+#
+# Sources: each release's warp/native/apic_types.h, checked with g++ offsetof
+# (see README "Keeping captures across Warp upgrades").  Records not listed
+# here are byte-identical to format 18 from the format that introduced them.
+
+def _ops_upto(last_op: int) -> dict:
+    return {t: rl for t, rl in LAYOUT_18.ops.items() if t <= last_op}
+
+
+#: Format 16 (Warp 1.18.0): format 18 without the producer version, the module
+#: extras and the pointer-location count.
+LAYOUT_16 = replace(
+    LAYOUT_18, version=16, releases="1.18.0", loaded_by="1.18.0", producer_version=False,
+    module_extras=False, pointer_location=struct.Struct("<IQQ"))
+
+#: Format 15 (Warp 1.16.0, 1.17.0): as 16, but the launch shape is int32.
+LAYOUT_15 = replace(
+    LAYOUT_16, version=15, releases="1.16.0, 1.17.0", loaded_by="1.16.0 to 1.18.0",
+    launch=_rec("KERNEL_LAUNCH", [("shape", "4i")] + [
+        (n, c) for n, c in zip(LAYOUT_18.launch.names[1:], ["i", "Q", "Q", "i", "i", "i", "i", "B", "B", "2s",
+                                                            "H", "H", "H", "2s", "I", "I"])]))
+
+#: Format 14 (Warp 1.15.0): ops 1..15 only.
+LAYOUT_14 = replace(LAYOUT_15, version=14, releases="1.15.0", loaded_by="1.15.0 to 1.18.0",
+                    ops=_ops_upto(OpType.BSR_TRANSPOSE))
+
+#: Format 13: accepted by Warp 1.15 to 1.18, written by no released wheel.
+#: As 14, except that BSR_TRANSPOSE has no tail (the tail is "format >= 14").
+LAYOUT_13 = replace(LAYOUT_14, version=13, releases="", bsr_transpose_tail=False)
+
+#: Format 10 (Warp 1.14.0): no grid_stride/cluster_dim in launches (76-byte
+#: fixed part); ops 1..8; kernel records keyed by kernel key alone.
+LAYOUT_10 = replace(
+    LAYOUT_14, version=10, releases="1.14.0", loaded_by="1.14.0", kernels_by_key=True,
+    ops=_ops_upto(OpType.WHILE),
+    launch=_rec("KERNEL_LAUNCH", [
+        ("shape", "4i"), ("ndim", _I), ("size", _Q), ("dim", _Q), ("max_blocks", _I), ("block_dim", _I),
+        ("smem_bytes", _I), ("is_forward", _B), ("_pad1", "3s"), ("kernel_key_len", _H),
+        ("module_hash_len", _H), ("num_params", _H), ("_pad2", "2s"), ("num_relocs", _U),
+        ("value_data_size", _U),
+    ]))
+
+#: Format 3 (Warp 1.13.0): 68-byte launch fixed part followed by 88-byte
+#: argument descriptors and u32 handle offsets; ops 1, 2, 4, 5, 6.
+LAYOUT_3 = replace(
+    LAYOUT_10, version=3, releases="1.13.0", loaded_by="1.13.0", legacy_args=True,
+    ops={t: rl for t, rl in LAYOUT_18.ops.items() if t in (OpType.MEMCPY_H2D, OpType.MEMCPY_D2D, OpType.MEMSET,
+                                                            OpType.ALLOC)},
+    launch=_rec("KERNEL_LAUNCH", [
+        ("shape", "4i"), ("ndim", _I), ("size", _Q), ("dim", _Q), ("max_blocks", _I), ("block_dim", _I),
+        ("smem_bytes", _I), ("is_forward", _B), ("_pad1", "3s"), ("kernel_key_len", _H),
+        ("module_hash_len", _H), ("num_params", _H), ("num_handle_offsets", _H),
+    ]))
+
+#: Format 3's ``APICLaunchParamRecord``: is_array, ndim, param_index,
+#: region_id, byte_offset, shape[4], strides[4], element_size, pad.
+LEGACY_ARG = struct.Struct("<BBHiQ4q4qI4s")
+
+#: Layouts by format version: every format a Warp release wrote (3, 10, 14,
+#: 15, 16, 18) and 13, which 1.15 to 1.18 load.  Warp 1.19.0 loads only 18.
+LAYOUTS = {3: LAYOUT_3, 10: LAYOUT_10, 13: LAYOUT_13, 14: LAYOUT_14, 15: LAYOUT_15, 16: LAYOUT_16, 18: LAYOUT_18}
+
+#: The format this wrpkit writes when it upgrades a capture (what Warp 1.19 loads).
+CURRENT_FORMAT = 18
+
+
+def describe_format(version: int) -> str:
+    """``"format 16 (written by Warp 1.18.0)"`` and the like, for messages."""
+    layout = LAYOUTS.get(version)
+    if layout is None:
+        return f"format {version} (no Warp release known to wrpkit)"
+    if not layout.releases:
+        return f"format {version} (written by no released Warp; loaded by Warp {layout.loaded_by})"
+    return f"format {version} (written by Warp {layout.releases})"
 
 #: Fields stored as u8 0/1 in the file and as ``bool`` in the model.
 BOOL_FIELDS = frozenset({"is_forward", "inclusive", "masked_topology", "has_groups", "support_winding_number"})

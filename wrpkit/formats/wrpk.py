@@ -64,6 +64,7 @@ _I32 = struct.Struct("<i")
 _HH = struct.Struct("<HH")
 _PARAM = struct.Struct("<HHIII")
 _RELOC = struct.Struct("<IiQB7s")
+_LEGACY = struct.Struct("<BBHiQ4q4qI4s")  # LegacyArg: format 3's 88-byte argument descriptor
 _ZERO7 = bytes(7)
 
 
@@ -86,7 +87,8 @@ _ALIGNS = {"B": 1, "H": 2, "i": 4, "I": 4, "Q": 8, "d": 8, "7s": 1}
 #: Offset kinds: "str", "bytes" ([ubyte]), "u32v" ([uint]), "i32v" ([int]), "params" ([LaunchParam]),
 #: "relocs" ([Relocation]), "blob" (Blob table), "union" (the Op value), "ops" ([Operation]),
 #: "t:<Table>" (a vector of tables), "table:<Table>" (one table), "i64v" ([long]).
-_OFFSET_KINDS = {"str", "bytes", "u32v", "i32v", "i64v", "params", "relocs", "blob", "union", "ops"}
+#: "legacy" ([LegacyArg], format 3's argument descriptors).
+_OFFSET_KINDS = {"str", "bytes", "u32v", "i32v", "i64v", "params", "relocs", "legacy", "blob", "union", "ops"}
 
 _R, _O = "i32", "u64"  # region id, byte offset (the common pair of op fields)
 
@@ -114,7 +116,8 @@ TABLES: dict = {
         ("max_blocks", "i32", 0), ("block_dim", "i32", 0), ("smem_bytes", "i32", 0), ("grid_stride", "i32", 0),
         ("is_forward", "bool", 1), ("cluster_dim", "u8", 1), ("kernel_key", "str", None),
         ("module_hash", "str", None), ("params", "params", None), ("adjoint_params", "params", None),
-        ("relocations", "relocs", None), ("value_data", "bytes", None)],
+        ("relocations", "relocs", None), ("value_data", "bytes", None), ("legacy_args", "legacy", None),
+        ("handle_offsets", "u32v", None)],
     "MemcpyH2D": [("dst_region_id", _R, 0), ("dst_offset", _O, 0), ("data", "bytes", None)],
     "MemcpyD2H": [],
     "MemcpyD2D": [("dst_region_id", _R, 0), ("src_region_id", _R, 0), ("dst_offset", _O, 0),
@@ -251,7 +254,7 @@ class _EncSpec:
         self.children = [(i, k) for i, (_, k, _) in enumerate(self.fields) if _is_offset(k) and k != "blob"]
         self.plans: dict = {}
         # Fields whose model values are lists or byte views (see _frozen).
-        self.unhashable = [i for i, (_, k, _) in enumerate(self.fields) if k in ("bytes", "params", "relocs")
+        self.unhashable = [i for i, (_, k, _) in enumerate(self.fields) if k in ("bytes", "params", "relocs", "legacy")
                            or k.endswith("v")]
 
 
@@ -470,6 +473,13 @@ class _Encoder:
             e = b.shared.get(key)
             if e is None:
                 payload = b"".join([_RELOC.pack(r[0], r[1], r[2], r[3], b"") for r in v])
+                e = b.vector(key, len(v), payload, align8=True)
+            return e
+        if kind == "legacy":
+            key = ("l", tuple(v))
+            e = b.shared.get(key)
+            if e is None:
+                payload = b"".join([_LEGACY.pack(a[0], a[1], a[2], a[3], a[4], *a[5], *a[6], a[7], b"") for a in v])
                 e = b.vector(key, len(v), payload, align8=True)
             return e
         raise AssertionError(kind)
@@ -855,7 +865,7 @@ class _DecSpec:
 
 _DEC = {name: _DecSpec(name) for name in TABLES}
 _EMPTY = {"str": "", "bytes": b"", "u32v": (), "i32v": (), "i64v": ()}
-_LIST_KINDS = {"params", "relocs", "ops"}
+_LIST_KINDS = {"params", "relocs", "legacy", "ops"}
 
 
 class _DecPlan:
@@ -1064,6 +1074,16 @@ class _Reader:
                     raise _Bad("struct padding must be zero", start + 24 * j + 17, f"[{j}]")
                 got.append(m.Relocation(vbo, rid, roff, rkind))
             got = tuple(got)
+        elif kind == "legacy":
+            start, count = self.vec(at, u, 88, 8, what="LegacyArg vector")
+            got = []
+            for j, v in enumerate(_LEGACY.iter_unpack(buf[start:start + 88 * count])):
+                if v[-1] != b"\0\0\0\0":
+                    raise _Bad("struct padding must be zero", start + 88 * j + 84, f"[{j}]")
+                if v[0] > 1:
+                    raise _Bad(f"is_array must be 0 or 1, found {v[0]}", start + 88 * j, f"[{j}]")
+                got.append(m.LegacyArg(v[0], v[1], v[2], v[3], v[4], tuple(v[5:9]), tuple(v[9:13]), v[13]))
+            got = tuple(got)
         else:  # pragma: no cover
             raise AssertionError(kind)
         self.cache[key] = got
@@ -1172,6 +1192,10 @@ def _make_launch(cls, v, pos):
     if len(v[0]) != 4:
         raise _Bad(f"shape must have 4 entries, found {len(v[0])}", pos, "shape")
     v[0] = tuple(v[0])
+    v[17] = list(v[17])
+    if v[16] and (v[12] or v[13] or v[14] or len(v[15])):
+        raise _Bad("a launch with format-3 argument descriptors has no params, relocations or value data", pos,
+                   "legacy_args")
     if v[8]:
         if v[13]:
             raise _Bad("a forward launch must not have adjoint params", pos, "adjoint_params")

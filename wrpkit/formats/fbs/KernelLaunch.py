@@ -244,8 +244,62 @@ class KernelLaunch(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(34))
         return o == 0
 
+    # Format 3 only: the argument descriptors (then `params`, `relocations`
+    # and `value_data` are empty).  Empty in every later format.
+    # KernelLaunch
+    def LegacyArgs(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 88
+            from wrpkit.formats.fbs.LegacyArg import LegacyArg
+            obj = LegacyArg()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # KernelLaunch
+    def LegacyArgsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # KernelLaunch
+    def LegacyArgsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(36))
+        return o == 0
+
+    # Format 3 only: the record's u32 handle offsets (Warp 1.13 writes none).
+    # KernelLaunch
+    def HandleOffsets(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 4))
+        return 0
+
+    # KernelLaunch
+    def HandleOffsetsAsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint32Flags, o)
+        return 0
+
+    # KernelLaunch
+    def HandleOffsetsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # KernelLaunch
+    def HandleOffsetsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(38))
+        return o == 0
+
 def KernelLaunchStart(builder):
-    builder.StartObject(16)
+    builder.StartObject(18)
 
 def Start(builder):
     KernelLaunchStart(builder)
@@ -376,6 +430,30 @@ def KernelLaunchStartValueDataVector(builder, numElems):
 def StartValueDataVector(builder, numElems):
     return KernelLaunchStartValueDataVector(builder, numElems)
 
+def KernelLaunchAddLegacyArgs(builder, legacyArgs):
+    builder.PrependUOffsetTRelativeSlot(16, flatbuffers.number_types.UOffsetTFlags.py_type(legacyArgs), 0)
+
+def AddLegacyArgs(builder, legacyArgs):
+    KernelLaunchAddLegacyArgs(builder, legacyArgs)
+
+def KernelLaunchStartLegacyArgsVector(builder, numElems):
+    return builder.StartVector(88, numElems, 8)
+
+def StartLegacyArgsVector(builder, numElems):
+    return KernelLaunchStartLegacyArgsVector(builder, numElems)
+
+def KernelLaunchAddHandleOffsets(builder, handleOffsets):
+    builder.PrependUOffsetTRelativeSlot(17, flatbuffers.number_types.UOffsetTFlags.py_type(handleOffsets), 0)
+
+def AddHandleOffsets(builder, handleOffsets):
+    KernelLaunchAddHandleOffsets(builder, handleOffsets)
+
+def KernelLaunchStartHandleOffsetsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartHandleOffsetsVector(builder, numElems):
+    return KernelLaunchStartHandleOffsetsVector(builder, numElems)
+
 def KernelLaunchEnd(builder):
     return builder.EndObject()
 
@@ -383,6 +461,7 @@ def End(builder):
     return KernelLaunchEnd(builder)
 
 import wrpkit.formats.fbs.LaunchParam
+import wrpkit.formats.fbs.LegacyArg
 import wrpkit.formats.fbs.Relocation
 try:
     from typing import List
@@ -410,6 +489,8 @@ class KernelLaunchT(object):
         adjointParams = None,
         relocations = None,
         valueData = None,
+        legacyArgs = None,
+        handleOffsets = None,
     ):
         self.shape = shape  # type: Optional[List[int]]
         self.ndim = ndim  # type: int
@@ -427,6 +508,8 @@ class KernelLaunchT(object):
         self.adjointParams = adjointParams  # type: Optional[List[wrpkit.formats.fbs.LaunchParam.LaunchParamT]]
         self.relocations = relocations  # type: Optional[List[wrpkit.formats.fbs.Relocation.RelocationT]]
         self.valueData = valueData  # type: Optional[List[int]]
+        self.legacyArgs = legacyArgs  # type: Optional[List[wrpkit.formats.fbs.LegacyArg.LegacyArgT]]
+        self.handleOffsets = handleOffsets  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -498,6 +581,21 @@ class KernelLaunchT(object):
                     self.valueData.append(kernelLaunch.ValueData(i))
             else:
                 self.valueData = kernelLaunch.ValueDataAsNumpy()
+        if not kernelLaunch.LegacyArgsIsNone():
+            self.legacyArgs = []
+            for i in range(kernelLaunch.LegacyArgsLength()):
+                if kernelLaunch.LegacyArgs(i) is None:
+                    self.legacyArgs.append(None)
+                else:
+                    legacyArg_ = wrpkit.formats.fbs.LegacyArg.LegacyArgT.InitFromObj(kernelLaunch.LegacyArgs(i))
+                    self.legacyArgs.append(legacyArg_)
+        if not kernelLaunch.HandleOffsetsIsNone():
+            if np is None:
+                self.handleOffsets = []
+                for i in range(kernelLaunch.HandleOffsetsLength()):
+                    self.handleOffsets.append(kernelLaunch.HandleOffsets(i))
+            else:
+                self.handleOffsets = kernelLaunch.HandleOffsetsAsNumpy()
 
     # KernelLaunchT
     def Pack(self, builder):
@@ -536,6 +634,19 @@ class KernelLaunchT(object):
                 for i in reversed(range(len(self.valueData))):
                     builder.PrependUint8(self.valueData[i])
                 valueData = builder.EndVector()
+        if self.legacyArgs is not None:
+            KernelLaunchStartLegacyArgsVector(builder, len(self.legacyArgs))
+            for i in reversed(range(len(self.legacyArgs))):
+                self.legacyArgs[i].Pack(builder)
+            legacyArgs = builder.EndVector()
+        if self.handleOffsets is not None:
+            if np is not None and type(self.handleOffsets) is np.ndarray:
+                handleOffsets = builder.CreateNumpyVector(self.handleOffsets)
+            else:
+                KernelLaunchStartHandleOffsetsVector(builder, len(self.handleOffsets))
+                for i in reversed(range(len(self.handleOffsets))):
+                    builder.PrependUint32(self.handleOffsets[i])
+                handleOffsets = builder.EndVector()
         KernelLaunchStart(builder)
         if self.shape is not None:
             KernelLaunchAddShape(builder, shape)
@@ -560,5 +671,9 @@ class KernelLaunchT(object):
             KernelLaunchAddRelocations(builder, relocations)
         if self.valueData is not None:
             KernelLaunchAddValueData(builder, valueData)
+        if self.legacyArgs is not None:
+            KernelLaunchAddLegacyArgs(builder, legacyArgs)
+        if self.handleOffsets is not None:
+            KernelLaunchAddHandleOffsets(builder, handleOffsets)
         kernelLaunch = KernelLaunchEnd(builder)
         return kernelLaunch

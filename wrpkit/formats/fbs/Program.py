@@ -29,7 +29,8 @@ class Program(object):
     def Init(self, buf, pos):
         self._tab = flatbuffers.table.Table(buf, pos)
 
-    # WRP1 format version (18 for Warp 1.19).
+    # WRP1 format version (18 for Warp 1.19; 3, 10, 13 to 16 for captures
+    # of Warp 1.13 to 1.18, see README "Keeping captures across Warp upgrades").
     # Program
     def FormatVersion(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))
@@ -37,7 +38,8 @@ class Program(object):
             return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
         return 18
 
-    # Warp version that produced the capture, e.g. "1.19.0".
+    # Warp version that produced the capture, e.g. "1.19.0".  Empty before
+    # format 18, which does not record it.
     # Program
     def WarpVersion(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))

@@ -1,0 +1,252 @@
+"""Captures of Warp 1.13-1.18 (formats 3, 10, 14, 15, 16): read, round-trip, validate, upgrade, replay.
+
+The fixtures under tests/fixtures/legacy/<release>/ were written by each
+release's own capture_save, with the inputs set at replay and the outputs that
+release's own replay produced (see the README beside them).  The replay tests
+load the upgraded file with the installed Warp (1.19) and compare every
+binding bit for bit with the producer's outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from wrpkit.errors import WrpError
+from wrpkit.formats.jsonform import dumps, loads
+from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1
+from wrpkit.formats.wrpk import decode_wrpk, encode_wrpk
+from wrpkit.checks.validate import validate_program
+
+ROOT = Path(__file__).resolve().parent / "fixtures" / "legacy"
+RELEASES = sorted(p.name for p in ROOT.iterdir() if p.is_dir())
+FORMATS = {"1.13.0": 3, "1.14.0": 10, "1.15.0": 14, "1.16.0": 15, "1.17.0": 15, "1.18.0": 16}
+CASES = [(rel, case) for rel in RELEASES for case in json.loads((ROOT / rel / "manifest.json").read_text())["cases"]]
+WRP = [sys.executable, "-m", "wrpkit.cli"]
+
+
+def _case_ids(v):
+    return f"{v[0]}-{v[1]}" if isinstance(v, tuple) else str(v)
+
+
+def _manifest(rel):
+    return json.loads((ROOT / rel / "manifest.json").read_text())
+
+
+def _kernels(rel, case):
+    return [str(ROOT / rel / k) for k in _manifest(rel)["cases"][case]["kernel_sources"]] if rel == "1.13.0" else []
+
+
+def _wrp(*args):
+    return subprocess.run(WRP + [str(a) for a in args], capture_output=True, text=True, timeout=600)
+
+
+def test_every_release_and_format_is_covered():
+    assert {rel: _manifest(rel)["cases"][next(iter(_manifest(rel)["cases"]))]["format_version"]
+            for rel in RELEASES} == FORMATS
+
+
+@pytest.mark.parametrize("rc", CASES, ids=_case_ids)
+def test_decode_and_round_trip_in_own_format(rc):
+    rel, case = rc
+    raw = (ROOT / rel / f"{case}.wrp").read_bytes()
+    prog = decode_wrp1(raw)
+    assert prog.format_version == FORMATS[rel]
+    assert prog.warp_version == ""  # no format before 18 records it
+    assert encode_wrp1(prog) == raw
+    assert encode_wrp1(decode_wrpk(encode_wrpk(prog))) == raw
+    back, _ = loads(dumps(prog))
+    assert encode_wrp1(back) == raw
+    ops = _manifest(rel)["cases"][case]["top_level_ops"]
+    assert [int(op.op_type) for op in prog.ops] == ops
+    assert [p for p in validate_program(prog) if p.severity == "error"] == []
+
+
+def test_format3_arguments_decode_as_descriptors():
+    prog = decode_wrp1((ROOT / "1.13.0" / "saxpy.wrp").read_bytes())
+    (launch,) = prog.ops
+    a, x = launch.legacy_args[:2]
+    assert (a.is_array, a.param_index, a.region_id, a.byte_offset) == (0, 1, -1, 4)
+    assert np.frombuffer(a.scalar_bytes(), np.float32)[0] == 2.5
+    assert (x.is_array, x.ndim, x.shape[0], x.strides[0], x.element_size) == (1, 1, 32, 4, 4)
+    assert launch.params == [] and len(launch.value_data) == 0
+    assert [k.block_dim for k in prog.kernels] == [256]
+
+
+def test_collision_collapses_in_formats_3_and_10_only():
+    for rel in RELEASES:
+        prog = decode_wrp1((ROOT / rel / "collision.wrp").read_bytes())
+        assert len(prog.modules) == 2
+        assert len(prog.kernels) == (1 if FORMATS[rel] in (3, 10) else 2)
+        warns = [p for p in validate_program(prog) if p.severity == "warning" and "no kernel record" in str(p)]
+        assert len(warns) == (1 if FORMATS[rel] in (3, 10) else 0)
+
+
+def test_old_op_types_are_refused_in_a_format_without_them():
+    raw = bytearray((ROOT / "1.15.0" / "scan.wrp").read_bytes())
+    raw[4:8] = (10).to_bytes(4, "little")
+    prog_meta = decode_wrp1((ROOT / "1.15.0" / "scan.wrp").read_bytes())
+    meta_off = 160
+    raw[meta_off:meta_off + 4] = (10).to_bytes(4, "little")
+    with pytest.raises(Exception, match="SCAN, which format 10 does not have"):
+        decode_wrp1(bytes(raw))
+    assert prog_meta.format_version == 14
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_cli_inspect_validate_convert_work_on_old_files(rel, tmp_path):
+    src = ROOT / rel / "saxpy.wrp"
+    r = _wrp("inspect", "--json", src)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["format_version"] == FORMATS[rel]
+    r = _wrp("validate", src)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for ext in ("wrpk", "json"):
+        r = _wrp("convert", src, tmp_path / f"s.{ext}")
+        assert r.returncode == 0, r.stderr
+        r = _wrp("convert", tmp_path / f"s.{ext}", tmp_path / f"back_{ext}.wrp")
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / f"back_{ext}.wrp").read_bytes() == src.read_bytes()
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_check_names_the_writer_and_points_to_upgrade(rel):
+    r = _wrp("check", "--json", ROOT / rel / "saxpy.wrp")
+    assert r.returncode == 1
+    f = next(f for f in json.loads(r.stdout)["findings"] if f["check"] == "warp-version")
+    assert f["status"] == "fail"
+    assert f"format {FORMATS[rel]} (written by Warp" in f["message"] and rel in f["message"]
+    assert "wrp upgrade" in f["fix"]
+    assert ("--kernels" in f["fix"]) == (rel == "1.13.0")
+
+
+# -- upgrade and replay with the installed Warp ---------------------------------------------------------------------
+
+REPLAY = r"""
+import sys, numpy as np, warp as wp
+wp.config.quiet = True
+wp.config.kernel_cache_dir = sys.argv[4]
+path, inputs, expected = sys.argv[1:4]
+g = wp.capture_load(path, device="cpu")
+ins = np.load(inputs)
+for k in ins.files:
+    g.set_param(k, wp.array(np.ascontiguousarray(ins[k]).view(np.uint8).ravel(), dtype=wp.uint8, device="cpu"))
+wp.capture_launch(g)
+exp = np.load(expected)
+out = {}
+for k in exp.files:
+    buf = wp.zeros(exp[k].nbytes, dtype=wp.uint8, device="cpu")
+    g.get_param(k, buf)
+    out[k] = buf.numpy()
+np.savez(sys.argv[5], **out)
+"""
+
+
+def _replay(tmp_path, wrp, rel, case) -> dict:
+    script = tmp_path / "replay.py"
+    script.write_text(REPLAY)
+    out = tmp_path / "got.npz"
+    r = subprocess.run([sys.executable, str(script), str(wrp), str(ROOT / rel / f"{case}_inputs.npz"),
+                        str(ROOT / rel / f"{case}_expected.npz"), str(tmp_path / "cache"), str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = np.load(out)
+    return {k: got[k].tobytes() for k in got.files}
+
+
+def _expected(rel, case) -> dict:
+    exp = np.load(ROOT / rel / f"{case}_expected.npz")
+    return {k: np.ascontiguousarray(exp[k]).tobytes() for k in exp.files}
+
+
+def _src(tmp_path, rel, case) -> Path:
+    """The fixture (empty <stem>_modules/ recreated: git does not store empty folders)."""
+    d = tmp_path / "in"
+    d.mkdir(exist_ok=True)
+    shutil.copy(ROOT / rel / f"{case}.wrp", d)
+    mods = ROOT / rel / f"{case}_modules"
+    if mods.is_dir():
+        shutil.copytree(mods, d / f"{case}_modules")
+    return d / f"{case}.wrp"
+
+
+@pytest.mark.parametrize("rc", CASES, ids=_case_ids)
+def test_upgrade_replays_bit_identically_to_the_producer(rc, tmp_path):
+    import wrpkit
+
+    rel, case = rc
+    dst = tmp_path / "out" / f"{case}.wrp"
+    dst.parent.mkdir()
+    res = wrpkit.upgrade(_src(tmp_path, rel, case), dst, kernels=_kernels(rel, case))
+    prog = decode_wrp1(dst.read_bytes())
+    assert prog.format_version == 18 and prog.warp_version == res.report.producer_version
+    assert [p for p in validate_program(prog) if p.severity == "error"] == []
+    routes = {k.route for k in res.report.kernels}
+    if rel == "1.13.0":
+        assert routes <= {"rebuilt", "rebuilt, collision:producer"} and routes
+    elif case == "collision" and rel == "1.14.0":
+        assert routes == {"collision:producer"}
+    elif res.report.kernels:
+        assert routes == {"kept"}
+    assert _replay(tmp_path, dst, rel, case) == _expected(rel, case)
+
+
+@pytest.mark.parametrize("rel", ["1.13.0", "1.14.0"])
+def test_collision_intent_runs_each_modules_kernel(rel, tmp_path):
+    import wrpkit
+
+    dst = tmp_path / "c.wrp"
+    res = wrpkit.upgrade(_src(tmp_path, rel, "collision"), dst, collision="intent",
+                         kernels=_kernels(rel, "collision"))
+    assert res.report.collision == "intent"
+    prog = decode_wrp1(dst.read_bytes())
+    assert len(prog.kernels) == 2
+    got = _replay(tmp_path, dst, rel, "collision")
+    # What Warp 1.15+ replayed for the same case and inputs: out_b = 3x + 1.
+    assert got == _expected("1.15.0", "collision")
+    assert got != _expected(rel, "collision")
+
+
+def test_format3_without_kernels_is_refused_and_writes_nothing(tmp_path):
+    import wrpkit
+
+    dst = tmp_path / "o.wrp"
+    with pytest.raises(WrpError, match="never kept.*--kernels|rebuilt by the installed Warp") as e:
+        wrpkit.upgrade(_src(tmp_path, "1.13.0", "saxpy"), dst)
+    assert "--kernels" in e.value.hint
+    assert not dst.exists() and not (tmp_path / "o_modules").exists()
+    r = _wrp("upgrade", ROOT / "1.13.0" / "saxpy.wrp", tmp_path / "o2.wrp")
+    assert r.returncode != 0 and "--kernels" in r.stderr
+
+
+def test_cli_upgrade_writes_wrpk_with_module_digests(tmp_path):
+    from wrpkit.formats.annotations import read_annotations
+
+    dst = tmp_path / "s.wrpk"
+    r = _wrp("upgrade", "--json", _src(tmp_path, "1.16.0", "struct"), dst)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["source_format"] == 15 and rep["format_version"] == 18 and rep["collision"] == "producer"
+    assert [k["route"] for k in rep["kernels"]] == ["kept"]
+    prog = decode_wrpk(dst.read_bytes())
+    digests = read_annotations(prog).digest_map()
+    assert set(digests) == {m.binary_filename for m in prog.modules}
+    assert all(digests[m.binary_filename].matches(bytes(m.binary)) for m in prog.modules)
+    assert _wrp("validate", dst).returncode == 0
+
+
+def test_wrp_replay_refuses_old_formats_and_points_to_upgrade(tmp_path):
+    exe = shutil.which("wrp-replay", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("wrp-replay is not built in this environment")
+    for rel in RELEASES:
+        r = subprocess.run([exe, str(ROOT / rel / "saxpy.wrp")], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3, (rel, r.returncode, r.stderr)
+        assert "wrp upgrade" in r.stderr and f"format version {FORMATS[rel]}" in r.stderr

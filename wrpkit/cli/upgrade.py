@@ -1,0 +1,61 @@
+"""``wrp upgrade``: rewrite a capture of an older Warp for the installed one."""
+
+from __future__ import annotations
+
+import click
+
+from .output import console, dump_json, size
+
+
+@click.command()
+@click.argument("src", type=click.Path(dir_okay=False))
+@click.argument("dst", type=click.Path(dir_okay=False))
+@click.option("--collision", type=click.Choice(["producer", "intent"]), default="producer", show_default=True,
+              help="Formats 3/10 kernel-key collisions: replay what the producing Warp ran (producer) or each "
+                   "launch's own module's kernel (intent).")
+@click.option("--kernels", "kernels", multiple=True, type=click.Path(dir_okay=False),
+              help="Format 3 only: a .py module defining the kernels, compiled by the installed Warp. Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the upgrade report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No report.")
+def upgrade(src, dst, collision, kernels, as_json, quiet):
+    """Rewrite SRC (written by Warp 1.13 to 1.18) as DST for the installed Warp.
+
+    \b
+    Formats 10-16 (Warp 1.14-1.18) keep their kernel objects; format 3
+    (Warp 1.13) objects cannot be called by current Warp, so its kernels are
+    rebuilt from --kernels.  DST ending in .wrpk writes a bundle; otherwise a
+    .wrp with <stem>_modules/ beside it.  The output is validated before it
+    is written, atomically, and records a digest of every module file.
+
+    \b
+    Examples:
+      wrp upgrade old.wrp new.wrp
+      wrp upgrade old.wrp new.wrpk --collision intent
+      wrp upgrade old_113.wrp new.wrp --kernels my_kernels.py
+    """
+    from ..run.upgrade import upgrade as do_upgrade  # noqa: PLC0415
+
+    res = do_upgrade(src, dst, collision=collision, kernels=list(kernels))
+    rep = res.report
+    if as_json:
+        dump_json({
+            "source": str(res.src), "destination": str(res.dst), "form": res.form,
+            "source_format": rep.source_format, "format_version": rep.target_format,
+            "producer_version": rep.producer_version, "collision": rep.collision,
+            "kernels": [{"kernel_key": k.kernel_key, "module_hash": k.module_hash,
+                         "binary_filename": k.binary_filename, "route": k.route, "detail": k.detail}
+                        for k in rep.kernels],
+            "notes": rep.notes, "module_files": res.module_files, "bytes_written": res.bytes_written})
+        return
+    if quiet:
+        return
+    con = console()
+    con.print(f"wrote {res.dst} ({res.form}, format {rep.target_format} for Warp {rep.producer_version}, "
+              f"{size(res.bytes_written)}) from {rep.source}", markup=False)
+    con.print(f"collision policy: {rep.collision}", markup=False)
+    for k in rep.kernels:
+        con.print(f"  {k.kernel_key:<20} {k.route:<28} {k.binary_filename}", markup=False)
+        if k.detail:
+            con.print(f"  {'':<20} {k.detail}", markup=False)
+    for n in rep.notes:
+        con.print(f"note: {n}", markup=False)

@@ -1,0 +1,265 @@
+"""``wrp upgrade``: turn a capture of an older Warp into one the installed Warp loads.
+
+The record rewriting is :mod:`wrpkit.formats.upgrade` (no Warp needed); this
+module adds what needs the installed Warp: its version (Warp 1.19 loads only
+captures that name its own version) and, for format 3, compiling the user's
+kernels (``--kernels``) to replace Warp 1.13 objects it cannot call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .. import model as m
+from ..errors import WrpError, WrpFormatError
+from ..fileio import check_output_path, publish_wrp, read_file
+from ..formats import wrp1
+from ..formats.annotations import ModuleDigest, encode_annotations
+from ..formats.container import open_capture
+from ..formats.upgrade import COLLISION_POLICIES, ArgSpec, RebuiltKernel, UpgradeReport, upgrade_program
+from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS
+
+
+@dataclass
+class UpgradeResult:
+    """What :func:`upgrade` wrote.
+
+    Attributes:
+        src, dst: Input and output paths.
+        report: The :class:`~wrpkit.formats.upgrade.UpgradeReport` (per-kernel routes, notes).
+        form: ``"wrp"`` or ``"wrpk"``.
+        bytes_written: Bytes written (capture and module files).
+        module_files: Names of the module files written.
+    """
+
+    src: Path
+    dst: Path
+    report: UpgradeReport
+    form: str
+    bytes_written: int
+    module_files: list
+
+
+def installed_warp_version() -> str:
+    """The installed ``warp-lang`` version, read from its metadata (Warp is not imported).
+
+    Raises:
+        WrpError: Warp is not installed.
+    """
+    from importlib import metadata  # noqa: PLC0415
+
+    try:
+        return metadata.version("warp-lang")
+    except metadata.PackageNotFoundError:
+        raise WrpError("Warp (warp-lang) is not installed; `wrp upgrade` writes the format of the installed Warp",
+                       hint="pip install warp-lang, then run the upgrade again.") from None
+
+
+def _ctype_of(t):
+    from warp._src import codegen  # noqa: PLC0415
+
+    if isinstance(t, codegen.Struct):
+        return t.ctype
+    if isinstance(t, type) and issubclass(t, (ctypes.Array, ctypes.Structure, ctypes._SimpleCData)):
+        return t
+    ct = getattr(t, "_type_", None)
+    if isinstance(ct, type) and issubclass(ct, ctypes._SimpleCData):
+        return ct
+    return None
+
+
+def rebuild_kernels(paths: Sequence, device: str = "cpu") -> tuple:
+    """Import Python modules and compile every Warp kernel in them with the installed Warp.
+
+    Args:
+        paths: ``.py`` files; each is imported under its file stem (the Warp
+            module name a capture records).
+        device: Device to compile for.
+
+    Returns:
+        ``(kernels, binaries)``: a list of
+        :class:`~wrpkit.formats.upgrade.RebuiltKernel` and
+        ``{binary_filename: path}`` of the compiled objects.
+
+    Raises:
+        WrpError: A file cannot be imported or compiled, or defines no kernel.
+    """
+    import warp as wp  # noqa: PLC0415
+    from warp._src import types as wt  # noqa: PLC0415
+
+    wp.init()
+    kernels, binaries = [], {}
+    for path in paths:
+        path = Path(path)
+        if not path.is_file():
+            raise WrpError(f"--kernels file not found: {path}", hint="Pass the .py file that defines the kernels.")
+        name = path.stem
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise WrpError(f"{path} is not an importable Python file")
+        module = importlib.util.module_from_spec(spec)
+        previous = sys.modules.get(name)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:  # the user's code: any error is theirs, reported as such
+            if previous is not None:
+                sys.modules[name] = previous
+            raise WrpError(f"importing {path} failed: {type(e).__name__}: {e}",
+                           hint="Fix the kernels module so that it imports on its own.") from None
+        found = [k for k in vars(module).values() if isinstance(k, wp.Kernel)]
+        if not found:
+            raise WrpError(f"{path} defines no Warp kernel", hint="Pass the module that defines the kernels.")
+        for k in found:
+            try:
+                exe = k.module.load(device)
+            except Exception as e:  # compilation errors come from Warp
+                raise WrpError(f"compiling module {k.module.name} from {path} failed: {e}") from None
+            if exe is None or not exe.binary_path:
+                raise WrpError(f"Warp produced no object file for module {k.module.name}")
+            mh = exe.module_hash.hex() if isinstance(exe.module_hash, bytes) else str(exe.module_hash)
+            mangled = exe.get_kernel_mangled_name(k)
+            options = k.module.options | k.options
+            dev = "cuda" if str(device).startswith("cuda") else "cpu"
+            fwd = f"{mangled}_{dev}_forward" if dev == "cpu" else f"{mangled}_cuda_kernel_forward"
+            bwd = (f"{mangled}_{dev}_backward" if dev == "cpu" else f"{mangled}_cuda_kernel_backward") \
+                if options.get("enable_backward", True) else ""
+            args = []
+            for a in k.adj.args:
+                if wt.is_array(a.type):
+                    if not isinstance(a.type, wt.array):
+                        raise WrpError(f"argument {a.label} of kernel {k.key!r} is a {type(a.type).__name__}, "
+                                       "which Warp 1.13 captures could not hold")
+                    args.append(ArgSpec(a.label, True, ctypes.sizeof(wt.array_t), ctypes.alignment(wt.array_t)))
+                    continue
+                ct = _ctype_of(a.type)
+                if ct is None:
+                    raise WrpError(f"argument {a.label} of kernel {k.key!r} has type {a.type!r}, whose C layout "
+                                   "wrpkit cannot determine")
+                args.append(ArgSpec(a.label, False, ctypes.sizeof(ct), ctypes.alignment(ct)))
+            filename = Path(exe.binary_path).name
+            binaries[filename] = Path(exe.binary_path)
+            # Warp 1.13 recorded kernel.options.get("block_dim", 256) in format 3.
+            kernels.append(RebuiltKernel(k.key, mh, k.module.name, filename, fwd, bwd,
+                                         int(k.options.get("block_dim", 256)), tuple(args)))
+    return kernels, binaries
+
+
+def _forward_symbol_finder(files: dict):
+    from ..checks.elf import read_object  # noqa: PLC0415
+
+    cache = {}
+
+    def find(module: m.Module, kernel_key: str, backward: bool = False) -> Optional[str]:
+        data = files.get(module.binary_filename)
+        if data is None:
+            return None
+        info = cache.get(module.binary_filename)
+        if info is None:
+            info = cache[module.binary_filename] = read_object(data, module.binary_filename)
+        suffix = "_cpu_backward" if backward else "_cpu_forward"
+        hits = sorted(s for s in info.defined if s.startswith(kernel_key + "_") and s.endswith(suffix)
+                      and len(s) == len(kernel_key) + 9 + len(suffix))
+        return hits[0] if len(hits) == 1 else None
+
+    return find
+
+
+def output_form(path) -> str:
+    """``"wrpk"`` for a ``.wrpk`` path, else ``"wrp"``."""
+    return "wrpk" if str(path).lower().endswith(".wrpk") else "wrp"
+
+
+def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), progress=None) -> UpgradeResult:
+    """Rewrite a capture of an older Warp (format 3, 10, 13 to 16) as format 18 for the installed Warp.
+
+    Formats 10 to 16 keep their kernel objects (copied into ``<stem>_modules/``
+    beside ``dst``); format 3 objects are never kept, its kernels are rebuilt
+    from ``kernels`` by the installed Warp.  The output records a SHA-256 of
+    every module file in wrpkit's annotations, is validated before it is
+    written, and is written atomically.
+
+    Args:
+        src: The old ``.wrp`` (or ``.wrpk``).
+        dst: Output path; ``.wrpk`` writes a bundle, anything else a ``.wrp``
+            with ``<stem>_modules/``.
+        collision: ``"producer"`` (default: replay what the producing Warp
+            replayed) or ``"intent"`` for formats 3 and 10 kernel-key collisions.
+        kernels: ``.py`` files defining the kernels (format 3 only).
+        progress: Optional callable receiving byte counts as they are written.
+
+    Returns:
+        An :class:`UpgradeResult`.
+
+    Raises:
+        WrpError: The input is already current, format 3 without ``kernels``,
+            a collision that cannot be resolved, or a result that would not
+            validate.
+        WrpFormatError: The input is not a valid capture.
+    """
+    from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
+
+    src, dst = Path(src), Path(dst)
+    if collision not in COLLISION_POLICIES:
+        raise WrpError(f"unknown collision policy {collision!r}; choose one of {', '.join(COLLISION_POLICIES)}")
+    if not src.exists():
+        raise WrpError(f"input not found: {src}", hint="Check the path.")
+    check_output_path(dst, [src])
+    version = installed_warp_version()
+    with open_capture(src, share_ops=True) as cap:
+        prog = cap.program
+        if prog.format_version == CURRENT_FORMAT:
+            raise WrpError(f"{src} is already format {CURRENT_FORMAT} (written by Warp {prog.warp_version}); "
+                           "there is nothing to upgrade")
+        layout = LAYOUTS[prog.format_version]
+        rebuilt, rebuilt_files = [], {}
+        if layout.legacy_args:
+            if kernels:
+                rebuilt, rebuilt_files = rebuild_kernels(kernels, prog.device)
+            files = {}
+        else:
+            if kernels:
+                raise WrpError(f"--kernels applies to format 3 only; {src} is format {prog.format_version}, "
+                               "whose kernel objects are kept")
+            files = {}
+            for mod in prog.modules:
+                if cap.module_state(mod.binary_filename) == "present":
+                    files[mod.binary_filename] = cap.module_bytes(mod.binary_filename)
+            # Every module a kernel record uses must be there (as Warp's own loader requires).
+            for name in prog.required_module_files():
+                if name not in files:
+                    cap.module_bytes(name)  # raises WrpModuleError naming the file and its state
+        new, report = upgrade_program(prog, version, collision=collision, rebuilt=rebuilt,
+                                      forward_symbol=_forward_symbol_finder(files))
+        out_files = {}
+        for mod in new.modules:
+            name = mod.binary_filename
+            if name in rebuilt_files:
+                out_files[name] = read_file(rebuilt_files[name], "module")
+            elif name in files:
+                out_files[name] = files[name]
+        new.annotations = encode_annotations(
+            producer=f"wrp upgrade (from {report.source})",
+            module_digests=[ModuleDigest.of(name, data) for name, data in out_files.items()])
+        problems = [p for p in validate_program(new) + check_module_symbols(new, out_files)
+                    if getattr(p, "severity", "error") == "error"]
+        if problems:
+            raise WrpError("the upgraded capture would not validate, so nothing was written: "
+                           + "; ".join(str(p) for p in problems[:5]),
+                           hint="Report this with the input file; `wrp validate` on the input shows its state.")
+        form = output_form(dst)
+        if form == "wrpk":
+            from ..formats import wrpk  # noqa: PLC0415
+
+            n = wrpk.write_wrpk(dst, new, out_files, progress)
+        else:
+            n = publish_wrp(dst, wrp1.iter_wrp1_chunks(new), out_files, progress)
+    return UpgradeResult(src, dst, report, form, n, sorted(out_files))
+
+
+__all__ = ["upgrade", "UpgradeResult", "rebuild_kernels", "installed_warp_version", "WrpFormatError"]
