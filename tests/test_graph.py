@@ -161,6 +161,16 @@ def test_repeats_fold_into_one_group(big_capture):
     reps = [it for it in gr.items if it.kind == "REPEAT"]
     assert len(reps) == 1 and reps[0].count == 9_999 and len(reps[0].children) == 1
     assert reps[0].children[0].details["kernel"].endswith("k_tiny")
+    # identical launches (k_tiny's scalar cycles through 7 values) share one detail record, and the page
+    # writes each record once and the other repeats as two columns of references
+    ops = [reps[0].children[0]] + [r[0] for r in reps[0].rest]
+    assert ops[3].details is ops[10].details and ops[3].edges is ops[10].edges
+    assert ops[3].details is not ops[4].details and ops[3].details["arguments"] != ops[4].details["arguments"]
+    data = gr.to_json()
+    assert len(data["D"]) == 1 + 7 + 1  # k_touch_big, 7 k_tiny variants, the REPEAT group
+    rep_json = next(it for it in data["items"] if it["k"] == "REPEAT")
+    assert "r" not in rep_json and len(rep_json["rd"]) == len(rep_json["re"]) == 9_998
+    assert [data["D"][d] for d in rep_json["rd"]] == [r[0].details for r in reps[0].rest]
 
 
 def test_svg_and_dot(captures, tmp_path):
@@ -228,12 +238,55 @@ def browser():
         b.close()
 
 
+_SWEEP = """async () => {
+  // scroll from top to bottom a screenful at a time, as a user would, and note every op, group and
+  // array node that is on screen (below the sticky header) at some point
+  const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const nodes = new Map(), arrays = new Map();
+  const head = document.querySelector("header").getBoundingClientRect().bottom;
+  for (let y = 0; ; y += innerHeight - head) {
+    window.scrollTo(0, y);
+    await frame();
+    for (const [sel, key, out] of [["#graph g.node", "id", nodes], ["#graph g.arr", "a", arrays]]) {
+      for (const n of document.querySelectorAll(sel)) {
+        const r = n.getBoundingClientRect();
+        if (r.bottom > head && r.top < innerHeight && !out.has(n.dataset[key])) out.set(n.dataset[key], r.top + scrollY);
+      }
+    }
+    if (scrollY + innerHeight >= document.documentElement.scrollHeight) break;
+  }
+  window.scrollTo(0, 0);
+  await frame();
+  const order = m => Array.from(m.entries()).sort((a, b) => a[1] - b[1]).map(e => e[0]);
+  return {nodes: order(nodes), arrays: order(arrays).map(Number)};
+}"""
+
+
+_SCREENS = """async (fractions) => {
+  // scroll to each fraction of the page's height and note the op and group rows on screen, top to bottom
+  const frame = () => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  const head = document.querySelector("header").getBoundingClientRect().bottom;
+  const screens = [];
+  for (const f of fractions) {
+    window.scrollTo(0, f * (document.documentElement.scrollHeight - innerHeight));
+    await frame();
+    const on = [];
+    for (const n of document.querySelectorAll("#graph g.node")) {
+      const r = n.getBoundingClientRect();
+      if (r.top >= head && r.bottom <= innerHeight) on.push([r.top, n.dataset.id]);
+    }
+    screens.push(on.sort((a, b) => a[0] - b[0]).map(e => e[1]));
+  }
+  return {screens: screens, height: innerHeight - head};
+}"""
+
+
 class Page:
     """An opened graph page that records console errors and network requests."""
 
-    def __init__(self, browser, html: Path):
+    def __init__(self, browser, html: Path, height: int = 900):
         self.errors, self.requests = [], []
-        self.page = browser.new_page(viewport={"width": 1400, "height": 900})
+        self.page = browser.new_page(viewport={"width": 1400, "height": height})
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("request", lambda r: self.requests.append(r.url))
@@ -245,7 +298,16 @@ class Page:
         return self.page.evaluate(expr, arg)
 
     def drawn(self) -> list:
+        """Ids of the op and group rows in the page now (the rows around the viewport)."""
         return self.js("() => Array.from(document.querySelectorAll('#graph g.node')).map(n => n.dataset.id)")
+
+    def screens(self, fractions) -> dict:
+        """``{"screens": [[row ids wholly on screen]], "height": px}`` at each fraction of the scroll height."""
+        return self.js(_SCREENS, list(fractions))
+
+    def seen(self) -> dict:
+        """``{"nodes": [row ids], "arrays": [array ids]}`` a user sees scrolling through the whole page."""
+        return self.js(_SWEEP)
 
     def check_clean(self):
         assert self.errors == []
@@ -279,11 +341,11 @@ def test_browser_samples(browser, sample_captures, tmp_path):
     for name, path in sample_captures.items():
         html, gr = _html(path, tmp_path)
         p = Page(browser, html)
-        assert p.drawn() == _expected_rows(gr), name
+        seen = p.seen()
+        assert seen["nodes"] == _expected_rows(gr), name
         # every array with an edge in the view is drawn as a data node
         want = {e.array for r in g.visible_rows(gr.items, g.default_expanded(gr.items)) for e in r.item.edges}
-        got = set(p.js("() => Array.from(document.querySelectorAll('#graph g.arr')).map(n => +n.dataset.a)"))
-        assert got == want, name
+        assert set(seen["arrays"]) == want, name
         p.check_clean()
         p.page.close()
 
@@ -325,9 +387,31 @@ def test_browser_10000_ops(browser, big_capture, tmp_path):
     assert p.drawn() == _expected_rows(gr)
     rep = next(it for it in gr.items if it.kind == "REPEAT")
     assert "×9999" in p.page.text_content(f"g.node[data-id='{rep.id}']")
-    # unfolding the ×9999 group draws every op
+    # unfolding the ×9999 group lays out every op; the page draws only the rows near the viewport, so
+    # wherever a user scrolls, the screen is full of the right ops in order, from the first to the last
     p.page.click(f"[data-tog='{rep.id}']")
-    assert len(p.drawn()) == 10_000 + 1
+    want = [r.item.id for r in g.visible_rows(gr.items, g.default_expanded(gr.items) | {rep.id})]
+    assert len(want) == 10_000 + 1
+    assert p.js("() => +document.getElementById('graph').dataset.rows") == len(want)
+    assert 0 < len(p.drawn()) < 1_000
+    seen = p.screens([i / 40 for i in range(41)] + [0.5001, 0.3])
+    where = {rid: k for k, rid in enumerate(want)}
+    full = int(seen["height"] // 34) - 1
+    for screen in seen["screens"]:
+        assert len(screen) >= full
+        k = where[screen[0]]
+        assert screen == want[k:k + len(screen)]
+    assert seen["screens"][0][0] == want[0] and seen["screens"][40][-1] == want[-1]
+    starts = [where[sc[0]] for sc in seen["screens"][:41]]
+    assert starts == sorted(starts) and len(set(starts)) == 41
+    # the last op, once scrolled to, shows its details on click
+    last = gr.items[-1].rest[-1][-1] if gr.items[-1].kind == "REPEAT" else gr.items[-1]
+    assert p.page.query_selector(f"g.node[data-id='{last.id}']") is None  # not drawn while far off screen
+    p.js("() => new Promise(r => { window.scrollTo(0, document.documentElement.scrollHeight); "
+         "requestAnimationFrame(() => requestAnimationFrame(r)); })")
+    p.page.click(f"g.node[data-id='{last.id}'] rect")
+    assert last.details["kernel"] in p.page.inner_text("#details")
+    p.js("() => new Promise(r => { window.scrollTo(0, 0); requestAnimationFrame(() => requestAnimationFrame(r)); })")
     # searching for a kernel inside the folded group lights the group up
     p.page.click(f"[data-tog='{rep.id}']")
     p.page.fill("#search", "k_tiny")

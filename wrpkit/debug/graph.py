@@ -27,6 +27,7 @@ import dataclasses
 import html
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 from importlib import resources
@@ -39,11 +40,12 @@ from ..formats import annotations as ann
 #: Longest op sequence that :func:`fold_repeats` looks for.
 MAX_PERIOD = 16
 
+_RELOC_NAMES = {k.value: k.name for k in m.RelocKind if k.value in (1, 2, 3)}
 _WRITE_PREFIXES = ("dst", "run_", "bsr_", "summed_", "out")
 _READ_PREFIXES = ("src", "tpl_", "cond", "in_")
 
 
-@dataclass
+@dataclass(slots=True)
 class Edge:
     """A link from an op to an array."""
 
@@ -56,7 +58,7 @@ class Edge:
         return [self.array, self.mode, self.bytes, self.arg]
 
 
-@dataclass
+@dataclass(slots=True)
 class ArrayNode:
     """An array: a binding's region, or a region without a binding."""
 
@@ -75,7 +77,7 @@ class ArrayNode:
                 "roles": list(self.roles)}
 
 
-@dataclass
+@dataclass(slots=True)
 class Item:
     """An op (``kind`` = op type) or a group (``kind`` = ``"IF"``, ``"WHILE"``, ``"THEN"``, ``"ELSE"``,
     ``"REPEAT"``) of the graph's tree."""
@@ -91,20 +93,88 @@ class Item:
     rest: list = field(default_factory=list)
     is_group: bool = False
 
-    def to_json(self) -> dict:
+    def to_json(self, tables: "_Tables") -> dict:
+        """This item as the page's JSON: details and edge lists as indices into shared tables."""
         d = {"id": self.id, "k": self.kind, "l": self.label}
         if self.index:
             d["i"] = self.index
         if self.edges:
-            d["e"] = [e.to_json() for e in self.edges]
+            d["e"] = tables.edges(self.edges)
         if self.details:
-            d["d"] = self.details
+            d["d"] = tables.details(self.details)
         if self.is_group:
-            d["c"] = [c.to_json() for c in self.children]
+            d["c"] = [c.to_json(tables) for c in self.children]
             if self.kind == "REPEAT":
                 d["n"] = self.count
-                d["r"] = [[c.to_json() for c in it] for it in self.rest]
+                if _rest_is_derivable(self):
+                    # the other repeats, column by column: one detail and one edge-list reference per op
+                    # (their kinds, labels, indices and ids follow from the first repeat's)
+                    d["rd"] = [tables.details(c.details) if c.details else -1 for it in self.rest for c in it]
+                    d["re"] = [tables.edges(c.edges) if c.edges else -1 for it in self.rest for c in it]
+                else:
+                    d["r"] = [[c.to_json(tables) for c in it] for it in self.rest]
         return d
+
+
+_INDEX_TAIL = re.compile(r"^(.*?)(\d+)$")
+
+
+def _rest_is_derivable(group: "Item") -> bool:
+    """Whether every op of a ``REPEAT`` group's other repeats is its first repeat's op of the same
+    position with only the index moved on by whole periods (``3.e4`` → ``3.e6`` → ...), id ``o`` + index,
+    so that the page can rebuild them from their detail and edge references alone."""
+    body, p = group.children, len(group.children)
+    base = []
+    for b in body:
+        mt = _INDEX_TAIL.match(b.index) if not b.is_group else None
+        if mt is None:
+            return False
+        base.append((mt.group(1), int(mt.group(2))))
+    for j, rep in enumerate(group.rest, 1):
+        if len(rep) != p:
+            return False
+        for (pre, n), b, c in zip(base, body, rep):
+            idx = f"{pre}{n + j * p}"
+            if c.is_group or c.kind != b.kind or c.label != b.label or c.index != idx or c.id != "o" + idx:
+                return False
+    return True
+
+
+class _Tables:
+    """Detail records and edge lists of the page, each written once and referred to by index.
+
+    Ops that are the same launch share one detail dict and one edge list (see
+    ``_Builder.launch``), so identity is the key; equal content under another
+    identity is still written once.
+    """
+
+    def __init__(self):
+        self.detail_rows: list = []
+        self.edge_rows: list = []
+        self._details_by_id: dict = {}
+        self._edges_by_id: dict = {}
+        self._by_text: dict = {}
+
+    def _intern(self, obj, by_id: dict, rows: list, row) -> int:
+        text = json.dumps(row, separators=(",", ":"), ensure_ascii=True)
+        i = self._by_text.get((text, id(rows)))
+        if i is None:
+            i = self._by_text[(text, id(rows))] = len(rows)
+            rows.append(row)
+        by_id[id(obj)] = (obj, i)  # holds obj, so its id stays unique while the table lives
+        return i
+
+    def details(self, details: dict) -> int:
+        hit = self._details_by_id.get(id(details))
+        if hit is not None:
+            return hit[1]
+        return self._intern(details, self._details_by_id, self.detail_rows, details)
+
+    def edges(self, edges: list) -> int:
+        hit = self._edges_by_id.get(id(edges))
+        if hit is not None:
+            return hit[1]
+        return self._intern(edges, self._edges_by_id, self.edge_rows, [e.to_json() for e in edges])
 
 
 @dataclass
@@ -118,7 +188,10 @@ class Graph:
     has_access: bool
 
     def to_json(self) -> dict:
-        return {"title": self.title, "items": [i.to_json() for i in self.items],
+        """The page's JSON: the item tree, with details (``D``) and edge lists (``E``) in shared tables."""
+        tables = _Tables()
+        items = [i.to_json(tables) for i in self.items]
+        return {"title": self.title, "items": items, "D": tables.detail_rows, "E": tables.edge_rows,
                 "arrays": [a.to_json() for a in self.arrays], "op_total": self.op_total,
                 "has_access": self.has_access}
 
@@ -185,6 +258,7 @@ class _Builder:
         self._bindings = by_region
         self._sig_map = sig_map
         self.op_total = 0
+        self._launches: dict = {}
 
     def array(self, region_id: int) -> int:
         a = self.array_of_region.get(region_id)
@@ -243,6 +317,18 @@ class _Builder:
         return self.generic(op, index)
 
     def launch(self, op: m.KernelLaunch, index: str) -> Item:
+        # A step repeats the same launch many times: everything drawn of a launch follows from these
+        # fields, so identical launches share one label, detail dict and edge list (built once).
+        key = (op.module_hash, op.kernel_key, op.shape, op.ndim, op.dim, op.block_dim, op.is_forward,
+               tuple(op.params), tuple(op.relocations), bytes(op.value_data) if op.value_data is not None else b"")
+        shared = self._launches.get(key)
+        if shared is None:
+            shared = self._launches[key] = self._launch_parts(op)
+        label, details, edges = shared
+        return Item(f"o{index}", "KERNEL_LAUNCH", label, index, edges, details)
+
+    def _launch_parts(self, op: m.KernelLaunch) -> tuple:
+        """``(label, details, edges)`` of a launch."""
         sig = self.sigs.get((op.module_hash, op.kernel_key))
         args = sig.arguments if sig is not None else ()
         short = op.kernel_key.rsplit(".", 1)[-1] if "." in op.kernel_key else op.kernel_key
@@ -298,11 +384,9 @@ class _Builder:
             arg_lines.append([name, a.type if a is not None else "?", text, ""])
         details["arguments"] = arg_lines
         details["relocations"] = [[r.value_byte_offset, r.region_id, r.region_offset,
-                                   m.RelocKind(r.kind).name if r.kind in (1, 2, 3) else str(r.kind)]
+                                   _RELOC_NAMES.get(r.kind) or str(r.kind)]
                                   for r in op.relocations[:64]]
-        it = Item(f"o{index}", "KERNEL_LAUNCH", short, index, details=details)
-        it.edges = list(edges.values())
-        return it
+        return short, details, list(edges.values())
 
     def generic(self, op: m.Op, index: str) -> Item:
         name = op.op_type.name
@@ -363,13 +447,24 @@ def fold_repeats(items: list, max_period: int = MAX_PERIOD) -> list:
         if it.is_group and it.kind != "REPEAT":
             it.children = fold_repeats(it.children, max_period)
     sig_ids: dict = {}
-    sigs = [sig_ids.setdefault(_signature(it), len(sig_ids)) for it in items]
+    by_parts: dict = {}  # launches sharing details and edges share a signature: computed once
+    sigs = []
+    for it in items:
+        parts = None if it.is_group else (it.kind, it.label, id(it.details), id(it.edges))
+        s = by_parts.get(parts) if parts is not None else None
+        if s is None:
+            s = sig_ids.setdefault(_signature(it), len(sig_ids))
+            if parts is not None:
+                by_parts[parts] = s
+        sigs.append(s)
     n = len(items)
     out = []
     i = 0
     while i < n:
         best_p, best_k = 0, 1
         for p in range(1, min(max_period, (n - i) // 2) + 1):
+            if best_p and (n - i) // p * p <= best_k * best_p:
+                continue  # this period cannot cover more than the best one found
             k = 1
             while i + (k + 1) * p <= n and sigs[i + k * p:i + (k + 1) * p] == sigs[i:i + p]:
                 k += 1

@@ -3,33 +3,81 @@
 // order; each array on a vertical lane to the right spanning its first to its
 // last use; lanes reused by arrays whose uses do not overlap; edges are
 // horizontal links from an op to the lanes it touches, width by bytes.
+//
+// Speed: details and edge lists come once each in tables (G.D, G.E) that ops
+// refer to by index; the other repeats of a folded xN group come as two
+// columns of such references.  The page lays out every row of the current
+// view (cheap: arrays of numbers) but draws only the rows around the
+// viewport, as one SVG string set with one innerHTML, and draws again when
+// scrolling nears the edge of what is drawn.
 "use strict";
 (function () {
   var G = JSON.parse(document.getElementById("graph-data").textContent);
+  var D = G.D || [], E = G.E || [];
   var ROW_H = 34, OP_W = 300, INDENT = 16, LANE_W = 120, TOP = 24;
+  var OVERSCAN = 40;  // rows drawn beyond each edge of the viewport
   var COLORS = {read: "#2b7bd6", write: "#d6452b", readwrite: "#8e44ad", touches: "#888888"};
   var FILL = {KERNEL_LAUNCH: "#eef5ff", IF: "#fff6e0", WHILE: "#fff0f0", THEN: "#fffaf0", ELSE: "#fffaf0", REPEAT: "#eefbef"};
-  var byId = {}, parent = {};
+  var byId = new Map(), parent = new Map();
   var expanded = {};
   var state = {query: "", selected: null, hits: {}, arrHits: {}};
+  var V = null;            // the current view: rows, lanes, frames, size
+  var drawn = [0, -1];     // rows [first, last] in the SVG now
+
+  // the other repeats of a folded group, rebuilt from their columns of references
+  function unpackRest(g) {
+    var body = g.c, p = body.length, out = [];
+    var base = body.map(function (b) { var m = /^(.*?)(\d+)$/.exec(b.i); return [m[1], +m[2]]; });
+    for (var j = 1; j < g.n; j++) {
+      var rep = [];
+      for (var m = 0; m < p; m++) {
+        var q = (j - 1) * p + m, idx = base[m][0] + (base[m][1] + j * p);
+        var it = {id: "o" + idx, k: body[m].k, l: body[m].l, i: idx};
+        if (g.rd[q] >= 0) it.d = g.rd[q];
+        if (g.re[q] >= 0) it.e = g.re[q];
+        rep.push(it);
+      }
+      out.push(rep);
+    }
+    delete g.rd; delete g.re;
+    return out;
+  }
 
   function index(items, par) {
-    items.forEach(function (it) {
-      byId[it.id] = it; parent[it.id] = par;
+    for (var j = 0; j < items.length; j++) {
+      var it = items[j];
+      if (typeof it.d === "number") it.d = D[it.d];
+      if (typeof it.e === "number") it.e = E[it.e];
+      byId.set(it.id, it); parent.set(it.id, par);
       if (it.c) {
         index(it.c, it.id);
-        if (it.r) it.r.forEach(function (rep) { index(rep, it.id); });
+        if (it.r) for (var r = 0; r < it.r.length; r++) index(it.r[r], it.id);
         if (it.k !== "REPEAT") expanded[it.id] = true;
       }
-    });
+    }
   }
   index(G.items, null);
 
-  function esc(s) {
-    return String(s).replace(/[&<>"']/g, function (c) {
-      return {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c];
-    });
+  // a group's other repeats (those sent as columns are rebuilt on first use: unfolding, search)
+  function restOf(g) {
+    if (g.rd) {
+      g.r = unpackRest(g);
+      for (var r = 0; r < g.r.length; r++) index(g.r[r], g.id);
+    }
+    return g.r || [];
   }
+  function unpackAll(items) {
+    for (var j = 0; j < items.length; j++) {
+      var it = items[j];
+      if (!it.c) continue;
+      unpackAll(it.c);
+      var rest = restOf(it);
+      for (var r = 0; r < rest.length; r++) unpackAll(rest[r]);
+    }
+  }
+
+  var ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"};
+  function esc(s) { return String(s).replace(/[&<>"']/g, function (c) { return ESC[c]; }); }
   function width(bytes) { return Math.round((1 + Math.min(6, Math.max(0, Math.log2(Math.max(bytes, 1)) / 5))) * 100) / 100; }
   function size(b) {
     if (b < 1024) return b + " B";
@@ -41,28 +89,32 @@
   function rows() {
     var out = [];
     function walk(items, depth) {
-      items.forEach(function (it) {
+      for (var j = 0; j < items.length; j++) {
+        var it = items[j];
         out.push({it: it, depth: depth});
         if (it.c && expanded[it.id]) {
           walk(it.c, depth + 1);
-          if (it.r) it.r.forEach(function (rep) { walk(rep, depth + 1); });
+          var rest = restOf(it);
+          for (var r = 0; r < rest.length; r++) walk(rest[r], depth + 1);
         }
-      });
+      }
     }
     walk(G.items, 0);
     return out;
   }
 
   function layout(rs) {
-    var span = {}, order = [];
-    rs.forEach(function (r, i) {
-      (r.it.e || []).forEach(function (e) {
-        var s = span[e[0]];
-        if (!s) { span[e[0]] = [i, i]; order.push(e[0]); } else { s[1] = i; }
-      });
-    });
+    var span = [], order = [];
+    for (var i = 0; i < rs.length; i++) {
+      var es = rs[i].it.e;
+      if (!es) continue;
+      for (var k = 0; k < es.length; k++) {
+        var a = es[k][0], s = span[a];
+        if (!s) { span[a] = [i, i]; order.push(a); } else { s[1] = i; }
+      }
+    }
     order.sort(function (a, b) { return span[a][0] - span[b][0] || span[a][1] - span[b][1]; });
-    var laneEnd = [], lane = {};
+    var laneEnd = [], lane = [];
     order.forEach(function (a) {
       var lo = span[a][0], hi = span[a][1], placed = false;
       for (var l = 0; l < laneEnd.length; l++) {
@@ -70,68 +122,106 @@
       }
       if (!placed) { lane[a] = laneEnd.length; laneEnd.push(hi); }
     });
-    return {lane: lane, span: span, n: laneEnd.length};
+    return {lane: lane, span: span, order: order, n: laneEnd.length};
   }
 
+  // lay out the whole view (after folding, unfolding, search or selection), then draw what is in sight
   function render() {
     var rs = rows(), L = layout(rs);
-    var laneX0 = OP_W + 40, W = laneX0 + Math.max(L.n, 1) * LANE_W + 20, H = TOP + rs.length * ROW_H + 20;
-    var dim = state.query ? " dim" : "";
-    var s = ['<svg id="graph" class="' + dim + '" xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '" font-size="12">'];
-    s.push("<defs>");
-    for (var k in COLORS) s.push('<marker id="m-' + k + '" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="5" markerHeight="5" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="' + COLORS[k] + '"/></marker>');
-    s.push("</defs>");
-    for (var a in L.lane) {
-      var x = laneX0 + L.lane[a] * LANE_W + LANE_W / 2, sp = L.span[a];
-      s.push('<line class="life" x1="' + x + '" y1="' + (TOP + sp[0] * ROW_H) + '" x2="' + x + '" y2="' + (TOP + sp[1] * ROW_H + ROW_H) + '"/>');
-    }
     // frames around open groups: from the header row to the group's last row
     var frames = [], open = [];
     function closeTo(depth, i) {
       while (open.length && open[open.length - 1].depth >= depth) {
-        var f = open.pop(), fx = 4 + f.depth * INDENT;
-        frames.push('<rect class="frame" x="' + fx + '" y="' + (TOP + f.row * ROW_H + 1) + '" width="' + (OP_W + 2 - fx) + '" height="' + ((i - f.row) * ROW_H - 2) + '" rx="7" fill="' + (FILL[f.kind] || "#f4f4f4") + '" fill-opacity=".55" stroke="#c9c9c9"/>');
+        var f = open.pop();
+        frames.push({depth: f.depth, row: f.row, end: i, kind: f.kind});
       }
     }
-    rs.forEach(function (r, i) {
-      closeTo(r.depth, i);
-      if (r.it.c && expanded[r.it.id]) open.push({depth: r.depth, row: i, kind: r.it.k});
-    });
+    for (var i = 0; i < rs.length; i++) {
+      closeTo(rs[i].depth, i);
+      if (rs[i].it.c && expanded[rs[i].it.id]) open.push({depth: rs[i].depth, row: i, kind: rs[i].it.k});
+    }
     closeTo(0, rs.length);
-    s.push(frames.join(""));
+    var laneX0 = OP_W + 40;
+    V = {rs: rs, L: L, frames: frames, laneX0: laneX0,
+         W: laneX0 + Math.max(L.n, 1) * LANE_W + 20, H: TOP + rs.length * ROW_H + 20};
+    draw(true);
+    var nh = Object.keys(state.hits).length + Object.keys(state.arrHits).length;
+    document.getElementById("hits").textContent = state.query ? nh + " matches" : "";
+  }
+
+  // rows in sight: [first, last]
+  function inSight() {
+    var view = document.getElementById("view");
+    var top = view.getBoundingClientRect().top + 8;  // #view's padding
+    var first = Math.floor((-top - TOP) / ROW_H), n = Math.ceil(window.innerHeight / ROW_H) + 1;
+    first = Math.max(0, Math.min(first, V.rs.length - 1));
+    return [first, Math.min(V.rs.length - 1, first + n)];
+  }
+
+  function draw(force) {
+    var w = inSight(), n = V.rs.length;
+    if (!force) {
+      var slack = OVERSCAN / 3;
+      var okTop = drawn[0] === 0 || w[0] - drawn[0] >= slack;
+      var okBottom = drawn[1] >= n - 1 || drawn[1] - w[1] >= slack;
+      if (okTop && okBottom) return;
+    }
+    var lo = Math.max(0, w[0] - OVERSCAN), hi = Math.min(n - 1, w[1] + OVERSCAN);
+    drawn = [lo, hi];
+    var rs = V.rs, L = V.L, laneX0 = V.laneX0;
+    var y0 = TOP + lo * ROW_H, y1 = TOP + (hi + 1) * ROW_H;
+    var dim = state.query ? " dim" : "";
+    var s = ['<svg id="graph" class="' + dim + '" xmlns="http://www.w3.org/2000/svg" width="' + V.W + '" height="' + V.H + '" font-size="12" data-rows="' + n + '" data-first="' + lo + '" data-last="' + hi + '">'];
+    s.push("<defs>");
+    for (var k in COLORS) s.push('<marker id="m-' + k + '" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="5" markerHeight="5" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z" fill="' + COLORS[k] + '"/></marker>');
+    s.push("</defs>");
+    // lifelines, clipped to the drawn rows
+    for (var o = 0; o < L.order.length; o++) {
+      var a = L.order[o], sp = L.span[a];
+      if (sp[1] < lo || sp[0] > hi) continue;
+      var x = laneX0 + L.lane[a] * LANE_W + LANE_W / 2;
+      s.push('<line class="life" x1="' + x + '" y1="' + Math.max(TOP + sp[0] * ROW_H, y0) + '" x2="' + x + '" y2="' + Math.min(TOP + sp[1] * ROW_H + ROW_H, y1) + '"/>');
+    }
+    for (var f = 0; f < V.frames.length; f++) {
+      var fr = V.frames[f];
+      if (fr.end - 1 < lo || fr.row > hi) continue;
+      var fx = 4 + fr.depth * INDENT;
+      s.push('<rect class="frame" x="' + fx + '" y="' + (TOP + fr.row * ROW_H + 1) + '" width="' + (OP_W + 2 - fx) + '" height="' + ((fr.end - fr.row) * ROW_H - 2) + '" rx="7" fill="' + (FILL[fr.kind] || "#f4f4f4") + '" fill-opacity=".55" stroke="#c9c9c9"/>');
+    }
     var edges = [], nodes = [];
-    rs.forEach(function (r, i) {
-      var it = r.it, y = TOP + i * ROW_H, hit = state.hits[it.id];
-      var es = (it.e || []).slice().sort(function (a, b) { return L.lane[b[0]] - L.lane[a[0]]; });
-      es.forEach(function (e, k) {
+    for (var i = lo; i <= hi; i++) {
+      var r = rs[i], it = r.it, y = TOP + i * ROW_H, hit = state.hits[it.id];
+      var es = (it.e || []).slice().sort(function (p, q) { return L.lane[q[0]] - L.lane[p[0]]; });
+      for (var j = 0; j < es.length; j++) {
         // longest first (drawn below), each a few pixels apart so that none hides another
-        var ax = laneX0 + L.lane[e[0]] * LANE_W + LANE_W / 2, mode = e[1];
-        var dy = (k - (es.length - 1) / 2) * Math.min(5, 20 / Math.max(es.length, 1));
+        var e = es[j], ax = laneX0 + L.lane[e[0]] * LANE_W + LANE_W / 2, mode = e[1];
+        var dy = (j - (es.length - 1) / 2) * Math.min(5, 20 / Math.max(es.length, 1));
         var mk = mode === "read" ? ' marker-start="url(#m-read)"' : mode === "write" ? ' marker-end="url(#m-write)"' :
           mode === "readwrite" ? ' marker-start="url(#m-readwrite)" marker-end="url(#m-readwrite)"' : ' stroke-dasharray="4 3"';
         var eh = hit || state.arrHits[e[0]] ? " hit" : "";
         edges.push('<line class="edge' + eh + '" data-from="' + it.id + '" data-a="' + e[0] + '" data-mode="' + mode + '" x1="' + (OP_W + 4) + '" y1="' + (y + ROW_H / 2 + dy) + '" x2="' + (ax - 6) + '" y2="' + (y + ROW_H / 2 + dy) + '" stroke="' + COLORS[mode] + '" stroke-width="' + width(e[2]) + '"' + mk + '><title>' + esc(e[3] + ": " + mode + ", " + size(e[2])) + '</title></line>');
-      });
-      var x = 8 + r.depth * INDENT, w = OP_W - x, cls = "node" + (hit ? " hit" : "") + (state.selected === it.id ? " sel" : "");
+      }
+      var x0 = 8 + r.depth * INDENT, w0 = OP_W - x0, cls = "node" + (hit ? " hit" : "") + (state.selected === it.id ? " sel" : "");
       var label = it.l.length > 34 ? it.l.slice(0, 33) + "\u2026" : it.l;
       var dims = it.d && it.d.dims ? " [" + it.d.dims + "]" : "";
       var tog = "";
-      if (it.c) tog = '<text class="tog" data-tog="' + it.id + '" x="' + (x + 6) + '" y="' + (y + ROW_H / 2 + 4) + '" style="pointer-events:all">' + (expanded[it.id] ? "\u25be" : "\u25b8") + "</text>";
+      if (it.c) tog = '<text class="tog" data-tog="' + it.id + '" x="' + (x0 + 6) + '" y="' + (y + ROW_H / 2 + 4) + '" style="pointer-events:all">' + (expanded[it.id] ? "\u25be" : "\u25b8") + "</text>";
       var pre = it.k === "REPEAT" ? "\u00d7" + it.n + " " : (it.c && it.k !== "REPEAT" ? it.k + " " : "");
       if (it.k === "IF" || it.k === "WHILE") pre = "";
-      nodes.push('<g class="' + cls + '" data-id="' + it.id + '" data-kind="' + it.k + '"><rect x="' + x + '" y="' + (y + 3) + '" width="' + w + '" height="' + (ROW_H - 6) + '" rx="5" fill="' + (FILL[it.k] || "#f4f4f4") + '"/>' + tog +
-        '<text x="' + (x + (it.c ? 18 : 6)) + '" y="' + (y + ROW_H / 2 + 4) + '"><tspan fill="#888">' + esc(it.i || "") + "</tspan> " + esc(pre + label + dims) + "</text></g>");
-    });
+      nodes.push('<g class="' + cls + '" data-id="' + it.id + '" data-row="' + i + '" data-kind="' + it.k + '"><rect x="' + x0 + '" y="' + (y + 3) + '" width="' + w0 + '" height="' + (ROW_H - 6) + '" rx="5" fill="' + (FILL[it.k] || "#f4f4f4") + '"/>' + tog +
+        '<text x="' + (x0 + (it.c ? 18 : 6)) + '" y="' + (y + ROW_H / 2 + 4) + '"><tspan fill="#888">' + esc(it.i || "") + "</tspan> " + esc(pre + label + dims) + "</text></g>");
+    }
     s.push(edges.join(""), nodes.join(""));
-    for (a in L.lane) {
+    // an array's name at the top of its lane
+    for (o = 0; o < L.order.length; o++) {
+      a = L.order[o];
+      if (L.span[a][0] < lo || L.span[a][0] > hi) continue;
       var node = G.arrays[a], ax0 = laneX0 + L.lane[a] * LANE_W + 6, ay = TOP + L.span[a][0] * ROW_H - 2;
       var nm = node.name.length > 14 ? node.name.slice(0, 13) + "\u2026" : node.name;
       s.push('<g class="arr' + (state.arrHits[a] ? " hit" : "") + '" data-a="' + a + '"><rect x="' + ax0 + '" y="' + (ay - 12) + '" width="' + (LANE_W - 12) + '" height="18" rx="9"/><text x="' + (ax0 + 7) + '" y="' + (ay + 1) + '" font-size="11">' + esc(nm) + "</text><title>" + esc(node.name) + "</title></g>");
     }
     s.push("</svg>");
     document.getElementById("view").innerHTML = s.join("");
-    var nh = Object.keys(state.hits).length + Object.keys(state.arrHits).length;
-    document.getElementById("hits").textContent = state.query ? nh + " matches" : "";
   }
 
   function table(obj) {
@@ -144,7 +234,7 @@
     return h + "</table>";
   }
   function showItem(id) {
-    var it = byId[id]; if (!it) return;
+    var it = byId.get(id); if (!it) return;
     state.selected = id;
     var d = it.d || {}, h = "<h2>" + esc((it.i ? it.i + " " : "") + (d.kernel || it.l)) + "</h2>" + table(d);
     if (d.arguments && d.arguments.length) {
@@ -170,7 +260,7 @@
     function walk(items) {
       items.forEach(function (it) {
         if (!it.c) (it.e || []).forEach(function (e) { if (e[0] === n.id) roles[(it.d && it.d.kernel) || it.l] = e[1]; });
-        if (it.c) { walk(it.c); if (it.r) it.r.forEach(walk); }
+        if (it.c) { walk(it.c); restOf(it).forEach(walk); }
       });
     }
     walk(G.items);
@@ -181,21 +271,26 @@
     document.getElementById("details").innerHTML = h + "</table>";
   }
 
+  var texts = new Map();  // an op's searchable text, by its detail record
   function search(q) {
     state.query = q = (q || "").trim().toLowerCase();
     state.hits = {}; state.arrHits = {};
     if (q) {
-      var visible = {};
-      rows().forEach(function (r) { visible[r.it.id] = true; });
-      for (var id in byId) {
-        var it = byId[id];
-        if (it.c) continue;
-        var text = (it.l + " " + ((it.d && it.d.kernel) || "")).toLowerCase();
-        if (text.indexOf(q) < 0) continue;
+      unpackAll(G.items);
+      var visible = new Set(), rs = rows();
+      for (var i = 0; i < rs.length; i++) visible.add(rs[i].it.id);
+      byId.forEach(function (it, id) {
+        if (it.c) return;
+        var text = texts.get(it.d || it.l);  // ops that share a detail record share their text
+        if (text === undefined) {
+          text = (it.l + " " + ((it.d && it.d.kernel) || "")).toLowerCase();
+          texts.set(it.d || it.l, text);
+        }
+        if (text.indexOf(q) < 0) return;
         var v = id;  // the match itself, or the folded group that hides it
-        for (var p = id; p !== null; p = parent[p]) if (visible[p] && (p === id || !expanded[p])) { v = p; break; }
+        for (var p = id; p !== null && p !== undefined; p = parent.get(p)) if (visible.has(p) && (p === id || !expanded[p])) { v = p; break; }
         state.hits[v] = true;
-      }
+      });
       G.arrays.forEach(function (n) {
         if ((n.name + " " + n.bindings.join(" ")).toLowerCase().indexOf(q) >= 0) state.arrHits[n.id] = true;
       });
@@ -204,8 +299,8 @@
     return {items: Object.keys(state.hits), arrays: Object.keys(state.arrHits).map(Number)};
   }
   function setAll(open) {
-    for (var id in byId) if (byId[id].c) expanded[id] = open;
-    render();
+    byId.forEach(function (it, id) { if (it.c) expanded[id] = open; });
+    if (state.query) search(state.query); else render();
   }
   function toggle(id, open) {
     expanded[id] = open === undefined ? !expanded[id] : open;
@@ -223,9 +318,12 @@
   document.getElementById("search").addEventListener("input", function (ev) { search(ev.target.value); });
   document.getElementById("expand").addEventListener("click", function () { setAll(true); });
   document.getElementById("collapse").addEventListener("click", function () { setAll(false); });
+  window.addEventListener("scroll", function () { draw(false); }, {passive: true});
+  window.addEventListener("resize", function () { draw(false); });
   document.getElementById("stats").textContent = G.op_total + " ops, " + G.arrays.length + " arrays" +
     (G.has_access ? "" : " (no access record in this file: edges say \u201ctouches\u201d)");
-  window.wrpGraph = {data: G, rows: rows, render: render, search: search, toggle: toggle, expanded: expanded, select: showItem};
+  window.wrpGraph = {data: G, rows: rows, render: render, search: search, toggle: toggle, expanded: expanded, select: showItem,
+                     drawn: function () { return drawn.slice(); }};
   render();
   document.body.setAttribute("data-ready", "1");
 })();
