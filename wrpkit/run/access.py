@@ -35,6 +35,10 @@ _META_BUILTINS = frozenset({"len"})
 #: Array attributes that are metadata, not element data.
 _META_ATTRS = frozenset({"shape", "ndim", "strides", "size", "dtype"})
 
+#: Nodes that hold no expression (so no array): skipped by the walker.
+_LEAVES = (ast.Constant, ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.Pass,
+           ast.Break, ast.Continue)
+
 _kernel_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _func_cache: dict = {}
 
@@ -114,6 +118,34 @@ class _Walker(ast.NodeVisitor):
         # dimensionality of array parameters (0 where unknown, e.g. a @wp.func's generic parameter)
         self.ndim = {v.label: int(getattr(v.type, "ndim", 0) or 0) for v in getattr(adj, "args", ()) or ()}
         self.flags: dict = {}
+
+    # -- dispatch: ast.NodeVisitor's, with the method looked up once per node class and leaves that
+    # cannot name an array (constants, operators, contexts) skipped
+    _dispatch: dict = {}
+
+    def visit(self, node):
+        cls = node.__class__
+        method = self._dispatch.get(cls)
+        if method is None:
+            if issubclass(cls, _LEAVES):
+                method = _Walker._skip
+            else:
+                method = getattr(_Walker, "visit_" + cls.__name__, _Walker.generic_visit)
+            self._dispatch[cls] = method
+        return method(self, node)
+
+    def _skip(self, node) -> None:
+        return None
+
+    def generic_visit(self, node):
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
 
     # -- helpers ---------------------------------------------------------
     def _mark(self, roots, f: int) -> None:
