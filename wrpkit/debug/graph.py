@@ -320,7 +320,8 @@ class _Builder:
         # A step repeats the same launch many times: everything drawn of a launch follows from these
         # fields, so identical launches share one label, detail dict and edge list (built once).
         key = (op.module_hash, op.kernel_key, op.shape, op.ndim, op.dim, op.block_dim, op.is_forward,
-               tuple(op.params), tuple(op.relocations), bytes(op.value_data) if op.value_data is not None else b"")
+               tuple(op.params), tuple(op.relocations), bytes(op.value_data) if op.value_data is not None else b"",
+               tuple(op.legacy_args))
         shared = self._launches.get(key)
         if shared is None:
             shared = self._launches[key] = self._launch_parts(op)
