@@ -1369,7 +1369,7 @@ def test_cuda_without_a_device_is_a_clean_error(native, caps, tmp_path):
     src = caps["local_saxpb"]
     path = copy_capture(src, tmp_path / "cuda", data=cuda_variant(src.read_bytes()))
     run(native.exe, path, "--list", check_rc=0)  # a valid CUDA file
-    res = run(native.exe, path, "--device", "cuda:0", "--warp-lib-dir", WARP_BIN, check_rc=1)
+    res = run(native.exe, path, "--device", "cuda:0", "--warp-lib-dir", WARP_BIN, check_rc=2)  # an absent device is a usage error, as in wrp replay
     assert "no CUDA device cuda:0" in res.stderr
     res = run(native.exe, path, "--device", "cpu", "--warp-lib-dir", WARP_BIN, check_rc=2)
     assert "captured for CUDA" in res.stderr

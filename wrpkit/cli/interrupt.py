@@ -22,6 +22,7 @@ import signal
 import threading
 
 from ..errors import EXIT_INTERRUPTED
+from .output import error_object
 
 #: How long the end of the block waits for the helper thread (x10, seconds).
 _POLL_S = 0.1
@@ -69,8 +70,7 @@ def stop_on_interrupt(as_json: bool = False):
             if bytes([signal.SIGINT]) in data:
                 with contextlib.suppress(OSError):
                     if as_json:
-                        line = json.dumps({"error": "interrupted", "exit_code": EXIT_INTERRUPTED, "hint": None})
-                        os.write(1, (line + "\n").encode())
+                        os.write(1, (json.dumps(error_object("interrupted", EXIT_INTERRUPTED)) + "\n").encode())
                     os.write(2, b"interrupted\n")
                 os._exit(EXIT_INTERRUPTED)
 

@@ -831,7 +831,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         return
     except KeyboardInterrupt:
         if as_json:
-            click.echo(json.dumps({"error": "interrupted", "exit_code": EXIT_INTERRUPTED, "hint": None}))
+            from .output import print_json_error  # noqa: PLC0415
+
+            print_json_error("interrupted", EXIT_INTERRUPTED)
         click.echo("interrupted", err=True)
         ctx.exit(EXIT_INTERRUPTED)
         return
@@ -842,7 +844,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
             raise
         msg, hint = f"internal error: {type(e).__name__}: {e}", "rerun with WRP_DEBUG=1 for a traceback and report it"
         if as_json:
-            click.echo(json.dumps({"error": msg, "exit_code": EXIT_INTERNAL, "hint": hint}))
+            from .output import print_json_error  # noqa: PLC0415
+
+            print_json_error(msg, EXIT_INTERNAL, hint)
         click.echo(f"error: {msg}", err=True)
         click.echo(f"hint: {hint}", err=True)
         ctx.exit(EXIT_INTERNAL)
