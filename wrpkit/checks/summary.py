@@ -217,19 +217,30 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
     regions = p.region_map()
     mod_by_hash = {mod.module_hash: mod for mod in p.modules}
     # One pass over the stream gathers every count (it can hold millions of ops).
+    # An explicit stack of op lists (order does not matter for counts) instead of
+    # walk_ops: no generator step or nested_bodies call per op.
     max_depth = total = 0
     counts: dict = {}
     launches: dict = {}
-    launch_type = m.OpType.KERNEL_LAUNCH
-    for d, op in m.walk_ops(p.ops):
-        total += 1
-        if d > max_depth:
+    launch_cls, if_cls, while_cls = m.KernelLaunch, m.If, m.While
+    stack = [(0, p.ops)]
+    while stack:
+        d, ops = stack.pop()
+        if ops and d > max_depth:
             max_depth = d
-        t = op.op_type
-        counts[t] = counts.get(t, 0) + 1
-        if t == launch_type:
-            key = (op.module_hash, op.kernel_key)
-            launches[key] = launches.get(key, 0) + 1
+        total += len(ops)
+        for op in ops:
+            cls = type(op)
+            counts[cls] = counts.get(cls, 0) + 1
+            if cls is launch_cls:
+                key = (op.module_hash, op.kernel_key)
+                launches[key] = launches.get(key, 0) + 1
+            elif cls is if_cls:
+                stack.append((d + 1, op.then_ops))
+                stack.append((d + 1, op.else_ops))
+            elif cls is while_cls:
+                stack.append((d + 1, op.body))
+    counts = {c.op_type: n for c, n in counts.items()}
     # One row per binding name: Warp writes a name given as input and output twice.
     roles = m.binding_roles([b.name for b in p.bindings])
     bindings = []
