@@ -809,8 +809,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
     \b
     Inputs are keyed by binding name; each must hold exactly the binding's
     bytes, with the recorded dtype when the file has a typed signature.
-    Exit codes: 0 ok; 1 check mismatch or replay failure; 2 bad input;
-    3 invalid, incomplete or incompatible file; 124 --timeout ran out.
+    Exit codes (wrp --help has the table): 0 ok; 1 check mismatch, replay
+    failure or I/O error; 2 usage error, bad input, wrong device; 3 invalid,
+    incomplete or incompatible file; 124 --timeout ran out; 130 Ctrl-C.
 
     \b
     Examples:
