@@ -1413,6 +1413,7 @@ class Hostile:
     data: bytes = None       # the .wrp bytes (None: `setup` builds the case)
     must_refuse: bool = True
     setup: object = None     # callable(dir) -> path, for special files
+    refusal: int = 3         # the exit code of a refusal: 3 (the file), or 2 for a path that does not exist
 
 
 def base_for_hostile(caps) -> Path:
@@ -1557,7 +1558,7 @@ def special_cases(src: Path):
         Hostile("wrp_directory", setup=wrp_dir),
         Hostile("wrp_symlink", setup=wrp_symlink),
         Hostile("wrp_empty", setup=wrp_empty),
-        Hostile("wrp_missing", setup=lambda d: d / "absent.wrp"),
+        Hostile("wrp_missing", setup=lambda d: d / "absent.wrp", refusal=2),
     ]
 
 
@@ -1569,9 +1570,9 @@ def check_hostile(exe, path, case: Hostile, env=None, timeout=30):
     args = [path, "--warp-lib-dir", WARP_BIN]
     res = run(exe, *args, env=env, timeout=timeout)
     msg = f"{case.name}: rc {res.returncode}\n{res.stderr}"
-    assert res.returncode in (0, 1, 3), msg
+    assert res.returncode in (0, 1, case.refusal), msg
     if case.must_refuse:
-        assert res.returncode in (1, 3), msg
+        assert res.returncode in (1, case.refusal), msg
     if res.returncode:
         assert res.stderr.startswith("wrp-replay: error: "), msg
         assert "internal error" not in res.stderr, msg
@@ -1596,7 +1597,7 @@ def test_hostile_special_files_and_modules(native, caps, tmp_path):
     for i, case in enumerate(special_cases(src)):
         path = materialize(case, src, tmp_path / f"s{i}")
         res = check_hostile(native.exe, path, case, timeout=15)
-        assert res.returncode == 3, f"{case.name}: {res.stderr}"
+        assert res.returncode == case.refusal, f"{case.name}: {res.stderr}"
         if case.name.startswith("module"):
             assert "module" in res.stderr and ("_modules" in res.stderr or "recapture" in res.stderr), res.stderr
 
@@ -1652,7 +1653,7 @@ def test_asan_hostile_set(asan_exe, caps, tmp_path):
         path = materialize(case, src, tmp_path / f"a{i}")
         res = run(asan_exe, path, "--list", env=env, timeout=60)
         assert "Sanitizer" not in res.stderr and "runtime error" not in res.stderr, f"{case.name}:\n{res.stderr}"
-        assert res.returncode in (0, 3), f"{case.name}: rc {res.returncode}\n{res.stderr}"
+        assert res.returncode in (0, case.refusal), f"{case.name}: rc {res.returncode}\n{res.stderr}"
         shutil.rmtree(tmp_path / f"a{i}", ignore_errors=True)
     # Tampered .wrpk bundles: header, manifest, padding, every blob.
     tampered, bundle = tmp_path / "n.wrpk", tmp_path / "b.wrpk"
