@@ -181,7 +181,7 @@ def test_inspect_reads_well(saxpy, tmp_path):
     assert f"({'wrpk'}, {size(size_text)}" in p.stdout and size_text == (tmp_path / "s.wrpk").stat().st_size
     # --ops names the binding each pointer argument points to.
     ops = wrp("inspect", saxpy, "--ops", env=dict(os.environ, COLUMNS="200")).stdout
-    assert "arg2->x" in ops and "arg3->y" in ops and "dim=(1024,)" in ops
+    assert "arg1=touches@r1(x)" in ops and "arg2=touches@r2(y)" in ops and "dim=(1024,)" in ops
 
 
 def test_titles_do_not_wrap_and_numbers_are_not_cut(tmp_path):
