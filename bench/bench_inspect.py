@@ -9,7 +9,7 @@ region, then reports in one run, each measured in a fresh process:
 * the time to fully decode the file with ``wrpkit.formats.wrp1.decode_wrp1`` (in this
   process, best of several runs, file mapped read-only).
 
-Targets (issue #2): inspect >= 5x faster than the stock route, peak memory
+Targets (issue #2, raised to 10x by issue 16): inspect >= 10x faster than the stock route, peak memory
 <= 64 MiB; full decode <= 100 ms.
 
 Usage: python bench/bench_inspect.py [--dir DIR] [--launches N] [--region-mib M] [--runs R]
@@ -55,7 +55,11 @@ def cache_bytecode(directory: Path) -> None:
 
 
 def run_measured(argv: list) -> tuple:
-    """Run a command; return (wall seconds, peak RSS in MiB) of that child alone."""
+    """Run a command; return (wall seconds, peak RSS in MiB, CPU seconds) of that child alone.
+
+    CPU time (user + system) is reported too: on a machine shared with other
+    work, wall time mostly measures the wait for a core.
+    """
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -65,7 +69,7 @@ def run_measured(argv: list) -> tuple:
     proc.stderr.close()
     if proc.returncode != 0:
         raise RuntimeError(f"{argv} failed ({proc.returncode}): {err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024.0
+    return wall, usage.ru_maxrss / 1024.0, usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -88,7 +92,8 @@ def main() -> int:
     for label, cmd in (("wrp inspect", inspect_cmd), ("stock capture_load", stock_cmd)):
         run_measured(cmd)  # warm the page cache and Warp's kernel cache
         samples = [run_measured(cmd) for _ in range(a.runs)]
-        rows[label] = (statistics.median(s[0] for s in samples), max(s[1] for s in samples))
+        rows[label] = (statistics.median(s[0] for s in samples), max(s[1] for s in samples),
+                       statistics.median(s[2] for s in samples))
 
     from wrpkit.fileio import map_file  # noqa: PLC0415
     from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
@@ -103,11 +108,12 @@ def main() -> int:
         del prog
 
     print(f"file: {path} ({size / 2**20:.1f} MiB, {n_ops} ops); {env_note}; median of {a.runs} runs")
-    print(f"{'route':<22}{'wall (s)':>10}{'peak RSS (MiB)':>16}")
-    for label, (wall, rss) in rows.items():
-        print(f"{label:<22}{wall:>10.3f}{rss:>16.1f}")
+    print(f"{'route':<22}{'wall (s)':>10}{'CPU (s)':>10}{'peak RSS (MiB)':>16}")
+    for label, (wall, rss, cpu) in rows.items():
+        print(f"{label:<22}{wall:>10.3f}{cpu:>10.3f}{rss:>16.1f}")
     speed = rows["stock capture_load"][0] / rows["wrp inspect"][0]
-    print(f"inspect speed-up vs stock: {speed:.1f}x (target >= 5x); "
+    cpu_speed = rows["stock capture_load"][2] / rows["wrp inspect"][2]
+    print(f"inspect speed-up vs stock: {speed:.1f}x wall, {cpu_speed:.1f}x CPU (target >= 10x); "
           f"inspect peak RSS {rows['wrp inspect'][1]:.1f} MiB (target <= 64 MiB)")
     print(f"full decode (decode_wrp1 over mmap): best {min(decode_times) * 1e3:.1f} ms, "
           f"median {statistics.median(decode_times) * 1e3:.1f} ms (target <= 100 ms)")

@@ -44,7 +44,7 @@ def test_a_fresh_capture_is_loadable(small_capture):
 
 def test_wrong_device_family_is_not_loadable(small_capture):
     code, data = run_check(small_capture, "--device", "cuda:0")
-    assert code == 1 and "device" in failed(data)
+    assert code == 2 and "device" in failed(data)  # the wrong device is a usage error, as in wrp replay
     fix = next(f["fix"] for f in data["findings"] if f["check"] == "device")
     assert "--device cpu" in fix
 
@@ -55,7 +55,7 @@ def test_other_warp_version_needs_a_recapture(small_capture, tmp_path):
 
     path = rewrite(small_capture, tmp_path / "old.wrp", edit)
     code, data = run_check(path)
-    assert code == 1 and "warp-version" in failed(data)
+    assert code == 3 and "warp-version" in failed(data)  # another Warp version: exit 3, as in wrp replay
     msg = next(f for f in data["findings"] if f["check"] == "warp-version")
     assert "1.18.0" in msg["message"] and wp.config.version in msg["message"]
     assert "Recapture" in msg["fix"]
@@ -65,7 +65,7 @@ def test_missing_module_file(small_capture, tmp_path):
     dst = tmp_path / "g.wrp"
     shutil.copy(small_capture, dst)
     code, data = run_check(dst)  # no g_modules/ beside it
-    assert code == 1 and "modules" in failed(data)
+    assert code == 3 and "modules" in failed(data)
 
 
 def test_kernel_symbol_renamed_to_a_libc_function_is_refused(small_capture, tmp_path):
@@ -73,7 +73,7 @@ def test_kernel_symbol_renamed_to_a_libc_function_is_refused(small_capture, tmp_
         prog.kernels[0].forward_name = "free"
 
     code, data = run_check(rewrite(small_capture, tmp_path / "free.wrp", edit))
-    assert code == 1 and "kernel-symbols" in failed(data)
+    assert code == 3 and "kernel-symbols" in failed(data)
 
 
 def test_kernel_symbol_missing_from_its_object_is_refused(small_capture, tmp_path):
@@ -81,7 +81,7 @@ def test_kernel_symbol_missing_from_its_object_is_refused(small_capture, tmp_pat
         prog.kernels[0].forward_name = "nope_0000_cpu_forward"
 
     code, data = run_check(rewrite(small_capture, tmp_path / "nope.wrp", edit))
-    assert code == 1 and "kernel-symbols" in failed(data)
+    assert code == 3 and "kernel-symbols" in failed(data)
 
 
 @wp.kernel
@@ -213,7 +213,7 @@ def test_altered_module_fails_its_recorded_hash(tmp_path):
     data[-1] ^= 0xFF
     victim.write_bytes(bytes(data))
     code, out = run_check(dst)
-    assert code == 1
+    assert code == 3  # an altered module: the file cannot be used, as in wrp replay
     assert any(f["check"] == "modules" and "SHA-256" in f["message"] for f in out["findings"])
 
 

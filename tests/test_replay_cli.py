@@ -388,12 +388,12 @@ def test_error_not_a_capture_and_missing_file(tmp_path):
     r = invoke(bad, "--output", out)
     assert r.exit_code == 3 and "error:" in r.stderr and not out.exists()
     r = invoke(tmp_path / "missing.wrp", "--output", out)
-    assert r.exit_code != 0 and "not found" in r.stderr and not out.exists()
+    assert r.exit_code == 2 and "does not exist" in r.stderr and not out.exists()  # a typed path: usage error
 
 
 def test_error_output_dir_missing(tmp_path):
     r = invoke(rc.wrpkit_capture(PROGRAMS[0]), "--output", tmp_path / "no" / "out.npz")
-    _assert_fails(r, 1, "does not exist")
+    _assert_fails(r, 2, "does not exist")  # a path the user typed that does not exist: usage error
 
 
 def test_output_never_overwrites_an_input(tmp_path):

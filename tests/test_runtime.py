@@ -299,7 +299,7 @@ def test_version_mismatch_is_a_clear_error(tmp_path):
 def test_device_family_mismatch():
     with pytest.raises(WrpDeviceError, match="captured for CPU") as e:
         wrpkit.load(rc.wrpkit_capture(PROGRAMS[0]), device="cuda:0")
-    assert e.value.exit_code == 1
+    assert e.value.exit_code == 2  # the wrong device is a usage error in every route
 
 
 def test_device_type_edited_to_cuda(tmp_path):

@@ -15,7 +15,6 @@ below: the root (model, errors, fileio, environment), ``formats/`` (codecs),
 
 __version__ = "0.1.0"
 
-from .formats.container import Capture, open_capture  # noqa: E402
 from .errors import (  # noqa: E402
     WrpBindingError,
     WrpDeviceError,
@@ -30,6 +29,9 @@ from .errors import (  # noqa: E402
 
 # Names resolved lazily so that `import wrpkit` never imports Warp.
 _LAZY = {
+    # Imported on first use, so that `import wrpkit.cli` (every `wrp` command) pays only for what it runs.
+    "open_capture": "wrpkit.formats.container",
+    "Capture": "wrpkit.formats.container",
     "capture": "wrpkit.run.recording",
     "begin_capture": "wrpkit.run.recording",
     "end_capture": "wrpkit.run.recording",

@@ -44,3 +44,56 @@ def installed_warp_version() -> Optional[str]:
         return version("warp-lang")
     except PackageNotFoundError:
         return None
+
+
+#: Lines Warp's native ``wp_init`` prints on stderr on a machine without a
+#: CUDA driver (warp/native/cuda_util.cpp), which say nothing to CPU-only work.
+_CUDA_PROBE_LINES = ("Warp CUDA warning: Could not find or load the NVIDIA CUDA driver",
+                     "Warp CUDA warning: Unable to determine CUDA driver version")
+
+
+def init_warp(cpu_only: bool = False):
+    """Import and initialize Warp quietly; return the ``warp`` module.
+
+    Warp's start-up banner is turned off (``wp.config.quiet``, ``log_level``).  With
+    ``cpu_only``, the warning Warp's native code prints when it finds no CUDA
+    driver is dropped too: it is written by C code straight to file
+    descriptor 2, so stderr is redirected into a temporary file while Warp
+    initializes, and every other line is written back.
+
+    Args:
+        cpu_only: The caller will only use the CPU device.
+    """
+    import warp as wp  # noqa: PLC0415
+
+    wp.config.quiet = True
+    if hasattr(wp, "LOG_WARNING") and hasattr(wp.config, "log_level"):
+        wp.config.log_level = max(getattr(wp.config, "log_level", 0) or 0, wp.LOG_WARNING)  # no banner
+    started = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None) is not None
+    if not cpu_only or started:
+        wp.init()
+        return wp
+    import os  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        wp.init()
+        return wp
+    with tempfile.TemporaryFile() as tmp:
+        try:
+            os.dup2(tmp.fileno(), 2)
+            wp.init()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode("utf-8", "replace")
+    kept = [ln for ln in text.splitlines(keepends=True) if not ln.startswith(_CUDA_PROBE_LINES)]
+    if kept:
+        sys.stderr.write("".join(kept))
+        sys.stderr.flush()
+    return wp

@@ -10,8 +10,43 @@ from __future__ import annotations
 
 from typing import Optional
 
-#: Exit status when ``wrp replay --timeout`` ran out (as coreutils ``timeout``).
+# ---------------------------------------------------------------------------
+# Exit codes: the one table of ``wrp`` and ``wrp-replay`` (its C++ twin is
+# native/cli/cli_error.h; README "Exit codes" documents both).  Each failure
+# class has one code in every route.
+# ---------------------------------------------------------------------------
+
+#: Success.
+EXIT_OK = 0
+#: A check or replay failed: ``--check`` mismatch, ``wrp check`` found the
+#: file not loadable for a reason below none of the other classes, Warp's
+#: runtime failed, or an I/O error (a file that exists cannot be read, an
+#: output cannot be written: read-only directory, disk full).
+EXIT_FAILED = 1
+#: Usage error: a bad option or value, a path the user typed that does not
+#: exist, an unknown binding, an input of the wrong size or dtype, a device
+#: the file was not captured for (or that this machine does not have).
+EXIT_USAGE = 2
+#: The file cannot be used: invalid, corrupted, unsafe, incomplete (missing
+#: or altered module files), or written by another format or Warp version.
+EXIT_INVALID = 3
+#: A bug in wrpkit (the last line of defence; ``WRP_DEBUG=1`` shows a traceback).
+EXIT_INTERNAL = 70
+#: ``--timeout`` ran out (as coreutils ``timeout``); nothing was written.
 EXIT_TIMEOUT = 124
+#: Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
+
+#: Every exit code with its meaning, in the order the README lists them.
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_FAILED: "a check or replay failed, or an I/O error (cannot read/write a file)",
+    EXIT_USAGE: "usage: bad option, path not found, unknown binding, bad input, device",
+    EXIT_INVALID: "file invalid, corrupted, unsafe, incomplete, or of another Warp version",
+    EXIT_INTERNAL: "internal error (a bug)",
+    EXIT_TIMEOUT: "--timeout ran out; nothing was written",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); nothing was written",
+}
 
 
 class WrpError(Exception):
@@ -22,7 +57,7 @@ class WrpError(Exception):
         hint: What the user can do about it, or None.
     """
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
     def __init__(self, message: str, hint: Optional[str] = None):
         super().__init__(message)
@@ -40,7 +75,7 @@ class WrpFormatError(WrpError):
         hint: What to do next.
     """
 
-    exit_code = 3
+    exit_code = EXIT_INVALID
 
     def __init__(self, message: str, field: Optional[str] = None, offset: Optional[int] = None,
                  hint: Optional[str] = None):
@@ -58,7 +93,7 @@ class WrpFormatError(WrpError):
 
 
 class WrpVersionError(WrpFormatError):
-    """The file was written by another WRP1 format or Warp version."""
+    """The file was written by another WRP1 format or Warp version (exit 3 everywhere)."""
 
 
 class WrpIntegrityError(WrpFormatError):
@@ -72,7 +107,7 @@ class WrpValidationError(WrpError):
         problems: Every problem found, each a one-line message.
     """
 
-    exit_code = 3
+    exit_code = EXIT_INVALID
 
     def __init__(self, problems: list, hint: Optional[str] = None):
         self.problems = list(problems)
@@ -84,25 +119,37 @@ class WrpValidationError(WrpError):
 class WrpModuleError(WrpError):
     """A module file the graph needs is missing, empty, unsafe or altered."""
 
-    exit_code = 3
+    exit_code = EXIT_INVALID
 
 
 class WrpDeviceError(WrpError):
-    """The file cannot run on the requested device."""
+    """The file cannot run on the requested device: another family, an unknown or absent device (a usage error)."""
 
-    exit_code = 1
+    exit_code = EXIT_USAGE
+
+
+class WrpNotFoundError(WrpError):
+    """A path the user typed does not exist (a usage error)."""
+
+    exit_code = EXIT_USAGE
+
+
+class WrpIOError(WrpError):
+    """A file that exists cannot be read, or an output cannot be written (read-only directory, disk full)."""
+
+    exit_code = EXIT_FAILED
 
 
 class WrpBindingError(WrpError):
     """An input does not fit its binding (unknown name, size or dtype)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class WrpRuntimeError(WrpError):
     """Warp's runtime failed to load or replay the graph."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 class WrpTimeoutError(WrpError):

@@ -20,11 +20,10 @@ import mmap
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Union
 
-from .errors import WrpError, WrpModuleError
+from .errors import WrpError, WrpIOError, WrpModuleError, WrpNotFoundError
 
 PathLike = Union[str, os.PathLike]
 
@@ -303,13 +302,18 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
     dest = Path(path)
     d = dest.parent if str(dest.parent) else Path(".")
     if not d.is_dir():
-        raise WrpError(f"output directory does not exist: {d}")
+        raise WrpNotFoundError(f"output directory does not exist: {d}", hint="Create it first.")
     if dest.is_dir():
         raise WrpError(f"output {dest} is a directory")
     fd = _open_anonymous(d)
     tmp = None
     if fd is None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".tmp", dir=d)
+        import tempfile  # noqa: PLC0415  (only where O_TMPFILE is missing: keeps start-up cheap)
+
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.{os.getpid()}.", suffix=".tmp", dir=d)
+        except OSError as e:
+            raise _cannot_write(dest, e) from None
     total = 0
     writeback = _Writeback(fd)
     try:
@@ -366,7 +370,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
                 pass
         if isinstance(e, WrpError) or not isinstance(e, OSError):
             raise
-        raise WrpError(f"cannot write {dest}: {e.strerror or e}") from None
+        raise _cannot_write(dest, e) from None
     finally:
         writeback.close()
         os.close(fd)
@@ -383,6 +387,19 @@ def modules_dir_for(path: PathLike) -> Path:
 def is_plain_basename(name: str) -> bool:
     """True for a non-empty file name with no directory part (Warp's rule, plus NUL)."""
     return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\:\0")
+
+
+def _cannot_write(dest: Path, e: OSError) -> WrpIOError:
+    """The I/O error of an output that cannot be written, with a hint that fixes its cause."""
+    import errno  # noqa: PLC0415
+
+    d = dest.parent if str(dest.parent) else Path(".")
+    hint = None
+    if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = f"Make {d} writable, or write somewhere else."
+    elif e.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = f"Free space on the file system of {d}, or write somewhere else."
+    return WrpIOError(f"cannot write {dest}: {e.strerror or e}", hint=hint)
 
 
 def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress=None, finish=None) -> int:
@@ -452,7 +469,11 @@ def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
             pass
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
-        raise WrpError(f"output directory does not exist: {parent}", hint="Create it first.")
+        raise WrpNotFoundError(f"output directory does not exist: {parent}", hint="Create it first.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        import errno  # noqa: PLC0415
+
+        raise _cannot_write(out, OSError(errno.EACCES, f"directory {parent} is not writable"))
     return out
 
 

@@ -251,6 +251,8 @@ class Op:
 
 @dataclass(slots=True)
 class KernelLaunch(Op):
+    """The ``KERNEL_LAUNCH`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.KERNEL_LAUNCH
     shape: tuple
     ndim: int
@@ -290,6 +292,8 @@ class KernelLaunch(Op):
 
 @dataclass(slots=True)
 class MemcpyH2D(Op):
+    """The ``MEMCPY_H2D`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.MEMCPY_H2D
     dst_region_id: int
     dst_offset: int
@@ -299,6 +303,8 @@ class MemcpyH2D(Op):
 
 @dataclass(slots=True)
 class MemcpyD2D(Op):
+    """The ``MEMCPY_D2D`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.MEMCPY_D2D
     dst_region_id: int
     src_region_id: int
@@ -310,6 +316,8 @@ class MemcpyD2D(Op):
 
 @dataclass(slots=True)
 class Memset(Op):
+    """The ``MEMSET`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.MEMSET
     region_id: int
     value: int
@@ -320,6 +328,8 @@ class Memset(Op):
 
 @dataclass(slots=True)
 class Alloc(Op):
+    """The ``ALLOC`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.ALLOC
     region_id: int
     size: int
@@ -328,6 +338,8 @@ class Alloc(Op):
 
 @dataclass(slots=True)
 class If(Op):
+    """The ``IF`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.IF
     cond_region_id: int
     cond_offset: int
@@ -338,6 +350,8 @@ class If(Op):
 
 @dataclass(slots=True)
 class While(Op):
+    """The ``WHILE`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.WHILE
     cond_region_id: int
     cond_offset: int
@@ -347,6 +361,8 @@ class While(Op):
 
 @dataclass(slots=True)
 class Scan(Op):
+    """The ``SCAN`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.SCAN
     dst_region_id: int
     src_region_id: int
@@ -363,6 +379,8 @@ class Scan(Op):
 
 @dataclass(slots=True)
 class Memtile(Op):
+    """The ``MEMTILE`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.MEMTILE
     region_id: int
     offset: int
@@ -373,6 +391,8 @@ class Memtile(Op):
 
 @dataclass(slots=True)
 class SegmentedSort(Op):
+    """The ``SEGMENTED_SORT`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.SEGMENTED_SORT
     keys_region_id: int
     values_region_id: int
@@ -390,6 +410,8 @@ class SegmentedSort(Op):
 
 @dataclass(slots=True)
 class RadixSort(Op):
+    """The ``RADIX_SORT`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.RADIX_SORT
     keys_region_id: int
     values_region_id: int
@@ -405,6 +427,8 @@ class RadixSort(Op):
 
 @dataclass(slots=True)
 class RunlengthEncode(Op):
+    """The ``RUNLENGTH_ENCODE`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.RUNLENGTH_ENCODE
     values_region_id: int
     run_values_region_id: int
@@ -420,6 +444,8 @@ class RunlengthEncode(Op):
 
 @dataclass(slots=True)
 class BsrFromTriplets(Op):
+    """The ``BSR_FROM_TRIPLETS`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.BSR_FROM_TRIPLETS
     block_size: int
     scalar_size_in_bytes: int
@@ -453,6 +479,8 @@ class BsrFromTriplets(Op):
 
 @dataclass(slots=True)
 class BsrTranspose(Op):
+    """The ``BSR_TRANSPOSE`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.BSR_TRANSPOSE
     row_count: int
     col_count: int
@@ -479,6 +507,8 @@ class BsrTranspose(Op):
 
 @dataclass(slots=True)
 class Reduction(Op):
+    """The ``REDUCTION`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.REDUCTION
     input_a_region_id: int
     input_b_region_id: int
@@ -497,6 +527,8 @@ class Reduction(Op):
 
 @dataclass(slots=True)
 class BvhRefit(Op):
+    """The ``BVH_REFIT`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.BVH_REFIT
     bvh_id: int
     constructor_type: int
@@ -505,6 +537,8 @@ class BvhRefit(Op):
 
 @dataclass(slots=True)
 class BvhRebuild(Op):
+    """The ``BVH_REBUILD`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.BVH_REBUILD
     bvh_id: int
     constructor_type: int
@@ -513,6 +547,8 @@ class BvhRebuild(Op):
 
 @dataclass(slots=True)
 class HashGridUpdate(Op):
+    """The ``HASH_GRID_UPDATE`` op (the fields of Warp's APIC record)."""
+
     op_type: ClassVar[OpType] = OpType.HASH_GRID_UPDATE
     grid_id: int
     cell_width: float
@@ -671,3 +707,69 @@ class Program:
                 key = (op.module_hash, op.kernel_key)
                 counts[key] = counts.get(key, 0) + 1
         return counts
+
+
+# ---------------------------------------------------------------------------
+# Binding roles
+# ---------------------------------------------------------------------------
+
+
+def binding_split(names: list) -> Optional[tuple]:
+    """Where ``capture_save``'s inputs end and its outputs begin in a binding list.
+
+    Warp writes the names of ``inputs=`` and then those of ``outputs=``, each
+    a dict (so each run has unique names); a name in both (an in-place
+    array) is written twice.  A split ``k`` is valid when ``names[:k]`` and
+    ``names[k:]`` each hold no name twice.
+
+    Args:
+        names: Binding names in file order.
+
+    Returns:
+        ``(lo, hi)``, the range of valid splits (inclusive), or None when no
+        split is valid: the list is not one ``capture_save``'s (for example
+        ``capture_save`` was called twice on one graph, repeating every name).
+    """
+    seen: set = set()
+    prefix = 0
+    for n in names:
+        if n in seen:
+            break
+        seen.add(n)
+        prefix += 1
+    seen = set()
+    suffix = 0
+    for n in reversed(names):
+        if n in seen:
+            break
+        seen.add(n)
+        suffix += 1
+    lo, hi = len(names) - suffix, prefix
+    return (lo, hi) if lo <= hi else None
+
+
+def binding_roles(names: list) -> dict:
+    """``{name: (is_input, is_output)}`` as far as a stock binding list tells, one entry per name.
+
+    A name written twice is both; a name written once is an input when it
+    comes before every valid split, an output when after, and ``None`` (not
+    known) for both when the list does not tell (a file without wrpkit's
+    signature and without in-place bindings).
+
+    Args:
+        names: Binding names in file order.
+    """
+    split = binding_split(names)
+    out: dict = {}
+    for i, n in enumerate(names):
+        if n in out:
+            out[n] = (True, True)
+        elif split is None:
+            out[n] = (None, None)
+        elif i < split[0]:
+            out[n] = (True, False)
+        elif i >= split[1]:
+            out[n] = (False, True)
+        else:
+            out[n] = (None, None)
+    return out

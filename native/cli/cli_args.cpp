@@ -12,7 +12,8 @@ namespace wrpcli {
 
 const char* const kUsage =
     "usage: wrp-replay FILE [--device cpu|cuda:N] [--input NAME=x.npy]... [--output NAME=y.npy]...\n"
-    "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json] [--warp-lib-dir DIR] [--list]\n"
+    "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json [--raw-times]]\n"
+    "                  [--warp-lib-dir DIR] [--list]\n"
     "\n"
     "Replay a Warp captured graph without Python: a .wrp written by wp.capture_save (with the\n"
     "module files in <stem>_modules/ beside it) or a single-file .wrpk bundle (wrp convert X.wrp\n"
@@ -32,7 +33,10 @@ const char* const kUsage =
     "                       time (fractional allowed): exit status 124, no output written.  Bounds\n"
     "                       a WHILE loop that does not end (nested loops multiply Warp's\n"
     "                       2^24-iteration guard)\n"
-    "  --json               print one JSON object (bindings, timings, outputs) on stdout\n"
+    "  --json               print one JSON object (bindings, timings, outputs) on stdout; a failure\n"
+    "                       prints {\"error\": ..., \"exit_code\": ...}.  Timings are summary statistics\n"
+    "                       (count, mean, min, p5, median, p95, max, in ms)\n"
+    "  --raw-times          with --json, also every replay's time (timings.replays_ms)\n"
     "  --warp-lib-dir DIR   directory holding warp.so / warp-clang.so (warp-lang's warp/bin);\n"
     "                       default: $WRP_WARP_LIB_DIR, then the warp-lang installed beside wrp-replay\n"
     "  --list               validate the file and list its bindings without loading Warp\n"
@@ -42,8 +46,14 @@ const char* const kUsage =
     "  --version            print the version and exit\n"
     "  -h, --help           show this help and exit\n"
     "\n"
-    "exit status: 0 ok, 1 replay/runtime failure, 2 usage error, 3 invalid, unsafe or corrupted file,\n"
-    "             124 --timeout ran out\n";
+    "exit status (the same table as wrp's):\n"
+    "  0    success\n"
+    "  1    a check or replay failed, or an I/O error (cannot read/write a file)\n"
+    "  2    usage: bad option, path not found, unknown binding, bad input, device\n"
+    "  3    file invalid, corrupted, unsafe, incomplete, or of another Warp version\n"
+    "  70   internal error (a bug)\n"
+    "  124  --timeout ran out; nothing was written\n"
+    "  130  interrupted (Ctrl-C); nothing was written\n";
 
 namespace {
 
@@ -112,6 +122,9 @@ CliArgs parse_args(int argc, char** argv)
         } else if (arg == "--json") {
             no_value();
             a.json = true;
+        } else if (arg == "--raw-times") {
+            no_value();
+            a.raw_times = true;
         } else if (arg == "--list") {
             no_value();
             a.list = true;

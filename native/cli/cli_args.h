@@ -21,6 +21,7 @@ struct CliArgs {
     uint32_t warmup = 0;
     double timeout_s = 0;  // --timeout: wall-time limit of loading + replaying, 0 = none
     bool json = false;
+    bool raw_times = false;  // --raw-times: every replay's time in the --json report
     bool list = false;
     bool help = false;
     bool version = false;

@@ -6,8 +6,18 @@
 
 namespace wrpcli {
 
-// Exit codes of wrp-replay.
-enum ExitCode { kExitOk = 0, kExitRuntime = 1, kExitUsage = 2, kExitInvalidFile = 3, kExitTimeout = 124 };
+// Exit codes of wrp-replay: the one table of wrp and wrp-replay (its Python twin is
+// wrpkit/errors.py EXIT_CODES; README "Exit codes" documents both).  Each failure class
+// has one code in every route.
+enum ExitCode {
+    kExitOk = 0,            // success
+    kExitRuntime = 1,       // replay/runtime failed, or an I/O error (cannot read or write a file)
+    kExitUsage = 2,         // bad option, path not found, unknown binding, wrong input, wrong device
+    kExitInvalidFile = 3,   // invalid, corrupted, unsafe, incomplete, or another Warp/format version
+    kExitInternal = 70,     // a bug
+    kExitTimeout = 124,     // --timeout ran out; nothing written
+    kExitInterrupted = 130  // Ctrl-C (128 + SIGINT)
+};
 
 class CliError : public std::runtime_error {
 public:

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -33,7 +34,10 @@ int exit_code_for(wrp_status s)
     switch (s) {
     case WRP_OK: return kExitOk;
     case WRP_ERR_INVALID_FILE: return kExitInvalidFile;
+    case WRP_ERR_INCOMPATIBLE: return kExitInvalidFile;
     case WRP_ERR_INVALID_ARGUMENT: return kExitUsage;
+    case WRP_ERR_NO_DEVICE: return kExitUsage;
+    case WRP_ERR_INTERNAL: return kExitInternal;
     default: return kExitRuntime;
     }
 }
@@ -135,6 +139,15 @@ void disarm_timeout()
     setitimer(ITIMER_REAL, &it, nullptr);  // a no-op when never armed
 }
 
+// The q-quantile of sorted values, interpolated linearly between ranks (numpy's default).
+double percentile(const std::vector<double>& sorted, double q)
+{
+    double pos = q * static_cast<double>(sorted.size() - 1);
+    size_t lo = static_cast<size_t>(std::floor(pos));
+    size_t hi = std::min(lo + 1, sorted.size() - 1);
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
+}
+
 std::vector<wrp_binding_info> list_bindings(wrp_program* p)
 {
     std::vector<wrp_binding_info> out(wrp_program_num_bindings(p));
@@ -215,6 +228,10 @@ int run(const CliArgs& args)
     opts.verify_checksums = args.no_verify ? 0 : 1;
     opts.validate_only = args.list;
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
+    // A FILE that does not exist is a usage error (exit 2) here as in wrp, not an invalid file.
+    struct stat st;
+    if (stat(args.file.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
+        throw CliError(kExitUsage, "file not found: " + args.file);
     Program prog;
     arm_timeout(args.timeout_s, args.json);
     check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
@@ -258,7 +275,10 @@ int run(const CliArgs& args)
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     size_t n = sorted.size();
-    double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    double median = percentile(sorted, 0.5);
+    double mean = 0;
+    for (double v : ms)
+        mean += v / static_cast<double>(n);
 
     std::vector<OutputDone> done;
     for (const NamedPath& o : args.outputs) {
@@ -273,11 +293,17 @@ int run(const CliArgs& args)
 
     if (args.json) {
         std::string t = "{\"repeat\": " + std::to_string(args.repeat) + ", \"warmup\": " + std::to_string(args.warmup) +
-            ", \"min_ms\": " + json_number(sorted.front()) + ", \"median_ms\": " + json_number(median) +
-            ", \"max_ms\": " + json_number(sorted.back()) + ", \"replays_ms\": [";
-        for (size_t i = 0; i < ms.size(); i++)
-            t += (i ? ", " : "") + json_number(ms[i]);
-        t += "]}";
+            ", \"count\": " + std::to_string(n) + ", \"mean_ms\": " + json_number(mean) +
+            ", \"min_ms\": " + json_number(sorted.front()) + ", \"p5_ms\": " + json_number(percentile(sorted, 0.05)) +
+            ", \"median_ms\": " + json_number(median) + ", \"p95_ms\": " + json_number(percentile(sorted, 0.95)) +
+            ", \"max_ms\": " + json_number(sorted.back());
+        if (args.raw_times) {  // every replay's time only on request: --repeat 200000 stays a short report
+            t += ", \"replays_ms\": [";
+            for (size_t i = 0; i < ms.size(); i++)
+                t += (i ? ", " : "") + json_number(ms[i]);
+            t += "]";
+        }
+        t += "}";
         std::string outs = "[";
         for (size_t i = 0; i < done.size(); i++)
             outs += std::string(i ? ", " : "") + "{\"name\": " + json_string(done[i].name) + ", \"path\": " +
@@ -289,8 +315,9 @@ int run(const CliArgs& args)
     } else {
         std::printf("%s on %s (recorded with Warp %s)\n", args.file.c_str(), wrp_program_device(prog.p),
                     wrp_program_warp_version(prog.p));
-        std::printf("%u replay(s) after %u warmup: min %.3f ms  median %.3f ms  max %.3f ms (host wall time)\n",
-                    args.repeat, args.warmup, sorted.front(), median, sorted.back());
+        std::printf("%u %s after %u warmup: min %.3f ms  median %.3f ms  mean %.3f ms  max %.3f ms (host wall time)\n",
+                    args.repeat, args.repeat == 1 ? "replay" : "replays", args.warmup, sorted.front(), median, mean,
+                    sorted.back());
         for (const OutputDone& o : done)
             std::printf("output %s -> %s  shape %s  dtype %s\n", o.name.c_str(), o.path.c_str(),
                         shape_string(o.shape).c_str(), o.dtype.c_str());
@@ -322,7 +349,7 @@ int main(int argc, char** argv)
         code = e.exit_code();
         message = e.what();
     } catch (const std::exception& e) {
-        code = kExitRuntime;
+        code = kExitInternal;
         message = std::string("internal error: ") + e.what();
     }
     disarm_timeout();  // this failure is reported as it is, not overtaken by the timeout

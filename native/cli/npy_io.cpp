@@ -336,7 +336,7 @@ void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std:
     tmpl.push_back('\0');
     int fd = mkstemp(tmpl.data());
     if (fd < 0)
-        throw CliError(kExitRuntime, "output " + path + ": cannot create a temporary file in " + dir + ": " +
+        throw CliError(kExitRuntime, "cannot write " + path + ": cannot create a file in " + dir + ": " +
                                          std::strerror(errno));
     std::string tmp_path(tmpl.data());
     bool ok = write_all(fd, head.data(), head.size()) && write_all(fd, data, size)
@@ -350,7 +350,7 @@ void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std:
         if (ok)
             err = errno;
         unlink(tmp_path.c_str());
-        throw CliError(kExitRuntime, "output " + path + ": write failed: " + std::strerror(err));
+        throw CliError(kExitRuntime, "cannot write " + path + ": " + std::strerror(err));
     }
     int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {

@@ -109,7 +109,10 @@ typedef enum wrp_status {
     /* An allocation failed. */
     WRP_ERR_OUT_OF_MEMORY = 5,
     /* A bug in this library. */
-    WRP_ERR_INTERNAL = 6
+    WRP_ERR_INTERNAL = 6,
+    /* The file was recorded with another Warp version than the runtime's
+     * (Warp only loads captures of its own version): recapture it. */
+    WRP_ERR_INCOMPATIBLE = 7
 } wrp_status;
 
 /* Options for opening a program.  Always call wrp_options_init() first so

@@ -186,7 +186,7 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
     std::lock_guard<std::mutex> lock(warp_mutex());
     rt_ = &WarpRuntime::acquire(opts_.warp_lib_dir, file_cpu, !file_cpu);
     if (rt_->version() != graph_.producer_version)
-        fail(WRP_ERR_RUNTIME, "the file was recorded with Warp %s, but the Warp runtime in %s is %s; recapture with %s",
+        fail(WRP_ERR_INCOMPATIBLE, "the file was recorded with Warp %s, but the Warp runtime in %s is %s; recapture with %s",
              graph_.producer_version.c_str(), rt_->dir().c_str(), rt_->version().c_str(), rt_->version().c_str());
     if (file_cpu)
         start_cpu(image, size, modules);

@@ -273,6 +273,20 @@ void check_module(const ModuleRecord& m, Device device, uint8_t kind, uint8_t fa
         fail_invalid_at(where + ".fallback_reason", m.at, "source fallback marked available without a source file");
 }
 
+// Whether names split into a prefix and a suffix that each hold no name twice (wrpkit.model.binding_split).
+bool is_one_save(const std::vector<std::string>& names)
+{
+    std::set<std::string> seen;
+    size_t prefix = 0;
+    while (prefix < names.size() && seen.insert(names[prefix]).second)
+        prefix++;
+    seen.clear();
+    size_t suffix = 0;
+    while (suffix < names.size() && seen.insert(names[names.size() - 1 - suffix]).second)
+        suffix++;
+    return names.size() - suffix <= prefix;
+}
+
 void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool semantic)
 {
     ByteReader r(image, s.offset, s.offset + s.size, "metadata");
@@ -366,6 +380,8 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
 
     g.bindings.reserve(n_bindings);
     std::map<std::string, uint32_t> binding_regions;
+    std::vector<std::string> binding_names;  // every name in file order, repeats included
+    size_t bindings_at = r.pos();
     for (uint32_t i = 0; i < n_bindings; i++) {
         std::string where = "metadata.bindings[" + std::to_string(i) + "]";
         r.set_where(where);
@@ -378,6 +394,7 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
         // A name given both as input and output (an in-place array) is
         // written twice with the same region; keep one.  Warp would silently
         // use the last of two different regions, so that is refused.
+        binding_names.push_back(b.name);
         auto seen = binding_regions.emplace(b.name, b.region_id);
         if (!seen.second) {
             if (seen.first->second != b.region_id)
@@ -387,6 +404,13 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
         }
         g.bindings.push_back(std::move(b));
     }
+    // Warp writes capture_save's inputs, then its outputs, each a set of names: the list must split
+    // into two runs without repeats (a name in both is an in-place binding).  Otherwise capture_save was
+    // called more than once on the graph and a name is ambiguous (VALIDATION-RULES.md, "Binding").
+    if (!is_one_save(binding_names))
+        fail_invalid_at("metadata.bindings", bindings_at,
+                        "binding names repeat: the list is not one capture_save's inputs then outputs (was "
+                        "capture_save called twice on one graph?), so a name is ambiguous");
 
     g.meshes.reserve(n_meshes);
     std::unordered_set<uint64_t> mesh_ids;

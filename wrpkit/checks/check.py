@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import model as m
+from ..errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
 from ..environment import installed_warp_version, parse_device
@@ -45,12 +46,13 @@ class Finding:
     fix: str = ""
 
 
-def _init_warp():
-    import warp as wp  # noqa: PLC0415
+def _init_warp(cpu_only: bool = False):
+    from ..environment import init_warp  # noqa: PLC0415
 
-    # Keep Warp's start-up banner off stdout: `wrp check --json` must print JSON only.
+    # Keep Warp's start-up banner off stdout (`wrp check --json` must print JSON only), and its
+    # no-CUDA-driver warning off a CPU-only check.
+    wp = init_warp(cpu_only)
     wp.config.log_level = getattr(wp, "LOG_WARNING", 30)
-    wp.init()
     return wp
 
 
@@ -59,7 +61,7 @@ def _host_cpu_tags() -> Optional[set]:
     try:
         from warp._src import context as ctx  # noqa: PLC0415
 
-        _init_warp()
+        _init_warp(cpu_only=True)
         tags = {ctx._get_cpu_target_hash(""), ctx._get_cpu_target_hash("-march=native")}
         return {t for t in tags if t}
     except Exception:  # noqa: BLE001  (private API; absence just means "unknown")
@@ -179,6 +181,38 @@ def lint_launches(launches) -> list:
                 "kernel share one kernel record, so the replay runs one overload's code for all of them",
                 "Give each overload its own kernel key (wp.kernel(fn, key=...)) or its own module before capturing."))
     return out
+
+
+#: The exit code of each check's failure, the same as the failure's code in
+#: ``wrp replay`` and ``wrp-replay`` (see :data:`wrpkit.errors.EXIT_CODES`).
+#: Checks not named here exit with EXIT_FAILED.
+_CHECK_EXIT_CODES = {
+    "device": EXIT_USAGE,
+    "warp-version": EXIT_INVALID, "structure": EXIT_INVALID, "modules": EXIT_INVALID,
+    "cpu-object": EXIT_INVALID, "cpu-target": EXIT_INVALID, "kernel-symbols": EXIT_INVALID,
+    "cuda-arch": EXIT_INVALID,
+}
+# The order in which replay meets these failures: the file's own problems
+# (it is decoded and validated first), then the device, then Warp's version.
+_CHECK_ORDER = ("structure", "modules", "cpu-object", "kernel-symbols", "device", "warp-version")
+
+
+def exit_code(findings: list) -> int:
+    """The exit status of ``wrp check`` for ``findings``: 0 when loadable, else the code of the failure replay would hit.
+
+    Args:
+        findings: What :func:`preflight` returned.
+
+    Returns:
+        ``EXIT_OK``, or the code of the first failure in replay's order
+        (``EXIT_INVALID`` for the file's own problems and a Warp version
+        mismatch, ``EXIT_USAGE`` for the wrong device, ``EXIT_FAILED`` else).
+    """
+    failed = [f.check for f in findings if f.status == FAIL]
+    if not failed:
+        return EXIT_OK
+    failed.sort(key=lambda c: _CHECK_ORDER.index(c) if c in _CHECK_ORDER else len(_CHECK_ORDER))
+    return _CHECK_EXIT_CODES.get(failed[0], EXIT_FAILED)
 
 
 def preflight(cap: Capture, device: str = "cpu") -> list:

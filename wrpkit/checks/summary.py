@@ -60,6 +60,21 @@ def op_record(op: m.Op) -> dict:
     return d
 
 
+def shape_text(shape) -> str:
+    """A shape written one way everywhere (as numpy does): ``(1024,)``, ``(256, 3)``, ``()``."""
+    return str(tuple(int(x) for x in shape))
+
+
+def region_names(prog: m.Program) -> dict:
+    """``{region_id: "name"}`` of the regions bindings name (names joined by ``/``)."""
+    out: dict = {}
+    for b in prog.bindings:
+        names = out.setdefault(b.region_id, [])
+        if b.name not in names:
+            names.append(b.name)
+    return {r: "/".join(n) for r, n in out.items()}
+
+
 def launch_access(op: m.KernelLaunch, signature=None) -> list:
     """``[(argument name, word, region id)]`` for each array argument of a launch that a relocation binds.
 
@@ -89,24 +104,27 @@ def launch_argument(arguments, param):
     return arguments[i] if 0 <= i < len(arguments) else None
 
 
-def op_line(op: m.Op, signatures: dict | None = None) -> str:
+def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None) -> str:
     """A one-line description of an op's key fields, for ``wrp inspect --ops``.
 
     Args:
         op: The op.
         signatures: ``{(module_hash, kernel_key): KernelSignature}`` from the
             annotations; with it a launch lists what it does to each array.
+        names: :func:`region_names`; with it, each region an argument points
+            to is followed by the binding that names it, ``x=read@r1(x)``.
     """
     t = op.op_type
     if t == m.OpType.KERNEL_LAUNCH:
-        shape = "x".join(str(s) for s in op.shape[:max(op.ndim, 1)])
         kind = "" if op.is_forward else " backward"
-        line = (f"{op.kernel_key}{kind} dim={shape} threads={op.size} args={len(op.params)} "
-                f"relocs={len(op.relocations)} value_bytes={len(op.value_data)}")
-        if signatures is not None:
-            acc = launch_access(op, signatures.get((op.module_hash, op.kernel_key)))
+        line = (f"{op.kernel_key}{kind} dim={shape_text(op.shape[:max(op.ndim, 1)])} threads={op.size} "
+                f"args={len(op.params)} relocs={len(op.relocations)} value_bytes={len(op.value_data)}")
+        if signatures is not None or names is not None:
+            acc = launch_access(op, (signatures or {}).get((op.module_hash, op.kernel_key)))
             if acc:
-                line += " " + " ".join(f"{n}={w}@r{rid}" for n, w, rid in acc)
+                names = names or {}
+                line += " " + " ".join(f"{n}={w}@r{rid}" + (f"({names[rid]})" if rid in names else "")
+                                       for n, w, rid in acc)
         return line
     if t in (m.OpType.IF, m.OpType.WHILE):
         body = (f"then={len(op.then_ops)} else={len(op.else_ops)}" if t == m.OpType.IF
@@ -132,23 +150,24 @@ def op_line(op: m.Op, signatures: dict | None = None) -> str:
     return " ".join(parts)
 
 
-def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None = None):
+def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None = None, names: dict | None = None):
     """Yield ``(depth, index_path, name, line)`` for every op, nested bodies indented.
 
-    With ``signatures`` (see :func:`op_line`) launches list their array access.
+    With ``signatures`` and ``names`` (see :func:`op_line`) launches list their
+    array access and the binding each argument points to.
     """
     for i, op in enumerate(ops):
         ip = f"{path}{i}"
-        yield depth, ip, op.op_type.name, op_line(op, signatures)
+        yield depth, ip, op.op_type.name, op_line(op, signatures, names)
         if isinstance(op, m.If):
             if op.then_ops:
                 yield depth + 1, "", "then:", ""
-                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".", signatures)
+                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".", signatures, names)
             if op.else_ops:
                 yield depth + 1, "", "else:", ""
-                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures)
+                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures, names)
         elif isinstance(op, m.While):
-            yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures)
+            yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures, names)
 
 
 def kernel_signatures(prog: m.Program) -> dict:
@@ -171,7 +190,8 @@ def binding_signature_rows(prog: m.Program):
         return None
     if ann is None:
         return None
-    return {s.name: {"dtype": s.dtype.name if s.dtype is not None else None, "shape": list(s.shape)}
+    return {s.name: {"dtype": s.dtype.name if s.dtype is not None else None, "shape": list(s.shape),
+                     "input": bool(s.is_input), "output": bool(s.is_output)}
             for s in ann.signature}
 
 
@@ -190,28 +210,49 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         ``sections``, ``op_counts``, ``op_total``, ``top_level_ops``,
         ``max_depth``, ``kernels``, ``bindings``, ``regions``, ``modules``,
         ``meshes``, ``pointer_locations`` and, with ``with_ops``, ``ops``.
+        ``bindings`` has one row per name with its roles, ``"input"`` and
+        ``"output"`` (true, false, or null where a stock file does not tell).
     """
     p = cap.program
     regions = p.region_map()
     mod_by_hash = {mod.module_hash: mod for mod in p.modules}
     # One pass over the stream gathers every count (it can hold millions of ops).
+    # An explicit stack of op lists (order does not matter for counts) instead of
+    # walk_ops: no generator step or nested_bodies call per op.
     max_depth = total = 0
     counts: dict = {}
     launches: dict = {}
-    launch_type = m.OpType.KERNEL_LAUNCH
-    for d, op in m.walk_ops(p.ops):
-        total += 1
-        if d > max_depth:
+    launch_cls, if_cls, while_cls = m.KernelLaunch, m.If, m.While
+    stack = [(0, p.ops)]
+    while stack:
+        d, ops = stack.pop()
+        if ops and d > max_depth:
             max_depth = d
-        t = op.op_type
-        counts[t] = counts.get(t, 0) + 1
-        if t == launch_type:
-            key = (op.module_hash, op.kernel_key)
-            launches[key] = launches.get(key, 0) + 1
+        total += len(ops)
+        for op in ops:
+            cls = type(op)
+            counts[cls] = counts.get(cls, 0) + 1
+            if cls is launch_cls:
+                key = (op.module_hash, op.kernel_key)
+                launches[key] = launches.get(key, 0) + 1
+            elif cls is if_cls:
+                stack.append((d + 1, op.then_ops))
+                stack.append((d + 1, op.else_ops))
+            elif cls is while_cls:
+                stack.append((d + 1, op.body))
+    counts = {c.op_type: n for c, n in counts.items()}
+    # One row per binding name: Warp writes a name given as input and output twice.
+    roles = m.binding_roles([b.name for b in p.bindings])
     bindings = []
+    seen = set()
     for b in p.bindings:
+        if b.name in seen:
+            continue
+        seen.add(b.name)
         r = regions.get(b.region_id)
-        row = {"name": b.name, "region_id": b.region_id, "size": r.size if r else None}
+        is_in, is_out = roles[b.name]
+        row = {"name": b.name, "region_id": b.region_id, "size": r.size if r else None,
+               "input": is_in, "output": is_out}
         if signature and b.name in signature:
             row.update(signature[b.name])
         bindings.append(row)

@@ -259,6 +259,10 @@ class _Checker:
             names.setdefault(b.name, b.region_id)
             if b.region_id not in self.regions:
                 self.err(w, f"binding {b.name!r} refers to region {b.region_id}, which does not exist")
+        if m.binding_split([b.name for b in p.bindings]) is None:
+            # Warp writes capture_save's inputs, then its outputs, each once.
+            self.err("bindings", "binding names repeat: the list is not one capture_save's inputs then outputs "
+                     "(was capture_save called twice on one graph?), so a name is ambiguous")
         mesh_ids = set()
         for i, me in enumerate(p.meshes):
             self._mesh(f"meshes[{i}]", me, mesh_ids)

@@ -6,10 +6,12 @@ JSON with ``--json``.  Every :class:`~wrpkit.errors.WrpError` becomes one
 nothing a user feeds in produces a Python traceback.  Set ``WRP_DEBUG=1`` to
 see tracebacks of internal errors.
 
-Exit codes: 0 success; 1 a check or replay failed (e.g. ``--check``
-mismatch, runtime error); 2 usage error (bad option, unknown binding,
-wrong input size); 3 the file is invalid, corrupted, unsafe or incomplete;
-70 internal error; 124 ``wrp replay --timeout`` ran out.
+With ``--json``, every failure (usage errors included) also prints one
+JSON object on stdout, ``{"error": ..., "exit_code": ..., "hint": ...}``;
+the group does this for every command, so a new command gets it for free.
+
+Exit codes: one table for ``wrp`` and ``wrp-replay``, in
+:data:`wrpkit.errors.EXIT_CODES` (and native/cli/cli_error.h).
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import os
 import click
 
 from .. import __version__
-from ..errors import WrpError
-from .output import report_error, stderr_console
+from ..errors import EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, WrpError
+from .output import print_json_error, report_error, stderr_console, wants_json
 
-EXIT_INTERNAL = 70
+_JSON = "wrp.json"  # ctx.meta key: the command line asked for --json
 
 
 class WrpGroup(click.Group):
@@ -35,6 +37,7 @@ class WrpGroup(click.Group):
 
     lazy = {name: f"wrpkit.cli.{name}:{name}"
             for name in ("inspect", "validate", "check", "convert", "replay", "graph", "upgrade")}
+    lazy["export-runtime"] = "wrpkit.cli.export_runtime:export_runtime"
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
@@ -48,23 +51,49 @@ class WrpGroup(click.Group):
             cmd = getattr(importlib.import_module(mod), attr)
         return cmd
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        as_json = wants_json(args)
+        try:
+            ctx = super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as e:  # a usage error of the group itself (unknown command)
+            _usage_error(e, as_json)
+        ctx.meta[_JSON] = as_json
+        return ctx
+
     def invoke(self, ctx):
+        as_json = ctx.meta.get(_JSON, False)
         try:
             return super().invoke(ctx)
         except WrpError as e:
-            report_error(e)
+            report_error(e, as_json)
             ctx.exit(e.exit_code)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        except click.ClickException as e:  # the command's usage errors (bad option, missing path)
+            _usage_error(e, as_json)
+        except (click.exceptions.Exit, click.exceptions.Abort):
             raise
         except KeyboardInterrupt:
+            if as_json:
+                print_json_error("interrupted", EXIT_INTERRUPTED)
             stderr_console().print("interrupted")
-            ctx.exit(130)
+            ctx.exit(EXIT_INTERRUPTED)
         except Exception as e:  # noqa: BLE001  (last line of defence: no tracebacks for users)
             if os.environ.get("WRP_DEBUG"):
                 raise
-            stderr_console().print(f"error: internal error: {type(e).__name__}: {e}", markup=False)
-            stderr_console().print("hint: rerun with WRP_DEBUG=1 for a traceback and report it", markup=False)
+            msg = f"internal error: {type(e).__name__}: {e}"
+            hint = "rerun with WRP_DEBUG=1 for a traceback and report it"
+            if as_json:
+                print_json_error(msg, EXIT_INTERNAL, hint)
+            stderr_console().print(f"error: {msg}", markup=False)
+            stderr_console().print(f"hint: {hint}", markup=False)
             ctx.exit(EXIT_INTERNAL)
+
+
+def _usage_error(e: click.ClickException, as_json: bool):
+    """Show a click usage error as click does (stderr), plus its JSON on stdout with --json; then exit."""
+    if as_json:
+        print_json_error(e.format_message(), e.exit_code)
+    e.show()
+    raise click.exceptions.Exit(e.exit_code)
 
 
 @click.group(cls=WrpGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -79,4 +108,21 @@ def main():
       wrp validate graph.wrp            exit 0 when valid, else list problems
       wrp convert graph.wrp graph.wrpk  one self-contained, checksummed file
       wrp replay graph.wrp --inputs in.npz --output out.npz
+
+    \b
+    Exit codes (the same in every command and in wrp-replay):
     """
+
+
+def exit_code_lines(indent: str = "  ") -> str:
+    """The exit-code table as help text lines (from :data:`wrpkit.errors.EXIT_CODES`)."""
+    return "".join(f"{indent}{code:<4} {meaning}\n" for code, meaning in EXIT_CODES.items())
+
+
+def _with_exit_codes(text: str) -> str:
+    import inspect  # noqa: PLC0415  (click imports it anyway)
+
+    return inspect.cleandoc(text) + "\n" + exit_code_lines()
+
+
+main.help = _with_exit_codes(main.help)

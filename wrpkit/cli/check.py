@@ -7,11 +7,11 @@ import sys
 import click
 
 from ..errors import WrpError
-from .output import console, dump_json, stderr_console
+from .output import console, dump_json, report_error, stderr_console
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=click.Path(exists=True, dir_okay=True))
 @click.option("--device", default="cpu", show_default=True, help="Where it should run: cpu or cuda:N.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def check(file, device, as_json):
@@ -25,9 +25,11 @@ def check(file, device, as_json):
     recorded hash and defines the kernels the graph names, the file's
     structure, and lints captures that save but cannot replay elsewhere
     (e.g. a HashGrid id passed as uint64).
-    Exit 0 when loadable (warnings allowed), 1 when not.
+    Exit 0 when loadable (warnings allowed); otherwise the code replay would
+    exit with for the same failure: 3 for the file's own problems and a Warp
+    version mismatch, 2 for the wrong device, 1 for anything else.
     """
-    from ..checks.check import FAIL, WARN, preflight  # noqa: PLC0415
+    from ..checks.check import FAIL, WARN, exit_code, preflight  # noqa: PLC0415
     from ..formats.container import open_capture  # noqa: PLC0415
     from ..environment import parse_device  # noqa: PLC0415
 
@@ -41,14 +43,20 @@ def check(file, device, as_json):
     except WrpError as e:
         if not as_json:
             raise
-        dump_json({"file": str(file), "device": device, "loadable": False,
-                    "findings": [{"check": "file", "status": FAIL, "message": str(e), "fix": e.hint or ""}]})
-        sys.exit(1)
-    loadable = not any(f.status == FAIL for f in findings)
+        report_error(e)
+        dump_json({"file": str(file), "device": device, "loadable": False, "error": e.message,
+                   "exit_code": e.exit_code, "hint": e.hint,
+                   "findings": [{"check": "file", "status": FAIL, "message": str(e), "fix": e.hint or ""}]})
+        sys.exit(e.exit_code)
+    code = exit_code(findings)
+    loadable = code == 0
     if as_json:
+        first = next((f for f in findings if f.status == FAIL), None)
         dump_json({"file": str(file), "device": device, "loadable": loadable,
-                    "findings": [{"check": f.check, "status": f.status, "message": f.message, "fix": f.fix}
-                                 for f in findings]})
+                   **({"error": f"not loadable: {first.message}", "exit_code": code, "hint": first.fix or None}
+                      if first else {}),
+                   "findings": [{"check": f.check, "status": f.status, "message": f.message, "fix": f.fix}
+                                for f in findings]})
     else:
         con = console()
         style = {"ok": "[green]ok[/]  ", FAIL: "[red]FAIL[/]", WARN: "[yellow]warn[/]"}
@@ -61,4 +69,4 @@ def check(file, device, as_json):
         else:
             stderr_console().print(f"[bold red]not loadable:[/] {file} on {device}")
     if not loadable:
-        sys.exit(1)
+        sys.exit(code)

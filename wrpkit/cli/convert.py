@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
-from .output import console, dump_json, size, stderr_console
+from .output import console, dump_json, plural, size, stderr_console
 
 
 @click.command()
-@click.argument("src", type=click.Path(dir_okay=True))
+@click.argument("src", type=click.Path(exists=True, dir_okay=True))
 @click.argument("dst", type=click.Path(dir_okay=False))
 @click.option("--no-verify", is_flag=True, help="For a .wrpk input: skip blob checksums (trusted files only).")
 @click.option("--no-modules", is_flag=True, help="For a .json output: leave module binaries out.")
@@ -28,6 +29,7 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet):
     """
     from ..formats.convert import convert as do_convert  # noqa: PLC0415
     from ..formats.convert import estimate_output_size  # noqa: PLC0415
+    from ..fileio import modules_dir_for  # noqa: PLC0415
 
     show = not (quiet or as_json) and sys.stderr.isatty()
     total = estimate_output_size(src) if show else 0
@@ -41,9 +43,18 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet):
                              include_modules=not no_modules)
     else:
         res = do_convert(src, dst, verify_checksums=not no_verify, include_modules=not no_modules)
+    # The destination's own size is what `wrp inspect` reports for it; module files are counted apart.
+    file_size = os.stat(res.destination).st_size
     if as_json:
         dump_json({"source": str(res.source), "destination": str(res.destination), "from": res.source_form,
-                    "to": res.destination_form, "bytes_written": res.bytes_written, "modules": res.modules})
+                   "to": res.destination_form, "bytes_written": res.bytes_written, "file_size": file_size,
+                   "modules": res.modules})
     elif not quiet:
-        console().print(f"wrote {res.destination} ({res.destination_form}, {size(res.bytes_written)}, "
-                         f"{res.modules} module files)")
+        beside = ""
+        if res.destination_form == "wrp" and res.modules:
+            beside = (f"; {plural(res.modules, 'module file')}, {size(res.bytes_written - file_size)}, "
+                      f"in {modules_dir_for(res.destination).name}/")
+        elif res.modules:
+            beside = f"; {plural(res.modules, 'module')} inside"
+        console().print(f"wrote {res.destination} ({res.destination_form}, {size(file_size)}{beside})",
+                        markup=False, highlight=False)

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .output import console, dump_json, size, table
+from ..checks.summary import shape_text
+from .output import console, dump_json, plural, size, table
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True, allow_dash=False))
-@click.option("--ops", "with_ops", is_flag=True, help="List every op with its key fields, nested bodies indented.")
+@click.argument("file", type=click.Path(exists=True, dir_okay=True, allow_dash=False))
+@click.option("--ops", "with_ops", is_flag=True,
+              help="List every op with its key fields (and the binding each launch argument points to), "
+                   "nested bodies indented.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stable keys) instead of tables.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification (trusted files only).")
 def inspect(file, with_ops, as_json, no_verify):
@@ -17,9 +20,22 @@ def inspect(file, with_ops, as_json, no_verify):
 
     Reads only the file's records (region and module contents are not read)
     and never imports Warp, so it is fast on large files.
+
+    \b
+    Bindings have one row each, with their roles: a binding given to
+    capture_save as input and as output (an in-place array) is one row
+    with both.  In --json: "input" and "output" are true, false, or null
+    where a stock file does not record it.
+
+    \b
+    Examples:
+      wrp inspect graph.wrp
+      wrp inspect graph.wrp --ops
+      wrp inspect graph.wrp --json | jq .bindings
     """
     from ..formats.container import open_capture  # noqa: PLC0415
-    from ..checks.summary import binding_signature_rows, iter_op_lines, kernel_signatures, summarize  # noqa: PLC0415
+    from ..checks.summary import (binding_signature_rows, iter_op_lines, kernel_signatures,  # noqa: PLC0415
+                                  region_names, summarize)
 
     with open_capture(file, verify_checksums=not no_verify) as cap:
         info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program))
@@ -28,19 +44,32 @@ def inspect(file, with_ops, as_json, no_verify):
             return
         _print_summary(info)
         if with_ops:
-            _print_ops(iter_op_lines(cap.program.ops, signatures=kernel_signatures(cap.program)))
+            _print_ops(iter_op_lines(cap.program.ops, signatures=kernel_signatures(cap.program),
+                                     names=region_names(cap.program)))
 
+
+def _arch(info: dict) -> str:
+    if info["device"] == "cpu" or not info["target_arch"]:
+        return f"{info['target_arch']} (CPU)" if info["device"] == "cpu" else str(info["target_arch"])
+    return f"sm_{info['target_arch']}"
+
+
+def _roles(b: dict) -> str:
+    roles = [r for r in ("input", "output") if b.get(r)]
+    if roles:
+        return ", ".join(roles)
+    return "-" if b.get("input") is False and b.get("output") is False else "?"
 
 
 def _print_summary(info: dict) -> None:
     con = console()
     con.print(f"[bold]{info['file']}[/]  ({info['container']}, {size(info['file_size'])})")
     con.print(f"  format {info['format_version']}   Warp {info['warp_version']}   device {info['device']}"
-              f"   target arch {info['target_arch']}")
-    con.print(f"  {info['op_total']} ops ({info['top_level_ops']} top level, nesting depth {info['max_depth']}), "
-              f"{len(info['kernels'])} kernels, {len(info['bindings'])} bindings, {len(info['regions'])} regions, "
-              f"{len(info['modules'])} modules")
-    con.print()
+              f"   target arch: {_arch(info)}")
+    con.print(f"  {plural(info['op_total'], 'op')} ({info['top_level_ops']} top level, nesting depth "
+              f"{info['max_depth']}), {plural(len(info['kernels']), 'kernel')}, "
+              f"{plural(len(info['bindings']), 'binding')}, {plural(len(info['regions']), 'region')}, "
+              f"{plural(len(info['modules']), 'module')}")
     t = table("Sections", ["name", "offset", "size"])
     for s in info["sections"]:
         t.add_row(s["name"], str(s["offset"]), size(s["size"]))
@@ -52,12 +81,12 @@ def _print_summary(info: dict) -> None:
     t = table("Kernels", ["kernel", "module", "launches", "backward"])
     for k in info["kernels"]:
         t.add_row(k["kernel_key"], f"{k['module_name']} {k['module_hash'][:8]}", str(k["launches"]),
-                  "yes" if k["backward_name"] else "no")
+                  "has adjoint" if k["backward_name"] else "-")
     con.print(t)
-    t = table("Bindings", ["name", "region", "size", "dtype", "shape"])
+    t = table("Bindings", ["name", "role", "region", "size", "dtype", "shape"])
     for b in info["bindings"]:
-        shape = "x".join(str(s) for s in b["shape"]) if b.get("shape") is not None else "-"
-        t.add_row(b["name"], str(b["region_id"]), size(b["size"]), b.get("dtype") or "-", shape)
+        shape = shape_text(b["shape"]) if b.get("shape") is not None else "-"
+        t.add_row(b["name"], _roles(b), str(b["region_id"]), size(b["size"]), b.get("dtype") or "-", shape)
     con.print(t)
     t = table("Regions", ["region", "size", "initial data"])
     for r in info["regions"]:
@@ -75,6 +104,9 @@ def _print_summary(info: dict) -> None:
             t.add_row(str(me["num_points"]), str(me["num_tris"]), str(me["points_region_id"]),
                       str(me["indices_region_id"]))
         con.print(t)
+    if any(b.get("input") is None for b in info["bindings"]):
+        con.print("[dim]role ?: the file does not record whether the binding is an input or an output "
+                  "(save with wrpkit to add a signature)[/]")
 
 
 def _print_ops(lines) -> None:

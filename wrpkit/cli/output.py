@@ -20,19 +20,51 @@ def stderr_console():
 
 
 def console():
+    """The stdout console: text lines are never broken inside (soft wrap), tables fit the width."""
     from rich.console import Console  # noqa: PLC0415
 
-    return Console(highlight=False)
+    return Console(highlight=False, soft_wrap=True)
 
 
-def report_error(err: WrpError) -> None:
-    """Print a WrpError as ``error:`` and ``hint:`` lines on stderr."""
+def report_error(err: WrpError, as_json: bool = False) -> None:
+    """Print a WrpError as ``error:`` and ``hint:`` lines on stderr; with ``as_json`` also its JSON on stdout.
+
+    The JSON is :func:`error_object`: ``{"error", "exit_code", "hint"}`` (plus
+    ``"problems"`` for a validation error), the shape ``wrp-replay --json``
+    prints for its failures too.
+    """
+    problems = [str(p) for p in getattr(err, "problems", [])]
+    if as_json:
+        print_json_error(err.message, err.exit_code, err.hint, problems or None)
     con = stderr_console()
     con.print(f"[bold red]error:[/] {err.message}", markup=True, highlight=False)
-    for p in getattr(err, "problems", [])[1:21]:
+    for p in problems[1:21]:
         con.print(f"       {p}", markup=False)
     if err.hint:
         con.print(f"[yellow]hint:[/] {err.hint}", markup=True, highlight=False)
+
+
+def error_object(message: str, exit_code: int, hint=None, problems=None) -> dict:
+    """The JSON object of a failure: ``{"error": message, "exit_code": code, "hint": hint or null}``."""
+    obj = {"error": message, "exit_code": exit_code, "hint": hint}
+    if problems:
+        obj["problems"] = list(problems)
+    return obj
+
+
+def print_json_error(message: str, exit_code: int, hint=None, problems=None) -> None:
+    """Print :func:`error_object` on stdout, one line."""
+    click.echo(json.dumps(error_object(message, exit_code, hint, problems)))
+
+
+def wants_json(args) -> bool:
+    """Whether a command line asks for ``--json`` (before any ``--``)."""
+    for a in args or ():
+        if a == "--":
+            return False
+        if a == "--json":
+            return True
+    return False
 
 
 def dump_json(obj) -> None:
@@ -50,11 +82,38 @@ def size(n) -> str:
     return str(n)
 
 
-def table(title, columns):
-    from rich.table import Table  # noqa: PLC0415
+#: Columns that hold numbers: right-aligned and never wrapped or cut (text columns wrap instead).
+NUMERIC_COLUMNS = frozenset({"size", "offset", "count", "launches", "region", "points", "tris", "min", "max",
+                             "mean", "median", "p5", "p95", "NaN", "Inf", "max abs err", "max rel err"})
 
-    t = Table(title=title, title_justify="left", title_style="bold", show_edge=False, pad_edge=False)
+
+def table(title, columns, numeric=()):
+    """A rich table whose title is a line of its own above it.
+
+    Rich wraps a table's own title to the table's width, so a narrow table
+    would break its title over lines however wide the terminal is; this
+    title takes the whole console width.  Number columns (``NUMERIC_COLUMNS``
+    or ``numeric``) are never wrapped or cut: at 80 columns the text columns
+    fold instead.
+    """
+    from rich.table import Table  # noqa: PLC0415
+    from rich.text import Text  # noqa: PLC0415
+
+    class _Titled(Table):
+        def __rich_console__(self, console, options):
+            yield Text("")
+            yield Text(title, style="bold")
+            yield from super().__rich_console__(console, options)
+
+    t = _Titled(show_edge=False, pad_edge=False)
     for c in columns:
-        justify = "right" if c in ("size", "offset", "count", "launches", "region", "points", "tris") else "left"
-        t.add_column(c, justify=justify)
+        if c in NUMERIC_COLUMNS or c in numeric:
+            t.add_column(c, justify="right", no_wrap=True)
+        else:
+            t.add_column(c, justify="left", overflow="fold")
     return t
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 op``, ``2 ops``, ``0 ops``; ``many`` for irregular plurals."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"

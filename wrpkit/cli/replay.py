@@ -29,7 +29,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import (EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
+from ..errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
                      timeout_message)
 
 #: Replays from which a progress bar is shown (when not --json).
@@ -43,11 +43,11 @@ NATIVE_EXE = "wrp-replay"
 # ---------------------------------------------------------------------------
 
 
-def _report(err: WrpError) -> None:
+def _report(err: WrpError, as_json: bool = False) -> None:
     try:
         from .output import report_error  # noqa: PLC0415
 
-        report_error(err)
+        report_error(err, as_json)
         return
     except Exception:  # noqa: BLE001  (fall back to plain lines)
         pass
@@ -266,6 +266,17 @@ def stats(arr: np.ndarray) -> dict:
     return out
 
 
+def raw_stats(arr: np.ndarray) -> dict:
+    """The stats of an untyped binding (raw bytes): its size only; min/max/mean of bytes mean nothing."""
+    return {"shape": list(arr.shape), "dtype": "raw bytes", "min": None, "max": None, "mean": None,
+            "nan": None, "inf": None, "raw": True}
+
+
+def _is_typed(arr: np.ndarray, sig) -> bool:
+    """Whether a result has a meaningful type: a signature, or a dtype taken from an input or golden array."""
+    return sig is not None or arr.dtype != np.uint8
+
+
 def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict:
     """Compare one binding with its golden value.
 
@@ -344,13 +355,21 @@ def _compare_close(got, want, rtol, atol):
     return bool(ok.all()), float(diff.max()), float(rel.max())
 
 
+def _percentile(v: list, q: float) -> float:
+    """The q-quantile of sorted ``v``, interpolated between ranks (numpy's default; wrp-replay's too)."""
+    pos = q * (len(v) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
 def _timing_summary(values) -> dict | None:
     if not values:
         return None
     v = sorted(values)
     n = len(v)
-    median = v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
-    return {"min": v[0], "median": median, "max": v[-1], "mean": sum(v) / n, "count": n}
+    return {"min": v[0], "p5": _percentile(v, 0.05), "median": _percentile(v, 0.5), "p95": _percentile(v, 0.95),
+            "max": v[-1], "mean": sum(v) / n, "count": n}
 
 
 # ---------------------------------------------------------------------------
@@ -516,7 +535,7 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
     with tempfile.TemporaryDirectory(prefix="wrp-replay-") as d:
         d = Path(d)
         args = [os.fspath(exe), os.fspath(file), "--device", device, "--repeat", str(repeat),
-                "--warmup", str(warmup), "--json"]
+                "--warmup", str(warmup), "--json", "--raw-times"]
         if not verify_checksums:
             args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
         if remaining is not None:
@@ -585,32 +604,32 @@ def _fmt(v) -> str:
 
 def _print_report(report: dict) -> None:
     from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
+
+    from ..checks.summary import shape_text  # noqa: PLC0415
+    from .output import plural, table  # noqa: PLC0415
 
     con = Console(highlight=False)
     t = report["timings"]
-    tt = Table(title=f"{report['file']} on {report['device']} ({report['engine']} engine, "
-                     f"{report['repeat']} replays, {report['warmup']} warmup)", title_justify="left")
-    for c in ("time per replay", "min", "median", "max"):
-        tt.add_column(c, justify="right" if c != "time per replay" else "left")
+    tt = table(f"{report['file']} on {report['device']} ({report['engine']} engine, "
+               f"{plural(report['repeat'], 'replay')}, {report['warmup']} warmup)",
+               ["time per replay", "min", "median", "mean", "max"])
     for key, label in (("host_ms", "host wall (ms)"), ("device_ms", "device (ms)")):
         s = t.get(key)
         if s:
-            tt.add_row(label, _fmt(s["min"]), _fmt(s["median"]), _fmt(s["max"]))
+            tt.add_row(label, _fmt(s["min"]), _fmt(s["median"]), _fmt(s["mean"]), _fmt(s["max"]))
     con.print(tt)
-    ot = Table(title="outputs", title_justify="left")
-    for c in ("binding", "shape", "dtype", "min", "max", "mean", "NaN", "Inf"):
-        ot.add_column(c, justify="left" if c in ("binding", "shape", "dtype") else "right")
+    ot = table("outputs", ["binding", "shape", "dtype", "min", "max", "mean", "NaN", "Inf"])
     for name, s in report["outputs"].items():
-        ot.add_row(name, str(tuple(s["shape"])), s["dtype"], _fmt(s["min"]), _fmt(s["max"]), _fmt(s["mean"]),
-                   str(s["nan"]), str(s["inf"]))
+        ot.add_row(name, shape_text(s["shape"]), s["dtype"], _fmt(s["min"]), _fmt(s["max"]), _fmt(s["mean"]),
+                   _fmt(s["nan"]), _fmt(s["inf"]))
     con.print(ot)
+    if any(s.get("raw") for s in report["outputs"].values()):
+        con.print("[dim]raw bytes: the file records no dtype for these bindings (pass an input or --check "
+                  "array to type them, or save with wrpkit to add a signature)[/]")
     chk = report.get("check")
     if chk:
-        ct = Table(title=f"check against {chk['golden']} (rtol={chk['rtol']:g}, atol={chk['atol']:g})",
-                   title_justify="left")
-        for c in ("binding", "result", "max abs err", "max rel err", "note"):
-            ct.add_column(c)
+        ct = table(f"check against {chk['golden']} (rtol={chk['rtol']:g}, atol={chk['atol']:g})",
+                   ["binding", "result", "max abs err", "max rel err", "note"])
         for name, r in chk["bindings"].items():
             ct.add_row(name, "[green]ok[/]" if r["ok"] else "[bold red]MISMATCH[/]", _fmt(r["max_abs"]),
                        _fmt(r["max_rel"]), r.get("reason") or "")
@@ -675,6 +694,10 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             watchdog.disarm()
         raise
     try:
+        if engine == "python" and device.strip().lower() == "cpu":
+            from ..environment import init_warp  # noqa: PLC0415
+
+            init_warp(cpu_only=True)  # no "could not find the CUDA driver" warning for CPU work
         runtime.check_runnable(prep.model, device, warp_version=_quiet_warp().config.version, what=str(file))
         if engine == "python":
             runtime.resolve_device(device)
@@ -710,7 +733,11 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums,
                                                       watchdog)
         else:
-            results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json)
+            from .interrupt import stop_on_interrupt  # noqa: PLC0415
+
+            with stop_on_interrupt(as_json):  # Ctrl-C stops Warp's native replay loop within 0.1 s
+                results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup,
+                                                          progress and not as_json)
     finally:
         if watchdog is not None:
             watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
@@ -736,7 +763,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "repeat": repeat,
         "warmup": warmup,
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
-        "outputs": {n: stats(results[n]) for n in outputs},
+        "outputs": {n: (stats(results[n]) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
+                    for n in outputs},
         "check": None,
         "output": None,
         "ok": True,
@@ -754,7 +782,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 
 
 @click.command("replay")
-@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.argument("file", type=click.Path(exists=True, dir_okay=True, path_type=Path))
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N (the capture's device family).")
 @click.option("--inputs", "inputs_npz", type=click.Path(path_type=Path), metavar="IN.npz",
               help="Inputs keyed by binding name.")
@@ -781,8 +809,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
     \b
     Inputs are keyed by binding name; each must hold exactly the binding's
     bytes, with the recorded dtype when the file has a typed signature.
-    Exit codes: 0 ok; 1 check mismatch or replay failure; 2 bad input;
-    3 invalid, incomplete or incompatible file; 124 --timeout ran out.
+    Exit codes (wrp --help has the table): 0 ok; 1 check mismatch, replay
+    failure or I/O error; 2 usage error, bad input, wrong device; 3 invalid,
+    incomplete or incompatible file; 124 --timeout ran out; 130 Ctrl-C.
 
     \b
     Examples:
@@ -798,21 +827,30 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
                                      atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout)
     except WrpError as e:
-        _report(e)
+        _report(e, as_json)
         ctx.exit(e.exit_code)
         return
     except KeyboardInterrupt:
+        if as_json:
+            from .output import print_json_error  # noqa: PLC0415
+
+            print_json_error("interrupted", EXIT_INTERRUPTED)
         click.echo("interrupted", err=True)
-        ctx.exit(130)
+        ctx.exit(EXIT_INTERRUPTED)
         return
     except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
         raise
     except Exception as e:  # noqa: BLE001  (no tracebacks for users; WRP_DEBUG=1 shows them)
         if os.environ.get("WRP_DEBUG"):
             raise
-        click.echo(f"error: internal error: {type(e).__name__}: {e}", err=True)
-        click.echo("hint: rerun with WRP_DEBUG=1 for a traceback and report it", err=True)
-        ctx.exit(70)
+        msg, hint = f"internal error: {type(e).__name__}: {e}", "rerun with WRP_DEBUG=1 for a traceback and report it"
+        if as_json:
+            from .output import print_json_error  # noqa: PLC0415
+
+            print_json_error(msg, EXIT_INTERNAL, hint)
+        click.echo(f"error: {msg}", err=True)
+        click.echo(f"hint: {hint}", err=True)
+        ctx.exit(EXIT_INTERNAL)
         return
     if as_json:
         click.echo(json.dumps(_json_safe(report), indent=2, allow_nan=False))
@@ -821,7 +859,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
     if not ok:
         if not as_json:
             bad = [n for n, r in report["check"]["bindings"].items() if not r["ok"]]
-            click.echo(f"error: {len(bad)} binding(s) differ from {golden}: {', '.join(bad)}", err=True)
+            noun = "binding differs" if len(bad) == 1 else "bindings differ"
+            click.echo(f"error: {len(bad)} {noun} from {golden}: {', '.join(bad)}", err=True)
         ctx.exit(1)
 
 

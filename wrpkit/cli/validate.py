@@ -6,12 +6,12 @@ import sys
 
 import click
 
-from ..errors import WrpError
-from .output import console, dump_json, stderr_console
+from ..errors import EXIT_INVALID, WrpError
+from .output import console, dump_json, report_error, stderr_console
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=click.Path(exists=True, dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
 def validate(file, as_json, no_verify):
@@ -33,11 +33,16 @@ def validate(file, as_json, no_verify):
     except WrpError as e:
         if not as_json:
             raise
-        dump_json({"file": str(file), "valid": False, "problems": [{"where": "file", "message": str(e)}]})
+        report_error(e)
+        dump_json({"file": str(file), "valid": False, "error": e.message, "exit_code": e.exit_code, "hint": e.hint,
+                   "problems": [{"where": "file", "message": str(e)}]})
         sys.exit(e.exit_code)
     errors = [p for p in problems if p.severity == "error"]
     if as_json:
         dump_json({"file": str(file), "valid": not errors,
+                   **({"error": f"invalid: {errors[0]}" + (f" (and {len(errors) - 1} more problems)"
+                                                            if len(errors) > 1 else ""),
+                       "exit_code": EXIT_INVALID, "hint": None} if errors else {}),
                     "problems": [{"where": p.where, "message": p.message, "offset": p.offset,
                                   "severity": p.severity} for p in problems]})
     else:
@@ -50,4 +55,4 @@ def validate(file, as_json, no_verify):
         else:
             con.print(f"[green]valid:[/] {file}")
     if errors:
-        sys.exit(3)
+        sys.exit(EXIT_INVALID)
