@@ -39,11 +39,14 @@ const char* const kUsage =
     "  --skip-checks        skip semantic validation (trusted files only)\n"
     "  --no-verify          .wrpk only: skip the blobs' SHA-256 checks (trusted files only); the\n"
     "                       header, the manifest's checksum and all structure are still checked\n"
+    "  --allow-raw-pointers replay a file whose kernel arguments hold live process pointers\n"
+    "                       (HashGrid, Bvh or Volume ids passed as uint64), refused by default\n"
     "  --version            print the version and exit\n"
     "  -h, --help           show this help and exit\n"
     "\n"
     "exit status: 0 ok, 1 replay/runtime failure, 2 usage error, 3 invalid, unsafe or corrupted file,\n"
-    "             124 --timeout ran out\n";
+    "             4 the replay crashed (a fatal signal in kernel code or Warp's runtime; nothing\n"
+    "             written), 124 --timeout ran out\n";
 
 namespace {
 
@@ -121,6 +124,9 @@ CliArgs parse_args(int argc, char** argv)
         } else if (arg == "--no-verify") {
             no_value();
             a.no_verify = true;
+        } else if (arg == "--allow-raw-pointers") {
+            no_value();
+            a.allow_raw_pointers = true;
         } else if (arg == "--device") {
             a.device = next();
         } else if (arg == "--input") {

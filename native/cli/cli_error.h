@@ -7,7 +7,8 @@
 namespace wrpcli {
 
 // Exit codes of wrp-replay.
-enum ExitCode { kExitOk = 0, kExitRuntime = 1, kExitUsage = 2, kExitInvalidFile = 3, kExitTimeout = 124 };
+enum ExitCode { kExitOk = 0, kExitRuntime = 1, kExitUsage = 2, kExitInvalidFile = 3, kExitCrash = 4,
+                kExitTimeout = 124 };
 
 class CliError : public std::runtime_error {
 public:

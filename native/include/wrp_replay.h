@@ -148,7 +148,19 @@ typedef struct wrp_options {
      * structural check always run.  Note: a zero-filled struct disables it,
      * another reason to always start from wrp_options_init(). */
     int verify_checksums;
+    /* Nonzero: run a file whose kernel arguments hold what looks like a live
+     * process pointer with no relocation (a HashGrid, Bvh or Volume id passed
+     * as uint64; wrpkit's lint-pointer).  Zero (the default) refuses it with
+     * WRP_ERR_INVALID_FILE: such a pointer dangles in a new process. */
+    int allow_raw_pointers;
 } wrp_options;
+
+/* A contained crash: the text wrp-replay prints when the replay dies of a
+ * fatal signal (which op ran is not known inside Warp's one-call replay; the
+ * text says which modules had their SHA-256 verified before they ran).  Owned
+ * by the program; valid until wrp_program_destroy(). */
+struct wrp_program;
+WRP_API const char* wrp_program_crash_context(const struct wrp_program* program);
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name
  * recorded in the .wrp (the basename inside <stem>_modules/). */
