@@ -13,6 +13,10 @@ from typing import Optional
 #: Exit status when ``wrp replay --timeout`` ran out (as coreutils ``timeout``).
 EXIT_TIMEOUT = 124
 
+#: Exit status when the replay itself crashed (a fatal signal in kernel code or
+#: in Warp's runtime: SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) and was contained.
+EXIT_CRASH = 4
+
 
 class WrpError(Exception):
     """Base class of every wrpkit error.
@@ -103,6 +107,33 @@ class WrpRuntimeError(WrpError):
     """Warp's runtime failed to load or replay the graph."""
 
     exit_code = 1
+
+
+class WrpCrashError(WrpRuntimeError):
+    """The replay died of a fatal signal in a contained child; nothing was written.
+
+    Attributes:
+        signal_name: ``"SIGSEGV"``, ``"SIGBUS"``, ``"SIGILL"``, ``"SIGFPE"`` or ``"SIGABRT"``.
+        op_index: Index of the top-level op that crashed (as ``wrp inspect --ops``
+            numbers it), or None when it could not be identified.
+        op_kind: The op's type name (``"KERNEL_LAUNCH"``, ...), or None.
+        kernel: The launched kernel's key, or None.
+        module: The kernel's module file, or None.
+        digest_verified: Whether that module's SHA-256 was verified before it
+            ran (None when no module is known).
+    """
+
+    exit_code = EXIT_CRASH
+
+    def __init__(self, message: str, hint: Optional[str] = None, *, signal_name: str = "", op_index=None,
+                 op_kind=None, kernel=None, module=None, digest_verified=None):
+        super().__init__(message, hint)
+        self.signal_name = signal_name
+        self.op_index = op_index
+        self.op_kind = op_kind
+        self.kernel = kernel
+        self.module = module
+        self.digest_verified = digest_verified
 
 
 class WrpTimeoutError(WrpError):

@@ -29,12 +29,14 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import (EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
+from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
                      timeout_message)
 
 #: Replays from which a progress bar is shown (when not --json).
 PROGRESS_THRESHOLD = 1000
 NATIVE_EXE = "wrp-replay"
+#: Signal numbers of a crash (a wrp-replay killed before its handler could report).
+CRASH_SIGNALS = {11, 7, 4, 8, 6}
 
 
 # ---------------------------------------------------------------------------
@@ -386,7 +388,25 @@ class _Progress:
             self.bar.__exit__(*exc)
 
 
-def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool) -> tuple:
+def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool,
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
+    """Replay in a child process (a crash there is contained: WrpCrashError, exit 4).
+
+    Returns ``(results, host_ms, device_ms or None)``.
+    """
+    from ..run.isolate import replay_in_child  # noqa: PLC0415
+
+    remaining = None
+    if watchdog is not None:
+        # From here on the child's timeout keeps the time: it is killed, and nothing is left behind.
+        watchdog.disarm()
+        remaining = watchdog.remaining()
+    run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
+                          timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds)
+    return run.results, run.host_ms, run.device_ms
+
+
+def _run_python_in_process(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool) -> tuple:
     """Replay in-process. Returns ``(results, host_ms, device_ms or None)``."""
     from ..run import runtime  # noqa: PLC0415
 
@@ -502,8 +522,28 @@ def _native_timings(report: dict) -> list | None:
     return None
 
 
+def _native_crash(prep, returncode: int, said: str, device: str, inputs: dict, replays: int,
+                  verify_checksums: bool):
+    """The WrpCrashError for a ``wrp-replay`` that crashed: the op is found by replaying prefixes in children."""
+    import re  # noqa: PLC0415
+    import signal as sig  # noqa: PLC0415
+
+    from ..run.isolate import crash_error, identify_crash  # noqa: PLC0415
+
+    signum = -returncode if returncode < 0 else 0
+    named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
+    if not signum and named and hasattr(sig, named.group(1)):
+        signum = int(getattr(sig, named.group(1)))
+    loading = "while Warp loaded" in (said or "")
+    op_index, searched = (None, False) if loading else identify_crash(prep, device, inputs, replays,
+                                                                       verify_checksums=verify_checksums)
+    return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", op_index, searched,
+                       verify_checksums=verify_checksums)
+
+
 def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
-                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None,
+                allow_raw_pointers: bool = False) -> tuple:
     from ..errors import WrpFormatError  # noqa: PLC0415
 
     exe = find_native()
@@ -519,6 +559,8 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
                 "--warmup", str(warmup), "--json"]
         if not verify_checksums:
             args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
+        if allow_raw_pointers:
+            args.append("--allow-raw-pointers")
         if remaining is not None:
             args += ["--timeout", repr(remaining)]
         for i, (name, arr) in enumerate(inputs.items()):
@@ -557,6 +599,9 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             msg = report.get("error") if isinstance(report, dict) else None
             if not msg:
                 msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
+            if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNALS:
+                raise _native_crash(prep, proc.returncode, msg or proc.stderr, device, inputs, repeat + warmup,
+                                    verify_checksums)
             msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
             cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
             raise cls(msg, hint="Rerun with --engine python to compare.")
@@ -645,8 +690,13 @@ def _savez_bytes(results: dict) -> bytes:
 def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=(), output=None, repeat: int = 1,
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
                 as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
-                timeout: float | None = None) -> tuple:
+                timeout: float | None = None, allow_raw_pointers: bool = False) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
+
+    The replay runs in a child process (either engine): a fatal signal there
+    raises :class:`~wrpkit.errors.WrpCrashError` (exit 4) naming the op that
+    crashed, and nothing is written.  Files holding live process pointers
+    are refused unless ``allow_raw_pointers``.
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
 
@@ -669,7 +719,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     file = Path(file)
     watchdog = _Watchdog(timeout) if timeout is not None else None
     try:
-        prep = runtime.prepare(file, verify_checksums=verify_checksums)
+        prep = runtime.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers)
     except BaseException:
         if watchdog is not None:
             watchdog.disarm()
@@ -708,9 +758,10 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 
         if engine == "native":
             results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums,
-                                                      watchdog)
+                                                      watchdog, allow_raw_pointers)
         else:
-            results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json)
+            results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json,
+                                                      verify_checksums, watchdog)
     finally:
         if watchdog is not None:
             watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
@@ -773,16 +824,22 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 @click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
               help="Give up when loading and replaying take longer than SECONDS of wall time (fractional "
                    "allowed): exit 124, nothing written. Bounds WHILE loops that do not end.")
+@click.option("--allow-raw-pointers", is_flag=True,
+              help="Replay a file whose kernel arguments hold live process pointers (HashGrid, Bvh or Volume "
+                   "ids), refused by default: they dangle in a new process.")
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
-           no_verify, timeout):
+           no_verify, timeout, allow_raw_pointers):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
     Inputs are keyed by binding name; each must hold exactly the binding's
     bytes, with the recorded dtype when the file has a typed signature.
     Exit codes: 0 ok; 1 check mismatch or replay failure; 2 bad input;
-    3 invalid, incomplete or incompatible file; 124 --timeout ran out.
+    3 invalid, incomplete, incompatible or unsafe file (e.g. stale process
+    pointers); 4 the replay crashed (a fatal signal in kernel code or Warp's
+    runtime, contained in a child process: the message names the op);
+    124 --timeout ran out.  Nothing is written on any error.
 
     \b
     Examples:
@@ -796,7 +853,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         # on the way (Warp's messages) goes to stderr.
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
-                                     atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout)
+                                     atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
+                                     allow_raw_pointers=allow_raw_pointers)
     except WrpError as e:
         _report(e)
         ctx.exit(e.exit_code)
