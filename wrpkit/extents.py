@@ -31,10 +31,15 @@ def array_extents(op: m.KernelLaunch) -> list:
     data = op.value_data
     for j, (p, rels) in enumerate(op.param_relocations()):
         slots = {r.value_byte_offset for r in rels}
+        handles = {r.value_byte_offset for r in rels if r.kind == m.RelocKind.HANDLE}
+        used: set = set()
         for o in sorted(slots):
-            if o + 8 not in slots:
+            # As the validators walk them: a data and a grad pointer start an array_t; four
+            # more pointers right after its 56 bytes make it an indexedarray_t.
+            if o in used or o in handles or o + 8 not in slots:
                 continue
-            indexed = o + 56 in slots
+            indexed = all(o + 56 + 8 * d in slots for d in range(4))
+            used.update(range(o, o + (104 if indexed else 56), 8))
             shape_at = o + (88 if indexed else 16)
             end = shape_at + 16 if indexed else o + 52
             if end > p.value_size:
