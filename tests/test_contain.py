@@ -167,6 +167,16 @@ def _no_outputs(d: Path, before: set):
     assert set(os.listdir(d)) == before, "an error wrote a file"
 
 
+def _every_cli_engine_contains(path, tmp_path, kernel: str, verified: bool, *extra):
+    """``wrp replay`` with both engines ends with exit 4 and the crash message, and writes no output."""
+    for engine in ("python", "native"):
+        if engine == "native":
+            native_exe()
+        r = wrp("replay", path, "--engine", engine, "--output", tmp_path / "out.npz", *extra)
+        assert r.exit_code == EXIT_CRASH, r.output
+        _assert_crash_message(r.stderr, kernel, verified)
+
+
 def _assert_crash_message(text: str, kernel: str, verified: bool):
     assert "the replay crashed with SIG" in text and "nothing was written" in text, text
     assert "op 0 (KERNEL_LAUNCH" in text and repr(kernel) in text, text
@@ -212,11 +222,7 @@ def test_hashgrid_id_is_refused_by_every_route(tmp_path):
 
 def test_hashgrid_query_with_raw_pointers_allowed_is_contained(grid_capture, tmp_path):
     before = set(os.listdir(tmp_path))
-    out = tmp_path / "out.npz"
-    for engine in ("python", "native"):
-        r = wrp("replay", grid_capture, "--engine", engine, "--allow-raw-pointers", "--output", out)
-        assert r.exit_code == EXIT_CRASH, r.output
-        _assert_crash_message(r.stderr, "k_query_grid", verified=False)
+    _every_cli_engine_contains(grid_capture, tmp_path, "k_query_grid", False, "--allow-raw-pointers")
     res = wrp_replay(grid_capture, "--allow-raw-pointers", "--output", f"out={tmp_path / 'o.npy'}")
     assert res.returncode == EXIT_CRASH and "the replay crashed with SIGSEGV" in res.stderr, res.stderr
     prog = wrpkit.load(grid_capture, allow_raw_pointers=True, isolate=True)
@@ -260,15 +266,9 @@ def test_unedited_launch_has_no_extent_lint(axpy):
 
 def test_launch_edited_to_2_pow_22_threads_is_contained_everywhere(huge_launch, tmp_path):
     before = set(os.listdir(tmp_path))
-    out = tmp_path / "out.npz"
-    for engine in ("python", "native"):
-        if engine == "native":
-            native_exe()
-        r = wrp("replay", huge_launch, "--engine", engine, "--output", out)
-        assert r.exit_code == EXIT_CRASH, r.output
-        _assert_crash_message(r.stderr, "k_axpy", verified=True)
-        r = wrp("replay", huge_launch, "--engine", engine, "--output", out, "--json")
-        assert r.exit_code == EXIT_CRASH
+    _every_cli_engine_contains(huge_launch, tmp_path, "k_axpy", True)
+    r = wrp("replay", huge_launch, "--output", tmp_path / "out.npz", "--json")
+    assert r.exit_code == EXIT_CRASH and "the replay crashed" in r.stderr
     res = wrp_replay(huge_launch, "--output", f"out={tmp_path / 'o.npy'}", "--json")
     assert res.returncode == EXIT_CRASH, res.stderr
     line = json.loads(res.stdout)
@@ -294,13 +294,7 @@ def test_flipped_bits_in_kernel_code_are_contained_everywhere(corrupt_code, tmp_
     v = wrp("validate", corrupt_code)
     assert v.exit_code == 0  # nothing in the records can tell: it must be contained
     before = set(os.listdir(tmp_path))
-    out = tmp_path / "out.npz"
-    for engine in ("python", "native"):
-        if engine == "native":
-            native_exe()
-        r = wrp("replay", corrupt_code, "--engine", engine, "--output", out)
-        assert r.exit_code == EXIT_CRASH, r.output
-        _assert_crash_message(r.stderr, "k_axpy", verified=False)
+    _every_cli_engine_contains(corrupt_code, tmp_path, "k_axpy", False)
     res = wrp_replay(corrupt_code, "--output", f"out={tmp_path / 'o.npy'}")
     assert res.returncode == EXIT_CRASH and "cannot be caught before it runs" in res.stderr, res.stderr
     with pytest.raises(WrpCrashError) as e:

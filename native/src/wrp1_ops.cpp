@@ -17,6 +17,7 @@
 #include <cstdarg>
 #include <string>
 #include <set>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -311,6 +312,14 @@ private:
         }
     }
 
+    // Param record j of a launch: (its offset in the op, relocation count, value offset, value size).
+    static std::tuple<uint32_t, uint16_t, uint32_t, uint32_t> param_record(const Op& op, uint32_t params_off,
+                                                                          uint32_t j)
+    {
+        uint32_t po = params_off + j * kParamRecord;
+        return {po, op.get<uint16_t>(po + 2), op.get<uint32_t>(po + 4), op.get<uint32_t>(po + 8)};
+    }
+
     // wrpkit's lint-pointer (checks/check.py lint_launches): an 8-aligned word in
     // [2^44, 2^47) outside every array descriptor and relocated slot of a forward
     // argument is where a 64-bit Linux process keeps heap and mmap pointers.
@@ -319,10 +328,8 @@ private:
     {
         uint32_t cursor = 0;
         for (uint32_t j = 0; j < num_params; j++) {
-            uint32_t po = params_off + j * kParamRecord;
-            uint16_t n = op.get<uint16_t>(po + 2);
-            uint32_t voff = op.get<uint32_t>(po + 4);
-            uint32_t vsize = op.get<uint32_t>(po + 8);
+            auto [po, n, voff, vsize] = param_record(op, params_off, j);
+            (void)po;
             std::set<uint32_t> slots, covered;
             for (uint32_t r = 0; r < n; r++)
                 slots.insert(op.get<uint32_t>(relocs_off + (cursor + r) * kRelocRecord));
@@ -370,10 +377,7 @@ private:
                     quoted(key).c_str(), args.size());
         uint32_t cursor = 0;
         for (uint32_t j = 0; j < num_params; j++) {
-            uint32_t po = params_off + j * kParamRecord;
-            uint16_t n = op.get<uint16_t>(po + 2);
-            uint32_t voff = op.get<uint32_t>(po + 4);
-            uint32_t vsize = op.get<uint32_t>(po + 8);
+            auto [po, n, voff, vsize] = param_record(op, params_off, j);
             uint32_t first = cursor;
             cursor += n;
             const KernelArgumentSignature& a = args[j];

@@ -9,6 +9,7 @@ see tracebacks of internal errors.
 Exit codes: 0 success; 1 a check or replay failed (e.g. ``--check``
 mismatch, runtime error); 2 usage error (bad option, unknown binding,
 wrong input size); 3 the file is invalid, corrupted, unsafe or incomplete;
+4 the replay crashed (a fatal signal, contained in a child; nothing written);
 70 internal error; 124 ``wrp replay --timeout`` ran out.
 """
 
@@ -78,4 +79,10 @@ def main():
       wrp validate graph.wrp            exit 0 when valid, else list problems
       wrp convert graph.wrp graph.wrpk  one self-contained, checksummed file
       wrp replay graph.wrp --inputs in.npz --output out.npz
+
+    \b
+    Exit codes: 0 ok; 1 check or replay failed; 2 usage; 3 invalid or
+    unsafe file; 4 the replay crashed (contained: a fatal signal in kernel
+    code or Warp's runtime; the message names the op; nothing written);
+    70 internal error; 124 --timeout ran out.
     """

@@ -32,8 +32,6 @@ import numpy as np
 from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
                      timeout_message)
 
-#: Replays from which a progress bar is shown (when not --json).
-PROGRESS_THRESHOLD = 1000
 NATIVE_EXE = "wrp-replay"
 #: Signal numbers of a crash (a wrp-replay killed before its handler could report).
 CRASH_SIGNALS = {11, 7, 4, 8, 6}
@@ -360,34 +358,6 @@ def _timing_summary(values) -> dict | None:
 # ---------------------------------------------------------------------------
 
 
-class _Progress:
-    """A rich progress bar on stderr, or nothing."""
-
-    def __init__(self, enabled: bool, total: int, label: str):
-        self.bar = None
-        self.task = None
-        if enabled and total >= PROGRESS_THRESHOLD:
-            from rich.console import Console  # noqa: PLC0415
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # noqa: PLC0415
-
-            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-            self.task = self.bar.add_task(label, total=total)
-
-    def __enter__(self):
-        if self.bar is not None:
-            self.bar.__enter__()
-        return self
-
-    def advance(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=n)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-
-
 def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool,
                 verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
     """Replay in a child process (a crash there is contained: WrpCrashError, exit 4).
@@ -404,53 +374,6 @@ def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: 
     run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
                           timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds)
     return run.results, run.host_ms, run.device_ms
-
-
-def _run_python_in_process(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool) -> tuple:
-    """Replay in-process. Returns ``(results, host_ms, device_ms or None)``."""
-    from ..run import runtime  # noqa: PLC0415
-
-    wp = _quiet_warp()
-    prog = runtime.load_prepared(prep, device)
-    for name, arr in inputs.items():
-        prog.set(name, arr)
-    graph, launch = prog.graph, wp.capture_launch
-    is_cuda = prog.device.is_cuda
-    host_ms, device_ms = [], []
-    perf = time.perf_counter
-    chunk = max(1, (warmup + repeat) // 200)
-    try:
-        with _Progress(progress, warmup + repeat, "replaying") as bar:
-            for i in range(warmup):
-                launch(graph)
-                if (i + 1) % chunk == 0:
-                    bar.advance(chunk)
-            if is_cuda:
-                wp.synchronize_device(prog.device)
-                stream = prog.device.stream  # capture_launch's stream
-                start = wp.Event(prog.device, enable_timing=True)
-                end = wp.Event(prog.device, enable_timing=True)
-                for i in range(repeat):
-                    t0 = perf()
-                    stream.record_event(start)
-                    launch(graph)
-                    stream.record_event(end)
-                    wp.synchronize_device(prog.device)
-                    host_ms.append((perf() - t0) * 1e3)
-                    device_ms.append(float(wp.get_event_elapsed_time(start, end)))
-                    if (i + 1) % chunk == 0:
-                        bar.advance(chunk)
-            else:
-                for i in range(repeat):
-                    t0 = perf()
-                    launch(graph)
-                    host_ms.append((perf() - t0) * 1e3)
-                    if (i + 1) % chunk == 0:
-                        bar.advance(chunk)
-    except RuntimeError as e:
-        raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
-    results = {name: prog.get(name) for name in prep.sizes}
-    return results, host_ms, (device_ms if is_cuda else None)
 
 
 def find_native() -> Path:
