@@ -220,6 +220,27 @@ def test_hashgrid_id_is_refused_by_every_route(tmp_path):
     assert wrp_replay(path, "--allow-raw-pointers").returncode == 0
 
 
+@pytest.mark.parametrize("address", [0x356CCB80, 0x55D15E5EF6C0, 0x7F3A2C001000])
+def test_python_and_native_refuse_the_same_pointers(tmp_path, address):
+    # Heap addresses of a non-PIE interpreter lie low, of a PIE one near 2^46: both sides must agree.
+    g, out, _grid = _stock_grid_capture()
+    src = tmp_path / "src.wrp"
+    wp.capture_save(g, str(src), outputs={"out": out})
+    prog = wrp1.decode_wrp1(src.read_bytes())
+    launch = prog.ops[0]
+    p = launch.params[0]
+    data = bytearray(launch.value_data)
+    data[p.value_offset:p.value_offset + 8] = address.to_bytes(8, "little")
+    launch.value_data = bytes(data)
+    path = tmp_path / "grid.wrp"
+    path.write_bytes(wrp1.encode_wrp1(prog))
+    shutil.copytree(tmp_path / "src_modules", tmp_path / "grid_modules")
+    with pytest.raises(WrpValidationError, match=f"{address:#x}"):
+        wrpkit.load(path)
+    res = wrp_replay(path)
+    assert res.returncode == 3 and f"{address:#x}" in res.stderr, res.stderr
+
+
 def test_hashgrid_query_with_raw_pointers_allowed_is_contained(grid_capture, tmp_path):
     before = set(os.listdir(tmp_path))
     _every_cli_engine_contains(grid_capture, tmp_path, "k_query_grid", False, "--allow-raw-pointers")
