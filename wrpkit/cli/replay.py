@@ -58,15 +58,6 @@ def _report(err: WrpError) -> None:
         click.echo(f"hint: {err.hint}", err=True)
 
 
-def _quiet_warp():
-    import warp as wp  # noqa: PLC0415
-
-    wp.config.quiet = True
-    if hasattr(wp, "LOG_WARNING") and hasattr(wp.config, "log_level"):
-        wp.config.log_level = max(getattr(wp.config, "log_level", 0) or 0, wp.LOG_WARNING)
-    return wp
-
-
 # ---------------------------------------------------------------------------
 # --timeout
 # ---------------------------------------------------------------------------
@@ -497,10 +488,12 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             args += ["--output", f"{name}={p}"]
         env = dict(os.environ)
         if not env.get("WRP_WARP_LIB_DIR"):
-            # the warp-lang this Python uses (warp.so, warp-clang.so)
-            import warp  # noqa: PLC0415
+            # the warp-lang this Python uses (warp.so, warp-clang.so), found without importing it
+            import importlib.util  # noqa: PLC0415
 
-            env["WRP_WARP_LIB_DIR"] = os.path.join(os.path.dirname(warp.__file__), "bin")
+            spec = importlib.util.find_spec("warp")
+            if spec is not None and spec.origin:
+                env["WRP_WARP_LIB_DIR"] = os.path.join(os.path.dirname(spec.origin), "bin")
         t0 = time.perf_counter()
         try:
             # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
@@ -648,9 +641,9 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             watchdog.disarm()
         raise
     try:
-        runtime.check_runnable(prep.model, device, warp_version=_quiet_warp().config.version, what=str(file))
-        if engine == "python":
-            runtime.resolve_device(device)
+        # Warp is imported only where the replay runs (the child; wrp-replay loads its own), which
+        # checks the device too: this process starts fast and holds no Warp runtime.
+        runtime.check_runnable(prep.model, device, what=str(file))
 
         # inputs
         raw_inputs = {}

@@ -145,6 +145,7 @@ def _error_from(info: dict) -> WrpError:
         return cls(info.get("problems") or [info["message"]], hint=info.get("hint"))
     err = WrpError.__new__(cls)
     WrpError.__init__(err, info["message"], info.get("hint"))
+    err.field = err.offset = None  # the message already names them (WrpFormatError)
     return err
 
 
