@@ -4,8 +4,9 @@ A file can pass every record check and still crash the process that replays
 it: it runs machine code on data (a stale HashGrid pointer, a launch past its
 arrays, flipped bits in a kernel's code).  :func:`replay_in_child` loads and
 replays a prepared capture in a fresh ``python -m wrpkit.run.isolate``
-process, with inputs and results passed through ``.npz`` files in a private
-temporary directory.  When the child dies of a fatal signal (SIGSEGV, SIGBUS,
+process: the child loads a private copy of the bytes this process validated
+(without validating them again), and inputs and results pass through ``.npz``
+files in the same private temporary directory.  When the child dies of a fatal signal (SIGSEGV, SIGBUS,
 SIGILL, SIGFPE, SIGABRT), the parent raises :class:`~wrpkit.errors.WrpCrashError`
 (exit code :data:`~wrpkit.errors.EXIT_CRASH`) and has written nothing.
 
@@ -86,9 +87,11 @@ def _signal_name(signum: int) -> str:
 
 
 def _write_source(prep, d: Path) -> tuple:
-    """``(source path, modules dir or None)`` the child loads: the original file when it has one."""
-    if prep.path is not None and not prep.modules_given:
-        return os.fspath(prep.path), None
+    """``(source path, modules dir)`` the child loads: a private copy of the bytes this process validated.
+
+    The child loads that copy without validating it again (most of a load's
+    cost for a large graph), and a file changed after validation never runs.
+    """
     from ..formats import wrp1  # noqa: PLC0415
 
     data = prep.wrp_bytes if prep.wrp_bytes is not None else wrp1.build_image(prep.model)[0]
@@ -161,7 +164,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
         inputs: ``{binding: np.ndarray}``, already checked against the bindings.
         repeat: Timed replays.
         warmup: Untimed replays first.
-        verify_checksums: For a ``.wrpk``: verify blob checksums in the child too.
+        verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
         timeout: Seconds for the whole child run (None: no limit).
         read_back: Return every binding after the last replay.
         identify: On a crash, search for the op that crashed (more children).
@@ -183,7 +186,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
         d = Path(tmp)
         source, modules_dir = _write_source(prep, d)
         job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(repeat),
-               "warmup": int(warmup), "verify": bool(verify_checksums), "prefix": None, "read_back": read_back, "raw": raw,
+               "warmup": int(warmup), "prefix": None, "read_back": read_back, "raw": raw,
                "timeout_total": timeout_total if timeout_total is not None else timeout}
         try:
             return _run_child(d, job, inputs, timeout)
@@ -212,7 +215,7 @@ def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *, ver
         d = Path(tmp)
         source, modules_dir = _write_source(prep, d)
         job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(replays),
-               "warmup": 0, "verify": bool(verify_checksums), "prefix": None, "read_back": False, "raw": False,
+               "warmup": 0, "prefix": None, "read_back": False, "raw": False,
                "timeout_total": None}
         return _identify_op(d, job, dict(inputs or {}), n, budget)
 
@@ -334,8 +337,10 @@ def _child_main(d: Path) -> int:
         modules = None
         if job["modules_dir"]:
             modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
-        # The parent validated the file and refused what it must refuse (raw pointers included).
-        prep = runtime.prepare(job["source"], modules, verify_checksums=job["verify"], allow_raw_pointers=True)
+        # A private copy of bytes the parent validated (and refused what it must refuse, raw pointers
+        # included): decoded, not validated again.
+        prep = runtime.prepare(job["source"], modules, verify_checksums=False, allow_raw_pointers=True,
+                               _validated=True)
         if job["prefix"] is not None:
             from ..formats import wrp1  # noqa: PLC0415
 

@@ -120,7 +120,7 @@ def _bytes_of(data, what: str):
 
 
 def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool = True,
-            allow_raw_pointers: bool = False) -> Prepared:
+            allow_raw_pointers: bool = False, _validated: bool = False) -> Prepared:
     """Decode and validate a capture without loading it into Warp.
 
     Args:
@@ -132,6 +132,9 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             pointers (HashGrid, Bvh or Volume ids passed as ``uint64``); by
             default such a file is refused, since its replay in a new process
             dereferences a dangling pointer.
+        _validated: Internal (:mod:`wrpkit.run.isolate`): ``source`` is a
+            private copy of bytes this process's parent already validated, so
+            the validation rules are not applied again.
 
     Raises:
         WrpFormatError: The bytes are not a valid capture.
@@ -212,12 +215,13 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
     # wrpkit's own validation, before Warp sees anything.
     from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
 
-    problems = [p for p in validate_program(model) if getattr(p, "severity", "error") == "error"]
+    problems = [] if _validated else [p for p in validate_program(model)
+                                       if getattr(p, "severity", "error") == "error"]
     if problems:
         raise WrpValidationError([str(p) for p in problems],
                                  hint="Run `wrp validate` on the file for the full list.")
 
-    if not allow_raw_pointers:
+    if not allow_raw_pointers and not _validated:
         refuse_raw_pointers(model)
 
     annotations = ann.read_annotations(model)
@@ -232,7 +236,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                          "<stem>_modules/ or recapture.")
 
     # Pin the code: every kernel symbol must be defined in its own module object.
-    symbol_problems = check_module_symbols(model, files)
+    symbol_problems = [] if _validated else check_module_symbols(model, files)
     if symbol_problems:
         raise WrpModuleError("; ".join(p.message for p in symbol_problems[:3]),
                              hint="The module files do not belong to this capture or were altered; copy the "
