@@ -155,13 +155,6 @@ typedef struct wrp_options {
     int allow_raw_pointers;
 } wrp_options;
 
-/* A contained crash: the text wrp-replay prints when the replay dies of a
- * fatal signal (which op ran is not known inside Warp's one-call replay; the
- * text says which modules had their SHA-256 verified before they ran).  Owned
- * by the program; valid until wrp_program_destroy(). */
-struct wrp_program;
-WRP_API const char* wrp_program_crash_context(const struct wrp_program* program);
-
 /* One module file given to wrp_program_open_memory(): `filename` is the name
  * recorded in the .wrp (the basename inside <stem>_modules/). */
 typedef struct wrp_module_bytes {
@@ -259,6 +252,12 @@ WRP_API void wrp_program_destroy(wrp_program* program);
  * ("cpu" or "cuda:N"), and the Warp version that recorded it. */
 WRP_API const char* wrp_program_device(const wrp_program* program);
 WRP_API const char* wrp_program_warp_version(const wrp_program* program);
+
+/* What wrp-replay says when a replay dies of a fatal signal: which op ran is
+ * not known inside Warp's one-call replay, so the text says which modules had
+ * their SHA-256 verified before they ran.  Owned by the program; valid until
+ * wrp_program_destroy(). */
+WRP_API const char* wrp_program_crash_context(const wrp_program* program);
 
 /* Number of bindings; 0 for a NULL program. */
 WRP_API size_t wrp_program_num_bindings(const wrp_program* program);

@@ -104,6 +104,22 @@ def _write_source(prep, d: Path) -> tuple:
     return os.fspath(src), os.fspath(mdir)
 
 
+def verify_deferred(prep) -> None:
+    """Verify the region checksums of a ``.wrpk`` that :func:`~wrpkit.run.runtime.prepare` deferred.
+
+    In-process, they are verified while Warp loads; the child loads a copy it
+    does not verify again, so they are verified here first.
+
+    Raises:
+        WrpIntegrityError: A region's data does not match its SHA-256.
+    """
+    if prep.deferred:
+        from ..formats.wrpk import BackgroundVerification  # noqa: PLC0415
+
+        BackgroundVerification(prep.deferred).wait()
+        prep.deferred = []
+
+
 def _run_child(d: Path, job: dict, inputs: Mapping, timeout: Optional[float]) -> ChildRun:
     """Run one child on ``job``; raise what it raised, :class:`_ChildCrashed` or :class:`WrpTimeoutError`."""
     for name in ("result.npz", "result.json", "error.json", "stage"):
@@ -182,6 +198,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
     """
     inputs = dict(inputs or {})
     t0 = time.monotonic()
+    verify_deferred(prep)
     with tempfile.TemporaryDirectory(prefix="wrpkit-isolate-") as tmp:
         d = Path(tmp)
         source, modules_dir = _write_source(prep, d)

@@ -700,6 +700,7 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
             except WrpError:
                 graph = None  # never hand out a graph whose data failed its checksum
                 raise
+            prep.deferred = []  # verified
     return Program(prep, graph, dev)
 
 
