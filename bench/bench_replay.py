@@ -6,11 +6,14 @@ Prints, in one run:
     CPU graph of 10,000 kernel launches (target: ratio <= 1.05);
 (b) cold start of ``wrp replay`` on a small sample (a fresh process, wall
     time) against a fresh ``python -c "import warp; capture_load;
-    capture_launch"``.
+    capture_launch"``;
+(c) the cost of containment: ``wrpkit.load(..., isolate=True).run()`` (a child
+    process per call: start, ``import warp``, load, replay, results back)
+    against ``Program.run()`` in-process, one replay of the 10,000-launch graph.
 
 Usage::
 
-    python bench/bench_replay.py [--launches 10000] [--repeat 20] [--trials 5] [--cold 5]
+    python bench/bench_replay.py [--launches 10000] [--repeat 20] [--trials 5] [--cold 5] [--isolated 5]
 
 Nothing here asserts on timings; the tests never time anything.
 """
@@ -119,17 +122,51 @@ def bench_cold_start(out_dir: Path, runs: int) -> None:
     print(f"    ratio                          : {cli_med / st_med:.2f}x")
 
 
+def bench_isolate(out_dir: Path, launches: int, runs: int) -> None:
+    path = _capture_big(out_dir, launches)
+    prog = wrpkit.load(path, device="cpu")
+    iso = wrpkit.load(path, device="cpu", isolate=True)
+    prog.run()
+    iso.run()  # warm the page cache and the JIT's object cache alike
+    import resource  # noqa: PLC0415
+
+    times = {"in-process": [], "isolated": []}
+    child_cpu = []
+    for _ in range(runs):  # interleaved
+        for key, fn in (("in-process", prog.run), ("isolated", iso.run)):
+            r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            fn()
+            times[key].append(time.perf_counter() - t0)
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if key == "isolated":
+                child_cpu.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"(c) one replay of the {launches}-launch graph, in-process vs isolate=True (median of {runs})")
+    print(f"    Program.run()                  : {med['in-process'] * 1e3:9.2f} ms")
+    print(f"    load(isolate=True).run()       : {med['isolated'] * 1e3:9.2f} ms  "
+          f"(+{(med['isolated'] - med['in-process']) * 1e3:.0f} ms per call)")
+    print(f"    ratio                          : {med['isolated'] / med['in-process']:.1f}x")
+    print(f"    CPU time of the child per call : {statistics.median(child_cpu) * 1e3:9.0f} ms  (user + system; "
+          "less sensitive to a loaded machine than wall time)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--launches", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--cold", type=int, default=5, help="fresh-process runs per cold-start command")
+    ap.add_argument("--isolated", type=int, default=5, help="isolated runs (0 skips (c))")
+    ap.add_argument("--only-isolated", action="store_true", help="run (c) alone")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="wrpkit-bench-") as d:
         d = Path(d)
-        bench_run_overhead(d, args.launches, args.repeat, args.trials)
-        bench_cold_start(d, args.cold)
+        if not args.only_isolated:
+            bench_run_overhead(d, args.launches, args.repeat, args.trials)
+            bench_cold_start(d, args.cold)
+        if args.isolated:
+            bench_isolate(d, args.launches, args.isolated)
     _ = np  # numpy is imported first so that its import cost is not in the timings
 
 

@@ -106,8 +106,8 @@ def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
     wp.capture_save(g, str(path), outputs={"out": out})
     code, data = run_check(path)
     lint = [f for f in data["findings"] if f["check"] == "lint-pointer"]
-    assert lint and lint[0]["status"] == "warn" and "k_uses_grid_id" in lint[0]["message"]
-    assert code == 0  # a warning, not a failure: the file does load
+    assert lint and lint[0]["status"] == "fail" and "k_uses_grid_id" in lint[0]["message"]
+    assert code == 1 and not data["loadable"]  # it loads, but its replay dereferences a dangling pointer
 
 
 @pytest.mark.parametrize("address", [0x356CCB80, 0x55D15E5EF6C0, 0x7F3A2C001000])

@@ -17,6 +17,7 @@ __version__ = "0.1.0"
 
 from .errors import (  # noqa: E402
     WrpBindingError,
+    WrpCrashError,
     WrpDeviceError,
     WrpError,
     WrpFormatError,
@@ -109,5 +110,6 @@ def __getattr__(name):
 
 __all__ = [
     "__version__", "Capture", "open_capture", "WrpError", "WrpFormatError", "WrpVersionError", "WrpIntegrityError",
-    "WrpValidationError", "WrpModuleError", "WrpDeviceError", "WrpBindingError", "WrpRuntimeError", *_LAZY,
+    "WrpValidationError", "WrpModuleError", "WrpDeviceError", "WrpBindingError", "WrpRuntimeError", "WrpCrashError",
+    *_LAZY,
 ]

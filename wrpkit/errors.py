@@ -30,6 +30,9 @@ EXIT_USAGE = 2
 #: The file cannot be used: invalid, corrupted, unsafe, incomplete (missing
 #: or altered module files), or written by another format or Warp version.
 EXIT_INVALID = 3
+#: The replay itself crashed (a fatal signal in kernel code or in Warp's
+#: runtime: SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) and was contained.
+EXIT_CRASH = 4
 #: A bug in wrpkit (the last line of defence; ``WRP_DEBUG=1`` shows a traceback).
 EXIT_INTERNAL = 70
 #: ``--timeout`` ran out (as coreutils ``timeout``); nothing was written.
@@ -43,11 +46,11 @@ EXIT_CODES = {
     EXIT_FAILED: "a check or replay failed, or an I/O error (cannot read/write a file)",
     EXIT_USAGE: "usage: bad option, path not found, unknown binding, bad input, device",
     EXIT_INVALID: "file invalid, corrupted, unsafe, incomplete, or of another Warp version",
+    EXIT_CRASH: "the replay crashed (a fatal signal); contained, nothing was written",
     EXIT_INTERNAL: "internal error (a bug)",
     EXIT_TIMEOUT: "--timeout ran out; nothing was written",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); nothing was written",
 }
-
 
 class WrpError(Exception):
     """Base class of every wrpkit error.
@@ -150,6 +153,33 @@ class WrpRuntimeError(WrpError):
     """Warp's runtime failed to load or replay the graph."""
 
     exit_code = EXIT_FAILED
+
+
+class WrpCrashError(WrpRuntimeError):
+    """The replay died of a fatal signal in a contained child; nothing was written.
+
+    Attributes:
+        signal_name: ``"SIGSEGV"``, ``"SIGBUS"``, ``"SIGILL"``, ``"SIGFPE"`` or ``"SIGABRT"``.
+        op_index: Index of the top-level op that crashed (as ``wrp inspect --ops``
+            numbers it), or None when it could not be identified.
+        op_kind: The op's type name (``"KERNEL_LAUNCH"``, ...), or None.
+        kernel: The launched kernel's key, or None.
+        module: The kernel's module file, or None.
+        digest_verified: Whether that module's SHA-256 was verified before it
+            ran (None when no module is known).
+    """
+
+    exit_code = EXIT_CRASH
+
+    def __init__(self, message: str, hint: Optional[str] = None, *, signal_name: str = "", op_index=None,
+                 op_kind=None, kernel=None, module=None, digest_verified=None):
+        super().__init__(message, hint)
+        self.signal_name = signal_name
+        self.op_index = op_index
+        self.op_kind = op_kind
+        self.kernel = kernel
+        self.module = module
+        self.digest_verified = digest_verified
 
 
 class WrpTimeoutError(WrpError):

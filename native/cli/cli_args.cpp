@@ -43,6 +43,8 @@ const char* const kUsage =
     "  --skip-checks        skip semantic validation (trusted files only)\n"
     "  --no-verify          .wrpk only: skip the blobs' SHA-256 checks (trusted files only); the\n"
     "                       header, the manifest's checksum and all structure are still checked\n"
+    "  --allow-raw-pointers replay a file whose kernel arguments hold live process pointers\n"
+    "                       (HashGrid, Bvh or Volume ids passed as uint64), refused by default\n"
     "  --version            print the version and exit\n"
     "  -h, --help           show this help and exit\n"
     "\n"
@@ -51,6 +53,7 @@ const char* const kUsage =
     "  1    a check or replay failed, or an I/O error (cannot read/write a file)\n"
     "  2    usage: bad option, path not found, unknown binding, bad input, device\n"
     "  3    file invalid, corrupted, unsafe, incomplete, or of another Warp version\n"
+    "  4    the replay crashed (a fatal signal); contained, nothing was written\n"
     "  70   internal error (a bug)\n"
     "  124  --timeout ran out; nothing was written\n"
     "  130  interrupted (Ctrl-C); nothing was written\n";
@@ -134,6 +137,9 @@ CliArgs parse_args(int argc, char** argv)
         } else if (arg == "--no-verify") {
             no_value();
             a.no_verify = true;
+        } else if (arg == "--allow-raw-pointers") {
+            no_value();
+            a.allow_raw_pointers = true;
         } else if (arg == "--device") {
             a.device = next();
         } else if (arg == "--input") {

@@ -27,6 +27,7 @@ struct CliArgs {
     bool version = false;
     bool skip_checks = false;
     bool no_verify = false;
+    bool allow_raw_pointers = false;
     std::string warp_lib_dir;
 };
 

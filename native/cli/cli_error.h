@@ -14,6 +14,7 @@ enum ExitCode {
     kExitRuntime = 1,       // replay/runtime failed, or an I/O error (cannot read or write a file)
     kExitUsage = 2,         // bad option, path not found, unknown binding, wrong input, wrong device
     kExitInvalidFile = 3,   // invalid, corrupted, unsafe, incomplete, or another Warp/format version
+    kExitCrash = 4,         // the replay crashed (a fatal signal); nothing written
     kExitInternal = 70,     // a bug
     kExitTimeout = 124,     // --timeout ran out; nothing written
     kExitInterrupted = 130  // Ctrl-C (128 + SIGINT)

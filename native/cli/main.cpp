@@ -20,6 +20,7 @@
 
 #include "cli_args.h"
 #include "cli_error.h"
+#include "crash_guard.h"
 #include "json_writer.h"
 #include "npy_io.h"
 #include "typed_view.h"
@@ -226,6 +227,7 @@ int run(const CliArgs& args)
     opts.warp_lib_dir = args.warp_lib_dir.empty() ? nullptr : args.warp_lib_dir.c_str();
     opts.skip_checks = args.skip_checks;
     opts.verify_checksums = args.no_verify ? 0 : 1;
+    opts.allow_raw_pointers = args.allow_raw_pointers ? 1 : 0;
     opts.validate_only = args.list;
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
     // A FILE that does not exist is a usage error (exit 2) here as in wrp, not an invalid file.
@@ -234,6 +236,8 @@ int run(const CliArgs& args)
         throw CliError(kExitUsage, "file not found: " + args.file);
     Program prog;
     arm_timeout(args.timeout_s, args.json);
+    if (!args.list)
+        arm_crash_guard("while Warp loaded the file (before any op ran)", "", args.json);
     check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
     std::vector<wrp_binding_info> bindings = list_bindings(prog.p);
 
@@ -262,6 +266,7 @@ int run(const CliArgs& args)
     }
     inputs_json += "]";
 
+    arm_crash_guard("while replaying", wrp_program_crash_context(prog.p), args.json);
     if (args.warmup)
         check(wrp_program_run(prog.p, args.warmup));
     std::vector<double> ms;
@@ -272,6 +277,7 @@ int run(const CliArgs& args)
         ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
     disarm_timeout();  // replayed in time: from here on, outputs are written and never cut short
+    disarm_crash_guard();
     std::vector<double> sorted = ms;
     std::sort(sorted.begin(), sorted.end());
     size_t n = sorted.size();
@@ -353,6 +359,7 @@ int main(int argc, char** argv)
         message = std::string("internal error: ") + e.what();
     }
     disarm_timeout();  // this failure is reported as it is, not overtaken by the timeout
+    disarm_crash_guard();
     std::fflush(stdout);
     std::fprintf(stderr, "wrp-replay: error: %s\n", message.c_str());
     if (code == kExitUsage && message.find("input ") != 0 && message.find("no binding") != 0)

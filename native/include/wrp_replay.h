@@ -151,6 +151,11 @@ typedef struct wrp_options {
      * structural check always run.  Note: a zero-filled struct disables it,
      * another reason to always start from wrp_options_init(). */
     int verify_checksums;
+    /* Nonzero: run a file whose kernel arguments hold what looks like a live
+     * process pointer with no relocation (a HashGrid, Bvh or Volume id passed
+     * as uint64; wrpkit's lint-pointer).  Zero (the default) refuses it with
+     * WRP_ERR_INVALID_FILE: such a pointer dangles in a new process. */
+    int allow_raw_pointers;
 } wrp_options;
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name
@@ -250,6 +255,12 @@ WRP_API void wrp_program_destroy(wrp_program* program);
  * ("cpu" or "cuda:N"), and the Warp version that recorded it. */
 WRP_API const char* wrp_program_device(const wrp_program* program);
 WRP_API const char* wrp_program_warp_version(const wrp_program* program);
+
+/* What wrp-replay says when a replay dies of a fatal signal: which op ran is
+ * not known inside Warp's one-call replay, so the text says which modules had
+ * their SHA-256 verified before they ran.  Owned by the program; valid until
+ * wrp_program_destroy(). */
+WRP_API const char* wrp_program_crash_context(const wrp_program* program);
 
 /* Number of bindings; 0 for a NULL program. */
 WRP_API size_t wrp_program_num_bindings(const wrp_program* program);

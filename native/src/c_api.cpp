@@ -130,6 +130,11 @@ const char* wrp_program_warp_version(const wrp_program* program)
     return program && program->impl ? program->impl->graph().producer_version.c_str() : "";
 }
 
+const char* wrp_program_crash_context(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->crash_context().c_str() : "";
+}
+
 size_t wrp_program_num_bindings(const wrp_program* program)
 {
     return program && program->impl ? program->impl->num_bindings() : 0;

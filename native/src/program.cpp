@@ -81,6 +81,7 @@ OpenOptions OpenOptions::from(const wrp_options* user)
     out.validate_only = o.validate_only != 0;
     out.capture_stderr = o.capture_warp_stderr != 0;
     out.verify_checksums = o.verify_checksums != 0;
+    out.allow_raw_pointers = o.allow_raw_pointers != 0;
     if (o.max_file_bytes)
         out.limits.max_file_bytes = o.max_file_bytes;
     if (o.max_memory_bytes)
@@ -141,8 +142,35 @@ std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, 
     p->describe_bindings();
     std::vector<ModuleImage> images = select_bundle_modules(bundle.modules, extra, num_extra, p->graph_,
                                                             !opts.skip_checks);
+    p->bundle_verified_ = opts.verify_checksums && num_extra == 0;  // every blob's SHA-256 was checked
     p->start(bundle.image.get(), bundle.image_size, images);
     return p;
+}
+
+// Said when the replay dies of a fatal signal (wrp-replay's handler prints it).  Warp runs the
+// whole graph in one call (wp_apic_cpu_replay_graph / a CUDA graph launch), so the op is not
+// known here; what is known is which modules had their SHA-256 checked before they ran.
+void Program::describe_crash_context(const std::vector<ModuleImage>& modules)
+{
+    std::string unverified;
+    size_t n = 0;
+    for (const ModuleImage& m : modules) {
+        if ((!opts_.skip_checks && graph_.find_digest(m.filename)) || bundle_verified_)
+            continue;
+        if (n++ < 3)
+            unverified += std::string(unverified.empty() ? "" : ", ") + "\"" + m.filename + "\"";
+    }
+    if (n > 3)
+        unverified += ", ...";
+    crash_context_ = "Warp runs the whole graph in one call, so the op that crashed is not known here (`wrp replay "
+                     "FILE --engine native` finds it by replaying prefixes of the graph). ";
+    if (n)
+        crash_context_ += "Modules without a recorded digest (" + unverified + "): corrupt or mismatched kernel code "
+                          "cannot be caught before it runs; save the capture with wrpkit (wrpkit.save or "
+                          "wrpkit.capture) or bundle it (wrp convert FILE out.wrpk) to record module digests.";
+    else
+        crash_context_ += "Every module's SHA-256 was verified before it ran: the crash comes from the data the kernels "
+                          "were given (run `wrp check` for stale pointers and launches past their arrays).";
 }
 
 void Program::describe_bindings()
@@ -181,6 +209,12 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
     if (file_cpu != (opts_.device == Device::Cpu))
         fail(WRP_ERR_INVALID_ARGUMENT, "the file was captured for %s, but device \"%s\" was requested; use %s",
              file_cpu ? "the CPU" : "CUDA", opts_.device_name.c_str(), file_cpu ? "\"cpu\"" : "\"cuda:N\"");
+    if (!graph_.raw_pointers.empty() && !opts_.allow_raw_pointers)
+        fail(WRP_ERR_INVALID_FILE, "%s%s; its replay in a new process would dereference a dangling pointer (allow it "
+             "with --allow-raw-pointers)", graph_.raw_pointers[0].c_str(),
+             graph_.raw_pointers.size() > 1 ? (" (and " + std::to_string(graph_.raw_pointers.size() - 1) +
+                                              " more)").c_str() : "");
+    describe_crash_context(modules);
     if (opts_.validate_only)
         return;
     std::lock_guard<std::mutex> lock(warp_mutex());
@@ -238,8 +272,9 @@ void Program::start_cpu(const uint8_t* image, size_t size, const std::vector<Mod
         if (!dylib)
             fail(WRP_ERR_INTERNAL, "module of kernel %s was not loaded", quoted(k.key).c_str());
         uint64_t forward = api.wp_lookup(dylib->c_str(), k.forward_name.c_str());
-        uint64_t backward = k.backward_name.empty() ? 0 : api.wp_lookup(dylib->c_str(), k.backward_name.c_str());
-        if (!forward || (!k.backward_name.empty() && !backward))
+        bool need_backward = k.backward_used && !k.backward_name.empty();
+        uint64_t backward = need_backward ? api.wp_lookup(dylib->c_str(), k.backward_name.c_str()) : 0;
+        if (!forward || (need_backward && !backward))
             warp_failed("warp-clang could not link kernel " + quoted(k.key) + " of module " + quoted(mod->binary_filename),
                         before, capture.finish());
         api.wp_apic_register_loaded_cpu_kernel(handle_, k.key.c_str(), k.module_hash.c_str(),

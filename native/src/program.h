@@ -29,6 +29,7 @@ struct OpenOptions {
     bool validate_only = false;
     bool capture_stderr = false;
     bool verify_checksums = true;  // .wrpk blobs
+    bool allow_raw_pointers = false;
     ValidationLimits limits;
 
     static OpenOptions from(const wrp_options* opts);
@@ -44,6 +45,8 @@ public:
     Program& operator=(const Program&) = delete;
 
     const Wrp1Graph& graph() const { return graph_; }
+    // What a crash report can say about this program (see wrp_program_crash_context).
+    const std::string& crash_context() const { return crash_context_; }
     const std::string& device_name() const { return opts_.device_name; }
     size_t num_bindings() const { return bindings_.size(); }
     const wrp_binding_info& binding(size_t index) const;
@@ -60,6 +63,7 @@ private:
     static std::unique_ptr<Program> open_bundle(const uint8_t* data, size_t size, const wrp_module_bytes* extra,
                                                 size_t num_extra, const OpenOptions& opts);
     void describe_bindings();
+    void describe_crash_context(const std::vector<ModuleImage>& modules);
     void start(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);
     void start_cpu(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);
     void start_cuda(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);
@@ -76,6 +80,8 @@ private:
     void* cuda_context_ = nullptr;  // CUcontext
     void* cuda_stream_ = nullptr;   // CUstream
     std::vector<std::string> jit_names_;
+    std::string crash_context_;
+    bool bundle_verified_ = false;
 };
 
 }  // namespace wrp

@@ -66,6 +66,9 @@ struct KernelRecord {
     std::string forward_name;
     std::string backward_name;
     uint64_t at = 0;
+    // A backward launch runs this kernel: only then is backward_name required, checked and
+    // looked up (Warp replays a module whose unused backward symbol is missing).
+    bool backward_used = false;
 };
 
 struct BindingRecord {
@@ -154,6 +157,10 @@ struct Wrp1Graph {
     std::vector<ArraySignature> signatures;
     std::vector<ModuleDigest> module_digests;
     std::map<std::pair<std::string, std::string>, KernelSignature> kernel_signatures;  // (module_hash, key)
+    // Kernel arguments that hold what looks like a live process pointer with no relocation
+    // (a HashGrid, Bvh or Volume id passed as uint64): one message each.  Not an error of the
+    // records; a replay refuses them unless told to allow raw pointers (wrpkit's lint-pointer).
+    std::vector<std::string> raw_pointers;
 
     const RegionRecord* find_region(int64_t id) const;
     const ModuleRecord* find_module(const std::string& hash) const;

@@ -16,6 +16,8 @@
 #include <climits>
 #include <cstdarg>
 #include <string>
+#include <set>
+#include <tuple>
 #include <unordered_set>
 #include <vector>
 
@@ -259,6 +261,11 @@ private:
                 op.fail("kernel %s of module %s is not in the kernel table", quoted(key).c_str(), quoted(hash).c_str());
             if (!is_forward && k->backward_name.empty())
                 op.fail("backward launch of kernel %s, whose module was built without backward code", quoted(key).c_str());
+            if (!is_forward && !is_c_identifier(k->backward_name))
+                fail_invalid_at("metadata.kernels.backward_name", k->at, "backward symbol %s is not a C identifier",
+                                quoted(k->backward_name).c_str());
+            if (!is_forward)
+                g_.kernels[g_.kernel_index.at({hash, key})].backward_used = true;
         }
 
         uint32_t params_off = kLaunchHeader + key_len + hash_len;
@@ -299,8 +306,63 @@ private:
             op.fail("arguments end at byte %llu of %u value bytes", static_cast<unsigned long long>(packed_end), value_size);
         if (cursor != num_relocs)
             op.fail("params own %llu relocations but num_relocs is %u", static_cast<unsigned long long>(cursor), num_relocs);
-        if (semantic_)
+        if (semantic_) {
             against_signature(op, key, hash, num_params, params_off, relocs_off, values_off);
+            raw_pointers(op, key, hash, num_params, params_off, relocs_off, values_off);
+        }
+    }
+
+    // Param record j of a launch: (its offset in the op, relocation count, value offset, value size).
+    static std::tuple<uint32_t, uint16_t, uint32_t, uint32_t> param_record(const Op& op, uint32_t params_off,
+                                                                          uint32_t j)
+    {
+        uint32_t po = params_off + j * kParamRecord;
+        return {po, op.get<uint16_t>(po + 2), op.get<uint32_t>(po + 4), op.get<uint32_t>(po + 8)};
+    }
+
+    // wrpkit's lint-pointer (checks/check.py lint_launches): an 8-aligned word in
+    // [2^44, 2^47) outside every array descriptor and relocated slot of a forward
+    // argument is where a 64-bit Linux process keeps heap and mmap pointers.
+    void raw_pointers(const Op& op, const std::string& key, const std::string& hash, uint32_t num_params,
+                      uint32_t params_off, uint32_t relocs_off, uint32_t values_off)
+    {
+        uint32_t cursor = 0;
+        for (uint32_t j = 0; j < num_params; j++) {
+            auto [po, n, voff, vsize] = param_record(op, params_off, j);
+            (void)po;
+            std::set<uint32_t> slots, covered;
+            for (uint32_t r = 0; r < n; r++)
+                slots.insert(op.get<uint32_t>(relocs_off + (cursor + r) * kRelocRecord));
+            cursor += n;
+            covered = slots;
+            for (uint32_t o : slots)
+                if (slots.count(o + 8)) {
+                    uint32_t span = slots.count(o + 56) ? 104 : 56;
+                    for (uint32_t b = o; b < o + span; b += 8)
+                        covered.insert(b);
+                }
+            for (uint32_t off = 0; off + 8 <= vsize; off += 8) {
+                if (covered.count(off))
+                    continue;
+                uint64_t v = op.get<uint64_t>(values_off + voff + off);
+                // A non-PIE interpreter's brk heap lies low: there only a whole uint64 argument
+                // that is 16-aligned counts (check.py _looks_like_a_process_pointer).
+                bool high = v % 8 == 0 && v >= (uint64_t(1) << 44) && v < (uint64_t(1) << 47);
+                bool low = vsize == 8 && off == 0 && v % 16 == 0 && v >= (uint64_t(1) << 24) &&
+                    v < (uint64_t(1) << 44);
+                if (!high && !low)
+                    continue;
+                std::string seen = hash + "/" + key + "/" + std::to_string(j) + "/" + std::to_string(off);
+                if (!raw_seen_.insert(seen).second)
+                    continue;
+                char text[96];
+                std::snprintf(text, sizeof(text), "%#llx", static_cast<unsigned long long>(v));
+                g_.raw_pointers.push_back("kernel " + quoted(key) + " argument " + std::to_string(j + 1) + " holds " +
+                                          text + " at byte " + std::to_string(off) +
+                                          " with no relocation: it looks like a live process pointer (a HashGrid, Bvh "
+                                          "or Volume id passed as uint64?)");
+            }
+        }
     }
 
     // Files wrpkit wrote record each kernel's arguments (annotations): every
@@ -320,10 +382,7 @@ private:
                     quoted(key).c_str(), args.size());
         uint32_t cursor = 0;
         for (uint32_t j = 0; j < num_params; j++) {
-            uint32_t po = params_off + j * kParamRecord;
-            uint16_t n = op.get<uint16_t>(po + 2);
-            uint32_t voff = op.get<uint32_t>(po + 4);
-            uint32_t vsize = op.get<uint32_t>(po + 8);
+            auto [po, n, voff, vsize] = param_record(op, params_off, j);
             uint32_t first = cursor;
             cursor += n;
             const KernelArgumentSignature& a = args[j];
@@ -751,6 +810,7 @@ private:
     Wrp1Graph& g_;
     bool semantic_;
     std::unordered_set<uint64_t> mesh_ids_;
+    std::set<std::string> raw_seen_;  // (module, kernel, argument, byte) already reported
     // Region ids each enclosing WHILE body reads or writes (innermost last).
     std::vector<std::unordered_set<int32_t>> while_touched_;
 

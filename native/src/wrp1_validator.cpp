@@ -93,15 +93,6 @@ bool is_plain_basename(const std::string& name)
     return !name.empty() && name != "." && name != ".." && name.find_first_of(std::string("/\\:\0", 4)) == std::string::npos;
 }
 
-namespace {
-
-bool is_lower_hex(const std::string& s)
-{
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
-
-bool is_sha256_hex(const std::string& s) { return s.size() == 64 && is_lower_hex(s); }
-
 // Symbol names are looked up in the module's ELF symbol table and passed to
 // warp-clang's JIT; Warp only ever writes C identifiers.
 bool is_c_identifier(const std::string& s)
@@ -112,6 +103,15 @@ bool is_c_identifier(const std::string& s)
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     });
 }
+
+namespace {
+
+bool is_lower_hex(const std::string& s)
+{
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+bool is_sha256_hex(const std::string& s) { return s.size() == 64 && is_lower_hex(s); }
 
 bool all_zero(const uint8_t* p, size_t n)
 {
@@ -366,9 +366,7 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
             fail_invalid_at(where + ".kernel_key", k.at, "kernel key is empty");
         if (!is_c_identifier(k.forward_name))
             fail_invalid_at(where + ".forward_name", k.at, "forward symbol %s is not a C identifier", quoted(k.forward_name).c_str());
-        if (!k.backward_name.empty() && !is_c_identifier(k.backward_name))
-            fail_invalid_at(where + ".backward_name", k.at, "backward symbol %s is not a C identifier",
-                            quoted(k.backward_name).c_str());
+        // backward_name is checked where a backward launch uses it (wrp1_ops.cpp): unused, it is never looked up.
         if (semantic && !module_hashes.count(k.module_hash))
             fail_invalid_at(where + ".module_hash", k.at, "kernel %s names module %s, which is not in the module table",
                             quoted(k.key).c_str(), quoted(k.module_hash).c_str());

@@ -28,4 +28,7 @@ void read_annotations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Gr
 // basename with no '/', '\\', ':' or NUL that is not "." or "..".
 bool is_plain_basename(const std::string& name);
 
+// True for a C identifier (how Warp names kernel symbols).
+bool is_c_identifier(const std::string& s);
+
 }  // namespace wrp

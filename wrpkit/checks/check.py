@@ -23,7 +23,7 @@ from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
 from ..environment import installed_warp_version, parse_device
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS, describe_format
-from .validate import validate_program
+from .validate import kernel_symbols, validate_program
 
 OK, FAIL, WARN = "ok", "fail", "warn"
 
@@ -167,7 +167,7 @@ def lint_launches(launches) -> list:
                 if _looks_like_a_process_pointer(v, whole) and (key, j, off) not in flagged:
                     flagged.add((key, j, off))
                     out.append(Finding(
-                        "lint-pointer", WARN,
+                        "lint-pointer", FAIL,
                         f"kernel {op.kernel_key!r} argument {j + 1} holds {v:#x} at byte {off} with no relocation: "
                         "it looks like a live process pointer (a HashGrid, Bvh or Volume id passed as uint64?)",
                         "A captured process pointer dangles in a new process. Pass meshes through "
@@ -213,6 +213,25 @@ def exit_code(findings: list) -> int:
         return EXIT_OK
     failed.sort(key=lambda c: _CHECK_ORDER.index(c) if c in _CHECK_ORDER else len(_CHECK_ORDER))
     return _CHECK_EXIT_CODES.get(failed[0], EXIT_FAILED)
+
+
+def raw_pointer_findings(prog: m.Program) -> list:
+    """The ``lint-pointer`` findings of ``prog``: kernel arguments holding live process pointers.
+
+    A replay refuses such a file unless told to allow raw pointers
+    (:func:`wrpkit.run.runtime.prepare`); ``wrp check`` fails on it.
+    """
+    return [f for f in lint_program(prog) if f.check == "lint-pointer"]
+
+
+def extent_findings(prog: m.Program) -> list:
+    """``lint-extent`` warnings: launches whose threads exceed every array argument (see :mod:`wrpkit.extents`)."""
+    from ..extents import exceeded_launches, exceeded_message  # noqa: PLC0415
+
+    return [Finding("lint-extent", WARN, f"{w}: {exceeded_message(op, largest)}",
+                    "If the kernel does not guard its indices, launch at most as many threads as the arrays "
+                    "hold (recapture, or undo the edit to the launch).")
+            for w, op, largest in exceeded_launches(prog.ops)]
 
 
 def preflight(cap: Capture, device: str = "cpu") -> list:
@@ -273,6 +292,7 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
     else:
         out.append(Finding("structure", OK, "every reference and byte range checks out"))
     out.extend(lint_program(prog))
+    out.extend(extent_findings(prog))
     return out
 
 
@@ -309,9 +329,7 @@ def _module_findings(cap: Capture, kind: str) -> list:
     digests = _annotation_digests(prog)
     host_tags = _host_cpu_tags() if prog.device == "cpu" and kind == "cpu" else None
     host_machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
-    symbols: dict = {}
-    for k in prog.kernels:
-        symbols.setdefault(k.module_hash, []).extend([k.forward_name, k.backward_name])
+    symbols = kernel_symbols(prog)
     required = set(prog.required_module_files())
     for mod in prog.modules:
         name = mod.binary_filename

@@ -91,6 +91,43 @@ def read_object(data, name: str = "object") -> ObjectInfo:
     return ObjectInfo(EM_NAMES.get(machine, f"em{machine}"), frozenset(defined), frozenset(undefined))
 
 
+def symbol_bytes(data, symbol: str, name: str = "object") -> tuple:
+    """Where a defined symbol's bytes (a function's machine code) lie in an ELF64 object.
+
+    Args:
+        data: The object's bytes.
+        symbol: The symbol name, e.g. ``"k_scale_1a2b3c4d_cpu_forward"``.
+        name: The file name, for messages.
+
+    Returns:
+        ``(file offset, size)`` of the symbol inside its section.
+
+    Raises:
+        WrpModuleError: The bytes are not an ELF64 object, the symbol is not
+            defined in it, or its range lies outside its section.
+    """
+    buf = memoryview(data)
+    read_object(buf, name)  # every header and table checked
+    shoff, shnum = _EHDR.unpack_from(buf, 0)[6], _EHDR.unpack_from(buf, 0)[12]
+    sections = [_SHDR.unpack_from(buf, shoff + i * _SHDR.size) for i in range(shnum)]
+    for sh in sections:
+        if sh[1] != SHT_SYMTAB:
+            continue
+        off, length, link = sh[4], sh[5], sh[6]
+        strtab = bytes(buf[sections[link][4]:sections[link][4] + sections[link][5]])
+        want = symbol.encode()
+        for i in range(1, length // _SYM.size):
+            st_name, _info, _other, shndx, value, sym_size = _SYM.unpack_from(buf, off + i * _SYM.size)
+            end = strtab.find(b"\0", st_name)
+            if strtab[st_name:end if end >= 0 else len(strtab)] != want or shndx == SHN_UNDEF or shndx >= shnum:
+                continue
+            sec_off, sec_size = sections[shndx][4], sections[shndx][5]
+            if value > sec_size or sym_size > sec_size - value or sec_off + sec_size > len(buf):
+                break
+            return sec_off + value, sym_size
+    raise WrpModuleError(f"symbol {symbol!r} is not defined in module file {name!r}")
+
+
 #: Names a kernel symbol may never take: resolving them would call into the C
 #: library or the process instead of the module's own code.
 FORBIDDEN_SYMBOLS = frozenset("""

@@ -245,8 +245,13 @@ class _Checker:
             # Symbol names are looked up in the module's ELF symbols; Warp only writes C identifiers.
             if k.forward_name and not _C_IDENT.match(k.forward_name):
                 self.err(w, f"forward symbol {k.forward_name!r} is not a C identifier")
+            # A backward symbol is only looked up where a backward launch uses it (as Warp
+            # replays a module without one): unused, a malformed name is only a warning.
             if k.backward_name and not _C_IDENT.match(k.backward_name):
-                self.err(w, f"backward symbol {k.backward_name!r} is not a C identifier")
+                used = key in backward_launched(p)
+                self.err(w, f"backward symbol {k.backward_name!r} is not a C identifier"
+                         + ("" if used else " (no backward launch uses it, so it is never looked up)"),
+                         severity="error" if used else "warning")
         names = {}
         for i, b in enumerate(p.bindings):
             w = f"bindings[{i}]"
@@ -796,7 +801,57 @@ def validate_program(prog: m.Program) -> list:
     for where, msg, severity in _legacy.metadata_problems(prog):
         c.err(where, msg, severity=severity)
     c.ops(prog.ops, "ops")
+    from ..extents import exceeded_launches, exceeded_message  # noqa: PLC0415
+
+    for w, op, largest in exceeded_launches(prog.ops):
+        c.err(w, exceeded_message(op, largest), op.at, severity="warning")
     return c.problems
+
+
+def backward_launched(prog: m.Program) -> set:
+    """``{(module_hash, kernel_key)}`` of the kernels some backward launch runs."""
+    return {(op.module_hash, op.kernel_key) for _, op in m.walk_ops(prog.ops)
+            if isinstance(op, m.KernelLaunch) and not op.is_forward}
+
+
+def kernel_symbols(prog: m.Program) -> dict:
+    """``{module_hash: [symbol, ...]}`` a replay looks up: every forward symbol, and the
+    backward symbols of kernels that a backward launch runs."""
+    used = backward_launched(prog)
+    out: dict = {}
+    for k in prog.kernels:
+        names = out.setdefault(k.module_hash, [])
+        names.append(k.forward_name)
+        if (k.module_hash, k.kernel_key) in used:
+            names.append(k.backward_name)
+    return out
+
+
+def unused_backward_problems(prog: m.Program, files) -> list:
+    """Warnings for backward symbols that no launch uses and that their module does not define."""
+    from .elf import read_object  # noqa: PLC0415
+    from ..errors import WrpError  # noqa: PLC0415
+
+    used = backward_launched(prog)
+    out = []
+    infos: dict = {}
+    for i, k in enumerate(prog.kernels):
+        if not k.backward_name or (k.module_hash, k.kernel_key) in used:
+            continue
+        mod = next((mo for mo in prog.modules if mo.module_hash == k.module_hash), None)
+        if mod is None or files.get(mod.binary_filename) is None or prog.device_type != m.DeviceType.CPU:
+            continue
+        if mod.binary_filename not in infos:
+            try:
+                infos[mod.binary_filename] = read_object(files[mod.binary_filename], mod.binary_filename)
+            except WrpError:
+                infos[mod.binary_filename] = None
+        info = infos[mod.binary_filename]
+        if info is not None and k.backward_name not in info.defined:
+            out.append(Problem(f"kernels[{i}]", f"backward symbol {k.backward_name!r} of kernel {k.kernel_key!r} "
+                                                f"is not defined in {mod.binary_filename!r}; no backward launch "
+                                                "uses it, so it is never looked up", severity="warning"))
+    return out
 
 
 def check_module_symbols(prog: m.Program, files) -> list:
@@ -817,9 +872,7 @@ def check_module_symbols(prog: m.Program, files) -> list:
 
     if prog.device_type != m.DeviceType.CPU:
         return []
-    symbols: dict = {}
-    for k in prog.kernels:
-        symbols.setdefault(k.module_hash, []).extend([k.forward_name, k.backward_name])
+    symbols = kernel_symbols(prog)
     out = []
     for i, mod in enumerate(prog.modules):
         data = files.get(mod.binary_filename)
@@ -867,7 +920,8 @@ def validate_modules(capture) -> list:
                     "binary of a module no kernel uses"
                 out.append(Problem(f"modules[{i}]", f"module file {name!r}, the {what}, is {state} in {where}",
                                    severity="warning"))
-    return out + check_module_digests(prog, files) + check_module_symbols(prog, files)
+    return (out + check_module_digests(prog, files) + check_module_symbols(prog, files)
+            + unused_backward_problems(prog, files))
 
 
 def check_module_digests(prog: m.Program, files) -> list:

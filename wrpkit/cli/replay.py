@@ -29,12 +29,12 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
+from ..errors import (EXIT_CRASH, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
                      timeout_message)
 
-#: Replays from which a progress bar is shown (when not --json).
-PROGRESS_THRESHOLD = 1000
 NATIVE_EXE = "wrp-replay"
+#: Signal numbers of a crash (a wrp-replay killed before its handler could report).
+CRASH_SIGNALS = {11, 7, 4, 8, 6}
 
 
 # ---------------------------------------------------------------------------
@@ -56,15 +56,6 @@ def _report(err: WrpError, as_json: bool = False) -> None:
         click.echo(f"       {p}", err=True)
     if err.hint:
         click.echo(f"hint: {err.hint}", err=True)
-
-
-def _quiet_warp():
-    import warp as wp  # noqa: PLC0415
-
-    wp.config.quiet = True
-    if hasattr(wp, "LOG_WARNING") and hasattr(wp.config, "log_level"):
-        wp.config.log_level = max(getattr(wp.config, "log_level", 0) or 0, wp.LOG_WARNING)
-    return wp
 
 
 # ---------------------------------------------------------------------------
@@ -377,79 +368,22 @@ def _timing_summary(values) -> dict | None:
 # ---------------------------------------------------------------------------
 
 
-class _Progress:
-    """A rich progress bar on stderr, or nothing."""
+def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool,
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
+    """Replay in a child process (a crash there is contained: WrpCrashError, exit 4).
 
-    def __init__(self, enabled: bool, total: int, label: str):
-        self.bar = None
-        self.task = None
-        if enabled and total >= PROGRESS_THRESHOLD:
-            from rich.console import Console  # noqa: PLC0415
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn  # noqa: PLC0415
+    Returns ``(results, host_ms, device_ms or None)``.
+    """
+    from ..run.isolate import replay_in_child  # noqa: PLC0415
 
-            self.bar = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                                TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-            self.task = self.bar.add_task(label, total=total)
-
-    def __enter__(self):
-        if self.bar is not None:
-            self.bar.__enter__()
-        return self
-
-    def advance(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.update(self.task, advance=n)
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
-
-
-def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool) -> tuple:
-    """Replay in-process. Returns ``(results, host_ms, device_ms or None)``."""
-    from ..run import runtime  # noqa: PLC0415
-
-    wp = _quiet_warp()
-    prog = runtime.load_prepared(prep, device)
-    for name, arr in inputs.items():
-        prog.set(name, arr)
-    graph, launch = prog.graph, wp.capture_launch
-    is_cuda = prog.device.is_cuda
-    host_ms, device_ms = [], []
-    perf = time.perf_counter
-    chunk = max(1, (warmup + repeat) // 200)
-    try:
-        with _Progress(progress, warmup + repeat, "replaying") as bar:
-            for i in range(warmup):
-                launch(graph)
-                if (i + 1) % chunk == 0:
-                    bar.advance(chunk)
-            if is_cuda:
-                wp.synchronize_device(prog.device)
-                stream = prog.device.stream  # capture_launch's stream
-                start = wp.Event(prog.device, enable_timing=True)
-                end = wp.Event(prog.device, enable_timing=True)
-                for i in range(repeat):
-                    t0 = perf()
-                    stream.record_event(start)
-                    launch(graph)
-                    stream.record_event(end)
-                    wp.synchronize_device(prog.device)
-                    host_ms.append((perf() - t0) * 1e3)
-                    device_ms.append(float(wp.get_event_elapsed_time(start, end)))
-                    if (i + 1) % chunk == 0:
-                        bar.advance(chunk)
-            else:
-                for i in range(repeat):
-                    t0 = perf()
-                    launch(graph)
-                    host_ms.append((perf() - t0) * 1e3)
-                    if (i + 1) % chunk == 0:
-                        bar.advance(chunk)
-    except RuntimeError as e:
-        raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
-    results = {name: prog.get(name) for name in prep.sizes}
-    return results, host_ms, (device_ms if is_cuda else None)
+    remaining = None
+    if watchdog is not None:
+        # From here on the child's timeout keeps the time: it is killed, and nothing is left behind.
+        watchdog.disarm()
+        remaining = watchdog.remaining()
+    run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
+                          timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds)
+    return run.results, run.host_ms, run.device_ms
 
 
 def find_native() -> Path:
@@ -521,8 +455,28 @@ def _native_timings(report: dict) -> list | None:
     return None
 
 
+def _native_crash(prep, returncode: int, said: str, device: str, inputs: dict, replays: int,
+                  verify_checksums: bool):
+    """The WrpCrashError for a ``wrp-replay`` that crashed: the op is found by replaying prefixes in children."""
+    import re  # noqa: PLC0415
+    import signal as sig  # noqa: PLC0415
+
+    from ..run.isolate import crash_error, identify_crash  # noqa: PLC0415
+
+    signum = -returncode if returncode < 0 else 0
+    named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
+    if not signum and named and hasattr(sig, named.group(1)):
+        signum = int(getattr(sig, named.group(1)))
+    loading = "while Warp loaded" in (said or "")
+    op_index, searched = (None, False) if loading else identify_crash(prep, device, inputs, replays,
+                                                                       verify_checksums=verify_checksums)
+    return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", op_index, searched,
+                       verify_checksums=verify_checksums)
+
+
 def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
-                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None,
+                allow_raw_pointers: bool = False) -> tuple:
     from ..errors import WrpFormatError  # noqa: PLC0415
 
     exe = find_native()
@@ -538,6 +492,8 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
                 "--warmup", str(warmup), "--json", "--raw-times"]
         if not verify_checksums:
             args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
+        if allow_raw_pointers:
+            args.append("--allow-raw-pointers")
         if remaining is not None:
             args += ["--timeout", repr(remaining)]
         for i, (name, arr) in enumerate(inputs.items()):
@@ -551,10 +507,12 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             args += ["--output", f"{name}={p}"]
         env = dict(os.environ)
         if not env.get("WRP_WARP_LIB_DIR"):
-            # the warp-lang this Python uses (warp.so, warp-clang.so)
-            import warp  # noqa: PLC0415
+            # the warp-lang this Python uses (warp.so, warp-clang.so), found without importing it
+            import importlib.util  # noqa: PLC0415
 
-            env["WRP_WARP_LIB_DIR"] = os.path.join(os.path.dirname(warp.__file__), "bin")
+            spec = importlib.util.find_spec("warp")
+            if spec is not None and spec.origin:
+                env["WRP_WARP_LIB_DIR"] = os.path.join(os.path.dirname(spec.origin), "bin")
         t0 = time.perf_counter()
         try:
             # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
@@ -576,6 +534,9 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             msg = report.get("error") if isinstance(report, dict) else None
             if not msg:
                 msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
+            if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNALS:
+                raise _native_crash(prep, proc.returncode, msg or proc.stderr, device, inputs, repeat + warmup,
+                                    verify_checksums)
             msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
             cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
             raise cls(msg, hint="Rerun with --engine python to compare.")
@@ -664,8 +625,13 @@ def _savez_bytes(results: dict) -> bytes:
 def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=(), output=None, repeat: int = 1,
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
                 as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
-                timeout: float | None = None) -> tuple:
+                timeout: float | None = None, allow_raw_pointers: bool = False) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
+
+    The replay runs in a child process (either engine): a fatal signal there
+    raises :class:`~wrpkit.errors.WrpCrashError` (exit 4) naming the op that
+    crashed, and nothing is written.  Files holding live process pointers
+    are refused unless ``allow_raw_pointers``.
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
 
@@ -688,19 +654,15 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     file = Path(file)
     watchdog = _Watchdog(timeout) if timeout is not None else None
     try:
-        prep = runtime.prepare(file, verify_checksums=verify_checksums)
+        prep = runtime.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers)
     except BaseException:
         if watchdog is not None:
             watchdog.disarm()
         raise
     try:
-        if engine == "python" and device.strip().lower() == "cpu":
-            from ..environment import init_warp  # noqa: PLC0415
-
-            init_warp(cpu_only=True)  # no "could not find the CUDA driver" warning for CPU work
-        runtime.check_runnable(prep.model, device, warp_version=_quiet_warp().config.version, what=str(file))
-        if engine == "python":
-            runtime.resolve_device(device)
+        # Warp is imported only where the replay runs (the child; wrp-replay loads its own), which
+        # checks the device too: this process starts fast and holds no Warp runtime.
+        runtime.check_runnable(prep.model, device, what=str(file))
 
         # inputs
         raw_inputs = {}
@@ -731,13 +693,10 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 
         if engine == "native":
             results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums,
-                                                      watchdog)
+                                                      watchdog, allow_raw_pointers)
         else:
-            from .interrupt import stop_on_interrupt  # noqa: PLC0415
-
-            with stop_on_interrupt(as_json):  # Ctrl-C stops Warp's native replay loop within 0.1 s
-                results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup,
-                                                          progress and not as_json)
+            results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json,
+                                                      verify_checksums, watchdog)
     finally:
         if watchdog is not None:
             watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
@@ -801,9 +760,12 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 @click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
               help="Give up when loading and replaying take longer than SECONDS of wall time (fractional "
                    "allowed): exit 124, nothing written. Bounds WHILE loops that do not end.")
+@click.option("--allow-raw-pointers", is_flag=True,
+              help="Replay a file whose kernel arguments hold live process pointers (HashGrid, Bvh or Volume "
+                   "ids), refused by default: they dangle in a new process.")
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
-           no_verify, timeout):
+           no_verify, timeout, allow_raw_pointers):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
@@ -811,7 +773,10 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
     bytes, with the recorded dtype when the file has a typed signature.
     Exit codes (wrp --help has the table): 0 ok; 1 check mismatch, replay
     failure or I/O error; 2 usage error, bad input, wrong device; 3 invalid,
-    incomplete or incompatible file; 124 --timeout ran out; 130 Ctrl-C.
+    incomplete, incompatible or unsafe file (e.g. stale process pointers);
+    4 the replay crashed (a fatal signal in kernel code or Warp's runtime,
+    contained in a child process: the message names the op); 124 --timeout
+    ran out; 130 Ctrl-C.  Nothing is written on any error.
 
     \b
     Examples:
@@ -825,7 +790,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         # on the way (Warp's messages) goes to stderr.
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
-                                     atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout)
+                                     atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
+                                     allow_raw_pointers=allow_raw_pointers)
     except WrpError as e:
         _report(e, as_json)
         ctx.exit(e.exit_code)

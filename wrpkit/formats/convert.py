@@ -47,17 +47,36 @@ def output_form(path) -> str:
     return FORMATS[ext]
 
 
-def _read_json(path: Path):
+def _read_json(path: Path, meta: Optional[dict] = None):
     from . import jsonform  # noqa: PLC0415
 
     with map_file(path, "JSON capture") as mf:
         text = bytes(mf.buffer)
     try:
-        return jsonform.loads(text)
+        return jsonform.loads(text, meta)
     except WrpError:
         raise
     except (ValueError, UnicodeDecodeError) as e:
         raise WrpFormatError(f"{path} is not valid JSON: {e}") from None
+
+
+def _refuse_edited_extents(prog, known, src) -> None:
+    """Refuse launches an edit of the JSON made run past every array they are given.
+
+    A launch that already did so when the file was exported (listed in
+    ``launch_extents_exceeded``) may be a guarded kernel and stays a lint.
+    """
+    from ..errors import WrpValidationError  # noqa: PLC0415
+    from ..extents import exceeded_launches, exceeded_message  # noqa: PLC0415
+
+    known = set(known)
+    new = [f"{w}: {exceeded_message(op, largest)}" for w, op, largest in exceeded_launches(prog.ops)
+           if w not in known]
+    if new:
+        raise WrpValidationError(
+            new, hint=f"An edit of {src} made these launches run more threads than their arrays hold (they did "
+                      "not when it was exported): an unguarded kernel would read and write past its arrays. "
+                      "Undo the edit, or shrink the launch to the arrays' size.")
 
 
 def _sniff_json(path: Path) -> bool:
@@ -98,7 +117,9 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
     if form != "json":
         include_modules = True
     if _sniff_json(src):
-        prog, modules = _read_json(src)
+        meta: dict = {}
+        prog, modules = _read_json(src, meta)
+        _refuse_edited_extents(prog, meta["launch_extents_exceeded"], src)
         src_form = "json"
         if include_modules and not modules and prog.modules:
             raise WrpError(f"{src} carries no module binaries, so it cannot become a {form} file",

@@ -24,8 +24,12 @@ type or out of its field's range raises :class:`~wrpkit.errors.WrpFormatError`
 naming the JSON path, e.g. ``ops[3].params[1].value_size: expected an integer``.
 Optional keys are only: a region's ``data`` (present exactly when
 ``has_initial_data``), a module's ``binary`` and ``source``, the
-program's ``annotations``, and a launch's ``legacy_args`` and
-``handle_offsets`` (format 3 only; written only when non-empty).
+program's ``annotations``, a launch's ``legacy_args`` and
+``handle_offsets`` (format 3 only; written only when non-empty), and
+``launch_extents_exceeded``: the paths (``"ops[3]"``) of the launches that
+already ran more threads than any of their arrays holds when the file was
+exported (see :mod:`wrpkit.extents`), so that converting the JSON back can
+tell such a launch from one an edit made.
 """
 
 from __future__ import annotations
@@ -182,6 +186,11 @@ def program_to_json(program: m.Program, modules: Optional[Mapping] = None) -> di
     out["ops"] = [_op_out(op) for op in program.ops]
     if program.annotations:
         out["annotations"] = _b64(program.annotations)
+    from ..extents import exceeded_launches  # noqa: PLC0415
+
+    exceeded = [w for w, _, _ in exceeded_launches(program.ops)]
+    if exceeded:
+        out["launch_extents_exceeded"] = exceeded
     return out
 
 
@@ -353,8 +362,11 @@ def _plain_in(d, path: str, table: str, cls):
     return cls(*args)
 
 
-def program_from_json(data) -> tuple:
+def program_from_json(data, meta: Optional[dict] = None) -> tuple:
     """Build a program from JSON data written by :func:`program_to_json`.
+
+    ``meta``, when given, receives ``"launch_extents_exceeded"``: the list
+    the file carries (empty when it has none).
 
     Returns:
         ``(program, modules)``: the :class:`~wrpkit.model.Program` (module
@@ -366,7 +378,11 @@ def program_from_json(data) -> tuple:
             names the JSON path.
     """
     prog_fields = [f for f, _, _ in TABLES["Program"]]
-    _obj(data, "", ["wrpkit_json"] + prog_fields[:-1], optional=("annotations",))
+    _obj(data, "", ["wrpkit_json"] + prog_fields[:-1], optional=("annotations", "launch_extents_exceeded"))
+    exceeded = [_str(v, f"launch_extents_exceeded[{i}]")
+                for i, v in enumerate(_list(data.get("launch_extents_exceeded", []), "launch_extents_exceeded"))]
+    if meta is not None:
+        meta["launch_extents_exceeded"] = exceeded
     if data["wrpkit_json"] != JSON_VERSION or isinstance(data["wrpkit_json"], bool):
         _err("wrpkit_json", f"unsupported version {data['wrpkit_json']!r}; this wrpkit reads {JSON_VERSION}")
     head = {}
@@ -438,8 +454,10 @@ def _no_duplicates(pairs):
     return out
 
 
-def loads(text) -> tuple:
+def loads(text, meta: Optional[dict] = None) -> tuple:
     """Parse JSON text (str or bytes) written by :func:`dumps`; returns ``(program, modules)``.
+
+    ``meta``: see :func:`program_from_json`.
 
     Raises:
         WrpFormatError: Not JSON (with line and column), a duplicate key, or
@@ -454,7 +472,7 @@ def loads(text) -> tuple:
         raise WrpFormatError(f"not valid UTF-8 text ({e.reason})", offset=e.start) from None
     except RecursionError:
         raise WrpFormatError("JSON is nested too deeply") from None
-    return program_from_json(data)
+    return program_from_json(data, meta)
 
 
 __all__ = ["JSON_VERSION", "program_to_json", "program_from_json", "dumps", "loads"]

@@ -119,7 +119,8 @@ def _bytes_of(data, what: str):
     return mv
 
 
-def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool = True) -> Prepared:
+def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool = True,
+            allow_raw_pointers: bool = False, _validated: bool = False) -> Prepared:
     """Decode and validate a capture without loading it into Warp.
 
     Args:
@@ -127,10 +128,18 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         modules: ``{filename: bytes}`` of module files.  Required for the
             bytes of a ``.wrp`` that launches kernels; for a path it replaces
             the files of ``<stem>_modules/``.
+        allow_raw_pointers: Accept kernel arguments that hold live process
+            pointers (HashGrid, Bvh or Volume ids passed as ``uint64``); by
+            default such a file is refused, since its replay in a new process
+            dereferences a dangling pointer.
+        _validated: Internal (:mod:`wrpkit.run.isolate`): ``source`` is a
+            private copy of bytes this process's parent already validated, so
+            the validation rules are not applied again.
 
     Raises:
         WrpFormatError: The bytes are not a valid capture.
-        WrpValidationError: The program breaks a validation rule.
+        WrpValidationError: The program breaks a validation rule, or holds
+            raw process pointers (without ``allow_raw_pointers``).
         WrpModuleError: A module file is missing, empty or altered.
     """
     keep = []
@@ -206,10 +215,14 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
     # wrpkit's own validation, before Warp sees anything.
     from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
 
-    problems = [p for p in validate_program(model) if getattr(p, "severity", "error") == "error"]
+    problems = [] if _validated else [p for p in validate_program(model)
+                                       if getattr(p, "severity", "error") == "error"]
     if problems:
         raise WrpValidationError([str(p) for p in problems],
                                  hint="Run `wrp validate` on the file for the full list.")
+
+    if not allow_raw_pointers and not _validated:
+        refuse_raw_pointers(model)
 
     annotations = ann.read_annotations(model)
     if annotations is not None:
@@ -223,7 +236,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                          "<stem>_modules/ or recapture.")
 
     # Pin the code: every kernel symbol must be defined in its own module object.
-    symbol_problems = check_module_symbols(model, files)
+    symbol_problems = [] if _validated else check_module_symbols(model, files)
     if symbol_problems:
         raise WrpModuleError("; ".join(p.message for p in symbol_problems[:3]),
                              hint="The module files do not belong to this capture or were altered; copy the "
@@ -261,6 +274,24 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             cap.mapped.drop_pages()
     return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules_given, keep,
                     checks)
+
+
+def refuse_raw_pointers(model) -> None:
+    """Refuse a program whose kernel arguments hold live process pointers (see :func:`wrpkit.checks.check.lint_program`).
+
+    Raises:
+        WrpValidationError: One problem per argument, naming the kernel, the
+            argument and the likely object kind.
+    """
+    from ..checks.check import raw_pointer_findings  # noqa: PLC0415
+
+    found = raw_pointer_findings(model)
+    if found:
+        raise WrpValidationError(
+            [f.message for f in found],
+            hint="Its replay in a new process would dereference a dangling pointer. Replay it in the process "
+                 "that captured it, or pass --allow-raw-pointers / allow_raw_pointers=True to run it anyway "
+                 "(contained: a crash ends with exit code 4).")
 
 
 def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature]) -> np.ndarray:
@@ -424,8 +455,17 @@ class Program:
 
         wp.capture_launch(self.graph)
 
-    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1) -> dict:
+    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, isolate: bool = False,
+            timeout: Optional[float] = None) -> dict:
         """Set inputs, replay ``repeat`` times, and read every binding back.
+
+        With ``isolate=True`` the replays run in a child process that starts
+        from this program's current bindings; its results are written back
+        here.  A fatal signal in kernel code or in Warp's runtime then raises
+        :class:`~wrpkit.errors.WrpCrashError` (a ``WrpRuntimeError``) naming
+        the op that crashed, instead of ending this process; ``timeout``
+        (seconds) bounds the child.  It costs a process start and a load per
+        call (see the README's benchmarks).
 
         Args:
             inputs: ``{name: array}`` (numpy arrays, ``wp.array`` or
@@ -440,10 +480,14 @@ class Program:
 
         Raises:
             WrpBindingError: An unknown name, a size or dtype mismatch.
-            WrpRuntimeError: Warp failed to replay.
+            WrpRuntimeError: Warp failed to replay (:class:`~wrpkit.errors.WrpCrashError`
+                when an isolated replay crashed).
+            WrpTimeoutError: An isolated replay ran past ``timeout``.
         """
         import warp as wp  # noqa: PLC0415
 
+        if isolate:
+            return self._run_isolated(inputs, repeat, timeout)
         if inputs:
             if not isinstance(inputs, Mapping):
                 raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
@@ -462,6 +506,29 @@ class Program:
             raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
         if not self._is_cpu:
             wp.synchronize_device(self.device)
+        return {name: self.get(name) for name in self._slots}
+
+    def _run_isolated(self, inputs, repeat, timeout) -> dict:
+        from .isolate import replay_in_child  # noqa: PLC0415
+
+        state = {name: self._read_raw(slot) for name, slot in self._slots.items()}
+        if inputs:
+            if not isinstance(inputs, Mapping):
+                raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
+                                      f"{type(inputs).__name__}")
+            for n, v in inputs.items():
+                slot = self._slot(n)
+                arr = self._as_input(n, v)
+                if arr.nbytes == slot.size:
+                    state[n] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+                else:  # a view binding: write through the signature
+                    ann.view_region(state[n], slot.sig)[...] = arr
+        repeat = int(repeat)
+        if repeat < 0:
+            raise WrpError(f"repeat must be >= 0, got {repeat}")
+        run = replay_in_child(self._prepared, str(self.device), state, repeat, timeout=timeout, raw=True)
+        for name, slot in self._slots.items():
+            self._write(slot, run.results[name])
         return {name: self.get(name) for name in self._slots}
 
     # -- bindings ---------------------------------------------------------------
@@ -633,6 +700,7 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
             except WrpError:
                 graph = None  # never hand out a graph whose data failed its checksum
                 raise
+            prep.deferred = []  # verified
     return Program(prep, graph, dev)
 
 
@@ -650,7 +718,128 @@ def _load_via_dir(prep: Prepared, binaries: dict, dev):  # pragma: no cover
         return wp.capture_load(os.fspath(p), device=dev)
 
 
-def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None) -> Program:
+class IsolatedProgram:
+    """A validated capture that replays in a child process on every :meth:`run` (see ``load(isolate=True)``).
+
+    Nothing of Warp runs in this process.  The bindings persist between runs
+    (each run starts from the previous run's results), as in a
+    :class:`Program`; other memory of the graph starts from the file's data.
+
+    Attributes:
+        model: The decoded program.
+        device: The device string.
+        path: The source file, or None.
+        annotations: wrpkit's annotations, or None.
+    """
+
+    def __init__(self, prepared: Prepared, device: str):
+        self.model = prepared.model
+        self.device = device
+        self.path = prepared.path
+        self.annotations = prepared.annotations
+        self._prepared = prepared
+        self._sig = dict(prepared.signature)
+        self._sizes = dict(prepared.sizes)
+        self._state = {}  # {name: uint8 bytes of the binding}; absent: the file's initial data
+
+    signature = Program.signature
+    bindings = Program.bindings
+    inputs = Program.inputs
+    outputs = Program.outputs
+    warp_version = Program.warp_version
+
+    def __repr__(self) -> str:
+        src = f" {self.path}" if self.path else ""
+        return f"<wrpkit.run.runtime.IsolatedProgram{src} on {self.device} bindings={list(self._sizes)}>"
+
+    def _check(self, name):
+        if name not in self._sizes:
+            raise unknown_binding(name, self._sizes)
+
+    def set(self, name: str, value) -> None:
+        """Set one binding for the next run (same rules as ``run``'s inputs)."""
+        self._check(name)
+        size, sig = self._sizes[name], self._sig.get(name)
+        arr = coerce_input(name, value, size, sig)
+        if arr.nbytes == size:
+            self._state[name] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()
+        else:
+            raw = self._state.get(name)
+            if raw is None:
+                raw = self._initial(name)
+            ann.view_region(raw, sig)[...] = arr
+            self._state[name] = raw
+
+    def _initial(self, name) -> np.ndarray:
+        rid = next(b.region_id for b in self.model.bindings if b.name == name)
+        region = self.model.region_map()[rid]
+        data = getattr(region, "data", None)
+        if data is not None and len(memoryview(data)) == region.size:
+            return np.frombuffer(bytes(memoryview(data)), dtype=np.uint8).copy()
+        return np.zeros(region.size, dtype=np.uint8)
+
+    def get(self, name: str) -> np.ndarray:
+        """A copy of one binding after the last run, typed per its signature."""
+        self._check(name)
+        raw = self._state.get(name)
+        if raw is None:
+            raw = self._initial(name)
+        sig = self._sig.get(name)
+        return raw.copy() if sig is None else np.array(ann.view_region(raw, sig), copy=True)
+
+    numpy = get
+
+    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, isolate: bool = True,
+            timeout: Optional[float] = None) -> dict:
+        """Set inputs, replay ``repeat`` times in a child process, and read every binding back.
+
+        Args:
+            inputs: As for :meth:`Program.run`.
+            repeat: Number of replays.
+            isolate: Must be True (an isolated program has no graph in this process).
+            timeout: Seconds for the child (None: no limit).
+
+        Raises:
+            WrpBindingError: An unknown name, a size or dtype mismatch.
+            WrpCrashError: The replay died of a fatal signal; nothing changed here.
+            WrpTimeoutError: ``timeout`` ran out.
+            WrpRuntimeError: Warp failed to load or replay it.
+        """
+        from .isolate import replay_in_child  # noqa: PLC0415
+
+        if not isolate:
+            raise WrpError("this program was loaded with isolate=True; load it again without to run in-process")
+        if inputs:
+            if not isinstance(inputs, Mapping):
+                raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
+                                      f"{type(inputs).__name__}")
+            before = dict(self._state)
+            try:
+                for n, v in inputs.items():
+                    self.set(n, v)
+            except WrpError:
+                self._state = before
+                raise
+        repeat = int(repeat)
+        if repeat < 0:
+            raise WrpError(f"repeat must be >= 0, got {repeat}")
+        run = replay_in_child(self._prepared, self.device, self._state, repeat, timeout=timeout, raw=True)
+        self._state = {n: np.ascontiguousarray(a).reshape(-1).view(np.uint8) for n, a in run.results.items()}
+        return {name: self.get(name) for name in self._sizes}
+
+    def close(self) -> None:
+        """Release the source mapping."""
+        for k in self._prepared._keep:
+            close = getattr(k, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isolate: bool = False,
+         allow_raw_pointers: bool = False):
     """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`Program`.
 
     Checks, in order: the container decodes and validates with wrpkit's codec;
@@ -664,20 +853,33 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None) -> Prog
         modules: ``{filename: bytes}`` of module files (needed for the bytes
             of a ``.wrp`` that launches kernels; replaces ``<stem>_modules/``
             for a path).
+        isolate: Return an :class:`IsolatedProgram`, which validates here
+            and replays in a child process on every run: a crash in kernel
+            code or in Warp's runtime raises :class:`~wrpkit.errors.WrpCrashError`
+            (a ``WrpRuntimeError``) instead of ending the caller.  Costs a
+            process start and a load per run.
+        allow_raw_pointers: Accept kernel arguments holding live process
+            pointers (refused by default: see :func:`prepare`).
 
     Raises:
-        WrpFormatError, WrpValidationError: The file is invalid.
+        WrpFormatError, WrpValidationError: The file is invalid, or holds raw
+            process pointers.
         WrpModuleError: A module file is missing, empty or altered.
         WrpDeviceError: Wrong device family, or the device is unavailable.
         WrpVersionError: Recorded with another Warp version (recapture needed).
         WrpRuntimeError: Warp failed to load it.
     """
-    prep = prepare(path_or_bytes, modules)
+    prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers)
+    if isolate:
+        check_runnable(prep.model, device, what=str(prep.path) if prep.path is not None else "the capture")
+        if prep.kind == "wrp" and prep.path is None:
+            prep.wrp_bytes = bytes(memoryview(prep.wrp_bytes).cast("B"))  # the caller's buffer may change
+        return IsolatedProgram(prep, str(device))
     prog = load_prepared(prep, device)
     if prep.kind == "wrpk":
         prep.wrp_bytes = None  # Warp copied what it needs; the rebuilt image is no longer used
     return prog
 
 
-__all__ = ["load", "prepare", "load_prepared", "Program", "Prepared", "check_runnable", "device_family",
+__all__ = ["load", "prepare", "load_prepared", "Program", "IsolatedProgram", "Prepared", "refuse_raw_pointers", "check_runnable", "device_family",
            "coerce_input", "unknown_binding", "resolve_device"]

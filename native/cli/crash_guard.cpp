@@ -1,0 +1,113 @@
+// crash_guard.cpp -- see crash_guard.h.
+#include "crash_guard.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "cli_error.h"
+#include "json_writer.h"
+
+namespace wrpcli {
+
+namespace {
+
+const int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+const char* const kNames[] = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"};
+
+// Prepared before the replay: "<prefix>" + signal name + "<suffix>".
+char g_err_prefix[64];
+char g_err_suffix[2048];
+char g_json_prefix[64];
+char g_json_suffix[2560];
+size_t g_err_suffix_len = 0, g_json_suffix_len = 0;
+int g_fd = 2;
+bool g_json = false;
+bool g_armed = false;
+struct sigaction g_old[5];
+char g_altstack[64 * 1024];
+
+void put(int fd, const char* s, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, s, n);
+        if (w <= 0)
+            return;
+        s += w;
+        n -= static_cast<size_t>(w);
+    }
+}
+
+extern "C" void on_crash(int sig)
+{
+    const char* name = "a fatal signal";
+    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
+        if (kSignals[i] == sig)
+            name = kNames[i];
+    put(g_fd, g_err_prefix, std::strlen(g_err_prefix));
+    put(g_fd, name, std::strlen(name));
+    put(g_fd, g_err_suffix, g_err_suffix_len);
+    if (g_json) {
+        put(1, g_json_prefix, std::strlen(g_json_prefix));
+        put(1, name, std::strlen(name));
+        put(1, g_json_suffix, g_json_suffix_len);
+    }
+    _exit(kExitCrash);
+}
+
+void copy(char* dst, size_t cap, size_t* len, const std::string& s)
+{
+    size_t n = s.size() < cap - 1 ? s.size() : cap - 1;
+    std::memcpy(dst, s.data(), n);
+    dst[n] = '\0';
+    if (len)
+        *len = n;
+}
+
+}  // namespace
+
+void arm_crash_guard(const std::string& stage, const std::string& context, bool json)
+{
+    const std::string what = " " + stage + "; nothing was written." + (context.empty() ? "" : " " + context);
+    copy(g_err_prefix, sizeof(g_err_prefix), nullptr, "wrp-replay: error: the replay crashed with ");
+    copy(g_err_suffix, sizeof(g_err_suffix), &g_err_suffix_len, what + "\n");
+    // {"error": "the replay crashed with SIG...", "exit_code": 4}: the name needs no escaping.
+    std::string quoted = json_string(what);  // "..." with the escapes
+    copy(g_json_prefix, sizeof(g_json_prefix), nullptr, "{\"error\": \"the replay crashed with ");
+    copy(g_json_suffix, sizeof(g_json_suffix), &g_json_suffix_len,
+         quoted.substr(1) + ", \"exit_code\": " + std::to_string(kExitCrash) + "}\n");
+    g_json = json;
+    // While Warp runs, fd 2 may point at the library's stderr capture: keep our own copy.
+    if (g_fd == 2) {
+        int fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+        g_fd = fd >= 0 ? fd : 2;
+    }
+    stack_t ss;
+    std::memset(&ss, 0, sizeof(ss));
+    ss.ss_sp = g_altstack;
+    ss.ss_size = sizeof(g_altstack);
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_crash;
+    sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
+        sigaction(kSignals[i], &sa, g_armed ? nullptr : &g_old[i]);
+    g_armed = true;
+}
+
+void disarm_crash_guard()
+{
+    if (!g_armed)
+        return;
+    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
+        sigaction(kSignals[i], &g_old[i], nullptr);
+    g_armed = false;
+}
+
+}  // namespace wrpcli

@@ -1,0 +1,374 @@
+"""A replay never takes its caller down: crash containment, stale pointers, launch extents.
+
+Every capture is made here with stock Warp (or wrpkit), then damaged the way a
+user would: a HashGrid id passed as uint64, a launch edited through the
+``.json`` form to run past its arrays, flipped bits in a kernel's machine code.
+Every replay route (``wrp replay`` with both engines, ``wrp-replay``,
+``Program.run(isolate=True)`` and ``wrpkit.load(..., isolate=True)``) must end
+with its documented exit code or exception and message, and write nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import warp as wp
+import wrpkit
+from test_check import _stock_grid_capture, run_check
+from wrpkit.checks.elf import symbol_bytes
+from wrpkit.cli import main
+from wrpkit.cli.replay import find_native
+from wrpkit.errors import EXIT_CRASH, WrpCrashError, WrpRuntimeError, WrpValidationError
+from wrpkit.formats import jsonform, wrp1
+
+wp.config.log_level = wp.LOG_WARNING
+wp.init()
+WARP_BIN = str(Path(wp.__file__).parent / "bin")
+N = 256
+
+
+@wp.kernel
+def k_axpy(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32), out: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    out[i] = 2.0 * a[i] + b[i]
+
+
+@wp.kernel
+def k_query_grid(grid: wp.uint64, pts: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    q = wp.hash_grid_query(grid, pts[i], 0.5)
+    n = int(0)
+    for _j in q:
+        n += 1
+    out[i] = n
+
+
+def wrp(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def native_exe():
+    try:
+        return find_native()
+    except wrpkit.WrpError:
+        pytest.skip("wrp-replay is not built")
+
+
+def wrp_replay(*args):
+    return subprocess.run([str(native_exe()), *map(str, args), "--warp-lib-dir", WARP_BIN], capture_output=True,
+                          text=True, errors="replace", timeout=300)
+
+
+def _arrays():
+    a = wp.array(np.arange(N, dtype=np.float32), device="cpu")
+    b = wp.array(np.ones(N, dtype=np.float32), device="cpu")
+    out = wp.zeros(N, dtype=wp.float32, device="cpu")
+    return a, b, out
+
+
+@pytest.fixture(scope="module")
+def axpy(tmp_path_factory) -> Path:
+    """A wrpkit capture (with module digests and kernel signatures) of one launch over 256-element arrays."""
+    d = tmp_path_factory.mktemp("axpy")
+    a, b, out = _arrays()
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_axpy, dim=N, inputs=[a, b, out], device="cpu")
+    return rec.save(d / "axpy.wrp", inputs={"a": a, "b": b}, outputs={"out": out})
+
+
+def _edited_json(src: Path, dst: Path, threads: int, declare: bool = False) -> Path:
+    """Export ``src`` to JSON and edit its first launch to run ``threads`` threads, as a user would."""
+    r = wrp("convert", src, dst)
+    assert r.exit_code == 0, r.output
+    data = json.loads(dst.read_text())
+    op = data["ops"][0]
+    assert op["op"] == "KERNEL_LAUNCH" and op["size"] == N
+    op["shape"] = [threads, 0, 0, 0] if isinstance(op["shape"], list) else op["shape"]
+    op["size"] = op["dim"] = threads
+    if declare:
+        data["launch_extents_exceeded"] = ["ops[0]"]
+    dst.write_text(json.dumps(data))
+    return dst
+
+
+def _as_wrp(edited_json: Path, dst: Path) -> Path:
+    """The edited JSON as a .wrp, through the library (``wrp convert`` refuses the edit)."""
+    prog, modules = jsonform.loads(edited_json.read_bytes())
+    dst.write_bytes(wrp1.encode_wrp1(prog))
+    mdir = dst.with_name(dst.stem + "_modules")
+    mdir.mkdir()
+    for name, data in modules.items():
+        (mdir / name).write_bytes(data)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def huge_launch(axpy, tmp_path_factory) -> Path:
+    """The axpy capture with its launch edited through .json to 2^22 threads."""
+    d = tmp_path_factory.mktemp("huge")
+    return _as_wrp(_edited_json(axpy, d / "edit.json", 1 << 22), d / "huge.wrp")
+
+
+@pytest.fixture(scope="module")
+def corrupt_code(tmp_path_factory) -> Path:
+    """A stock-saved capture (no digests) whose kernel's first instruction has flipped bits."""
+    d = tmp_path_factory.mktemp("corrupt")
+    a, b, out = _arrays()
+    wp.launch(k_axpy, dim=N, inputs=[a, b, out], device="cpu")  # compile outside the capture
+    wp.capture_begin("cpu", apic=True)
+    wp.launch(k_axpy, dim=N, inputs=[a, b, out], device="cpu")
+    g = wp.capture_end()
+    path = d / "corrupt.wrp"
+    wp.capture_save(g, str(path), inputs={"a": a, "b": b}, outputs={"out": out})
+    prog = wrpkit.open_capture(path).program
+    kernel = prog.kernels[0]
+    mod = next(m for m in prog.modules if m.module_hash == kernel.module_hash)
+    obj = path.with_name("corrupt_modules") / mod.binary_filename
+    data = bytearray(obj.read_bytes())
+    at, size = symbol_bytes(data, kernel.forward_name, obj.name)
+    assert size >= 4
+    # Flip the bits that make the function's first instruction an illegal one
+    # (x86-64 ud2 = 0f 0b; AArch64 udf #0 = 00 00 00 00).
+    want = b"\x0f\x0b" if os.uname().machine in ("x86_64", "AMD64") else b"\x00\x00\x00\x00"
+    for i, byte in enumerate(want):
+        data[at + i] ^= data[at + i] ^ byte
+    obj.write_bytes(bytes(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def grid_capture(tmp_path_factory) -> Path:
+    """A stock capture whose kernel queries a HashGrid through its uint64 id (a stale pointer in any other process)."""
+    d = tmp_path_factory.mktemp("grid")
+    rng = np.random.default_rng(5)
+    pts = wp.array(rng.random((64, 3)).astype(np.float32), dtype=wp.vec3, device="cpu")
+    out = wp.zeros(64, dtype=wp.int32, device="cpu")
+    grid = wp.HashGrid(4, 4, 4, device="cpu")
+    grid.build(pts, 0.5)
+    wp.launch(k_query_grid, dim=64, inputs=[grid.id, pts, out], device="cpu")
+    wp.capture_begin("cpu", apic=True)
+    wp.launch(k_query_grid, dim=64, inputs=[grid.id, pts, out], device="cpu")
+    g = wp.capture_end()
+    path = d / "grid.wrp"
+    wp.capture_save(g, str(path), inputs={"pts": pts}, outputs={"out": out})
+    return path
+
+
+def _no_outputs(d: Path, before: set):
+    assert set(os.listdir(d)) == before, "an error wrote a file"
+
+
+def _every_cli_engine_contains(path, tmp_path, kernel: str, verified: bool, *extra):
+    """``wrp replay`` with both engines ends with exit 4 and the crash message, and writes no output."""
+    for engine in ("python", "native"):
+        if engine == "native":
+            native_exe()
+        r = wrp("replay", path, "--engine", engine, "--output", tmp_path / "out.npz", *extra)
+        assert r.exit_code == EXIT_CRASH, r.output
+        _assert_crash_message(r.stderr, kernel, verified)
+
+
+def _assert_crash_message(text: str, kernel: str, verified: bool):
+    assert "the replay crashed with SIG" in text and "nothing was written" in text, text
+    assert "op 0 (KERNEL_LAUNCH" in text and repr(kernel) in text, text
+    if verified:
+        assert "was verified before it ran" in text, text
+    else:
+        assert "cannot be caught before it runs" in text and "wrp convert FILE out.wrpk" in text, text
+
+
+# ---------------------------------------------------------------------------
+# Stale process pointers
+# ---------------------------------------------------------------------------
+
+
+def test_hashgrid_id_is_refused_by_every_route(tmp_path):
+    g, out, _grid = _stock_grid_capture()
+    path = tmp_path / "grid.wrp"
+    wp.capture_save(g, str(path), outputs={"out": out})
+    before = set(os.listdir(tmp_path))
+    code, data = run_check(path)
+    assert code == 1 and not data["loadable"]
+    assert [f for f in data["findings"] if f["check"] == "lint-pointer" and f["status"] == "fail"]
+    for engine in ("python", "native"):
+        if engine == "native":
+            native_exe()
+        r = wrp("replay", path, "--engine", engine, "--output", tmp_path / "o.npz")
+        assert r.exit_code == 3, r.output
+        assert "k_uses_grid_id" in r.stderr and "argument 1" in r.stderr and "HashGrid" in r.stderr
+        assert "--allow-raw-pointers" in r.stderr
+    res = wrp_replay(path, "--output", f"out={tmp_path / 'o.npy'}")
+    assert res.returncode == 3 and "k_uses_grid_id" in res.stderr and "HashGrid" in res.stderr, res.stderr
+    with pytest.raises(WrpValidationError, match="k_uses_grid_id.*argument 1.*HashGrid"):
+        wrpkit.load(path)
+    with pytest.raises(WrpValidationError):
+        wrpkit.load(path, isolate=True)
+    _no_outputs(tmp_path, before)
+    # Allowed on request: this kernel never dereferences the id, so it replays.
+    prog = wrpkit.load(path, allow_raw_pointers=True)
+    np.testing.assert_array_equal(prog.run()["out"].view(np.float32), np.arange(4, dtype=np.float32))
+    assert wrp("replay", path, "--allow-raw-pointers").exit_code == 0
+    assert wrp_replay(path, "--allow-raw-pointers").returncode == 0
+
+
+@pytest.mark.parametrize("address", [0x356CCB80, 0x55D15E5EF6C0, 0x7F3A2C001000])
+def test_python_and_native_refuse_the_same_pointers(tmp_path, address):
+    # Heap addresses of a non-PIE interpreter lie low, of a PIE one near 2^46: both sides must agree.
+    g, out, _grid = _stock_grid_capture()
+    src = tmp_path / "src.wrp"
+    wp.capture_save(g, str(src), outputs={"out": out})
+    prog = wrp1.decode_wrp1(src.read_bytes())
+    launch = prog.ops[0]
+    p = launch.params[0]
+    data = bytearray(launch.value_data)
+    data[p.value_offset:p.value_offset + 8] = address.to_bytes(8, "little")
+    launch.value_data = bytes(data)
+    path = tmp_path / "grid.wrp"
+    path.write_bytes(wrp1.encode_wrp1(prog))
+    shutil.copytree(tmp_path / "src_modules", tmp_path / "grid_modules")
+    with pytest.raises(WrpValidationError, match=f"{address:#x}"):
+        wrpkit.load(path)
+    res = wrp_replay(path)
+    assert res.returncode == 3 and f"{address:#x}" in res.stderr, res.stderr
+
+
+def test_hashgrid_query_with_raw_pointers_allowed_is_contained(grid_capture, tmp_path):
+    before = set(os.listdir(tmp_path))
+    _every_cli_engine_contains(grid_capture, tmp_path, "k_query_grid", False, "--allow-raw-pointers")
+    res = wrp_replay(grid_capture, "--allow-raw-pointers", "--output", f"out={tmp_path / 'o.npy'}")
+    assert res.returncode == EXIT_CRASH and "the replay crashed with SIGSEGV" in res.stderr, res.stderr
+    prog = wrpkit.load(grid_capture, allow_raw_pointers=True, isolate=True)
+    with pytest.raises(WrpCrashError) as e:
+        prog.run()
+    assert isinstance(e.value, WrpRuntimeError) and e.value.op_index == 0 and e.value.kernel == "k_query_grid"
+    assert e.value.digest_verified is False
+    _no_outputs(tmp_path, before)
+
+
+# ---------------------------------------------------------------------------
+# Launch extents
+# ---------------------------------------------------------------------------
+
+
+def test_launch_edited_to_300_threads_is_a_lint_and_refused_by_convert(axpy, tmp_path):
+    edited = _edited_json(axpy, tmp_path / "edit.json", 300)
+    before = set(os.listdir(tmp_path))
+    r = wrp("convert", edited, tmp_path / "back.wrp")
+    assert r.exit_code == 3, r.output
+    assert "ops[0]" in r.stderr and "300 threads" in r.stderr and "256 elements" in r.stderr
+    _no_outputs(tmp_path, before)
+    # Declared as known in the JSON (as an export of such a file says), it converts; then it is a lint.
+    declared = _edited_json(axpy, tmp_path / "declared.json", 300, declare=True)
+    assert wrp("convert", declared, tmp_path / "back.wrp").exit_code == 0
+    v = wrp("validate", tmp_path / "back.wrp")
+    assert v.exit_code == 0 and "300 threads" in v.output, v.output
+    code, data = run_check(tmp_path / "back.wrp")
+    lint = [f for f in data["findings"] if f["check"] == "lint-extent"]
+    assert code == 0 and lint and lint[0]["status"] == "warn" and "256 elements" in lint[0]["message"]
+    # The export of that file lists the launch, so a round trip through JSON is accepted.
+    assert wrp("convert", tmp_path / "back.wrp", tmp_path / "again.json").exit_code == 0
+    assert json.loads((tmp_path / "again.json").read_text())["launch_extents_exceeded"] == ["ops[0]"]
+    assert wrp("convert", tmp_path / "again.json", tmp_path / "again.wrp").exit_code == 0
+
+
+def test_unedited_launch_has_no_extent_lint(axpy):
+    code, data = run_check(axpy)
+    assert code == 0 and not [f for f in data["findings"] if f["check"] == "lint-extent"]
+
+
+def test_launch_edited_to_2_pow_22_threads_is_contained_everywhere(huge_launch, tmp_path):
+    before = set(os.listdir(tmp_path))
+    _every_cli_engine_contains(huge_launch, tmp_path, "k_axpy", True)
+    r = wrp("replay", huge_launch, "--output", tmp_path / "out.npz", "--json")
+    assert r.exit_code == EXIT_CRASH and "the replay crashed" in r.stderr
+    res = wrp_replay(huge_launch, "--output", f"out={tmp_path / 'o.npy'}", "--json")
+    assert res.returncode == EXIT_CRASH, res.stderr
+    line = json.loads(res.stdout)
+    assert line["exit_code"] == EXIT_CRASH and line["error"].startswith("the replay crashed with SIG")
+    assert "was verified before it ran" in line["error"] or "Every module's SHA-256 was verified" in line["error"]
+    prog = wrpkit.load(huge_launch, isolate=True)
+    with pytest.raises(WrpCrashError) as e:
+        prog.run({"a": np.zeros(N, np.float32)})
+    assert (e.value.op_index, e.value.op_kind, e.value.kernel) == (0, "KERNEL_LAUNCH", "k_axpy")
+    assert e.value.digest_verified is True and e.value.exit_code == EXIT_CRASH
+    inproc = wrpkit.load(huge_launch)
+    with pytest.raises(WrpCrashError):
+        inproc.run(isolate=True)
+    _no_outputs(tmp_path, before)
+
+
+# ---------------------------------------------------------------------------
+# Corrupt kernel code in a file without digests
+# ---------------------------------------------------------------------------
+
+
+def test_flipped_bits_in_kernel_code_are_contained_everywhere(corrupt_code, tmp_path):
+    v = wrp("validate", corrupt_code)
+    assert v.exit_code == 0  # nothing in the records can tell: it must be contained
+    before = set(os.listdir(tmp_path))
+    _every_cli_engine_contains(corrupt_code, tmp_path, "k_axpy", False)
+    res = wrp_replay(corrupt_code, "--output", f"out={tmp_path / 'o.npy'}")
+    assert res.returncode == EXIT_CRASH and "cannot be caught before it runs" in res.stderr, res.stderr
+    with pytest.raises(WrpCrashError) as e:
+        wrpkit.load(corrupt_code, isolate=True).run()
+    assert e.value.kernel == "k_axpy" and e.value.digest_verified is False
+    assert e.value.module and e.value.module.endswith(".o") and e.value.module in str(e.value)
+    _no_outputs(tmp_path, before)
+
+
+def test_isolated_run_matches_in_process(axpy):
+    x = np.linspace(0, 1, N, dtype=np.float32)
+    want = wrpkit.load(axpy).run({"a": x})
+    iso = wrpkit.load(axpy, isolate=True)
+    got = iso.run({"a": x})
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    np.testing.assert_allclose(got["out"], 2 * x + 1)
+    prog = wrpkit.load(axpy)
+    prog.set("a", x)
+    np.testing.assert_array_equal(prog.run(isolate=True)["out"], want["out"])
+    np.testing.assert_array_equal(prog.numpy("out"), want["out"])  # written back into the graph
+
+
+# ---------------------------------------------------------------------------
+# Backward symbols: required only where a backward launch uses them
+# ---------------------------------------------------------------------------
+
+
+def test_unused_missing_backward_symbol_is_a_warning_and_replays(axpy, tmp_path):
+    """Warp's test_load_missing_cpu_backward_symbol: a same-length, well-formed name not in the module."""
+    src = axpy.read_bytes()
+    prog = wrpkit.open_capture(axpy).program
+    name = prog.kernels[0].backward_name.encode()
+    assert name and src.count(name) == 1
+    path = tmp_path / "nobwd.wrp"
+    path.write_bytes(src.replace(name, b"x" * len(name)))
+    shutil.copytree(axpy.with_name("axpy_modules"), tmp_path / "nobwd_modules")
+    v = wrp("validate", path)
+    assert v.exit_code == 0 and "never looked up" in " ".join(v.output.split()), v.output
+    x = np.arange(N, dtype=np.float32)
+    np.testing.assert_allclose(wrpkit.load(path).run({"a": x})["out"], 2 * x + 1)
+    assert wrp("replay", path).exit_code == 0
+    assert wrp("replay", path, "--engine", "native").exit_code == 0
+    assert wrp_replay(path).returncode == 0
+    # A malformed unused name is a warning too.
+    bad = tmp_path / "badbwd.wrp"
+    bad.write_bytes(src.replace(name, b"-" * len(name)))
+    shutil.copytree(axpy.with_name("axpy_modules"), tmp_path / "badbwd_modules")
+    v = wrp("validate", bad)
+    assert v.exit_code == 0 and "not a C identifier" in " ".join(v.output.split())
+    assert wrp_replay(bad).returncode == 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))

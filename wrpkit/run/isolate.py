@@ -1,0 +1,423 @@
+"""Replay in a child process, so that a crash never takes the caller down.
+
+A file can pass every record check and still crash the process that replays
+it: it runs machine code on data (a stale HashGrid pointer, a launch past its
+arrays, flipped bits in a kernel's code).  :func:`replay_in_child` loads and
+replays a prepared capture in a fresh ``python -m wrpkit.run.isolate``
+process: the child loads a private copy of the bytes this process validated
+(without validating them again), and inputs and results pass through ``.npz``
+files in the same private temporary directory.  When the child dies of a fatal signal (SIGSEGV, SIGBUS,
+SIGILL, SIGFPE, SIGABRT), the parent raises :class:`~wrpkit.errors.WrpCrashError`
+(exit code :data:`~wrpkit.errors.EXIT_CRASH`) and has written nothing.
+
+Warp runs the whole graph in one native call (``capture_launch``), so the op
+that crashed cannot be seen from outside.  :func:`replay_in_child` finds it by
+experiment: it replays prefixes of the top-level op list in further children
+(a bisection, ``log2(ops)`` children) and names the first op whose prefix
+crashes, with its kind, kernel, module, and whether the module's SHA-256 was
+verified before it ran.  When the budget for that search runs out, or no
+prefix reproduces the crash, the message says so.
+
+Cost: one child process per call (Python start, ``import warp``, load); see
+the README's benchmark table.  The in-process path (:meth:`Program.run`)
+is unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..errors import (
+    TIMEOUT_HINT,
+    WrpCrashError,
+    WrpError,
+    WrpRuntimeError,
+    WrpTimeoutError,
+    timeout_message,
+)
+
+#: The fatal signals a contained replay turns into :class:`WrpCrashError`.
+CRASH_SIGNALS = {getattr(signal, n): n for n in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+                 if hasattr(signal, n)}
+
+#: Seconds the search for the crashing op may take (bounded further by a --timeout).
+IDENTIFY_BUDGET_S = 120.0
+
+
+@dataclass
+class ChildRun:
+    """What a child replay returned.
+
+    Attributes:
+        results: ``{binding: np.ndarray}`` read back after the last replay.
+        host_ms: Host wall time of each timed replay, in ms.
+        device_ms: CUDA event time of each timed replay, or None on CPU.
+    """
+
+    results: dict
+    host_ms: list
+    device_ms: Optional[list]
+
+
+class _ChildCrashed(Exception):
+    def __init__(self, signum: int, stage: str, stderr: str):
+        super().__init__(signum)
+        self.signum, self.stage, self.stderr = signum, stage, stderr
+
+
+def _signal_name(signum: int) -> str:
+    return CRASH_SIGNALS.get(signum) or (signal.Signals(signum).name if signum in signal.Signals.__members__.values()
+                                         else f"signal {signum}")
+
+
+# ---------------------------------------------------------------------------
+# Parent side
+# ---------------------------------------------------------------------------
+
+
+def _write_source(prep, d: Path) -> tuple:
+    """``(source path, modules dir)`` the child loads: a private copy of the bytes this process validated.
+
+    The child loads that copy without validating it again (most of a load's
+    cost for a large graph), and a file changed after validation never runs.
+    """
+    from ..formats import wrp1  # noqa: PLC0415
+
+    data = prep.wrp_bytes if prep.wrp_bytes is not None else wrp1.build_image(prep.model)[0]
+    src = d / "capture.wrp"
+    src.write_bytes(memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data)
+    mdir = d / "capture_modules"
+    mdir.mkdir()
+    for name, blob in prep.modules.items():
+        (mdir / Path(name).name).write_bytes(bytes(memoryview(blob)))
+    return os.fspath(src), os.fspath(mdir)
+
+
+def verify_deferred(prep) -> None:
+    """Verify the region checksums of a ``.wrpk`` that :func:`~wrpkit.run.runtime.prepare` deferred.
+
+    In-process, they are verified while Warp loads; the child loads a copy it
+    does not verify again, so they are verified here first.
+
+    Raises:
+        WrpIntegrityError: A region's data does not match its SHA-256.
+    """
+    if prep.deferred:
+        from ..formats.wrpk import BackgroundVerification  # noqa: PLC0415
+
+        BackgroundVerification(prep.deferred).wait()
+        prep.deferred = []
+
+
+def _run_child(d: Path, job: dict, inputs: Mapping, timeout: Optional[float]) -> ChildRun:
+    """Run one child on ``job``; raise what it raised, :class:`_ChildCrashed` or :class:`WrpTimeoutError`."""
+    for name in ("result.npz", "result.json", "error.json", "stage"):
+        (d / name).unlink(missing_ok=True)
+    (d / "job.json").write_text(json.dumps(job))
+    np.savez(d / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
+    env = dict(os.environ)
+    env.pop("PYTHONFAULTHANDLER", None)  # the parent reports the crash; no traceback dump in the child
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
+                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    try:
+        proc = subprocess.run([sys.executable, "-m", "wrpkit.run.isolate", os.fspath(d)], capture_output=True,
+                              text=True, errors="replace", env=env, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise WrpTimeoutError(timeout_message(job["timeout_total"] or timeout), hint=TIMEOUT_HINT) from None
+    except OSError as e:
+        raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
+    stage = (d / "stage").read_text() if (d / "stage").is_file() else "starting"
+    if proc.returncode < 0:
+        raise _ChildCrashed(-proc.returncode, stage, proc.stderr)
+    if (d / "error.json").is_file():
+        raise _error_from(json.loads((d / "error.json").read_text()))
+    if proc.returncode != 0 or not (d / "result.json").is_file():
+        tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
+        raise WrpRuntimeError(f"the replay process ended with exit code {proc.returncode} and no result: {tail}",
+                              hint="Warp's own diagnostic, if any, is quoted above.")
+    info = json.loads((d / "result.json").read_text())
+    results = {}
+    if job["read_back"]:
+        with np.load(d / "result.npz", allow_pickle=False) as z:
+            results = {k: z[k] for k in z.files}
+    return ChildRun(results, info["host_ms"], info["device_ms"])
+
+
+def _error_from(info: dict) -> WrpError:
+    from .. import errors  # noqa: PLC0415
+
+    cls = getattr(errors, info.get("class", ""), None)
+    if not (isinstance(cls, type) and issubclass(cls, WrpError)):
+        cls = WrpRuntimeError
+    if issubclass(cls, errors.WrpValidationError):
+        return cls(info.get("problems") or [info["message"]], hint=info.get("hint"))
+    err = WrpError.__new__(cls)
+    WrpError.__init__(err, info["message"], info.get("hint"))
+    err.field = err.offset = None  # the message already names them (WrpFormatError)
+    return err
+
+
+def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int = 1, warmup: int = 0, *,
+                    verify_checksums: bool = True, timeout: Optional[float] = None, read_back: bool = True,
+                    identify: bool = True, raw: bool = False, timeout_total: Optional[float] = None) -> ChildRun:
+    """Load and replay a prepared capture in a child process.
+
+    Args:
+        prep: A :class:`wrpkit.run.runtime.Prepared` (validated; its source
+            file, or its bytes and modules, are handed to the child).
+        device: The device string.
+        inputs: ``{binding: np.ndarray}``, already checked against the bindings.
+        repeat: Timed replays.
+        warmup: Untimed replays first.
+        verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
+        timeout: Seconds for the whole child run (None: no limit).
+        read_back: Return every binding after the last replay.
+        identify: On a crash, search for the op that crashed (more children).
+        raw: Inputs and results are whole bindings as ``uint8`` bytes.
+        timeout_total: The timeout to name in a timeout's message (default ``timeout``).
+
+    Returns:
+        A :class:`ChildRun`.
+
+    Raises:
+        WrpCrashError: The replay died of a fatal signal; the message names
+            the op when it could be identified.
+        WrpTimeoutError: ``timeout`` ran out (the child was killed).
+        WrpError: Whatever the child raised (the same class and message).
+    """
+    inputs = dict(inputs or {})
+    t0 = time.monotonic()
+    verify_deferred(prep)
+    with tempfile.TemporaryDirectory(prefix="wrpkit-isolate-") as tmp:
+        d = Path(tmp)
+        source, modules_dir = _write_source(prep, d)
+        job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(repeat),
+               "warmup": int(warmup), "prefix": None, "read_back": read_back, "raw": raw,
+               "timeout_total": timeout_total if timeout_total is not None else timeout}
+        try:
+            return _run_child(d, job, inputs, timeout)
+        except _ChildCrashed as crash:
+            left = None if timeout is None else timeout - (time.monotonic() - t0)
+            op_index, searched = None, False
+            n = len(prep.model.ops)
+            if identify and crash.stage == "replaying" and n > 0:
+                budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
+                op_index, searched = _identify_op(d, job, inputs, n, budget)
+            raise crash_error(prep, crash.signum, crash.stage, op_index, searched,
+                              verify_checksums=verify_checksums) from None
+
+
+def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *, verify_checksums: bool = True,
+                   budget: float = IDENTIFY_BUDGET_S) -> tuple:
+    """Find the op of a crash seen elsewhere (e.g. in ``wrp-replay``) by replaying prefixes in children.
+
+    Returns:
+        ``(op index or None, whether the search finished)``.
+    """
+    n = len(prep.model.ops)
+    if n == 0:
+        return None, False
+    with tempfile.TemporaryDirectory(prefix="wrpkit-isolate-") as tmp:
+        d = Path(tmp)
+        source, modules_dir = _write_source(prep, d)
+        job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(replays),
+               "warmup": 0, "prefix": None, "read_back": False, "raw": False,
+               "timeout_total": None}
+        return _identify_op(d, job, dict(inputs or {}), n, budget)
+
+
+def _identify_op(d: Path, job: dict, inputs, n: int, budget: float) -> tuple:
+    """Bisect on op prefixes: ``(index of the first op whose prefix crashes, whether the search finished)``.
+
+    The full graph is known to crash; the empty prefix is known not to.
+    """
+    deadline = time.monotonic() + budget
+    lo, hi = 0, n  # prefix lo runs, prefix hi crashes
+    while hi - lo > 1:
+        left = deadline - time.monotonic()
+        if left <= 1:
+            return None, False
+        mid = (lo + hi) // 2
+        probe = dict(job, prefix=mid, read_back=False, timeout_total=None)
+        try:
+            _run_child(d, probe, inputs, left)
+            lo = mid
+        except _ChildCrashed:
+            hi = mid
+        except WrpError:
+            return None, False  # the prefix did not run for another reason: no proof either way
+    return hi - 1, True
+
+
+def module_verification(prep, verify_checksums: bool = True) -> dict:
+    """``{binary_filename: how its bytes were verified, or ""}`` for every module of ``prep``.
+
+    A module counts as verified when the SHA-256 that wrpkit recorded at save
+    time was checked against it before it ran, or when it came from a
+    ``.wrpk`` whose blob checksums were verified.
+    """
+    digests = prep.annotations.digest_map() if prep.annotations is not None else {}
+    out = {}
+    for mod in prep.model.modules:
+        name = mod.binary_filename
+        if name in digests:
+            out[name] = "its SHA-256 recorded at save time was verified before it ran"
+        elif prep.kind == "wrpk" and verify_checksums and not prep.modules_given:
+            out[name] = "its SHA-256 recorded in the bundle was verified before it ran"
+        else:
+            out[name] = ""
+    return out
+
+
+NO_DIGEST_HINT = ("corrupt or mismatched kernel code cannot be caught before it runs; save the capture with "
+                  "wrpkit (wrpkit.save or wrpkit.capture) or bundle it (wrp convert FILE out.wrpk) to record "
+                  "module digests")
+
+
+def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched: bool, *,
+                verify_checksums: bool = True) -> WrpCrashError:
+    """The :class:`WrpCrashError` for a replay that died of ``signum``."""
+    from .. import model as m  # noqa: PLC0415
+
+    sig = _signal_name(signum)
+    verified = module_verification(prep, verify_checksums)
+    modules = {mod.module_hash: mod.binary_filename for mod in prep.model.modules}
+    kind = kernel = module = None
+    digest_ok = None
+    if stage != "replaying":
+        where = "while Warp loaded the capture (before any op ran)"
+    elif op_index is None:
+        where = ("in an op that could not be identified (" +
+                 ("no prefix of the graph reproduced the crash" if searched else
+                  "the search for it ran out of time") + ")")
+    else:
+        op = prep.model.ops[op_index]
+        kind = op.op_type.name
+        where = f"in op {op_index} ({kind}"
+        if isinstance(op, m.KernelLaunch):
+            kernel, module = op.kernel_key, modules.get(op.module_hash)
+            where += f" of kernel {kernel!r}, module {module!r}"
+        where += ")"
+        if op_index > 0:
+            where += f" (found by replaying prefixes of the graph: ops 0..{op_index - 1} replay without crashing)"
+    msg = f"the replay crashed with {sig} {where}; nothing was written"
+    if module is not None:
+        how = verified.get(module, "")
+        digest_ok = bool(how)
+        msg += f". Module {module!r}: " + (how if how else "no digest was recorded, so " + NO_DIGEST_HINT)
+        hint = ("The kernel code is as saved, so the crash comes from the data it was given: run `wrp check` "
+                "for stale pointers and launches past their arrays." if how else
+                "Run `wrp check` for stale pointers and launches past their arrays; recapture if the module "
+                "files may have been altered.")
+    else:
+        unverified = sorted(n for n, how in verified.items() if not how)
+        if unverified:
+            msg += (f". Modules without a recorded digest ({', '.join(repr(n) for n in unverified[:3])}"
+                    f"{', ...' if len(unverified) > 3 else ''}): " + NO_DIGEST_HINT)
+        hint = "Run `wrp check` for stale pointers and launches past their arrays."
+    return WrpCrashError(msg, hint=hint, signal_name=sig, op_index=op_index, op_kind=kind, kernel=kernel,
+                         module=module, digest_verified=digest_ok)
+
+
+# ---------------------------------------------------------------------------
+# Child side
+# ---------------------------------------------------------------------------
+
+
+def _stage(d: Path, text: str) -> None:
+    with open(d / "stage", "w") as f:
+        f.write(text)
+
+
+def _child_main(d: Path) -> int:
+    from ..fileio import atomic_write  # noqa: PLC0415
+
+    job = json.loads((d / "job.json").read_text())
+    try:
+        from ..environment import init_warp  # noqa: PLC0415
+
+        # No banner, and on the CPU no "could not find the CUDA driver" warning.
+        wp = init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
+        from . import runtime  # noqa: PLC0415
+
+        modules = None
+        if job["modules_dir"]:
+            modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
+        # A private copy of bytes the parent validated (and refused what it must refuse, raw pointers
+        # included): decoded, not validated again.
+        prep = runtime.prepare(job["source"], modules, verify_checksums=False, allow_raw_pointers=True,
+                               _validated=True)
+        if job["prefix"] is not None:
+            from ..formats import wrp1  # noqa: PLC0415
+
+            prep.model.ops = prep.model.ops[:job["prefix"]]
+            prep.wrp_bytes = wrp1.build_image(prep.model)[0]
+            prep.modules_given, prep.deferred = True, []
+        _stage(d, "loading")
+        prog = runtime.load_prepared(prep, job["device"])
+        with np.load(d / "inputs.npz", allow_pickle=False) as z:
+            for name in z.files:
+                prog.set(name, memoryview(np.ascontiguousarray(z[name])).cast("B") if job["raw"] else z[name])
+        _stage(d, "replaying")
+        host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
+        _stage(d, "reading")
+        if job["read_back"]:
+            import io  # noqa: PLC0415
+
+            buf = io.BytesIO()
+            read = (lambda n: prog._read_raw(prog._slot(n))) if job["raw"] else prog.get  # noqa: E731
+            np.savez(buf, **{name: read(name) for name in prog.bindings})
+            atomic_write(d / "result.npz", [buf.getvalue()])
+        atomic_write(d / "result.json", [json.dumps({"host_ms": host_ms, "device_ms": device_ms}).encode()])
+        return 0
+    except WrpError as e:
+        info = {"class": type(e).__name__, "message": e.message, "hint": e.hint,
+                "problems": list(getattr(e, "problems", []))}
+        atomic_write(d / "error.json", [json.dumps(info).encode()])
+        return e.exit_code
+
+
+def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
+    """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, device_ms or None)``."""
+    graph, launch = prog.graph, wp.capture_launch
+    perf = time.perf_counter
+    host_ms, device_ms = [], []
+    try:
+        for _ in range(warmup):
+            launch(graph)
+        if prog.device.is_cuda:
+            wp.synchronize_device(prog.device)
+            stream = prog.device.stream
+            start = wp.Event(prog.device, enable_timing=True)
+            end = wp.Event(prog.device, enable_timing=True)
+            for _ in range(repeat):
+                t0 = perf()
+                stream.record_event(start)
+                launch(graph)
+                stream.record_event(end)
+                wp.synchronize_device(prog.device)
+                host_ms.append((perf() - t0) * 1e3)
+                device_ms.append(float(wp.get_event_elapsed_time(start, end)))
+            return host_ms, device_ms
+        for _ in range(repeat):
+            t0 = perf()
+            launch(graph)
+            host_ms.append((perf() - t0) * 1e3)
+    except RuntimeError as e:
+        raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
+    return host_ms, None
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(Path(sys.argv[1])))
