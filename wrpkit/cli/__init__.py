@@ -34,7 +34,8 @@ class WrpGroup(click.Group):
     """
 
     lazy = {name: f"wrpkit.cli.{name}:{name}"
-            for name in ("inspect", "validate", "check", "convert", "replay", "graph", "upgrade")}
+            for name in ("inspect", "validate", "check", "convert", "replay", "graph", "upgrade", "trace", "slice",
+                         "diff")}
 
     def list_commands(self, ctx):
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
