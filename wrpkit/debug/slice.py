@@ -22,6 +22,7 @@ freshly built BVH.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,11 +145,7 @@ def slice(source, ops, out, *, inputs: Optional[Mapping] = None, device=None,  #
             with_data += 1
         else:
             new_regions.append(m.Region(r.region_id, r.element_size, r.size, False, None))
-    sliced = m.Program(
-        format_version=prog.format_version, warp_version=prog.warp_version, device_type=prog.device_type,
-        target_arch=prog.target_arch, modules=prog.modules, kernels=prog.kernels, bindings=prog.bindings,
-        meshes=prog.meshes, pointer_locations=prog.pointer_locations, regions=new_regions,
-        ops=prog.ops[start:stop], annotations=prog.annotations)
+    sliced = dataclasses.replace(prog, regions=new_regions, ops=prog.ops[start:stop])
     files = _all_module_files(opened)
     out.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".wrp":

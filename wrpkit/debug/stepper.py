@@ -21,6 +21,7 @@ Nothing here prints.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from typing import Optional
@@ -133,15 +134,21 @@ class RegionInfo:
     sig: Optional[ann.ArraySignature] = None
     dtype_name: Optional[str] = None
     dtype_source: str = "unknown"
+    _typed: Optional[tuple] = field(default=None, repr=False, compare=False)
 
     def typed(self, raw: np.ndarray) -> Optional[np.ndarray]:
         """A typed view of the region's bytes, or None when the dtype is unknown."""
         if self.sig is None:
             return None
+        cached = self._typed
+        if cached is not None and cached[0] is raw:
+            return cached[1]  # the same live region (CPU): its typed view is made once
         try:
-            return ann.view_region(raw, self.sig)
+            view = ann.view_region(raw, self.sig)
         except (WrpError, ValueError, TypeError):
             return None
+        self._typed = (raw, view)
+        return view
 
     @property
     def element_dims(self) -> int:
@@ -214,17 +221,20 @@ def region_stats(info: RegionInfo, raw: np.ndarray) -> dict:
     typed = info.typed(raw)
     if typed is None:
         return d
-    if typed.dtype.kind == "f":
-        nan = np.isnan(typed)
-        inf = np.isinf(typed)
-        d["nan"], d["inf"] = int(nan.sum()), int(inf.sum())
-        finite = typed[~(nan | inf)] if (d["nan"] or d["inf"]) else typed
-    else:
+    if typed.size == 0:
         d["nan"] = d["inf"] = 0
-        finite = typed
-    if finite.size:
-        lo, hi = finite.min(), finite.max()
-        d["min"], d["max"] = (float(lo), float(hi)) if typed.dtype.kind == "f" else (int(lo), int(hi))
+        return d
+    lo, hi = typed.min(), typed.max()
+    if typed.dtype.kind == "f" and not (np.isfinite(lo) and np.isfinite(hi)):
+        # min/max propagate NaN and reach +-Inf: only then count and take the finite range.
+        bad = ~np.isfinite(typed)
+        d["nan"], d["inf"] = int(np.isnan(typed).sum()), int(np.isinf(typed).sum())
+        finite = typed[~bad]
+        if finite.size:
+            d["min"], d["max"] = float(finite.min()), float(finite.max())
+        return d
+    d["nan"] = d["inf"] = 0
+    d["min"], d["max"] = (float(lo), float(hi)) if typed.dtype.kind == "f" else (int(lo), int(hi))
     return d
 
 
@@ -294,28 +304,20 @@ def build_stepper(program: m.Program) -> Stepper:
 
     ops = build(0, len(leaves), []) if leaves else []
     ctl = m.Region(region_id=ctl_id, element_size=4, size=4 * max(1, nodes[0]), has_initial_data=False)
-    bindings = list(program.bindings)
-    bindings += [m.Binding(f"{REGION_BINDING}{r.region_id}", r.region_id) for r in program.regions]
-    bindings.append(m.Binding(CONTROL_BINDING, ctl_id))
-    rewritten = m.Program(
-        format_version=program.format_version, warp_version=program.warp_version,
-        device_type=program.device_type, target_arch=program.target_arch, modules=program.modules,
-        kernels=program.kernels, bindings=bindings, meshes=program.meshes,
-        pointer_locations=program.pointer_locations, regions=list(program.regions) + [ctl], ops=ops,
-        annotations=program.annotations)
+    bindings = region_bindings(program) + [m.Binding(CONTROL_BINDING, ctl_id)]
+    rewritten = dataclasses.replace(program, bindings=bindings, regions=list(program.regions) + [ctl], ops=ops)
     return Stepper(rewritten, leaves, {id(op): i for i, op in enumerate(leaves)}, paths, ctl_id)
+
+
+def region_bindings(program: m.Program) -> list:
+    """The program's bindings plus one synthetic binding per region (``__wrpkit_r<id>``)."""
+    return list(program.bindings) + [m.Binding(f"{REGION_BINDING}{r.region_id}", r.region_id)
+                                     for r in program.regions]
 
 
 def prefix_program(program: m.Program, stop: int) -> m.Program:
     """A copy of ``program`` holding top-level ops ``[0, stop)``, every region bound by name."""
-    bindings = list(program.bindings)
-    bindings += [m.Binding(f"{REGION_BINDING}{r.region_id}", r.region_id) for r in program.regions]
-    return m.Program(
-        format_version=program.format_version, warp_version=program.warp_version,
-        device_type=program.device_type, target_arch=program.target_arch, modules=program.modules,
-        kernels=program.kernels, bindings=bindings, meshes=program.meshes,
-        pointer_locations=program.pointer_locations, regions=program.regions, ops=program.ops[:stop],
-        annotations=program.annotations)
+    return dataclasses.replace(program, bindings=region_bindings(program), ops=program.ops[:stop])
 
 
 # ---------------------------------------------------------------------------
