@@ -31,7 +31,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..errors import WrpError
+from ..errors import WrpError, WrpRuntimeError
 from ..fileio import check_output_path, publish_wrp
 from ..formats import wrp1
 from . import stepper as st
@@ -86,8 +86,16 @@ def state_before(opened, start: int, device: str, inputs: Optional[Mapping] = No
     try:
         for rid, raw in given.items():
             runner.set(f"{st.REGION_BINDING}{rid}", raw)
-        runner.run(repeat=1)
-        return {rid: runner.get(f"{st.REGION_BINDING}{rid}") for rid in regions}
+        import warp as wp  # noqa: PLC0415
+
+        try:
+            wp.capture_launch(runner.graph)
+        except RuntimeError as e:
+            raise WrpRuntimeError(f"Warp failed to replay ops 0:{start}: {e}") from None
+        if not runner.device.is_cpu:
+            wp.synchronize_device(runner.device)
+        # CPU: zero-copy views that keep the graph's memory alive after close(); CUDA: copies.
+        return {rid: runner.numpy(f"{st.REGION_BINDING}{rid}") for rid in regions}
     finally:
         runner.close()
 
@@ -132,10 +140,12 @@ def slice(source, ops, out, *, inputs: Optional[Mapping] = None, device=None,  #
     new_regions = []
     with_data = 0
     for r in prog.regions:
-        raw = np.array(state[r.region_id], dtype=np.uint8, copy=True)
+        raw = state[r.region_id]
         for pl in prog.pointer_locations:
             if pl.region_id != r.region_id:
                 continue
+            if raw.base is not None or not raw.flags.writeable:
+                raw = np.array(raw, dtype=np.uint8, copy=True)
             orig = np.frombuffer(r.data, dtype=np.uint8) if r.has_initial_data and r.data is not None else None
             for i in range(pl.count):
                 o = pl.offset + i * pl.stride
