@@ -17,6 +17,7 @@ iteration, 0-based.  How ops are run one at a time: :mod:`wrpkit.debug.stepper`.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -55,6 +56,7 @@ class TraceResult:
         unknown_dtypes: Regions written whose dtype is unknown (no NaN check there).
         digest_seconds: Time spent digesting and summarizing regions.
         step_seconds: Time spent running ops (including IF/WHILE conditions).
+        load_seconds: Time spent decoding, rewriting and loading the capture.
     """
 
     file: str
@@ -67,6 +69,9 @@ class TraceResult:
     digest_seconds: float = 0.0
     step_seconds: float = 0.0
     load_seconds: float = 0.0
+    #: CPU time of this thread in the same two parts (wall time on a loaded machine is not).
+    digest_cpu_seconds: float = 0.0
+    step_cpu_seconds: float = 0.0
 
     def to_json(self) -> dict:
         """``{"ops": [...], "first_nonfinite": ..., "first_divergence": ...}`` plus where it ran."""
@@ -206,10 +211,11 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         apply_inputs(machine, opened, inputs)
         result.load_seconds = clock() - t0
         writes_of: dict = {}
-        t_digest = [0.0]
+        t_digest = [0.0, 0.0]
+        cpu = time.thread_time
 
         def visit(op, index, path, iterations):
-            t1 = clock()
+            t1, c1 = clock(), cpu()
             rids = writes_of.get(id(op))
             if rids is None:
                 rids = writes_of[id(op)] = [r for r in st.written_regions(prog, op) if r in infos]
@@ -242,12 +248,22 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
                         stop = True
                         break
             t_digest[0] += clock() - t1
+            t_digest[1] += cpu() - c1
             return stop
 
-        t1 = clock()
-        st.walk_program(prog.ops, machine, visit)
+        t1, c1 = clock(), cpu()
+        # The walk makes a few small objects per op and frees none: the cyclic
+        # collector would rescan the whole decoded program again and again.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            st.walk_program(prog.ops, machine, visit)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         result.step_seconds = clock() - t1 - t_digest[0]
-        result.digest_seconds = t_digest[0]
+        result.step_cpu_seconds = cpu() - c1 - t_digest[1]
+        result.digest_seconds, result.digest_cpu_seconds = t_digest
     finally:
         machine.close()
     result.unknown_dtypes = sorted(unknown)
