@@ -45,7 +45,8 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     dtype is known (from the typed signature or kernel-argument annotations;
     "?" where unknown). Ops are numbered as `wrp inspect --ops` numbers them:
     INDEX is the top-level op, PATH the position in nested bodies, IT the
-    WHILE iteration. A kernel counts as writing every array argument.
+    WHILE iteration. A kernel writes the array arguments the file records
+    as written, and every array argument where the file does not say.
     Exit codes: 0 ok; 1 a NaN/Inf found with --stop-at-nonfinite, or a
     divergence with --against; 2 bad input; 3 invalid file.
 

@@ -28,6 +28,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
+from ..checks.summary import launch_argument
 from ..errors import WrpValidationError
 from ..formats import annotations as ann
 
@@ -265,13 +266,12 @@ class _Context:
         va, vb = _masked(x), _masked(y)
         ks = self.ann_a.kernel_signature(x.module_hash, x.kernel_key) if self.ann_a is not None else None
         changes = []
-        # Arguments are recorded in the order of the launch's params (recording._kernel_signatures).
-        for pos, (pa, pb) in enumerate(zip(x.params, y.params)):
+        for pa, pb in zip(x.params, y.params):
             ba = va[pa.value_offset:pa.value_offset + pa.value_size]
             bb = vb[pb.value_offset:pb.value_offset + pb.value_size]
             if ba == bb:
                 continue
-            arg = ks.arguments[pos] if ks is not None and pos < len(ks.arguments) else None
+            arg = launch_argument(ks.arguments, pa) if ks is not None else None
             row = {"param": pa.param_index, "name": arg.name if arg is not None else None,
                    "type": arg.type if arg is not None else None}
             row["a"], row["b"] = _decode_arg(arg, ba), _decode_arg(arg, bb)

@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
+from ..checks.summary import launch_argument
 from ..errors import WrpError, WrpRuntimeError
 from ..formats import annotations as ann
 
@@ -71,28 +72,47 @@ def _region_fields(op) -> list:
     return [f for f in m.op_fields(type(op)) if f.endswith("region_id") and f != "cond_region_id"]
 
 
-def _kernel_regions(op: m.KernelLaunch) -> list:
+#: Access words (``annotations.ACCESS_WORDS``; None: not recorded) that count as a write / a read.
+_WRITE_WORDS = frozenset({None, "write", "readwrite"})
+_READ_WORDS = frozenset({None, "read", "readwrite"})
+
+
+def _kernel_regions(op: m.KernelLaunch, signature, words) -> list:
+    args = signature.arguments if signature is not None else ()
     out = []
-    for r in op.relocations:
-        if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0 and r.region_id not in out:
-            out.append(r.region_id)
+    for p, relocs in op.param_relocations():
+        a = launch_argument(args, p)
+        if (a.access_word if a is not None else None) not in words:
+            continue
+        for r in relocs:
+            if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0 and r.region_id not in out:
+                out.append(r.region_id)
     return out
 
 
-def written_regions(program: m.Program, op: m.Op) -> list:
+def kernel_signatures(annotations) -> dict:
+    """``{(module_hash, kernel_key): KernelSignature}`` of a file's annotations (empty without)."""
+    if annotations is None:
+        return {}
+    return {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
+
+
+def written_regions(program: m.Program, op: m.Op, signature=None) -> list:
     """Region ids an op may write, in first-use order.
 
-    For a kernel launch this is every region an array argument points into:
-    the file does not yet record which arguments a kernel writes, so every
-    array argument counts as written.  This is the one place to narrow when
-    it does.
+    For a kernel launch: the regions of its array arguments that the file
+    records as written ("write" or "readwrite"), and of every array argument
+    whose access the file does not record (older files, no annotations).
 
     Args:
         program: The program the op belongs to.
         op: A leaf op (not IF or WHILE).
+        signature: The launched kernel's
+            :class:`~wrpkit.formats.annotations.KernelSignature`, if any (see
+            :func:`kernel_signatures`).
     """
     if isinstance(op, m.KernelLaunch):
-        return _kernel_regions(op)
+        return _kernel_regions(op, signature, _WRITE_WORDS)
     names = _WRITES.get(op.op_type, ())
     out = []
     for f in names:
@@ -102,10 +122,10 @@ def written_regions(program: m.Program, op: m.Op) -> list:
     return out
 
 
-def read_regions(program: m.Program, op: m.Op) -> list:
-    """Region ids an op reads (for a kernel: every array argument, as for writes)."""
+def read_regions(program: m.Program, op: m.Op, signature=None) -> list:
+    """Region ids an op reads (for a kernel: arguments recorded as read, or not recorded)."""
     if isinstance(op, m.KernelLaunch):
-        return _kernel_regions(op)
+        return _kernel_regions(op, signature, _READ_WORDS)
     if isinstance(op, (m.If, m.While)):
         return [op.cond_region_id]
     writes = set(_WRITES.get(op.op_type, ()))
@@ -179,11 +199,10 @@ def region_infos(program: m.Program, annotations=None) -> dict:
         ks = annotations.kernel_signature(op.module_hash, op.kernel_key)
         if ks is None:
             continue
-        # Arguments are recorded in the order of the launch's params (recording._kernel_signatures).
-        for pos, (p, relocs) in enumerate(op.param_relocations()):
-            if pos >= len(ks.arguments):
+        for p, relocs in op.param_relocations():
+            arg = launch_argument(ks.arguments, p)
+            if arg is None:
                 continue
-            arg = ks.arguments[pos]
             dt = arg.dtype
             if dt is None or not _plain(dt) or len(relocs) != 1:
                 continue

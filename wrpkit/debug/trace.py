@@ -200,6 +200,7 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
     if engine == "python":
         check_runnable(prog, device)
     infos = st.region_infos(prog, opened.annotations)
+    sigs = st.kernel_signatures(opened.annotations)
     machine = open_machine(opened, engine, device)
     result = TraceResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device)
     dump_dir = Path(dump) if dump is not None else None
@@ -216,9 +217,11 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
 
         def visit(op, index, path, iterations):
             t1, c1 = clock(), cpu()
-            rids = writes_of.get(id(op))
-            if rids is None:
-                rids = writes_of[id(op)] = [r for r in st.written_regions(prog, op) if r in infos]
+            known = writes_of.get(id(op))
+            if known is None:
+                sig = sigs.get((op.module_hash, op.kernel_key)) if isinstance(op, m.KernelLaunch) else None
+                known = writes_of[id(op)] = ([r for r in st.written_regions(prog, op, sig) if r in infos], sig)
+            rids, sig = known
             writes = []
             for rid in rids:
                 info = infos[rid]
@@ -244,7 +247,7 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
                             "element": st.first_nonfinite(info, machine.region(w["region"])),
                             "nan": w["nan"], "inf": w["inf"],
                             "inputs": [st.region_stats(infos[r], machine.region(r))
-                                       for r in st.read_regions(prog, op) if r in infos]}
+                                       for r in st.read_regions(prog, op, sig) if r in infos]}
                         stop = True
                         break
             t_digest[0] += clock() - t1

@@ -94,6 +94,9 @@ class VerifyReport:
 
 def _writers(program: m.Program) -> dict:
     """``{region_id: [op rows]}`` of the ops that write each region."""
+    from ..formats.annotations import read_annotations  # noqa: PLC0415
+
+    sigs = st.kernel_signatures(read_annotations(program))
     out: dict = {}
 
     def walk(ops, top, prefix):
@@ -108,7 +111,8 @@ def _writers(program: m.Program) -> dict:
             else:
                 row = {"index": index, "path": path, "op": op.op_type.name,
                        "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None}
-                for rid in st.written_regions(program, op):
+                sig = sigs.get((op.module_hash, op.kernel_key)) if isinstance(op, m.KernelLaunch) else None
+                for rid in st.written_regions(program, op, sig):
                     out.setdefault(rid, []).append(row)
 
     walk(program.ops, None, "")
