@@ -41,6 +41,10 @@ _LAZY = {
     "load": "wrpkit.run.runtime",
     "Program": "wrpkit.run.runtime",
     "upgrade": "wrpkit.run.upgrade",
+    "trace": "wrpkit.debug.trace",
+    "slice": "wrpkit.debug.slice",
+    "diff": "wrpkit.debug.diff",
+    "verify": "wrpkit.debug.verify",
 }
 
 

@@ -113,6 +113,17 @@ class Recording:
         self._program, self._mapped = cap.program, cap
         return dest
 
+    def verify(self, step, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None, **kwargs):
+        """Check that this recording, saved, does what ``step()`` does live.
+
+        Delegates to the public :func:`wrpkit.verify` (``recording=self``);
+        see it for the arguments and the report.  Resolved through the
+        package's lazy names at call time: ``run/`` never imports ``debug/``.
+        """
+        import wrpkit  # noqa: PLC0415
+
+        return wrpkit.verify(step, inputs or {}, outputs or {}, recording=self, **kwargs)
+
     def __repr__(self) -> str:
         state = "complete" if self.graph is not None else "recording"
         return f"<wrpkit.Recording {state} on {self.device}>"

@@ -1,0 +1,94 @@
+"""Benchmark: `wrp trace` and `wrp slice` on the 10,000-launch capture with a 256 MiB region.
+
+Reports, in one run:
+
+* ``wrpkit.trace`` with each engine (in process): time per op spent running
+  ops (including the IF/WHILE conditions and the control writes), *beyond*
+  the time spent digesting and summarizing written regions (reported apart),
+  against a plain ``wp.capture_launch`` of the whole graph, per op, measured
+  in the same run.  Target (issue 11): at most 20 us per op beyond the
+  digests, and only the regions each op writes are digested (checked: the
+  256 MiB region is digested once, by the one launch that writes it).
+* ``wrp slice FILE --ops 5000:5010`` against ``wrp replay FILE`` of the whole
+  file, both as fresh processes, median wall time.  Target: at most 2x.
+
+Usage: python bench/bench_debug.py [--dir DIR] [--launches N] [--region-mib M] [--runs R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_inspect import cache_bytecode, make_capture, run_measured  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
+    ap.add_argument("--launches", type=int, default=10_000)
+    ap.add_argument("--region-mib", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--engines", default="python,native")
+    a = ap.parse_args()
+    a.dir.mkdir(parents=True, exist_ok=True)
+    cache_bytecode(a.dir)
+    path = make_capture(a.dir, a.launches, a.region_mib)
+
+    import warp as wp  # noqa: PLC0415
+
+    wp.config.quiet = True
+    import wrpkit  # noqa: PLC0415
+
+    # Stock: one capture_launch of the whole graph, per op.
+    prog = wrpkit.load(path)
+    wp.capture_launch(prog.graph)
+    stock = []
+    for _ in range(max(5, a.runs)):
+        t0 = time.perf_counter()
+        wp.capture_launch(prog.graph)
+        stock.append(time.perf_counter() - t0)
+    prog.close()
+    del prog
+    stock_per_op = min(stock) / a.launches
+    print(f"file: {path} ({path.stat().st_size / 2**20:.1f} MiB, {a.launches} launches); "
+          f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(f"stock capture_launch of the whole graph: {stock_per_op * 1e6:.2f} us per op")
+    for engine in a.engines.split(","):
+        rows = []
+        for _ in range(a.runs):
+            t = wrpkit.trace(path, engine=engine)
+            big = sum(1 for o in t.ops for w in o["writes"] if w["region"] == 0 or w["binding"] == "big")
+            rows.append((t.step_seconds, t.step_cpu_seconds, t.digest_seconds, t.load_seconds, len(t.ops), big))
+        step, step_cpu, dig, load, n, big = min(rows)
+        print(f"trace, {engine} engine: {step / n * 1e6:.2f} us per op beyond digests, wall "
+              f"({step_cpu / n * 1e6:.2f} us CPU; {step / n / stock_per_op:.1f}x a stock replay's per-op cost; "
+              f"target <= 20 us); digests {dig / n * 1e6:.2f} us per op ({dig:.3f} s total, 256 MiB region "
+              f"digested {big}x); rewrite+load {load:.3f} s; {n} ops")
+
+    slice_out = a.dir / "bench_slice.wrp"
+    slice_cmd = [sys.executable, "-m", "wrpkit.cli", "slice", str(path), "--ops", "5000:5010", "-o", str(slice_out)]
+    replay_cmd = [sys.executable, "-m", "wrpkit.cli", "replay", str(path)]
+    times = {"slice": [], "replay": []}
+    for cmd in (slice_cmd, replay_cmd):
+        run_measured(cmd)  # warm caches
+    for _ in range(a.runs):  # interleaved
+        times["slice"].append(run_measured(slice_cmd)[0])
+        times["replay"].append(run_measured(replay_cmd)[0])
+    s, r = statistics.median(times["slice"]), statistics.median(times["replay"])
+    print(f"wrp slice --ops 5000:5010: {s:.3f} s; wrp replay of the whole file: {r:.3f} s; "
+          f"ratio {s / r:.2f}x (target <= 2x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

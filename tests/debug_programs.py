@@ -1,0 +1,86 @@
+"""Programs for the debugging tools' tests: real Warp captures with known faults.
+
+Each ``capture_*`` function captures with stock Warp (through ``wrpkit.capture``)
+and saves to the path given; the docstrings say where the fault is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import warp as wp
+
+import wrpkit
+
+
+@wp.kernel
+def k_affine(src: wp.array(dtype=wp.float32), dst: wp.array(dtype=wp.float32), a: wp.float32, b: wp.float32):
+    i = wp.tid()
+    dst[i] = src[i] * a + b
+
+
+@wp.kernel
+def k_sqrt(src: wp.array(dtype=wp.float32), dst: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    dst[i] = wp.sqrt(src[i])
+
+
+@wp.kernel
+def k_decrement(counter: wp.array(dtype=wp.int32), v: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    v[i] = v[i] - 1.0
+    if i == 0:
+        counter[0] = counter[0] - 1
+
+
+N = 16
+
+
+def nan_chain_arrays(device="cpu") -> dict:
+    return {"x": wp.array(np.arange(N, dtype=np.float32), device=device),
+            "y": wp.zeros(N, dtype=wp.float32, device=device),
+            "z": wp.zeros(N, dtype=wp.float32, device=device),
+            "w": wp.zeros(N, dtype=wp.float32, device=device)}
+
+
+def nan_chain_step(a: dict, n_ops: int = 4, scale: float = 1.0, dim: int = N) -> None:
+    """Op 2 (k_sqrt of 3 - x) writes NaN into ``w`` from element 4 on."""
+    dev = a["x"].device
+    launches = [(k_affine, [a["x"], a["y"], scale, 0.0]), (k_affine, [a["y"], a["z"], -1.0, 3.0]),
+                (k_sqrt, [a["z"], a["w"]]), (k_affine, [a["w"], a["y"], 1.0, 0.0])]
+    for k, args in launches[:n_ops]:
+        wp.launch(k, dim=dim, inputs=args, device=dev)
+
+
+def capture_nan_chain(path: Path, device="cpu", scale: float = 1.0, dim: int = N) -> Path:
+    a = nan_chain_arrays(device)
+    with wrpkit.capture(device=device) as rec:
+        nan_chain_step(a, scale=scale, dim=dim)
+    return rec.save(path, inputs={"x": a["x"]}, outputs={"y": a["y"], "z": a["z"], "w": a["w"]})
+
+
+def while_arrays(device="cpu") -> dict:
+    return {"counter": wp.array([5], dtype=wp.int32, device=device),
+            "v": wp.array(np.full(4, 2.5, np.float32), device=device),
+            "out": wp.zeros(4, dtype=wp.float32, device=device),
+            "x": wp.array(np.ones(4, np.float32), device=device)}
+
+
+def capture_while_nan(path: Path, device="cpu") -> Path:
+    """Op 0 is a launch; op 1 a WHILE whose body is [k_decrement, k_sqrt(v -> out)].
+
+    ``v`` starts at 2.5 and loses 1 per iteration, so ``out`` first gets NaN
+    at iteration 2, path ``1.1``.
+    """
+    a = while_arrays(device)
+
+    def body():
+        wp.launch(k_decrement, dim=4, inputs=[a["counter"], a["v"]], device=device)
+        wp.launch(k_sqrt, dim=4, inputs=[a["v"], a["out"]], device=device)
+
+    with wrpkit.capture(device=device) as rec:
+        wp.launch(k_affine, dim=4, inputs=[a["x"], a["x"], 2.0, 0.0], device=device)
+        wp.capture_while(a["counter"], body)
+    return rec.save(path, inputs={"counter": a["counter"], "v": a["v"], "x": a["x"]},
+                    outputs={"out": a["out"]})

@@ -1,0 +1,44 @@
+"""Options and output shared by the debugging commands (``wrp trace``, ``wrp slice``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import WrpBindingError
+
+
+def input_options(fn):
+    """``--inputs IN.npz`` and ``--input NAME=X.npy`` (repeatable), as ``wrp replay`` has them."""
+    fn = click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy",
+                      help="One input (repeatable).")(fn)
+    return click.option("--inputs", "inputs_npz", type=click.Path(path_type=Path), metavar="IN.npz",
+                        help="Inputs keyed by binding name.")(fn)
+
+
+def gather_inputs(inputs_npz, input_items) -> dict:
+    """``{binding name: np.ndarray}`` from ``--inputs`` and ``--input`` (later ones win).
+
+    Raises:
+        WrpBindingError: A file cannot be read, or an item is not NAME=FILE.
+    """
+    from .replay import load_npy, load_npz  # noqa: PLC0415
+
+    out = {}
+    if inputs_npz is not None:
+        out.update(load_npz(Path(inputs_npz)))
+    for item in input_items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise WrpBindingError(f"--input {item!r} is not of the form NAME=FILE.npy",
+                                  hint="For example --input x=x.npy.")
+        out[name] = load_npy(Path(path))
+    return out
+
+
+def quiet_warp() -> None:
+    """Keep Warp's own messages off stdout (``--json`` prints exactly one object)."""
+    from .replay import _quiet_warp  # noqa: PLC0415
+
+    _quiet_warp()

@@ -1,0 +1,119 @@
+"""``wrp trace``: replay a capture op by op; digests, NaN/Inf counts and min/max of what each op writes."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import click
+
+from .debugopts import gather_inputs, input_options, quiet_warp
+from .output import console, dump_json, table
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "?"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+@click.command("trace")
+@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--device", default=None, help="cpu or cuda:N (default: the capture's own device family).")
+@click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True,
+              help="Step through Warp's Python API or the C++ replayer's C API (both in this process).")
+@input_options
+@click.option("--stop-at-nonfinite", is_flag=True, help="Stop at the first op that leaves a NaN or Inf in a "
+              "region it writes, and show its inputs.")
+@click.option("--dump", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Write each op's written regions as .npy (typed where the dtype is known).")
+@click.option("--save", "save_path", type=click.Path(dir_okay=False, path_type=Path), metavar="TRACE",
+              help="Write the trace (JSON) for a later --against.")
+@click.option("--against", type=click.Path(dir_okay=False, path_type=Path), metavar="TRACE",
+              help="Compare with a saved trace; report the first op whose digests differ (exit 1).")
+@click.option("--json", "as_json", is_flag=True, help='Print {"ops": [...], "first_nonfinite": ..., '
+              '"first_divergence": ...}.')
+def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump, save_path, against, as_json):
+    """Replay FILE op by op and record what every op writes.
+
+    \b
+    After each op (nested IF/WHILE bodies per iteration), for each region the
+    op writes: a content digest, NaN and Inf counts, and min/max where the
+    dtype is known (from the typed signature or kernel-argument annotations;
+    "?" where unknown). Ops are numbered as `wrp inspect --ops` numbers them:
+    INDEX is the top-level op, PATH the position in nested bodies, IT the
+    WHILE iteration. A kernel writes the array arguments the file records
+    as written, and every array argument where the file does not say.
+    Exit codes: 0 ok; 1 a NaN/Inf found with --stop-at-nonfinite, or a
+    divergence with --against; 2 bad input; 3 invalid file.
+
+    \b
+    Examples:
+      wrp trace sim.wrp --inputs in.npz --stop-at-nonfinite
+      wrp trace sim.wrp --save python.trace
+      wrp trace sim.wrp --engine native --against python.trace
+      wrp trace sim.wrp --dump steps/ --json | jq '.ops[3].writes'
+    """
+    from ..debug.trace import trace as run_trace  # noqa: PLC0415
+
+    if engine == "python":
+        quiet_warp()
+    inputs = gather_inputs(inputs_npz, input_items)
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        result = run_trace(file, device=device, engine=engine, inputs=inputs, stop_at_nonfinite=stop_at_nonfinite,
+                           dump=dump, against=against)
+    if save_path is not None:
+        result.save(save_path)
+    bad = result.first_nonfinite is not None or result.first_divergence is not None
+    if as_json:
+        d = result.to_json()
+        dump_json({"ops": d["ops"], "first_nonfinite": d["first_nonfinite"],
+                   "first_divergence": d["first_divergence"], "file": d["file"], "engine": d["engine"],
+                   "device": d["device"], "unknown_dtypes": d["unknown_dtypes"]})
+        sys.exit(1 if bad else 0)
+    con = console()
+    t = table(f"{file} ({result.engine} engine, {result.device}): {len(result.ops)} ops",
+              ["#", "op", "it", "name", "writes", "digest", "nan/inf", "min..max"])
+    shown = result.ops if len(result.ops) <= 200 else result.ops[:100] + result.ops[-100:]
+    for rec in shown:
+        name = rec["kernel"] or rec["op"]
+        for k, w in enumerate(rec["writes"] or [None]):
+            it = "" if rec["iteration"] is None else str(rec["iteration"])
+            head = [str(rec["seq"]), rec["path"], it, name] if k == 0 else [""] * 4
+            if w is None:
+                t.add_row(*head, "", "", "", "")
+                continue
+            where = f"r{w['region']}" + (f" {w['binding']}" if w["binding"] else "")
+            t.add_row(*head, where, w["digest"][:8], f"{_fmt(w['nan'])}/{_fmt(w['inf'])}",
+                      f"{_fmt(w['min'])}..{_fmt(w['max'])}")
+    con.print(t)
+    if len(shown) < len(result.ops):
+        con.print(f"({len(result.ops) - len(shown)} ops in the middle not shown; --json or --save has them all)")
+    if result.unknown_dtypes:
+        con.print(f"dtype unknown (no NaN/Inf check) for regions {result.unknown_dtypes}: no typed signature or "
+                  "kernel-argument annotation covers them", highlight=False)
+    nf = result.first_nonfinite
+    if nf is not None:
+        it = f" iteration {nf['iteration']}" if nf["iteration"] is not None else ""
+        con.print(f"[bold red]first non-finite:[/] op {nf['index']} (path {nf['path']}{it}) {nf['op']} "
+                  f"{nf['kernel'] or ''} wrote {nf['nan']} NaN / {nf['inf']} Inf into region {nf['region']} "
+                  f"(binding {nf['binding']}), first at element {nf['element']}")
+        for w in nf["inputs"]:
+            con.print(f"  input region {w['region']} ({w['binding'] or 'unbound'}): nan={_fmt(w['nan'])} "
+                      f"inf={_fmt(w['inf'])} min={_fmt(w['min'])} max={_fmt(w['max'])} digest={w['digest'][:12]}",
+                      highlight=False)
+    elif stop_at_nonfinite:
+        con.print("[green]no NaN or Inf written[/] (in regions of known dtype)")
+    dv = result.first_divergence
+    if dv is not None:
+        con.print(f"[bold red]first divergence:[/] seq {dv['seq']} op {dv['index']} (path {dv['path']}) "
+                  f"{dv.get('kernel') or dv.get('op') or ''}: {dv['reason']}"
+                  + (f", region {dv['region']} ({dv.get('binding')})" if "region" in dv else ""))
+    elif against is not None:
+        con.print(f"[green]same digests as {against}[/] at every op")
+    if save_path is not None:
+        con.print(f"trace saved to {save_path}")
+    sys.exit(1 if bad else 0)

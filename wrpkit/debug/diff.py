@@ -1,0 +1,311 @@
+"""Compare two captures structurally (``wrp diff``).
+
+Example::
+
+    d = wrpkit.diff("v1.wrp", "v2.wrp")
+    d.identical                      # False
+    d.ops[0]                         # {"a": 3, "b": 3, "change": "changed", "kind": "KERNEL_LAUNCH",
+                                     #  "kernel": "k_axpb", "fields": {"dim": {"a": [64], "b": [128]}}}
+
+What is compared: versions and device; regions (sizes, initial-data
+digests); bindings; kernels and modules; and the op streams, aligned with
+:class:`difflib.SequenceMatcher` on each op's kind and kernel, then field by
+field.  Bytes that hold pointers patched at load (kernel-argument
+relocations, pointer locations in region data, mesh and BVH handles) are not
+compared: the same program captured twice in two processes is identical.
+Scalar kernel arguments are decoded through the kernel-argument annotations
+where the file has them.  Nothing here imports Warp.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .. import model as m
+from ..checks.summary import launch_argument
+from ..errors import WrpValidationError
+from ..formats import annotations as ann
+
+# Op fields that hold process-specific handles (never compared).
+_HANDLE_FIELDS = {"bvh_id", "grid_id", "at"}
+
+
+@dataclass
+class DiffResult:
+    """The differences between captures ``a`` and ``b``.
+
+    Attributes:
+        identical: No differences at all.
+        header: ``{field: {"a": .., "b": ..}}`` for versions, device, arch.
+        regions, bindings, kernels, modules: Lists of ``{"key"/name...,
+            "change": "added"|"removed"|"changed", "fields": {...}}``.
+        ops: ``[{"a": index or None, "b": index or None, "change": ...,
+            "kind": op kind, "kernel": key or None, "fields": {...}}]``
+            over top-level ops; changes inside IF/WHILE bodies are under the
+            body's name in ``fields`` (as a list of the same shape).
+    """
+
+    a: str
+    b: str
+    header: dict = field(default_factory=dict)
+    regions: list = field(default_factory=list)
+    bindings: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    modules: list = field(default_factory=list)
+    ops: list = field(default_factory=list)
+    op_counts: dict = field(default_factory=dict)
+
+    @property
+    def identical(self) -> bool:
+        return not (self.header or self.regions or self.bindings or self.kernels or self.modules or self.ops)
+
+    def to_json(self) -> dict:
+        return {"a": self.a, "b": self.b, "identical": self.identical, "header": self.header,
+                "regions": self.regions, "bindings": self.bindings, "kernels": self.kernels,
+                "modules": self.modules, "ops": self.ops, "op_counts": self.op_counts}
+
+
+def _open(source):
+    from ..checks.validate import validate_program  # noqa: PLC0415
+    from ..formats.container import open_capture  # noqa: PLC0415
+
+    cap = open_capture(source)
+    problems = [p for p in validate_program(cap.program) if getattr(p, "severity", "error") == "error"]
+    if problems:
+        raise WrpValidationError([f"{source}: {p}" for p in problems],
+                                 hint="Run `wrp validate` on the file for the full list.")
+    return cap
+
+
+def diff(a, b) -> DiffResult:
+    """Compare two captures (paths to ``.wrp`` or ``.wrpk`` files).
+
+    Returns:
+        A :class:`DiffResult`.
+
+    Raises:
+        WrpFormatError, WrpValidationError: Either file is invalid.
+    """
+    with _open(a) as ca, _open(b) as cb:
+        return diff_programs(ca.program, cb.program, str(a), str(b))
+
+
+def diff_programs(pa: m.Program, pb: m.Program, name_a: str = "a", name_b: str = "b") -> DiffResult:
+    """Compare two programs in wrpkit's model (see :func:`diff`)."""
+    res = DiffResult(name_a, name_b)
+    for f in ("format_version", "warp_version", "device", "target_arch"):
+        va, vb = getattr(pa, f), getattr(pb, f)
+        if va != vb:
+            res.header[f] = {"a": va, "b": vb}
+    ctx = _Context(pa, pb)
+    res.regions = _keyed(
+        "region", {r.region_id: r for r in pa.regions}, {r.region_id: r for r in pb.regions},
+        lambda ra, rb: _fields(("size", "element_size", "has_initial_data"), ra, rb)
+        | _pair("data_sha256", ctx.region_digest(pa, ra), ctx.region_digest(pb, rb)))
+    sa, sb = ctx.sig_a, ctx.sig_b
+    size_a, size_b = {r.region_id: r.size for r in pa.regions}, {r.region_id: r.size for r in pb.regions}
+
+    def binding_row(p, sig, sizes, bnd):
+        s = sig.get(bnd.name)
+        return {"size": sizes.get(bnd.region_id), "dtype": s.dtype.name if s is not None else None,
+                "shape": list(s.shape) if s is not None else None}
+
+    res.bindings = _keyed(
+        "binding", {x.name: binding_row(pa, sa, size_a, x) for x in pa.bindings},
+        {x.name: binding_row(pb, sb, size_b, x) for x in pb.bindings},
+        lambda x, y: {k: {"a": x[k], "b": y[k]} for k in x if x[k] != y[k]})
+    res.kernels = _keyed(
+        "kernel", {k.kernel_key: k for k in pa.kernels}, {k.kernel_key: k for k in pb.kernels},
+        lambda x, y: _fields(("module_hash", "forward_name", "backward_name", "forward_smem_bytes",
+                              "backward_smem_bytes", "block_dim"), x, y))
+    res.modules = _keyed(
+        "module", {x.module_name: x for x in pa.modules}, {x.module_name: x for x in pb.modules},
+        lambda x, y: _fields(("module_hash", "binary_filename", "binary_digest", "target_arch", "binary_kind"),
+                             x, y))
+    res.ops = ctx.ops(pa.ops, pb.ops)
+    ca, cb = pa.op_counts(), pb.op_counts()
+    res.op_counts = {k: {"a": ca.get(k, 0), "b": cb.get(k, 0)} for k in sorted(set(ca) | set(cb))
+                     if ca.get(k, 0) != cb.get(k, 0)}
+    return res
+
+
+def _pair(name, va, vb) -> dict:
+    return {} if va == vb else {name: {"a": va, "b": vb}}
+
+
+def _fields(names, x, y) -> dict:
+    out = {}
+    for n in names:
+        out.update(_pair(n, getattr(x, n), getattr(y, n)))
+    return out
+
+
+def _keyed(what: str, da: dict, db: dict, compare) -> list:
+    out = []
+    for k in list(da) + [k for k in db if k not in da]:
+        if k not in db:
+            out.append({what: k, "change": "removed", "fields": {}})
+        elif k not in da:
+            out.append({what: k, "change": "added", "fields": {}})
+        else:
+            f = compare(da[k], db[k])
+            if f:
+                out.append({what: k, "change": "changed", "fields": f})
+    return out
+
+
+def _json_value(v):
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return {"length": len(v), "sha256": hashlib.sha256(v).hexdigest()[:16]}
+    if isinstance(v, tuple) and hasattr(v, "_asdict"):
+        return dict(v._asdict())
+    if isinstance(v, (list, tuple)):
+        return [_json_value(x) for x in v]
+    return v
+
+
+class _Context:
+    def __init__(self, pa: m.Program, pb: m.Program):
+        self.pa, self.pb = pa, pb
+        self.ann_a, self.ann_b = ann.read_annotations(pa), ann.read_annotations(pb)
+        self.sig_a = self.ann_a.signature_map() if self.ann_a is not None else {}
+        self.sig_b = self.ann_b.signature_map() if self.ann_b is not None else {}
+
+    # -- regions ----------------------------------------------------------------
+
+    @staticmethod
+    def region_digest(p: m.Program, r: m.Region) -> Optional[str]:
+        if not r.has_initial_data or r.data is None:
+            return None
+        slots = [(pl.offset + i * pl.stride) for pl in p.pointer_locations if pl.region_id == r.region_id
+                 for i in range(pl.count)]
+        if not slots:
+            return hashlib.sha256(r.data).hexdigest()[:32]
+        raw = np.frombuffer(r.data, dtype=np.uint8).copy()
+        for off in slots:
+            raw[off:off + 8] = 0  # handles are patched at load: not content
+        return hashlib.sha256(raw.data).hexdigest()[:32]
+
+    # -- ops ----------------------------------------------------------------------
+
+    @staticmethod
+    def _align_key(op: m.Op):
+        if isinstance(op, m.KernelLaunch):
+            return (op.op_type, op.kernel_key)
+        return (op.op_type,)
+
+    def ops(self, a: list, b: list) -> list:
+        out = []
+        sm = difflib.SequenceMatcher(None, [self._align_key(x) for x in a], [self._align_key(x) for x in b],
+                                     autojunk=False)
+        for tag, i1, i2, j1, j2 in sm.get_opcodes():
+            if tag == "equal":
+                for i, j in zip(range(i1, i2), range(j1, j2)):
+                    f = self.op_fields(a[i], b[j])
+                    if f:
+                        out.append(self._row(i, j, "changed", a[i], f))
+                continue
+            for i in range(i1, i2):
+                out.append(self._row(i, None, "removed", a[i], {}))
+            for j in range(j1, j2):
+                out.append(self._row(None, j, "added", b[j], {}))
+        return out
+
+    @staticmethod
+    def _row(i, j, change, op, fields) -> dict:
+        return {"a": i, "b": j, "change": change, "kind": op.op_type.name,
+                "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None, "fields": fields}
+
+    def op_fields(self, x: m.Op, y: m.Op) -> dict:
+        if isinstance(x, m.KernelLaunch):
+            return self.launch_fields(x, y)
+        out = {}
+        for n in m.op_fields(type(x)):
+            if n in _HANDLE_FIELDS:
+                continue
+            va, vb = getattr(x, n), getattr(y, n)
+            if n in ("then_ops", "else_ops", "body"):
+                sub = self.ops(va, vb)
+                if sub:
+                    out[n] = sub
+            elif isinstance(va, (bytes, bytearray, memoryview)):
+                if bytes(va) != bytes(vb):
+                    out[n] = {"a": _json_value(va), "b": _json_value(vb)}
+            elif va != vb:
+                out[n] = {"a": _json_value(va), "b": _json_value(vb)}
+        return out
+
+    def launch_fields(self, x: m.KernelLaunch, y: m.KernelLaunch) -> dict:
+        out = {}
+        da, db = list(x.shape[:max(1, x.ndim)]), list(y.shape[:max(1, y.ndim)])
+        if da != db:
+            out["dim"] = {"a": da, "b": db}
+        out.update(_fields(("size", "max_blocks", "block_dim", "smem_bytes", "grid_stride", "is_forward",
+                            "cluster_dim", "module_hash"), x, y))
+        ra = [(r.value_byte_offset, r.region_id, r.region_offset, r.kind) for r in x.relocations]
+        rb = [(r.value_byte_offset, r.region_id, r.region_offset, r.kind) for r in y.relocations]
+        if ra != rb:
+            out["relocations"] = {"a": [list(r) for r in ra], "b": [list(r) for r in rb]}
+        pa = [(p.param_index, p.num_relocs, p.value_size) for p in x.params]
+        pb = [(p.param_index, p.num_relocs, p.value_size) for p in y.params]
+        if pa != pb:
+            out["params"] = {"a": [list(p) for p in pa], "b": [list(p) for p in pb]}
+            return out
+        args = self._arg_changes(x, y)
+        if args:
+            out["args"] = args
+        return out
+
+    def _arg_changes(self, x: m.KernelLaunch, y: m.KernelLaunch) -> list:
+        va, vb = _masked(x), _masked(y)
+        ks = self.ann_a.kernel_signature(x.module_hash, x.kernel_key) if self.ann_a is not None else None
+        changes = []
+        for pa, pb in zip(x.params, y.params):
+            ba = va[pa.value_offset:pa.value_offset + pa.value_size]
+            bb = vb[pb.value_offset:pb.value_offset + pb.value_size]
+            if ba == bb:
+                continue
+            arg = launch_argument(ks.arguments, pa) if ks is not None else None
+            row = {"param": pa.param_index, "name": arg.name if arg is not None else None,
+                   "type": arg.type if arg is not None else None}
+            row["a"], row["b"] = _decode_arg(arg, ba), _decode_arg(arg, bb)
+            changes.append(row)
+        return changes
+
+
+def _masked(op: m.KernelLaunch) -> bytes:
+    """``value_data`` with every relocated 8-byte slot zeroed (pointers differ per process)."""
+    if not op.relocations:
+        return bytes(op.value_data)
+    buf = bytearray(op.value_data)
+    for adjoint in (False, True):
+        for p, relocs in op.param_relocations(adjoint):
+            for r in relocs:
+                o = p.value_offset + r.value_byte_offset  # relative to the param's value (apic.cpp)
+                if 0 <= o <= len(buf) - 8:
+                    buf[o:o + 8] = bytes(8)
+    return bytes(buf)
+
+
+def _decode_arg(arg, raw: bytes):
+    """A scalar argument's value decoded through its annotation, else its bytes in hex."""
+    dt = getattr(arg, "dtype", None) if arg is not None else None
+    if dt is not None and not arg.ndim and not dt.fields and dt.scalar != ann.ScalarKind.UNKNOWN:
+        try:
+            base, dims = ann.element_layout(dt)
+            n = len(raw) // base.itemsize
+            if n * base.itemsize == len(raw) and n == int(np.prod(dims or (1,))):
+                vals = np.frombuffer(raw, dtype=base).reshape(dims or ()).tolist()
+                return vals
+        except (ValueError, TypeError):
+            pass
+    return {"hex": raw[:64].hex() + ("..." if len(raw) > 64 else "")}
+
+
+__all__ = ["diff", "diff_programs", "DiffResult"]

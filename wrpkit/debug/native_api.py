@@ -1,0 +1,143 @@
+"""The C++ replayer's C API (``native/include/wrp_replay.h``) through ctypes, in this process.
+
+Used by the debugging tools to step a rewritten program with the native
+engine without spawning a process per op.  Only what they need is bound.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import WrpError, WrpFormatError, WrpRuntimeError
+
+LIB = "libwrp_replay.so" if sys.platform != "darwin" else "libwrp_replay.dylib"
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("device", ctypes.c_char_p), ("warp_lib_dir", ctypes.c_char_p),
+                ("skip_checks", ctypes.c_int), ("validate_only", ctypes.c_int),
+                ("capture_warp_stderr", ctypes.c_int), ("max_file_bytes", ctypes.c_uint64),
+                ("max_memory_bytes", ctypes.c_uint64), ("verify_checksums", ctypes.c_int)]
+
+
+class _Module(ctypes.Structure):
+    _fields_ = [("filename", ctypes.c_char_p), ("data", ctypes.c_void_p), ("size", ctypes.c_size_t)]
+
+
+def find_library() -> Path:
+    """Path of ``libwrp_replay`` (``$WRP_REPLAY_LIB``, else ``wrpkit/_native/lib/``).
+
+    Raises:
+        WrpError: The library is not built.
+    """
+    env = os.environ.get("WRP_REPLAY_LIB")
+    cands = [Path(env)] if env else []
+    here = Path(__file__).resolve().parent.parent / "_native"
+    cands += [here / "lib" / LIB, here / LIB]
+    # An editable install puts the built library in site-packages, beside the source tree.
+    cands += [Path(p) / "wrpkit" / "_native" / "lib" / LIB for p in sys.path if p]
+    for c in cands:
+        if c.is_file():
+            return c
+    raise WrpError(f"the native replayer library {LIB} is not built (looked in {here})",
+                   hint="Reinstall wrpkit (`pip install .`) to build native/, or use --engine python.")
+
+
+@functools.lru_cache(maxsize=None)
+def library():
+    lib = ctypes.CDLL(os.fspath(find_library()))
+    lib.wrp_options_init.argtypes = [ctypes.POINTER(_Options)]
+    lib.wrp_last_error.restype = ctypes.c_char_p
+    lib.wrp_program_open_memory.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_Module),
+                                            ctypes.c_size_t, ctypes.POINTER(_Options),
+                                            ctypes.POINTER(ctypes.c_void_p)]
+    lib.wrp_program_destroy.argtypes = [ctypes.c_void_p]
+    lib.wrp_program_device.argtypes = [ctypes.c_void_p]
+    lib.wrp_program_device.restype = ctypes.c_char_p
+    for fn in (lib.wrp_program_set, lib.wrp_program_get):
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    lib.wrp_program_data_ptr.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                                         ctypes.POINTER(ctypes.c_size_t)]
+    lib.wrp_program_run.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    return lib
+
+
+class NativeProgram:
+    """One program opened from memory through the C API."""
+
+    def __init__(self, wrp_bytes, modules: dict, device: str):
+        lib = self.lib = library()
+        opts = _Options()
+        lib.wrp_options_init(ctypes.byref(opts))
+        self._device_b = str(device).encode()
+        opts.device = self._device_b
+        buf = np.frombuffer(wrp_bytes, dtype=np.uint8)
+        keep = [buf]
+        mods = (_Module * max(1, len(modules)))()
+        for i, (name, data) in enumerate(modules.items()):
+            arr = np.frombuffer(data, dtype=np.uint8)
+            keep.append(arr)
+            fname = name.encode()
+            keep.append(fname)
+            mods[i] = _Module(fname, arr.ctypes.data if arr.size else None, arr.size)
+        handle = ctypes.c_void_p()
+        rc = lib.wrp_program_open_memory(buf.ctypes.data, buf.size, mods, len(modules), ctypes.byref(opts),
+                                         ctypes.byref(handle))
+        if rc != 0:
+            msg = (lib.wrp_last_error() or b"").decode(errors="replace")
+            cls = WrpFormatError if rc == 2 else WrpRuntimeError
+            raise cls(f"the native replayer could not open the program: {msg}")
+        self.handle = handle
+        self.device = (lib.wrp_program_device(handle) or b"cpu").decode()
+        self._sizes = {}
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            msg = (self.lib.wrp_last_error() or b"").decode(errors="replace")
+            raise WrpRuntimeError(f"native replayer: {what} failed: {msg}")
+
+    def _ptr(self, name: str) -> tuple:
+        ptr, size = ctypes.c_void_p(), ctypes.c_size_t()
+        self._check(self.lib.wrp_program_data_ptr(self.handle, name.encode(), ctypes.byref(ptr), ctypes.byref(size)),
+                    f"data_ptr({name!r})")
+        return ptr.value or 0, size.value
+
+    def view(self, name: str) -> np.ndarray:
+        """Zero-copy uint8 view of a binding (CPU programs only)."""
+        ptr, size = self._ptr(name)
+        if not size:
+            return np.zeros(0, dtype=np.uint8)
+        return np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(ptr))
+
+    def size(self, name: str) -> int:
+        s = self._sizes.get(name)
+        if s is None:
+            s = self._sizes[name] = self._ptr(name)[1]
+        return s
+
+    def get(self, name: str) -> np.ndarray:
+        out = np.empty(self.size(name), dtype=np.uint8)
+        self._check(self.lib.wrp_program_get(self.handle, name.encode(), out.ctypes.data, out.size),
+                    f"get({name!r})")
+        return out
+
+    def set(self, name: str, value) -> None:
+        arr = np.ascontiguousarray(np.asarray(value)).reshape(-1).view(np.uint8)
+        if arr.size != self.size(name):
+            raise WrpError(f"input {name!r} has {arr.size} bytes but the binding holds {self.size(name)}")
+        self._check(self.lib.wrp_program_set(self.handle, name.encode(), arr.ctypes.data, arr.size),
+                    f"set({name!r})")
+
+    def run(self, count: int = 1) -> None:
+        self._check(self.lib.wrp_program_run(self.handle, count), "run")
+
+    def close(self) -> None:
+        if self.handle:
+            self.lib.wrp_program_destroy(self.handle)
+            self.handle = None

@@ -1,0 +1,516 @@
+"""Replay a captured program one op at a time, by rewriting it.
+
+Warp replays a whole graph per ``capture_launch``, and every loaded graph owns
+its memory, so ops cannot be run one by one through separately loaded
+graphs that share state.  :func:`build_stepper` therefore rewrites the
+program once: every leaf op (every op that is not an IF or a WHILE, at any
+nesting depth) becomes a leaf of a balanced binary tree of IF ops whose
+conditions live in one extra control region.  Setting the conditions on one
+root-to-leaf path (about log2(ops) int32 values) and launching the graph runs
+exactly that one op, against the one copy of the program's memory.  The file
+is loaded once, by either engine (Warp's Python API, or the C++ replayer's C
+API in this process), and IF/WHILE ops of the original are driven here: their
+condition is read from memory after each body iteration, exactly as Warp's
+replayer does (``warp/native/apic.cpp``).
+
+The rewritten program also binds every region under a synthetic name
+(``__wrpkit_r<id>``) so that each one can be read and written.
+
+Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .. import model as m
+from ..checks.summary import launch_argument
+from ..errors import WrpError, WrpRuntimeError
+from ..formats import annotations as ann
+
+#: Name prefix of the bindings added to reach every region.
+REGION_BINDING = "__wrpkit_r"
+#: Name of the binding of the control region.
+CONTROL_BINDING = "__wrpkit_ctl"
+#: Warp's guard against runaway WHILE loops (apic.cpp, ``guard_limit``).
+WHILE_GUARD = 1 << 24
+
+
+# ---------------------------------------------------------------------------
+# What an op reads and writes
+# ---------------------------------------------------------------------------
+
+# Region-id fields each op type writes; the rest of its ``*_region_id`` fields are read.
+_WRITES = {
+    m.OpType.MEMCPY_H2D: ("dst_region_id",),
+    m.OpType.MEMCPY_D2D: ("dst_region_id",),
+    m.OpType.MEMSET: ("region_id",),
+    m.OpType.ALLOC: ("region_id",),
+    m.OpType.SCAN: ("dst_region_id",),
+    m.OpType.MEMTILE: ("region_id",),
+    m.OpType.SEGMENTED_SORT: ("keys_region_id", "values_region_id"),
+    m.OpType.RADIX_SORT: ("keys_region_id", "values_region_id"),
+    m.OpType.RUNLENGTH_ENCODE: ("run_values_region_id", "run_lengths_region_id", "run_count_region_id"),
+    m.OpType.BSR_FROM_TRIPLETS: ("summed_block_offsets_region_id", "summed_block_indices_region_id",
+                                 "bsr_offsets_region_id", "bsr_row_counts_region_id", "bsr_columns_region_id",
+                                 "bsr_nnz_region_id"),
+    m.OpType.BSR_TRANSPOSE: ("transposed_offsets_region_id", "transposed_row_counts_region_id",
+                             "transposed_columns_region_id", "block_indices_region_id", "status_region_id"),
+    m.OpType.REDUCTION: ("output_region_id",),
+    m.OpType.HASH_GRID_UPDATE: (),
+    m.OpType.BVH_REFIT: (),
+    m.OpType.BVH_REBUILD: (),
+}
+
+
+def _region_fields(op) -> list:
+    return [f for f in m.op_fields(type(op)) if f.endswith("region_id") and f != "cond_region_id"]
+
+
+#: Access words (``annotations.ACCESS_WORDS``; None: not recorded) that count as a write / a read.
+_WRITE_WORDS = frozenset({None, "write", "readwrite"})
+_READ_WORDS = frozenset({None, "read", "readwrite"})
+
+
+def _kernel_regions(op: m.KernelLaunch, signature, words) -> list:
+    args = signature.arguments if signature is not None else ()
+    out = []
+    for p, relocs in op.param_relocations():
+        a = launch_argument(args, p)
+        if (a.access_word if a is not None else None) not in words:
+            continue
+        for r in relocs:
+            if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0 and r.region_id not in out:
+                out.append(r.region_id)
+    return out
+
+
+def kernel_signatures(annotations) -> dict:
+    """``{(module_hash, kernel_key): KernelSignature}`` of a file's annotations (empty without)."""
+    if annotations is None:
+        return {}
+    return {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
+
+
+def written_regions(program: m.Program, op: m.Op, signature=None) -> list:
+    """Region ids an op may write, in first-use order.
+
+    For a kernel launch: the regions of its array arguments that the file
+    records as written ("write" or "readwrite"), and of every array argument
+    whose access the file does not record (older files, no annotations).
+
+    Args:
+        program: The program the op belongs to.
+        op: A leaf op (not IF or WHILE).
+        signature: The launched kernel's
+            :class:`~wrpkit.formats.annotations.KernelSignature`, if any (see
+            :func:`kernel_signatures`).
+    """
+    if isinstance(op, m.KernelLaunch):
+        return _kernel_regions(op, signature, _WRITE_WORDS)
+    names = _WRITES.get(op.op_type, ())
+    out = []
+    for f in names:
+        rid = getattr(op, f)
+        if rid >= 0 and rid not in out:
+            out.append(rid)
+    return out
+
+
+def read_regions(program: m.Program, op: m.Op, signature=None) -> list:
+    """Region ids an op reads (for a kernel: arguments recorded as read, or not recorded)."""
+    if isinstance(op, m.KernelLaunch):
+        return _kernel_regions(op, signature, _READ_WORDS)
+    if isinstance(op, (m.If, m.While)):
+        return [op.cond_region_id]
+    writes = set(_WRITES.get(op.op_type, ()))
+    out = []
+    for f in _region_fields(op):
+        rid = getattr(op, f)
+        if f not in writes and rid >= 0 and rid not in out:
+            out.append(rid)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Region types, names and statistics
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class RegionInfo:
+    """What is known about one region: its bindings and, where known, its typed view."""
+
+    region_id: int
+    size: int
+    bindings: list = field(default_factory=list)
+    #: The signature used to view the region typed (a binding's, or one made
+    #: from a kernel argument's dtype), or None when the dtype is unknown.
+    sig: Optional[ann.ArraySignature] = None
+    dtype_name: Optional[str] = None
+    dtype_source: str = "unknown"
+    _typed: Optional[tuple] = field(default=None, repr=False, compare=False)
+
+    def typed(self, raw: np.ndarray) -> Optional[np.ndarray]:
+        """A typed view of the region's bytes, or None when the dtype is unknown."""
+        if self.sig is None:
+            return None
+        cached = self._typed
+        if cached is not None and cached[0] is raw:
+            return cached[1]  # the same live region (CPU): its typed view is made once
+        try:
+            view = ann.view_region(raw, self.sig)
+        except (WrpError, ValueError, TypeError):
+            return None
+        self._typed = (raw, view)
+        return view
+
+    @property
+    def element_dims(self) -> int:
+        """Trailing numpy dims of one element (1 for vec3, 2 for mat33, 0 for scalars)."""
+        return len(ann.element_layout(self.sig.dtype)[1]) if self.sig is not None else 0
+
+
+def region_infos(program: m.Program, annotations=None) -> dict:
+    """``{region_id: RegionInfo}``: bindings and dtypes from the signature and kernel arguments."""
+    if annotations is None:
+        annotations = ann.read_annotations(program)
+    infos = {r.region_id: RegionInfo(r.region_id, r.size) for r in program.regions}
+    sigs = annotations.signature_map() if annotations is not None else {}
+    for b in program.bindings:
+        info = infos.get(b.region_id)
+        if info is None or b.name in info.bindings:
+            continue
+        info.bindings.append(b.name)
+        s = sigs.get(b.name)
+        if info.sig is None and s is not None and _plain(s.dtype):
+            info.sig, info.dtype_name, info.dtype_source = s, s.dtype.name, "signature"
+    if annotations is None:
+        return infos
+    # Regions no typed binding covers: the dtype of a kernel argument that points at their start.
+    for _, op in m.walk_ops(program.ops):
+        if not isinstance(op, m.KernelLaunch):
+            continue
+        ks = annotations.kernel_signature(op.module_hash, op.kernel_key)
+        if ks is None:
+            continue
+        for p, relocs in op.param_relocations():
+            arg = launch_argument(ks.arguments, p)
+            if arg is None:
+                continue
+            dt = arg.dtype
+            if dt is None or not _plain(dt) or len(relocs) != 1:
+                continue
+            r = relocs[0]
+            info = infos.get(r.region_id)
+            if info is None or info.sig is not None or r.region_offset != 0 or r.kind != m.RelocKind.DATA_PTR:
+                continue
+            n = info.size // max(1, int(dt.size))
+            if n * int(dt.size) != info.size:
+                continue
+            info.sig = ann.ArraySignature(name=f"region {r.region_id}", dtype=dt, shape=(n,),
+                                          strides=(int(dt.size),))
+            info.dtype_name, info.dtype_source = dt.name, f"kernel {op.kernel_key} argument {arg.name}"
+    return infos
+
+
+def _plain(dt) -> bool:
+    """A scalar, vector or matrix dtype (not a struct): one numpy scalar type."""
+    return dt is not None and not dt.fields and dt.scalar != ann.ScalarKind.UNKNOWN
+
+
+def digest(raw: np.ndarray) -> str:
+    """Content digest of a region's bytes (SHA-256, first 32 hex digits)."""
+    return hashlib.sha256(raw.data if raw.flags.c_contiguous else raw.tobytes()).hexdigest()[:32]
+
+
+def region_stats(info: RegionInfo, raw: np.ndarray) -> dict:
+    """``{"region", "binding", "digest", "dtype", "nan", "inf", "min", "max"}`` of one region's bytes.
+
+    ``dtype`` is None (and ``nan``/``inf``/``min``/``max`` too) where the
+    region's dtype is unknown; ``nan``/``inf`` are 0 for integer dtypes.
+    """
+    d = {"region": info.region_id, "binding": info.bindings[0] if info.bindings else None,
+         "digest": digest(raw), "dtype": info.dtype_name, "nan": None, "inf": None, "min": None, "max": None}
+    typed = info.typed(raw)
+    if typed is None:
+        return d
+    if typed.size == 0:
+        d["nan"] = d["inf"] = 0
+        return d
+    lo, hi = typed.min(), typed.max()
+    if typed.dtype.kind == "f" and not (np.isfinite(lo) and np.isfinite(hi)):
+        # min/max propagate NaN and reach +-Inf: only then count and take the finite range.
+        bad = ~np.isfinite(typed)
+        d["nan"], d["inf"] = int(np.isnan(typed).sum()), int(np.isinf(typed).sum())
+        finite = typed[~bad]
+        if finite.size:
+            d["min"], d["max"] = float(finite.min()), float(finite.max())
+        return d
+    d["nan"] = d["inf"] = 0
+    d["min"], d["max"] = (float(lo), float(hi)) if typed.dtype.kind == "f" else (int(lo), int(hi))
+    return d
+
+
+def first_nonfinite(info: RegionInfo, raw: np.ndarray) -> Optional[int]:
+    """Flat index (in elements of the typed array) of the first NaN/Inf, or None."""
+    typed = info.typed(raw)
+    if typed is None or typed.dtype.kind != "f":
+        return None
+    bad = np.flatnonzero(~np.isfinite(typed))
+    if not bad.size:
+        return None
+    per = int(np.prod(typed.shape[typed.ndim - info.element_dims:])) if info.element_dims else 1
+    return int(bad[0]) // per
+
+
+# ---------------------------------------------------------------------------
+# The rewritten program
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Stepper:
+    """The rewritten program and what is needed to run its leaves one by one.
+
+    Attributes:
+        program: The rewritten :class:`wrpkit.model.Program`.
+        leaves: Leaf ops of the original, in stream order (IF/WHILE bodies flattened).
+        leaf_of: ``{id(op): leaf number}``.
+        paths: Per leaf, ``(node indices, int32 values)`` to write into the control region.
+        control_region: Region id of the control region.
+    """
+
+    program: m.Program
+    leaves: list
+    leaf_of: dict
+    paths: list
+    control_region: int
+
+
+def _leaves(ops, out: list) -> None:
+    for op in ops:
+        if isinstance(op, (m.If, m.While)):
+            for body in m.nested_bodies(op):
+                _leaves(body, out)
+        else:
+            out.append(op)
+
+
+def build_stepper(program: m.Program) -> Stepper:
+    """Rewrite ``program`` so that each leaf op can be run alone (see the module docstring)."""
+    leaves: list = []
+    _leaves(program.ops, leaves)
+    ctl_id = max((r.region_id for r in program.regions), default=-1) + 1
+    nodes = [0]
+    paths: list = [None] * len(leaves)
+
+    def build(lo: int, hi: int, path: list) -> list:
+        if hi - lo == 1:
+            paths[lo] = (np.array([n for n, _ in path], dtype=np.intp), np.array([v for _, v in path], np.int32))
+            return [leaves[lo]]
+        node = nodes[0]
+        nodes[0] += 1
+        mid = (lo + hi) // 2
+        then_ops = build(lo, mid, path + [(node, 1)])
+        else_ops = build(mid, hi, path + [(node, 0)])
+        return [m.If(cond_region_id=ctl_id, cond_offset=4 * node, then_ops=then_ops, else_ops=else_ops)]
+
+    ops = build(0, len(leaves), []) if leaves else []
+    ctl = m.Region(region_id=ctl_id, element_size=4, size=4 * max(1, nodes[0]), has_initial_data=False)
+    bindings = region_bindings(program) + [m.Binding(CONTROL_BINDING, ctl_id)]
+    rewritten = dataclasses.replace(program, bindings=bindings, regions=list(program.regions) + [ctl], ops=ops)
+    return Stepper(rewritten, leaves, {id(op): i for i, op in enumerate(leaves)}, paths, ctl_id)
+
+
+def region_bindings(program: m.Program) -> list:
+    """The program's bindings plus one synthetic binding per region (``__wrpkit_r<id>``)."""
+    return list(program.bindings) + [m.Binding(f"{REGION_BINDING}{r.region_id}", r.region_id)
+                                     for r in program.regions]
+
+
+def prefix_program(program: m.Program, stop: int) -> m.Program:
+    """A copy of ``program`` holding top-level ops ``[0, stop)``, every region bound by name."""
+    return dataclasses.replace(program, bindings=region_bindings(program), ops=program.ops[:stop])
+
+
+# ---------------------------------------------------------------------------
+# Engines: one loaded program, raw access to its regions
+# ---------------------------------------------------------------------------
+
+
+class PythonEngine:
+    """A rewritten program loaded through Warp's Python API (``wrpkit.load``)."""
+
+    name = "python"
+
+    def __init__(self, wrp_bytes, modules: dict, device: str):
+        from ..run.runtime import load  # noqa: PLC0415
+
+        self.prog = load(wrp_bytes, device=device, modules=modules)
+        self.is_cpu = bool(self.prog.device.is_cpu)
+        self._arrays = {}
+
+    def _array(self, name: str):
+        a = self._arrays.get(name)
+        if a is None:
+            a = self._arrays[name] = self.prog.array(name)
+        return a
+
+    def view(self, name: str) -> Optional[np.ndarray]:
+        """A zero-copy uint8 view of a binding's memory (CPU), else None."""
+        if not self.is_cpu:
+            return None
+        return self._array(name).numpy()
+
+    def read(self, name: str) -> np.ndarray:
+        """A copy of a binding's bytes."""
+        return self._array(name).numpy().copy()
+
+    def write(self, name: str, data: np.ndarray) -> None:
+        self.prog.set(name, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+
+    def set_input(self, name: str, value) -> None:
+        self.prog.set(name, value)
+
+    def launch(self) -> None:
+        import warp as wp  # noqa: PLC0415
+
+        try:
+            wp.capture_launch(self.prog.graph)
+        except RuntimeError as e:
+            raise WrpRuntimeError(f"Warp failed to replay an op: {e}") from None
+        if not self.is_cpu:
+            wp.synchronize_device(self.prog.device)
+
+    def close(self) -> None:
+        self._arrays = {}
+        self.prog.close()
+
+
+class NativeEngine:
+    """A rewritten program loaded through the C++ replayer's C API (``libwrp_replay``), in this process."""
+
+    name = "native"
+
+    def __init__(self, wrp_bytes, modules: dict, device: str):
+        from . import native_api  # noqa: PLC0415
+
+        self.api = native_api.NativeProgram(wrp_bytes, modules, device)
+        self.is_cpu = self.api.device.startswith("cpu")
+        self._views = {}
+
+    def view(self, name: str) -> Optional[np.ndarray]:
+        if not self.is_cpu:
+            return None
+        v = self._views.get(name)
+        if v is None:
+            v = self._views[name] = self.api.view(name)
+        return v
+
+    def read(self, name: str) -> np.ndarray:
+        return self.api.get(name)
+
+    def write(self, name: str, data: np.ndarray) -> None:
+        self.api.set(name, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+
+    def set_input(self, name: str, value) -> None:
+        self.api.set(name, value)
+
+    def launch(self) -> None:
+        self.api.run(1)
+
+    def close(self) -> None:
+        self._views = {}
+        self.api.close()
+
+
+def open_engine(engine: str, wrp_bytes, modules: dict, device: str):
+    """Load rewritten WRP1 bytes with the ``"python"`` or ``"native"`` engine."""
+    if engine == "python":
+        return PythonEngine(wrp_bytes, modules, device)
+    if engine == "native":
+        return NativeEngine(wrp_bytes, modules, device)
+    raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
+
+
+class Machine:
+    """A loaded stepper: run one leaf, read and write regions, read conditions."""
+
+    def __init__(self, stepper: Stepper, engine):
+        self.stepper = stepper
+        self.engine = engine
+        self._ctl_view = engine.view(CONTROL_BINDING)
+        if self._ctl_view is not None:
+            self._ctl = self._ctl_view.view(np.int32)
+        else:
+            self._ctl = np.zeros(stepper.program.region(stepper.control_region).size // 4, np.int32)
+        self._views = {}
+
+    def region(self, region_id: int) -> np.ndarray:
+        """The region's bytes: a live zero-copy view on CPU, a fresh copy on CUDA."""
+        name = f"{REGION_BINDING}{region_id}"
+        v = self._views.get(region_id)
+        if v is None:
+            v = self.engine.view(name)
+            if v is None:
+                return self.engine.read(name)
+            self._views[region_id] = v
+        return v
+
+    def write_region(self, region_id: int, data: np.ndarray) -> None:
+        self.engine.write(f"{REGION_BINDING}{region_id}", data)
+
+    def cond(self, region_id: int, offset: int) -> int:
+        raw = self.region(region_id)
+        return int(raw[offset:offset + 4].view(np.int32)[0])
+
+    def run_leaf(self, leaf: int) -> None:
+        idx, vals = self.stepper.paths[leaf]
+        ctl = self._ctl
+        ctl[idx] = vals
+        if self._ctl_view is None:
+            self.engine.write(CONTROL_BINDING, ctl)
+        self.engine.launch()
+
+    def close(self) -> None:
+        self._views = {}
+        self.engine.close()
+
+
+def walk_program(ops, machine: Machine, visit, *, top: Optional[int] = None, prefix: str = "",
+                 iterations: tuple = ()) -> bool:
+    """Run ``ops`` leaf by leaf, driving IF and WHILE here; call ``visit`` after each leaf.
+
+    ``visit(op, index, path, iterations)`` returns True to stop.  Returns True
+    when stopped.  Paths are those of ``wrp inspect --ops``.
+    """
+    for i, op in enumerate(ops):
+        index = i if top is None else top
+        path = f"{prefix}{i}"
+        if isinstance(op, m.If):
+            if machine.cond(op.cond_region_id, op.cond_offset):
+                stop = walk_program(op.then_ops, machine, visit, top=index, prefix=path + ".", iterations=iterations)
+            else:
+                stop = walk_program(op.else_ops, machine, visit, top=index, prefix=path + ".e",
+                                    iterations=iterations)
+            if stop:
+                return True
+        elif isinstance(op, m.While):
+            it = 0
+            while op.body and machine.cond(op.cond_region_id, op.cond_offset):
+                if walk_program(op.body, machine, visit, top=index, prefix=path + ".", iterations=iterations + (it,)):
+                    return True
+                it += 1
+                if it >= WHILE_GUARD:
+                    raise WrpRuntimeError(f"the WHILE at op {path} ran {WHILE_GUARD} iterations (Warp's guard limit)")
+        else:
+            machine.run_leaf(machine.stepper.leaf_of[id(op)])
+            if visit(op, index, path, iterations):
+                return True
+    return False
