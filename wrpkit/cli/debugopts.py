@@ -37,8 +37,18 @@ def gather_inputs(inputs_npz, input_items) -> dict:
     return out
 
 
-def quiet_warp() -> None:
-    """Keep Warp's own messages off stdout (``--json`` prints exactly one object)."""
-    from .replay import _quiet_warp  # noqa: PLC0415
+def quiet_warp(device=None) -> None:
+    """Start Warp without its banner, and on the CPU without the "no CUDA driver" warning.
 
-    _quiet_warp()
+    Args:
+        device: The device the command will use; ``None`` means the capture's own
+            family, which is not known yet, so only the banner is turned off.
+    """
+    if device is None:
+        import warp as wp  # noqa: PLC0415  (started later, by the library, on the capture's device)
+
+        wp.config.quiet = True
+        return
+    from ..environment import init_warp  # noqa: PLC0415
+
+    init_warp(cpu_only=str(device).strip().lower() == "cpu")

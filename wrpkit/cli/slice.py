@@ -40,7 +40,7 @@ def slice(file, ops, out, inputs_npz, input_items, device, as_json):  # noqa: A0
     """
     from ..debug.slice import slice as run_slice  # noqa: PLC0415
 
-    quiet_warp()
+    quiet_warp(device)
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         res = run_slice(file, ops, out, inputs=inputs, device=device)

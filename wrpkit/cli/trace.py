@@ -60,7 +60,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     from ..debug.trace import trace as run_trace  # noqa: PLC0415
 
     if engine == "python":
-        quiet_warp()
+        quiet_warp(device)
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_trace(file, device=device, engine=engine, inputs=inputs, stop_at_nonfinite=stop_at_nonfinite,
