@@ -1393,7 +1393,7 @@ def test_cuda_replay_matches_stock_warp(native, tmp_path, name):
     run(native.exe, *args, env={**os.environ}, check_rc=0)
     graph = wp.capture_load(os.fspath(path), device="cuda:0")
     for n, a in inputs.items():
-        graph.set_param(n, wp.array(a.view(fresh[n].numpy().dtype).reshape(fresh[n].shape),
+        graph.set_param(n, wp.array(a.view(fresh[n].numpy().dtype).reshape(fresh[n].numpy().shape),
                                     dtype=fresh[n].dtype, device="cuda:0"))
     wp.capture_launch(graph)
     for n in prog.bindings:
