@@ -11,9 +11,8 @@
 #include "error.h"
 
 namespace wrp {
-namespace {
 
-const char* file_kind(mode_t mode)
+const char* file_kind(unsigned mode)
 {
     if (S_ISDIR(mode))
         return "a directory";
@@ -27,6 +26,8 @@ const char* file_kind(mode_t mode)
         return "a block device";
     return "not a regular file";
 }
+
+namespace {
 
 [[noreturn]] void fail_open(const std::string& display, const char* what, int err)
 {

@@ -42,6 +42,9 @@ private:
     size_t size_ = 0;
 };
 
+// "a directory", "a FIFO", ... for a st_mode that is not a regular file's.
+const char* file_kind(unsigned mode);
+
 // Open a directory for openat() (a path the user gave or derived from it: a
 // symbolic link to the directory is followed).  Returns the fd or throws
 // wrp::Error(WRP_ERR_INVALID_FILE) (`fix` is appended as advice).

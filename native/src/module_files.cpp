@@ -140,19 +140,6 @@ std::string sibling_modules_dir(const std::string& wrp_path, const std::string& 
     return found;
 }
 
-const char* kind_of(mode_t mode)
-{
-    if (S_ISDIR(mode))
-        return "a directory";
-    if (S_ISFIFO(mode))
-        return "a FIFO";
-    if (S_ISSOCK(mode))
-        return "a socket";
-    if (S_ISCHR(mode) || S_ISBLK(mode))
-        return "a device";
-    return "not a regular file";
-}
-
 // Read one module file once into memory.  Every refusal says its reason and the fix for that reason.
 std::vector<uint8_t> read_module_at(int dirfd, const std::string& name, const std::string& display)
 {
@@ -170,7 +157,7 @@ std::vector<uint8_t> read_module_at(int dirfd, const std::string& name, const st
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        const char* kind = fstat(fd, &st) == 0 ? kind_of(st.st_mode) : "unreadable";
+        const char* kind = fstat(fd, &st) == 0 ? file_kind(st.st_mode) : "unreadable";
         close(fd);
         fail(WRP_ERR_INVALID_FILE, "module file %s is %s. Replace it with the module file from the folder "
              "capture_save wrote, or recapture", display.c_str(), kind);

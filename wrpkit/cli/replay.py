@@ -772,7 +772,6 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 
     outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
     report = {
-        "unset_inputs": unset_inputs(prep, inputs),
         "file": str(file),
         "device": device,
         "engine": engine,
@@ -782,6 +781,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
         "outputs": {n: (stats(results[n]) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
                     for n in outputs},
+        "unset_inputs": unset_inputs(prep, inputs),
         "check": None,
         "output": None,
         "ok": True,
