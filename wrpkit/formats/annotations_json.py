@@ -11,6 +11,7 @@ written by another producer) the bytes are kept as ``{"base64": ...}``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from . import annotations as ann
@@ -33,6 +34,16 @@ def _is_kind(v) -> bool:
         return False
 
 
+def _argument_out(x: ann.KernelArgument) -> dict:
+    # Every field of the dataclass, so that fields appended to the schema are carried too.
+    out = {}
+    for f in dataclasses.fields(x):
+        v = getattr(x, f.name)
+        out[f.name] = (_dtype_out(v) if v is not None else None) if f.name == "dtype" else int(v) \
+            if isinstance(v, int) and not isinstance(v, bool) else v
+    return out
+
+
 def annotations_to_json(raw) -> Optional[dict]:
     """The readable form of annotation bytes, or None when it would not encode back to them.
 
@@ -49,9 +60,7 @@ def annotations_to_json(raw) -> Optional[dict]:
                        "strides": list(s.strides), "byte_offset": s.byte_offset, "is_input": s.is_input,
                        "is_output": s.is_output} for s in a.signature],
         "kernel_signatures": [{"kernel_key": k.kernel_key, "module_hash": k.module_hash,
-                               "arguments": [{"name": x.name, "type": x.type, "value_size": x.value_size,
-                                              "dtype": _dtype_out(x.dtype) if x.dtype is not None else None,
-                                              "ndim": x.ndim} for x in k.arguments]}
+                               "arguments": [_argument_out(x) for x in k.arguments]}
                               for k in a.kernel_signatures],
         "module_digests": [{"binary_filename": d.binary_filename, "sha256": bytes(d.sha256).hex(), "size": d.size}
                            for d in a.module_digests],
@@ -124,11 +133,16 @@ def annotations_from_json(d, path: str = "annotations") -> bytes:
         args = []
         for j, a in enumerate(_get(k, "arguments", p, list)):
             q = f"{p}.arguments[{j}]"
-            dt = a.get("dtype") if isinstance(a, dict) else None
-            args.append(ann.KernelArgument(_get(a, "name", q, str), _get(a, "type", q, str),
-                                           _get(a, "value_size", q, int),
-                                           _dtype_in(dt, q + ".dtype") if dt is not None else None,
-                                           _get(a, "ndim", q, int)))
+            kw = {}
+            for f in dataclasses.fields(ann.KernelArgument):
+                if f.name == "dtype":
+                    dt = a.get("dtype") if isinstance(a, dict) else None
+                    kw["dtype"] = _dtype_in(dt, q + ".dtype") if dt is not None else None
+                elif f.name in ("name", "type"):
+                    kw[f.name] = _get(a, f.name, q, str)
+                else:
+                    kw[f.name] = _get(a, f.name, q, int, f.default)
+            args.append(ann.KernelArgument(**kw))
         ksigs.append(ann.KernelSignature(_get(k, "kernel_key", p, str), _get(k, "module_hash", p, str), tuple(args)))
     digests = []
     for i, g in enumerate(_get(d, "module_digests", path, list)):
