@@ -293,7 +293,8 @@ def generate(src, out, *, dense: bool = False) -> list:
     md = modules_dir_for(v.path)
     md.mkdir(exist_ok=True)
     os.mkfifo(md / first)
-    v = mk.emit("module_hardlink", "module-file", data, modules={})
+    # Accepted: each module is read once, checked, and those bytes are loaded (VALIDATION-RULES.md).
+    v = mk.emit("module_hardlink", "module-file", data, modules={}, must_refuse=False)
     md = modules_dir_for(v.path)
     md.mkdir(exist_ok=True)
     os.link(real, md / first)
@@ -312,6 +313,7 @@ def generate(src, out, *, dense: bool = False) -> list:
     d.mkdir(exist_ok=True)
     (d / "real.wrp").write_bytes(data)
     os.symlink(d / "real.wrp", d / "g.wrp")
+    # A link the user names is followed (its target is the control's bytes; no modules beside either).
     mk.variants.append(Variant("wrp_symlink", "not-a-file", d / "g.wrp"))
 
     # -- the control -------------------------------------------------------------

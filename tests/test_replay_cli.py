@@ -145,7 +145,7 @@ def test_json_report_keys_and_stats(tmp_path):
     assert r.exit_code == 0
     rep = json.loads(r.stdout)
     assert list(rep) == ["file", "device", "engine", "warp_version", "repeat", "warmup", "timings", "outputs",
-                         "check", "output", "ok"]
+                         "unset_inputs", "check", "output", "ok"]
     assert rep["repeat"] == 3 and rep["warmup"] == 2 and rep["engine"] == "python" and rep["device"] == "cpu"
     host = rep["timings"]["host_ms"]
     assert host["count"] == 3 and host["min"] <= host["median"] <= host["max"]
@@ -318,7 +318,7 @@ def test_error_input_size(tmp_path):
     inputs[b] = np.concatenate([v.reshape(-1), v.reshape(-1)[:1]])
     out = tmp_path / "out.npz"
     r = invoke(rc.wrpkit_capture(name), "--inputs", write_npz(tmp_path / "in.npz", **inputs), "--output", out)
-    _assert_fails(r, WrpBindingError.exit_code, repr(b), "bytes", out=out)
+    _assert_fails(r, WrpBindingError.exit_code, repr(b), "shape", out=out)  # the file records b's shape
 
 
 def test_error_input_dtype(tmp_path):

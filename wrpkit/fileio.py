@@ -66,14 +66,23 @@ class MappedFile:
         self.close()
 
 
-def open_regular(path: PathLike, what: str = "file") -> int:
-    """Open ``path`` read-only without following a final symlink; return the fd.
+def open_regular(path: PathLike, what: str = "file", *, follow_symlinks: bool = False) -> int:
+    """Open ``path`` read-only; return the fd.
+
+    Args:
+        path: The file.
+        what: Its role, for messages.
+        follow_symlinks: Follow a final symbolic link.  True for paths the
+            user typed (trusted, as for every Unix tool); False (the default)
+            for names that come from inside a file, such as module files.
 
     Raises:
-        WrpError: The path is missing, a symlink, or not a regular file.
+        WrpError: The path is missing, a symlink (unless followed), or not a regular file.
     """
     p = os.fspath(path)
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     # O_NONBLOCK so that opening a FIFO never blocks waiting for a writer.
     flags |= getattr(os, "O_NONBLOCK", 0)
     try:
@@ -83,9 +92,9 @@ def open_regular(path: PathLike, what: str = "file") -> int:
     except IsADirectoryError:
         raise WrpError(f"{what} is a directory, not a file: {p}") from None
     except OSError as e:
-        if os.path.islink(p):
-            raise WrpError(f"{what} is a symbolic link, which wrpkit does not follow: {p}",
-                           hint="Pass the link's target path instead.") from None
+        if not follow_symlinks and os.path.islink(p):
+            raise WrpError(f"{what} is a symbolic link, which wrpkit does not follow for names read from a file: "
+                           f"{p}", hint="Replace the link with a copy of the file it points to.") from None
         raise WrpError(f"cannot open {what} {p}: {e.strerror}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
@@ -95,7 +104,8 @@ def open_regular(path: PathLike, what: str = "file") -> int:
     return fd
 
 
-def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False) -> MappedFile:
+def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False,
+             follow_symlinks: bool = False) -> MappedFile:
     """Map a regular file read-only.
 
     Args:
@@ -105,6 +115,7 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False) -> M
             every page up front (``MAP_POPULATE``), which costs far less than
             one page fault per 4 KiB page.  Leave it off for callers that read
             a small part of a large file (inspect).
+        follow_symlinks: See :func:`open_regular`.
 
     Returns:
         A :class:`MappedFile`.
@@ -112,7 +123,7 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False) -> M
     Raises:
         WrpError: The file is missing, a symlink, a FIFO, a directory or unreadable.
     """
-    fd = open_regular(path, what)
+    fd = open_regular(path, what, follow_symlinks=follow_symlinks)
     try:
         size = os.fstat(fd).st_size
         if not size:
@@ -128,9 +139,14 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False) -> M
     return MappedFile(Path(path), mm, size)
 
 
-def read_file(path: PathLike, what: str = "file", max_size: int = 1 << 34) -> bytes:
-    """Read a whole regular file (no symlinks, no FIFOs) into memory."""
-    fd = open_regular(path, what)
+def read_file(path: PathLike, what: str = "file", max_size: int = 1 << 34, *,
+              follow_symlinks: bool = False) -> bytes:
+    """Read a whole regular file (no FIFOs; no final symlink unless ``follow_symlinks``) into memory.
+
+    The bytes are read once into memory, so that whatever is checked in them
+    is exactly what is used, even if the file changes afterwards.
+    """
+    fd = open_regular(path, what, follow_symlinks=follow_symlinks)
     try:
         size = os.fstat(fd).st_size
         if size > max_size:
@@ -384,6 +400,45 @@ def modules_dir_for(path: PathLike) -> Path:
     return p.with_name(p.stem + "_modules")
 
 
+def find_modules_dir(path: PathLike) -> Path:
+    """The modules folder of a ``.wrp`` the user named.
+
+    ``<stem>_modules/`` beside ``path``; when ``path`` is a symbolic link and
+    there is no such folder beside the link, the one beside its target.  A
+    symbolic link to the folder is followed (the path is the user's).
+
+    Returns:
+        The first candidate that is a directory, else the one beside ``path``.
+    """
+    first = modules_dir_for(path)
+    if first.is_dir() or not os.path.islink(path):
+        return first
+    beside_target = modules_dir_for(os.path.realpath(path))
+    return beside_target if beside_target.is_dir() else first
+
+
+def sibling_modules_dirs(path: PathLike, needed: Iterable) -> list:
+    """Other ``*_modules/`` folders beside ``path`` that hold every file in ``needed``.
+
+    Used to name the folder of a ``.wrp`` that was renamed without its modules.
+    """
+    p = Path(path)
+    needed = [n for n in needed if is_plain_basename(n)]
+    if not needed:
+        return []
+    own = modules_dir_for(p).name
+    out = []
+    try:
+        entries = sorted(p.parent.iterdir()) if str(p.parent) else sorted(Path(".").iterdir())
+    except OSError:
+        return []
+    for d in entries[:10000]:
+        if d.name.endswith("_modules") and d.name != own and d.is_dir():
+            if all((d / n).is_file() for n in needed):
+                out.append(d)
+    return out
+
+
 def is_plain_basename(name: str) -> bool:
     """True for a non-empty file name with no directory part (Warp's rule, plus NUL)."""
     return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\:\0")
@@ -479,6 +534,7 @@ def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
 
 __all__ = [
     "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
+    "find_modules_dir", "sibling_modules_dirs",
     "is_plain_basename", "check_output_path", "pwrite_all",
 ]
 

@@ -14,6 +14,7 @@ const char* const kUsage =
     "usage: wrp-replay FILE [--device cpu|cuda:N] [--input NAME=x.npy]... [--output NAME=y.npy]...\n"
     "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json [--raw-times]]\n"
     "                  [--warp-lib-dir DIR] [--list]\n"
+    "                  [--modules-dir DIR]\n"
     "\n"
     "Replay a Warp captured graph without Python: a .wrp written by wp.capture_save (with the\n"
     "module files in <stem>_modules/ beside it) or a single-file .wrpk bundle (wrp convert X.wrp\n"
@@ -39,7 +40,10 @@ const char* const kUsage =
     "  --raw-times          with --json, also every replay's time (timings.replays_ms)\n"
     "  --warp-lib-dir DIR   directory holding warp.so / warp-clang.so (warp-lang's warp/bin);\n"
     "                       default: $WRP_WARP_LIB_DIR, then the warp-lang installed beside wrp-replay\n"
-    "  --list               validate the file and list its bindings without loading Warp\n"
+    "  --modules-dir DIR    a .wrp's module files (default: <stem>_modules/ beside FILE, or beside\n"
+    "                       the target when FILE is a symbolic link)\n"
+    "  --list               validate the file and list its bindings without loading Warp (a .wrp\n"
+    "                       whose modules directory is absent is still listed, as wrp inspect does)\n"
     "  --skip-checks        skip semantic validation (trusted files only)\n"
     "  --no-verify          .wrpk only: skip the blobs' SHA-256 checks (trusted files only); the\n"
     "                       header, the manifest's checksum and all structure are still checked\n"
@@ -152,6 +156,10 @@ CliArgs parse_args(int argc, char** argv)
             a.warmup = parse_count(arg, next(), 0);
         } else if (arg == "--timeout") {
             a.timeout_s = parse_seconds(arg, next());
+        } else if (arg == "--modules-dir") {
+            a.modules_dir = next();
+            if (a.modules_dir.empty())
+                usage_error("--modules-dir needs a directory");
         } else if (arg == "--warp-lib-dir") {
             a.warp_lib_dir = next();
             if (a.warp_lib_dir.empty())

@@ -29,6 +29,7 @@ struct CliArgs {
     bool no_verify = false;
     bool allow_raw_pointers = false;
     std::string warp_lib_dir;
+    std::string modules_dir;  // --modules-dir: a .wrp's module files ("" = <stem>_modules/)
 };
 
 // Throws CliError(kExitUsage) on a malformed command line.

@@ -229,6 +229,8 @@ int run(const CliArgs& args)
     opts.verify_checksums = args.no_verify ? 0 : 1;
     opts.allow_raw_pointers = args.allow_raw_pointers ? 1 : 0;
     opts.validate_only = args.list;
+    opts.modules_optional = args.list;  // --list works without modules, as `wrp inspect` does
+    opts.modules_dir = args.modules_dir.empty() ? nullptr : args.modules_dir.c_str();
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
     // A FILE that does not exist is a usage error (exit 2) here as in wrp, not an invalid file.
     struct stat st;
@@ -258,9 +260,19 @@ int run(const CliArgs& args)
     std::string inputs_json = "[";
     for (const NamedPath& in : args.inputs) {
         const wrp_binding_info& b = find(bindings, in.name);
-        NpyArray a = read_npy(in.path, b.size);
-        check_input_dtype(b, a, in.path);
-        check(wrp_program_set(prog.p, b.name, a.data.data(), a.data.size()));
+        std::string what = in.name + " (" + in.path + ")";
+        NpyArray a = read_npy(in.path, input_bytes(b));
+        check_input_dtype(b, a, what);
+        check_input_shape(b, a, what);
+        if (view_is_whole(b)) {
+            check(wrp_program_set(prog.p, b.name, a.data.data(), a.data.size()));
+        } else {
+            // A view binding takes the view's elements: the rest of the region keeps its bytes.
+            std::vector<uint8_t> region(static_cast<size_t>(b.size));
+            check(wrp_program_get(prog.p, b.name, region.data(), region.size()));
+            scatter_view(b, a.data, region);
+            check(wrp_program_set(prog.p, b.name, region.data(), region.size()));
+        }
         inputs_json += std::string(inputs_json.size() > 1 ? ", " : "") + "{\"name\": " + json_string(in.name) +
             ", \"path\": " + json_string(in.path) + "}";
     }

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "cli_error.h"
+#include "npy_io.h"
 
 namespace wrpcli {
 namespace {
@@ -79,14 +80,51 @@ void check_input_dtype(const wrp_binding_info& b, const NpyArray& in, const std:
                                        b.name + "\", which holds " + binding_dtype_name(b) + " (" + want.descr() + ")");
 }
 
-std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<uint8_t>& region)
+void check_input_shape(const wrp_binding_info& b, const NpyArray& in, const std::string& what)
 {
     if (!b.has_signature)
-        return region;
+        return;
+    std::vector<uint64_t> want = binding_shape(b);
+    if (in.shape != want)
+        throw CliError(kExitUsage, "input " + what + ": shape " + shape_string(in.shape) + " does not match binding \"" +
+                                       b.name + "\", which holds " + binding_dtype_name(b) + " of shape " +
+                                       shape_string(want) + " (pass an array of exactly that shape)");
+}
+
+uint64_t input_bytes(const wrp_binding_info& b)
+{
+    if (!b.has_signature)
+        return b.size;
     uint64_t count = 1;
     for (uint32_t d = 0; d < b.ndim; d++)
         count *= static_cast<uint64_t>(b.shape[d]);
-    std::vector<uint8_t> out(static_cast<size_t>(count * b.dtype_size));
+    return count * b.dtype_size;
+}
+
+bool view_is_whole(const wrp_binding_info& b)
+{
+    if (!b.has_signature)
+        return true;
+    if (b.byte_offset != 0 || input_bytes(b) != b.size)
+        return false;
+    int64_t expected = b.dtype_size;
+    for (int64_t d = static_cast<int64_t>(b.ndim) - 1; d >= 0; d--) {
+        if (b.shape[d] > 1 && b.strides[d] != expected)
+            return false;
+        expected *= b.shape[d];
+    }
+    return true;
+}
+
+namespace {
+
+// Calls fn(view offset, region offset) for each element of the view, in C order.
+template <typename Fn>
+void for_each_element(const wrp_binding_info& b, size_t region_size, Fn fn)
+{
+    uint64_t count = 1;
+    for (uint32_t d = 0; d < b.ndim; d++)
+        count *= static_cast<uint64_t>(b.shape[d]);
     std::vector<int64_t> index(b.ndim, 0);
     for (uint64_t e = 0; e < count; e++) {
         int64_t offset = static_cast<int64_t>(b.byte_offset);
@@ -94,15 +132,30 @@ std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<ui
             offset += index[d] * b.strides[d];
         // The library validated the view against the region; re-check anyway
         // rather than trust arithmetic on file-provided numbers.
-        if (offset < 0 || static_cast<uint64_t>(offset) + b.dtype_size > region.size())
+        if (offset < 0 || static_cast<uint64_t>(offset) + b.dtype_size > region_size)
             throw CliError(kExitRuntime, std::string("binding \"") + b.name + "\": view element outside its region");
-        std::memcpy(out.data() + e * b.dtype_size, region.data() + offset, b.dtype_size);
+        fn(static_cast<size_t>(e * b.dtype_size), static_cast<size_t>(offset));
         for (int64_t d = static_cast<int64_t>(b.ndim) - 1; d >= 0; d--) {
             if (++index[d] < b.shape[d])
                 break;
             index[d] = 0;
         }
     }
+}
+
+}  // namespace
+
+void scatter_view(const wrp_binding_info& b, const std::vector<uint8_t>& view, std::vector<uint8_t>& region)
+{
+    for_each_element(b, region.size(), [&](size_t v, size_t r) { std::memcpy(region.data() + r, view.data() + v, b.dtype_size); });
+}
+
+std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<uint8_t>& region)
+{
+    if (!b.has_signature)
+        return region;
+    std::vector<uint8_t> out(static_cast<size_t>(input_bytes(b)));
+    for_each_element(b, region.size(), [&](size_t v, size_t r) { std::memcpy(out.data() + v, region.data() + r, b.dtype_size); });
     return out;
 }
 

@@ -26,6 +26,19 @@ std::string binding_dtype_name(const wrp_binding_info& b);
 // Throws CliError(kExitUsage) when `in` cannot feed binding `b`.
 void check_input_dtype(const wrp_binding_info& b, const NpyArray& in, const std::string& path);
 
+// Throws CliError(kExitUsage) when `in`'s shape is not the binding's view shape
+// (a typed binding takes exactly binding_shape(); an untyped one any shape).
+void check_input_shape(const wrp_binding_info& b, const NpyArray& in, const std::string& what);
+
+// Bytes an input for `b` holds: the view's for a typed binding, the region's otherwise.
+uint64_t input_bytes(const wrp_binding_info& b);
+
+// True when the view of `b` is its whole region, in C order from byte 0.
+bool view_is_whole(const wrp_binding_info& b);
+
+// Scatter C-ordered view bytes into the region (the inverse of gather_view).
+void scatter_view(const wrp_binding_info& b, const std::vector<uint8_t>& view, std::vector<uint8_t>& region);
+
 // Gather the view described by `b` from the region bytes into C order.
 std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<uint8_t>& region);
 

@@ -156,6 +156,16 @@ typedef struct wrp_options {
      * as uint64; wrpkit's lint-pointer).  Zero (the default) refuses it with
      * WRP_ERR_INVALID_FILE: such a pointer dangles in a new process. */
     int allow_raw_pointers;
+    /* .wrp only: the directory holding its module files; NULL or "" for
+     * `<stem>_modules/` beside the path (or, when the path is a symbolic link
+     * and there is none beside it, beside the link's target).  Trusted like
+     * the path: a symbolic link to the directory is followed.  Module file
+     * names inside it come from the file and are never followed. */
+    const char* modules_dir;
+    /* With validate_only: nonzero to list a .wrp whose modules directory does
+     * not exist (its module files are then not checked); a directory that
+     * exists is checked as usual. */
+    int modules_optional;
 } wrp_options;
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name
@@ -227,8 +237,12 @@ WRP_API const char* wrp_last_error(void);
 
 /* Open `path`: a .wrp file (its modules are read from `<stem>_modules/`
  * beside it, where stem is the path without ".wrp") or a .wrpk bundle (which
- * needs nothing beside it).  The file must be a regular file and not a
- * symbolic link.  `opts` may be NULL for defaults.
+ * needs nothing beside it).  The file must be a regular file; a symbolic
+ * link given as `path` is followed (the path is the caller's; see
+ * wrp_options.modules_dir for where modules are looked for).  Each module
+ * file is read once into memory, checked, and exactly those bytes are loaded,
+ * so hard-linked module files are accepted; a module file that is a symbolic
+ * link is refused.  `opts` may be NULL for defaults.
  * On success *out_program receives the program; on failure it is set to
  * NULL and wrp_last_error() explains why. */
 WRP_API wrp_status wrp_program_open(const char* path, const wrp_options* opts, wrp_program** out_program);

@@ -11,9 +11,8 @@
 #include "error.h"
 
 namespace wrp {
-namespace {
 
-const char* file_kind(mode_t mode)
+const char* file_kind(unsigned mode)
 {
     if (S_ISDIR(mode))
         return "a directory";
@@ -27,6 +26,8 @@ const char* file_kind(mode_t mode)
         return "a block device";
     return "not a regular file";
 }
+
+namespace {
 
 [[noreturn]] void fail_open(const std::string& display, const char* what, int err)
 {
@@ -102,9 +103,9 @@ MappedFile MappedFile::map_fd(int fd, const std::string& display, uint64_t max_b
     return m;
 }
 
-MappedFile MappedFile::open(const std::string& path, uint64_t max_bytes, const char* what)
+MappedFile MappedFile::open(const std::string& path, uint64_t max_bytes, const char* what, bool follow)
 {
-    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    int fd = ::open(path.c_str(), O_RDONLY | (follow ? 0 : O_NOFOLLOW) | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         fail_open(path, what, errno);
     return map_fd(fd, path, max_bytes, what);
@@ -116,26 +117,15 @@ MappedFile MappedFile::open_at(int dirfd, const std::string& name, const std::st
     int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         fail_open(display, what, errno);
-    // A module file with a second name may be swapped under us through the
-    // other one; like symlinks, hard links are refused (same rule as Python).
-    struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 1) {
-        close(fd);
-        fail(WRP_ERR_INVALID_FILE, "%s %s has %llu hard links; hard-linked module files are refused", what,
-             display.c_str(), static_cast<unsigned long long>(st.st_nlink));
-    }
     return map_fd(fd, display, max_bytes, what);
 }
 
 int open_directory(const std::string& path, const char* what, const std::string& fix)
 {
-    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0)
         return fd;
     int err = errno;
-    if (err == ELOOP)
-        fail(WRP_ERR_INVALID_FILE, "%s %s is a symbolic link; symbolic links are refused. %s", what, path.c_str(),
-             fix.c_str());
     if (err == ENOTDIR)
         fail(WRP_ERR_INVALID_FILE, "%s %s is not a directory. %s", what, path.c_str(), fix.c_str());
     fail(WRP_ERR_INVALID_FILE, "cannot open %s %s: %s. %s", what, path.c_str(), std::strerror(err), fix.c_str());

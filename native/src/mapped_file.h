@@ -23,7 +23,8 @@ public:
 
     // Map `path`.  `what` names the file in messages ("file", "module file").
     // Throws wrp::Error(WRP_ERR_INVALID_FILE) with a message naming the path.
-    static MappedFile open(const std::string& path, uint64_t max_bytes, const char* what);
+    // `follow`: follow a final symbolic link (paths the user gave; default: refuse it).
+    static MappedFile open(const std::string& path, uint64_t max_bytes, const char* what, bool follow = false);
 
     // Map `name` inside the directory open as `dirfd` (`display` is the path
     // shown in messages).
@@ -41,8 +42,12 @@ private:
     size_t size_ = 0;
 };
 
-// Open a directory for openat(), refusing a symbolic link.  Returns the fd or
-// throws wrp::Error(WRP_ERR_INVALID_FILE) (`fix` is appended as advice).
+// "a directory", "a FIFO", ... for a st_mode that is not a regular file's.
+const char* file_kind(unsigned mode);
+
+// Open a directory for openat() (a path the user gave or derived from it: a
+// symbolic link to the directory is followed).  Returns the fd or throws
+// wrp::Error(WRP_ERR_INVALID_FILE) (`fix` is appended as advice).
 int open_directory(const std::string& path, const char* what, const std::string& fix);
 
 }  // namespace wrp

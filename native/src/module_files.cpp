@@ -1,7 +1,13 @@
 // module_files.cpp -- see module_files.h.
 #include "module_files.h"
 
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "elf_symbols.h"
@@ -12,7 +18,9 @@ namespace wrp {
 namespace {
 
 constexpr uint64_t kMaxModuleBytes = uint64_t(1) << 30;
-const char* const kRestore = "Keep the <stem>_modules/ directory that capture_save wrote beside the .wrp, or recapture.";
+const char* const kRestore =
+    "Keep the <stem>_modules/ directory that capture_save wrote beside the .wrp (or pass --modules-dir DIR), or "
+    "recapture.";
 
 void verify_module(const ModuleImage& m, const Wrp1Graph& g, const std::string& display)
 {
@@ -22,7 +30,8 @@ void verify_module(const ModuleImage& m, const Wrp1Graph& g, const std::string& 
         if (d->size != m.size || std::memcmp(actual, d->sha256, 32) != 0)
             fail(WRP_ERR_INVALID_FILE,
                  "module file %s (%zu bytes, SHA-256 %s) does not match the %llu bytes and SHA-256 %s recorded in the "
-                 "file's annotations: it was modified or belongs to another capture",
+                 "file's annotations: it was modified or belongs to another capture. Copy the original module "
+                 "file from the folder capture_save wrote, or recapture",
                  display.c_str(), m.size, to_hex(actual, 32).c_str(), static_cast<unsigned long long>(d->size),
                  to_hex(d->sha256, 32).c_str());
     }
@@ -75,33 +84,143 @@ std::string modules_dir_for(const std::string& wrp_path)
     return stem + "_modules";
 }
 
-std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const Wrp1Graph& g, bool checks)
+std::string find_modules_dir(const std::string& wrp_path)
+{
+    std::string beside = modules_dir_for(wrp_path);
+    struct stat st;
+    if (stat(beside.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        return beside;
+    if (lstat(wrp_path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode))
+        return beside;
+    char* target = realpath(wrp_path.c_str(), nullptr);
+    if (!target)
+        return beside;
+    std::string other = modules_dir_for(target);
+    std::free(target);
+    if (stat(other.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        return other;
+    return beside;
+}
+
+namespace {
+
+// Another `*_modules` directory beside the .wrp holding every needed file: the
+// folder of a .wrp that was renamed alone.  "" if none.
+std::string sibling_modules_dir(const std::string& wrp_path, const std::string& own,
+                                const std::vector<std::string>& names)
+{
+    size_t slash = wrp_path.rfind('/');
+    std::string parent = slash == std::string::npos ? "." : wrp_path.substr(0, slash ? slash : 1);
+    DIR* d = opendir(parent.c_str());
+    if (!d)
+        return "";
+    std::string found;
+    size_t seen = 0;
+    while (dirent* e = readdir(d)) {
+        if (++seen > 10000)
+            break;
+        std::string name = e->d_name;
+        if (name.size() <= 8 || name.compare(name.size() - 8, 8, "_modules") != 0)
+            continue;
+        std::string dir = (parent == "." && slash == std::string::npos ? "" : parent + (parent == "/" ? "" : "/")) + name;
+        if (dir == own)
+            continue;
+        bool all = true;
+        for (const std::string& n : names) {
+            struct stat st;
+            if (n.find('/') != std::string::npos || stat((dir + "/" + n).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+                all = false;
+                break;
+            }
+        }
+        if (all && (found.empty() || dir < found))
+            found = dir;
+    }
+    closedir(d);
+    return found;
+}
+
+// Read one module file once into memory.  Every refusal says its reason and the fix for that reason.
+std::vector<uint8_t> read_module_at(int dirfd, const std::string& name, const std::string& display)
+{
+    int fd = openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        int err = errno;
+        if (err == ENOENT)
+            fail(WRP_ERR_INVALID_FILE, "module file %s is missing. %s", display.c_str(), kRestore);
+        if (err == ELOOP)
+            fail(WRP_ERR_INVALID_FILE,
+                 "module file %s is a symbolic link; module file names come from inside the file, so links there "
+                 "are not followed. Replace the link with a copy of its target (cp --remove-destination "
+                 "\"$(readlink -f %s)\" %s)", display.c_str(), display.c_str(), display.c_str());
+        fail(WRP_ERR_INVALID_FILE, "cannot open module file %s: %s. %s", display.c_str(), std::strerror(err), kRestore);
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        const char* kind = fstat(fd, &st) == 0 ? file_kind(st.st_mode) : "unreadable";
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "module file %s is %s. Replace it with the module file from the folder "
+             "capture_save wrote, or recapture", display.c_str(), kind);
+    }
+    if (st.st_size <= 0) {
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "module file %s is empty (0 bytes). Copy the module file again from where the "
+             "capture was made, or recapture", display.c_str());
+    }
+    if (static_cast<uint64_t>(st.st_size) > kMaxModuleBytes) {
+        close(fd);
+        fail(WRP_ERR_INVALID_FILE, "module file %s is %llu bytes, larger than the limit of %llu bytes",
+             display.c_str(), static_cast<unsigned long long>(st.st_size),
+             static_cast<unsigned long long>(kMaxModuleBytes));
+    }
+    std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+        ssize_t n = read(fd, bytes.data() + got, bytes.size() - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int err = n < 0 ? errno : 0;
+            close(fd);
+            fail(WRP_ERR_INVALID_FILE, "cannot read module file %s: %s", display.c_str(),
+                 err ? std::strerror(err) : "it became shorter while it was read");
+        }
+        got += static_cast<size_t>(n);
+    }
+    close(fd);
+    return bytes;
+}
+
+}  // namespace
+
+std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const std::string& modules_dir,
+                                           const Wrp1Graph& g, bool checks)
 {
     std::vector<std::string> names = required_module_files(g);
     std::vector<ModuleImage> out;
     if (names.empty())
         return out;
-    std::string dir = modules_dir_for(wrp_path);
+    std::string dir = modules_dir.empty() ? find_modules_dir(wrp_path) : modules_dir;
     std::string list;
     for (const std::string& n : names)
         list += (list.empty() ? "" : ", ") + printable(n);
-    int dirfd = open_directory(dir, "modules directory",
-                               format("The graph needs %zu module file(s) there: %s. %s", names.size(), list.c_str(), kRestore));
+    std::string fix = format("The graph needs %zu module file(s) there: %s. %s", names.size(), list.c_str(), kRestore);
+    struct stat st;
+    if (modules_dir.empty() && stat(dir.c_str(), &st) != 0) {
+        std::string other = sibling_modules_dir(wrp_path, dir, names);
+        if (!other.empty())
+            fix = format("%s beside it holds every module file this graph needs (was the .wrp renamed?): pass "
+                         "--modules-dir %s, or rename that folder to %s", other.c_str(), other.c_str(), dir.c_str());
+    }
+    int dirfd = open_directory(dir, "modules directory", fix);
     try {
         for (const std::string& name : names) {
             std::string display = dir + "/" + printable(name);
             ModuleImage m;
             m.filename = name;
-            try {
-                m.mapping = MappedFile::open_at(dirfd, name, display, kMaxModuleBytes, "module file");
-            } catch (const Error& e) {
-                std::string msg = e.what();
-                if (msg.find("No such file") != std::string::npos)
-                    msg = "module file " + display + " is missing";
-                throw Error(e.status(), msg + ". " + kRestore);
-            }
-            m.data = m.mapping.data();
-            m.size = m.mapping.size();
+            m.owned = read_module_at(dirfd, name, display);
+            m.data = m.owned.data();
+            m.size = m.owned.size();
             if (checks)
                 verify_module(m, g, display);
             out.push_back(std::move(m));

@@ -3,9 +3,12 @@
 // Only the files the graph names are read: for a CPU graph, the objects of
 // the modules its kernels live in; for a CUDA graph, every module record
 // (Warp's CUDA loader loads them all).  Each must be a non-empty regular file
-// (not a symbolic link) in `<stem>_modules/` beside the .wrp, match the
-// SHA-256 wrpkit recorded when annotations carry one, and, for CPU, define
-// every kernel symbol the graph will look up in it.
+// (not a symbolic link: its name comes from inside the file) in the modules
+// directory, match the SHA-256 wrpkit recorded when annotations carry one,
+// and, for CPU, define every kernel symbol the graph will look up in it.
+// Each is read once into memory; the checks run on those bytes and exactly
+// those bytes go to Warp, so a hard link (or a later write to the file)
+// cannot change what was checked.
 #pragma once
 
 #include <memory>
@@ -23,7 +26,7 @@ struct ModuleImage {
     std::string filename;
     const uint8_t* data = nullptr;
     size_t size = 0;
-    MappedFile mapping;  // owns `data` when read from disk
+    std::vector<uint8_t> owned;  // owns `data` when read from disk
 };
 
 // File names (binary_filename) the graph needs, in first-use order.
@@ -32,7 +35,13 @@ std::vector<std::string> required_module_files(const Wrp1Graph& g);
 // `<stem>_modules/` for a .wrp path (stem = the path without ".wrp").
 std::string modules_dir_for(const std::string& wrp_path);
 
-std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const Wrp1Graph& g, bool checks);
+// The modules directory of the .wrp the user named: `<stem>_modules/` beside
+// it; for a symbolic link without one beside it, the one beside its target.
+std::string find_modules_dir(const std::string& wrp_path);
+
+// `modules_dir` "" = find_modules_dir(wrp_path).
+std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const std::string& modules_dir,
+                                           const Wrp1Graph& g, bool checks);
 std::vector<ModuleImage> select_module_bytes(const wrp_module_bytes* modules, size_t count, const Wrp1Graph& g,
                                              bool checks);
 

@@ -21,6 +21,8 @@
 #include <cstring>
 #include <mutex>
 
+#include <sys/stat.h>
+
 #include "error.h"
 #include "mapped_file.h"
 #include "stderr_capture.h"
@@ -82,6 +84,8 @@ OpenOptions OpenOptions::from(const wrp_options* user)
     out.capture_stderr = o.capture_warp_stderr != 0;
     out.verify_checksums = o.verify_checksums != 0;
     out.allow_raw_pointers = o.allow_raw_pointers != 0;
+    out.modules_dir = o.modules_dir ? o.modules_dir : "";  // older callers' structs leave the defaults
+    out.modules_optional = o.modules_optional != 0;
     if (o.max_file_bytes)
         out.limits.max_file_bytes = o.max_file_bytes;
     if (o.max_memory_bytes)
@@ -99,13 +103,17 @@ Program::~Program() { release(); }
 
 std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenOptions& opts)
 {
-    MappedFile file = MappedFile::open(path, opts.limits.max_file_bytes, "file");
+    MappedFile file = MappedFile::open(path, opts.limits.max_file_bytes, "file", /*follow=*/true);
     if (is_wrpk(file.data(), file.size()))
         return open_bundle(file.data(), file.size(), nullptr, 0, opts);  // `file` outlives Warp's loads
     std::unique_ptr<Program> p(new Program(opts));
     p->graph_ = validate_wrp1(file.data(), file.size(), opts.limits);
     p->describe_bindings();
-    std::vector<ModuleImage> modules = read_module_files(path, p->graph_, !opts.skip_checks);
+    std::vector<ModuleImage> modules;
+    std::string dir = opts.modules_dir.empty() ? find_modules_dir(path) : opts.modules_dir;
+    struct stat st;
+    if (!(opts.validate_only && opts.modules_optional && stat(dir.c_str(), &st) != 0))
+        modules = read_module_files(path, opts.modules_dir, p->graph_, !opts.skip_checks);
     p->start(file.data(), file.size(), modules);
     return p;
 }

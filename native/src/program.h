@@ -30,6 +30,8 @@ struct OpenOptions {
     bool capture_stderr = false;
     bool verify_checksums = true;  // .wrpk blobs
     bool allow_raw_pointers = false;
+    std::string modules_dir;        // .wrp: "" = <stem>_modules/ beside the path (or its target)
+    bool modules_optional = false;  // with validate_only: no modules directory is not an error
     ValidationLimits limits;
 
     static OpenOptions from(const wrp_options* opts);

@@ -336,8 +336,8 @@ def _module_findings(cap: Capture, kind: str) -> list:
         state = cap.module_state(name)
         if state != PRESENT:
             if name in required:
-                out.append(Finding("modules", FAIL, f"module file {name!r} is {state}",
-                                   "Copy <stem>_modules/ along with the .wrp, or ship a .wrpk bundle."))
+                _, message, hint = cap.module_problem(name)
+                out.append(Finding("modules", FAIL, message, hint))
             else:
                 out.append(Finding("modules", WARN, f"module file {name!r} is {state}; no kernel of the graph "
                                    "uses it, so the file still loads", "Nothing to do, or copy it for completeness."))

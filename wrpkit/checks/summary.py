@@ -17,6 +17,8 @@ _SECTION_NAMES = {1: "METADATA", 2: "MEMORY", 3: "OPERATIONS", 0x41505257: "ANNO
 
 def _sections(cap: Capture) -> list:
     buf = cap.mapped.buffer
+    if cap.kind == "json":
+        return [{"name": "JSON", "offset": 0, "size": cap.mapped.size}]
     if cap.kind == "wrp":
         n = int.from_bytes(buf[12:16], "little")
         out = [{"name": "HEADER", "offset": 0, "size": FILE_HEADER_SIZE},

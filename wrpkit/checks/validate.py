@@ -913,7 +913,8 @@ def validate_modules(capture) -> list:
                 if name == mod.binary_filename:
                     files[name] = capture.module_bytes(name)
             elif name in required or state == UNSAFE:
-                out.append(Problem(f"modules[{i}]", f"module file {name!r} is {state} in {where}"))
+                _, message, hint = capture.module_problem(name)
+                out.append(Problem(f"modules[{i}]", f"{message} (fix: {hint})"))
             else:
                 # Warp's loader never reads it (see Program.required_module_files): the file loads without it.
                 what = "exported source (Warp's compile fallback)" if name != mod.binary_filename else \

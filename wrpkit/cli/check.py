@@ -14,7 +14,9 @@ from .output import console, dump_json, report_error, stderr_console
 @click.argument("file", type=click.Path(exists=True, dir_okay=True))
 @click.option("--device", default="cpu", show_default=True, help="Where it should run: cpu or cuda:N.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-def check(file, device, as_json):
+@click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
+def check(file, device, as_json, modules_dir):
     """Preflight: will FILE load and replay on DEVICE here, and if not, why?
 
     \b
@@ -38,7 +40,7 @@ def check(file, device, as_json):
     except WrpError as e:
         raise click.BadParameter(e.message, param_hint="--device") from None
     try:
-        with open_capture(file) as cap:
+        with open_capture(file, modules_dir=modules_dir) as cap:
             findings = preflight(cap, device)
     except WrpError as e:
         if not as_json:

@@ -17,7 +17,9 @@ from .output import console, dump_json, plural, size, stderr_console
 @click.option("--no-modules", is_flag=True, help="For a .json output: leave module binaries out.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
-def convert(src, dst, no_verify, no_modules, as_json, quiet):
+@click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
+def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir):
     """Convert SRC to DST; the format is picked from DST's extension.
 
     \b
@@ -40,9 +42,10 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet):
                       TransferSpeedColumn(), console=stderr_console(), transient=True) as bar:
             task = bar.add_task(f"writing {dst}", total=total)
             res = do_convert(src, dst, progress=lambda n: bar.advance(task, n), verify_checksums=not no_verify,
-                             include_modules=not no_modules)
+                             include_modules=not no_modules, modules_dir=modules_dir)
     else:
-        res = do_convert(src, dst, verify_checksums=not no_verify, include_modules=not no_modules)
+        res = do_convert(src, dst, verify_checksums=not no_verify, include_modules=not no_modules,
+                         modules_dir=modules_dir)
     # The destination's own size is what `wrp inspect` reports for it; module files are counted apart.
     file_size = os.stat(res.destination).st_size
     if as_json:

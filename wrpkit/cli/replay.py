@@ -136,7 +136,7 @@ class _Seconds(click.ParamType):
 def _read_npy_bytes(path: Path, what: str) -> bytes:
     from ..fileio import read_file  # noqa: PLC0415
 
-    return read_file(path, what)
+    return read_file(path, what, follow_symlinks=True)  # the user's path
 
 
 def load_npz(path: Path, what: str = "inputs file") -> dict:
@@ -178,6 +178,36 @@ def load_npy(path: Path, what: str = "input file") -> np.ndarray:
     except Exception as e:  # noqa: BLE001
         raise WrpBindingError(f"cannot read {what} {path}: not a valid .npy ({type(e).__name__}: {e})",
                               hint="Write it with numpy.save(path, array).") from None
+
+
+def _parse_dtypes(items) -> list:
+    out = []
+    for it in items:
+        name, sep, type_name = it.partition("=")
+        if not sep or not name or not type_name:
+            raise WrpBindingError(f"--dtype {it!r} is not NAME=TYPE", hint="For example --dtype x=vec3f.")
+        out.append((name, type_name.strip()))
+    return out
+
+
+def unset_inputs(prep, inputs) -> dict:
+    """``{binding name: what it holds}`` for each input binding no input was given for.
+
+    A binding left unset keeps the value captured with the graph (the
+    region's initial bytes recorded in the file, or zeros when none were).
+    """
+    regions = prep.model.region_map()
+    region_of = {b.name: b.region_id for b in prep.model.bindings}
+    out = {}
+    for name, size in prep.sizes.items():
+        sig = prep.signature.get(name)
+        if name in inputs or (sig is not None and not sig.is_input):
+            continue
+        region = regions.get(region_of.get(name))
+        recorded = region is not None and region.has_initial_data
+        out[name] = (f"the captured value ({size} bytes recorded in the file)" if recorded else
+                     f"zeros ({size} bytes; the file records no initial value)")
+    return out
 
 
 def _parse_items(items) -> list:
@@ -291,11 +321,8 @@ def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict
             return {"ok": False, "max_abs": None, "max_rel": None,
                     "reason": f"dtype {want.dtype} vs {got.dtype}"}
     if want.shape != got.shape:
-        if want.size == got.size:
-            want = want.reshape(got.shape)
-        else:
-            return {"ok": False, "max_abs": None, "max_rel": None,
-                    "reason": f"shape {tuple(want.shape)} vs {tuple(got.shape)}"}
+        return {"ok": False, "max_abs": None, "max_rel": None,
+                "reason": f"shape differs: golden {tuple(want.shape)}, output {tuple(got.shape)}"}
     if got.dtype.names is not None or got.dtype.kind == "V":
         same = np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
         res["ok"] = same
@@ -490,6 +517,8 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
         d = Path(d)
         args = [os.fspath(exe), os.fspath(file), "--device", device, "--repeat", str(repeat),
                 "--warmup", str(warmup), "--json", "--raw-times"]
+        if prep.modules_dir is not None:
+            args += ["--modules-dir", os.fspath(prep.modules_dir)]  # the folder the checks ran on
         if not verify_checksums:
             args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
         if allow_raw_pointers:
@@ -570,6 +599,9 @@ def _print_report(report: dict) -> None:
     from .output import plural, table  # noqa: PLC0415
 
     con = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    for name, what in (report.get("unset_inputs") or {}).items():
+        err.print(f"notice: binding {name!r} was not given as an input: it holds {what}")
     t = report["timings"]
     tt = table(f"{report['file']} on {report['device']} ({report['engine']} engine, "
                f"{plural(report['repeat'], 'replay')}, {report['warmup']} warmup)",
@@ -595,6 +627,9 @@ def _print_report(report: dict) -> None:
             ct.add_row(name, "[green]ok[/]" if r["ok"] else "[bold red]MISMATCH[/]", _fmt(r["max_abs"]),
                        _fmt(r["max_rel"]), r.get("reason") or "")
         con.print(ct)
+        con.print(f"compared: {chk['compared']}")
+        if chk.get("not_compared"):
+            con.print(f"not compared (absent from {chk['golden']}): {', '.join(chk['not_compared'])}")
         con.print("[green]check passed[/]" if chk["ok"] else "[bold red]check failed[/]")
     if report.get("output"):
         con.print(f"wrote {report['output']}")
@@ -625,13 +660,19 @@ def _savez_bytes(results: dict) -> bytes:
 def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=(), output=None, repeat: int = 1,
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
                 as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
-                timeout: float | None = None, allow_raw_pointers: bool = False) -> tuple:
+                timeout: float | None = None, allow_raw_pointers: bool = False, modules_dir=None,
+                dtype_items=()) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
 
     The replay runs in a child process (either engine): a fatal signal there
     raises :class:`~wrpkit.errors.WrpCrashError` (exit 4) naming the op that
     crashed, and nothing is written.  Files holding live process pointers
     are refused unless ``allow_raw_pointers``.
+
+    ``modules_dir`` is the folder of a ``.wrp``'s module files (default
+    ``<stem>_modules/`` beside it, or beside a symbolic link's target).
+    ``dtype_items`` (``"NAME=TYPE"``) type bindings the file records no
+    signature for (:func:`wrpkit.run.runtime.signature_for_type`).
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
 
@@ -654,7 +695,9 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     file = Path(file)
     watchdog = _Watchdog(timeout) if timeout is not None else None
     try:
-        prep = runtime.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers)
+        file = runtime.resolve_capture_path(file)
+        prep = runtime.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
+                               modules_dir=modules_dir)
     except BaseException:
         if watchdog is not None:
             watchdog.disarm()
@@ -663,6 +706,18 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         # Warp is imported only where the replay runs (the child; wrp-replay loads its own), which
         # checks the device too: this process starts fast and holds no Warp runtime.
         runtime.check_runnable(prep.model, device, what=str(file))
+
+        typed_here = set()  # bindings typed by --dtype: the replay (child, or wrp-replay) returns their bytes
+        for name, type_name in _parse_dtypes(dtype_items):
+            if name not in prep.sizes:
+                raise runtime.unknown_binding(name, prep.sizes)
+            if prep.signature.get(name) is not None:
+                sig = prep.signature[name]
+                raise WrpBindingError(f"--dtype {name}={type_name}: the file already records binding {name!r} as "
+                                      f"{sig.dtype.name} of shape {sig.numpy_shape()}",
+                                      hint="--dtype is for bindings without a recorded signature; leave it out.")
+            prep.signature[name] = runtime.signature_for_type(name, type_name, prep.sizes[name])
+            typed_here.add(name)
 
         # inputs
         raw_inputs = {}
@@ -712,6 +767,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             if hint is None and golden_arrays is not None:
                 hint = golden_arrays.get(name)
             results[name] = _typed_as(arr, hint)
+        elif name in typed_here and arr.dtype == np.uint8 and arr.nbytes == prep.sizes[name]:
+            results[name] = _typed_like(arr, prep.sizes[name], prep.signature[name])  # typed by --dtype
 
     outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
     report = {
@@ -724,6 +781,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
         "outputs": {n: (stats(results[n]) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
                     for n in outputs},
+        "unset_inputs": unset_inputs(prep, inputs),
         "check": None,
         "output": None,
         "ok": True,
@@ -732,7 +790,12 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     if golden_arrays is not None:
         per = {n: compare(results[n], w, rtol, atol) for n, w in golden_arrays.items()}
         ok = all(r["ok"] for r in per.values())
-        report["check"] = {"golden": str(golden), "rtol": rtol, "atol": atol, "ok": ok, "bindings": per}
+        total = warmup + repeat
+        report["check"] = {"golden": str(golden), "rtol": rtol, "atol": atol, "ok": ok, "bindings": per,
+                           "not_compared": [n for n in outputs if n not in golden_arrays],
+                           "compared": f"values after the last of {total} replay{'s' if total != 1 else ''} "
+                                       f"({warmup} warmup + {repeat} timed; inputs set once before the first, "
+                                       "each replay starting from the state the previous one left)"}
         report["ok"] = ok
     if output is not None:
         atomic_write(output, [_savez_bytes(results)])
@@ -763,14 +826,22 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 @click.option("--allow-raw-pointers", is_flag=True,
               help="Replay a file whose kernel arguments hold live process pointers (HashGrid, Bvh or Volume "
                    "ids), refused by default: they dangle in a new process.")
+@click.option("--modules-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
+@click.option("--dtype", "dtype_items", multiple=True, metavar="NAME=TYPE",
+              help="Type a binding the file records no signature for, as a 1-D array of a Warp type "
+                   "(float32, vec3f, mat33f, ...). Repeatable.")
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
-           no_verify, timeout, allow_raw_pointers):
+           no_verify, timeout, allow_raw_pointers, modules_dir, dtype_items):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
-    Inputs are keyed by binding name; each must hold exactly the binding's
-    bytes, with the recorded dtype when the file has a typed signature.
+    Inputs are keyed by binding name.  Where the file records a binding's
+    dtype and shape, an input must have exactly that dtype and shape (a view
+    binding takes the view's shape); otherwise exactly the binding's bytes
+    (--dtype NAME=TYPE types such a binding).  A binding left unset keeps its
+    captured value, and a notice says so.
     Exit codes (wrp --help has the table): 0 ok; 1 check mismatch, replay
     failure or I/O error; 2 usage error, bad input, wrong device; 3 invalid,
     incomplete, incompatible or unsafe file (e.g. stale process pointers);
@@ -784,6 +855,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay sim.wrp --repeat 1000 --warmup 10 --json
       wrp replay sim.wrp --inputs in.npz --check expected.npz --rtol 1e-6
       wrp replay untrusted.wrp --timeout 10 --output out.npz
+      wrp replay renamed.wrp --modules-dir old_name_modules
+      wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
     """
     try:
         # With --json, stdout carries exactly one JSON object: anything printed
@@ -791,7 +864,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
                                      atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
-                                     allow_raw_pointers=allow_raw_pointers)
+                                     allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
+                                     dtype_items=dtype_items)
     except WrpError as e:
         _report(e, as_json)
         ctx.exit(e.exit_code)

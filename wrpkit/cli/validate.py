@@ -14,7 +14,9 @@ from .output import console, dump_json, report_error, stderr_console
 @click.argument("file", type=click.Path(exists=True, dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
-def validate(file, as_json, no_verify):
+@click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
+def validate(file, as_json, no_verify, modules_dir):
     """Check a capture's structure: every rule Warp's loader applies, plus wrpkit's.
 
     \b
@@ -28,7 +30,7 @@ def validate(file, as_json, no_verify):
     from ..checks.validate import validate_capture  # noqa: PLC0415
 
     try:
-        with open_capture(file, verify_checksums=not no_verify) as cap:
+        with open_capture(file, verify_checksums=not no_verify, modules_dir=modules_dir) as cap:
             problems = validate_capture(cap)
     except WrpError as e:
         if not as_json:

@@ -16,7 +16,8 @@ from typing import Callable, Optional
 
 from . import wrp1
 from ..errors import WrpError, WrpFormatError, WrpModuleError
-from ..fileio import MappedFile, is_plain_basename, map_file, modules_dir_for, read_file
+from ..fileio import (MappedFile, find_modules_dir, is_plain_basename, map_file, read_file,
+                      sibling_modules_dirs)
 from ..model import Program
 
 #: Module file states reported by :meth:`Capture.module_state`.
@@ -29,9 +30,10 @@ class Capture:
 
     Attributes:
         path: The file.
-        kind: ``"wrp"`` or ``"wrpk"``.
+        kind: ``"wrp"``, ``"wrpk"`` or ``"json"``.
         program: The decoded program.  Blob fields view ``mapped``.
-        modules_dir: ``<stem>_modules/`` for a ``.wrp``; None for a ``.wrpk``.
+        modules_dir: ``<stem>_modules/`` for a ``.wrp``; None for a ``.wrpk`` or ``.json``
+            (their module files are on ``program.modules``).
         mapped: The read-only mapping the program views.
     """
 
@@ -44,38 +46,81 @@ class Capture:
     def module_state(self, filename: str) -> str:
         """``present``, ``missing``, ``empty`` or ``unsafe`` (a symlink, FIFO,
         directory or a name that is not a plain file name)."""
+        return self.module_problem(filename)[0]
+
+    def module_problem(self, filename: str) -> tuple:
+        """``(state, message, hint)`` for one module file the graph names.
+
+        ``state`` is one of :data:`PRESENT`, :data:`MISSING`, :data:`EMPTY`,
+        :data:`UNSAFE`; ``message`` says why (empty for a present file) and
+        ``hint`` how to fix that reason.  Hard links are accepted: the bytes
+        are read once, checked, and exactly those bytes are loaded
+        (``schema/VALIDATION-RULES.md``).
+        """
         if not is_plain_basename(filename):
-            return UNSAFE
+            return (UNSAFE, f"module file name {filename!r} is not a plain file name",
+                    "The file names a module outside its modules folder; it was made by hand or tampered with. "
+                    "Recapture it.")
         if self.modules_dir is None:
             data = self._bundled(filename)
             if data is None:
-                return MISSING
-            return PRESENT if len(data) else EMPTY
-        p = self.modules_dir / filename
+                return (MISSING, f"module file {filename!r} is not in {self.path}",
+                        "Rebuild it from the original .wrp and its modules: `wrp convert X.wrp X.wrpk` "
+                        "(or X.json, without --no-modules).")
+            if not len(data):
+                return (EMPTY, f"module file {filename!r} in the bundle {self.path} is empty",
+                        "Rebuild the bundle from the original .wrp and its modules.")
+            return PRESENT, "", ""
+        where = self.modules_dir / filename
         try:
-            st = os.lstat(p)
+            st = os.lstat(where)
         except OSError:
-            return MISSING
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-            return UNSAFE
-        return PRESENT if st.st_size else EMPTY
+            if not self.modules_dir.is_dir():
+                return MISSING, f"module file {filename!r} is missing: there is no folder {self.modules_dir}", \
+                    self._missing_dir_hint()
+            return (MISSING, f"module file {filename!r} is missing from {self.modules_dir}",
+                    "Copy the whole <stem>_modules/ folder along with the .wrp, or bundle both with "
+                    "`wrp convert X.wrp X.wrpk`.")
+        if stat.S_ISLNK(st.st_mode):
+            return (UNSAFE, f"module file {where} is a symbolic link; module names come from inside the file, so "
+                            "links there are not followed",
+                    f"Replace the link with a copy of its target: cp --remove-destination \"$(readlink -f {where})\" "
+                    f"{where}")
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else \
+                "a FIFO" if stat.S_ISFIFO(st.st_mode) else "not a regular file"
+            return (UNSAFE, f"module file {where} is {kind}",
+                    "Replace it with the module file from the folder capture_save wrote, or recapture.")
+        if not st.st_size:
+            return (EMPTY, f"module file {where} is empty (0 bytes)",
+                    "Copy the module file again from where the capture was made, or recapture.")
+        return PRESENT, "", ""
+
+    def _missing_dir_hint(self) -> str:
+        needed = self.program.required_module_files()
+        others = sibling_modules_dirs(self.path, needed) if needed else []
+        if others:
+            return (f"{others[0]} beside it holds every module file this graph needs (was the .wrp renamed?): "
+                    f"pass --modules-dir {others[0]}, or rename that folder to {self.modules_dir.name}.")
+        return ("Copy the whole <stem>_modules/ folder along with the .wrp (or pass --modules-dir DIR), or bundle "
+                "both with `wrp convert X.wrp X.wrpk`.")
 
     def module_bytes(self, filename: str):
-        """The bytes of one module file the graph names.
+        """The bytes of one module file the graph names, read once into memory.
 
         Raises:
-            WrpModuleError: The file is missing, empty or unsafe, with a hint.
+            WrpModuleError: The file is missing, empty or unsafe, with its reason and a hint.
         """
-        state = self.module_state(filename)
+        state, message, hint = self.module_problem(filename)
         if state != PRESENT:
-            where = self.modules_dir if self.modules_dir is not None else self.path
-            hint = ("Copy the whole <stem>_modules/ folder along with the .wrp, or bundle both with "
-                    "`wrp convert X.wrp X.wrpk`." if self.modules_dir is not None else
-                    "Rebuild the bundle from the original .wrp and its modules.")
-            raise WrpModuleError(f"module file {filename!r} is {state} in {where}", hint=hint)
+            raise WrpModuleError(message, hint=hint)
         if self.modules_dir is None:
             return self._bundled(filename)
-        return read_file(self.modules_dir / filename, "module file")
+        data = read_file(self.modules_dir / filename, "module file")
+        if not data:
+            raise WrpModuleError(f"module file {self.modules_dir / filename} is empty (0 bytes)",
+                                 hint="Copy the module file again from where the capture was made, or recapture.")
+        return data
 
     def _bundled(self, filename: str):
         """A bundle's bytes for one module file it names (binary or source), or None."""
@@ -132,8 +177,8 @@ class Capture:
 
 def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_checksums: bool = True,
                  prefetch: bool = False, deferred: Optional[list] = None, share_ops: bool = False,
-                 on_regions: Optional[Callable[[list], None]] = None) -> Capture:
-    """Open and decode a ``.wrp`` or ``.wrpk`` file.
+                 on_regions: Optional[Callable[[list], None]] = None, modules_dir=None) -> Capture:
+    """Open and decode a ``.wrp``, ``.wrpk`` or ``.json`` capture.
 
     The container is chosen by the file's magic bytes, not its name.
 
@@ -147,6 +192,11 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
         deferred: For ``.wrpk``: see :func:`wrpkit.formats.wrpk.decode_wrpk`.
         share_ops, on_regions: For ``.wrp``: see :func:`wrpkit.formats.wrp1.decode_wrp1`
             (a ``.wrpk`` always decodes shared operation tables into shared objects).
+        modules_dir: For ``.wrp``: the folder of module files, instead of
+            ``<stem>_modules/`` beside the file (or beside a symlink's target).
+            A ``.wrpk`` carries its own and refuses it.
+
+    ``path`` is the user's: a symbolic link to the file is followed.
 
     Returns:
         A :class:`Capture`; close it (or use ``with``) when done.
@@ -156,12 +206,17 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
         WrpFormatError: The bytes are not a valid capture; names field and offset.
     """
     p = Path(path)
-    mapped = map_file(p, "capture", prefetch=prefetch)
+    mapped = map_file(p, "capture", prefetch=prefetch, follow_symlinks=True)
     try:
         kind = wrp1.sniff(mapped.buffer)
         if kind == "wrp":
             prog = wrp1.decode_wrp1(mapped.buffer, limits=limits, share_ops=share_ops, on_regions=on_regions)
-            return Capture(p, "wrp", prog, modules_dir_for(p), mapped)
+            return Capture(p, "wrp", prog, _modules_dir(p, modules_dir), mapped)
+        if modules_dir is not None:
+            raise WrpError(f"--modules-dir applies to a .wrp, but {p} is not one (a .wrpk or .json carries its "
+                           "modules)", hint="Leave out --modules-dir for this file.")
+        if bytes(mapped.buffer[:64]).lstrip().startswith(b"{"):
+            return Capture(p, "json", _decode_json(p, mapped.buffer), None, mapped)
         if kind == "wrpk":
             from . import wrpk  # noqa: PLC0415  (the FlatBuffers runtime is only needed here)
 
@@ -173,6 +228,34 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
     except BaseException:
         mapped.close()
         raise
+
+
+def _decode_json(path: Path, buf) -> Program:
+    """A ``.json`` capture (:mod:`wrpkit.formats.jsonform`), its embedded module files on its modules."""
+    from . import jsonform  # noqa: PLC0415
+
+    try:
+        prog, modules = jsonform.loads(bytes(buf))
+    except WrpError:
+        raise
+    except (ValueError, UnicodeDecodeError) as e:
+        raise WrpFormatError(f"{path} is not valid JSON: {e}") from None
+    for mod in prog.modules:
+        if mod.binary is None and mod.binary_filename in (modules or {}):
+            mod.binary = modules[mod.binary_filename]
+        if mod.source is None and mod.source_filename and mod.source_filename in (modules or {}):
+            mod.source = modules[mod.source_filename]
+    return prog
+
+
+def _modules_dir(path: Path, given) -> Path:
+    if given is None:
+        return find_modules_dir(path)
+    d = Path(given)
+    if not d.is_dir():
+        raise WrpModuleError(f"modules folder {d} " + ("does not exist" if not d.exists() else "is not a directory"),
+                             hint="Pass the folder capture_save wrote beside the .wrp (<stem>_modules/).")
+    return d
 
 
 __all__ = ["Capture", "open_capture", "PRESENT", "MISSING", "EMPTY", "UNSAFE", "WrpError"]

@@ -50,7 +50,7 @@ def output_form(path) -> str:
 def _read_json(path: Path, meta: Optional[dict] = None):
     from . import jsonform  # noqa: PLC0415
 
-    with map_file(path, "JSON capture") as mf:
+    with map_file(path, "JSON capture", follow_symlinks=True) as mf:
         text = bytes(mf.buffer)
     try:
         return jsonform.loads(text, meta)
@@ -80,13 +80,13 @@ def _refuse_edited_extents(prog, known, src) -> None:
 
 
 def _sniff_json(path: Path) -> bool:
-    with map_file(path, "input") as mf:
+    with map_file(path, "input", follow_symlinks=True) as mf:
         head = bytes(mf.buffer[:64]).lstrip()
     return head.startswith(b"{")
 
 
 def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verify_checksums: bool = True,
-            include_modules: bool = True) -> ConvertResult:
+            include_modules: bool = True, modules_dir=None) -> ConvertResult:
     """Convert a capture between ``.wrp``, ``.wrpk`` and ``.json``.
 
     The output's folder is created if needed.
@@ -99,6 +99,8 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
         verify_checksums: Verify a ``.wrpk`` input's blob checksums.
         include_modules: Carry module binaries along (required for ``.wrp``
             and ``.wrpk`` outputs; optional for ``.json``).
+        modules_dir: For a ``.wrp`` input: the folder of its module files
+            (default ``<stem>_modules/`` beside it).
 
     Returns:
         A :class:`ConvertResult`.
@@ -138,7 +140,7 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             on_regions = hasher.start_regions
         try:
             cap = open_capture(src, verify_checksums=verify_checksums, prefetch=True, deferred=deferred,
-                               share_ops=True, on_regions=on_regions)
+                               share_ops=True, on_regions=on_regions, modules_dir=modules_dir)
         except BaseException:
             if hasher is not None:
                 hasher.close()

@@ -14,8 +14,12 @@ field names, in schema order.  In addition:
 * enumerations are written as names (``"device_type": "CPU"``,
   ``"kind": "DATA_PTR"``, ``"dtype": "FLOAT32"``); a value without a name is
   written as its number, and either is accepted on input;
+* wrpkit's annotations (the typed signature of the bindings, kernel
+  signatures, module digests) are readable, editable fields
+  (:mod:`wrpkit.formats.annotations_json`); only annotations that would not
+  encode back to the same bytes stay ``{"base64": ...}``;
 * bytes are ``{"base64": "..."}``: region data, launch value data, MEMTILE
-  values, MEMCPY_H2D data, the raw annotations, and, so that a ``.json`` is
+  values, MEMCPY_H2D data, and, so that a ``.json`` is
   self-contained, each module's ``"binary"`` (and ``"source"``, when the
   module has an exported ``.cu``).
 
@@ -185,7 +189,10 @@ def program_to_json(program: m.Program, modules: Optional[Mapping] = None) -> di
     out["regions"] = regions
     out["ops"] = [_op_out(op) for op in program.ops]
     if program.annotations:
-        out["annotations"] = _b64(program.annotations)
+        from .annotations_json import annotations_to_json  # noqa: PLC0415
+
+        readable = annotations_to_json(program.annotations)
+        out["annotations"] = readable if readable is not None else _b64(program.annotations)
     from ..extents import exceeded_launches  # noqa: PLC0415
 
     exceeded = [w for w, _, _ in exceeded_launches(program.ops)]
@@ -441,7 +448,13 @@ def program_from_json(data, meta: Optional[dict] = None) -> tuple:
         prog.regions.append(r)
     prog.ops = [_op_in(o, f"ops[{j}]", 0) for j, o in enumerate(_list(data["ops"], "ops"))]
     if "annotations" in data:
-        prog.annotations = _bytes(data["annotations"], "annotations")
+        a = data["annotations"]
+        if isinstance(a, dict) and "base64" not in a:
+            from .annotations_json import annotations_from_json  # noqa: PLC0415
+
+            prog.annotations = annotations_from_json(a, "annotations")
+        else:
+            prog.annotations = _bytes(a, "annotations")
     return prog, modules
 
 

@@ -40,6 +40,7 @@ from ..errors import (
     WrpValidationError,
     WrpVersionError,
 )
+from ..fileio import modules_dir_for
 from ..model import DeviceType
 
 # ---------------------------------------------------------------------------
@@ -72,6 +73,8 @@ class Prepared:
     signature: dict
     sizes: dict
     modules_given: bool = False
+    #: The folder the module files were read from (a ``.wrp`` path only).
+    modules_dir: Optional[Path] = None
     _keep: list = field(default_factory=list, repr=False)
     # (DeferredChecksum, view of the region's data in wrp_bytes): checksums
     # still to verify; load_prepared does so while Warp loads the image.
@@ -119,8 +122,20 @@ def _bytes_of(data, what: str):
     return mv
 
 
+def resolve_capture_path(path) -> Path:
+    """The capture a user-typed path names: the path itself, or ``path + ".wrp"``
+    when the path does not exist and that does (as ``wp.capture_load`` adds the
+    extension)."""
+    p = Path(os.fspath(path))
+    if not os.path.lexists(p) and p.suffix != ".wrp":
+        with_ext = p.with_name(p.name + ".wrp")
+        if with_ext.exists():
+            return with_ext
+    return p
+
+
 def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool = True,
-            allow_raw_pointers: bool = False, _validated: bool = False) -> Prepared:
+            allow_raw_pointers: bool = False, _validated: bool = False, modules_dir=None) -> Prepared:
     """Decode and validate a capture without loading it into Warp.
 
     Args:
@@ -135,6 +150,12 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         _validated: Internal (:mod:`wrpkit.run.isolate`): ``source`` is a
             private copy of bytes this process's parent already validated, so
             the validation rules are not applied again.
+        verify_checksums: For ``.wrpk``: verify every blob's SHA-256.
+        modules_dir: For a ``.wrp`` path: the folder of its module files,
+            instead of ``<stem>_modules/`` beside it.
+
+    A path may be a symbolic link (followed; the modules folder is looked for
+    beside the link, then beside its target) or a stem without ``.wrp``.
 
     Raises:
         WrpFormatError: The bytes are not a valid capture.
@@ -151,8 +172,9 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
     if isinstance(source, (str, os.PathLike)):
         from ..formats.container import open_capture  # noqa: PLC0415
 
-        path = Path(os.fspath(source))
-        cap = open_capture(path, verify_checksums=verify_checksums, prefetch=True, deferred=deferred)
+        path = resolve_capture_path(source)
+        cap = open_capture(path, verify_checksums=verify_checksums, prefetch=True, deferred=deferred,
+                           modules_dir=modules_dir)
         keep.append(cap)
         model, kind = cap.program, cap.kind
         if kind == "wrp":
@@ -272,8 +294,8 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             # The image now holds the region data; let the mapped bundle's
             # pages go so the file is not resident twice while Warp copies it.
             cap.mapped.drop_pages()
-    return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules_given, keep,
-                    checks)
+    return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules_given,
+                    cap.modules_dir if path is not None else None, keep, checks)
 
 
 def refuse_raw_pointers(model) -> None:
@@ -297,11 +319,11 @@ def refuse_raw_pointers(model) -> None:
 def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature]) -> np.ndarray:
     """Check one input against its binding and return it as a numpy array.
 
-    Accepted: exactly ``size`` bytes, or (for a binding whose signature is a
-    view of its region) exactly the view's numpy shape; with the signature's
-    element dtype when there is a signature.  Raw bytes-like objects
-    (``bytes``, ``bytearray``, ``memoryview``) of exactly ``size`` bytes are
-    taken as they are.
+    With a signature (the file records the binding's dtype and shape), the
+    input must be an array of exactly the signature's numpy shape and dtype:
+    a transposed, flattened or raw-bytes input is refused, and a binding
+    that is a view of its region takes the view's shape.  Without one, any
+    array (or raw ``bytes``-like object) of exactly ``size`` bytes is taken.
 
     Args:
         name: Binding name (for messages).
@@ -310,7 +332,7 @@ def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature])
         sig: The binding's signature, or None.
 
     Raises:
-        WrpBindingError: Wrong dtype or size.
+        WrpBindingError: Wrong dtype, shape or size (a usage error, exit 2).
     """
     if type(value).__module__.startswith("warp"):
         from warp._src import types as wt  # noqa: PLC0415
@@ -324,26 +346,82 @@ def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature])
         arr = np.asarray(value)
     if arr.dtype.hasobject:
         raise WrpBindingError(f"input {name!r} holds Python objects ({arr.dtype}), not numbers")
-    if raw and arr.nbytes == size:
-        return arr  # explicit raw bytes: no dtype to check
-    if sig is not None and not ann.dtype_matches(sig.dtype, arr.dtype):
-        base = sig.numpy_dtype()
-        np_name = "a structured dtype" if base.names is not None else f"numpy {base.name}"
+    if sig is None:
+        if arr.nbytes == size:
+            return arr
+        raise WrpBindingError(f"input {name!r} has {arr.nbytes} bytes (shape {arr.shape}, {arr.dtype}) but the "
+                              f"binding holds {size} bytes",
+                              hint="Inputs of a binding without a recorded signature must match its size exactly; "
+                                   "`wrp replay --dtype NAME=TYPE` gives it a type.")
+    base = sig.numpy_dtype()
+    want = f"{sig.dtype.name} elements of shape {sig.numpy_shape()} ({_np_name(base)})"
+    if raw:
+        raise WrpBindingError(f"input {name!r} is {arr.nbytes} raw bytes but the binding holds {want}",
+                              hint=f"Pass a numpy array of shape {sig.numpy_shape()}, e.g. "
+                                   f"np.frombuffer(data, {_np_ctor(base)}).reshape{sig.numpy_shape()}.")
+    if not ann.dtype_matches(sig.dtype, arr.dtype):
         raise WrpBindingError(
-            f"input {name!r} has dtype {arr.dtype} but the binding holds {sig.dtype.name} elements "
-            f"({np_name}, shape {sig.numpy_shape()})",
+            f"input {name!r} has dtype {arr.dtype} but the binding holds {want}",
             hint=f"Convert it, e.g. x.astype(np.{base.name})." if base.names is None else
             "Pass an array of the struct's structured dtype.")
-    if arr.nbytes == size:
-        return arr
-    if sig is not None and arr.shape == sig.numpy_shape():
-        return arr  # a view binding: written through the signature
-    want = f"{size} bytes"
-    if sig is not None:
-        want += f" (shape {sig.numpy_shape()}, {sig.numpy_dtype()})"
-    raise WrpBindingError(f"input {name!r} has {arr.nbytes} bytes (shape {arr.shape}, {arr.dtype}) but the "
-                          f"binding holds {want}",
-                          hint="Inputs must match the binding's size exactly.")
+    if arr.shape != sig.numpy_shape():
+        hint = "Pass an array of exactly that shape."
+        if arr.size == int(np.prod(sig.numpy_shape(), dtype=np.int64)):
+            hint = (f"It holds the same number of elements: if its values are in the right order, pass "
+                    f"x.reshape{sig.numpy_shape()}; if it is transposed, transpose it back.")
+        raise WrpBindingError(f"input {name!r} has shape {arr.shape} but the binding holds {want}", hint=hint)
+    return arr
+
+
+def _np_name(dt: np.dtype) -> str:
+    return "a structured dtype" if dt.names is not None else f"numpy {dt.name}"
+
+
+def _np_ctor(dt: np.dtype) -> str:
+    return "dtype=<the struct's dtype>" if dt.names is not None else f"np.{dt.name}"
+
+
+def writes_whole_region(sig: Optional[ann.ArraySignature], nbytes: int, size: int) -> bool:
+    """True when an input of ``nbytes`` is written over the binding's whole region
+    (no signature, or a signature that is the region in C order from byte 0)."""
+    if sig is None:
+        return nbytes == size
+    return sig.byte_offset == 0 and sig.is_contiguous and nbytes == size
+
+
+def signature_for_type(name: str, type_name: str, size: int) -> ann.ArraySignature:
+    """A signature typing an untyped binding as a 1-D array of a Warp type.
+
+    For stock files, which record no signature: ``signature_for_type("x",
+    "vec3f", 3072)`` makes ``x`` a ``(256,)`` array of ``vec3f`` (numpy shape
+    ``(256, 3)``).  The binding counts as both input and output.
+
+    Args:
+        name: Binding name.
+        type_name: A Warp type name: ``float32``, ``int32``, ``vec3f``,
+            ``mat33d``, ``quatf``, ``transformf``, ...
+        size: The binding's size in bytes.
+
+    Raises:
+        WrpBindingError: Unknown type, or the size is not a whole number of elements.
+    """
+    import warp as wp  # noqa: PLC0415
+
+    t = getattr(wp, type_name, None) if type_name.isidentifier() and not type_name.startswith("_") else None
+    try:
+        dt = ann.dtype_from_warp(t) if t is not None else None
+        ann.element_layout(dt) if dt is not None else None
+    except (TypeError, WrpError):
+        dt = None
+    if dt is None or dt.size <= 0:
+        raise WrpBindingError(f"--dtype {name}={type_name}: {type_name!r} is not a Warp data type",
+                              hint="Use a Warp type name such as float32, int32, vec3f, mat33f, quatf.")
+    if size % dt.size:
+        raise WrpBindingError(f"--dtype {name}={type_name}: binding {name!r} holds {size} bytes, not a whole "
+                              f"number of {type_name} elements ({dt.size} bytes each)",
+                              hint="Check the type: the binding's size must be a multiple of its element size.")
+    n = size // dt.size
+    return ann.ArraySignature(name, dt, (n,), (dt.size,), 0, True, True)
 
 
 def unknown_binding(name, known) -> WrpBindingError:
@@ -394,6 +472,8 @@ class Program:
         self.path = prepared.path
         self.annotations = prepared.annotations
         self._prepared = prepared
+        self._closed = False
+        self._bundle = None
         self._sig = dict(prepared.signature)
         self._sizes = dict(prepared.sizes)
         self._is_cpu = bool(device.is_cpu)
@@ -442,6 +522,7 @@ class Program:
         return f"<wrpkit.run.runtime.Program{src} on {self.device} bindings={list(self._sizes)}>"
 
     def _slot(self, name: str) -> _Slot:
+        self._check_open()
         try:
             return self._slots[name]
         except (KeyError, TypeError):
@@ -453,7 +534,66 @@ class Program:
         """Replay the graph once (``wp.capture_launch``); asynchronous on CUDA."""
         import warp as wp  # noqa: PLC0415
 
+        self._check_open()
         wp.capture_launch(self.graph)
+
+    def reset(self) -> None:
+        """Restore every binding to the bytes it held when the graph was captured.
+
+        After ``reset()``, a replay with the same inputs gives what the first
+        replay after :func:`load` gave.  Memory that is not bound to a name
+        (scratch buffers of the graph) is not reachable by name and keeps its
+        bytes; a graph that carries state there from one replay to the next
+        must be loaded again instead.
+
+        Raises:
+            WrpError: The program is closed.
+            WrpRuntimeError: Warp failed to write a binding.
+        """
+        self._check_open()
+        regions = self.model.region_map()
+        done = set()
+        for b in self.model.bindings:
+            slot = self._slots.get(b.name)
+            if slot is None or b.name in done:
+                continue
+            done.add(b.name)
+            region = regions[b.region_id]
+            if region.data is not None and region.has_initial_data:
+                data = np.frombuffer(region.data, dtype=np.uint8, count=slot.size)
+            else:
+                data = np.zeros(slot.size, dtype=np.uint8)
+            self._write_raw(slot, data)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has been called."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            src = f" ({self.path})" if self.path else ""
+            raise WrpError(f"this Program{src} is closed: its graph and memory were released by close()",
+                           hint="Load it again with wrpkit.load(...), or close it only when done with it.")
+
+    def __reduce__(self):
+        """Pickle as the program's ``.wrpk`` bundle bytes plus its device.
+
+        A worker process (``multiprocessing``, ``concurrent.futures``, Ray,
+        Dask) unpickles it by loading the bundle from memory: the captured
+        program, not the current contents of its bindings, travels.
+        """
+        self._check_open()
+        return (_program_from_bundle, (self.bundle_bytes(), str(self.device)))
+
+    def bundle_bytes(self) -> bytes:
+        """The program as ``.wrpk`` bundle bytes (module binaries inside), made once and kept."""
+        self._check_open()
+        if self._bundle is None:
+            from ..formats import wrpk  # noqa: PLC0415
+
+            self._bundle = wrpk.encode_wrpk(self.model, self._prepared.modules)
+        return self._bundle
 
     def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, isolate: bool = False,
             timeout: Optional[float] = None) -> dict:
@@ -469,9 +609,9 @@ class Program:
 
         Args:
             inputs: ``{name: array}`` (numpy arrays, ``wp.array`` or
-                bytes-like).  Each must hold exactly its binding's bytes (or,
-                for a binding whose signature is a view, exactly the view's
-                shape), with the signature's dtype when there is one.
+                bytes-like).  With a recorded signature each must have exactly
+                its numpy shape and dtype (a view binding takes the view's
+                shape); without one, exactly the binding's bytes.
             repeat: Number of replays (0 only sets inputs and reads back).
 
         Returns:
@@ -479,13 +619,15 @@ class Program:
             signature, or raw ``uint8`` bytes when it has none.
 
         Raises:
-            WrpBindingError: An unknown name, a size or dtype mismatch.
+            WrpBindingError: An unknown name, a shape, size or dtype mismatch.
             WrpRuntimeError: Warp failed to replay (:class:`~wrpkit.errors.WrpCrashError`
                 when an isolated replay crashed).
             WrpTimeoutError: An isolated replay ran past ``timeout``.
+            WrpError: The program is closed.
         """
         import warp as wp  # noqa: PLC0415
 
+        self._check_open()
         if isolate:
             return self._run_isolated(inputs, repeat, timeout)
         if inputs:
@@ -538,7 +680,7 @@ class Program:
         return coerce_input(name, value, slot.size, slot.sig)
 
     def _write(self, slot: _Slot, arr: np.ndarray) -> None:
-        whole = arr.nbytes == slot.size
+        whole = writes_whole_region(slot.sig, arr.nbytes, slot.size)
         if self._is_cpu:
             if whole:
                 if slot.size:
@@ -546,13 +688,21 @@ class Program:
             else:
                 slot.view[...] = arr
             return
-        import warp as wp  # noqa: PLC0415
-
         if whole:
             host = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
         else:
             host = self._read_raw(slot)
             ann.view_region(host, slot.sig)[...] = arr
+        self._write_raw(slot, host)
+
+    def _write_raw(self, slot: _Slot, host: np.ndarray) -> None:
+        """Write ``slot.size`` bytes over the binding's whole region."""
+        if self._is_cpu:
+            if slot.size:
+                slot.region[:] = host
+            return
+        import warp as wp  # noqa: PLC0415
+
         if slot.size:
             tmp = wp.array(host, dtype=wp.uint8, device=self.device)
             try:
@@ -631,7 +781,11 @@ class Program:
         return arr
 
     def close(self) -> None:
-        """Release the graph and the source mapping (views become invalid)."""
+        """Release the graph and the source mapping (views become invalid).
+
+        Later calls other than ``close`` raise an error saying the program is closed.
+        """
+        self._closed = True
         self._slots = {}
         self.graph = None
         for k in self._prepared._keep:
@@ -641,6 +795,11 @@ class Program:
                     close()
                 except Exception:  # noqa: BLE001
                     pass
+
+
+def _program_from_bundle(bundle: bytes, device: str) -> Program:
+    """Unpickle a :class:`Program`: load its bundle bytes from memory on ``device``."""
+    return load(bundle, device=device)
 
 
 def resolve_device(device):
@@ -683,7 +842,8 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
 
         verification = BackgroundVerification(prep.deferred)
     try:
-        if dev.is_cuda and prep.kind == "wrp" and prep.path is not None and not prep.modules_given:
+        if dev.is_cuda and prep.kind == "wrp" and prep.path is not None and not prep.modules_given \
+                and prep.modules_dir == modules_dir_for(prep.path) and not os.path.islink(prep.path):
             # capture_load can also compile the packaged source fallback.
             graph = wp.capture_load(os.fspath(prep.path), device=dev)
         elif hasattr(wp, "capture_load_from_bytes"):
@@ -839,7 +999,7 @@ class IsolatedProgram:
 
 
 def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isolate: bool = False,
-         allow_raw_pointers: bool = False):
+         allow_raw_pointers: bool = False, modules_dir=None):
     """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`Program`.
 
     Checks, in order: the container decodes and validates with wrpkit's codec;
@@ -860,6 +1020,12 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
             process start and a load per run.
         allow_raw_pointers: Accept kernel arguments holding live process
             pointers (refused by default: see :func:`prepare`).
+        modules_dir: For a ``.wrp`` path: the folder of its module files
+            (default: ``<stem>_modules/`` beside the path, or beside a
+            symbolic link's target).
+
+    A path may be a symbolic link, or a stem to which ``.wrp`` is added (as
+    ``wp.capture_load`` does).
 
     Raises:
         WrpFormatError, WrpValidationError: The file is invalid, or holds raw
@@ -869,7 +1035,7 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
         WrpVersionError: Recorded with another Warp version (recapture needed).
         WrpRuntimeError: Warp failed to load it.
     """
-    prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers)
+    prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir)
     if isolate:
         check_runnable(prep.model, device, what=str(prep.path) if prep.path is not None else "the capture")
         if prep.kind == "wrp" and prep.path is None:
@@ -882,4 +1048,5 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
 
 
 __all__ = ["load", "prepare", "load_prepared", "Program", "IsolatedProgram", "Prepared", "refuse_raw_pointers", "check_runnable", "device_family",
-           "coerce_input", "unknown_binding", "resolve_device"]
+           "coerce_input", "unknown_binding", "resolve_device", "resolve_capture_path", "writes_whole_region",
+           "signature_for_type"]
