@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .. import environment
 from .. import model as m
 from ..errors import WrpError, WrpFormatError
 from ..fileio import check_output_path, publish_wrp, read_file
@@ -51,13 +52,11 @@ def installed_warp_version() -> str:
     Raises:
         WrpError: Warp is not installed.
     """
-    from importlib import metadata  # noqa: PLC0415
-
-    try:
-        return metadata.version("warp-lang")
-    except metadata.PackageNotFoundError:
+    found = environment.installed_warp_version()
+    if found is None:
         raise WrpError("Warp (warp-lang) is not installed; `wrp upgrade` writes the format of the installed Warp",
-                       hint="pip install warp-lang, then run the upgrade again.") from None
+                       hint="pip install warp-lang, then run the upgrade again.")
+    return found
 
 
 def _ctype_of(t):
@@ -211,7 +210,7 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
         raise WrpError(f"input not found: {src}", hint="Check the path.")
     check_output_path(dst, [src])
     version = installed_warp_version()
-    with open_capture(src, share_ops=True) as cap:
+    with open_capture(src, share_ops=True, prefetch=True) as cap:
         prog = cap.program
         if prog.format_version == CURRENT_FORMAT:
             raise WrpError(f"{src} is already format {CURRENT_FORMAT} (written by Warp {prog.warp_version}); "
