@@ -20,10 +20,11 @@ from .. import model as m
 from ..errors import WrpError, WrpFormatError
 from ..fileio import check_output_path, publish_wrp, read_file
 from ..formats import wrp1
-from ..formats.annotations import ModuleDigest, encode_annotations
+from ..formats.annotations import Annotations, ModuleDigest, encode_annotations
 from ..formats.container import open_capture
 from ..formats.upgrade import COLLISION_POLICIES, ArgSpec, RebuiltKernel, UpgradeReport, upgrade_program
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS
+from ..formats.wrpk import verify_annotations
 
 
 @dataclass
@@ -242,10 +243,13 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
                 out_files[name] = read_file(rebuilt_files[name], "module")
             elif name in files:
                 out_files[name] = files[name]
-        new.annotations = encode_annotations(
-            producer=f"wrp upgrade (from {report.source})",
-            module_digests=[ModuleDigest.of(name, data) for name, data in out_files.items()])
-        problems = [p for p in validate_program(new) + check_module_symbols(new, out_files)
+        notes = Annotations(f"wrp upgrade (from {report.source})",
+                            module_digests=tuple(ModuleDigest.of(name, data) for name, data in out_files.items()))
+        new.annotations = encode_annotations(notes)
+        # The bytes are checked as wrp validate reads them (structure) and the
+        # record they encode by its rules, without decoding them again.
+        verify_annotations(new.annotations)
+        problems = [p for p in validate_program(new, annotations=notes) + check_module_symbols(new, out_files)
                     if getattr(p, "severity", "error") == "error"]
         if problems:
             raise WrpError("the upgraded capture would not validate, so nothing was written: "
