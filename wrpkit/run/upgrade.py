@@ -261,7 +261,9 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
 
             n = wrpk.write_wrpk(dst, new, out_files, progress)
         else:
-            n = publish_wrp(dst, wrp1.iter_wrp1_chunks(new), out_files, progress)
+            # No writeback hints: the final fsync alone measured ~1 s faster on a
+            # busy 2-core host (bench/bench_upgrade.py).
+            n = publish_wrp(dst, wrp1.iter_wrp1_chunks(new), out_files, progress, writeback=False)
     return UpgradeResult(src, dst, report, form, n, sorted(out_files))
 
 
