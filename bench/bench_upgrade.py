@@ -6,10 +6,14 @@ version, no module extras, 20-byte pointer locations) with wrpkit's own
 encoder, then times, interleaved round by round (the order rotates each
 round) so that the load of a shared machine hits all three alike:
 
-* ``cp -r`` of the format-16 ``.wrp`` and its ``_modules/`` folder;
+* ``cp -r`` of the format-16 ``.wrp`` and its ``_modules/`` folder (the
+  baseline), and the same followed by ``sync`` of the copies (a durable cp,
+  for reference: upgrades fsync their output, cp does not);
 * ``wrp upgrade`` of it to a new format-18 ``.wrp`` in a fresh process (the
   CLI: starting Python and importing wrpkit included);
-* ``wrpkit.upgrade`` of it in this process (the library: no start-up).
+* ``wrpkit.upgrade`` of it in this process (the library: no start-up);
+* the floor under the CLI row: starting Python and importing what
+  ``wrp upgrade`` imports, in a fresh process.
 
 Each upgrade is validated, records module digests and is written durably
 (fsynced) and atomically; cp's writes are left in the page cache.  Every
@@ -78,7 +82,9 @@ def main() -> int:
     mods = old.with_name(old.stem + "_modules")
     nbytes = old.stat().st_size + sum(p.stat().st_size for p in mods.iterdir())
     work = a.dir / "upgrade"
-    out = {"cp": work / "cp", "cli": work / "cli", "lib": work / "lib"}
+    out = {"cp": work / "cp", "cpsync": work / "cpsync", "cli": work / "cli", "lib": work / "lib",
+           "start": work / "start"}
+    start = [sys.executable, "-c", "import wrpkit.cli, wrpkit.cli.upgrade, wrpkit.run.upgrade, wrpkit.checks.validate"]
 
     from wrpkit.run.upgrade import upgrade  # the library route: imported once, as a caller would
 
@@ -86,6 +92,12 @@ def main() -> int:
         _fresh(out[name])
         if name == "cp":
             return run_measured(["cp", "-r", str(old), str(mods), str(out[name])])[0]
+        if name == "cpsync":
+            d = out[name]
+            return run_measured(["sh", "-c", 'cp -r "$1" "$2" "$3" && sync "$3"/* "$3"/*/*', "sh", str(old),
+                                 str(mods), str(d)])[0]
+        if name == "start":
+            return run_measured(start)[0]
         if name == "cli":
             return run_measured([sys.executable, "-m", "wrpkit.cli", "upgrade", "-q", str(old),
                                  str(out[name] / "new.wrp")])[0]
@@ -98,7 +110,7 @@ def main() -> int:
     times = {name: [] for name in out}
     order = list(out)
     for r in range(max(a.runs, 5)):
-        for name in order[r % 3:] + order[:r % 3]:
+        for name in order[r % len(order):] + order[:r % len(order)]:
             times[name].append(run(name))
     shutil.rmtree(work, ignore_errors=True)
 
@@ -108,10 +120,13 @@ def main() -> int:
     print(f"capture: {old.name} ({mb:.1f} MB with modules, format 16); median of {len(times['cp'])} interleaved "
           f"rounds; {os.cpu_count()} cores, load average {load:.1f} at the end")
     print(f"{'operation':<34}{'median (s)':>11}{'min (s)':>9}{'MB/s':>8}{'vs cp':>8}")
-    rows = [("cp -r .wrp + modules", "cp"), ("wrp upgrade (CLI, fresh process)", "cli"),
+    rows = [("cp -r .wrp + modules", "cp"), ("  cp -r, then sync of the copies", "cpsync"),
+            ("wrp upgrade (CLI, fresh process)", "cli"),
             ("wrpkit.upgrade (library)", "lib")]
     for label, k in rows:
         print(f"{label:<34}{med[k]:>11.3f}{min(times[k]):>9.3f}{mb / med[k]:>8.0f}{med['cp'] / med[k]:>7.2f}x")
+    print(f"{'  floor: start Python, imports':<34}{med['start']:>11.3f}{min(times['start']):>9.3f}"
+          f"{'':>8}{'':>8}  (in the CLI row)")
     print("(vs cp = cp's median time / this median time; target >= 0.5x. Upgrades fsync their output, cp does not.)")
     return 0
 
