@@ -36,8 +36,44 @@ def parse_device(device) -> tuple:
     raise WrpDeviceError(f"unknown device {device!r}", hint="Use 'cpu', 'cuda' or 'cuda:N'.")
 
 
+def _dist_info_version(package_dir: str) -> Optional[str]:
+    """``Version:`` of the one ``warp_lang-*.dist-info`` beside ``package_dir``; None if not exactly one."""
+    import glob  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
+    hits = glob.glob(os.path.join(glob.escape(os.path.dirname(package_dir)), "warp_lang-*.dist-info"))
+    if len(hits) != 1:
+        return None
+    try:
+        with open(os.path.join(hits[0], "METADATA"), encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    break  # end of the headers
+                if line.startswith("Version:"):
+                    return line[len("Version:"):].strip() or None
+    except OSError:
+        pass
+    return None
+
+
 def installed_warp_version() -> Optional[str]:
-    """The installed warp-lang version, read without importing Warp; None if it is absent."""
+    """The installed warp-lang version, read without importing Warp; None if it is absent.
+
+    Reads the ``METADATA`` of the ``warp_lang-*.dist-info`` beside the
+    ``warp`` package that ``import warp`` would load (a few file reads);
+    ``importlib.metadata``, which costs about 0.1 s of imports, is the
+    fallback for other layouts.
+    """
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        spec = importlib.util.find_spec("warp")
+    except (ImportError, ValueError):
+        spec = None
+    for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+        found = _dist_info_version(location)
+        if found:
+            return found
     from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
 
     try:

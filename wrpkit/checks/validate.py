@@ -75,17 +75,17 @@ def _regions_touched(ops) -> set:
 
 
 class _Checker:
-    def __init__(self, prog: m.Program):
+    def __init__(self, prog: m.Program, annotations=None):
         self.prog = prog
         self.regions = prog.region_map()
         self.kernels = {(k.module_hash, k.kernel_key): k for k in prog.kernels}
         self.kernels_by_key = {k.kernel_key: k for k in prog.kernels}  # formats 3/10 (checks/legacy.py)
         self.mesh_ptrs = {me.original_ptr for me in prog.meshes}
         self.problems: list = []
-        self.kernel_sigs = self._kernel_signatures(prog)
+        self.kernel_sigs = self._kernel_signatures(prog, annotations)
         self.clean: set = set()  # ids of leaf op objects that passed (the program keeps them alive)
 
-    def _kernel_signatures(self, prog):
+    def _kernel_signatures(self, prog, decoded=None):
         """``{(module_hash, kernel_key): KernelSignature}`` from wrpkit's annotations, after checking
         the annotations against the rest of the file (as the C++ validator's annotations.cpp does)."""
         if not prog.annotations:
@@ -94,7 +94,7 @@ class _Checker:
         from ..errors import WrpError  # noqa: PLC0415
 
         try:
-            ann = read_annotations(prog)
+            ann = decoded if decoded is not None else read_annotations(prog)
         except WrpError as e:
             self.err("annotations", f"malformed annotations: {e.message}")
             return {}
@@ -787,16 +787,20 @@ class _Checker:
     op_bvh_refit = op_bvh_rebuild = op_hash_grid_update = _live_only
 
 
-def validate_program(prog: m.Program) -> list:
+def validate_program(prog: m.Program, annotations=None) -> list:
     """Check a decoded program against Warp's loader rules and wrpkit's own.
 
     Args:
         prog: A program from any codec.
+        annotations: The decoded form of ``prog.annotations``, for a writer
+            that has just encoded them from it (``wrp upgrade``): it is
+            checked in place of decoding the bytes, which needs the
+            FlatBuffers runtime.  Leave it None for anything read from a file.
 
     Returns:
         A list of :class:`Problem`; empty when the program is valid.
     """
-    c = _Checker(prog)
+    c = _Checker(prog, annotations)
     c.metadata()
     for where, msg, severity in _legacy.metadata_problems(prog):
         c.err(where, msg, severity=severity)

@@ -558,26 +558,6 @@ def signature_of_array(name: str, arr, byte_offset: int = 0, is_input: bool = Fa
 # ---------------------------------------------------------------------------
 
 
-def _pack_dtype(dt: DataType):
-    from .fbs.DataType import DataTypeT  # noqa: PLC0415
-    from .fbs.StructField import StructFieldT  # noqa: PLC0415
-
-    t = DataTypeT()
-    t.name = dt.name
-    t.scalar = int(dt.scalar)
-    t.shape = [int(d) for d in dt.shape]
-    t.size = int(dt.size)
-    if dt.fields:
-        t.fields = []
-        for f in dt.fields:
-            ft = StructFieldT()
-            ft.name = f.name
-            ft.offset = int(f.offset)
-            ft.type = _pack_dtype(f.type)
-            t.fields.append(ft)
-    return t
-
-
 def encode_annotations(annotations: Optional[Annotations] = None, *, producer: Optional[str] = None,
                        signature=(), kernel_signatures=(), module_digests=()) -> bytes:
     """Encode annotations as an ``Annotations`` FlatBuffer with identifier ``"WRPK"``.
@@ -587,13 +567,7 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
     Returns:
         The buffer's bytes, for :attr:`wrpkit.model.Program.annotations`.
     """
-    import flatbuffers  # noqa: PLC0415
-
-    from .fbs.Annotations import AnnotationsT  # noqa: PLC0415
-    from .fbs.ArraySignature import ArraySignatureT  # noqa: PLC0415
-    from .fbs.KernelArgument import KernelArgumentT  # noqa: PLC0415
-    from .fbs.KernelSignature import KernelSignatureT  # noqa: PLC0415
-    from .fbs.ModuleDigest import ModuleDigestT  # noqa: PLC0415
+    from .wrpk import encode_annotations_buffer  # noqa: PLC0415
 
     if annotations is None:
         if producer is None:
@@ -602,46 +576,7 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
             producer = f"wrpkit {__version__}"
         annotations = Annotations(producer, tuple(signature), tuple(kernel_signatures), tuple(module_digests))
 
-    root = AnnotationsT()
-    root.producer = annotations.producer
-    root.signature = []
-    for s in annotations.signature:
-        t = ArraySignatureT()
-        t.name = s.name
-        t.dtype = _pack_dtype(s.dtype)
-        t.shape = [int(d) for d in s.shape]
-        t.strides = [int(d) for d in s.strides]
-        t.byteOffset = int(s.byte_offset)
-        t.isInput = bool(s.is_input)
-        t.isOutput = bool(s.is_output)
-        root.signature.append(t)
-    root.kernelSignatures = []
-    for k in annotations.kernel_signatures:
-        t = KernelSignatureT()
-        t.kernelKey = k.kernel_key
-        t.moduleHash = k.module_hash
-        t.arguments = []
-        for a in k.arguments:
-            at = KernelArgumentT()
-            at.name = a.name
-            at.type = a.type
-            at.valueSize = int(a.value_size)
-            at.dtype = _pack_dtype(a.dtype) if a.dtype is not None else None
-            at.ndim = int(a.ndim)
-            at.access = int(a.access)
-            t.arguments.append(at)
-        root.kernelSignatures.append(t)
-    root.moduleDigests = []
-    for d in annotations.module_digests:
-        t = ModuleDigestT()
-        t.binaryFilename = d.binary_filename
-        t.sha256 = list(bytes(d.sha256))
-        t.size = int(d.size)
-        root.moduleDigests.append(t)
-
-    b = flatbuffers.Builder(1024)
-    b.Finish(root.Pack(b), file_identifier=FILE_IDENTIFIER)
-    return bytes(b.Output())
+    return encode_annotations_buffer(annotations)
 
 
 def _s(v) -> str:
