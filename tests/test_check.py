@@ -132,6 +132,25 @@ def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address):
     assert len(findings) == 1 and f"{address:#x}" in findings[0].message
 
 
+@pytest.mark.parametrize("value", [1 << 24, 3 << 24, 1 << 32])
+def test_lint_leaves_round_sizes_and_strides_alone(tmp_path, value):
+    # An int64 size or stride such as 2^24 fills a whole 8-byte argument in the low
+    # heap range, but it is a multiple of 4096, which a small malloc'd object rarely is.
+    from wrpkit.checks.check import lint_program  # noqa: PLC0415
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+
+    g, out, _grid = _stock_grid_capture()
+    path = tmp_path / "grid.wrp"
+    wp.capture_save(g, str(path), outputs={"out": out})
+    prog = decode_wrp1(path.read_bytes())
+    launch = next(op for op in prog.ops if hasattr(op, "value_data"))
+    p = launch.params[0]
+    data = bytearray(launch.value_data)
+    data[p.value_offset:p.value_offset + 8] = value.to_bytes(8, "little")
+    launch.value_data = bytes(data)
+    assert not [f for f in lint_program(prog) if f.check == "lint-pointer"]
+
+
 def test_lint_leaves_floats_padded_with_zeros_alone(captures):
     # A float32 beside zero padding reads as a small 64-bit value (1.5f -> 0x3fc00000),
     # inside a non-PIE heap's range; it is not a pointer.

@@ -309,3 +309,17 @@ def test_verify_names_a_binding_nothing_in_the_capture_writes():
     rep = rec.verify(step, {"x": a["x"]}, {"y": a["y"], "w": a["w"]})
     assert not rep.ok and [m.binding for m in rep.mismatches] == ["w"]
     assert rep.mismatches[0].writers == [] and "nothing in the capture writes 'w'" in rep.hint
+
+
+def test_native_api_mirrors_the_c_options_struct():
+    # wrp_options_init zero-fills sizeof(wrp_options) bytes; a ctypes mirror that
+    # lags behind an appended field let it write past the struct into Python's
+    # heap, and the test process later crashed in the garbage collector.
+    import ctypes  # noqa: PLC0415
+
+    from wrpkit.debug import native_api  # noqa: PLC0415
+
+    lib = native_api.library()
+    scratch = ctypes.create_string_buffer(4096)
+    lib.wrp_options_init(ctypes.cast(scratch, ctypes.POINTER(native_api._Options)))
+    assert ctypes.c_uint32.from_buffer(scratch).value == ctypes.sizeof(native_api._Options)

@@ -38,12 +38,15 @@ class Finding:
             or ``"warn"`` (it may, but something is suspicious).
         message: What was found.
         fix: What to do about a failure or warning, or ``""``.
+        exit_code: For a failure whose exit status is not its check's usual
+            one (see :func:`exit_code`), that status; else ``None``.
     """
 
     check: str
     status: str
     message: str
     fix: str = ""
+    exit_code: Optional[int] = None
 
 
 def _init_warp(cpu_only: bool = False):
@@ -126,7 +129,10 @@ def lint_program(prog: m.Program) -> list:
 # a few MiB, so a HashGrid made there has an id below 2^32, among the bit
 # patterns of floats padded with zeros.  Such a value is taken for a pointer
 # only when it fills a whole 8-byte scalar argument (a uint64 id) and is
-# 16-aligned, as glibc's malloc returns.
+# 16-aligned, as glibc's malloc returns, but not a multiple of 4096: sizes and
+# strides such as 2^24 are round numbers, while a small malloc'd object lies
+# on a page boundary once in 256 allocations.  The C++ twin is in
+# native/src/wrp1_ops.cpp.
 HIGH_POINTERS = (1 << 44, 1 << 47)
 LOW_POINTERS = (1 << 24, 1 << 44)
 
@@ -135,7 +141,8 @@ def _looks_like_a_process_pointer(v: int, whole_u64_argument: bool) -> bool:
     """True for a value that is most likely an address in a 64-bit Linux process."""
     if v % 8 == 0 and HIGH_POINTERS[0] <= v < HIGH_POINTERS[1]:
         return True
-    return whole_u64_argument and v % 16 == 0 and LOW_POINTERS[0] <= v < LOW_POINTERS[1]
+    return (whole_u64_argument and v % 16 == 0 and v % 4096 != 0
+            and LOW_POINTERS[0] <= v < LOW_POINTERS[1])
 
 
 def lint_launches(launches) -> list:
@@ -206,13 +213,15 @@ def exit_code(findings: list) -> int:
     Returns:
         ``EXIT_OK``, or the code of the first failure in replay's order
         (``EXIT_INVALID`` for the file's own problems and a Warp version
-        mismatch, ``EXIT_USAGE`` for the wrong device, ``EXIT_FAILED`` else).
+        mismatch, ``EXIT_USAGE`` for the wrong device, ``EXIT_FAILED`` for an
+        older format that ``wrp upgrade`` converts, and else).
     """
-    failed = [f.check for f in findings if f.status == FAIL]
+    failed = [f for f in findings if f.status == FAIL]
     if not failed:
         return EXIT_OK
-    failed.sort(key=lambda c: _CHECK_ORDER.index(c) if c in _CHECK_ORDER else len(_CHECK_ORDER))
-    return _CHECK_EXIT_CODES.get(failed[0], EXIT_FAILED)
+    order = {c: i for i, c in enumerate(_CHECK_ORDER)}
+    first = min(failed, key=lambda f: order.get(f.check, len(_CHECK_ORDER)))
+    return first.exit_code if first.exit_code is not None else _CHECK_EXIT_CODES.get(first.check, EXIT_FAILED)
 
 
 def raw_pointer_findings(prog: m.Program) -> list:
@@ -261,7 +270,11 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
             "its own version",
             "Convert it with `wrp upgrade "
             + (f"{cap.path} NEW.wrp --kernels KERNELS.py` (format 3 kernels are rebuilt from their Python source)."
-               if layout.legacy_args else f"{cap.path} NEW.wrp`, which keeps its kernel objects.")))
+               if layout.legacy_args else f"{cap.path} NEW.wrp`, which keeps its kernel objects."),
+            # Not loadable as it is, but one command away from it: check answers 1, as
+            # for any other failure a command fixes.  A format-18 file of another Warp
+            # version cannot be upgraded (it needs a recapture) and exits 3 everywhere.
+            exit_code=EXIT_FAILED))
     elif installed is None:
         out.append(Finding("warp-version", FAIL, "warp-lang is not installed",
                            f"pip install warp-lang=={prog.warp_version}"))

@@ -23,7 +23,9 @@ class _Options(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("device", ctypes.c_char_p), ("warp_lib_dir", ctypes.c_char_p),
                 ("skip_checks", ctypes.c_int), ("validate_only", ctypes.c_int),
                 ("capture_warp_stderr", ctypes.c_int), ("max_file_bytes", ctypes.c_uint64),
-                ("max_memory_bytes", ctypes.c_uint64), ("verify_checksums", ctypes.c_int)]
+                ("max_memory_bytes", ctypes.c_uint64), ("verify_checksums", ctypes.c_int),
+                ("allow_raw_pointers", ctypes.c_int), ("modules_dir", ctypes.c_char_p),
+                ("modules_optional", ctypes.c_int)]
 
 
 class _Module(ctypes.Structure):
@@ -65,7 +67,26 @@ def library():
     lib.wrp_program_data_ptr.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
                                          ctypes.POINTER(ctypes.c_size_t)]
     lib.wrp_program_run.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    _check_options_layout(lib)
     return lib
+
+
+def _check_options_layout(lib) -> None:
+    """Refuse a library whose ``wrp_options`` differs in size from :class:`_Options`.
+
+    ``wrp_options_init`` zero-fills ``sizeof(wrp_options)`` bytes: given a
+    smaller ctypes struct it would write past it into Python's heap.  So it
+    first fills a scratch buffer, larger than any version of the struct, and
+    the struct size it records there is compared with this mirror's.
+    """
+    scratch = ctypes.create_string_buffer(4096)
+    lib.wrp_options_init(ctypes.cast(scratch, ctypes.POINTER(_Options)))
+    native = ctypes.c_uint32.from_buffer(scratch).value
+    if native != ctypes.sizeof(_Options):
+        raise WrpError(f"{find_library()} has a wrp_options of {native} bytes, but wrpkit's mirror of it has "
+                       f"{ctypes.sizeof(_Options)}: the library and the Python package are from different builds",
+                       hint="Reinstall wrpkit (`pip install .`) so that both come from one build, or use "
+                            "--engine python.")
 
 
 class NativeProgram:

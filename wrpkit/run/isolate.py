@@ -368,7 +368,10 @@ def _child_main(d: Path) -> int:
         prog = runtime.load_prepared(prep, job["device"])
         with np.load(d / "inputs.npz", allow_pickle=False) as z:
             for name in z.files:
-                prog.set(name, memoryview(np.ascontiguousarray(z[name])).cast("B") if job["raw"] else z[name])
+                if job["raw"]:  # whole regions as bytes, already checked by the parent's Program
+                    prog._write_raw(prog._slot(name), np.ascontiguousarray(z[name]).reshape(-1).view(np.uint8))
+                else:
+                    prog.set(name, z[name])
         _stage(d, "replaying")
         host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
         _stage(d, "reading")
