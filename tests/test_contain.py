@@ -431,6 +431,19 @@ def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
     assert os.listdir(out) == []
 
 
+def test_crash_message_names_a_nested_op_by_path_and_iteration(tmp_path):
+    import debug_programs as dp  # noqa: PLC0415
+    from wrpkit.run.isolate import crash_error  # noqa: PLC0415
+    from wrpkit.run.runtime import prepare  # noqa: PLC0415
+
+    prep = prepare(dp.capture_while_nan(tmp_path / "w.wrp"))  # op 1 is a WHILE: [k_decrement, k_sqrt]
+    e = crash_error(prep, signal.SIGSEGV, "replaying", 1, True, path="1.1", iteration=2)
+    assert (e.op_index, e.path, e.iteration, e.op_kind, e.kernel, e.digest_verified) == (
+        1, "1.1", 2, "KERNEL_LAUNCH", "k_sqrt", True)
+    assert "in op 1 (KERNEL_LAUNCH of kernel 'k_sqrt'" in e.message and "at path 1.1, WHILE iteration 2" in e.message
+    assert "was verified before it ran" in e.message
+
+
 def test_isolated_run_matches_in_process(axpy):
     x = np.linspace(0, 1, N, dtype=np.float32)
     want = wrpkit.load(axpy).run({"a": x})
