@@ -2,7 +2,9 @@
 
 Reports, in one run:
 
-* ``wrpkit.trace`` with each engine (in process): time per op spent running
+* ``wrpkit.trace`` with each engine, in process and with ``isolate=True`` (a
+  child process, as ``wrp trace`` runs; its per-op time includes recording the
+  op about to run for a crash report): time per op spent running
   ops (including the IF/WHILE conditions and the control writes), *beyond*
   the time spent digesting and summarizing written regions (reported apart),
   against a plain ``wp.capture_launch`` of the whole graph, per op, measured
@@ -64,16 +66,21 @@ def main() -> int:
           f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(f"stock capture_launch of the whole graph: {stock_per_op * 1e6:.2f} us per op")
     for engine in a.engines.split(","):
-        rows = []
-        for _ in range(a.runs):
-            t = wrpkit.trace(path, engine=engine)
-            big = sum(1 for o in t.ops for w in o["writes"] if w["region"] == 0 or w["binding"] == "big")
-            rows.append((t.step_seconds, t.step_cpu_seconds, t.digest_seconds, t.load_seconds, len(t.ops), big))
-        step, step_cpu, dig, load, n, big = min(rows)
-        print(f"trace, {engine} engine: {step / n * 1e6:.2f} us per op beyond digests, wall "
-              f"({step_cpu / n * 1e6:.2f} us CPU; {step / n / stock_per_op:.1f}x a stock replay's per-op cost; "
-              f"target <= 20 us); digests {dig / n * 1e6:.2f} us per op ({dig:.3f} s total, 256 MiB region "
-              f"digested {big}x); rewrite+load {load:.3f} s; {n} ops")
+        for isolate in (False, True):
+            rows = []
+            for _ in range(a.runs):
+                t0 = time.perf_counter()
+                t = wrpkit.trace(path, engine=engine, isolate=isolate)
+                wall = time.perf_counter() - t0
+                big = sum(1 for o in t.ops for w in o["writes"] if w["region"] == 0 or w["binding"] == "big")
+                rows.append((t.step_seconds, t.step_cpu_seconds, t.digest_seconds, t.load_seconds, len(t.ops), big,
+                             wall))
+            step, step_cpu, dig, load, n, big, wall = min(rows)
+            where = "in a child process (wrp trace)" if isolate else "in process"
+            print(f"trace, {engine} engine, {where}: {step / n * 1e6:.2f} us per op beyond digests, wall "
+                  f"({step_cpu / n * 1e6:.2f} us CPU; {step / n / stock_per_op:.1f}x a stock replay's per-op cost; "
+                  f"target <= 20 us); digests {dig / n * 1e6:.2f} us per op ({dig:.3f} s total, "
+                  f"{a.region_mib} MiB region digested {big}x); rewrite+load {load:.3f} s; {n} ops; whole call {wall:.2f} s")
 
     slice_out = a.dir / "bench_slice.wrp"
     slice_cmd = [sys.executable, "-m", "wrpkit.cli", "slice", str(path), "--ops", "5000:5010", "-o", str(slice_out)]

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +29,8 @@ from test_check import _stock_grid_capture, run_check
 from wrpkit.checks.elf import symbol_bytes
 from wrpkit.cli import main
 from wrpkit.cli.replay import find_native
-from wrpkit.errors import EXIT_CRASH, WrpCrashError, WrpRuntimeError, WrpValidationError
+from wrpkit.errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpRuntimeError, WrpTimeoutError,
+                           WrpValidationError, timeout_message)
 from wrpkit.formats import jsonform, wrp1
 
 wp.config.log_level = wp.LOG_WARNING
@@ -323,6 +326,122 @@ def test_flipped_bits_in_kernel_code_are_contained_everywhere(corrupt_code, tmp_
     assert e.value.kernel == "k_axpy" and e.value.digest_verified is False
     assert e.value.module and e.value.module.endswith(".o") and e.value.module in str(e.value)
     _no_outputs(tmp_path, before)
+
+
+# ---------------------------------------------------------------------------
+# wrp trace: stepped in a child process
+# ---------------------------------------------------------------------------
+
+
+def _native_lib_or_skip():
+    from wrpkit.debug import native_api  # noqa: PLC0415
+
+    try:
+        native_api.find_library()
+    except wrpkit.WrpError as e:
+        pytest.skip(str(e))
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("capture, verified", [("corrupt_code", False), ("huge_launch", True)])
+def test_trace_crash_is_contained_and_names_the_op(request, capture, verified, engine, tmp_path):
+    if engine == "native":
+        _native_lib_or_skip()
+    path = request.getfixturevalue(capture)
+    before = set(os.listdir(tmp_path))
+    r = wrp("trace", path, "--engine", engine, "--save", tmp_path / "t.trace", "--dump", tmp_path / "dump",
+            "--json")
+    assert r.exit_code == EXIT_CRASH, r.output
+    err = json.loads(r.stdout)  # stdout holds the JSON error object, nothing else
+    assert err["exit_code"] == EXIT_CRASH and err["error"].startswith("the replay crashed with SIG"), err
+    _assert_crash_message(r.stderr, "k_axpy", verified)
+    assert "(the op the trace was running)" in r.stderr, r.stderr
+    r = wrp("trace", path, "--engine", engine, "--dump", tmp_path / "dump")  # the table form too
+    assert r.exit_code == EXIT_CRASH and "op 0 (KERNEL_LAUNCH" in r.stderr, r.output
+    _no_outputs(tmp_path, before)
+    with pytest.raises(WrpCrashError) as e:
+        wrpkit.trace(path, engine=engine, isolate=True, dump=tmp_path / "dump")
+    assert (e.value.op_index, e.value.path, e.value.iteration, e.value.op_kind, e.value.kernel) == (
+        0, "0", None, "KERNEL_LAUNCH", "k_axpy")
+    assert e.value.digest_verified is verified and e.value.module in str(e.value)
+    _no_outputs(tmp_path, before)
+
+
+def _never_ending_while(tmp_path: Path) -> list:
+    """``wrp trace`` arguments for a WHILE whose counter starts at -1 (it counts down for 2^31 iterations)."""
+    import debug_programs as dp  # noqa: PLC0415
+
+    path = dp.capture_while_nan(tmp_path / "forever.wrp")
+    np.save(tmp_path / "counter.npy", np.array([-1], np.int32))
+    return [path, "--input", f"counter={tmp_path / 'counter.npy'}"]
+
+
+def test_trace_timeout_kills_a_never_ending_while(tmp_path):
+    args = _never_ending_while(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = wrp("trace", *args, "--timeout", "2", "--save", out / "t.trace", "--dump", out / "dump", "--json")
+    assert r.exit_code == EXIT_TIMEOUT, r.output
+    assert json.loads(r.stdout)["exit_code"] == EXIT_TIMEOUT
+    assert timeout_message(2) in " ".join(r.stderr.split()) and "raise --timeout" in r.stderr, r.stderr
+    assert os.listdir(out) == []
+    with pytest.raises(WrpTimeoutError):
+        wrpkit.trace(args[0], inputs={"counter": np.array([-1], np.int32)}, timeout=1.5)
+
+
+def _children(pid: int) -> list:
+    kids = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                kids.append(int(p.name))
+    return kids
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the child process")
+def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
+    args = _never_ending_while(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "wrpkit.cli", "trace", *map(str, args), "--save",
+                             str(out / "t.trace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        kids = []
+        for _ in range(600):  # the child starts once the parent has validated the file
+            kids = [k for k in _children(proc.pid)
+                    if b"trace_isolate" in Path(f"/proc/{k}/cmdline").read_bytes()] if proc.poll() is None else []
+            if kids:
+                break
+            time.sleep(0.1)
+        assert kids, "the trace child never started"
+        time.sleep(1.0)  # stepping the loop
+        proc.send_signal(signal.SIGINT)  # to the parent only, not the process group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    for k in kids:
+        assert not Path(f"/proc/{k}").exists(), "the child outlived the interrupted trace"
+    assert os.listdir(out) == []
+
+
+def test_crash_message_names_a_nested_op_by_path_and_iteration(tmp_path):
+    import debug_programs as dp  # noqa: PLC0415
+    from wrpkit.run.isolate import crash_error  # noqa: PLC0415
+    from wrpkit.run.runtime import prepare  # noqa: PLC0415
+
+    prep = prepare(dp.capture_while_nan(tmp_path / "w.wrp"))  # op 1 is a WHILE: [k_decrement, k_sqrt]
+    e = crash_error(prep, signal.SIGSEGV, "replaying", 1, True, path="1.1", iteration=2)
+    assert (e.op_index, e.path, e.iteration, e.op_kind, e.kernel, e.digest_verified) == (
+        1, "1.1", 2, "KERNEL_LAUNCH", "k_sqrt", True)
+    assert "in op 1 (KERNEL_LAUNCH of kernel 'k_sqrt'" in e.message and "at path 1.1, WHILE iteration 2" in e.message
+    assert "was verified before it ran" in e.message
 
 
 def test_isolated_run_matches_in_process(axpy):

@@ -167,13 +167,18 @@ class WrpCrashError(WrpRuntimeError):
         module: The kernel's module file, or None.
         digest_verified: Whether that module's SHA-256 was verified before it
             ran (None when no module is known).
+        path: Where ``wrp trace`` saw the op running inside IF/WHILE bodies
+            (``"1.2"``), or None (a replay, or a top-level op not traced).
+        iteration: The innermost WHILE iteration of that op, or None.
     """
 
     exit_code = EXIT_CRASH
 
     def __init__(self, message: str, hint: Optional[str] = None, *, signal_name: str = "", op_index=None,
-                 op_kind=None, kernel=None, module=None, digest_verified=None):
+                 op_kind=None, kernel=None, module=None, digest_verified=None, path=None, iteration=None):
         super().__init__(message, hint)
+        self.path = path
+        self.iteration = iteration
         self.signal_name = signal_name
         self.op_index = op_index
         self.op_kind = op_kind

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .debugopts import gather_inputs, input_options, quiet_warp
+from .replay import _Seconds
 from .output import console, dump_json, table
 
 
@@ -24,7 +25,7 @@ def _fmt(v) -> str:
 @click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
 @click.option("--device", default=None, help="cpu or cuda:N (default: the capture's own device family).")
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True,
-              help="Step through Warp's Python API or the C++ replayer's C API (both in this process).")
+              help="Step through Warp's Python API or the C++ replayer's C API (both in a child process).")
 @input_options
 @click.option("--stop-at-nonfinite", is_flag=True, help="Stop at the first op that leaves a NaN or Inf in a "
               "region it writes, and show its inputs.")
@@ -34,9 +35,13 @@ def _fmt(v) -> str:
               help="Write the trace (JSON) for a later --against.")
 @click.option("--against", type=click.Path(dir_okay=False, path_type=Path), metavar="TRACE",
               help="Compare with a saved trace; report the first op whose digests differ (exit 1).")
+@click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
+              help="Give up when the trace takes longer than SECONDS of wall time (fractional allowed): "
+                   "exit 124, nothing written. Bounds WHILE loops that do not end.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"ops": [...], "first_nonfinite": ..., '
               '"first_divergence": ...}.')
-def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump, save_path, against, as_json):
+def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump, save_path, against, timeout,
+          as_json):
     """Replay FILE op by op and record what every op writes.
 
     \b
@@ -47,8 +52,13 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     INDEX is the top-level op, PATH the position in nested bodies, IT the
     WHILE iteration. A kernel writes the array arguments the file records
     as written, and every array argument where the file does not say.
+    The file is validated here, then loaded and stepped in a child process:
+    a fatal signal there (kernel code, Warp's runtime) ends with exit 4 and
+    names the op that was running. Nothing (--save, --dump) is written
+    unless the trace finishes.
     Exit codes: 0 ok; 1 a NaN/Inf found with --stop-at-nonfinite, or a
-    divergence with --against; 2 bad input; 3 invalid file.
+    divergence with --against; 2 bad input; 3 invalid file; 4 the trace
+    crashed (contained); 124 --timeout ran out; 130 Ctrl-C.
 
     \b
     Examples:
@@ -56,6 +66,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
       wrp trace sim.wrp --save python.trace
       wrp trace sim.wrp --engine native --against python.trace
       wrp trace sim.wrp --dump steps/ --json | jq '.ops[3].writes'
+      wrp trace untrusted.wrp --timeout 10 --save t.trace
     """
     from ..debug.trace import trace as run_trace  # noqa: PLC0415
 
@@ -64,7 +75,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_trace(file, device=device, engine=engine, inputs=inputs, stop_at_nonfinite=stop_at_nonfinite,
-                           dump=dump, against=against)
+                           dump=dump, against=against, isolate=True, timeout=timeout)
     if save_path is not None:
         result.save(save_path)
     bad = result.first_nonfinite is not None or result.first_divergence is not None

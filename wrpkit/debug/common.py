@@ -25,15 +25,19 @@ class Opened:
     prepared: object = None
 
 
-def open_program(source, modules: Optional[Mapping] = None) -> Opened:
+def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool = False) -> Opened:
     """Decode and validate a capture (path or bytes) as :func:`wrpkit.load` does, without loading it.
+
+    ``_validated`` (internal, a contained trace's child): ``source`` is a
+    private copy of bytes the parent process validated; not validated again.
 
     Raises:
         WrpFormatError, WrpValidationError, WrpModuleError: The capture is invalid.
     """
     from ..run.runtime import prepare  # noqa: PLC0415
 
-    prep = prepare(source, modules)
+    prep = prepare(source, modules, verify_checksums=not _validated, allow_raw_pointers=_validated,
+                   _validated=_validated)
     return Opened(prep.model, dict(prep.modules), prep.annotations, dict(prep.signature), dict(prep.sizes),
                   prep.path, prep)
 

@@ -484,32 +484,38 @@ class Machine:
 
 
 def walk_program(ops, machine: Machine, visit, *, top: Optional[int] = None, prefix: str = "",
-                 iterations: tuple = ()) -> bool:
+                 iterations: tuple = (), before=None) -> bool:
     """Run ``ops`` leaf by leaf, driving IF and WHILE here; call ``visit`` after each leaf.
 
     ``visit(op, index, path, iterations)`` returns True to stop.  Returns True
-    when stopped.  Paths are those of ``wrp inspect --ops``.
+    when stopped.  Paths are those of ``wrp inspect --ops``.  ``before``, if
+    given, is called with the same arguments just before each leaf runs (a
+    contained trace records there which op a crash happened in).
     """
     for i, op in enumerate(ops):
         index = i if top is None else top
         path = f"{prefix}{i}"
         if isinstance(op, m.If):
             if machine.cond(op.cond_region_id, op.cond_offset):
-                stop = walk_program(op.then_ops, machine, visit, top=index, prefix=path + ".", iterations=iterations)
+                stop = walk_program(op.then_ops, machine, visit, top=index, prefix=path + ".", iterations=iterations,
+                                    before=before)
             else:
                 stop = walk_program(op.else_ops, machine, visit, top=index, prefix=path + ".e",
-                                    iterations=iterations)
+                                    iterations=iterations, before=before)
             if stop:
                 return True
         elif isinstance(op, m.While):
             it = 0
             while op.body and machine.cond(op.cond_region_id, op.cond_offset):
-                if walk_program(op.body, machine, visit, top=index, prefix=path + ".", iterations=iterations + (it,)):
+                if walk_program(op.body, machine, visit, top=index, prefix=path + ".", iterations=iterations + (it,),
+                                before=before):
                     return True
                 it += 1
                 if it >= WHILE_GUARD:
                     raise WrpRuntimeError(f"the WHILE at op {path} ran {WHILE_GUARD} iterations (Warp's guard limit)")
         else:
+            if before is not None:
+                before(op, index, path, iterations)
             machine.run_leaf(machine.stepper.leaf_of[id(op)])
             if visit(op, index, path, iterations):
                 return True

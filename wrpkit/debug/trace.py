@@ -154,15 +154,15 @@ def apply_inputs(machine: st.Machine, opened, inputs: Optional[Mapping]) -> None
 
 
 def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None,
-          stop_at_nonfinite: bool = False, dump=None, against=None, modules: Optional[Mapping] = None
-          ) -> TraceResult:
+          stop_at_nonfinite: bool = False, dump=None, against=None, modules: Optional[Mapping] = None,
+          isolate: bool = False, timeout: Optional[float] = None) -> TraceResult:
     """Replay a capture op by op; record each written region's digest and statistics.
 
     Args:
         source: A ``.wrp`` or ``.wrpk`` path (or its bytes, with ``modules``).
         device: ``"cpu"`` or ``"cuda:N"``; default: the file's own family.
         engine: ``"python"`` (Warp's Python API) or ``"native"`` (the C++
-            replayer's C API, in this process).
+            replayer's C API, in the process that steps).
         inputs: ``{binding name: array}`` set before the first op.
         stop_at_nonfinite: Stop after the first op that leaves a NaN or Inf
             in a region it writes; :attr:`TraceResult.first_nonfinite` then
@@ -174,6 +174,14 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         against: A trace (path, :class:`TraceResult` or its ``to_json()``) to
             compare with; sets :attr:`TraceResult.first_divergence`.
         modules: ``{filename: bytes}`` of module files (for bytes input).
+        isolate: Validate here, then load and step in a child process
+            (:mod:`wrpkit.debug.trace_isolate`), so that a crash in kernel code
+            or in Warp's runtime raises :class:`~wrpkit.errors.WrpCrashError`
+            naming the op that was running instead of killing the caller, and
+            nothing is written to ``dump``.  Costs a process start,
+            ``import warp`` and a load per call; the default stays in-process.
+        timeout: Seconds of wall time for the whole trace; implies
+            ``isolate=True`` (the child is killed when it runs out).
 
     Returns:
         A :class:`TraceResult`.
@@ -182,7 +190,10 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         WrpFormatError, WrpValidationError, WrpModuleError: Invalid capture.
         WrpBindingError: Bad inputs.
         WrpRuntimeError: Warp failed to run an op.
+        WrpCrashError: (``isolate``) The child died of a fatal signal.
+        WrpTimeoutError: (``timeout``) The trace did not finish in time.
     """
+    t0 = time.perf_counter()
     other = None
     if against is not None:
         if isinstance(against, TraceResult):
@@ -191,14 +202,43 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             other = list(against.get("ops") or [])
         else:
             other = load_trace(against)["ops"]
-    t0 = time.perf_counter()
     opened = open_program(source, modules)
-    prog = opened.program
-    device = str(device) if device is not None else default_device(prog)
+    device = str(device) if device is not None else default_device(opened.program)
+    from ..run.isolate import verify_deferred  # noqa: PLC0415
     from ..run.runtime import check_runnable  # noqa: PLC0415
 
+    if engine not in ("python", "native"):
+        raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
     if engine == "python":
-        check_runnable(prog, device)
+        check_runnable(opened.program, device)
+    verify_deferred(opened.prepared)
+    if isolate or timeout is not None:
+        from .trace_isolate import trace_in_child  # noqa: PLC0415
+
+        result = trace_in_child(opened, device=device, engine=engine, inputs=inputs,
+                                stop_at_nonfinite=stop_at_nonfinite, dump=dump, timeout=timeout, started=t0)
+    else:
+        result = run_trace(opened, device=device, engine=engine, inputs=inputs,
+                           stop_at_nonfinite=stop_at_nonfinite, dump=dump, started=t0)
+    if other is not None:
+        result.first_divergence = compare_traces(result.ops, other)
+    return result
+
+
+def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], stop_at_nonfinite: bool, dump,
+              started: Optional[float] = None, before=None, stage=None) -> TraceResult:
+    """Step a validated capture in this process (the body of :func:`trace`).
+
+    Args:
+        opened: What :func:`~wrpkit.debug.common.open_program` returned.
+        before: Called as ``before(op, index, path, iterations)`` just before each op runs.
+        stage: Called with ``"loading"``, then ``"replaying"`` once the first op is about to run.
+        Others: as :func:`trace`.
+    """
+    t0 = time.perf_counter() if started is None else started
+    prog = opened.program
+    if stage is not None:
+        stage("loading")
     infos = st.region_infos(prog, opened.annotations)
     sigs = st.kernel_signatures(opened.annotations)
     machine = open_machine(opened, engine, device)
@@ -260,7 +300,9 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            st.walk_program(prog.ops, machine, visit)
+            if stage is not None:
+                stage("replaying")
+            st.walk_program(prog.ops, machine, visit, before=before)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -270,8 +312,6 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
     finally:
         machine.close()
     result.unknown_dtypes = sorted(unknown)
-    if other is not None:
-        result.first_divergence = compare_traces(result.ops, other)
     return result
 
 

@@ -70,7 +70,9 @@ class ChildRun:
     device_ms: Optional[list]
 
 
-class _ChildCrashed(Exception):
+class ChildCrashed(Exception):
+    """A child process died of signal ``signum`` at ``stage`` (see :func:`run_module`)."""
+
     def __init__(self, signum: int, stage: str, stderr: str):
         super().__init__(signum)
         self.signum, self.stage, self.stderr = signum, stage, stderr
@@ -86,7 +88,7 @@ def _signal_name(signum: int) -> str:
 # ---------------------------------------------------------------------------
 
 
-def _write_source(prep, d: Path) -> tuple:
+def write_source(prep, d: Path) -> tuple:
     """``(source path, modules dir)`` the child loads: a private copy of the bytes this process validated.
 
     The child loads that copy without validating it again (most of a load's
@@ -120,32 +122,60 @@ def verify_deferred(prep) -> None:
         prep.deferred = []
 
 
-def _run_child(d: Path, job: dict, inputs: Mapping, timeout: Optional[float]) -> ChildRun:
-    """Run one child on ``job``; raise what it raised, :class:`_ChildCrashed` or :class:`WrpTimeoutError`."""
-    for name in ("result.npz", "result.json", "error.json", "stage"):
+def run_module(module: str, d: Path, timeout: Optional[float], timeout_total: Optional[float] = None
+               ) -> subprocess.CompletedProcess:
+    """Run ``python -m module d`` in a child process with wrpkit importable; stdout and stderr are captured.
+
+    The child reports a :class:`WrpError` by writing ``d/error.json``
+    (:func:`write_child_error`) and its progress in ``d/stage``
+    (``"loading"``, ``"replaying"``, ...).
+
+    Returns:
+        The finished process (exit code 0 or a positive one: the caller reads its results).
+
+    Raises:
+        ChildCrashed: The child died of a signal.
+        WrpTimeoutError: ``timeout`` ran out (the child was killed; the message names ``timeout_total``).
+        WrpError: The error the child reported.
+        KeyboardInterrupt: Ctrl-C (``subprocess.run`` kills and reaps the child first).
+    """
+    for name in ("error.json", "stage"):
         (d / name).unlink(missing_ok=True)
-    (d / "job.json").write_text(json.dumps(job))
-    np.savez(d / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
     env = dict(os.environ)
     env.pop("PYTHONFAULTHANDLER", None)  # the parent reports the crash; no traceback dump in the child
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
                                          + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
-        proc = subprocess.run([sys.executable, "-m", "wrpkit.run.isolate", os.fspath(d)], capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", module, os.fspath(d)], capture_output=True,
                               text=True, errors="replace", env=env, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise WrpTimeoutError(timeout_message(job["timeout_total"] or timeout), hint=TIMEOUT_HINT) from None
+        raise WrpTimeoutError(timeout_message(timeout_total or timeout), hint=TIMEOUT_HINT) from None
     except OSError as e:
         raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
     stage = (d / "stage").read_text() if (d / "stage").is_file() else "starting"
     if proc.returncode < 0:
-        raise _ChildCrashed(-proc.returncode, stage, proc.stderr)
+        raise ChildCrashed(-proc.returncode, stage, proc.stderr)
     if (d / "error.json").is_file():
         raise _error_from(json.loads((d / "error.json").read_text()))
+    return proc
+
+
+def no_result_error(proc: subprocess.CompletedProcess) -> WrpRuntimeError:
+    """The error for a child that ended without a result and without reporting an error."""
+    tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
+    return WrpRuntimeError(f"the replay process ended with exit code {proc.returncode} and no result: {tail}",
+                           hint="Warp's own diagnostic, if any, is quoted above.")
+
+
+def _run_child(d: Path, job: dict, inputs: Mapping, timeout: Optional[float]) -> ChildRun:
+    """Run one child on ``job``; raise what it raised, :class:`ChildCrashed` or :class:`WrpTimeoutError`."""
+    for name in ("result.npz", "result.json"):
+        (d / name).unlink(missing_ok=True)
+    (d / "job.json").write_text(json.dumps(job))
+    np.savez(d / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
+    proc = run_module("wrpkit.run.isolate", d, timeout, job["timeout_total"])
     if proc.returncode != 0 or not (d / "result.json").is_file():
-        tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
-        raise WrpRuntimeError(f"the replay process ended with exit code {proc.returncode} and no result: {tail}",
-                              hint="Warp's own diagnostic, if any, is quoted above.")
+        raise no_result_error(proc)
     info = json.loads((d / "result.json").read_text())
     results = {}
     if job["read_back"]:
@@ -201,13 +231,13 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
     verify_deferred(prep)
     with tempfile.TemporaryDirectory(prefix="wrpkit-isolate-") as tmp:
         d = Path(tmp)
-        source, modules_dir = _write_source(prep, d)
+        source, modules_dir = write_source(prep, d)
         job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(repeat),
                "warmup": int(warmup), "prefix": None, "read_back": read_back, "raw": raw,
                "timeout_total": timeout_total if timeout_total is not None else timeout}
         try:
             return _run_child(d, job, inputs, timeout)
-        except _ChildCrashed as crash:
+        except ChildCrashed as crash:
             left = None if timeout is None else timeout - (time.monotonic() - t0)
             op_index, searched = None, False
             n = len(prep.model.ops)
@@ -230,7 +260,7 @@ def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *, ver
         return None, False
     with tempfile.TemporaryDirectory(prefix="wrpkit-isolate-") as tmp:
         d = Path(tmp)
-        source, modules_dir = _write_source(prep, d)
+        source, modules_dir = write_source(prep, d)
         job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(replays),
                "warmup": 0, "prefix": None, "read_back": False, "raw": False,
                "timeout_total": None}
@@ -253,7 +283,7 @@ def _identify_op(d: Path, job: dict, inputs, n: int, budget: float) -> tuple:
         try:
             _run_child(d, probe, inputs, left)
             lo = mid
-        except _ChildCrashed:
+        except ChildCrashed:
             hi = mid
         except WrpError:
             return None, False  # the prefix did not run for another reason: no proof either way
@@ -285,9 +315,42 @@ NO_DIGEST_HINT = ("corrupt or mismatched kernel code cannot be caught before it 
                   "module digests")
 
 
+def op_at_path(ops, path: str):
+    """The op at ``path`` as ``wrp inspect --ops`` writes it (``"1"``, ``"1.2"``, ``"1.e0"``), or None."""
+    from .. import model as m  # noqa: PLC0415
+
+    op = None
+    try:
+        for k, part in enumerate(str(path).split(".")):
+            if k:
+                if isinstance(op, m.If):
+                    ops = op.else_ops if part.startswith("e") else op.then_ops
+                elif isinstance(op, m.While):
+                    ops = op.body
+                else:
+                    return None
+            op = ops[int(part.lstrip("e"))]
+    except (ValueError, IndexError):
+        return None
+    return op
+
+
 def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched: bool, *,
-                verify_checksums: bool = True) -> WrpCrashError:
-    """The :class:`WrpCrashError` for a replay that died of ``signum``."""
+                verify_checksums: bool = True, path: Optional[str] = None,
+                iteration: Optional[int] = None) -> WrpCrashError:
+    """The :class:`WrpCrashError` for a replay that died of ``signum``.
+
+    Args:
+        prep: The :class:`~wrpkit.run.runtime.Prepared` capture.
+        signum: The fatal signal.
+        stage: ``"replaying"`` when ops were running, else the crash came while loading.
+        op_index: The top-level op that crashed, or None.
+        searched: Whether a search for the op finished (said when ``op_index`` is None).
+        verify_checksums: Whether a ``.wrpk``'s blob checksums were verified.
+        path: Where the op was seen running (``wrp trace``): its path inside
+            IF/WHILE bodies; it names the nested op rather than the top-level one.
+        iteration: The innermost WHILE iteration of that op, if any.
+    """
     from .. import model as m  # noqa: PLC0415
 
     sig = _signal_name(signum)
@@ -302,14 +365,18 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
                  ("no prefix of the graph reproduced the crash" if searched else
                   "the search for it ran out of time") + ")")
     else:
-        op = prep.model.ops[op_index]
+        op = (op_at_path(prep.model.ops, path) if path is not None else None) or prep.model.ops[op_index]
         kind = op.op_type.name
         where = f"in op {op_index} ({kind}"
         if isinstance(op, m.KernelLaunch):
             kernel, module = op.kernel_key, modules.get(op.module_hash)
             where += f" of kernel {kernel!r}, module {module!r}"
         where += ")"
-        if op_index > 0:
+        if path is not None:
+            if path != str(op_index) or iteration is not None:
+                where += f" at path {path}" + (f", WHILE iteration {iteration}" if iteration is not None else "")
+            where += " (the op the trace was running)"
+        elif op_index > 0:
             where += f" (found by replaying prefixes of the graph: ops 0..{op_index - 1} replay without crashing)"
     msg = f"the replay crashed with {sig} {where}; nothing was written"
     if module is not None:
@@ -327,7 +394,7 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
                     f"{', ...' if len(unverified) > 3 else ''}): " + NO_DIGEST_HINT)
         hint = "Run `wrp check` for stale pointers and launches past their arrays."
     return WrpCrashError(msg, hint=hint, signal_name=sig, op_index=op_index, op_kind=kind, kernel=kernel,
-                         module=module, digest_verified=digest_ok)
+                         module=module, digest_verified=digest_ok, path=path, iteration=iteration)
 
 
 # ---------------------------------------------------------------------------
@@ -335,7 +402,8 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
 # ---------------------------------------------------------------------------
 
 
-def _stage(d: Path, text: str) -> None:
+def write_stage(d: Path, text: str) -> None:
+    """Record the child's stage (``"loading"``, ``"replaying"``, ...) for a crash report."""
     with open(d / "stage", "w") as f:
         f.write(text)
 
@@ -364,7 +432,7 @@ def _child_main(d: Path) -> int:
             prep.model.ops = prep.model.ops[:job["prefix"]]
             prep.wrp_bytes = wrp1.build_image(prep.model)[0]
             prep.modules_given, prep.deferred = True, []
-        _stage(d, "loading")
+        write_stage(d, "loading")
         prog = runtime.load_prepared(prep, job["device"])
         with np.load(d / "inputs.npz", allow_pickle=False) as z:
             for name in z.files:
@@ -372,9 +440,9 @@ def _child_main(d: Path) -> int:
                     prog._write_raw(prog._slot(name), np.ascontiguousarray(z[name]).reshape(-1).view(np.uint8))
                 else:
                     prog.set(name, z[name])
-        _stage(d, "replaying")
+        write_stage(d, "replaying")
         host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
-        _stage(d, "reading")
+        write_stage(d, "reading")
         if job["read_back"]:
             import io  # noqa: PLC0415
 
@@ -385,10 +453,17 @@ def _child_main(d: Path) -> int:
         atomic_write(d / "result.json", [json.dumps({"host_ms": host_ms, "device_ms": device_ms}).encode()])
         return 0
     except WrpError as e:
-        info = {"class": type(e).__name__, "message": e.message, "hint": e.hint,
-                "problems": list(getattr(e, "problems", []))}
-        atomic_write(d / "error.json", [json.dumps(info).encode()])
-        return e.exit_code
+        return write_child_error(d, e)
+
+
+def write_child_error(d: Path, e: WrpError) -> int:
+    """Report ``e`` to the parent (``d/error.json``, read back by :func:`run_module`); return its exit code."""
+    from ..fileio import atomic_write  # noqa: PLC0415
+
+    info = {"class": type(e).__name__, "message": e.message, "hint": e.hint,
+            "problems": list(getattr(e, "problems", []))}
+    atomic_write(d / "error.json", [json.dumps(info).encode()])
+    return e.exit_code
 
 
 def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
