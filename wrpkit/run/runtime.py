@@ -788,13 +788,18 @@ class Program:
         self._closed = True
         self._slots = {}
         self.graph = None
-        for k in self._prepared._keep:
-            close = getattr(k, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # noqa: BLE001
-                    pass
+        _release(self._prepared)
+
+
+def _release(prepared) -> None:
+    """Close the mappings a prepared capture keeps alive (best effort: closing never fails a caller)."""
+    for k in prepared._keep:
+        close = getattr(k, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001
+                pass
 
 
 def _program_from_bundle(bundle: bytes, device: str) -> Program:
@@ -989,13 +994,7 @@ class IsolatedProgram:
 
     def close(self) -> None:
         """Release the source mapping."""
-        for k in self._prepared._keep:
-            close = getattr(k, "close", None)
-            if close is not None:
-                try:
-                    close()
-                except Exception:  # noqa: BLE001
-                    pass
+        _release(self._prepared)
 
 
 def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isolate: bool = False,
