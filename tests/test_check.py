@@ -110,11 +110,8 @@ def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
     assert code == 1 and not data["loadable"]  # it loads, but its replay dereferences a dangling pointer
 
 
-@pytest.mark.parametrize("address", [0x356CCB80, 0x55D15E5EF6C0, 0x7F3A2C001000])
-def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address):
-    # The grid's id is an address of this process's heap: near 2^46 under a PIE
-    # interpreter, below 2^32 under a non-PIE one (Debian's /usr/bin/python3).
-    # Rewrite it to each kind so that both are checked whatever runs the tests.
+def _pointer_lint_with_grid_id(tmp_path, value: int) -> list:
+    """The lint-pointer findings of the stock HashGrid capture with the grid's id rewritten to ``value``."""
     from wrpkit.checks.check import lint_program  # noqa: PLC0415
     from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
 
@@ -126,9 +123,17 @@ def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address):
     p = launch.params[0]
     assert p.value_size == 8
     data = bytearray(launch.value_data)
-    data[p.value_offset:p.value_offset + 8] = address.to_bytes(8, "little")
+    data[p.value_offset:p.value_offset + 8] = value.to_bytes(8, "little")
     launch.value_data = bytes(data)
-    findings = [f for f in lint_program(prog) if f.check == "lint-pointer"]
+    return [f for f in lint_program(prog) if f.check == "lint-pointer"]
+
+
+@pytest.mark.parametrize("address", [0x356CCB80, 0x55D15E5EF6C0, 0x7F3A2C001000])
+def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address):
+    # The grid's id is an address of this process's heap: near 2^46 under a PIE
+    # interpreter, below 2^32 under a non-PIE one (Debian's /usr/bin/python3).
+    # Rewrite it to each kind so that both are checked whatever runs the tests.
+    findings = _pointer_lint_with_grid_id(tmp_path, address)
     assert len(findings) == 1 and f"{address:#x}" in findings[0].message
 
 
@@ -136,19 +141,7 @@ def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address):
 def test_lint_leaves_round_sizes_and_strides_alone(tmp_path, value):
     # An int64 size or stride such as 2^24 fills a whole 8-byte argument in the low
     # heap range, but it is a multiple of 4096, which a small malloc'd object rarely is.
-    from wrpkit.checks.check import lint_program  # noqa: PLC0415
-    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
-
-    g, out, _grid = _stock_grid_capture()
-    path = tmp_path / "grid.wrp"
-    wp.capture_save(g, str(path), outputs={"out": out})
-    prog = decode_wrp1(path.read_bytes())
-    launch = next(op for op in prog.ops if hasattr(op, "value_data"))
-    p = launch.params[0]
-    data = bytearray(launch.value_data)
-    data[p.value_offset:p.value_offset + 8] = value.to_bytes(8, "little")
-    launch.value_data = bytes(data)
-    assert not [f for f in lint_program(prog) if f.check == "lint-pointer"]
+    assert not _pointer_lint_with_grid_id(tmp_path, value)
 
 
 def test_lint_leaves_floats_padded_with_zeros_alone(captures):
