@@ -42,9 +42,10 @@ def array_extents(op: m.KernelLaunch) -> list:
             used.update(range(o, o + (104 if indexed else 56), 8))
             shape_at = o + (88 if indexed else 16)
             end = shape_at + 16 if indexed else o + 52
-            if end > p.value_size:
-                continue
             base = p.value_offset
+            # Out-of-range params are the validator's to report; here they are only skipped.
+            if end > p.value_size or base < 0 or base + end > len(data):
+                continue
             shape = struct.unpack_from("<4i", data, base + shape_at)
             ndim = 0
             if indexed:
