@@ -309,6 +309,62 @@ def test_launch_edited_to_2_pow_22_threads_is_contained_everywhere(huge_launch, 
     _no_outputs(tmp_path, before)
 
 
+@pytest.fixture(scope="module")
+def sixth_of_six(tmp_path_factory) -> Path:
+    """Six axpy launches captured by wrpkit, the fourth (op 3) edited through .json to 2^22 threads."""
+    d = tmp_path_factory.mktemp("six")
+    a, b, out = _arrays()
+    with wrpkit.capture(device="cpu") as rec:
+        for _ in range(6):
+            wp.launch(k_axpy, dim=N, inputs=[a, b, out], device="cpu")
+    src = rec.save(d / "six.wrp", inputs={"a": a, "b": b}, outputs={"out": out})
+    r = wrp("convert", src, d / "edit.json")
+    assert r.exit_code == 0, r.output
+    data = json.loads((d / "edit.json").read_text())
+    op = data["ops"][3]
+    assert op["op"] == "KERNEL_LAUNCH" and op["size"] == N
+    op["shape"] = [1 << 22, 0, 0, 0] if isinstance(op["shape"], list) else op["shape"]
+    op["size"] = op["dim"] = 1 << 22
+    (d / "edit.json").write_text(json.dumps(data))
+    return _as_wrp(d / "edit.json", d / "crash_at_3.wrp")
+
+
+def test_wrp_replay_alone_names_the_op_that_crashed(sixth_of_six, tmp_path):
+    """wrp-replay finds the op itself (re-executed, bisecting on prefixes), as `wrp replay` does."""
+    before = set(os.listdir(tmp_path))
+    res = wrp_replay(sixth_of_six, "--output", f"out={tmp_path / 'o.npy'}", "--repeat", "2")
+    assert res.returncode == EXIT_CRASH, res.stderr
+    assert "in op 3 (KERNEL_LAUNCH of kernel 'k_axpy', module '" in res.stderr, res.stderr
+    assert "ops 0..2 replay without crashing" in res.stderr and "was verified before it ran" in res.stderr
+    res = wrp_replay(sixth_of_six, "--output", f"out={tmp_path / 'o.npy'}", "--json")
+    assert res.returncode == EXIT_CRASH, res.stderr
+    line = json.loads(res.stdout)
+    assert line["exit_code"] == EXIT_CRASH and line["error"].startswith("the replay crashed with SIG")
+    crash = line["crash"]
+    assert (crash["op_index"], crash["op_kind"], crash["kernel"], crash["digest_verified"]) == (
+        3, "KERNEL_LAUNCH", "k_axpy", True)
+    assert crash["module"].endswith(".o") and crash["signal"].startswith("SIG")
+    # The same op through both engines of `wrp replay`, and in an isolated library replay.
+    for engine in ("python", "native"):
+        r = wrp("replay", sixth_of_six, "--engine", engine, "--output", tmp_path / "out.npz")
+        assert r.exit_code == EXIT_CRASH and "in op 3 (KERNEL_LAUNCH" in r.stderr, r.output
+    with pytest.raises(WrpCrashError) as e:
+        wrpkit.load(sixth_of_six, isolate=True).run()
+    assert e.value.op_index == 3
+    _no_outputs(tmp_path, before)
+
+
+def test_wrp_replay_locating_a_crash_keeps_to_its_timeout(sixth_of_six, tmp_path):
+    """A --timeout that is spent while the op is searched for ends the search, not the report: exit 4."""
+    res = wrp_replay(sixth_of_six, "--timeout", "0.5", "--json")
+    assert res.returncode == EXIT_CRASH, res.stderr
+    crash = json.loads(res.stdout)["crash"]
+    if crash["op_index"] is None:  # the machine was too slow to finish in 0.5 s: said so
+        assert "the search for it ran out of time" in res.stderr, res.stderr
+    else:
+        assert crash["op_index"] == 3, res.stderr
+
+
 # ---------------------------------------------------------------------------
 # Corrupt kernel code in a file without digests
 # ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 #include "crash_guard.h"
 
 #include <csignal>
+#include <vector>
 #include <cstdlib>
 #include <cstring>
 
@@ -30,6 +31,12 @@ bool g_json = false;
 bool g_armed = false;
 struct sigaction g_old[5];
 char g_altstack[64 * 1024];
+// The locator: argv to exec, prepared before arming; g_sig_arg gets the signal number.
+std::vector<std::string> g_locator_args;
+std::vector<char*> g_locator_argv;
+char g_sig_arg[48];
+size_t g_sig_digits_at = 0;
+bool g_locate = false;
 
 void put(int fd, const char* s, size_t n)
 {
@@ -44,6 +51,22 @@ void put(int fd, const char* s, size_t n)
 
 extern "C" void on_crash(int sig)
 {
+    if (g_locate && !g_locator_argv.empty()) {
+        // Only async-signal-safe calls: stderr back to the terminal's (Warp may have it redirected),
+        // the signal number written in place, then execve.  Returns only if the exec failed.
+        dup2(g_fd, 2);
+        int n = sig, k = 0;
+        char digits[8];
+        do {
+            digits[k++] = static_cast<char>('0' + n % 10);
+            n /= 10;
+        } while (n > 0 && k < 7);
+        size_t at = g_sig_digits_at;
+        while (k > 0)
+            g_sig_arg[at++] = digits[--k];
+        g_sig_arg[at] = '\0';
+        execve("/proc/self/exe", g_locator_argv.data(), ::environ);  // environ: <unistd.h> with _GNU_SOURCE
+    }
     const char* name = "a fatal signal";
     for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
         if (kSignals[i] == sig)
@@ -70,8 +93,23 @@ void copy(char* dst, size_t cap, size_t* len, const std::string& s)
 
 }  // namespace
 
-void arm_crash_guard(const std::string& stage, const std::string& context, bool json)
+const char* const kLocateCrashFlag = "--locate-crash=";
+
+void set_crash_locator(int argc, char** argv)
 {
+    g_locator_args.assign(argv, argv + argc);
+    std::strcpy(g_sig_arg, kLocateCrashFlag);
+    g_sig_digits_at = std::strlen(g_sig_arg);
+    g_locator_argv.clear();
+    for (std::string& a : g_locator_args)
+        g_locator_argv.push_back(&a[0]);
+    g_locator_argv.push_back(g_sig_arg);
+    g_locator_argv.push_back(nullptr);
+}
+
+void arm_crash_guard(const std::string& stage, const std::string& context, bool json, bool locate)
+{
+    g_locate = locate;
     const std::string what = " " + stage + "; nothing was written." + (context.empty() ? "" : " " + context);
     copy(g_err_prefix, sizeof(g_err_prefix), nullptr, "wrp-replay: error: the replay crashed with ");
     copy(g_err_suffix, sizeof(g_err_suffix), &g_err_suffix_len, what + "\n");

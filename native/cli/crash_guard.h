@@ -7,6 +7,12 @@
 // calls only (write, then _exit(kExitCrash)), on an alternate signal stack so
 // that a stack overflow is reported too.  It is armed only while Warp replays:
 // outputs are written after it is disarmed, so a crash leaves none.
+//
+// Which op crashed is not known inside Warp's one-call replay.  With a locator
+// set, the handler instead execs wrp-replay again (the same command line plus
+// --locate-crash=SIGNUM; execve is async-signal-safe), and that fresh process
+// finds the op by replaying prefixes of the graph in children.  If the exec
+// fails, the prepared message is printed as before.
 #pragma once
 
 #include <string>
@@ -16,7 +22,15 @@ namespace wrpcli {
 // `stage`: "while replaying", ...; `context`: what is known about the program
 // (wrp_program_crash_context()).  `json`: also print the one --json error line on stdout.
 // Arming again replaces the message.
-void arm_crash_guard(const std::string& stage, const std::string& context, bool json);
+void arm_crash_guard(const std::string& stage, const std::string& context, bool json, bool locate = false);
 void disarm_crash_guard();
+
+// The command line a crash while replaying re-executes (argv[0..argc-1] plus
+// --locate-crash=SIGNUM), or none after clear_crash_locator().  Takes effect
+// at the next arm_crash_guard() whose `locate` is true.
+void set_crash_locator(int argc, char** argv);
+
+// The flag the re-executed process is given, "--locate-crash=".
+extern const char* const kLocateCrashFlag;
 
 }  // namespace wrpcli

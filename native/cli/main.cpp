@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,37 +23,15 @@
 #include "cli_error.h"
 #include "crash_guard.h"
 #include "json_writer.h"
+#include "locate_crash.h"
 #include "npy_io.h"
+#include "program_setup.h"
 #include "typed_view.h"
 #include "wrp_replay.h"
 
 using namespace wrpcli;
 
 namespace {
-
-int exit_code_for(wrp_status s)
-{
-    switch (s) {
-    case WRP_OK: return kExitOk;
-    case WRP_ERR_INVALID_FILE: return kExitInvalidFile;
-    case WRP_ERR_INCOMPATIBLE: return kExitInvalidFile;
-    case WRP_ERR_INVALID_ARGUMENT: return kExitUsage;
-    case WRP_ERR_NO_DEVICE: return kExitUsage;
-    case WRP_ERR_INTERNAL: return kExitInternal;
-    default: return kExitRuntime;
-    }
-}
-
-void check(wrp_status s)
-{
-    if (s != WRP_OK)
-        throw CliError(exit_code_for(s), wrp_last_error());
-}
-
-struct Program {
-    wrp_program* p = nullptr;
-    ~Program() { wrp_program_destroy(p); }
-};
 
 struct OutputDone {
     std::string name, path, dtype;
@@ -149,25 +128,6 @@ double percentile(const std::vector<double>& sorted, double q)
     return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - static_cast<double>(lo));
 }
 
-std::vector<wrp_binding_info> list_bindings(wrp_program* p)
-{
-    std::vector<wrp_binding_info> out(wrp_program_num_bindings(p));
-    for (size_t i = 0; i < out.size(); i++)
-        check(wrp_program_binding(p, i, &out[i]));
-    return out;
-}
-
-const wrp_binding_info& find(const std::vector<wrp_binding_info>& bindings, const std::string& name)
-{
-    for (const wrp_binding_info& b : bindings)
-        if (name == b.name)
-            return b;
-    std::string names;
-    for (const wrp_binding_info& b : bindings)
-        names += std::string(names.empty() ? "" : ", ") + b.name;
-    throw CliError(kExitUsage, "no binding named \"" + name + "\" (the file has: " + (names.empty() ? "none" : names) + ")");
-}
-
 std::string json_int_list(const int64_t* v, uint32_t n)
 {
     std::string s = "[";
@@ -221,17 +181,7 @@ void print_bindings_text(const std::vector<wrp_binding_info>& bindings)
 
 int run(const CliArgs& args)
 {
-    wrp_options opts;
-    wrp_options_init(&opts);
-    opts.device = args.device.c_str();
-    opts.warp_lib_dir = args.warp_lib_dir.empty() ? nullptr : args.warp_lib_dir.c_str();
-    opts.skip_checks = args.skip_checks;
-    opts.verify_checksums = args.no_verify ? 0 : 1;
-    opts.allow_raw_pointers = args.allow_raw_pointers ? 1 : 0;
-    opts.validate_only = args.list;
-    opts.modules_optional = args.list;  // --list works without modules, as `wrp inspect` does
-    opts.modules_dir = args.modules_dir.empty() ? nullptr : args.modules_dir.c_str();
-    opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
+    wrp_options opts = options_for(args);
     // A FILE that does not exist is a usage error (exit 2) here as in wrp, not an invalid file.
     struct stat st;
     if (stat(args.file.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
@@ -257,28 +207,11 @@ int run(const CliArgs& args)
 
     for (const NamedPath& o : args.outputs)
         find(bindings, o.name);
-    std::string inputs_json = "[";
-    for (const NamedPath& in : args.inputs) {
-        const wrp_binding_info& b = find(bindings, in.name);
-        std::string what = in.name + " (" + in.path + ")";
-        NpyArray a = read_npy(in.path, input_bytes(b));
-        check_input_dtype(b, a, what);
-        check_input_shape(b, a, what);
-        if (view_is_whole(b)) {
-            check(wrp_program_set(prog.p, b.name, a.data.data(), a.data.size()));
-        } else {
-            // A view binding takes the view's elements: the rest of the region keeps its bytes.
-            std::vector<uint8_t> region(static_cast<size_t>(b.size));
-            check(wrp_program_get(prog.p, b.name, region.data(), region.size()));
-            scatter_view(b, a.data, region);
-            check(wrp_program_set(prog.p, b.name, region.data(), region.size()));
-        }
-        inputs_json += std::string(inputs_json.size() > 1 ? ", " : "") + "{\"name\": " + json_string(in.name) +
-            ", \"path\": " + json_string(in.path) + "}";
-    }
-    inputs_json += "]";
+    std::string inputs_json = apply_inputs(prog.p, bindings, args);
 
-    arm_crash_guard("while replaying", wrp_program_crash_context(prog.p), args.json);
+    // A crash from here on re-executes wrp-replay to find the op (see locate_crash).
+    arm_crash_guard("while replaying", std::string("Warp runs the whole graph in one call, so the op that crashed "
+                    "is not known here. ") + wrp_program_crash_context(prog.p), args.json, /*locate=*/true);
     if (args.warmup)
         check(wrp_program_run(prog.p, args.warmup));
     std::vector<double> ms;
@@ -353,7 +286,18 @@ int main(int argc, char** argv)
     int code;
     std::string message;
     try {
+        // --locate-crash=SIGNUM (last, never typed by a user): the crash guard re-executed us after a
+        // replay died of SIGNUM; find the op (locate_crash.h).
+        int locate_signal = 0;
+        size_t flag_len = std::strlen(kLocateCrashFlag);
+        if (argc > 1 && std::strncmp(argv[argc - 1], kLocateCrashFlag, flag_len) == 0) {
+            locate_signal = std::atoi(argv[argc - 1] + flag_len);
+            argc--;
+        }
         CliArgs args = parse_args(argc, argv);
+        if (locate_signal > 0)
+            return locate_crash(args, locate_signal);
+        set_crash_locator(argc, argv);
         if (args.help) {
             std::fputs(kUsage, stdout);
             return kExitOk;

@@ -166,6 +166,11 @@ typedef struct wrp_options {
      * not exist (its module files are then not checked); a directory that
      * exists is checked as usual. */
     int modules_optional;
+    /* 0 (the default): replay the whole graph.  N > 0: Warp is given only the
+     * graph's first N top-level ops (a prefix; N >= the op count is the whole
+     * graph).  wrp-replay uses it to find which op a crashing replay was
+     * running: it replays prefixes in child processes. */
+    uint64_t op_limit;
 } wrp_options;
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name
@@ -270,11 +275,38 @@ WRP_API void wrp_program_destroy(wrp_program* program);
 WRP_API const char* wrp_program_device(const wrp_program* program);
 WRP_API const char* wrp_program_warp_version(const wrp_program* program);
 
-/* What wrp-replay says when a replay dies of a fatal signal: which op ran is
- * not known inside Warp's one-call replay, so the text says which modules had
- * their SHA-256 verified before they ran.  Owned by the program; valid until
+/* What wrp-replay says when a replay dies of a fatal signal and the op is
+ * not known (Warp runs the whole graph in one call): which modules had their
+ * SHA-256 verified before they ran.  Owned by the program; valid until
  * wrp_program_destroy(). */
 WRP_API const char* wrp_program_crash_context(const wrp_program* program);
+
+/* Number of top-level ops of the graph (as `wrp inspect --ops` numbers them;
+ * an IF or WHILE counts once); 0 for a NULL program. */
+WRP_API size_t wrp_program_num_ops(const wrp_program* program);
+
+/* What a crash report says about top-level op `index`; see
+ * wrp_program_op_info().  Strings are owned by the program and valid until
+ * the next wrp_program_op_info() call on it or wrp_program_destroy(). */
+typedef struct wrp_op_info {
+    /* "op 3 (KERNEL_LAUNCH of kernel 'k', module 'wp_m.o')" */
+    const char* summary;
+    /* The op's type name: "KERNEL_LAUNCH", "MEMCPY_H2D", "WHILE", ... */
+    const char* kind;
+    /* A launch's kernel key and module file name; "" for other ops. */
+    const char* kernel;
+    const char* module;
+    /* Nonzero when that module's SHA-256 was verified before it ran. */
+    int module_verified;
+    /* What that means for a crash, e.g. "Module 'wp_m.o': no digest was
+     * recorded, so corrupt or mismatched kernel code cannot be caught ...";
+     * for an op that launches no kernel, the text of
+     * wrp_program_crash_context(). */
+    const char* note;
+} wrp_op_info;
+
+/* Describe top-level op `index` (0 <= index < wrp_program_num_ops()). */
+WRP_API wrp_status wrp_program_op_info(wrp_program* program, size_t index, wrp_op_info* out_info);
 
 /* Number of bindings; 0 for a NULL program. */
 WRP_API size_t wrp_program_num_bindings(const wrp_program* program);

@@ -16,6 +16,7 @@
 
 struct wrp_program {
     std::unique_ptr<wrp::Program> impl;
+    wrp::Program::OpCrashContext op_context;  // what wrp_program_op_info handed out last
 };
 
 namespace {
@@ -133,6 +134,27 @@ const char* wrp_program_warp_version(const wrp_program* program)
 const char* wrp_program_crash_context(const wrp_program* program)
 {
     return program && program->impl ? program->impl->crash_context().c_str() : "";
+}
+
+size_t wrp_program_num_ops(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->num_ops() : 0;
+}
+
+wrp_status wrp_program_op_info(wrp_program* program, size_t index, wrp_op_info* out_info)
+{
+    return guarded([&] {
+        wrp::Program& p = program_of(program);
+        if (!out_info)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_info is NULL");
+        if (index >= p.num_ops())
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "op %zu does not exist (the graph has %zu top-level ops)", index,
+                      p.num_ops());
+        program->op_context = p.op_crash_context(index);
+        const wrp::Program::OpCrashContext& c = program->op_context;
+        *out_info = wrp_op_info{c.summary.c_str(), c.kind.c_str(), c.kernel.c_str(), c.module.c_str(),
+                                c.verified ? 1 : 0, c.note.c_str()};
+    });
 }
 
 size_t wrp_program_num_bindings(const wrp_program* program)

@@ -17,6 +17,7 @@
 //   wp_cuda_stream_create; run: wp_apic_launch + wp_cuda_stream_synchronize
 #include "program.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -86,6 +87,7 @@ OpenOptions OpenOptions::from(const wrp_options* user)
     out.allow_raw_pointers = o.allow_raw_pointers != 0;
     out.modules_dir = o.modules_dir ? o.modules_dir : "";  // older callers' structs leave the defaults
     out.modules_optional = o.modules_optional != 0;
+    out.op_limit = o.op_limit;
     if (o.max_file_bytes)
         out.limits.max_file_bytes = o.max_file_bytes;
     if (o.max_memory_bytes)
@@ -155,30 +157,63 @@ std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, 
     return p;
 }
 
-// Said when the replay dies of a fatal signal (wrp-replay's handler prints it).  Warp runs the
-// whole graph in one call (wp_apic_cpu_replay_graph / a CUDA graph launch), so the op is not
-// known here; what is known is which modules had their SHA-256 checked before they ran.
+namespace {
+
+const char* const kNoDigestHint =
+    "corrupt or mismatched kernel code cannot be caught before it runs; save the capture with wrpkit (wrpkit.save or "
+    "wrpkit.capture) or bundle it (wrp convert FILE out.wrpk) to record module digests";
+
+}  // namespace
+
+// Said when a replay dies of a fatal signal (wrp-replay's crash report): which modules had their
+// SHA-256 checked before they ran.  The same words as wrpkit.run.isolate.crash_error.
 void Program::describe_crash_context(const std::vector<ModuleImage>& modules)
 {
-    std::string unverified;
-    size_t n = 0;
-    for (const ModuleImage& m : modules) {
-        if ((!opts_.skip_checks && graph_.find_digest(m.filename)) || bundle_verified_)
-            continue;
-        if (n++ < 3)
-            unverified += std::string(unverified.empty() ? "" : ", ") + "\"" + m.filename + "\"";
-    }
-    if (n > 3)
-        unverified += ", ...";
-    crash_context_ = "Warp runs the whole graph in one call, so the op that crashed is not known here (`wrp replay "
-                     "FILE --engine native` finds it by replaying prefixes of the graph). ";
-    if (n)
-        crash_context_ += "Modules without a recorded digest (" + unverified + "): corrupt or mismatched kernel code "
-                          "cannot be caught before it runs; save the capture with wrpkit (wrpkit.save or "
-                          "wrpkit.capture) or bundle it (wrp convert FILE out.wrpk) to record module digests.";
+    unverified_modules_.clear();
+    for (const ModuleImage& m : modules)
+        if (!((!opts_.skip_checks && graph_.find_digest(m.filename)) || bundle_verified_))
+            unverified_modules_.push_back(m.filename);
+    std::sort(unverified_modules_.begin(), unverified_modules_.end());
+    std::string names;
+    for (size_t i = 0; i < unverified_modules_.size() && i < 3; i++)
+        names += std::string(i ? ", " : "") + "'" + unverified_modules_[i] + "'";
+    if (unverified_modules_.size() > 3)
+        names += ", ...";
+    if (!unverified_modules_.empty())
+        crash_context_ = "Modules without a recorded digest (" + names + "): " + kNoDigestHint + ".";
     else
-        crash_context_ += "Every module's SHA-256 was verified before it ran: the crash comes from the data the kernels "
-                          "were given (run `wrp check` for stale pointers and launches past their arrays).";
+        crash_context_ = "Every module's SHA-256 was verified before it ran: the crash comes from the data the kernels "
+                         "were given (run `wrp check` for stale pointers and launches past their arrays).";
+}
+
+Program::OpCrashContext Program::op_crash_context(size_t index) const
+{
+    if (index >= top_ops_.size())
+        fail(WRP_ERR_INVALID_ARGUMENT, "op %zu does not exist", index);
+    const TopLevelOp& op = top_ops_[index];
+    OpCrashContext c;
+    c.kind = op_name(op.type);
+    c.summary = "op " + std::to_string(index) + " (" + c.kind;
+    const ModuleRecord* mod = op.type == kOpKernelLaunch ? graph_.find_module(op.module_hash) : nullptr;
+    if (!mod) {
+        c.summary += ")";
+        c.note = crash_context_;
+        return c;
+    }
+    c.kernel = op.kernel_key;
+    c.module = mod->binary_filename;
+    c.summary += " of kernel '" + c.kernel + "', module '" + c.module + "')";
+    c.verified = std::find(unverified_modules_.begin(), unverified_modules_.end(), c.module) == unverified_modules_.end();
+    c.note = "Module '" + c.module + "': ";
+    if (!c.verified)
+        c.note += std::string("no digest was recorded, so ") + kNoDigestHint + ".";
+    else if (bundle_verified_)
+        c.note += "its SHA-256 recorded in the bundle was verified before it ran: the crash comes from the data it "
+                  "was given (run `wrp check` for stale pointers and launches past their arrays).";
+    else
+        c.note += "its SHA-256 recorded at save time was verified before it ran: the crash comes from the data it "
+                  "was given (run `wrp check` for stale pointers and launches past their arrays).";
+    return c;
 }
 
 void Program::describe_bindings()
@@ -223,8 +258,16 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
              graph_.raw_pointers.size() > 1 ? (" (and " + std::to_string(graph_.raw_pointers.size() - 1) +
                                               " more)").c_str() : "");
     describe_crash_context(modules);
+    top_ops_ = list_top_level_ops(image, size);
     if (opts_.validate_only)
         return;
+    // op_limit: Warp gets a copy that holds only the first N top-level ops (to find a crashing op).
+    std::vector<uint8_t> prefix;
+    if (opts_.op_limit > 0 && opts_.op_limit < top_ops_.size()) {
+        prefix = prefix_image(image, size, top_ops_, opts_.op_limit);
+        image = prefix.data();
+        size = prefix.size();
+    }
     std::lock_guard<std::mutex> lock(warp_mutex());
     rt_ = &WarpRuntime::acquire(opts_.warp_lib_dir, file_cpu, !file_cpu);
     if (rt_->version() != graph_.producer_version)

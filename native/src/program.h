@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "module_files.h"
+#include "wrp1_prefix.h"
 #include "wrp1_model.h"
 #include "wrp_replay.h"
 
@@ -32,6 +33,7 @@ struct OpenOptions {
     bool allow_raw_pointers = false;
     std::string modules_dir;        // .wrp: "" = <stem>_modules/ beside the path (or its target)
     bool modules_optional = false;  // with validate_only: no modules directory is not an error
+    uint64_t op_limit = 0;          // 0: the whole graph; N: its first N top-level ops
     ValidationLimits limits;
 
     static OpenOptions from(const wrp_options* opts);
@@ -49,6 +51,13 @@ public:
     const Wrp1Graph& graph() const { return graph_; }
     // What a crash report can say about this program (see wrp_program_crash_context).
     const std::string& crash_context() const { return crash_context_; }
+    size_t num_ops() const { return top_ops_.size(); }
+    // What a crash report says of top-level op `index` (see wrp_op_info).
+    struct OpCrashContext {
+        std::string summary, kind, kernel, module, note;
+        bool verified = false;
+    };
+    OpCrashContext op_crash_context(size_t index) const;
     const std::string& device_name() const { return opts_.device_name; }
     size_t num_bindings() const { return bindings_.size(); }
     const wrp_binding_info& binding(size_t index) const;
@@ -83,6 +92,8 @@ private:
     void* cuda_stream_ = nullptr;   // CUstream
     std::vector<std::string> jit_names_;
     std::string crash_context_;
+    std::vector<TopLevelOp> top_ops_;
+    std::vector<std::string> unverified_modules_;  // binary file names
     bool bundle_verified_ = false;
 };
 

@@ -483,8 +483,13 @@ def _native_timings(report: dict) -> list | None:
 
 
 def _native_crash(prep, returncode: int, said: str, device: str, inputs: dict, replays: int,
-                  verify_checksums: bool):
-    """The WrpCrashError for a ``wrp-replay`` that crashed: the op is found by replaying prefixes in children."""
+                  verify_checksums: bool, crash: dict | None = None):
+    """The WrpCrashError for a ``wrp-replay`` that crashed.
+
+    wrp-replay finds the op itself (its ``--json`` error carries ``crash.op_index``);
+    only when it could not (killed before it reported) is the op searched for
+    here, by replaying prefixes in children.
+    """
     import re  # noqa: PLC0415
     import signal as sig  # noqa: PLC0415
 
@@ -495,8 +500,13 @@ def _native_crash(prep, returncode: int, said: str, device: str, inputs: dict, r
     if not signum and named and hasattr(sig, named.group(1)):
         signum = int(getattr(sig, named.group(1)))
     loading = "while Warp loaded" in (said or "")
-    op_index, searched = (None, False) if loading else identify_crash(prep, device, inputs, replays,
-                                                                       verify_checksums=verify_checksums)
+    found = crash.get("op_index") if isinstance(crash, dict) else None
+    if loading:
+        op_index, searched = None, False
+    elif isinstance(found, int) and 0 <= found < len(prep.model.ops):
+        op_index, searched = found, True
+    else:
+        op_index, searched = identify_crash(prep, device, inputs, replays, verify_checksums=verify_checksums)
     return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", op_index, searched,
                        verify_checksums=verify_checksums)
 
@@ -565,7 +575,7 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
                 msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
             if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNALS:
                 raise _native_crash(prep, proc.returncode, msg or proc.stderr, device, inputs, repeat + warmup,
-                                    verify_checksums)
+                                    verify_checksums, report.get("crash") if isinstance(report, dict) else None)
             msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
             cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
             raise cls(msg, hint="Rerun with --engine python to compare.")

@@ -25,7 +25,7 @@ class _Options(ctypes.Structure):
                 ("capture_warp_stderr", ctypes.c_int), ("max_file_bytes", ctypes.c_uint64),
                 ("max_memory_bytes", ctypes.c_uint64), ("verify_checksums", ctypes.c_int),
                 ("allow_raw_pointers", ctypes.c_int), ("modules_dir", ctypes.c_char_p),
-                ("modules_optional", ctypes.c_int)]
+                ("modules_optional", ctypes.c_int), ("op_limit", ctypes.c_uint64)]
 
 
 class _Module(ctypes.Structure):

@@ -1,0 +1,92 @@
+// program_setup.cpp -- see program_setup.h.
+#include "program_setup.h"
+
+#include <cstdint>
+
+#include "cli_error.h"
+#include "json_writer.h"
+#include "npy_io.h"
+#include "typed_view.h"
+
+namespace wrpcli {
+
+int exit_code_for(wrp_status s)
+{
+    switch (s) {
+    case WRP_OK: return kExitOk;
+    case WRP_ERR_INVALID_FILE: return kExitInvalidFile;
+    case WRP_ERR_INCOMPATIBLE: return kExitInvalidFile;
+    case WRP_ERR_INVALID_ARGUMENT: return kExitUsage;
+    case WRP_ERR_NO_DEVICE: return kExitUsage;
+    case WRP_ERR_INTERNAL: return kExitInternal;
+    default: return kExitRuntime;
+    }
+}
+
+void check(wrp_status s)
+{
+    if (s != WRP_OK)
+        throw CliError(exit_code_for(s), wrp_last_error());
+}
+
+std::vector<wrp_binding_info> list_bindings(wrp_program* p)
+{
+    std::vector<wrp_binding_info> out(wrp_program_num_bindings(p));
+    for (size_t i = 0; i < out.size(); i++)
+        check(wrp_program_binding(p, i, &out[i]));
+    return out;
+}
+
+const wrp_binding_info& find(const std::vector<wrp_binding_info>& bindings, const std::string& name)
+{
+    for (const wrp_binding_info& b : bindings)
+        if (name == b.name)
+            return b;
+    std::string names;
+    for (const wrp_binding_info& b : bindings)
+        names += std::string(names.empty() ? "" : ", ") + b.name;
+    throw CliError(kExitUsage, "no binding named \"" + name + "\" (the file has: " + (names.empty() ? "none" : names) + ")");
+}
+
+wrp_options options_for(const CliArgs& args)
+{
+    wrp_options opts;
+    wrp_options_init(&opts);
+    opts.device = args.device.c_str();
+    opts.warp_lib_dir = args.warp_lib_dir.empty() ? nullptr : args.warp_lib_dir.c_str();
+    opts.skip_checks = args.skip_checks;
+    opts.verify_checksums = args.no_verify ? 0 : 1;
+    opts.allow_raw_pointers = args.allow_raw_pointers ? 1 : 0;
+    opts.validate_only = args.list;
+    opts.modules_optional = args.list;  // --list works without modules, as `wrp inspect` does
+    opts.modules_dir = args.modules_dir.empty() ? nullptr : args.modules_dir.c_str();
+    opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
+    return opts;
+}
+
+// Copy the --input arrays into their bindings; returns the "inputs" list of the --json report.
+std::string apply_inputs(wrp_program* p, const std::vector<wrp_binding_info>& bindings, const CliArgs& args)
+{
+    std::string inputs_json = "[";
+    for (const NamedPath& in : args.inputs) {
+        const wrp_binding_info& b = find(bindings, in.name);
+        std::string what = in.name + " (" + in.path + ")";
+        NpyArray a = read_npy(in.path, input_bytes(b));
+        check_input_dtype(b, a, what);
+        check_input_shape(b, a, what);
+        if (view_is_whole(b)) {
+            check(wrp_program_set(p, b.name, a.data.data(), a.data.size()));
+        } else {
+            // A view binding takes the view's elements: the rest of the region keeps its bytes.
+            std::vector<uint8_t> region(static_cast<size_t>(b.size));
+            check(wrp_program_get(p, b.name, region.data(), region.size()));
+            scatter_view(b, a.data, region);
+            check(wrp_program_set(p, b.name, region.data(), region.size()));
+        }
+        inputs_json += std::string(inputs_json.size() > 1 ? ", " : "") + "{\"name\": " + json_string(in.name) +
+            ", \"path\": " + json_string(in.path) + "}";
+    }
+    return inputs_json + "]";
+}
+
+}  // namespace wrpcli

@@ -1,0 +1,34 @@
+// wrp1_prefix.h -- the top-level ops of a validated WRP1 image, and an image
+// that holds only the first N of them.
+//
+// A replay that crashes inside Warp's one-call graph launch cannot say which
+// op was running.  wrp-replay finds it the way `wrp replay` does: it replays
+// prefixes of the graph in child processes and bisects on the first prefix
+// that crashes.  These helpers cut those prefixes.  They run only on an image
+// that validate_wrp1() accepted, so they re-check nothing but their own reads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace wrp {
+
+struct TopLevelOp {
+    uint64_t offset = 0;  // file offset of the op header
+    uint32_t size = 0;    // total_size: the op with its nested bodies
+    uint32_t type = 0;
+    std::string kernel_key;   // KERNEL_LAUNCH only
+    std::string module_hash;  // KERNEL_LAUNCH only
+};
+
+// The top-level ops of a validated format-18 image, in file order.
+std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size);
+
+// A copy of the validated image whose OPERATIONS section holds only its first
+// `count` top-level ops (count <= ops.size()); every other byte is the same,
+// and an ANNOTATIONS section after OPERATIONS moves up with the cut.
+std::vector<uint8_t> prefix_image(const uint8_t* image, size_t size, const std::vector<TopLevelOp>& ops, uint64_t count);
+
+}  // namespace wrp
