@@ -58,6 +58,7 @@ _MOVED = {
     "validate": "wrpkit.checks.validate", "check": "wrpkit.checks.check", "elf": "wrpkit.checks.elf",
     "summary": "wrpkit.checks.summary", "recording": "wrpkit.run.recording", "runtime": "wrpkit.run.runtime",
     "replaycli": "wrpkit.cli.replay",
+    "extents": "wrpkit.formats.launch_arrays",
 }
 
 

@@ -234,8 +234,8 @@ def raw_pointer_findings(prog: m.Program) -> list:
 
 
 def extent_findings(prog: m.Program) -> list:
-    """``lint-extent`` warnings: launches whose threads exceed every array argument (see :mod:`wrpkit.extents`)."""
-    from ..extents import exceeded_launches, exceeded_message  # noqa: PLC0415
+    """``lint-extent`` warnings: launches whose threads exceed every array argument (see :mod:`wrpkit.formats.launch_arrays`)."""
+    from ..formats.launch_arrays import exceeded_launches, exceeded_message  # noqa: PLC0415
 
     return [Finding("lint-extent", WARN, f"{w}: {exceeded_message(op, largest)}",
                     "If the kernel does not guard its indices, launch at most as many threads as the arrays "

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import array
 import re
-import struct
 import sys
 from dataclasses import dataclass
 from typing import Optional
@@ -23,15 +22,13 @@ from typing import Optional
 from .. import model as m
 from ..formats.annotations import SCALAR_SIZES
 from ..formats.annotations import strided_reach as _reach
+from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays, descriptor_view, index_counts
 from ..fileio import is_plain_basename
 from ..model import APIC_SCALAR_SIZE
 from . import legacy as _legacy
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_I32X4 = struct.Struct("<4i")
-_U16 = struct.Struct("<H")
-_I32 = struct.Struct("<i")
 _ALIGNMENTS = (0, 1, 2, 4, 8, 16, 32, 64)
 _INT_MAX = 0x7FFFFFFF
 
@@ -494,45 +491,14 @@ class _Checker:
         return ok
 
     def _argument_pointers(self, pw, at, op, p, rels):
-        """The relocations of one argument follow the shape of its type, as Warp's capture walks it.
-
-        A ``wp.array`` is a 56-byte ``array_t`` with DATA_PTR/NULL slots for data (+0) and grad
-        (+8); a ``wp.indexedarray`` is that plus four index-array slots (+56..+80) and its own
-        shape at +88 (104 bytes); a ``wp.handle`` is one HANDLE slot; a struct is its fields in
-        order.  So pointer slots come in those groups, 8-byte aligned and ascending, and every
-        descriptor's frozen shape and strides must address bytes inside its regions.
-        """
-        n = len(rels)
-
-        def pointer(i):
-            return i < n and rels[i].kind in (m.RelocKind.DATA_PTR, m.RelocKind.NULL_PTR)
-
-        next_free = 0
-        i = 0
-        while i < n:
-            o = rels[i].value_byte_offset
-            if o % 8 or o < next_free:
-                self.err(pw, f"relocation slot {o} is not 8-byte aligned or not after the previous pointer "
-                             f"field (which ends at {next_free})", at)
-                return
-            if rels[i].kind == m.RelocKind.HANDLE:
-                next_free = o + 8
-                i += 1
-                continue
-            if not pointer(i + 1) or rels[i + 1].value_byte_offset != o + 8:
-                self.err(pw, f"an array's data pointer at slot {o} must be followed by its grad pointer at "
-                             f"slot {o + 8}", at)
-                return
-            indexed = all(pointer(i + 2 + d) and rels[i + 2 + d].value_byte_offset == o + 56 + 8 * d
-                          for d in range(4))
-            group = 104 if indexed else 56
-            if o + group > p.value_size:
-                self.err(pw, f"a {group}-byte {'indexedarray' if indexed else 'array'} at byte {o} does not fit "
-                             f"in the {p.value_size}-byte argument", at)
-                return
-            self._array_extent(pw, at, op, p.value_offset + o, o, rels[i:i + (6 if indexed else 2)])
-            next_free = o + group
-            i += 6 if indexed else 2
+        """The relocations of one argument follow the shape of its type, as Warp's capture walks it
+        (:func:`~wrpkit.formats.launch_arrays.argument_arrays`), and every descriptor's frozen shape
+        and strides must address bytes inside its regions."""
+        try:
+            for d in argument_arrays(p, rels):
+                self._array_extent(pw, at, op, p.value_offset + d.offset, d.offset, d.relocations)
+        except DescriptorLayoutError as e:
+            self.err(pw, str(e), at)
 
     def _array_extent(self, pw, at, op, base, off, rels):
         """Check an ``array_t`` (at ``base`` in the value data) against the regions its pointers
@@ -542,12 +508,11 @@ class _Checker:
         if data.kind != m.RelocKind.DATA_PTR and grad.kind != m.RelocKind.DATA_PTR:
             return  # a None array
         blob = op.value_data
-        ndim = _U16.unpack_from(blob, base + 48)[0]
+        ndim, shape, strides = descriptor_view(blob, base)
         if not 1 <= ndim <= 4:
             self.err(pw, f"array descriptor at byte {off} has ndim {ndim}, outside 1..4", at)
             return
-        shape = _I32X4.unpack_from(blob, base + 16)[:ndim]
-        strides = _I32X4.unpack_from(blob, base + 32)[:ndim]
+        shape, strides = shape[:ndim], strides[:ndim]
         if any(d < 0 for d in shape):
             self.err(pw, f"array descriptor at byte {off} has a negative shape {shape}", at)
             return
@@ -564,10 +529,11 @@ class _Checker:
                                  f"bytes [{slot.region_offset + lo}, {slot.region_offset + hi + 1}) outside region "
                                  f"{slot.region_id} ({reg.size} bytes)", at)
         # An indexedarray's index array d holds shape[d] int32 entries (its own shape, at +88).
+        counts = index_counts(blob, base) if len(rels) == 6 else ()
         for d, r in enumerate(rels[2:6]):
             if r.kind != m.RelocKind.DATA_PTR:
                 continue
-            count = _I32.unpack_from(blob, base + 88 + 4 * d)[0]
+            count = counts[d]
             reg = self.regions.get(r.region_id)
             if count < 0 or (reg is not None and r.region_offset <= reg.size
                              and 4 * count > reg.size - r.region_offset):
@@ -599,14 +565,13 @@ class _Checker:
             base = p.value_offset
             if data.kind != m.RelocKind.DATA_PTR or data.value_byte_offset != 0 or base + 56 > len(op.value_data):
                 continue
-            ndim = _U16.unpack_from(op.value_data, base + 48)[0]
+            ndim, dims, steps = descriptor_view(op.value_data, base)
             if ndim != a.ndim:
                 self.err(pw, f"array argument {a.name!r} has ndim {ndim}; the kernel declares {a.ndim}", op.at)
                 continue
             if ndim > 4:
                 continue  # reported with the descriptor
-            dims = _I32X4.unpack_from(op.value_data, base + 16)[:ndim]
-            steps = _I32X4.unpack_from(op.value_data, base + 32)[:ndim]
+            dims, steps = dims[:ndim], steps[:ndim]
             if 0 in dims or min(dims) < 0:
                 continue
             lo, hi = _reach(dims, steps)
@@ -805,7 +770,7 @@ def validate_program(prog: m.Program, annotations=None) -> list:
     for where, msg, severity in _legacy.metadata_problems(prog):
         c.err(where, msg, severity=severity)
     c.ops(prog.ops, "ops")
-    from ..extents import exceeded_launches, exceeded_message  # noqa: PLC0415
+    from ..formats.launch_arrays import exceeded_launches, exceeded_message  # noqa: PLC0415
 
     for w, op, largest in exceeded_launches(prog.ops):
         c.err(w, exceeded_message(op, largest), op.at, severity="warning")

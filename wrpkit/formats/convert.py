@@ -67,7 +67,7 @@ def _refuse_edited_extents(prog, known, src) -> None:
     ``launch_extents_exceeded``) may be a guarded kernel and stays a lint.
     """
     from ..errors import WrpValidationError  # noqa: PLC0415
-    from ..extents import exceeded_launches, exceeded_message  # noqa: PLC0415
+    from .launch_arrays import exceeded_launches, exceeded_message  # noqa: PLC0415
 
     known = set(known)
     new = [f"{w}: {exceeded_message(op, largest)}" for w, op, largest in exceeded_launches(prog.ops)

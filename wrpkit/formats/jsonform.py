@@ -193,7 +193,7 @@ def program_to_json(program: m.Program, modules: Optional[Mapping] = None) -> di
 
         readable = annotations_to_json(program.annotations)
         out["annotations"] = readable if readable is not None else _b64(program.annotations)
-    from ..extents import exceeded_launches  # noqa: PLC0415
+    from .launch_arrays import exceeded_launches  # noqa: PLC0415
 
     exceeded = [w for w, _, _ in exceeded_launches(program.ops)]
     if exceeded:
