@@ -16,13 +16,11 @@ Exit codes: one table for ``wrp`` and ``wrp-replay``, in
 
 from __future__ import annotations
 
-import os
-
 import click
 
 from .. import __version__
-from ..errors import EXIT_CODES, EXIT_INTERNAL, EXIT_INTERRUPTED, WrpError
-from .output import print_json_error, report_error, stderr_console, wants_json
+from ..errors import EXIT_CODES
+from .output import reported_errors, usage_error, wants_json
 
 _JSON = "wrp.json"  # ctx.meta key: the command line asked for --json
 
@@ -57,44 +55,13 @@ class WrpGroup(click.Group):
         try:
             ctx = super().make_context(info_name, args, parent=parent, **extra)
         except click.ClickException as e:  # a usage error of the group itself (unknown command)
-            _usage_error(e, as_json)
+            usage_error(e, as_json)
         ctx.meta[_JSON] = as_json
         return ctx
 
     def invoke(self, ctx):
-        as_json = ctx.meta.get(_JSON, False)
-        try:
+        with reported_errors(ctx, ctx.meta.get(_JSON, False)):
             return super().invoke(ctx)
-        except WrpError as e:
-            report_error(e, as_json)
-            ctx.exit(e.exit_code)
-        except click.ClickException as e:  # the command's usage errors (bad option, missing path)
-            _usage_error(e, as_json)
-        except (click.exceptions.Exit, click.exceptions.Abort):
-            raise
-        except KeyboardInterrupt:
-            if as_json:
-                print_json_error("interrupted", EXIT_INTERRUPTED)
-            stderr_console().print("interrupted")
-            ctx.exit(EXIT_INTERRUPTED)
-        except Exception as e:  # noqa: BLE001  (last line of defence: no tracebacks for users)
-            if os.environ.get("WRP_DEBUG"):
-                raise
-            msg = f"internal error: {type(e).__name__}: {e}"
-            hint = "rerun with WRP_DEBUG=1 for a traceback and report it"
-            if as_json:
-                print_json_error(msg, EXIT_INTERNAL, hint)
-            stderr_console().print(f"error: {msg}", markup=False)
-            stderr_console().print(f"hint: {hint}", markup=False)
-            ctx.exit(EXIT_INTERNAL)
-
-
-def _usage_error(e: click.ClickException, as_json: bool):
-    """Show a click usage error as click does (stderr), plus its JSON on stdout with --json; then exit."""
-    if as_json:
-        print_json_error(e.format_message(), e.exit_code)
-    e.show()
-    raise click.exceptions.Exit(e.exit_code)
 
 
 @click.group(cls=WrpGroup, context_settings={"help_option_names": ["-h", "--help"]})

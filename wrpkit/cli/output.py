@@ -6,11 +6,13 @@ from, so every command formats errors, JSON and sizes the same way.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 
 import click
 
-from ..errors import WrpError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, WrpError
 
 
 def stderr_console():
@@ -55,6 +57,51 @@ def error_object(message: str, exit_code: int, hint=None, problems=None) -> dict
 def print_json_error(message: str, exit_code: int, hint=None, problems=None) -> None:
     """Print :func:`error_object` on stdout, one line."""
     click.echo(json.dumps(error_object(message, exit_code, hint, problems)))
+
+
+def usage_error(e: click.ClickException, as_json: bool):
+    """Show a click usage error as click does (stderr), plus its JSON on stdout with --json; then exit."""
+    if as_json:
+        print_json_error(e.format_message(), e.exit_code)
+    e.show()
+    raise click.exceptions.Exit(e.exit_code)
+
+
+@contextlib.contextmanager
+def reported_errors(ctx: click.Context, as_json: bool):
+    """Turn what a command raises into its report and exit code: never a traceback for users.
+
+    A :class:`~wrpkit.errors.WrpError` prints its ``error:``/``hint:`` lines
+    (and its JSON with ``as_json``) and exits with its code; a click usage
+    error is shown as click shows it; Ctrl-C exits 130; anything else is an
+    internal error (exit 70; ``WRP_DEBUG=1`` re-raises it for a traceback).
+    The ``wrp`` group wraps every command in it, and a command that is also
+    used on its own (``replay``) wraps its body too.
+    """
+    try:
+        yield
+    except WrpError as e:
+        report_error(e, as_json)
+        ctx.exit(e.exit_code)
+    except click.ClickException as e:  # the command's usage errors (bad option, missing path)
+        usage_error(e, as_json)
+    except (click.exceptions.Exit, click.exceptions.Abort):
+        raise
+    except KeyboardInterrupt:
+        if as_json:
+            print_json_error("interrupted", EXIT_INTERRUPTED)
+        stderr_console().print("interrupted")
+        ctx.exit(EXIT_INTERRUPTED)
+    except Exception as e:  # noqa: BLE001  (last line of defence)
+        if os.environ.get("WRP_DEBUG"):
+            raise
+        msg = f"internal error: {type(e).__name__}: {e}"
+        hint = "rerun with WRP_DEBUG=1 for a traceback and report it"
+        if as_json:
+            print_json_error(msg, EXIT_INTERNAL, hint)
+        stderr_console().print(f"error: {msg}", markup=False)
+        stderr_console().print(f"hint: {hint}", markup=False)
+        ctx.exit(EXIT_INTERNAL)
 
 
 def wants_json(args) -> bool:

@@ -29,33 +29,12 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import (EXIT_CRASH, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError, WrpTimeoutError,
-                     timeout_message)
+from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError,
+                      WrpTimeoutError, timeout_message)
 
 NATIVE_EXE = "wrp-replay"
 #: Signal numbers of a crash (a wrp-replay killed before its handler could report).
 CRASH_SIGNALS = {11, 7, 4, 8, 6}
-
-
-# ---------------------------------------------------------------------------
-# Error reporting (the `wrp` group does the same; this keeps the command
-# self-sufficient when used on its own)
-# ---------------------------------------------------------------------------
-
-
-def _report(err: WrpError, as_json: bool = False) -> None:
-    try:
-        from .output import report_error  # noqa: PLC0415
-
-        report_error(err, as_json)
-        return
-    except Exception:  # noqa: BLE001  (fall back to plain lines)
-        pass
-    click.echo(f"error: {err.message}", err=True)
-    for p in getattr(err, "problems", [])[1:21]:
-        click.echo(f"       {p}", err=True)
-    if err.hint:
-        click.echo(f"hint: {err.hint}", err=True)
 
 
 # ---------------------------------------------------------------------------
@@ -868,7 +847,10 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay renamed.wrp --modules-dir old_name_modules
       wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
     """
-    try:
+    from .output import reported_errors  # noqa: PLC0415
+
+    # The same error handling as the `wrp` group's, so that the command also reports cleanly on its own.
+    with reported_errors(ctx, as_json):
         # With --json, stdout carries exactly one JSON object: anything printed
         # on the way (Warp's messages) goes to stderr.
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
@@ -876,32 +858,6 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
                                      atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
                                      allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
                                      dtype_items=dtype_items)
-    except WrpError as e:
-        _report(e, as_json)
-        ctx.exit(e.exit_code)
-        return
-    except KeyboardInterrupt:
-        if as_json:
-            from .output import print_json_error  # noqa: PLC0415
-
-            print_json_error("interrupted", EXIT_INTERRUPTED)
-        click.echo("interrupted", err=True)
-        ctx.exit(EXIT_INTERRUPTED)
-        return
-    except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-        raise
-    except Exception as e:  # noqa: BLE001  (no tracebacks for users; WRP_DEBUG=1 shows them)
-        if os.environ.get("WRP_DEBUG"):
-            raise
-        msg, hint = f"internal error: {type(e).__name__}: {e}", "rerun with WRP_DEBUG=1 for a traceback and report it"
-        if as_json:
-            from .output import print_json_error  # noqa: PLC0415
-
-            print_json_error(msg, EXIT_INTERNAL, hint)
-        click.echo(f"error: {msg}", err=True)
-        click.echo(f"hint: {hint}", err=True)
-        ctx.exit(EXIT_INTERNAL)
-        return
     if as_json:
         click.echo(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:
