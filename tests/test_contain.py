@@ -55,6 +55,24 @@ def k_query_grid(grid: wp.uint64, pts: wp.array(dtype=wp.vec3), out: wp.array(dt
     out[i] = n
 
 
+@wp.kernel
+def k_accumulate(a: wp.array(dtype=wp.float32), acc: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    acc[i] = acc[i] + a[i]
+
+
+@wp.kernel
+def k_copy(src: wp.array(dtype=wp.float32), dst: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    dst[i] = src[i]
+
+
+@wp.kernel
+def k_scatter(idx: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    out[idx[i]] = float(i)
+
+
 def wrp(*args):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
 
@@ -513,6 +531,53 @@ def test_isolated_run_matches_in_process(axpy):
     prog.set("a", x)
     np.testing.assert_array_equal(prog.run(isolate=True)["out"], want["out"])
     np.testing.assert_array_equal(prog.numpy("out"), want["out"])  # written back into the graph
+
+
+def test_isolated_program_keeps_graph_memory_between_runs_like_a_program(tmp_path):
+    """The replay child stays: memory that is no binding (an accumulator) persists from run to run,
+    exactly as in an in-process Program, and a new input reaches it."""
+    a = wp.array(np.arange(N, dtype=np.float32), device="cpu")
+    acc = wp.zeros(N, dtype=wp.float32, device="cpu")  # internal: not saved as a binding
+    out = wp.zeros(N, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_accumulate, dim=N, inputs=[a, acc], device="cpu")
+        wp.launch(k_copy, dim=N, inputs=[acc, out], device="cpu")
+    path = rec.save(tmp_path / "acc.wrp", inputs={"a": a}, outputs={"out": out})
+    inproc, iso = wrpkit.load(path), wrpkit.load(path, isolate=True)
+    try:
+        for k in range(3):
+            x = np.full(N, k + 1, np.float32) if k == 1 else None
+            want = inproc.run({"a": x} if x is not None else None)["out"]
+            got = iso.run({"a": x} if x is not None else None)["out"]
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, np.arange(N, dtype=np.float32) + 2 * np.full(N, 2, np.float32))
+    finally:
+        iso.close()
+
+
+def test_isolated_program_runs_again_after_a_crash(tmp_path):
+    """A crash ends that run's child, not the program: the next run starts a new child from the
+    bindings the last successful run left, and the crash changed nothing here."""
+    idx = wp.array(np.arange(N, dtype=np.int32), device="cpu")
+    out = wp.zeros(N, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_scatter, dim=N, inputs=[idx, out], device="cpu")
+    path = rec.save(tmp_path / "scatter.wrp", inputs={"idx": idx}, outputs={"out": out})
+    iso = wrpkit.load(path, isolate=True)
+    try:
+        good = np.arange(N, dtype=np.int32)[::-1].copy()
+        first = iso.run({"idx": good})["out"]
+        np.testing.assert_array_equal(first, np.arange(N, dtype=np.float32)[::-1])
+        far = np.full(N, 2**31 - 1, np.int32)  # out + 8 GiB: no memory of this process
+        with pytest.raises(WrpCrashError) as e:
+            iso.run({"idx": far})
+        assert e.value.op_index == 0 and e.value.kernel == "k_scatter"
+        np.testing.assert_array_equal(iso.get("idx"), good)  # the failed run's input was not kept...
+        np.testing.assert_array_equal(iso.get("out"), first)  # ...nor anything else
+        again = iso.run({"idx": np.arange(N, dtype=np.int32)})["out"]
+        np.testing.assert_array_equal(again, np.arange(N, dtype=np.float32))
+    finally:
+        iso.close()
 
 
 # ---------------------------------------------------------------------------

@@ -18,9 +18,10 @@ crashes, with its kind, kernel, module, and whether the module's SHA-256 was
 verified before it ran.  When the budget for that search runs out, or no
 prefix reproduces the crash, the message says so.
 
-Cost: one child process per call (Python start, ``import warp``, load); see
-the README's benchmark table.  The in-process path (:meth:`Program.run`)
-is unchanged.
+Cost: :func:`replay_in_child` starts one child process per call (Python start,
+``import warp``, load); :class:`ReplayWorker`, which ``load(isolate=True)``
+uses, keeps one child per program and pays that once.  See the README's
+benchmark table.  The in-process path (:meth:`Program.run`) is unchanged.
 """
 
 from __future__ import annotations
@@ -402,6 +403,178 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
 # ---------------------------------------------------------------------------
 
 
+class ReplayWorker:
+    """A child process that loads a prepared capture once and replays it on request.
+
+    :class:`~wrpkit.run.runtime.IsolatedProgram` keeps one, so that a replay in
+    isolation costs a request and the bindings' bytes, not a process start,
+    ``import warp`` and a load per call.  The child holds the loaded graph, so
+    its memory persists between runs as in a :class:`~wrpkit.run.runtime.Program`.
+    Requests go through files in a private temporary directory (``job.json``,
+    ``inputs.npz``; ``result.*`` or ``error.json`` back), a line on the child's
+    stdin says "go", and a line on a pipe of its own says "done" (Warp prints on
+    stdout, which goes to ``d/output.txt``).  A child that dies (a crash, a
+    timeout, Ctrl-C, a Warp error) is gone: the next request starts a new one,
+    from the file's data.
+    """
+
+    def __init__(self, prep, device):
+        self.prep = prep
+        self.device = str(device)
+        self._tmp = tempfile.TemporaryDirectory(prefix="wrpkit-isolate-")
+        self.d = Path(self._tmp.name)
+        verify_deferred(prep)
+        self.source, self.modules_dir = write_source(prep, self.d)
+        self.proc: Optional[subprocess.Popen] = None
+        self._done_fd: Optional[int] = None
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def job(self, repeat: int, warmup: int, timeout_total: Optional[float]) -> dict:
+        """The job of a one-shot child (:func:`_run_child`) replaying the same source (for the op search)."""
+        return {"source": self.source, "modules_dir": self.modules_dir, "device": self.device, "repeat": int(repeat),
+                "warmup": int(warmup), "prefix": None, "read_back": False, "raw": True,
+                "timeout_total": timeout_total}
+
+    def _start(self) -> None:
+        env = dict(os.environ)
+        env.pop("PYTHONFAULTHANDLER", None)  # the parent reports the crash; no traceback dump in the child
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
+                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        for name in ("error.json", "stage"):
+            (self.d / name).unlink(missing_ok=True)
+        (self.d / "job.json").write_text(json.dumps(self.job(0, 0, None)))
+        done_r, done_w = os.pipe()
+        out = open(self.d / "output.txt", "wb")  # noqa: SIM115  (the child's stdout and stderr)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.isolate", "--serve", os.fspath(self.d),
+                                          str(done_w)], stdin=subprocess.PIPE, stdout=out, stderr=out, env=env,
+                                         pass_fds=(done_w,))
+        except OSError as e:
+            os.close(done_r)
+            raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
+        finally:
+            os.close(done_w)
+            out.close()
+        self._done_fd = done_r
+
+    def stop(self) -> None:
+        """End the child (if any) and forget it."""
+        proc, self.proc = self.proc, None
+        if self._done_fd is not None:
+            os.close(self._done_fd)
+            self._done_fd = None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            if proc.stdin:
+                proc.stdin.close()
+
+    def close(self) -> None:
+        """End the child and remove the temporary directory."""
+        self.stop()
+        self._tmp.cleanup()
+
+    def _output_tail(self) -> str:
+        try:
+            return (self.d / "output.txt").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None) -> ChildRun:
+        """Replay in the child: set ``inputs`` (whole bindings as ``uint8``), replay, read every binding back.
+
+        Raises:
+            ChildCrashed: The child died of a signal (it is gone).
+            WrpTimeoutError: ``timeout`` ran out (the child was killed).
+            WrpError: What the child reported (it is gone).
+        """
+        import select  # noqa: PLC0415
+
+        started = not self.alive
+        if started:
+            self.stop()
+            self._start()
+        d = self.d
+        for name in ("result.npz", "result.json", "error.json"):
+            (d / name).unlink(missing_ok=True)
+        np.savez(d / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
+        (d / "job.json").write_text(json.dumps(dict(self.job(repeat, warmup, timeout), read_back=True)))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            try:
+                self.proc.stdin.write(b"run\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass  # the child ended: its status says why (below)
+            line = b""
+            while not line.endswith(b"\n"):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self.stop()
+                    raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT)
+                ready, _, _ = select.select([self._done_fd], [], [], left)
+                if not ready:
+                    continue
+                chunk = os.read(self._done_fd, 64)
+                if not chunk:
+                    break  # the child ended
+                line += chunk
+        except BaseException:
+            if self.alive and not line.endswith(b"\n"):
+                self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
+            raise
+        if line.endswith(b"\n") and (d / "result.json").is_file():
+            info = json.loads((d / "result.json").read_text())
+            with np.load(d / "result.npz", allow_pickle=False) as z:
+                results = {k: z[k] for k in z.files}
+            return ChildRun(results, info["host_ms"], info["device_ms"])
+        proc = self.proc
+        proc.wait()  # it answered with an error, or ended without answering: either way it is ending
+        stage = (d / "stage").read_text() if (d / "stage").is_file() else "starting"
+        self.stop()
+        if proc.returncode < 0:
+            raise ChildCrashed(-proc.returncode, stage, self._output_tail())
+        if (d / "error.json").is_file():
+            raise _error_from(json.loads((d / "error.json").read_text()))
+        tail = " | ".join(self._output_tail().strip().splitlines()[-5:])
+        raise WrpRuntimeError(f"the replay process ended with exit code {proc.returncode} and no result: {tail}",
+                              hint="Warp's own diagnostic, if any, is quoted above.")
+
+
+def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, verify_checksums: bool = True,
+                     timeout: Optional[float] = None, full_state: Optional[Mapping] = None) -> ChildRun:
+    """Replay in ``worker``; on a crash, find the op (one-shot children from ``full_state``) and raise it.
+
+    Args:
+        worker: The program's :class:`ReplayWorker`.
+        inputs: Whole bindings (``uint8``) to set before the replay.
+        repeat: Replays.
+        verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
+        timeout: Seconds for the request (None: no limit).
+        full_state: Every binding the program holds (what a new child needs to replay the same run).
+
+    Raises:
+        WrpCrashError, WrpTimeoutError, WrpError: As :func:`replay_in_child`.
+    """
+    t0 = time.monotonic()
+    try:
+        return worker.run(inputs, repeat, 0, timeout)
+    except ChildCrashed as crash:
+        left = None if timeout is None else timeout - (time.monotonic() - t0)
+        op_index, searched = None, False
+        n = len(worker.prep.model.ops)
+        if crash.stage == "replaying" and n > 0:
+            budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
+            op_index, searched = _identify_op(worker.d, worker.job(repeat, 0, None), dict(full_state or inputs), n,
+                                              budget)
+        raise crash_error(worker.prep, crash.signum, crash.stage, op_index, searched,
+                          verify_checksums=verify_checksums) from None
+
+
 def write_stage(d: Path, text: str) -> None:
     """Record the child's stage (``"loading"``, ``"replaying"``, ...) for a crash report."""
     with open(d / "stage", "w") as f:
@@ -456,6 +629,50 @@ def _child_main(d: Path) -> int:
         return write_child_error(d, e)
 
 
+def _serve_main(d: Path, done_fd: int) -> int:
+    """The :class:`ReplayWorker` child: load once, then replay on every line of stdin until it closes."""
+    from ..fileio import atomic_write  # noqa: PLC0415
+
+    done = os.fdopen(done_fd, "wb", buffering=0)
+    job = json.loads((d / "job.json").read_text())
+    prog = wp = None
+    try:
+        for line in sys.stdin.buffer:
+            if line.strip() != b"run":
+                return 0
+            job = json.loads((d / "job.json").read_text())
+            if prog is None:
+                from ..environment import init_warp  # noqa: PLC0415
+
+                wp = init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
+                from . import runtime  # noqa: PLC0415
+
+                modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
+                prep = runtime.prepare(job["source"], modules, verify_checksums=False, allow_raw_pointers=True,
+                                       _validated=True)
+                write_stage(d, "loading")
+                prog = runtime.load_prepared(prep, job["device"])
+            with np.load(d / "inputs.npz", allow_pickle=False) as z:
+                for name in z.files:  # whole regions as bytes, already checked by the parent
+                    prog._write_raw(prog._slot(name), np.ascontiguousarray(z[name]).reshape(-1).view(np.uint8))
+            write_stage(d, "replaying")
+            host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
+            write_stage(d, "reading")
+            import io  # noqa: PLC0415
+
+            buf = io.BytesIO()
+            np.savez(buf, **{name: prog._read_raw(prog._slot(name)) for name in prog.bindings})
+            atomic_write(d / "result.npz", [buf.getvalue()])
+            atomic_write(d / "result.json", [json.dumps({"host_ms": host_ms, "device_ms": device_ms}).encode()])
+            write_stage(d, "idle")
+            done.write(b"done\n")
+        return 0
+    except WrpError as e:
+        code = write_child_error(d, e)
+        done.write(b"done\n")
+        return code
+
+
 def write_child_error(d: Path, e: WrpError) -> int:
     """Report ``e`` to the parent (``d/error.json``, read back by :func:`run_module`); return its exit code."""
     from ..fileio import atomic_write  # noqa: PLC0415
@@ -498,4 +715,6 @@ def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        sys.exit(_serve_main(Path(sys.argv[2]), int(sys.argv[3])))
     sys.exit(_child_main(Path(sys.argv[1])))

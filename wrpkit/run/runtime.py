@@ -21,6 +21,7 @@ once, at load; :meth:`Program.run` adds nothing per launch to
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
@@ -884,11 +885,15 @@ def _load_via_dir(prep: Prepared, binaries: dict, dev):  # pragma: no cover
 
 
 class IsolatedProgram:
-    """A validated capture that replays in a child process on every :meth:`run` (see ``load(isolate=True)``).
+    """A validated capture that replays in a child process (see ``load(isolate=True)``).
 
-    Nothing of Warp runs in this process.  The bindings persist between runs
-    (each run starts from the previous run's results), as in a
-    :class:`Program`; other memory of the graph starts from the file's data.
+    Nothing of Warp runs in this process.  The child starts at the first
+    :meth:`run`, loads the graph once and stays, so a later run costs a
+    request and the bindings' bytes; its memory persists between runs as in a
+    :class:`Program`.  When a run crashes, times out or fails, that child is
+    gone and the next run starts a new one from the file's data and the
+    bindings as the last successful run left them.  :meth:`close` (or the
+    program's garbage collection) ends the child.
 
     Attributes:
         model: The decoded program.
@@ -906,6 +911,8 @@ class IsolatedProgram:
         self._sig = dict(prepared.signature)
         self._sizes = dict(prepared.sizes)
         self._state = {}  # {name: uint8 bytes of the binding}; absent: the file's initial data
+        self._dirty = set()  # names set since the child last saw them
+        self._worker = None  # its ReplayWorker, started by the first run
 
     signature = Program.signature
     bindings = Program.bindings
@@ -934,6 +941,7 @@ class IsolatedProgram:
                 raw = self._initial(name)
             ann.view_region(raw, sig)[...] = arr
             self._state[name] = raw
+        self._dirty.add(name)
 
     def _initial(self, name) -> np.ndarray:
         rid = next(b.region_id for b in self.model.bindings if b.name == name)
@@ -970,30 +978,43 @@ class IsolatedProgram:
             WrpTimeoutError: ``timeout`` ran out.
             WrpRuntimeError: Warp failed to load or replay it.
         """
-        from .isolate import replay_in_child  # noqa: PLC0415
+        from .isolate import ReplayWorker, replay_in_worker  # noqa: PLC0415
 
         if not isolate:
             raise WrpError("this program was loaded with isolate=True; load it again without to run in-process")
+        before, dirty = dict(self._state), set(self._dirty)
         if inputs:
             if not isinstance(inputs, Mapping):
                 raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
                                       f"{type(inputs).__name__}")
-            before = dict(self._state)
             try:
                 for n, v in inputs.items():
                     self.set(n, v)
             except WrpError:
-                self._state = before
+                self._state, self._dirty = before, dirty
                 raise
         repeat = int(repeat)
         if repeat < 0:
             raise WrpError(f"repeat must be >= 0, got {repeat}")
-        run = replay_in_child(self._prepared, self.device, self._state, repeat, timeout=timeout, raw=True)
+        if self._worker is None:
+            self._worker = ReplayWorker(self._prepared, self.device)
+            weakref.finalize(self, self._worker.close)
+        # A new child starts from the file's data: it gets every binding this program holds.
+        send = self._state if not self._worker.alive else {n: self._state[n] for n in self._dirty}
+        try:
+            run = replay_in_worker(self._worker, send, repeat, timeout=timeout, full_state=self._state)
+        except BaseException:
+            self._state, self._dirty = before, dirty  # a failed run changes nothing here (its child is gone)
+            raise
+        self._dirty.clear()
         self._state = {n: np.ascontiguousarray(a).reshape(-1).view(np.uint8) for n, a in run.results.items()}
         return {name: self.get(name) for name in self._sizes}
 
     def close(self) -> None:
-        """Release the source mapping."""
+        """End the replay child and release the source mapping."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
         _release(self._prepared)
 
 
@@ -1013,10 +1034,11 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
             of a ``.wrp`` that launches kernels; replaces ``<stem>_modules/``
             for a path).
         isolate: Return an :class:`IsolatedProgram`, which validates here
-            and replays in a child process on every run: a crash in kernel
-            code or in Warp's runtime raises :class:`~wrpkit.errors.WrpCrashError`
-            (a ``WrpRuntimeError``) instead of ending the caller.  Costs a
-            process start and a load per run.
+            and replays in a child process that its first run starts and
+            loads: a crash in kernel code or in Warp's runtime raises
+            :class:`~wrpkit.errors.WrpCrashError` (a ``WrpRuntimeError``)
+            instead of ending the caller.  The first run costs a process
+            start and a load; later runs a request and the bindings' bytes.
         allow_raw_pointers: Accept kernel arguments holding live process
             pointers (refused by default: see :func:`prepare`).
         modules_dir: For a ``.wrp`` path: the folder of its module files
