@@ -1,8 +1,11 @@
-"""Captures of Warp 1.13-1.18 (formats 3, 10, 14, 15, 16): read, round-trip, validate, upgrade, replay.
+"""Captures of Warp 1.13-1.18 (formats 3, 10, 13, 14, 15, 16): read, round-trip, validate, upgrade, replay.
 
 The fixtures under tests/fixtures/legacy/<release>/ were written by each
 release's own capture_save, with the inputs set at replay and the outputs that
-release's own replay produced (see the README beside them).  The replay tests
+release's own replay produced (see the README beside them).  format13/ holds
+Warp 1.15 captures rewritten to format 13 (which no release wrote), with the
+outputs of 1.15's own replay of the rewritten files.  Each folder's
+manifest.json names its format and the Warp that made it.  The replay tests
 load the upgraded file with the installed Warp (1.19) and compare every
 binding bit for bit with the producer's outputs.
 """
@@ -12,8 +15,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +29,13 @@ from wrpkit.formats.jsonform import dumps, loads
 from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1
 from wrpkit.formats.wrpk import decode_wrpk, encode_wrpk
 from wrpkit.checks.validate import validate_program
+from wrpkit.model import OpType
 
 ROOT = Path(__file__).resolve().parent / "fixtures" / "legacy"
+#: Fixture folders: one per release, plus format13 (see the README beside them).
 RELEASES = sorted(p.name for p in ROOT.iterdir() if p.is_dir())
-FORMATS = {"1.13.0": 3, "1.14.0": 10, "1.15.0": 14, "1.16.0": 15, "1.17.0": 15, "1.18.0": 16}
+#: folder -> the format its manifest says its files have.
+FORMATS = {rel: json.loads((ROOT / rel / "manifest.json").read_text())["format_version"] for rel in RELEASES}
 CASES = [(rel, case) for rel in RELEASES for case in json.loads((ROOT / rel / "manifest.json").read_text())["cases"]]
 WRP = [sys.executable, "-m", "wrpkit.cli"]
 
@@ -41,7 +49,7 @@ def _manifest(rel):
 
 
 def _kernels(rel, case):
-    return [str(ROOT / rel / k) for k in _manifest(rel)["cases"][case]["kernel_sources"]] if rel == "1.13.0" else []
+    return [str(ROOT / rel / k) for k in _manifest(rel)["cases"][case]["kernel_sources"]] if FORMATS[rel] == 3 else []
 
 
 def _wrp(*args):
@@ -49,8 +57,11 @@ def _wrp(*args):
 
 
 def test_every_release_and_format_is_covered():
-    assert {rel: _manifest(rel)["cases"][next(iter(_manifest(rel)["cases"]))]["format_version"]
-            for rel in RELEASES} == FORMATS
+    assert FORMATS == {"1.13.0": 3, "1.14.0": 10, "1.15.0": 14, "1.16.0": 15, "1.17.0": 15, "1.18.0": 16,
+                       "format13": 13}
+    for rel in RELEASES:
+        assert {c["format_version"] for c in _manifest(rel)["cases"].values()} == {FORMATS[rel]}
+        assert _manifest(rel)["warp_version"] == (rel if rel[0].isdigit() else "1.15.0")
 
 
 @pytest.mark.parametrize("rc", CASES, ids=_case_ids)
@@ -81,7 +92,7 @@ def test_format3_arguments_decode_as_descriptors():
 
 
 def test_collision_collapses_in_formats_3_and_10_only():
-    for rel in RELEASES:
+    for rel in [rel for rel in RELEASES if "collision" in _manifest(rel)["cases"]]:
         prog = decode_wrp1((ROOT / rel / "collision.wrp").read_bytes())
         assert len(prog.modules) == 2
         assert len(prog.kernels) == (1 if FORMATS[rel] in (3, 10) else 2)
@@ -98,6 +109,53 @@ def test_old_op_types_are_refused_in_a_format_without_them():
     with pytest.raises(Exception, match="SCAN, which format 10 does not have"):
         decode_wrp1(bytes(raw))
     assert prog_meta.format_version == 14
+
+
+def _bsr_transpose_13():
+    prog = decode_wrp1((ROOT / "format13" / "bsr_transpose.wrp").read_bytes())
+    (op,) = [op for op in prog.ops if op.op_type == OpType.BSR_TRANSPOSE]
+    return prog, op
+
+
+def test_format13_files_say_13_and_a_padded_transpose_has_no_tail():
+    for case in _manifest("format13")["cases"]:
+        raw = (ROOT / "format13" / f"{case}.wrp").read_bytes()
+        assert struct.unpack_from("<I", raw, 4)[0] == 13
+        assert decode_wrp1(raw).format_version == 13  # the decoder also holds the metadata's version to it
+    prog, op = _bsr_transpose_13()
+    raw = (ROOT / "format13" / "bsr_transpose.wrp").read_bytes()
+    assert op.transposed_row_counts_region_id >= 0 and op.padded_tail == ()
+    assert struct.unpack_from("<II", raw, op.at) == (int(OpType.BSR_TRANSPOSE), 116)  # the fixed record only
+    assert _manifest("format13")["cases"]["bsr_transpose"]["rewritten_from"]["bsr_transpose_tail_bytes_removed"] == 24
+    # 1.15's replays of its format-13 files gave what its replays of its own format-14 captures gave.
+    for case in set(_manifest("format13")["cases"]) & set(_manifest("1.15.0")["cases"]):
+        assert _expected("format13", case) == _expected("1.15.0", case), case
+    # From format 14 the same padded record must carry col_count + 1 capacity offsets.
+    problems = [str(p) for p in validate_program(replace(prog, format_version=14)) if p.severity == "error"]
+    assert problems and all("capacity offsets; expected 6" in p for p in problems)
+
+
+def test_format13_transpose_gains_the_snapshot_capacity_on_upgrade(tmp_path):
+    import wrpkit
+
+    dst = tmp_path / "up.wrp"
+    res = wrpkit.upgrade(_src(tmp_path, "format13", "bsr_transpose"), dst)
+    (op,) = [op for op in decode_wrp1(dst.read_bytes()).ops if op.op_type == OpType.BSR_TRANSPOSE]
+    # The capacity Warp 1.15 read from the destination offsets, which its replay left as they were.
+    assert op.padded_tail == tuple(np.load(ROOT / "format13" / "bsr_transpose_expected.npz")["dst_offsets"])
+    assert len(op.padded_tail) == op.col_count + 1 == 6
+    assert any("GH-1587" in n for n in res.report.notes)
+
+
+def test_format13_transpose_without_snapshot_capacity_is_refused():
+    from wrpkit.formats.upgrade import upgrade_program
+
+    prog, op = _bsr_transpose_13()
+    prog.regions = [replace(r, has_initial_data=False, data=None) if r.region_id == op.transposed_offsets_region_id
+                    else r for r in prog.regions]
+    with pytest.raises(WrpError, match="no capacity offsets") as e:
+        upgrade_program(prog, "1.19.0")
+    assert "Recapture" in e.value.hint
 
 
 @pytest.mark.parametrize("rel", RELEASES)
@@ -122,9 +180,11 @@ def test_check_names_the_writer_and_points_to_upgrade(rel):
     assert r.returncode == 1
     f = next(f for f in json.loads(r.stdout)["findings"] if f["check"] == "warp-version")
     assert f["status"] == "fail"
-    assert f"format {FORMATS[rel]} (written by Warp" in f["message"] and rel in f["message"]
+    made_by = _manifest(rel)["warp_version"]
+    writer = "written by Warp" if made_by == rel else "written by no released Warp"
+    assert f"format {FORMATS[rel]} ({writer}" in f["message"] and made_by in f["message"]
     assert "wrp upgrade" in f["fix"]
-    assert ("--kernels" in f["fix"]) == (rel == "1.13.0")
+    assert ("--kernels" in f["fix"]) == (FORMATS[rel] == 3)
 
 
 # -- upgrade and replay with the installed Warp ---------------------------------------------------------------------
@@ -189,7 +249,7 @@ def test_upgrade_replays_bit_identically_to_the_producer(rc, tmp_path):
     assert prog.format_version == 18 and prog.warp_version == res.report.producer_version
     assert [p for p in validate_program(prog) if p.severity == "error"] == []
     routes = {k.route for k in res.report.kernels}
-    if rel == "1.13.0":
+    if FORMATS[rel] == 3:
         assert routes <= {"rebuilt", "rebuilt, collision:producer"} and routes
     elif case == "collision" and rel == "1.14.0":
         assert routes == {"collision:producer"}

@@ -4,12 +4,16 @@ Runs ``tools/make_legacy_fixtures.py`` into a temporary directory. That installs
 old ``warp-lang`` wheels from PyPI into throw-away venvs and compiles kernels,
 so it is slow and needs the network: it only runs when ``WRP_REGEN_LEGACY=1``.
 ``WRP_REGEN_RELEASES`` (space or comma separated, default ``1.18.0``) picks the
-releases. ``WRP_REGEN_VENV_CACHE`` may name a folder in which to keep the venvs
-between runs.
+fixture folders: releases, or ``format13`` (Warp 1.15.0 captures rewritten to
+format 13; the script fails unless 1.15.0 replays them as it replays its own
+format-14 files). ``WRP_REGEN_VENV_CACHE`` may name a folder in which to keep
+the venvs between runs.
 
-Checks, per release: the regenerated case list (and the list of absent cases)
-equals the committed manifest's, and every regenerated ``.wrp`` starts with the
-magic ``WRP1`` and carries the committed format version as the u32 at byte 4.
+Checks, per folder: the Warp version, the format, the case list (and the list
+of absent cases) equal the committed manifest's; every regenerated ``.wrp``
+starts with the magic ``WRP1`` and carries the committed format version as the
+u32 at byte 4; a rewritten (format13) case dropped as many tail bytes as the
+committed one.
 Capture-time pointers are baked into launch value blobs, so the files are not
 compared byte for byte. Does not import ``wrpkit``.
 """
@@ -54,7 +58,8 @@ def test_regenerate_legacy_fixtures(release, tmp_path):
 
     want = json.loads(committed.read_text())
     got = json.loads((tmp_path / release / "manifest.json").read_text())
-    assert got["warp_version"] == release
+    assert got["warp_version"] == want["warp_version"]
+    assert got["format_version"] == want["format_version"]
     assert sorted(got["cases"]) == sorted(want["cases"])
     assert sorted(got["absent"]) == sorted(want["absent"])
     for name, case in got["cases"].items():
@@ -62,5 +67,8 @@ def test_regenerate_legacy_fixtures(release, tmp_path):
         assert data[:4] == b"WRP1", f"{name}: bad magic {data[:4]!r}"
         version = struct.unpack_from("<I", data, 4)[0]
         assert version == want["cases"][name]["format_version"], f"{name}: format {version}"
+        if "rewritten_from" in want["cases"][name]:
+            removed = want["cases"][name]["rewritten_from"]["bsr_transpose_tail_bytes_removed"]
+            assert case["rewritten_from"]["bsr_transpose_tail_bytes_removed"] == removed, name
         for suffix in ("inputs_file", "expected_file"):
             assert (tmp_path / release / case[suffix]).is_file(), f"{name}: {case[suffix]} missing"

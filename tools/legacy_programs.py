@@ -22,8 +22,20 @@ Sub-commands (all work on one release folder ``--out``):
     from ``<case>_inputs.npz``, ``capture_launch`` once, ``get_param`` every
     binding and write ``<case>_expected.npz``.
 
+``to-format13 --keep DIR``
+    Rewrite every captured (format-14, Warp 1.15) ``<case>.wrp`` as a format-13
+    writer lays it out (see :func:`rewrite_to_format_13`); move the format-14
+    file and its ``<case>_expected.npz`` into ``DIR``.
+
+``compare --against DIR``
+    Exit 1, naming each difference, unless every case's ``<case>_expected.npz``
+    equals ``DIR``'s bit for bit.
+
 ``manifest``
     Turn ``_cases.json`` into ``manifest.json``.
+
+``EXTRA_CASES`` (``bsr_transpose``, Warp 1.15+ API) are captured only when
+``--case`` names them; no release folder has them.
 
 The capture-time contents of every array come from seed ``CAPTURE_SEED``; the
 values the replay sets come from seed ``INPUT_SEED``, so a replay that ignores
@@ -47,6 +59,7 @@ import numpy as np
 CAPTURE_SEED = 7
 INPUT_SEED = 1234
 N = 32
+MAGIC = b"WRP1"
 
 # ---------------------------------------------------------------------------
 # Kernel module sources. Each one is written to ``<out>/<module>.py`` and
@@ -306,6 +319,41 @@ def step_collision(wp, mods, a):
     wp.launch(mods["collision_kernels_b"].scale, dim=N, inputs=[a["x"], a["out_b"]], device="cpu")
 
 
+BSR_ROWS, BSR_COLS, BSR_PER_ROW = 6, 5, 2  # source matrix: 6x5 blocks (float), 2 non-zeros per row
+
+
+def make_bsr_transpose(rng):
+    # A compact 6x5 source (2 sorted, distinct columns per row; the columns depend on the seed, so the
+    # replay transposes another topology than the capture) and a padded 5x6 destination whose rows can
+    # hold every source row: capacity offsets [0, 6, 12, ...], so the transpose never overflows.
+    cols = np.concatenate([np.sort(rng.choice(BSR_COLS, BSR_PER_ROW, replace=False)) for _ in range(BSR_ROWS)])
+    cap = BSR_ROWS * BSR_COLS
+    return {
+        "src_offsets": np.arange(0, BSR_ROWS * BSR_PER_ROW + 1, BSR_PER_ROW, dtype=np.int32),
+        "src_columns": cols.astype(np.int32),
+        "src_values": rng.standard_normal(BSR_ROWS * BSR_PER_ROW).astype(np.float32),
+        "dst_offsets": np.arange(0, cap + 1, BSR_ROWS, dtype=np.int32),
+        "dst_row_counts": np.zeros(BSR_COLS, np.int32),
+        "dst_columns": np.zeros(cap, np.int32),
+        "dst_values": np.zeros(cap, np.float32),
+    }
+
+
+def step_bsr_transpose(wp, mods, a):
+    # Warp 1.15+ only: records APIC_OP_BSR_TRANSPOSE; a padded destination adds the int32 tail in format 14.
+    import warp.sparse as sp  # noqa: PLC0415
+
+    def matrix(nrow, ncol, offsets, columns, values, row_counts=None):
+        m = sp.bsr_matrix_t(wp.float32)()
+        m.nrow, m.ncol, m.nnz = nrow, ncol, columns.shape[0]
+        m.offsets, m.columns, m.values, m.row_counts = offsets, columns, values, row_counts
+        return m
+
+    src = matrix(BSR_ROWS, BSR_COLS, a["src_offsets"], a["src_columns"], a["src_values"])
+    dst = matrix(BSR_COLS, BSR_ROWS, a["dst_offsets"], a["dst_columns"], a["dst_values"], a["dst_row_counts"])
+    sp.bsr_set_transpose(dst, src, topology="padded")
+
+
 # name: (kernel modules, make, step, inputs, outputs, wp dtype per array, min format, doc)
 CASES = {
     "saxpy": (["saxpy_kernels"], make_saxpy, step_saxpy, ["x", "y"], ["out"], {}, 0,
@@ -330,6 +378,15 @@ CASES = {
                   ["out_a", "out_b"], {}, 0,
                   "two kernels with the same key 'scale' in two modules (1.14 keeps one kernel record)"),
 }
+
+#: Cases that ``capture`` makes only when ``--case`` names them (no release folder has them).
+EXTRA_CASES = {
+    "bsr_transpose": ([], make_bsr_transpose, step_bsr_transpose, ["src_columns", "src_values"],
+                      ["dst_offsets", "dst_row_counts", "dst_columns", "dst_values"], {}, 14,
+                      "wp.sparse.bsr_set_transpose(topology='padded') of a 6x5 float BSR (Warp 1.15+): "
+                      "BSR_TRANSPOSE, then the _bsr_transpose_values launch"),
+}
+ALL_CASES = {**CASES, **EXTRA_CASES}
 
 
 # ---------------------------------------------------------------------------
@@ -366,7 +423,7 @@ def import_module_file(out, name):
 def read_format(path):
     with open(path, "rb") as f:
         head = f.read(8)
-    assert head[:4] == b"WRP1", head
+    assert head[:4] == MAGIC, head
     return struct.unpack_from("<I", head, 4)[0]
 
 
@@ -386,6 +443,98 @@ def top_level_ops(path):
                 pos += tot
             return ops
     return []
+
+
+# ---------------------------------------------------------------------------
+# Format 13: what a format-13 writer would have written
+# ---------------------------------------------------------------------------
+#
+# No released wheel writes format 13; Warp 1.15 to 1.18 load it.  Warp 1.15's
+# warp/native/apic_types.h (APIC_FORMAT_VERSION 14, APIC_MIN_SUPPORTED_FORMAT_VERSION
+# 13) names the one difference: the int32 row-capacity tail after a padded
+# BSR_TRANSPOSE record is "appended after the fixed record (format version >= 14)".
+# The version is in two places: the file header's u32 at byte 4 and the metadata
+# section's first u32 (apic.cpp writes APIC_FORMAT_VERSION to both).  Everything
+# else is the same bytes.
+
+OP_IF, OP_WHILE, OP_BSR_TRANSPOSE = 7, 8, 15
+COND_RECORD_SIZE = 40  # APICCondRecord, op header included; the branches follow
+BSR_TRANSPOSE_RECORD_SIZE = 116  # APICBsrTransposeRecord, op header included; the tail follows
+
+
+def _ops_without_bsr_tails(data, pos, count, removed):
+    """``(bytes, end)``: the ``count`` ops at ``pos`` with every BSR_TRANSPOSE tail dropped.
+
+    IF/WHILE branches are rewritten too, and their sizes fixed.  Each dropped
+    tail's byte count is appended to ``removed``.
+    """
+    out = bytearray()
+    for _ in range(count):
+        op, total = struct.unpack_from("<II", data, pos)
+        end = pos + total
+        if op in (OP_IF, OP_WHILE):
+            a_size, a_count, b_size, b_count = struct.unpack_from("<IIII", data, pos + 24)
+            a, a_end = _ops_without_bsr_tails(data, pos + COND_RECORD_SIZE, a_count, removed)
+            b, b_end = _ops_without_bsr_tails(data, a_end, b_count, removed)
+            assert a_end == pos + COND_RECORD_SIZE + a_size and b_end == a_end + b_size == end, "bad IF/WHILE"
+            rec = bytearray(data[pos:pos + COND_RECORD_SIZE])
+            struct.pack_into("<I", rec, 4, COND_RECORD_SIZE + len(a) + len(b))
+            struct.pack_into("<I", rec, 24, len(a))
+            struct.pack_into("<I", rec, 32, len(b))
+            out += rec + a + b
+        elif op == OP_BSR_TRANSPOSE:
+            assert total >= BSR_TRANSPOSE_RECORD_SIZE, "short BSR_TRANSPOSE record"
+            removed.append(total - BSR_TRANSPOSE_RECORD_SIZE)
+            rec = bytearray(data[pos:pos + BSR_TRANSPOSE_RECORD_SIZE])
+            struct.pack_into("<I", rec, 4, BSR_TRANSPOSE_RECORD_SIZE)
+            out += rec
+        else:
+            out += data[pos:end]
+        pos = end
+    return bytes(out), pos
+
+
+def rewrite_to_format_13(data):
+    """``(bytes, tail bytes removed)``: a format-14 file as a format-13 writer lays it out.
+
+    Sets the header's and the metadata's version to 13 and drops the tail of
+    every BSR_TRANSPOSE record (fixing op, branch and section sizes).  Needs the
+    layout Warp 1.15 writes: three uncompressed sections, OPERATIONS last.
+    """
+    magic, version, _flags, nsec, table = struct.unpack_from("<4sIIIQ", data, 0)
+    assert magic == MAGIC and version == 14, f"not a format-14 WRP1 file ({magic!r}, version {version})"
+    out = bytearray(data)
+    struct.pack_into("<I", out, 4, 13)
+    ops_entry = None
+    for i in range(nsec):
+        at = table + 32 * i
+        typ, flags, off, size, usize = struct.unpack_from("<IIQQQ", data, at)
+        assert flags == 0 and size == usize, f"section {typ} is compressed or flagged ({flags})"
+        if typ == 1:
+            assert struct.unpack_from("<I", data, off)[0] == 14, "metadata version is not 14"
+            struct.pack_into("<I", out, off, 13)
+        elif typ == 3:
+            ops_entry = (at, off, size)
+    at, off, size = ops_entry
+    assert off + size == len(data), "OPERATIONS is not the last section"
+    removed = []
+    count = struct.unpack_from("<I", data, off)[0]
+    ops, end = _ops_without_bsr_tails(data, off + 4, count, removed)
+    assert end == off + size, "op sizes do not add up to the OPERATIONS section"
+    body = struct.pack("<I", count) + ops
+    struct.pack_into("<QQ", out, at + 16, len(body), len(body))
+    return bytes(out[:off]) + body, sum(removed)
+
+
+FORMAT13_NOTE = (
+    "Format 13 is loaded by Warp 1.15 to 1.18 but written by no released wheel. These files were captured and "
+    "saved by Warp 1.15.0 (format 14), then rewritten as a format-13 writer lays them out "
+    "(tools/legacy_programs.py to-format13): the header's u32 at byte 4 and the metadata's first u32 set to 13, "
+    "and the int32 tail of every BSR_TRANSPOSE record dropped (apic_types.h: the tail is 'format version >= 14'), "
+    "with the op, branch and section sizes fixed. Nothing else changes. Warp 1.15.0 then loaded and replayed each "
+    "rewritten file in a fresh process: <case>_expected.npz holds those outputs, and they equal, bit for bit, "
+    "what 1.15.0 replayed from its own format-14 file (checked at creation; 'rewritten_from' describes that file)."
+)
 
 
 def wp_dtype_name(np_arr, override):
@@ -410,7 +559,7 @@ def cmd_capture(args):
     results, absent = {}, {}
     names = args.case or list(CASES)
     for name in names:
-        mod_names, make, step, inputs, outputs, overrides, min_fmt, doc = CASES[name]
+        mod_names, make, step, inputs, outputs, overrides, min_fmt, doc = ALL_CASES[name]
         if fmt_expected is not None and fmt_expected < min_fmt:
             absent[name] = f"needs format >= {min_fmt}; this release writes {fmt_expected}"
             continue
@@ -481,8 +630,8 @@ def cmd_capture(args):
     # a case whose op is missing from this format is reported absent (checked after the first capture)
     fmt = next((r["format_version"] for r in results.values()), None)
     for name in list(results):
-        if fmt is not None and fmt < CASES[name][6]:
-            absent[name] = f"needs format >= {CASES[name][6]}; this release writes {fmt}"
+        if fmt is not None and fmt < ALL_CASES[name][6]:
+            absent[name] = f"needs format >= {ALL_CASES[name][6]}; this release writes {fmt}"
             _remove_case(args.out, name, results.pop(name))
     with open(os.path.join(args.out, "_cases.json"), "w") as f:
         json.dump(
@@ -525,6 +674,65 @@ def cmd_replay(args):
     print(f"[{wp.__version__}] replayed {args.case[0]}")
 
 
+def cmd_to_format13(args):
+    """Rewrite every case to format 13; keep the format-14 file and its replay outputs in ``--keep``."""
+    import hashlib  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    path = os.path.join(args.out, "_cases.json")
+    work = json.load(open(path))
+    os.makedirs(args.keep, exist_ok=True)
+    for name, info in work["cases"].items():
+        wrp = os.path.join(args.out, info["wrp"])
+        data = open(wrp, "rb").read()
+        new, removed = rewrite_to_format_13(data)
+        shutil.copy(wrp, os.path.join(args.keep, info["wrp"]))
+        os.replace(os.path.join(args.out, info["expected_file"]), os.path.join(args.keep, info["expected_file"]))
+        with open(wrp, "wb") as f:
+            f.write(new)
+        info["rewritten_from"] = {
+            "format_version": info["format_version"],
+            "file_size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "bsr_transpose_tail_bytes_removed": removed,
+        }
+        info["format_version"] = read_format(wrp)
+        info["top_level_ops"] = top_level_ops(wrp)
+        info["file_size"] = len(new)
+        print(f"case {name}: format {info['rewritten_from']['format_version']} -> {info['format_version']}, "
+              f"{removed} BSR_TRANSPOSE tail bytes dropped")
+    work["derivation"] = FORMAT13_NOTE
+    with open(path, "w") as f:
+        json.dump(work, f, indent=2)
+
+
+def cmd_compare(args):
+    """Exit 1, naming every difference, unless each case's replay outputs equal ``--against``'s bit for bit."""
+    work = json.load(open(os.path.join(args.out, "_cases.json")))
+    bad = []
+    for name, info in work["cases"].items():
+        got = np.load(os.path.join(args.out, info["expected_file"]))
+        want = np.load(os.path.join(args.against, info["expected_file"]))
+        for k in sorted(set(got.files) | set(want.files)):
+            if k not in got.files or k not in want.files:
+                bad.append(f"{name}: binding {k} is in only one of the two replays")
+                continue
+            a, b = got[k], want[k]
+            if a.dtype != b.dtype or a.shape != b.shape:
+                bad.append(f"{name}: {k} is {a.dtype}{list(a.shape)} here, {b.dtype}{list(b.shape)} there")
+            elif a.tobytes() != b.tobytes():
+                ua, ub = a.reshape(-1).view(f"u{a.itemsize}"), b.reshape(-1).view(f"u{b.itemsize}")
+                diff = np.flatnonzero(ua != ub)
+                i = int(diff[0])
+                bad.append(f"{name}: {k} differs in {diff.size} of {ua.size} elements; first at flat index {i}: "
+                           f"{a.reshape(-1)[i]!r} here, {b.reshape(-1)[i]!r} there")
+        if not any(m.startswith(name + ":") for m in bad):
+            print(f"case {name}: replay outputs equal {args.against}'s bit for bit ({len(want.files)} bindings)")
+    if bad:
+        print("replay outputs differ:\n  " + "\n  ".join(bad), file=sys.stderr)
+        sys.exit(1)
+
+
 def cmd_manifest(args):
     work = json.load(open(os.path.join(args.out, "_cases.json")))
     fmts = sorted({c["format_version"] for c in work["cases"].values()})
@@ -548,6 +756,8 @@ def cmd_manifest(args):
         "cases": work["cases"],
         "absent": work["absent"],
     }
+    if "derivation" in work:
+        manifest["derivation"] = work["derivation"]
     with open(os.path.join(args.out, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=2, sort_keys=False)
         f.write("\n")
@@ -556,12 +766,16 @@ def cmd_manifest(args):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["capture", "replay", "manifest"])
+    commands = {"capture": cmd_capture, "replay": cmd_replay, "to-format13": cmd_to_format13,
+                "compare": cmd_compare, "manifest": cmd_manifest}
+    p.add_argument("command", choices=list(commands))
     p.add_argument("--out", required=True)
     p.add_argument("--kernel-cache", required=False)
     p.add_argument("--case", action="append")
+    p.add_argument("--keep", help="to-format13: folder for the format-14 files and their replay outputs")
+    p.add_argument("--against", help="compare: folder holding the other replay's <case>_expected.npz")
     args = p.parse_args(argv)
-    {"capture": cmd_capture, "replay": cmd_replay, "manifest": cmd_manifest}[args.command](args)
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from .. import model as m
 from ..formats.annotations import SCALAR_SIZES
 from ..formats.annotations import strided_reach as _reach
 from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays, descriptor_view, index_counts
+from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS
 from ..fileio import is_plain_basename
 from ..model import APIC_SCALAR_SIZE
 from . import legacy as _legacy
@@ -693,17 +694,19 @@ class _Checker:
         if min(op.row_count, op.col_count, op.nnz_upper_bound) < 0:
             self.err(w, "BSR counts must not be negative", op.at)
             return
-        # A padded destination (transposed row counts given) appends its col_count + 1 capacity
-        # offsets; replay copies them into the destination offsets, and the last sizes its columns.
+        # From format 14 a padded destination (transposed row counts given) appends its col_count + 1
+        # capacity offsets; replay copies them into the destination offsets, and the last sizes its
+        # columns.  Format 13 has no tail: Warp 1.15-1.18 read the capacity from the live offsets.
         padded = op.transposed_row_counts_region_id >= 0
+        has_tail = padded and LAYOUTS.get(self.prog.format_version, LAYOUTS[CURRENT_FORMAT]).bsr_transpose_tail
         tail = op.padded_tail
-        if len(tail) != (op.col_count + 1 if padded else 0):
+        if len(tail) != (op.col_count + 1 if has_tail else 0):
             self.err(w, f"record carries {len(tail)} capacity offsets; expected "
-                        f"{op.col_count + 1 if padded else 0}", op.at)
+                        f"{op.col_count + 1 if has_tail else 0}", op.at)
             return
         ints = 4 * op.nnz_upper_bound
         capacity = ints
-        if padded:
+        if has_tail:
             prev = 0
             for v in tail:
                 if v < prev:

@@ -18,6 +18,10 @@ What changes, per format (README "Keeping captures across Warp upgrades"):
 * launches of formats 3 and 10 gain grid_stride 0 / cluster_dim 1 (the model
   already holds these); IF/WHILE branch sizes are recomputed by the encoder;
 * BSR_FROM_TRIPLETS before 16: the legacy ``bsr_nnz`` slot becomes -1/0;
+* BSR_TRANSPOSE of format 13 into a padded destination gains the capacity
+  tail format 14 added, read from the capture's memory snapshot of the
+  destination offsets (what Warp 1.15-1.18 read at replay when nothing had
+  changed them), so Warp 1.19 can restore and bounds-check the capacity;
 * formats 3 and 10 key kernels by kernel key alone, so a second module's
   kernel of the same key has no record and Warp 1.13/1.14 ran the first
   module's kernel for it.  ``collision="producer"`` (the default) keeps that
@@ -254,6 +258,7 @@ def upgrade_program(prog: m.Program, producer_version: str, *, collision: str = 
         report.notes.append("kernel records: block_dim 256 (what Warp 1.13/1.14 wrote on CPU, read by no CPU "
                             "loader) normalised to 1, what Warp 1.15 and later write")
     redirect = {}
+    regions = {r.region_id: r for r in prog.regions}
     for op, k in find_collisions(prog) if layout.kernels_by_key else []:
         pair = (op.module_hash, op.kernel_key)
         if pair in redirect:
@@ -289,6 +294,9 @@ def upgrade_program(prog: m.Program, producer_version: str, *, collision: str = 
                 return replace(op, module_hash=to)
         elif isinstance(op, m.BsrFromTriplets) and src < 16 and op.bsr_nnz_region_id != -1:
             return replace(op, bsr_nnz_region_id=-1, bsr_nnz_offset=0)
+        elif (isinstance(op, m.BsrTranspose) and not layout.bsr_transpose_tail
+              and op.transposed_row_counts_region_id >= 0):
+            return replace(op, padded_tail=_snapshot_capacity(op, regions, report))
         return op
 
     ops = _map_ops(prog.ops, leaf) if (redirect or src < 16) else list(prog.ops)
@@ -302,6 +310,29 @@ def upgrade_program(prog: m.Program, producer_version: str, *, collision: str = 
     report.module_sources = {mod.binary_filename: mod.binary_filename for mod in modules}
     out = _assemble(prog, producer_version, modules, kernels, ops)
     return out, report
+
+
+def _snapshot_capacity(op: m.BsrTranspose, regions: dict, report: "UpgradeReport") -> tuple:
+    """The ``col_count + 1`` capacity offsets of a format-13 padded transpose, from the memory snapshot.
+
+    Raises:
+        WrpError: The snapshot does not hold the destination offsets.
+    """
+    n = op.col_count + 1
+    r = regions.get(op.transposed_offsets_region_id)
+    start = op.transposed_offsets_offset
+    if r is None or not r.has_initial_data or r.data is None or start + 4 * n > len(r.data):
+        raise WrpError(
+            f"BSR_TRANSPOSE at byte {op.at}: format 13 records no capacity offsets for its padded destination, and "
+            f"the capture's memory snapshot holds none for region {op.transposed_offsets_region_id} either, so "
+            "format 18 cannot say what Warp 1.15-1.18 would have read",
+            hint="Recapture the program with the installed Warp.")
+    note = ("BSR_TRANSPOSE (padded destination): format 13 records no capacity offsets; the upgrade took them from "
+            "the memory snapshot of the destination offsets, which Warp 1.15-1.18 read at replay unless the graph or "
+            "the caller had changed them; Warp 1.19 restores them before each transpose (GH-1587)")
+    if note not in report.notes:
+        report.notes.append(note)
+    return struct.unpack_from(f"<{n}i", r.data, start)
 
 
 def _assemble(prog, producer_version, modules, kernels, ops) -> m.Program:
