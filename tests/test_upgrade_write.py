@@ -1,0 +1,45 @@
+"""How `wrp upgrade` writes: checks before anything is published, a light CLI, shared launch records.
+
+The upgrade checks its output while the data is written back to disk (the
+checks run once every byte is written, before the file is synced and given
+its name), so these tests pin what that must not change: an output that
+would not validate leaves nothing behind, in either form.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wrpkit.errors import WrpError
+
+LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
+
+
+def _copy_case(tmp_path: Path, rel: str, case: str) -> Path:
+    d = tmp_path / "in"
+    d.mkdir(exist_ok=True)
+    shutil.copy(LEGACY / rel / f"{case}.wrp", d)
+    shutil.copytree(LEGACY / rel / f"{case}_modules", d / f"{case}_modules")
+    return d / f"{case}.wrp"
+
+
+@pytest.mark.parametrize("ext", ["wrp", "wrpk"])
+def test_output_that_would_not_validate_publishes_nothing(tmp_path, ext):
+    import wrpkit
+
+    # Warp 1.18's saxpy capture, its module object swapped for the struct case's
+    # (a valid ELF object that does not define the saxpy kernel's symbols).
+    src = _copy_case(tmp_path, "1.18.0", "saxpy")
+    (obj,) = (src.parent / "saxpy_modules").iterdir()
+    (other,) = (LEGACY / "1.18.0" / "struct_modules").iterdir()
+    obj.write_bytes(other.read_bytes())
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(WrpError, match="would not validate, so nothing was written") as e:
+        wrpkit.upgrade(src, out / f"saxpy.{ext}")
+    assert "saxpy" in e.value.message
+    assert os.listdir(out) == []  # no output, no modules folder, no temporary file
