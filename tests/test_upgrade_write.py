@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from wrpkit.errors import WrpError
+from wrpkit.formats.wrp1 import decode_wrp1
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
 
@@ -43,3 +46,13 @@ def test_output_that_would_not_validate_publishes_nothing(tmp_path, ext):
         wrpkit.upgrade(src, out / f"saxpy.{ext}")
     assert "saxpy" in e.value.message
     assert os.listdir(out) == []  # no output, no modules folder, no temporary file
+
+
+def test_cli_upgrade_imports_neither_warp_numpy_rich_nor_flatbuffers(tmp_path):
+    src = _copy_case(tmp_path, "1.18.0", "struct")
+    code = ("import sys; from click.testing import CliRunner; from wrpkit.cli import main; "
+            f"r = CliRunner().invoke(main, ['upgrade', {str(src)!r}, {str(tmp_path / 'new.wrp')!r}]); "
+            "assert r.exit_code == 0, r.output; assert 'format 18' in r.output, r.output; "
+            "heavy = {'warp', 'numpy', 'rich', 'flatbuffers'} & set(sys.modules); assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+    assert decode_wrp1((tmp_path / "new.wrp").read_bytes()).format_version == 18
