@@ -8,15 +8,19 @@ would not validate leaves nothing behind, in either form.
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from wrpkit import model as m
 from wrpkit.errors import WrpError
+from wrpkit.formats.launch_arrays import exceeded_launches
 from wrpkit.formats.wrp1 import decode_wrp1
 
 LEGACY = Path(__file__).resolve().parent / "fixtures" / "legacy"
@@ -56,3 +60,21 @@ def test_cli_upgrade_imports_neither_warp_numpy_rich_nor_flatbuffers(tmp_path):
             "heavy = {'warp', 'numpy', 'rich', 'flatbuffers'} & set(sys.modules); assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
     assert decode_wrp1((tmp_path / "new.wrp").read_bytes()).format_version == 18
+
+
+def test_shared_launch_records_are_reported_at_every_path():
+    # A Warp 1.18 launch over arrays of n elements, made to run more threads than
+    # that and listed three times as one object (as decode_wrp1(share_ops=True)
+    # lists byte-identical records), once inside a WHILE body.
+    prog = decode_wrp1((LEGACY / "1.18.0" / "saxpy.wrp").read_bytes())
+    launch = next(op for op in prog.ops if isinstance(op, m.KernelLaunch))
+    assert list(exceeded_launches([launch])) == []  # as captured, every thread has its element
+    big = replace(launch, size=launch.size * 4, dim=launch.dim * 4,
+                  shape=(launch.shape[0] * 4, *launch.shape[1:]))
+    loop = m.While(cond_region_id=1, cond_offset=0, body=[big])
+    shared = [big, big, loop]
+    found = [(w, n) for w, _, n in exceeded_launches(shared)]
+    assert [w for w, _ in found] == ["ops[0]", "ops[1]", "ops[2].body[0]"]
+    copies = [copy.copy(big), copy.copy(big), replace(loop, body=[copy.copy(big)])]
+    assert [(w, n) for w, _, n in exceeded_launches(copies)] == found
+    assert found[0][1] == launch.size
