@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .output import console, dump_json, size
+from .output import dump_json, size
 
 
 @click.command()
@@ -25,7 +25,8 @@ def upgrade(src, dst, collision, kernels, as_json, quiet):
     (Warp 1.13) objects cannot be called by current Warp, so its kernels are
     rebuilt from --kernels.  DST ending in .wrpk writes a bundle; otherwise a
     .wrp with <stem>_modules/ beside it.  The output is validated before it
-    is written, atomically, and records a digest of every module file.
+    is published, written atomically, and records a digest of every module
+    file.
 
     \b
     Examples:
@@ -49,13 +50,14 @@ def upgrade(src, dst, collision, kernels, as_json, quiet):
         return
     if quiet:
         return
-    con = console()
-    con.print(f"wrote {res.dst} ({res.form}, format {rep.target_format} for Warp {rep.producer_version}, "
-              f"{size(res.bytes_written)}) from {rep.source}", markup=False)
-    con.print(f"collision policy: {rep.collision}", markup=False)
+    # Plain lines, echoed as they are: rich (about 0.1 s to import) is left to
+    # the commands that draw tables.
+    click.echo(f"wrote {res.dst} ({res.form}, format {rep.target_format} for Warp {rep.producer_version}, "
+               f"{size(res.bytes_written)}) from {rep.source}")
+    click.echo(f"collision policy: {rep.collision}")
     for k in rep.kernels:
-        con.print(f"  {k.kernel_key:<20} {k.route:<28} {k.binary_filename}", markup=False)
+        click.echo(f"  {k.kernel_key:<20} {k.route:<28} {k.binary_filename}")
         if k.detail:
-            con.print(f"  {'':<20} {k.detail}", markup=False)
+            click.echo(f"  {'':<20} {k.detail}")
     for n in rep.notes:
-        con.print(f"note: {n}", markup=False)
+        click.echo(f"note: {n}")

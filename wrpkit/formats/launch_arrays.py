@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Optional
 
 from .. import model as m
 
@@ -151,7 +151,7 @@ def array_extents(op: m.KernelLaunch) -> list:
     return out
 
 
-def exceeded_launches(ops, prefix: str = "ops") -> Iterator[tuple]:
+def exceeded_launches(ops, prefix: str = "ops", _largest: Optional[dict] = None) -> Iterator[tuple]:
     """Launches whose thread count exceeds every array argument's element count.
 
     Args:
@@ -161,17 +161,22 @@ def exceeded_launches(ops, prefix: str = "ops") -> Iterator[tuple]:
     Yields:
         ``(path, op, largest array's elements)`` like ``("ops[3]", op, 256)``.
     """
+    # id(op) -> its largest array (None: no array).  A decoder that shares
+    # identical records (share_ops) lists one object many times: measured once.
+    largest = {} if _largest is None else _largest
     for i, op in enumerate(ops):
-        w = f"{prefix}[{i}]"
         if isinstance(op, m.KernelLaunch):
-            arrays = array_extents(op)
-            if arrays and op.size > max(n for _, n in arrays):
-                yield w, op, max(n for _, n in arrays)
+            n = largest.get(id(op), -1)
+            if n == -1:
+                n = largest[id(op)] = max((k for _, k in array_extents(op)), default=None)
+            if n is not None and op.size > n:
+                yield f"{prefix}[{i}]", op, n
         elif isinstance(op, m.If):
-            yield from exceeded_launches(op.then_ops, w + ".then")
-            yield from exceeded_launches(op.else_ops, w + ".else")
+            w = f"{prefix}[{i}]"
+            yield from exceeded_launches(op.then_ops, w + ".then", largest)
+            yield from exceeded_launches(op.else_ops, w + ".else", largest)
         elif isinstance(op, m.While):
-            yield from exceeded_launches(op.body, w + ".body")
+            yield from exceeded_launches(op.body, f"{prefix}[{i}].body", largest)
 
 
 def exceeded_message(op: m.KernelLaunch, largest: int) -> str:
