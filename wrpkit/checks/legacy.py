@@ -13,6 +13,7 @@ them; the WRP1 decoder never produces them.
 from __future__ import annotations
 
 from .. import model as m
+from ..formats.wrp1 import metadata_outside_format
 from ..formats.wrp1_layout import LAYOUTS
 
 #: Warp 1.13 refuses a scalar argument larger than this (capture.py, "Scalar parameter too large").
@@ -25,20 +26,7 @@ def metadata_problems(prog: m.Program) -> list:
     out = []
     if layout is None or layout.producer_version:
         return out
-    if prog.warp_version:
-        out.append(("metadata", f"format {prog.format_version} records no producer version, found "
-                                f"{prog.warp_version!r}", "error"))
-    if not layout.module_extras:
-        for i, mod in enumerate(prog.modules):
-            if (mod.binary_digest or mod.source_filename or mod.source_digest or mod.binary_kind != 0
-                    or mod.fallback_reason != 1 or mod.recipe != m.CudaCompileRecipe()):
-                out.append((f"modules[{i}]", f"format {prog.format_version} module records carry no binary digest, "
-                                             "source, binary kind, fallback reason or compile recipe", "error"))
-    if not layout.pointer_location_count:
-        for i, pl in enumerate(prog.pointer_locations):
-            if pl.count:
-                out.append((f"pointer_locations[{i}]", f"format {prog.format_version} pointer locations record no "
-                                                       f"slot count, found {pl.count}", "error"))
+    out += [(where, message, "error") for where, message in metadata_outside_format(prog, layout)]
     if layout.kernels_by_key:
         seen = {}
         for i, k in enumerate(prog.kernels):
