@@ -187,6 +187,20 @@ def test_check_names_the_writer_and_points_to_upgrade(rel):
     assert ("--kernels" in f["fix"]) == (FORMATS[rel] == 3)
 
 
+@pytest.mark.parametrize("rel", ["1.13.0", "1.14.0", "1.18.0"])
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_replay_names_the_format_and_the_upgrade_command(rel, engine, tmp_path):
+    """Both engines refuse an old file with exit 3 and wrp-replay's own text, and write nothing."""
+    from wrpkit.formats.wrp1_layout import upgrade_message
+
+    out = tmp_path / "out.npz"
+    r = _wrp("replay", ROOT / rel / "saxpy.wrp", "--engine", engine, "--output", out, "--json")
+    assert r.returncode == 3, r.stdout + r.stderr
+    err = json.loads(r.stdout)
+    assert upgrade_message(FORMATS[rel]) in err["error"] and err["exit_code"] == 3
+    assert "wrp upgrade" in err["hint"] and not out.exists()
+
+
 # -- upgrade and replay with the installed Warp ---------------------------------------------------------------------
 
 REPLAY = r"""
