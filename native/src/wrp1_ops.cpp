@@ -181,7 +181,7 @@ private:
             op.fail("op type 3 (MEMCPY_D2H) is reserved; Warp's loader rejects it");
         const FormatLayout* current = find_format_layout(kCurrentFormat);
         if (op.type < kNumOpTypes && current->op_size[op.type] != 0)
-            op.fail("op type %u is %s, which format %u (%s) does not have", op.type, op_name(op.type), layout_.version,
+            op.fail("op type %u is %s, which format %u does not have (%s)", op.type, op_name(op.type), layout_.version,
                     describe_format(layout_.version).c_str());
         op.fail("unknown op type %u", op.type);
     }
