@@ -1810,6 +1810,12 @@ def test_legacy_formats_through_the_c_api(native):
     lib.wrp_program_format_version.restype = ctypes.c_uint32
     lib.wrp_program_destroy.argtypes = [ctypes.c_void_p]
 
+    class OpInfo(ctypes.Structure):
+        _fields_ = [("summary", ctypes.c_char_p), ("kind", ctypes.c_char_p), ("kernel", ctypes.c_char_p),
+                    ("module", ctypes.c_char_p), ("module_verified", ctypes.c_int), ("note", ctypes.c_char_p)]
+
+    lib.wrp_program_op_info.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(OpInfo)]
+
     def open_(data: bytes, mdir: Path, validate_only: int):
         opts = _Options()
         lib.wrp_options_init(ctypes.byref(opts))
@@ -1831,6 +1837,11 @@ def test_legacy_formats_through_the_c_api(native):
             assert lib.wrp_program_format_description(handle).decode() == describe_format(version)
             assert lib.wrp_program_upgrade_message(handle).decode() == upgrade_message(version)
             assert lib.wrp_program_warp_version(handle) == b""
+            info = OpInfo()  # the launch's kernel key, read at the format's own offsets
+            assert lib.wrp_program_op_info(handle, 0, ctypes.byref(info)) == 0
+            if info.kind == b"KERNEL_LAUNCH":
+                kernels = json.loads((LEGACY_ROOT / rel / "manifest.json").read_text())["cases"][case]["kernels"]
+                assert info.kernel.decode() in [k["key"] for k in kernels], info.summary
         finally:
             lib.wrp_program_destroy(handle)
         rc, handle, err = open_(src.read_bytes(), mdir, 0)

@@ -264,7 +264,7 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
              graph_.raw_pointers.size() > 1 ? (" (and " + std::to_string(graph_.raw_pointers.size() - 1) +
                                               " more)").c_str() : "");
     describe_crash_context(modules);
-    top_ops_ = list_top_level_ops(image, size);
+    top_ops_ = list_top_level_ops(image, size, *graph_.layout);
     if (opts_.validate_only)
         return;
     // Validated under its own format's rules, but Warp loads only the current format (`wrp upgrade`
