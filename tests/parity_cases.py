@@ -409,30 +409,28 @@ def truncated_launch(data: bytes) -> bytes:
     return bytes(out)
 
 
-def first_op_type(t: int):
+def set_u32(value: int, *offsets: int, first_op: bool = False):
+    """Write ``value`` as a u32 at each file offset (and, with ``first_op``, over the first op's type)."""
     def raw(data: bytes) -> bytes:
         out = bytearray(data)
-        _U32.pack_into(out, _first_op_at(data), t)
+        for at in offsets + ((_first_op_at(data),) if first_op else ()):
+            _U32.pack_into(out, at, value)
         return bytes(out)
     return raw
+
+
+def first_op_type(t: int):
+    return set_u32(t, first_op=True)
 
 
 def relabel_format(version: int):
-    """Set the header's and the metadata's format version (the records stay as they are)."""
-    def raw(data: bytes) -> bytes:
-        out = bytearray(data)
-        _U32.pack_into(out, 4, version)
-        _U32.pack_into(out, 160, version)  # METADATA starts at byte 160 in every format
-        return bytes(out)
-    return raw
+    """The header's and the metadata's format version (the records stay as they are); METADATA starts at
+    byte 160 in every format."""
+    return set_u32(version, 4, 160)
 
 
 def metadata_version(version: int):
-    def raw(data: bytes) -> bytes:
-        out = bytearray(data)
-        _U32.pack_into(out, 160, version)
-        return bytes(out)
-    return raw
+    return set_u32(version, 160)
 
 
 def first_op_byte(offset: int, value: int):
