@@ -239,8 +239,6 @@ private:
     struct LaunchHead {
         bool is_forward;
         uint16_t key_len, hash_len, num_params;
-        std::string key, hash;
-        const KernelRecord* kernel;  // null without semantic checks
     };
 
     LaunchHead launch_head(const Op& op)
@@ -286,38 +284,45 @@ private:
             op.fail("size %llu is not a multiple of the shape's %llu elements", static_cast<unsigned long long>(size),
                     static_cast<unsigned long long>(prod));
         LaunchHead h{is_forward == 1, op.get<uint16_t>(L.kernel_key_len.offset), op.get<uint16_t>(L.module_hash_len.offset),
-                     op.get<uint16_t>(L.num_params.offset), {}, {}, nullptr};
+                     op.get<uint16_t>(L.num_params.offset)};
         if (h.key_len == 0 || h.hash_len == 0)
             op.fail("kernel key length %u and module hash length %u must be nonzero", h.key_len, h.hash_len);
         return h;
     }
 
-    // The kernel key and module hash after the fixed part (the caller has checked that they fit),
-    // and the kernel record the launch runs.
-    void launch_kernel(const Op& op, LaunchHead& h)
+    // The kernel key and module hash after the fixed part (the caller has checked that they fit).
+    std::string launch_key(const Op& op, const LaunchHead& h) const
     {
-        uint32_t at = layout_.launch.fixed_size;
-        h.key.assign(reinterpret_cast<const char*>(op.p + at), h.key_len);
-        h.hash.assign(reinterpret_cast<const char*>(op.p + at + h.key_len), h.hash_len);
-        if (h.key.find('\0') != std::string::npos || h.hash.find('\0') != std::string::npos)
+        return std::string(reinterpret_cast<const char*>(op.p + layout_.launch.fixed_size), h.key_len);
+    }
+    std::string launch_hash(const Op& op, const LaunchHead& h) const
+    {
+        return std::string(reinterpret_cast<const char*>(op.p + layout_.launch.fixed_size + h.key_len), h.hash_len);
+    }
+
+    // Check the launch's key and hash, and the kernel record the launch runs.
+    void launch_kernel(const Op& op, const LaunchHead& h, const std::string& key, const std::string& hash)
+    {
+        if (key.find('\0') != std::string::npos || hash.find('\0') != std::string::npos)
             op.fail("kernel key or module hash contains a NUL byte");
-        if (!is_utf8(h.key) || !is_utf8(h.hash))
+        if (!is_utf8(key) || !is_utf8(hash))
             op.fail("kernel key or module hash is not valid UTF-8");
         if (!semantic_)
             return;
         // Formats 3 and 10: Warp keyed kernels by key alone, so a launch whose (module, key) has no
         // record runs the record of its key (wrpkit's validate warns; `wrp upgrade --collision` chooses).
-        const KernelRecord* k = g_.launch_kernel(h.hash, h.key);
+        const KernelRecord* k = g_.find_kernel(hash, key);
+        if (!k && layout_.kernels_by_key)
+            k = g_.launch_kernel(hash, key);
         if (!k)
-            op.fail("kernel %s of module %s is not in the kernel table", quoted(h.key).c_str(), quoted(h.hash).c_str());
+            op.fail("kernel %s of module %s is not in the kernel table", quoted(key).c_str(), quoted(hash).c_str());
         if (!h.is_forward && k->backward_name.empty())
-            op.fail("backward launch of kernel %s, whose module was built without backward code", quoted(h.key).c_str());
+            op.fail("backward launch of kernel %s, whose module was built without backward code", quoted(key).c_str());
         if (!h.is_forward && !is_c_identifier(k->backward_name))
             fail_invalid_at("metadata.kernels.backward_name", k->at, "backward symbol %s is not a C identifier",
                             quoted(k->backward_name).c_str());
         if (!h.is_forward)
             g_.kernels[size_t(k - g_.kernels.data())].backward_used = true;
-        h.kernel = k;
     }
 
     void launch(const Op& op)
@@ -336,7 +341,8 @@ private:
                     "relocations + %u value bytes)",
                     op.total, static_cast<unsigned long long>(expected), L.fixed_size, h.key_len, h.hash_len, bindings,
                     num_relocs, value_size);
-        launch_kernel(op, h);
+        std::string key = launch_key(op, h), hash = launch_hash(op, h);
+        launch_kernel(op, h, key, hash);
 
         uint32_t params_off = L.fixed_size + h.key_len + h.hash_len;
         uint32_t relocs_off = params_off + bindings * kParamRecord;
@@ -377,8 +383,8 @@ private:
         if (cursor != num_relocs)
             op.fail("params own %llu relocations but num_relocs is %u", static_cast<unsigned long long>(cursor), num_relocs);
         if (semantic_) {
-            against_signature(op, h.key, h.hash, h.num_params, params_off, relocs_off, values_off);
-            raw_pointers(op, h.key, h.hash, h.num_params, params_off, relocs_off, values_off);
+            against_signature(op, key, hash, h.num_params, params_off, relocs_off, values_off);
+            raw_pointers(op, key, hash, h.num_params, params_off, relocs_off, values_off);
         }
     }
 
@@ -398,7 +404,8 @@ private:
             op.fail("total_size %u, but its fields describe %llu bytes (%u + key %u + hash %u + %u argument descriptors "
                     "of %u + %u handle offsets of 4)", op.total, static_cast<unsigned long long>(expected), L.fixed_size,
                     h.key_len, h.hash_len, h.num_params, A.size, n_handles);
-        launch_kernel(op, h);
+        std::string key = launch_key(op, h), hash = launch_hash(op, h);
+        launch_kernel(op, h, key, hash);
         if (!h.is_forward)
             op.fail("format %u cannot hold a backward launch (Warp %s refuses adjoint launches in capture)",
                     layout_.version, layout_.releases);
@@ -472,7 +479,7 @@ private:
                                 static_cast<unsigned long long>(r->size));
         }
         if (semantic_)
-            against_signature(op, h.key, h.hash, 0, args_off, args_off, args_off);  // format 3 has no bindings
+            against_signature(op, key, hash, 0, args_off, args_off, args_off);  // format 3 has no bindings
     }
 
     // Param record j of a launch: (its offset in the op, relocation count, value offset, value size).
