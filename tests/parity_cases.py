@@ -518,6 +518,11 @@ def as_format(version: int):
     return edit
 
 
+def transpose_tail(prog):
+    op = next(op for op in prog.ops if isinstance(op, m.BsrTranspose))
+    op.padded_tail = tuple(range(op.col_count + 1))
+
+
 def descriptors_and_value_data(prog):
     launches(prog)[0].value_data = bytes(8)
 
@@ -590,6 +595,11 @@ LEGACY_CASES = [
          "has no params, relocations or value data", "has no params, relocations or value data",
          legacy="1.13.0/saxpy", direct_bundle=True),
     Case("legacy_f14_bundle_as_is", "", _no_edit, accept=True, legacy="1.15.0/struct_array", direct_bundle=True),
+    # -- BSR_TRANSPOSE's capacity tail: never in format 13, always for a padded destination from 14 --------------------
+    Case("legacy_f13_padded_transpose_relabelled_14", "", _no_edit, "record carries 0 capacity offsets",
+         "capacity offsets of a padded destination", legacy="format13/bsr_transpose", raw=relabel_format(14)),
+    Case("legacy_f13_bundle_transpose_tail", "", transpose_tail, "record carries", "has no tail in format 13",
+         legacy="format13/bsr_transpose", direct_bundle=True),
 ]
 CASES += LEGACY_CASES
 

@@ -924,15 +924,18 @@ private:
             op.fail("negative row, column or nnz count");
         auto id = [&](int i) { return op.get<int32_t>(20 + 4 * i); };
         auto off = [&](int i) { return op.get<uint64_t>(52 + 8 * i); };
-        bool padded = id(4) >= 0;
+        // From format 14 a padded destination (transposed row counts given) carries its capacity
+        // offsets; in format 13 it carries none (Warp 1.15-1.18 read them from the live offsets), so
+        // its columns are bounded by nnz_upper_bound, as an unpadded one's.
+        bool has_tail = id(4) >= 0 && layout_.bsr_transpose_tail;
         uint64_t colp1 = (uint64_t(cols) + 1) * 4;
-        uint64_t expected = fixed + (padded ? colp1 : 0);
+        uint64_t expected = fixed + (has_tail ? colp1 : 0);
         if (op.total != expected)
             op.fail("total_size %u, expected %llu (%u%s)", op.total, static_cast<unsigned long long>(expected), fixed,
-                    padded ? " + the (col_count + 1) int32 capacity offsets of a padded destination" : "");
+                    has_tail ? " + the (col_count + 1) int32 capacity offsets of a padded destination" : "");
         uint64_t int_bytes = uint64_t(nnz) * 4;
         uint64_t capacity_bytes = int_bytes;
-        if (padded) {
+        if (has_tail) {
             // Replay copies this tail into the destination offsets, and its last
             // entry sizes the destination columns.
             int32_t prev = 0;
