@@ -36,6 +36,10 @@ class Case:
         modules: ``modules(modules_dir)`` applied to the copied module files.
         accept: Both sides must accept it (a rule one side used to apply wrongly).
         bundle: Check the variant as a ``.wrpk`` (``wrp convert``) instead of a ``.wrp``.
+        legacy: Start from a committed capture of an older Warp instead,
+            ``"<release>/<case>"`` under tests/fixtures/legacy/ (``program`` is then unused).
+        direct_bundle: Encode the edited model straight to a ``.wrpk``: for what a bundle can
+            say but the program's own WRP1 format cannot (the edit would not survive a ``.wrp``).
     """
 
     name: str
@@ -48,6 +52,8 @@ class Case:
     modules: Optional[Callable] = None
     accept: bool = False
     bundle: bool = False
+    legacy: str = ""
+    direct_bundle: bool = False
 
 
 def launches(prog, key=None):
@@ -367,15 +373,259 @@ CASES = [
     Case("bundle_of_a_long_step_loop", "views", step_loop(1500), accept=True, bundle=True),
 ]
 
+
+# -- captures of older Warp releases (formats 3, 10, 14-16): each format's own rules ------------------------------
+#
+# Both validators read every released format (the C++ one from native/src/wrp1_layouts.h, generated from
+# wrpkit/formats/wrp1_layout.py).  Each case below breaks one rule of one format in a committed capture of
+# tests/fixtures/legacy/, or breaks nothing that format forbids (accept).  Raw edits work on the bytes the
+# model re-encodes, which are the fixture's own (the codec round-trips every format byte for byte).
+
+LEGACY_ROOT = Path(__file__).resolve().parent / "fixtures" / "legacy"
+_U32 = struct.Struct("<I")
+_OPS_ENTRY = 64 + 2 * 32  # the OPERATIONS entry of the section table (the third)
+
+
+def _no_edit(prog):
+    return None
+
+
+def _first_op_at(data: bytes) -> int:
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+
+    return decode_wrp1(data).ops[0].at
+
+
+def truncated_launch(data: bytes) -> bytes:
+    """Cut the last 4 bytes of the first op (a launch) and shrink its total_size and the OPERATIONS section to
+    match: the record no longer holds what its fields describe (value bytes, or format 3's last descriptor)."""
+    at = _first_op_at(data)
+    total = _U32.unpack_from(data, at + 4)[0]
+    out = bytearray(data[:at + total - 4] + data[at + total:])
+    _U32.pack_into(out, at + 4, total - 4)
+    for field in (16, 24):  # size, uncompressed_size (u64)
+        at_field = _OPS_ENTRY + field
+        struct.pack_into("<Q", out, at_field, struct.unpack_from("<Q", out, at_field)[0] - 4)
+    return bytes(out)
+
+
+def set_u32(value: int, *offsets: int, first_op: bool = False):
+    """Write ``value`` as a u32 at each file offset (and, with ``first_op``, over the first op's type)."""
+    def raw(data: bytes) -> bytes:
+        out = bytearray(data)
+        for at in offsets + ((_first_op_at(data),) if first_op else ()):
+            _U32.pack_into(out, at, value)
+        return bytes(out)
+    return raw
+
+
+def first_op_type(t: int):
+    return set_u32(t, first_op=True)
+
+
+def relabel_format(version: int):
+    """The header's and the metadata's format version (the records stay as they are); METADATA starts at
+    byte 160 in every format."""
+    return set_u32(version, 4, 160)
+
+
+def metadata_version(version: int):
+    return set_u32(version, 160)
+
+
+def first_op_byte(offset: int, value: int):
+    """Set byte ``offset`` of the first op record (from its op header)."""
+    def raw(data: bytes) -> bytes:
+        out = bytearray(data)
+        out[_first_op_at(data) + offset] = value
+        return bytes(out)
+    return raw
+
+
+def add_to_first_op_u16(offset: int, delta: int):
+    def raw(data: bytes) -> bytes:
+        out = bytearray(data)
+        at = _first_op_at(data) + offset
+        struct.pack_into("<H", out, at, struct.unpack_from("<H", out, at)[0] + delta)
+        return bytes(out)
+    return raw
+
+
+def if_branch_a_longer(data: bytes) -> bytes:
+    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+
+    out = bytearray(data)
+    at = next(op.at for op in decode_wrp1(data).ops if isinstance(op, m.If))
+    _U32.pack_into(out, at + 24, _U32.unpack_from(out, at + 24)[0] + 4)
+    return bytes(out)
+
+
+def legacy_arg_pad(data: bytes) -> bytes:
+    """A nonzero reserved byte (+84) in the first 88-byte argument descriptor of a format-3 launch."""
+    at = _first_op_at(data)
+    key_len, hash_len = struct.unpack_from("<HH", data, at + 60)
+    out = bytearray(data)
+    out[at + 68 + key_len + hash_len + 84] = 1
+    return bytes(out)
+
+
+def legacy_arg(j: int, **fields):
+    def edit(prog):
+        op = launches(prog)[0]
+        op.legacy_args[j] = op.legacy_args[j]._replace(**fields)
+    return edit
+
+
+def legacy_arg_shape(j: int, extent: int):
+    def edit(prog):
+        op = launches(prog)[0]
+        a = op.legacy_args[j]
+        op.legacy_args[j] = a._replace(shape=(extent,) + tuple(a.shape[1:]))
+    return edit
+
+
+def second_record_of_a_key(prog):
+    """Formats 3 and 10 key kernel records by key alone: add module b's record of the collided key."""
+    k = prog.kernels[0]
+    other = next(mod for mod in prog.modules if mod.module_hash != k.module_hash)
+    prog.kernels = list(prog.kernels) + [replace(k, module_hash=other.module_hash)]
+
+
+def negative_extent(prog):
+    op = launches(prog)[0]
+    op.shape = (-op.shape[0],) + tuple(op.shape[1:])
+
+
+def producer_version(prog):
+    prog.warp_version = "1.18.0"
+
+
+def counted_pointer_location(prog):
+    prog.pointer_locations = [m.PointerLocation(prog.regions[0].region_id, 0, 0, 1)]
+
+
+def launch_grid_stride(prog):
+    launches(prog)[0].grid_stride = 1
+
+
+def module_digest(prog):
+    prog.modules[0] = replace(prog.modules[0], binary_digest="ab" * 32)
+
+
+def as_format(version: int):
+    def edit(prog):
+        prog.format_version = version
+    return edit
+
+
+def transpose_tail(prog):
+    op = next(op for op in prog.ops if isinstance(op, m.BsrTranspose))
+    op.padded_tail = tuple(range(op.col_count + 1))
+
+
+def descriptors_and_value_data(prog):
+    launches(prog)[0].value_data = bytes(8)
+
+
+LEGACY_CASES = [
+    # -- structure, per format ---------------------------------------------------------------------------------------
+    Case("legacy_f10_truncated_launch", "", _no_edit, "record size", "but its fields describe",
+         legacy="1.14.0/saxpy", raw=truncated_launch),
+    Case("legacy_f3_truncated_launch", "", _no_edit, "argument descriptors and 0 handle offsets need",
+         "argument descriptors", legacy="1.13.0/saxpy", raw=truncated_launch),
+    Case("legacy_f16_truncated_launch", "", _no_edit, "record size", "but its fields describe",
+         legacy="1.18.0/saxpy", raw=truncated_launch),
+    Case("legacy_f10_scan_op_type", "", _no_edit, "SCAN, which format 10 does not have",
+         "SCAN, which format 10 does not have", legacy="1.14.0/saxpy", raw=first_op_type(9)),
+    Case("legacy_f3_if_op_type", "", _no_edit, "IF, which format 3 does not have", "IF, which format 3 does not have",
+         legacy="1.13.0/saxpy", raw=first_op_type(7)),
+    Case("legacy_f14_reduction_op_type", "", _no_edit, "REDUCTION, which format 14 does not have",
+         "REDUCTION, which format 14 does not have", legacy="1.15.0/scan", raw=first_op_type(16)),
+    Case("legacy_scan_relabelled_format_10", "", _no_edit, "SCAN, which format 10 does not have",
+         "SCAN, which format 10 does not have", legacy="1.15.0/scan", raw=relabel_format(10)),
+    Case("legacy_metadata_version_differs", "", _no_edit, "differs from the header's", "differs from the header's",
+         legacy="1.16.0/saxpy", raw=metadata_version(14)),
+    Case("legacy_f10_if_branch_length", "", _no_edit, "do not add up", "branch sizes", legacy="1.14.0/capture_if",
+         raw=if_branch_a_longer),
+    Case("legacy_f3_kernel_key_length", "", _no_edit, "record size", "but its fields describe",
+         legacy="1.13.0/struct", raw=add_to_first_op_u16(60, 1)),
+    # byte +57 of a launch is reserved in formats 3 and 10 and part of grid_stride from 13 on
+    Case("legacy_f10_launch_pad1", "", _no_edit, "_pad1", "_pad1", legacy="1.14.0/saxpy", raw=first_op_byte(57, 1)),
+    Case("legacy_f3_launch_pad1", "", _no_edit, "_pad1", "_pad1", legacy="1.13.0/saxpy", raw=first_op_byte(58, 1)),
+    Case("legacy_f16_byte_57_is_grid_stride", "", _no_edit, accept=True, legacy="1.18.0/saxpy",
+         raw=first_op_byte(57, 1)),
+    Case("legacy_f10_launch_pad2", "", _no_edit, "_pad2", "_pad2", legacy="1.14.0/struct", raw=first_op_byte(66, 1)),
+    Case("legacy_f3_descriptor_pad", "", _no_edit, "reserved bytes must be zero", "legacy_args._pad",
+         legacy="1.13.0/saxpy", raw=legacy_arg_pad),
+    Case("legacy_f3_backward_launch", "", _no_edit, "backward", "backward", legacy="1.13.0/saxpy",
+         raw=first_op_byte(56, 0)),
+    # -- format 3's argument descriptors -------------------------------------------------------------------------------
+    Case("legacy_f3_scalar_too_large", "", legacy_arg(0, byte_offset=65), "scalar size 65 is outside 1..64",
+         "scalar size 65 is outside 1..64", legacy="1.13.0/saxpy"),
+    Case("legacy_f3_scalar_too_large_bundle", "", legacy_arg(0, byte_offset=65), "scalar size 65 is outside 1..64",
+         "scalar size 65 is outside 1..64", legacy="1.13.0/saxpy", bundle=True),
+    Case("legacy_f3_duplicate_param_index", "", legacy_arg(1, param_index=1), "argument indices", "param_index",
+         legacy="1.13.0/saxpy"),
+    Case("legacy_f3_array_past_region", "", legacy_arg_shape(1, 33), "array reaches bytes", "array reaches bytes",
+         legacy="1.13.0/saxpy"),
+    Case("legacy_f3_array_past_region_bundle", "", legacy_arg_shape(1, 33), "array reaches bytes",
+         "array reaches bytes", legacy="1.13.0/saxpy", bundle=True),
+    Case("legacy_f3_array_of_missing_region", "", legacy_arg(1, region_id=99), "which does not exist",
+         "region 99 does not exist", legacy="1.13.0/struct"),
+    # -- kernel records keyed by key alone (formats 3, 10) ---------------------------------------------------------------
+    Case("legacy_f10_key_recorded_twice", "", second_record_of_a_key, "is recorded twice", "is recorded twice",
+         legacy="1.14.0/collision"),
+    Case("legacy_f3_key_recorded_twice", "", second_record_of_a_key, "is recorded twice", "is recorded twice",
+         legacy="1.13.0/collision"),
+    Case("legacy_f10_collision_bundle", "", _no_edit, accept=True, legacy="1.14.0/collision", bundle=True),
+    # -- int32 launch extents before format 16 ----------------------------------------------------------------------------
+    Case("legacy_f15_negative_extent", "", negative_extent, "is negative", "is negative", legacy="1.16.0/saxpy"),
+    # -- what a bundle can say but the program's format cannot hold -----------------------------------------------------
+    Case("legacy_f16_bundle_producer_version", "", producer_version, "records no producer version",
+         "records no producer version", legacy="1.18.0/saxpy", direct_bundle=True),
+    Case("legacy_f14_bundle_pointer_location_count", "", counted_pointer_location, "record no slot count",
+         "record no slot count", legacy="1.15.0/saxpy", direct_bundle=True),
+    Case("legacy_f10_bundle_grid_stride", "", launch_grid_stride, "records no grid_stride",
+         "records no grid_stride", legacy="1.14.0/saxpy", direct_bundle=True),
+    Case("legacy_f16_bundle_module_digest", "", module_digest, "module records carry no binary digest",
+         "module records carry no binary digest", legacy="1.18.0/saxpy", direct_bundle=True),
+    Case("legacy_bundle_scan_in_format_10", "", as_format(10), "SCAN, which format 10 does not have",
+         "SCAN, which format 10 does not have", legacy="1.15.0/scan", direct_bundle=True),
+    Case("legacy_f3_bundle_descriptors_and_value_data", "", descriptors_and_value_data,
+         "has no params, relocations or value data", "has no params, relocations or value data",
+         legacy="1.13.0/saxpy", direct_bundle=True),
+    Case("legacy_f14_bundle_as_is", "", _no_edit, accept=True, legacy="1.15.0/struct_array", direct_bundle=True),
+    # -- BSR_TRANSPOSE's capacity tail: never in format 13, always for a padded destination from 14 --------------------
+    Case("legacy_f13_padded_transpose_relabelled_14", "", _no_edit, "record carries 0 capacity offsets",
+         "capacity offsets of a padded destination", legacy="format13/bsr_transpose", raw=relabel_format(14)),
+    Case("legacy_f13_bundle_transpose_tail", "", transpose_tail, "record carries", "has no tail in format 13",
+         legacy="format13/bsr_transpose", direct_bundle=True),
+]
+CASES += LEGACY_CASES
+
 CASE_IDS = [c.name for c in CASES]
 
 
 def base_capture(case: Case) -> Path:
+    if case.legacy:
+        return LEGACY_ROOT / f"{case.legacy}.wrp"
     return rc.wrpkit_capture(case.program) if case.annotated else rc.stock_capture(case.program)
 
 
 def build(case: Case, dst_dir: Path) -> Path:
-    """Write the case's variant (``.wrp`` and ``<stem>_modules/``) into ``dst_dir``."""
+    """Write the case's variant (``.wrp`` and ``<stem>_modules/``, or a ``.wrpk``) into ``dst_dir``."""
+    if case.direct_bundle:
+        from wrpkit.formats import wrp1, wrpk  # noqa: PLC0415
+
+        src = base_capture(case)
+        prog = wrp1.decode_wrp1(src.read_bytes())
+        case.edit(prog)
+        mdir = modules_dir_for(src)
+        files = {f.name: f.read_bytes() for f in mdir.iterdir()} if mdir.is_dir() else {}
+        dst_dir.mkdir(parents=True, exist_ok=True)
+        path = dst_dir / f"{src.stem}.wrpk"
+        path.write_bytes(wrpk.encode_wrpk(prog, files))
+        return path
     path = rc.rewrite_capture(base_capture(case), dst_dir, case.edit)
     if case.raw is not None:
         path.write_bytes(case.raw(path.read_bytes()))

@@ -134,7 +134,8 @@ def write_seeds(out: Path, work: Path) -> tuple:
     """Write seed inputs: ``out/wrp1/*`` (.wrp bytes) and ``out/wrpk/*`` (.wrpk bytes).
 
     Seeds are every capture of tests/programs.py (saved by stock Warp and by wrpkit's writer, which adds
-    annotations), its .wrpk with and without module binaries, the
+    annotations), its .wrpk with and without module binaries, the captures of older Warp releases
+    (tests/fixtures/legacy/), their bundles and their per-format parity variants, the
     hostile variants of tests/hostile.py and the bundles of those wrpkit can convert, and a few
     hand-made bundles (deep nesting).  Returns the two folders.
     """
@@ -173,6 +174,17 @@ def write_seeds(out: Path, work: Path) -> tuple:
         if got:
             for data in got:
                 seed(dk, data)
+    # Captures of Warp 1.13-1.18 (formats 3, 10, 14-16, tests/fixtures/legacy/), their bundles, and the
+    # variants of tests/parity_cases.py that break one rule of one format.
+    import parity_cases  # noqa: PLC0415
+
+    for path in sorted(parity_cases.LEGACY_ROOT.glob("*/*.wrp")):
+        seed(d1, path.read_bytes())
+        for data in bundle(path) or ():
+            seed(dk, data)
+    for i, case in enumerate(parity_cases.LEGACY_CASES):
+        path = parity_cases.build(case, work / "legacy" / str(i))
+        seed(dk if path.suffix == ".wrpk" else d1, path.read_bytes())
     base = caps.get("views") or next(iter(caps.values()))
     for depth in (64, 65, 66, 140):
         seed(dk, _deep_bundle(decode_wrp1(base.read_bytes()), depth))

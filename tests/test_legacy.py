@@ -187,6 +187,20 @@ def test_check_names_the_writer_and_points_to_upgrade(rel):
     assert ("--kernels" in f["fix"]) == (FORMATS[rel] == 3)
 
 
+@pytest.mark.parametrize("rel", ["1.13.0", "1.14.0", "1.18.0"])
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_replay_names_the_format_and_the_upgrade_command(rel, engine, tmp_path):
+    """Both engines refuse an old file with exit 3 and wrp-replay's own text, and write nothing."""
+    from wrpkit.formats.wrp1_layout import upgrade_message
+
+    out = tmp_path / "out.npz"
+    r = _wrp("replay", ROOT / rel / "saxpy.wrp", "--engine", engine, "--output", out, "--json")
+    assert r.returncode == 3, r.stdout + r.stderr
+    err = json.loads(r.stdout)
+    assert upgrade_message(FORMATS[rel]) in err["error"] and err["exit_code"] == 3
+    assert "wrp upgrade" in err["hint"] and not out.exists()
+
+
 # -- upgrade and replay with the installed Warp ---------------------------------------------------------------------
 
 REPLAY = r"""
@@ -306,7 +320,11 @@ def test_wrp_replay_refuses_old_formats_and_points_to_upgrade(tmp_path):
     exe = shutil.which("wrp-replay", path=os.path.dirname(sys.executable))
     if exe is None:
         pytest.skip("wrp-replay is not built in this environment")
+    from wrpkit.formats.wrp1_layout import describe_format, upgrade_message
+
     for rel in RELEASES:
         r = subprocess.run([exe, str(ROOT / rel / "saxpy.wrp")], capture_output=True, text=True, timeout=60)
         assert r.returncode == 3, (rel, r.returncode, r.stderr)
-        assert "wrp upgrade" in r.stderr and f"format version {FORMATS[rel]}" in r.stderr
+        assert r.stderr == f"wrp-replay: error: {upgrade_message(FORMATS[rel])}\n"
+        r = subprocess.run([exe, str(ROOT / rel / "saxpy.wrp"), "--list"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and r.stdout.startswith(describe_format(FORMATS[rel]) + "\n"), r.stdout + r.stderr

@@ -162,6 +162,27 @@ std::string bindings_json(const std::vector<wrp_binding_info>& bindings)
     return s + "]";
 }
 
+// `text` on stdout, its lines broken at spaces to at most `width` columns where a word allows.
+void print_wrapped(const std::string& text, size_t width)
+{
+    size_t start = 0;
+    while (start <= text.size()) {
+        size_t nl = text.find('\n', start);
+        std::string line = text.substr(start, nl == std::string::npos ? std::string::npos : nl - start);
+        while (line.size() > width) {
+            size_t cut = line.rfind(' ', width);
+            if (cut == std::string::npos || cut == 0)
+                break;
+            std::printf("%s\n", line.substr(0, cut).c_str());
+            line = "  " + line.substr(cut + 1);
+        }
+        std::printf("%s\n", line.c_str());
+        if (nl == std::string::npos)
+            break;
+        start = nl + 1;
+    }
+}
+
 void print_bindings_text(const std::vector<wrp_binding_info>& bindings)
 {
     std::printf("%zu binding(s):\n", bindings.size());
@@ -193,15 +214,27 @@ int run(const CliArgs& args)
     check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
     std::vector<wrp_binding_info> bindings = list_bindings(prog.p);
 
+    std::string upgrade = wrp_program_upgrade_message(prog.p);
     std::string head = "{\"file\": " + json_string(args.file) + ", \"device\": " + json_string(wrp_program_device(prog.p)) +
-        ", \"warp_version\": " + json_string(wrp_program_warp_version(prog.p)) + ", \"bindings\": " +
-        bindings_json(bindings);
+        ", \"warp_version\": " + json_string(wrp_program_warp_version(prog.p)) + ", \"format_version\": " +
+        std::to_string(wrp_program_format_version(prog.p)) + ", \"format\": " +
+        json_string(wrp_program_format_description(prog.p)) + ", \"upgrade\": " +
+        (upgrade.empty() ? std::string("null") : json_string(upgrade)) + ", \"bindings\": " + bindings_json(bindings);
     if (args.list) {
         disarm_timeout();
-        if (args.json)
+        if (args.json) {
             std::printf("%s}\n", head.c_str());
-        else
+        } else {
+            // Who wrote it; an older format is valid, and replayed only after `wrp upgrade`.
+            std::string what = wrp_program_format_description(prog.p);
+            if (upgrade.empty())
+                std::printf("format %u, recorded with Warp %s\n", wrp_program_format_version(prog.p),
+                            wrp_program_warp_version(prog.p));
+            else  // the message starts with the description: one line each, wrapped at 80 columns
+                print_wrapped(what + "\n" + (upgrade.compare(0, what.size() + 2, what + ": ") == 0
+                                                 ? upgrade.substr(what.size() + 2) : upgrade), 80);
             print_bindings_text(bindings);
+        }
         return kExitOk;
     }
 

@@ -2,6 +2,12 @@
  * wrp_replay.h -- replay NVIDIA Warp captured graphs (.wrp, WRP1 format 18,
  * and .wrpk bundles) from C or C++, without Python.
  *
+ * Captures of older Warp releases (formats 3, 10, 13-16, written by Warp
+ * 1.13 to 1.18) are read and validated under their own format's rules, so
+ * they open with validate_only; opening one to replay validates it first and
+ * then fails with WRP_ERR_INCOMPATIBLE, whose message names the format, who
+ * wrote it and the `wrp upgrade IN OUT` command that converts it.
+ *
  * A program is opened from a .wrp file (plus the module files in its
  * `<stem>_modules/` directory), from a single-file .wrpk bundle (module
  * binaries inside; see schema/WRPK-FORMAT.md), or from memory.  The kind is
@@ -111,7 +117,9 @@ typedef enum wrp_status {
     /* A bug in this library. */
     WRP_ERR_INTERNAL = 6,
     /* The file was recorded with another Warp version than the runtime's
-     * (Warp only loads captures of its own version): recapture it. */
+     * (Warp only loads captures of its own version): recapture it.  Also a
+     * replay of an older format (see wrp_program_format_version): convert it
+     * with `wrp upgrade IN OUT`. */
     WRP_ERR_INCOMPATIBLE = 7
 } wrp_status;
 
@@ -274,6 +282,20 @@ WRP_API void wrp_program_destroy(wrp_program* program);
  * ("cpu" or "cuda:N"), and the Warp version that recorded it. */
 WRP_API const char* wrp_program_device(const wrp_program* program);
 WRP_API const char* wrp_program_warp_version(const wrp_program* program);
+
+/* The file's APIC format version (18 for Warp 1.19; 3, 10 and 13-16 for the
+ * captures of Warp 1.13 to 1.18, which open only with validate_only; 0 for
+ * NULL), and who wrote it, e.g. "format 16 (written by Warp 1.18.0)".  The
+ * string is owned by the program; valid until wrp_program_destroy().  Older
+ * formats record no Warp version: wrp_program_warp_version() gives "". */
+WRP_API uint32_t wrp_program_format_version(const wrp_program* program);
+WRP_API const char* wrp_program_format_description(const wrp_program* program);
+
+/* "" when this library replays the file's format; else the reason a replay
+ * (opening without validate_only) fails with WRP_ERR_INCOMPATIBLE, e.g.
+ * "format 16 (written by Warp 1.18.0): Warp 1.19.0 loads only format 18;
+ * convert it with `wrp upgrade IN OUT`".  Owned by the program. */
+WRP_API const char* wrp_program_upgrade_message(const wrp_program* program);
 
 /* What wrp-replay says when a replay dies of a fatal signal and the op is
  * not known (Warp runs the whole graph in one call): which modules had their

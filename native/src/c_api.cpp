@@ -131,6 +131,21 @@ const char* wrp_program_warp_version(const wrp_program* program)
     return program && program->impl ? program->impl->graph().producer_version.c_str() : "";
 }
 
+uint32_t wrp_program_format_version(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->graph().layout->version : 0;
+}
+
+const char* wrp_program_format_description(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->format_description().c_str() : "";
+}
+
+const char* wrp_program_upgrade_message(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->upgrade_message().c_str() : "";
+}
+
 const char* wrp_program_crash_context(const wrp_program* program)
 {
     return program && program->impl ? program->impl->crash_context().c_str() : "";

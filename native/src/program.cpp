@@ -1,6 +1,9 @@
 // program.cpp -- validation first, then Warp: the life of a wrp_program.
 //
-// A .wrp is validated in place.  A .wrpk bundle is checked by decode_wrpk()
+// A .wrp is validated in place, under the rules of its own format (3, 10,
+// 13-16 or 18); a replay of any format but the current one is then refused
+// with WRP_ERR_INCOMPATIBLE and the `wrp upgrade` command that converts it.
+// A .wrpk bundle is checked by decode_wrpk()
 // (header, manifest SHA-256 and FlatBuffer, blob layout, blob SHA-256s), its
 // program rebuilt as a WRP1 image, and that image validated by the very same
 // validate_wrp1(); its module binaries go to Warp straight from the mapping.
@@ -244,6 +247,9 @@ void Program::describe_bindings()
 
 void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules)
 {
+    format_description_ = describe_format(graph_.layout->version);
+    if (graph_.layout->version != kCurrentFormat)
+        upgrade_message_ = wrp::upgrade_message(graph_.layout->version);
     bool file_cpu = graph_.device == Device::Cpu;
     if (opts_.auto_device) {
         opts_.device = graph_.device;
@@ -258,9 +264,13 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
              graph_.raw_pointers.size() > 1 ? (" (and " + std::to_string(graph_.raw_pointers.size() - 1) +
                                               " more)").c_str() : "");
     describe_crash_context(modules);
-    top_ops_ = list_top_level_ops(image, size);
+    top_ops_ = list_top_level_ops(image, size, *graph_.layout);
     if (opts_.validate_only)
         return;
+    // Validated under its own format's rules, but Warp loads only the current format (`wrp upgrade`
+    // converts the older ones); refused before Warp is loaded at all.
+    if (!upgrade_message_.empty())
+        fail(WRP_ERR_INCOMPATIBLE, "%s", upgrade_message_.c_str());
     // op_limit: Warp gets a copy that holds only the first N top-level ops (to find a crashing op).
     std::vector<uint8_t> prefix;
     if (opts_.op_limit > 0 && opts_.op_limit < top_ops_.size()) {

@@ -58,6 +58,10 @@ public:
         bool verified = false;
     };
     OpCrashContext op_crash_context(size_t index) const;
+    // "format 16 (written by Warp 1.18.0)" (see wrp_program_format_description).
+    const std::string& format_description() const { return format_description_; }
+    // "" for the current format, else why a replay is refused (see wrp_program_upgrade_message).
+    const std::string& upgrade_message() const { return upgrade_message_; }
     const std::string& device_name() const { return opts_.device_name; }
     size_t num_bindings() const { return bindings_.size(); }
     const wrp_binding_info& binding(size_t index) const;
@@ -94,6 +98,8 @@ private:
     std::string crash_context_;
     std::vector<TopLevelOp> top_ops_;
     std::vector<std::string> unverified_modules_;  // binary file names
+    std::string format_description_;
+    std::string upgrade_message_;
     bool bundle_verified_ = false;
 };
 

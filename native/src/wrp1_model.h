@@ -1,9 +1,12 @@
-// wrp1_model.h -- what the validator learns about a WRP1 file (format 18).
+// wrp1_model.h -- what the validator learns about a WRP1 file (formats 3, 10,
+// 13-16 and 18).
 //
-// The byte layout is defined by Warp 1.19.0's warp/native/apic_types.h; the
-// constants below are this project's own statement of it (see
-// /work/shared/reference/WRP1-FORMAT.md).  Only what the replay engine and
-// the CLI need is kept; the raw bytes stay in the caller's mapping.
+// The byte layout is defined by each Warp release's warp/native/apic_types.h;
+// the constants below are this project's own statement of it (see
+// /work/shared/reference/WRP1-FORMAT.md), and what differs between formats
+// is in wrp1_layouts.h, generated from wrpkit/formats/wrp1_layout.py.  Only
+// what the replay engine and the CLI need is kept; the raw bytes stay in the
+// caller's mapping.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-namespace wrp {
+#include "wrp1_layouts.h"
 
-constexpr uint32_t kFormatVersion = 18;
+namespace wrp {
 constexpr uint64_t kFileHeaderSize = 64;
 constexpr uint64_t kSectionTableOffset = 64;
 constexpr uint64_t kSectionEntrySize = 32;
@@ -143,9 +146,11 @@ struct ModuleDigest {
 };
 
 struct Wrp1Graph {
+    // The file's format; every format-specific rule reads it.  Never null after validation.
+    const FormatLayout* layout = nullptr;
     Device device = Device::Cpu;
     uint32_t target_arch = 0;
-    std::string producer_version;
+    std::string producer_version;  // "" in formats that do not record it
     std::vector<ModuleRecord> modules;
     std::vector<KernelRecord> kernels;
     std::map<std::pair<std::string, std::string>, size_t> kernel_index;  // (module_hash, key) -> kernels[i]
@@ -165,6 +170,9 @@ struct Wrp1Graph {
     const RegionRecord* find_region(int64_t id) const;
     const ModuleRecord* find_module(const std::string& hash) const;
     const KernelRecord* find_kernel(const std::string& module_hash, const std::string& key) const;
+    // The kernel record a launch runs: (module_hash, key), or in formats whose Warp keyed kernels
+    // by key alone (layout->kernels_by_key), the record of that key when the pair has none.
+    const KernelRecord* launch_kernel(const std::string& module_hash, const std::string& key) const;
     const ArraySignature* find_signature(const std::string& binding) const;
     const ModuleDigest* find_digest(const std::string& binary_filename) const;
 };

@@ -29,10 +29,31 @@
 namespace wrp {
 namespace {
 
-constexpr uint32_t kLaunchHeader = 80;
+// Record sizes and field widths that are the same in every format; the code below reads those
+// fields with these C++ types, so a change of wrp1_layout.py that breaks it fails the build.
 constexpr uint32_t kParamRecord = 16;
 constexpr uint32_t kRelocRecord = 24;
-constexpr uint32_t kCondHeader = 40;
+
+constexpr bool layouts_fit_this_code()
+{
+    for (const FormatLayout& l : kFormatLayouts) {
+        const LaunchLayout& L = l.launch;
+        if (l.launch_param_size != kParamRecord || l.relocation_size != kRelocRecord || L.shape.size != 4
+            || L.ndim.size != 4 || L.size.size != 8 || L.dim.size != 8 || L.is_forward.size != 1
+            || L.kernel_key_len.size != 2 || L.module_hash_len.size != 2 || L.num_params.size != 2
+            || !L.pad1.present() || (L.num_relocs.present() && L.num_relocs.size != 4)
+            || (L.value_data_size.present() && L.value_data_size.size != 4)
+            || (l.legacy_args ? L.num_handle_offsets.size != 2 : !L.num_relocs.present() || !L.value_data_size.present()))
+            return false;
+    }
+    return kLegacyArg.is_array.size == 1 && kLegacyArg.ndim.size == 1 && kLegacyArg.param_index.size == 2
+        && kLegacyArg.region_id.size == 4 && kLegacyArg.byte_offset.size == 8 && kLegacyArg.shape.size == 8
+        && kLegacyArg.strides.size == 8 && kLegacyArg.element_size.size == 4;
+}
+static_assert(layouts_fit_this_code(), "wrp1_layouts.h changed a field width that wrp1_ops.cpp reads with a fixed type");
+
+// Warp 1.13 refuses a scalar argument larger than this ("Scalar parameter too large for APIC capture").
+constexpr uint32_t kMaxLegacyScalar = 64;
 
 enum RelocKind : uint8_t { kRelocDataPtr = 1, kRelocHandle = 2, kRelocNull = 3 };
 
@@ -78,6 +99,7 @@ public:
     OpsValidator(const uint8_t* image, Wrp1Graph& g, bool semantic)
         : image_(image)
         , g_(g)
+        , layout_(*g.layout)
         , semantic_(semantic)
     {
         for (const MeshRecord& m : g.meshes)
@@ -111,20 +133,22 @@ public:
 private:
     void validate(const Op& op, uint32_t depth)
     {
+        if (op.type >= kNumOpTypes || layout_.op_size[op.type] == 0)
+            absent(op);
         switch (op.type) {
         case kOpKernelLaunch: return launch(op);
         case kOpMemcpyH2D: return memcpy_h2d(op);
         case kOpMemcpyD2D:
-            exact(op, 40);
+            exact(op);
             range(op, "dst", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(32));
             range(op, "src", op.get<int32_t>(12), op.get<uint64_t>(24), op.get<uint64_t>(32));
             return;
         case kOpMemset:
-            exact(op, 32);
+            exact(op);
             range(op, "", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(24));
             return;
         case kOpAlloc:
-            exact(op, 24);
+            exact(op);
             op.require_zero(12, 4, "_pad");
             range(op, "", op.get<int32_t>(8), 0, op.get<uint64_t>(16));
             return;
@@ -138,8 +162,6 @@ private:
         case kOpBsrFromTriplets: return bsr_from_triplets(op);
         case kOpBsrTranspose: return bsr_transpose(op);
         case kOpReduction: return reduction(op);
-        case kOpMemcpyD2H:
-            op.fail("op type 3 (MEMCPY_D2H) is reserved; Warp's loader rejects it");
         case kOpBvhRefit:
         case kOpBvhRebuild:
             op.fail("op type %u records a process-local wp.Bvh pointer; such graphs cannot be replayed from a file",
@@ -147,12 +169,27 @@ private:
         case kOpHashGridUpdate:
             op.fail("op type 19 records a process-local wp.HashGrid pointer; such graphs cannot be replayed from a file");
         default:
-            op.fail("unknown op type %u", op.type);
+            absent(op);
         }
     }
 
-    static void exact(const Op& op, uint64_t expected)
+    // An op type this format does not have (wrpkit's decoder: "op type 9 is SCAN, which format 10
+    // does not have").
+    [[noreturn]] void absent(const Op& op) const
     {
+        if (op.type == kOpMemcpyD2H)
+            op.fail("op type 3 (MEMCPY_D2H) is reserved; Warp's loader rejects it");
+        const FormatLayout* current = find_format_layout(kCurrentFormat);
+        if (op.type < kNumOpTypes && current->op_size[op.type] != 0)
+            op.fail("op type %u is %s, which format %u does not have (%s)", op.type, op_name(op.type), layout_.version,
+                    describe_format(layout_.version).c_str());
+        op.fail("unknown op type %u", op.type);
+    }
+
+    // Ops of one fixed size: the format's record size for the type.
+    void exact(const Op& op) const
+    {
+        uint64_t expected = layout_.op_size[op.type];
         if (op.total != expected)
             op.fail("total_size %u, but a %s record is exactly %llu bytes", op.total, op_name(op.type),
                     static_cast<unsigned long long>(expected));
@@ -196,21 +233,26 @@ private:
     }
 
     // ---------------------------------------------------------------- launch
-    void launch(const Op& op)
+    // The fields every format's launch record has, read at the format's own offsets
+    // (wrp1_layouts.h: format 10 has no grid_stride/cluster_dim and format 3 describes
+    // its arguments with 88-byte descriptors instead of bindings and a value blob).
+    struct LaunchHead {
+        bool is_forward;
+        uint16_t key_len, hash_len, num_params;
+    };
+
+    LaunchHead launch_head(const Op& op)
     {
-        if (op.total < kLaunchHeader)
-            op.fail("total_size %u is smaller than the %u-byte launch record", op.total, kLaunchHeader);
-        int32_t ndim = op.get<int32_t>(24);
-        uint64_t size = op.get<uint64_t>(28);
-        uint64_t dim = op.get<uint64_t>(36);
-        uint8_t is_forward = op.p[60];
-        uint16_t key_len = op.get<uint16_t>(64);
-        uint16_t hash_len = op.get<uint16_t>(66);
-        uint16_t num_params = op.get<uint16_t>(68);
-        uint32_t num_relocs = op.get<uint32_t>(72);
-        uint32_t value_size = op.get<uint32_t>(76);
-        op.require_zero(62, 2, "_pad1");
-        op.require_zero(70, 2, "_pad2");
+        const LaunchLayout& L = layout_.launch;
+        if (op.total < L.fixed_size)
+            op.fail("total_size %u is smaller than the %u-byte launch record", op.total, L.fixed_size);
+        int32_t ndim = op.get<int32_t>(L.ndim.offset);
+        uint64_t size = op.get<uint64_t>(L.size.offset);
+        uint64_t dim = op.get<uint64_t>(L.dim.offset);
+        uint8_t is_forward = op.p[L.is_forward.offset];
+        op.require_zero(L.pad1.offset, L.pad1.size, "_pad1");
+        if (L.pad2.present())
+            op.require_zero(L.pad2.offset, L.pad2.size, "_pad2");
         if (is_forward > 1)
             op.fail("is_forward must be 0 or 1, found %u", is_forward);
         if (ndim < 1 || ndim > 4)
@@ -225,7 +267,10 @@ private:
         // not a multiple of the shape would produce coordinates outside it.
         uint64_t prod = 1;
         for (int d = 0; d < 4; d++) {
-            uint32_t extent = op.get<uint32_t>(8 + 4 * d);
+            uint32_t extent = op.get<uint32_t>(L.shape.offset + 4 * d);
+            // Formats that store int32 extents: Warp 1.18 refuses one above INT32_MAX (a negative one).
+            if (L.shape.is_signed && int32_t(extent) < 0)
+                op.fail("shape[%d] is negative (%d)", d, int32_t(extent));
             if (d >= ndim) {
                 if (extent != 0)
                     op.fail("shape[%d] is %u but ndim is %d (unused extents must be 0)", d, extent, ndim);
@@ -238,37 +283,68 @@ private:
         if (size != 0 && size % prod != 0)
             op.fail("size %llu is not a multiple of the shape's %llu elements", static_cast<unsigned long long>(size),
                     static_cast<unsigned long long>(prod));
-        if (key_len == 0 || hash_len == 0)
-            op.fail("kernel key length %u and module hash length %u must be nonzero", key_len, hash_len);
+        LaunchHead h{is_forward == 1, op.get<uint16_t>(L.kernel_key_len.offset), op.get<uint16_t>(L.module_hash_len.offset),
+                     op.get<uint16_t>(L.num_params.offset)};
+        if (h.key_len == 0 || h.hash_len == 0)
+            op.fail("kernel key length %u and module hash length %u must be nonzero", h.key_len, h.hash_len);
+        return h;
+    }
 
-        uint32_t bindings = uint32_t(num_params) * (is_forward ? 1 : 2);
-        uint64_t expected = uint64_t(kLaunchHeader) + key_len + hash_len + uint64_t(bindings) * kParamRecord
-            + uint64_t(num_relocs) * kRelocRecord + value_size;
-        if (expected != op.total)
-            op.fail("total_size %u, but its fields describe %llu bytes (80 + key %u + hash %u + %u param records + %u "
-                    "relocations + %u value bytes)",
-                    op.total, static_cast<unsigned long long>(expected), key_len, hash_len, bindings, num_relocs, value_size);
+    // The kernel key and module hash after the fixed part (the caller has checked that they fit).
+    std::string launch_key(const Op& op, const LaunchHead& h) const
+    {
+        return std::string(reinterpret_cast<const char*>(op.p + layout_.launch.fixed_size), h.key_len);
+    }
+    std::string launch_hash(const Op& op, const LaunchHead& h) const
+    {
+        return std::string(reinterpret_cast<const char*>(op.p + layout_.launch.fixed_size + h.key_len), h.hash_len);
+    }
 
-        std::string key(reinterpret_cast<const char*>(op.p + kLaunchHeader), key_len);
-        std::string hash(reinterpret_cast<const char*>(op.p + kLaunchHeader + key_len), hash_len);
+    // Check the launch's key and hash, and the kernel record the launch runs.
+    void launch_kernel(const Op& op, const LaunchHead& h, const std::string& key, const std::string& hash)
+    {
         if (key.find('\0') != std::string::npos || hash.find('\0') != std::string::npos)
             op.fail("kernel key or module hash contains a NUL byte");
         if (!is_utf8(key) || !is_utf8(hash))
             op.fail("kernel key or module hash is not valid UTF-8");
-        if (semantic_) {
-            const KernelRecord* k = g_.find_kernel(hash, key);
-            if (!k)
-                op.fail("kernel %s of module %s is not in the kernel table", quoted(key).c_str(), quoted(hash).c_str());
-            if (!is_forward && k->backward_name.empty())
-                op.fail("backward launch of kernel %s, whose module was built without backward code", quoted(key).c_str());
-            if (!is_forward && !is_c_identifier(k->backward_name))
-                fail_invalid_at("metadata.kernels.backward_name", k->at, "backward symbol %s is not a C identifier",
-                                quoted(k->backward_name).c_str());
-            if (!is_forward)
-                g_.kernels[g_.kernel_index.at({hash, key})].backward_used = true;
-        }
+        if (!semantic_)
+            return;
+        // Formats 3 and 10: Warp keyed kernels by key alone, so a launch whose (module, key) has no
+        // record runs the record of its key (wrpkit's validate warns; `wrp upgrade --collision` chooses).
+        const KernelRecord* k = g_.find_kernel(hash, key);
+        if (!k && layout_.kernels_by_key)
+            k = g_.launch_kernel(hash, key);
+        if (!k)
+            op.fail("kernel %s of module %s is not in the kernel table", quoted(key).c_str(), quoted(hash).c_str());
+        if (!h.is_forward && k->backward_name.empty())
+            op.fail("backward launch of kernel %s, whose module was built without backward code", quoted(key).c_str());
+        if (!h.is_forward && !is_c_identifier(k->backward_name))
+            fail_invalid_at("metadata.kernels.backward_name", k->at, "backward symbol %s is not a C identifier",
+                            quoted(k->backward_name).c_str());
+        if (!h.is_forward)
+            g_.kernels[size_t(k - g_.kernels.data())].backward_used = true;
+    }
 
-        uint32_t params_off = kLaunchHeader + key_len + hash_len;
+    void launch(const Op& op)
+    {
+        if (layout_.legacy_args)
+            return legacy_launch(op);
+        const LaunchLayout& L = layout_.launch;
+        LaunchHead h = launch_head(op);
+        uint32_t num_relocs = op.get<uint32_t>(L.num_relocs.offset);
+        uint32_t value_size = op.get<uint32_t>(L.value_data_size.offset);
+        uint32_t bindings = uint32_t(h.num_params) * (h.is_forward ? 1 : 2);
+        uint64_t expected = uint64_t(L.fixed_size) + h.key_len + h.hash_len + uint64_t(bindings) * kParamRecord
+            + uint64_t(num_relocs) * kRelocRecord + value_size;
+        if (expected != op.total)
+            op.fail("total_size %u, but its fields describe %llu bytes (%u + key %u + hash %u + %u param records + %u "
+                    "relocations + %u value bytes)",
+                    op.total, static_cast<unsigned long long>(expected), L.fixed_size, h.key_len, h.hash_len, bindings,
+                    num_relocs, value_size);
+        std::string key = launch_key(op, h), hash = launch_hash(op, h);
+        launch_kernel(op, h, key, hash);
+
+        uint32_t params_off = L.fixed_size + h.key_len + h.hash_len;
         uint32_t relocs_off = params_off + bindings * kParamRecord;
         uint32_t values_off = relocs_off + num_relocs * kRelocRecord;
         uint64_t cursor = 0;
@@ -307,9 +383,103 @@ private:
         if (cursor != num_relocs)
             op.fail("params own %llu relocations but num_relocs is %u", static_cast<unsigned long long>(cursor), num_relocs);
         if (semantic_) {
-            against_signature(op, key, hash, num_params, params_off, relocs_off, values_off);
-            raw_pointers(op, key, hash, num_params, params_off, relocs_off, values_off);
+            against_signature(op, key, hash, h.num_params, params_off, relocs_off, values_off);
+            raw_pointers(op, key, hash, h.num_params, params_off, relocs_off, values_off);
         }
+    }
+
+    // A format-3 launch (Warp 1.13): after key and hash, one 88-byte descriptor per argument
+    // (is_array, ndim, param_index, region_id, byte_offset, shape[4], strides[4], element_size)
+    // and u32 handle offsets.  Warp 1.13 rebuilt the args buffer from the descriptors itself.
+    // The rules of wrpkit's checks/legacy.py (launch_problems).
+    void legacy_launch(const Op& op)
+    {
+        const LaunchLayout& L = layout_.launch;
+        const LegacyArgLayout& A = kLegacyArg;
+        LaunchHead h = launch_head(op);
+        uint16_t n_handles = op.get<uint16_t>(L.num_handle_offsets.offset);
+        uint64_t expected = uint64_t(L.fixed_size) + h.key_len + h.hash_len + uint64_t(h.num_params) * A.size
+            + 4 * uint64_t(n_handles);
+        if (expected != op.total)
+            op.fail("total_size %u, but its fields describe %llu bytes (%u + key %u + hash %u + %u argument descriptors "
+                    "of %u + %u handle offsets of 4)", op.total, static_cast<unsigned long long>(expected), L.fixed_size,
+                    h.key_len, h.hash_len, h.num_params, A.size, n_handles);
+        std::string key = launch_key(op, h), hash = launch_hash(op, h);
+        launch_kernel(op, h, key, hash);
+        if (!h.is_forward)
+            op.fail("format %u cannot hold a backward launch (Warp %s refuses adjoint launches in capture)",
+                    layout_.version, layout_.releases);
+        uint32_t args_off = L.fixed_size + h.key_len + h.hash_len;
+        std::vector<bool> seen(h.num_params + 1u, false);
+        for (uint32_t j = 0; j < h.num_params; j++) {
+            uint32_t ao = args_off + j * A.size;
+            uint64_t at = op.at + ao;
+            op.require_zero(ao + A.pad.offset, A.pad.size, "legacy_args._pad");
+            uint8_t is_array = op.p[ao + A.is_array.offset];
+            uint8_t ndim = op.p[ao + A.ndim.offset];
+            uint16_t index = op.get<uint16_t>(ao + A.param_index.offset);
+            int32_t region_id = op.get<int32_t>(ao + A.region_id.offset);
+            uint64_t byte_offset = op.get<uint64_t>(ao + A.byte_offset.offset);
+            uint32_t element_size = op.get<uint32_t>(ao + A.element_size.offset);
+            auto shape = [&](uint32_t d) { return op.get<int64_t>(ao + A.shape.offset + 8 * d); };
+            auto stride = [&](uint32_t d) { return op.get<int64_t>(ao + A.strides.offset + 8 * d); };
+            if (is_array > 1)
+                fail_invalid_at(op.label, at, "argument %u: is_array must be 0 or 1, found %u", j, is_array);
+            if (index < 1 || index > h.num_params || seen[index])
+                fail_invalid_at(op.label, at + A.param_index.offset, "argument %u: param_index %u is not one of "
+                                "1..%u, each once", j, index, h.num_params);
+            seen[index] = true;
+            if (!is_array) {
+                if (region_id != -1 || ndim != 0 || element_size != 0)
+                    fail_invalid_at(op.label, at, "argument %u: a scalar descriptor must have region -1, ndim 0 and "
+                                    "element size 0", j);
+                if (byte_offset < 1 || byte_offset > kMaxLegacyScalar)
+                    fail_invalid_at(op.label, at + A.byte_offset.offset, "argument %u: scalar size %llu is outside "
+                                    "1..%u", j, static_cast<unsigned long long>(byte_offset), kMaxLegacyScalar);
+                continue;
+            }
+            if (region_id == -1) {
+                bool zero = ndim == 0 && byte_offset == 0 && element_size == 0;
+                for (uint32_t d = 0; d < 4; d++)
+                    zero = zero && shape(d) == 0 && stride(d) == 0;
+                if (!zero)
+                    fail_invalid_at(op.label, at, "argument %u: a None array (region -1) must have all other fields "
+                                    "zero", j);
+                continue;
+            }
+            if (ndim < 1 || ndim > 4)
+                fail_invalid_at(op.label, at + A.ndim.offset, "argument %u: array ndim %u is outside 1..4", j, ndim);
+            bool empty = false;
+            StridedReach reach;
+            for (uint32_t d = 0; d < 4; d++) {
+                if (d >= ndim ? (shape(d) != 0 || stride(d) != 0) : shape(d) < 0)
+                    fail_invalid_at(op.label, at + A.shape.offset, "argument %u: array shape is negative or has "
+                                    "entries past ndim %u", j, ndim);
+                if (d < ndim) {
+                    empty = empty || shape(d) == 0;
+                    if (shape(d) > 0)
+                        reach.add(shape(d), stride(d));
+                }
+            }
+            if (element_size == 0)
+                fail_invalid_at(op.label, at + A.element_size.offset, "argument %u: array element size is 0", j);
+            touch(region_id);
+            if (!semantic_)
+                continue;
+            const RegionRecord* r = g_.find_region(region_id);
+            if (!r)
+                fail_invalid_at(op.label, at + A.region_id.offset, "argument %u: array region %d does not exist", j,
+                                region_id);
+            // The bytes any index reaches, as Warp's strided addressing computes them.
+            if (!empty && (__int128(byte_offset) + reach.lo < 0
+                           || __int128(byte_offset) + reach.hi + element_size > __int128(r->size)))
+                fail_invalid_at(op.label, at, "argument %u: array reaches bytes [%lld, %lld) of region %d, which has "
+                                "%llu", j, static_cast<long long>(__int128(byte_offset) + reach.lo),
+                                static_cast<long long>(__int128(byte_offset) + reach.hi + element_size), region_id,
+                                static_cast<unsigned long long>(r->size));
+        }
+        if (semantic_)
+            against_signature(op, key, hash, 0, args_off, args_off, args_off);  // format 3 has no bindings
     }
 
     // Param record j of a launch: (its offset in the op, relocation count, value offset, value size).
@@ -572,9 +742,10 @@ private:
     // --------------------------------------------------------------- others
     void memcpy_h2d(const Op& op)
     {
-        if (op.total < 32 || op.get<uint64_t>(24) != op.total - 32u)
-            op.fail("total_size %u does not equal 32 + its %llu inline bytes", op.total,
-                    static_cast<unsigned long long>(op.total < 32 ? 0 : op.get<uint64_t>(24)));
+        uint32_t fixed = layout_.op_size[op.type];
+        if (op.total < fixed || op.get<uint64_t>(24) != op.total - fixed)
+            op.fail("total_size %u does not equal %u + its %llu inline bytes", op.total, fixed,
+                    static_cast<unsigned long long>(op.total < fixed ? 0 : op.get<uint64_t>(24)));
         op.require_zero(12, 4, "_pad");
         if (g_.device == Device::Cpu)
             op.fail("MEMCPY_H2D is not replayed by Warp's CPU runtime (it would be skipped silently); Warp 1.19 never "
@@ -584,13 +755,14 @@ private:
 
     void conditional(const Op& op, uint32_t depth)
     {
-        if (op.total < kCondHeader)
-            op.fail("total_size %u is smaller than the 40-byte conditional record", op.total);
+        uint32_t head = layout_.op_size[op.type];
+        if (op.total < head)
+            op.fail("total_size %u is smaller than the %u-byte conditional record", op.total, head);
         op.require_zero(12, 4, "_pad");
         uint32_t a = op.get<uint32_t>(24), a_count = op.get<uint32_t>(28);
         uint32_t b = op.get<uint32_t>(32), b_count = op.get<uint32_t>(36);
-        if (uint64_t(kCondHeader) + a + b != op.total)
-            op.fail("total_size %u differs from 40 + branch sizes %u + %u", op.total, a, b);
+        if (uint64_t(head) + a + b != op.total)
+            op.fail("total_size %u differs from %u + branch sizes %u + %u", op.total, head, a, b);
         if ((a == 0) != (a_count == 0) || (b == 0) != (b_count == 0))
             op.fail("branch sizes (%u, %u) and op counts (%u, %u) disagree", a, b, a_count, b_count);
         if (a_count > a / 8 || b_count > b / 8)
@@ -600,7 +772,7 @@ private:
         if (depth + 1 > kMaxNestingDepth)
             op.fail("conditionals nest deeper than %u levels", kMaxNestingDepth);
         range(op, "cond", op.get<int32_t>(8), op.get<uint64_t>(16), 4);
-        uint64_t body = op.at + kCondHeader;
+        uint64_t body = op.at + head;
         if (op.type == kOpWhile) {
             // A body that touches no byte of the condition's region can never
             // end the loop: Warp's CPU replay would spin until its 2^24
@@ -620,7 +792,7 @@ private:
 
     void scan(const Op& op)
     {
-        exact(op, 52);
+        exact(op);
         op.require_zero(50, 2, "_pad");
         uint32_t length = op.get<uint32_t>(32);
         int32_t in_stride = op.get<int32_t>(36), out_stride = op.get<int32_t>(40), type_len = op.get<int32_t>(44);
@@ -645,16 +817,17 @@ private:
 
     void memtile(const Op& op)
     {
-        uint32_t srcsize = op.total >= 32 ? op.get<uint32_t>(12) : 0;
-        if (op.total < 32 || srcsize == 0 || uint64_t(srcsize) + 32 != op.total)
-            op.fail("total_size %u does not equal 32 + a nonzero value size (%u)", op.total, srcsize);
+        uint32_t fixed = layout_.op_size[op.type];
+        uint32_t srcsize = op.total >= fixed ? op.get<uint32_t>(12) : 0;
+        if (op.total < fixed || srcsize == 0 || uint64_t(srcsize) + fixed != op.total)
+            op.fail("total_size %u does not equal %u + a nonzero value size (%u)", op.total, fixed, srcsize);
         uint64_t bytes = mul(op, op.get<uint64_t>(24), srcsize, "count * value size");
         range(op, "", op.get<int32_t>(8), op.get<uint64_t>(16), bytes);
     }
 
     void segmented_sort(const Op& op)
     {
-        exact(op, 68);
+        exact(op);
         op.require_zero(65, 3, "_pad");
         uint32_t count = op.get<uint32_t>(56), segments = op.get<uint32_t>(60);
         uint8_t dtype = op.p[64];
@@ -674,7 +847,7 @@ private:
 
     void radix_sort(const Op& op)
     {
-        exact(op, 52);
+        exact(op);
         op.require_zero(49, 3, "_pad");
         uint32_t count = op.get<uint32_t>(32);
         int32_t begin_bit = op.get<int32_t>(36), end_bit = op.get<int32_t>(40), value_size = op.get<int32_t>(44);
@@ -695,7 +868,7 @@ private:
 
     void runlength_encode(const Op& op)
     {
-        exact(op, 64);
+        exact(op);
         op.require_zero(60, 4, "_pad");
         uint32_t count = op.get<uint32_t>(56);
         if (count > INT_MAX)
@@ -709,7 +882,7 @@ private:
 
     void bsr_from_triplets(const Op& op)
     {
-        exact(op, 160);
+        exact(op);
         op.require_zero(29, 3, "_pad");
         int32_t block_size = op.get<int32_t>(8), scalar_size = op.get<int32_t>(12);
         int32_t rows = op.get<int32_t>(16), cols = op.get<int32_t>(20), nnz = op.get<int32_t>(24);
@@ -719,7 +892,11 @@ private:
             op.fail("masked_topology must be 0 or 1, found %u", op.p[28]);
         auto id = [&](int i) { return op.get<int32_t>(40 + 4 * i); };
         auto off = [&](int i) { return op.get<uint64_t>(80 + 8 * i); };
-        if (id(9) != -1 || off(9) != 0)
+        // Formats 13-15 may name the region the replay writes the count into; from 16 on Warp writes
+        // -1/0 there and ignores it.
+        if (layout_.bsr_nnz_region)
+            range(op, "bsr_nnz", id(9), off(9), 4, true);
+        else if (id(9) != -1 || off(9) != 0)
             op.fail("legacy bsr_nnz region must be -1 with offset 0");
         uint64_t int_bytes = uint64_t(nnz) * 4;
         uint64_t values_bytes = mul(op, mul(op, uint64_t(nnz), uint64_t(block_size), "values span"), uint64_t(scalar_size),
@@ -737,29 +914,35 @@ private:
 
     void bsr_transpose(const Op& op)
     {
-        if (op.total < 116)
-            op.fail("total_size %u is smaller than the 116-byte record", op.total);
+        uint32_t fixed = layout_.op_size[op.type];
+        if (op.total < fixed)
+            op.fail("total_size %u is smaller than the %u-byte record", op.total, fixed);
+        if (!layout_.bsr_transpose_tail && op.total != fixed)
+            op.fail("BSR_TRANSPOSE has no tail in format %u, found %u bytes", layout_.version, op.total - fixed);
         int32_t rows = op.get<int32_t>(8), cols = op.get<int32_t>(12), nnz = op.get<int32_t>(16);
         if (rows < 0 || cols < 0 || nnz < 0)
             op.fail("negative row, column or nnz count");
         auto id = [&](int i) { return op.get<int32_t>(20 + 4 * i); };
         auto off = [&](int i) { return op.get<uint64_t>(52 + 8 * i); };
-        bool padded = id(4) >= 0;
+        // From format 14 a padded destination (transposed row counts given) carries its capacity
+        // offsets; in format 13 it carries none (Warp 1.15-1.18 read them from the live offsets), so
+        // its columns are bounded by nnz_upper_bound, as an unpadded one's.
+        bool has_tail = id(4) >= 0 && layout_.bsr_transpose_tail;
         uint64_t colp1 = (uint64_t(cols) + 1) * 4;
-        uint64_t expected = 116 + (padded ? colp1 : 0);
+        uint64_t expected = fixed + (has_tail ? colp1 : 0);
         if (op.total != expected)
-            op.fail("total_size %u, expected %llu (116%s)", op.total, static_cast<unsigned long long>(expected),
-                    padded ? " + the (col_count + 1) int32 capacity offsets of a padded destination" : "");
+            op.fail("total_size %u, expected %llu (%u%s)", op.total, static_cast<unsigned long long>(expected), fixed,
+                    has_tail ? " + the (col_count + 1) int32 capacity offsets of a padded destination" : "");
         uint64_t int_bytes = uint64_t(nnz) * 4;
         uint64_t capacity_bytes = int_bytes;
-        if (padded) {
+        if (has_tail) {
             // Replay copies this tail into the destination offsets, and its last
             // entry sizes the destination columns.
             int32_t prev = 0;
             for (int32_t c = 0; c <= cols; c++) {
-                int32_t v = op.get<int32_t>(116 + 4 * uint32_t(c));
+                int32_t v = op.get<int32_t>(fixed + 4 * uint32_t(c));
                 if (v < prev)
-                    fail_invalid_at(op.label, op.at + 116 + 4 * uint64_t(c), "capacity offsets must ascend from 0");
+                    fail_invalid_at(op.label, op.at + fixed + 4 * uint64_t(c), "capacity offsets must ascend from 0");
                 prev = v;
             }
             capacity_bytes = uint64_t(prev) * 4;
@@ -776,7 +959,7 @@ private:
 
     void reduction(const Op& op)
     {
-        exact(op, 64);
+        exact(op);
         op.require_zero(62, 2, "_pad");
         int32_t a_id = op.get<int32_t>(8), b_id = op.get<int32_t>(12), out_id = op.get<int32_t>(16);
         uint32_t count = op.get<uint32_t>(20);
@@ -809,6 +992,7 @@ private:
 
     const uint8_t* image_;
     Wrp1Graph& g_;
+    const FormatLayout& layout_;  // the file's format: which ops exist, record sizes, launch fields
     bool semantic_;
     std::unordered_set<uint64_t> mesh_ids_;
     std::set<std::string> raw_seen_;  // (module, kernel, argument, byte) already reported

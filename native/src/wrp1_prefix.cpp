@@ -11,9 +11,6 @@ namespace wrp {
 
 namespace {
 
-// The launch record's fixed part (format 18): key and module hash follow it.
-constexpr uint32_t kLaunchFixed = 80;
-
 struct SectionAt {
     uint64_t entry = 0;  // file offset of the table entry
     uint64_t offset = 0;
@@ -38,8 +35,10 @@ SectionAt operations_section(const uint8_t* image, size_t size)
 
 }  // namespace
 
-std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size)
+std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size, const FormatLayout& layout)
 {
+    // The launch record's fixed part, key and module hash after it, at the file format's offsets.
+    const LaunchLayout& L = layout.launch;
     SectionAt s = operations_section(image, size);
     if (s.size < 4 || s.offset + s.size > size)
         fail(WRP_ERR_INTERNAL, "prefix of an image whose operations section was not validated");
@@ -56,12 +55,12 @@ std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size)
         op.size = load<uint32_t>(image + pos + 4);
         if (op.size < 8 || op.size > end - pos)
             fail(WRP_ERR_INTERNAL, "op %u has a total_size the validator would refuse", i);
-        if (op.type == kOpKernelLaunch && op.size >= kLaunchFixed) {
-            uint16_t key_len = load<uint16_t>(image + pos + 64);
-            uint16_t hash_len = load<uint16_t>(image + pos + 66);
-            if (uint64_t(kLaunchFixed) + key_len + hash_len <= op.size) {
-                op.kernel_key.assign(reinterpret_cast<const char*>(image + pos + kLaunchFixed), key_len);
-                op.module_hash.assign(reinterpret_cast<const char*>(image + pos + kLaunchFixed + key_len), hash_len);
+        if (op.type == kOpKernelLaunch && op.size >= L.fixed_size) {
+            uint16_t key_len = load<uint16_t>(image + pos + L.kernel_key_len.offset);
+            uint16_t hash_len = load<uint16_t>(image + pos + L.module_hash_len.offset);
+            if (uint64_t(L.fixed_size) + key_len + hash_len <= op.size) {
+                op.kernel_key.assign(reinterpret_cast<const char*>(image + pos + L.fixed_size), key_len);
+                op.module_hash.assign(reinterpret_cast<const char*>(image + pos + L.fixed_size + key_len), hash_len);
             }
         }
         pos += op.size;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "wrp1_layouts.h"
+
 namespace wrp {
 
 struct TopLevelOp {
@@ -23,8 +25,8 @@ struct TopLevelOp {
     std::string module_hash;  // KERNEL_LAUNCH only
 };
 
-// The top-level ops of a validated format-18 image, in file order.
-std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size);
+// The top-level ops of a validated image of the given format, in file order.
+std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size, const FormatLayout& layout);
 
 // A copy of the validated image whose OPERATIONS section holds only its first
 // `count` top-level ops (count <= ops.size()); every other byte is the same,

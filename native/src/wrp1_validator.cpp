@@ -72,6 +72,18 @@ const KernelRecord* Wrp1Graph::find_kernel(const std::string& module_hash, const
     return it == kernel_index.end() ? nullptr : &kernels[it->second];
 }
 
+const KernelRecord* Wrp1Graph::launch_kernel(const std::string& module_hash, const std::string& key) const
+{
+    if (const KernelRecord* k = find_kernel(module_hash, key))
+        return k;
+    if (!layout || !layout->kernels_by_key)
+        return nullptr;
+    for (const KernelRecord& k : kernels)  // keys are unique in these formats (read_metadata)
+        if (k.key == key)
+            return &k;
+    return nullptr;
+}
+
 const ArraySignature* Wrp1Graph::find_signature(const std::string& binding) const
 {
     for (const ArraySignature& s : signatures)
@@ -102,6 +114,28 @@ bool is_c_identifier(const std::string& s)
     return std::all_of(s.begin(), s.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     });
+}
+
+std::string describe_format(uint32_t version)
+{
+    const FormatLayout* l = find_format_layout(version);
+    if (!l)
+        return "format " + std::to_string(version) + " (no Warp release known to wrpkit)";
+    if (!*l->releases)
+        return "format " + std::to_string(version) + " (written by no released Warp; loaded by Warp " + l->loaded_by + ")";
+    return "format " + std::to_string(version) + " (written by Warp " + l->releases + ")";
+}
+
+std::string upgrade_message(uint32_t version)
+{
+    const FormatLayout* l = find_format_layout(version);
+    const FormatLayout* current = find_format_layout(kCurrentFormat);
+    std::string msg = describe_format(version) + ": Warp " + current->loaded_by + " loads only format "
+        + std::to_string(kCurrentFormat) + "; convert it with `wrp upgrade IN OUT";
+    if (l && l->legacy_args)
+        return msg + " --kernels KERNELS.py` (format " + std::to_string(version) + " kernels are rebuilt from their "
+            "Python source)";
+    return msg + "`";
 }
 
 namespace {
@@ -141,18 +175,15 @@ void check_header(const uint8_t* image, size_t size, Wrp1Graph& g)
         fail_invalid_at("header.magic", 0, "expected \"WRP1\", found bytes %02x %02x %02x %02x; not a Warp capture",
                         image[0], image[1], image[2], image[3]);
     uint32_t version = load<uint32_t>(image + 4);
-    if (version != kFormatVersion)
-    {
-        // Formats of older Warp releases: wrp-replay does not read them; `wrp upgrade` rewrites them as 18.
-        const char* by = version == 3 ? "Warp 1.13" : version == 10 ? "Warp 1.14" : version == 13 ? "no released Warp"
-                       : version == 14 ? "Warp 1.15" : version == 15 ? "Warp 1.16/1.17" : version == 16 ? "Warp 1.18"
-                       : nullptr;
-        if (by)
-            fail_invalid_at("header.version", 4,
-                            "format version %u (written by %s) is not supported (this build reads format 18, "
-                            "written by Warp 1.19); convert it with `wrp upgrade IN OUT`", version, by);
+    g.layout = find_format_layout(version);
+    if (!g.layout) {
+        std::string known;
+        for (const FormatLayout& l : kFormatLayouts)
+            known += (known.empty() ? "" : ", ") + std::to_string(l.version);
         fail_invalid_at("header.version", 4,
-                        "format version %u is not supported (this build reads format 18, written by Warp 1.19)", version);
+                        "WRP1 format version %u is not supported (this build reads formats %s); no released Warp "
+                        "wrote it: recapture the graph with Warp %s", version, known.c_str(),
+                        find_format_layout(kCurrentFormat)->loaded_by);
     }
     if (uint32_t flags = load<uint32_t>(image + 8))
         fail_invalid_at("header.flags", 8, "flags 0x%x must be zero", flags);
@@ -289,16 +320,21 @@ bool is_one_save(const std::vector<std::string>& names)
 
 void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool semantic)
 {
+    const FormatLayout& layout = *g.layout;
     ByteReader r(image, s.offset, s.offset + s.size, "metadata");
     uint64_t at = r.pos();
     uint32_t version = r.read<uint32_t>("format_version");
-    if (version != kFormatVersion)
-        fail_invalid_at("metadata.format_version", at, "metadata format version %u, expected 18", version);
+    if (version != layout.version)
+        fail_invalid_at("metadata.format_version", at, "metadata format version %u differs from the header's %u", version,
+                        layout.version);
     at = r.pos();
-    g.producer_version = r.read_string("warp_version", kMaxVersionBytes);
-    if (g.producer_version.empty()
-        || !std::all_of(g.producer_version.begin(), g.producer_version.end(), [](char c) { return c > 0x20 && c < 0x7f; }))
-        fail_invalid_at("metadata.warp_version", at, "producer Warp version must be non-empty printable ASCII");
+    if (layout.producer_version) {
+        g.producer_version = r.read_string("warp_version", kMaxVersionBytes);
+        if (g.producer_version.empty()
+            || !std::all_of(g.producer_version.begin(), g.producer_version.end(),
+                            [](char c) { return c > 0x20 && c < 0x7f; }))
+            fail_invalid_at("metadata.warp_version", at, "producer Warp version must be non-empty printable ASCII");
+    }
     at = r.pos();
     uint32_t arch = r.read<uint32_t>("target_arch");
     if (arch != g.target_arch)
@@ -311,9 +347,10 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
     uint32_t n_meshes = r.read<uint32_t>("num_meshes");
     uint32_t n_ptrs = r.read<uint32_t>("num_ptr_locations");
     struct Cap { const char* name; uint32_t count, cap, min_bytes; };
-    const Cap caps[] = {{"num_modules", n_modules, kMaxModules, 46}, {"num_kernels", n_kernels, kMaxKernels, 28},
-                        {"num_bindings", n_bindings, kMaxBindings, 8}, {"num_meshes", n_meshes, kMaxMeshes, 32},
-                        {"num_ptr_locations", n_ptrs, kMaxPointerLocations, 28}};
+    const Cap caps[] = {{"num_modules", n_modules, kMaxModules, layout.module_record_min_size},
+                        {"num_kernels", n_kernels, kMaxKernels, 28}, {"num_bindings", n_bindings, kMaxBindings, 8},
+                        {"num_meshes", n_meshes, kMaxMeshes, layout.mesh_record_size},
+                        {"num_ptr_locations", n_ptrs, kMaxPointerLocations, layout.pointer_location_size}};
     uint64_t min_total = 0;
     for (const Cap& c : caps) {
         if (c.count > c.cap)
@@ -335,14 +372,22 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
         r.read_string("module_name", kMaxStringBytes);
         m.binary_filename = r.read_string("binary_filename", kMaxFilenameBytes);
         m.target_arch = r.read<uint32_t>("target_arch");
-        m.binary_digest = r.read_string("binary_digest", 64);
-        std::string source_filename = r.read_string("source_filename", kMaxFilenameBytes);
-        std::string source_digest = r.read_string("source_digest", 64);
-        uint8_t kind = r.read<uint8_t>("binary_kind");
-        uint8_t fallback = r.read<uint8_t>("fallback_reason");
-        r.need(16, "recipe");
-        const uint8_t* recipe = image + r.pos();
-        r.skip(16, "recipe");
+        // Formats without module extras read as what Warp 1.19 writes for a module that has none:
+        // no digests or source, kind NONE, fallback SOURCE_UNAVAILABLE, an all-zero recipe.
+        static const uint8_t kNoRecipe[16] = {};
+        std::string source_filename, source_digest;
+        uint8_t kind = 0, fallback = 1;
+        const uint8_t* recipe = kNoRecipe;
+        if (layout.module_extras) {
+            m.binary_digest = r.read_string("binary_digest", 64);
+            source_filename = r.read_string("source_filename", kMaxFilenameBytes);
+            source_digest = r.read_string("source_digest", 64);
+            kind = r.read<uint8_t>("binary_kind");
+            fallback = r.read<uint8_t>("fallback_reason");
+            r.need(16, "recipe");
+            recipe = image + r.pos();
+            r.skip(16, "recipe");
+        }
         check_module(m, g.device, kind, fallback, source_filename, source_digest, recipe, where);
         if (!module_hashes.insert(m.hash).second)
             fail_invalid_at(where + ".module_hash", m.at, "duplicate module hash %s", m.hash.c_str());
@@ -350,6 +395,7 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
     }
 
     g.kernels.reserve(n_kernels);
+    std::map<std::string, uint32_t> kernel_keys;  // formats whose Warp keys kernels by key alone
     for (uint32_t i = 0; i < n_kernels; i++) {
         std::string where = "metadata.kernels[" + std::to_string(i) + "]";
         r.set_where(where);
@@ -373,6 +419,10 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
         if (!g.kernel_index.emplace(std::make_pair(k.module_hash, k.key), g.kernels.size()).second)
             fail_invalid_at(where, k.at, "duplicate kernel %s of module %s", quoted(k.key).c_str(),
                             quoted(k.module_hash).c_str());
+        if (layout.kernels_by_key && !kernel_keys.emplace(k.key, i).second)
+            fail_invalid_at(where + ".kernel_key", k.at, "kernel key %s is recorded twice (kernels[%u] too); Warp %s "
+                            "keys kernels by key alone and would keep only the last", quoted(k.key).c_str(),
+                            kernel_keys[k.key], layout.releases);
         g.kernels.push_back(std::move(k));
     }
 
@@ -450,7 +500,9 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
         p.region_id = r.read<uint32_t>("region_id");
         p.offset = r.read<uint64_t>("offset");
         p.stride = r.read<uint64_t>("stride");
-        p.count = r.read<uint64_t>("count");
+        // Before format 18 there is no count: 0 stands for "not recorded" (stride 0 is one slot,
+        // else every stride to the end of the region; Warp's loop stays inside the region).
+        p.count = layout.pointer_location_size >= 28 ? r.read<uint64_t>("count") : 0;
         g.pointer_locations.push_back(p);
     }
 

@@ -44,6 +44,8 @@ constexpr uint64_t kExpansionFloor = uint64_t(64) << 20;
 
 constexpr uint64_t align64(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
+static_assert(sizeof(fbs::LegacyArg) == kLegacyArg.size, "the schema's LegacyArg must be the WRP1 descriptor, byte for byte");
+
 // A field path inside the manifest ("ops[3].then_ops[0].relocations"),
 // rendered only when an error is reported.
 struct Path {
@@ -210,11 +212,21 @@ private:
     {
         prog = p;
         uint32_t fmt = p->format_version();
-        if (fmt != kFormatVersion)
+        layout_ = find_format_layout(fmt);
+        if (!layout_) {
+            std::string known;
+            for (const FormatLayout& l : kFormatLayouts)
+                known += (known.empty() ? "" : ", ") + std::to_string(l.version);
             bad(root.field("format_version"), p,
-                "APIC format version %u is not supported (this build reads 18, written by Warp 1.19); for a capture "
-                "of Warp 1.13-1.18 run `wrp upgrade IN OUT`, else recapture the graph with Warp 1.19.0",
-                fmt);
+                "APIC format version %u is not supported (this build reads formats %s); recapture the graph with "
+                "Warp %s", fmt, known.c_str(), find_format_layout(kCurrentFormat)->loaded_by);
+        }
+        // The records are written in the program's own format, so that the image is validated
+        // under that format's rules; what the format cannot hold is refused here.
+        const FormatLayout& layout = *layout_;
+        if (!layout.producer_version && count_of(p->warp_version()))
+            bad(root.field("warp_version"), p, "format %u records no producer version, found %s", fmt,
+                quoted(p->warp_version()->str()).c_str());
         uint8_t device = raw_field<uint8_t>(p, fbs::Program::VT_DEVICE_TYPE, 1);
         if (device > 1)
             bad(root.field("device_type"), p, "device type must be 0 (CUDA) or 1 (CPU), found %u", device);
@@ -226,7 +238,8 @@ private:
         Writer& w = meta_;
         reserve(w, 8 + str_bytes(p->warp_version()) + 20, root, p);
         w.put<uint32_t>(fmt);
-        w.str(p->warp_version());
+        if (layout.producer_version)
+            w.str(p->warp_version());
         w.put<uint32_t>(arch);
         w.put<uint32_t>(count_of(p->modules()));
         w.put<uint32_t>(count_of(p->kernels()));
@@ -278,11 +291,16 @@ private:
         Path pp = root.field("pointer_locations");
         for (uint32_t i = 0; i < count_of(p->pointer_locations()); i++) {
             const fbs::PointerLocation* l = p->pointer_locations()->Get(i);
-            reserve(w, 28, pp.at(i), l);
+            bool has_count = layout.pointer_location_size >= 28;
+            if (!has_count && l->count())
+                bad(pp.at(i), l, "format %u pointer locations record no slot count, found %llu", fmt,
+                    static_cast<unsigned long long>(l->count()));
+            reserve(w, layout.pointer_location_size, pp.at(i), l);
             w.put<uint32_t>(l->region_id());
             w.put<uint64_t>(l->offset());
             w.put<uint64_t>(l->stride());
-            w.put<uint64_t>(l->count());
+            if (has_count)
+                w.put<uint64_t>(l->count());
         }
 
         Path rp = root.field("regions");
@@ -327,16 +345,25 @@ private:
         w.str(m->module_name());
         w.str(m->binary_filename());
         w.put<uint32_t>(m->target_arch());
-        w.str(m->binary_digest());
-        w.str(m->source_filename());
-        w.str(m->source_digest());
-        w.put<uint8_t>(static_cast<uint8_t>(m->binary_kind()));
-        w.put<uint8_t>(static_cast<uint8_t>(m->fallback_reason()));
-        if (const fbs::CudaCompileRecipe* r = m->recipe())
-            w.raw(r, 7);  // seven u8 fields, no padding
-        else
-            w.zeros(7);
-        w.zeros(9);
+        const fbs::CudaCompileRecipe* recipe = m->recipe();
+        static const uint8_t kNoRecipe[7] = {};
+        if (layout_->module_extras) {
+            w.str(m->binary_digest());
+            w.str(m->source_filename());
+            w.str(m->source_digest());
+            w.put<uint8_t>(static_cast<uint8_t>(m->binary_kind()));
+            w.put<uint8_t>(static_cast<uint8_t>(m->fallback_reason()));
+            if (recipe)
+                w.raw(recipe, 7);  // seven u8 fields, no padding
+            else
+                w.zeros(7);
+            w.zeros(9);
+        } else if (count_of(m->binary_digest()) || count_of(m->source_filename()) || count_of(m->source_digest())
+                   || static_cast<uint8_t>(m->binary_kind()) != 0 || static_cast<uint8_t>(m->fallback_reason()) != 1
+                   || (recipe && std::memcmp(recipe, kNoRecipe, 7) != 0)) {
+            bad(here, m, "format %u module records carry no binary digest, source, binary kind, fallback reason or "
+                "compile recipe", layout_->version);
+        }
 
         std::string filename = m->binary_filename() ? m->binary_filename()->str() : std::string();
         std::string source = m->source_filename() ? m->source_filename()->str() : std::string();
@@ -661,28 +688,50 @@ private:
 
     void launch(const fbs::KernelLaunch* k, const Path& here)
     {
+        const FormatLayout& layout = *layout_;
+        const LaunchLayout& L = layout.launch;
         uint32_t nshape = count_of(k->shape());
         if (nshape != 4)
             bad(here.field("shape"), k, "shape must have 4 entries, found %u", nshape);
         check_bool(k, fbs::KernelLaunch::VT_IS_FORWARD, 1, here, "is_forward");
         bool forward = k->is_forward();
         uint32_t np = count_of(k->params()), na = count_of(k->adjoint_params());
+        const Vector<const fbs::LegacyArg*>* legacy = k->legacy_args();
+        uint32_t nl = count_of(legacy), nh = count_of(k->handle_offsets());
+        const Vector<const fbs::Relocation*>* relocs = k->relocations();
+        uint32_t nr = count_of(relocs);
+        uint32_t nv = count_of(k->value_data());
+        if (nl && (np || na || nr || nv))
+            bad(here.field("legacy_args"), k, "a launch with format-3 argument descriptors has no params, relocations "
+                "or value data");
         if (forward && na)
             bad(here.field("adjoint_params"), k, "a forward launch must not have adjoint params");
         if (!forward && na != np)
             bad(here.field("adjoint_params"), k, "an adjoint launch needs one adjoint param per param (%u), found %u",
                 np, na);
+        // What the program's format cannot hold (wrpkit's validate refuses the same).
+        if (layout.legacy_args && (np || nr || nv))
+            bad(here, k, "a format-%u launch records argument descriptors, not bindings or value data", layout.version);
+        if (!layout.legacy_args && (nl || nh))
+            bad(here.field("legacy_args"), k, "format %u has no format-3 argument descriptors", layout.version);
+        if (!L.grid_stride.present() && (k->grid_stride() != 0 || k->cluster_dim() != 1))
+            bad(here, k, "format %u records no grid_stride or cluster_dim (only 0 and 1 fit), found %d and %u",
+                layout.version, k->grid_stride(), k->cluster_dim());
         uint32_t key = count_of(k->kernel_key()), hash = count_of(k->module_hash());
-        if (key > UINT16_MAX || hash > UINT16_MAX || np > UINT16_MAX)
-            bad(here, k, "kernel key (%u bytes), module hash (%u bytes) or param count (%u) exceeds WRP1's 16-bit field",
-                key, hash, np);
-        const Vector<const fbs::Relocation*>* relocs = k->relocations();
-        uint32_t nr = count_of(relocs);
+        uint32_t nargs = layout.legacy_args ? nl : np;
+        if (key > UINT16_MAX || hash > UINT16_MAX || nargs > UINT16_MAX || nh > UINT16_MAX)
+            bad(here, k, "kernel key (%u bytes), module hash (%u bytes), param count (%u) or handle offset count (%u) "
+                "exceeds WRP1's 16-bit field", key, hash, nargs, nh);
         if (relocs && (relocs->Data() - m_) % 8 != 0)
             bad(here.field("relocations"), relocs, "Relocation vector at manifest offset %llu is misaligned",
                 static_cast<unsigned long long>(relocs->Data() - 4 - m_));
-        uint32_t nv = count_of(k->value_data());
-        uint64_t total = 80 + uint64_t(key) + hash + 16 * (uint64_t(np) + (forward ? 0 : na)) + 24 * uint64_t(nr) + nv;
+        const uint8_t* args = legacy ? reinterpret_cast<const uint8_t*>(legacy->Data()) : nullptr;
+        if (legacy && (args - m_) % 8 != 0)
+            bad(here.field("legacy_args"), legacy, "LegacyArg vector at manifest offset %llu is misaligned",
+                static_cast<unsigned long long>(args - 4 - m_));
+        uint64_t total = uint64_t(L.fixed_size) + key + hash
+            + (layout.legacy_args ? uint64_t(kLegacyArg.size) * nl + 4 * uint64_t(nh)
+                                  : 16 * (uint64_t(np) + (forward ? 0 : na)) + 24 * uint64_t(nr) + nv);
         if (total > UINT32_MAX)
             bad(here, k, "the KERNEL_LAUNCH record would be %llu bytes; a WRP1 op is at most 4 GiB",
                 static_cast<unsigned long long>(total));
@@ -692,29 +741,46 @@ private:
             for (int b = 17; b < 24; b++)
                 if (rel[24 * size_t(j) + b])
                     bad(here.field("relocations").at(j), rel + 24 * size_t(j), "struct padding must be zero");
+        // The fixed part, each field at its offset in this format (wrp1_layouts.h).
         Writer& w = ops_;
+        size_t base = w.size() - 8;  // the op header
+        w.zeros(L.fixed_size - 8);
+        auto set = [&](FieldAt f, auto v) { w.patch(base + size_t(f.offset), v); };
         for (uint32_t d = 0; d < 4; d++)
-            w.put<uint32_t>(k->shape()->Get(d));
-        w.put<int32_t>(k->ndim());
-        w.put<uint64_t>(k->size());
-        w.put<uint64_t>(k->dim());
-        w.put<int32_t>(k->max_blocks());
-        w.put<int32_t>(k->block_dim());
-        w.put<int32_t>(k->smem_bytes());
-        w.put<int32_t>(k->grid_stride());
-        w.put<uint8_t>(forward ? 1 : 0);
-        w.put<uint8_t>(k->cluster_dim());
-        w.zeros(2);
-        w.put<uint16_t>(static_cast<uint16_t>(key));
-        w.put<uint16_t>(static_cast<uint16_t>(hash));
-        w.put<uint16_t>(static_cast<uint16_t>(np));
-        w.zeros(2);
-        w.put<uint32_t>(nr);
-        w.put<uint32_t>(nv);
+            w.patch(base + size_t(L.shape.offset) + 4 * d, k->shape()->Get(d));  // int32 bits in formats before 16
+        set(L.ndim, int32_t(k->ndim()));
+        set(L.size, uint64_t(k->size()));
+        set(L.dim, uint64_t(k->dim()));
+        set(L.max_blocks, int32_t(k->max_blocks()));
+        set(L.block_dim, int32_t(k->block_dim()));
+        set(L.smem_bytes, int32_t(k->smem_bytes()));
+        if (L.grid_stride.present())
+            set(L.grid_stride, int32_t(k->grid_stride()));
+        set(L.is_forward, uint8_t(forward ? 1 : 0));
+        if (L.cluster_dim.present())
+            set(L.cluster_dim, uint8_t(k->cluster_dim()));
+        set(L.kernel_key_len, uint16_t(key));
+        set(L.module_hash_len, uint16_t(hash));
+        set(L.num_params, uint16_t(nargs));
+        if (layout.legacy_args) {
+            set(L.num_handle_offsets, uint16_t(nh));
+        } else {
+            set(L.num_relocs, uint32_t(nr));
+            set(L.value_data_size, uint32_t(nv));
+        }
         if (key)
             w.raw(k->kernel_key()->data(), key);
         if (hash)
             w.raw(k->module_hash()->data(), hash);
+        if (layout.legacy_args) {
+            // LegacyArg (88 bytes; its padding is checked by the validator) has exactly the WRP1
+            // descriptor's layout; handle offsets are u32.
+            if (nl)
+                w.raw(args, size_t(kLegacyArg.size) * nl);
+            if (nh)
+                w.raw(k->handle_offsets()->Data(), 4 * size_t(nh));
+            return;
+        }
         // LaunchParam (16 bytes) and Relocation (24 bytes, zero padding
         // checked above) have exactly the WRP1 record layouts.
         if (np)
@@ -734,6 +800,7 @@ private:
     uint64_t op_refs_left_;
     Writer meta_;
     Writer ops_;
+    const FormatLayout* layout_ = nullptr;  // the program's format (set first thing in program())
 };
 
 void check_header(const uint8_t* data, size_t size, uint64_t* manifest_size, uint64_t* blob_off, uint64_t* blob_size)

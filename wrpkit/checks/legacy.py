@@ -2,13 +2,18 @@
 
 :mod:`wrpkit.checks.validate` calls these for a program whose
 ``format_version`` is below 18; every rule is listed in
-``schema/VALIDATION-RULES.md`` ("Older formats").  wrp-replay does not read
-these formats at all: it refuses them and points to ``wrp upgrade``.
+``schema/VALIDATION-RULES.md`` ("Older formats").  wrp-replay's C++
+validator applies the same rules (native/src/wrp1_validator.cpp and
+wrp1_ops.cpp, driven by the per-format tables of wrp1_layouts.h), then
+refuses to replay such a file and points to ``wrp upgrade``.  Rules on fields
+a format cannot hold only fire for a ``.wrpk``, whose manifest could carry
+them; the WRP1 decoder never produces them.
 """
 
 from __future__ import annotations
 
 from .. import model as m
+from ..formats.wrp1 import metadata_outside_format
 from ..formats.wrp1_layout import LAYOUTS
 
 #: Warp 1.13 refuses a scalar argument larger than this (capture.py, "Scalar parameter too large").
@@ -21,9 +26,7 @@ def metadata_problems(prog: m.Program) -> list:
     out = []
     if layout is None or layout.producer_version:
         return out
-    if prog.warp_version:
-        out.append(("metadata", f"format {prog.format_version} records no producer version, found "
-                                f"{prog.warp_version!r}", "error"))
+    out += [(where, message, "error") for where, message in metadata_outside_format(prog, layout)]
     if layout.kernels_by_key:
         seen = {}
         for i, k in enumerate(prog.kernels):
@@ -47,6 +50,10 @@ def launch_problems(prog: m.Program, regions: dict, op: m.KernelLaunch) -> list:
     """``[message]`` for one launch's format-3 argument descriptors (Warp 1.13's rules, plus bounds)."""
     layout = LAYOUTS.get(prog.format_version)
     out = []
+    if layout is not None and "grid_stride" not in layout.launch.names and (op.grid_stride != 0
+                                                                            or op.cluster_dim != 1):
+        out.append(f"format {prog.format_version} records no grid_stride or cluster_dim (only 0 and 1 fit), found "
+                   f"{op.grid_stride} and {op.cluster_dim}")
     if layout is None or not layout.legacy_args:
         if op.legacy_args or op.handle_offsets:
             out.append(f"format {prog.format_version} has no format-3 argument descriptors")

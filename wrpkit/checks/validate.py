@@ -79,6 +79,7 @@ class _Checker:
         self.kernels = {(k.module_hash, k.kernel_key): k for k in prog.kernels}
         self.kernels_by_key = {k.kernel_key: k for k in prog.kernels}  # formats 3/10 (checks/legacy.py)
         self.mesh_ptrs = {me.original_ptr for me in prog.meshes}
+        self.layout = LAYOUTS.get(prog.format_version, LAYOUTS[CURRENT_FORMAT])
         self.problems: list = []
         self.kernel_sigs = self._kernel_signatures(prog, annotations)
         self.clean: set = set()  # ids of leaf op objects that passed (the program keeps them alive)
@@ -353,6 +354,11 @@ class _Checker:
             if id(op) in clean:
                 continue  # the same op object, listed again (shared tables of a .wrpk): already valid
             w = f"{path}[{i}]"
+            if op.op_type != m.OpType.KERNEL_LAUNCH and op.op_type not in self.layout.ops:
+                # Only a .wrpk can say so (the WRP1 decoder refuses the op type).
+                self.err(w, f"op type {int(op.op_type)} is {op.op_type.name}, which format {self.layout.version} "
+                            "does not have", op.at)
+                continue
             fn = getattr(self, "op_" + op.op_type.name.lower(), None)
             if fn is not None:
                 before = len(self.problems)
@@ -370,13 +376,13 @@ class _Checker:
     def op_kernel_launch(self, w, op: m.KernelLaunch):
         at = op.at
         k = self.kernels.get((op.module_hash, op.kernel_key))
-        if k is None and self.prog.format_version < 18:
+        if k is None and self.prog.format_version != CURRENT_FORMAT:
             k = _legacy.launch_kernel(self.prog, self.kernels_by_key, op)
             if k is not None:
                 self.err(w, f"kernel {op.kernel_key!r} of module {op.module_hash[:12]} has no kernel record; Warp "
                             f"keyed kernels by key alone and runs module {k.module_hash[:12]}'s kernel for it "
                             "(`wrp upgrade --collision producer|intent` chooses)", at, severity="warning")
-        if op.legacy_args or op.handle_offsets or self.prog.format_version == 3:
+        if op.legacy_args or op.handle_offsets or self.prog.format_version != CURRENT_FORMAT:
             for msg in _legacy.launch_problems(self.prog, self.regions, op):
                 self.err(w, msg, at)
         if k is None:
@@ -402,6 +408,8 @@ class _Checker:
                         self.err(w, f"launch shape {op.shape} has non-zero dims past ndim {op.ndim}", at)
                         break
                     continue
+                if extent < 0:  # formats before 16 store int32 extents; Warp 1.18 refuses negative ones
+                    self.err(w, f"launch shape[{d}] is negative ({extent})", at)
                 if extent == 0 and op.size != 0:
                     self.err(w, f"launch shape[{d}] is 0 in a launch of {op.size} threads", at)
                 prod *= extent
@@ -678,7 +686,9 @@ class _Checker:
         if min(op.block_size, op.scalar_size_in_bytes, op.row_count, op.col_count, op.nnz_upper_bound) < 0:
             self.err(w, "BSR counts must not be negative", op.at)
             return
-        if op.bsr_nnz_region_id != -1 or op.bsr_nnz_offset != 0:
+        if self.layout.bsr_nnz_region:  # formats 13-15: where the replay writes the count (-1 if absent)
+            self.span(w, op.at, op.bsr_nnz_region_id, op.bsr_nnz_offset, 4, "bsr_nnz", allow_absent=True)
+        elif op.bsr_nnz_region_id != -1 or op.bsr_nnz_offset != 0:
             self.err(w, "legacy bsr_nnz region must be -1 with offset 0", op.at)
         ints = 4 * op.nnz_upper_bound
         values = op.nnz_upper_bound * op.block_size * op.scalar_size_in_bytes
@@ -698,7 +708,7 @@ class _Checker:
         # capacity offsets; replay copies them into the destination offsets, and the last sizes its
         # columns.  Format 13 has no tail: Warp 1.15-1.18 read the capacity from the live offsets.
         padded = op.transposed_row_counts_region_id >= 0
-        has_tail = padded and LAYOUTS.get(self.prog.format_version, LAYOUTS[CURRENT_FORMAT]).bsr_transpose_tail
+        has_tail = padded and self.layout.bsr_transpose_tail
         tail = op.padded_tail
         if len(tail) != (op.col_count + 1 if has_tail else 0):
             self.err(w, f"record carries {len(tail)} capacity offsets; expected "

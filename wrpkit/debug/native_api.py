@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import WrpError, WrpFormatError, WrpRuntimeError
+from ..errors import WrpError, WrpFormatError, WrpRuntimeError, WrpVersionError
 
 LIB = "libwrp_replay.so" if sys.platform != "darwin" else "libwrp_replay.dylib"
 
@@ -112,7 +112,8 @@ class NativeProgram:
                                          ctypes.byref(handle))
         if rc != 0:
             msg = (lib.wrp_last_error() or b"").decode(errors="replace")
-            cls = WrpFormatError if rc == 2 else WrpRuntimeError
+            # 2: invalid file; 7: another Warp version, or an older format (`wrp upgrade` converts it)
+            cls = {2: WrpFormatError, 7: WrpVersionError}.get(rc, WrpRuntimeError)
             raise cls(f"the native replayer could not open the program: {msg}")
         self.handle = handle
         self.device = (lib.wrp_program_device(handle) or b"cpu").decode()

@@ -34,6 +34,7 @@ from ..errors import WrpFormatError, WrpVersionError
 from ..model import OpType
 from .wrp1_layout import (
     BOOL_FIELDS,
+    CURRENT_FORMAT,
     FILE_HEADER,
     FILE_HEADER_SIZE,
     LAYOUTS,
@@ -449,7 +450,7 @@ def _decode_op_list(buf, pos, end, count, path, depth, out, layout, limits, budg
                 op = _decode_leaf(buf, pos, total, op_type, w, layout, cache)
                 shared[rec] = op
             append(op)
-        elif op_type == OpType.IF or op_type == OpType.WHILE:
+        elif (op_type == OpType.IF or op_type == OpType.WHILE) and op_type in layout.ops:
             append(_decode_cond(buf, pos, total, op_type, w, depth, layout, limits, budget))
         else:
             append(_decode_leaf(buf, pos, total, op_type, w, layout, cache))
@@ -692,8 +693,40 @@ def _str(s: str) -> bytes:
     return _U32.pack(len(b)) + b
 
 
+def metadata_outside_format(prog: m.Program, layout: FormatLayout) -> list:
+    """``[(where, message)]`` for metadata that ``layout``'s format cannot hold.
+
+    Only a model built in memory or read from a ``.wrpk`` can carry them: a
+    producer version, module extras or a pointer-location count in a format
+    without them.  :func:`encode_metadata` refuses them (instead of dropping
+    them) and :mod:`wrpkit.checks.legacy` reports them.
+    """
+    out = []
+    v = prog.format_version
+    if not layout.producer_version and prog.warp_version:
+        out.append(("metadata", f"format {v} records no producer version, found {prog.warp_version!r}"))
+    if not layout.module_extras:
+        for i, mod in enumerate(prog.modules):
+            if (mod.binary_digest or mod.source_filename or mod.source_digest or mod.binary_kind != 0
+                    or mod.fallback_reason != 1 or mod.recipe != m.CudaCompileRecipe()):
+                out.append((f"modules[{i}]", f"format {v} module records carry no binary digest, source, binary "
+                                             "kind, fallback reason or compile recipe"))
+    if not layout.pointer_location_count:
+        for i, pl in enumerate(prog.pointer_locations):
+            if pl.count:
+                out.append((f"pointer_locations[{i}]", f"format {v} pointer locations record no slot count, "
+                                                       f"found {pl.count}"))
+    return out
+
+
 def encode_metadata(prog: m.Program, layout: FormatLayout) -> bytes:
-    """The METADATA section's bytes."""
+    """The METADATA section's bytes.
+
+    Raises:
+        WrpFormatError: The metadata holds what the format cannot (see :func:`metadata_outside_format`).
+    """
+    for where, message in metadata_outside_format(prog, layout)[:1]:
+        raise WrpFormatError(message, field=where)
     out = bytearray()
     out += _U32.pack(prog.format_version)
     if layout.producer_version:
@@ -764,6 +797,9 @@ def encode_ops(ops: list, layout: FormatLayout, out: bytearray, memo: dict | Non
                 out += done
                 continue
             start = len(out)
+        if t != OpType.KERNEL_LAUNCH and t not in layout.ops:  # only a .wrpk can hold one
+            raise WrpFormatError(f"op type {int(t)} is {OpType(t).name}, which format {layout.version} does not "
+                                 "have, so it cannot be written as a .wrp of that format")
         if t == OpType.KERNEL_LAUNCH:
             _encode_launch(op, layout, out)
         elif t in (OpType.IF, OpType.WHILE):
@@ -814,13 +850,16 @@ def _leaf_record_size(op, layout: FormatLayout) -> int:
         return (8 + layout.launch.size + len(op.kernel_key.encode("utf-8")) + len(op.module_hash.encode("utf-8"))
                 + 16 * blocks + 24 * len(op.relocations) + len(op.value_data))
     extra = 0
+    # An op the format does not have (only a .wrpk can hold one; validation refuses it) is sized as
+    # the format that has it writes it: those records never changed.
+    rl = layout.ops.get(t) or LAYOUTS[CURRENT_FORMAT].ops[t]
     if t == OpType.BSR_TRANSPOSE:
         extra = 4 * len(op.padded_tail)
     elif t == OpType.MEMCPY_H2D:
         extra = len(op.data)
-    elif "srcsize" in layout.ops[t].names:
+    elif "srcsize" in rl.names:
         extra = len(op.value)
-    return 8 + layout.ops[t].size + extra
+    return 8 + rl.size + extra
 
 
 def ops_section_size(prog: m.Program, layout: FormatLayout) -> int:
@@ -839,9 +878,9 @@ def ops_section_size(prog: m.Program, layout: FormatLayout) -> int:
             if n is None:
                 t = op.op_type
                 if t == OpType.IF:
-                    n = 8 + layout.ops[t].size + size(op.then_ops) + size(op.else_ops)
+                    n = 8 + LAYOUTS[CURRENT_FORMAT].ops[t].size + size(op.then_ops) + size(op.else_ops)
                 elif t == OpType.WHILE:
-                    n = 8 + layout.ops[t].size + size(op.body)
+                    n = 8 + LAYOUTS[CURRENT_FORMAT].ops[t].size + size(op.body)
                 else:
                     n = _leaf_record_size(op, layout)
                 sizes[id(op)] = n

@@ -6,6 +6,9 @@ changed; the launch record, argument encoding and some metadata records did.
 Everything version-specific lives in one :class:`FormatLayout` per format, so
 an older format is added as one more entry of :data:`LAYOUTS` (and, where a
 record changed shape, one more branch in :mod:`wrpkit.formats.wrp1`).
+wrp-replay's C++ validator reads the same tables from
+``native/src/wrp1_layouts.h``, which ``tools/gen_layout.py`` generates from
+this module (rerun it after any change here; a test fails on drift).
 
 Each fixed-size record is described as a list of ``(field, struct code)``
 pairs.  Fields named ``_pad*`` are reserved bytes that must be zero; the
@@ -89,6 +92,9 @@ class FormatLayout:
             so launches of one key in two modules share one record (3, 10).
         bsr_transpose_tail: BSR_TRANSPOSE records may carry the int32 tail
             (14 and later).
+        bsr_nnz_region: BSR_FROM_TRIPLETS may name a ``bsr_nnz`` region
+            (-1 if absent) that the replay writes the count into (13 to
+            15); from 16 on Warp writes -1/0 there and ignores it.
     """
 
     version: int
@@ -106,6 +112,12 @@ class FormatLayout:
     legacy_args: bool = False
     kernels_by_key: bool = False
     bsr_transpose_tail: bool = True
+    bsr_nnz_region: bool = False
+
+    @property
+    def pointer_location_count(self) -> bool:
+        """Pointer-location records carry a slot count (18 and later; before, 0 in the model)."""
+        return self.pointer_location.size == struct.calcsize("<IQQQ")
 
     @property
     def launch_fixed_size(self) -> int:
@@ -218,9 +230,10 @@ LAYOUT_16 = replace(
     LAYOUT_18, version=16, releases="1.18.0", loaded_by="1.18.0", producer_version=False,
     module_extras=False, pointer_location=struct.Struct("<IQQ"))
 
-#: Format 15 (Warp 1.16.0, 1.17.0): as 16, but the launch shape is int32.
+#: Format 15 (Warp 1.16.0, 1.17.0): as 16, but the launch shape is int32 and
+#: BSR_FROM_TRIPLETS may name a bsr_nnz region.
 LAYOUT_15 = replace(
-    LAYOUT_16, version=15, releases="1.16.0, 1.17.0", loaded_by="1.16.0 to 1.18.0",
+    LAYOUT_16, version=15, releases="1.16.0, 1.17.0", loaded_by="1.16.0 to 1.18.0", bsr_nnz_region=True,
     launch=_rec("KERNEL_LAUNCH", [("shape", "4i")] + [
         (n, c) for n, c in zip(LAYOUT_18.launch.names[1:], ["i", "Q", "Q", "i", "i", "i", "i", "B", "B", "2s",
                                                             "H", "H", "H", "2s", "I", "I"])]))
@@ -236,7 +249,7 @@ LAYOUT_13 = replace(LAYOUT_14, version=13, releases="", bsr_transpose_tail=False
 #: Format 10 (Warp 1.14.0): no grid_stride/cluster_dim in launches (76-byte
 #: fixed part); ops 1..8; kernel records keyed by kernel key alone.
 LAYOUT_10 = replace(
-    LAYOUT_14, version=10, releases="1.14.0", loaded_by="1.14.0", kernels_by_key=True,
+    LAYOUT_14, version=10, releases="1.14.0", loaded_by="1.14.0", kernels_by_key=True, bsr_nnz_region=False,
     ops=_ops_upto(OpType.WHILE),
     launch=_rec("KERNEL_LAUNCH", [
         ("shape", "4i"), ("ndim", _I), ("size", _Q), ("dim", _Q), ("max_blocks", _I), ("block_dim", _I),
@@ -257,9 +270,11 @@ LAYOUT_3 = replace(
         ("module_hash_len", _H), ("num_params", _H), ("num_handle_offsets", _H),
     ]))
 
-#: Format 3's ``APICLaunchParamRecord``: is_array, ndim, param_index,
-#: region_id, byte_offset, shape[4], strides[4], element_size, pad.
-LEGACY_ARG = struct.Struct("<BBHiQ4q4qI4s")
+#: Format 3's ``APICLaunchParamRecord`` (88 bytes, one per argument).
+LEGACY_ARG_RECORD = _rec("legacy_arg", [
+    ("is_array", _B), ("ndim", _B), ("param_index", _H), ("region_id", _I), ("byte_offset", _Q),
+    ("shape", "4q"), ("strides", "4q"), ("element_size", _U), ("_pad", "4s")])
+LEGACY_ARG = LEGACY_ARG_RECORD.struct
 
 #: Layouts by format version: every format a Warp release wrote (3, 10, 14,
 #: 15, 16, 18) and 13, which 1.15 to 1.18 load.  Warp 1.19.0 loads only 18.
@@ -277,6 +292,21 @@ def describe_format(version: int) -> str:
     if not layout.releases:
         return f"format {version} (written by no released Warp; loaded by Warp {layout.loaded_by})"
     return f"format {version} (written by Warp {layout.releases})"
+
+
+def upgrade_message(version: int) -> str:
+    """Why a capture of an older format is not replayed, and the command that converts it.
+
+    ``"format 16 (written by Warp 1.18.0): Warp 1.19.0 loads only format 18;
+    convert it with `wrp upgrade IN OUT`"``.  wrp-replay says exactly this
+    (``upgrade_message`` in native/src/wrp1_validator.cpp).
+    """
+    layout = LAYOUTS.get(version)
+    msg = (f"{describe_format(version)}: Warp {LAYOUTS[CURRENT_FORMAT].loaded_by} loads only format {CURRENT_FORMAT}; "
+           "convert it with `wrp upgrade IN OUT")
+    if layout is not None and layout.legacy_args:
+        return msg + f" --kernels KERNELS.py` (format {version} kernels are rebuilt from their Python source)"
+    return msg + "`"
 
 #: Fields stored as u8 0/1 in the file and as ``bool`` in the model.
 BOOL_FIELDS = frozenset({"is_forward", "inclusive", "masked_topology", "has_groups", "support_winding_number"})

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..formats import annotations as ann
 from ..formats import wrp1
+from ..formats.wrp1_layout import CURRENT_FORMAT, upgrade_message
 from ..environment import installed_warp_version, parse_device
 from ..errors import (
     WrpBindingError,
@@ -106,6 +107,13 @@ def check_runnable(model, device, warp_version: Optional[str] = None, what: str 
             f"{what} was captured for {want.upper()}{arch} but device {device!s} was requested",
             hint=f"Replay it with --device {'cpu' if want == 'cpu' else 'cuda:0'}, or recapture it on the "
                  f"{fam.upper()} device.")
+    if model.format_version != CURRENT_FORMAT:
+        # Written by an older Warp (no producer version is recorded): `wrp upgrade` converts it.
+        raise WrpVersionError(
+            f"{what} cannot be replayed as it is: {upgrade_message(model.format_version)}",
+            field="header.version", offset=4,
+            hint="Run `wrp upgrade` on it (see `wrp check` for what the conversion keeps), then replay the "
+                 "converted file.")
     installed = warp_version if warp_version is not None else installed_warp_version()
     if model.warp_version != installed:
         raise WrpVersionError(
