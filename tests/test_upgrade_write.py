@@ -78,3 +78,35 @@ def test_shared_launch_records_are_reported_at_every_path():
     copies = [copy.copy(big), copy.copy(big), replace(loop, body=[copy.copy(big)])]
     assert [(w, n) for w, _, n in exceeded_launches(copies)] == found
     assert found[0][1] == launch.size
+
+
+@pytest.mark.parametrize("ext", ["wrp", "wrpk"])
+def test_no_fsync_writes_the_same_bytes_without_syncing(tmp_path, ext, monkeypatch):
+    """--no-fsync / durable=False: the same validated output, published atomically, with no fsync."""
+    from click.testing import CliRunner
+
+    import wrpkit
+    from wrpkit.cli import main
+
+    src = _copy_case(tmp_path, "1.16.0", "struct")
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    wrpkit.upgrade(src, tmp_path / f"durable.{ext}")
+    assert synced, "the default upgrade did not fsync"
+    synced.clear()
+    wrpkit.upgrade(src, tmp_path / f"fast.{ext}", durable=False)
+    assert synced == []
+    r = CliRunner().invoke(main, ["upgrade", "--no-fsync", str(src), str(tmp_path / f"cli.{ext}")])
+    assert r.exit_code == 0, r.output
+    assert synced == []
+    want = (tmp_path / f"durable.{ext}").read_bytes()
+    assert (tmp_path / f"fast.{ext}").read_bytes() == want and (tmp_path / f"cli.{ext}").read_bytes() == want
+    if ext == "wrp":
+        for stem in ("fast", "cli"):
+            assert sorted(p.name for p in (tmp_path / f"{stem}_modules").iterdir()) == sorted(
+                p.name for p in (tmp_path / "durable_modules").iterdir())
+    assert wrpkit.open_capture(tmp_path / f"cli.{ext}").program.format_version == 18
+    r = CliRunner().invoke(main, ["validate", str(tmp_path / f"cli.{ext}")])
+    assert r.exit_code == 0, r.output
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]

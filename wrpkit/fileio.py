@@ -286,8 +286,8 @@ def _sync_file_range():
 
 
 def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, before_publish=None,
-                 writeback: bool = True) -> int:
-    """Write ``chunks`` to ``path`` atomically and durably.
+                 writeback: bool = True, durable: bool = True) -> int:
+    """Write ``chunks`` to ``path`` atomically and (by default) durably.
 
     The data goes to an unnamed temporary file in the destination directory
     (a named ``.<name>.<pid>.*.tmp`` one where the OS has no O_TMPFILE); every
@@ -311,6 +311,10 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
             grows (see :class:`_Writeback`).  False leaves it all to the
             final fsync, which measured faster for ``wrp upgrade`` on a
             host whose disk other writers keep busy (bench_upgrade.py).
+        durable: False skips the fsyncs (and the writeback hints): the
+            rename is still atomic, so a reader never sees a torn file, but
+            after a power loss the new file may be lost, as with ``cp``.
+            For batches that sync once at the end.
 
     Returns:
         Bytes written.
@@ -336,7 +340,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
         except OSError as e:
             raise _cannot_write(dest, e) from None
     total = 0
-    hints = _Writeback(fd) if writeback else None
+    hints = _Writeback(fd) if writeback and durable else None
     try:
         with os.fdopen(fd, "wb", closefd=False) as f:
             flushed = 0
@@ -371,7 +375,8 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
                 hints.close()
             if finish is not None:
                 finish(fd)
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         if tmp is None:
             # Give the finished file a unique name, then rename it into place.
             tmp = str(d / f".{dest.name}.{os.getpid()}.{os.urandom(6).hex()}.tmp")
@@ -397,7 +402,8 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
         if hints is not None:
             hints.close()
         os.close(fd)
-    _fsync_dir(d)
+    if durable:
+        _fsync_dir(d)
     return total
 
 
@@ -465,7 +471,7 @@ def _cannot_write(dest: Path, e: OSError) -> WrpIOError:
 
 
 def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress=None, finish=None,
-                writeback: bool = True) -> int:
+                writeback: bool = True, durable: bool = True) -> int:
     """Publish a ``.wrp`` and its module files so that readers never see a torn pair.
 
     Module files are content-addressed by Warp (their names carry the module
@@ -483,6 +489,7 @@ def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress
         finish: Passed to :func:`atomic_write` for the ``.wrp`` (the last
             file published): it may still abandon the ``.wrp``.
         writeback: Passed to :func:`atomic_write` for the ``.wrp``.
+        durable: Passed to :func:`atomic_write` for every file.
 
     Returns:
         Bytes written in all.
@@ -505,9 +512,9 @@ def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress
         if modules:
             mdir.mkdir(exist_ok=True)
             for name, data in modules.items():
-                written[0] += atomic_write(mdir / name, [data], progress)
+                written[0] += atomic_write(mdir / name, [data], progress, durable=durable)
 
-    return atomic_write(dest, wrp_chunks, progress, finish, publish_modules, writeback) + written[0]
+    return atomic_write(dest, wrp_chunks, progress, finish, publish_modules, writeback, durable) + written[0]
 
 
 def pwrite_all(fd: int, data, offset: int) -> None:

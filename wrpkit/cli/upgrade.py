@@ -15,9 +15,12 @@ from .output import dump_json, size
                    "launch's own module's kernel (intent).")
 @click.option("--kernels", "kernels", multiple=True, type=click.Path(dir_okay=False),
               help="Format 3 only: a .py module defining the kernels, compiled by the installed Warp. Repeatable.")
+@click.option("--no-fsync", "no_fsync", is_flag=True,
+              help="Do not fsync the output (still validated and published atomically, but a power loss may "
+                   "lose it, as with cp). For batches that run `sync` once at the end.")
 @click.option("--json", "as_json", is_flag=True, help="Print the upgrade report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No report.")
-def upgrade(src, dst, collision, kernels, as_json, quiet):
+def upgrade(src, dst, collision, kernels, no_fsync, as_json, quiet):
     """Rewrite SRC (written by Warp 1.13 to 1.18) as DST for the installed Warp.
 
     \b
@@ -25,18 +28,19 @@ def upgrade(src, dst, collision, kernels, as_json, quiet):
     (Warp 1.13) objects cannot be called by current Warp, so its kernels are
     rebuilt from --kernels.  DST ending in .wrpk writes a bundle; otherwise a
     .wrp with <stem>_modules/ beside it.  The output is validated before it
-    is published, written atomically, and records a digest of every module
-    file.
+    is published, written atomically and durably (fsynced; --no-fsync
+    leaves the sync to you), and records a digest of every module file.
 
     \b
     Examples:
       wrp upgrade old.wrp new.wrp
       wrp upgrade old.wrp new.wrpk --collision intent
       wrp upgrade old_113.wrp new.wrp --kernels my_kernels.py
+      for f in archive/*.wrp; do wrp upgrade -q --no-fsync "$f" new/"$(basename "$f")"; done; sync
     """
     from ..run.upgrade import upgrade as do_upgrade  # noqa: PLC0415
 
-    res = do_upgrade(src, dst, collision=collision, kernels=list(kernels))
+    res = do_upgrade(src, dst, collision=collision, kernels=list(kernels), durable=not no_fsync)
     rep = res.report
     if as_json:
         dump_json({

@@ -759,7 +759,7 @@ class BlobHasher:
 
 
 def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None, finish=None,
-               hasher: Optional[BlobHasher] = None) -> int:
+               hasher: Optional[BlobHasher] = None, durable: bool = True) -> int:
     """Write a ``.wrpk`` atomically (see :func:`wrpkit.fileio.atomic_write`).
 
     The file holds the bytes of :func:`iter_wrpk_chunks`, but the blobs are
@@ -774,6 +774,7 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
             :func:`wrpkit.fileio.atomic_write`); raise to abandon it.
         hasher: A :class:`BlobHasher` that may already be hashing some of
             the blobs; by default one is made for this call.
+        durable: False skips the fsyncs (see :func:`wrpkit.fileio.atomic_write`).
 
     Returns:
         Bytes written.
@@ -799,7 +800,8 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
             yield from _blob_chunks(layout)
 
         def write_head(fd: int) -> None:
-            os.fsync(fd)  # the blobs go to disk while the last hashes finish
+            if durable:
+                os.fsync(fd)  # the blobs go to disk while the last hashes finish
             final = bytearray(manifest)
             for at, off in slots:
                 final[at:at + 32] = digests[off].result()
@@ -811,7 +813,7 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
         slots: list = []
         manifest = _manifest(program, layout, slots)
         base = _align(HEADER_SIZE + len(manifest))
-        return atomic_write(path, chunks(), progress, write_head)
+        return atomic_write(path, chunks(), progress, write_head, durable=durable)
 
 
 def _sha256(data) -> bytes:

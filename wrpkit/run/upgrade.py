@@ -175,7 +175,8 @@ def output_form(path) -> str:
     return "wrpk" if str(path).lower().endswith(".wrpk") else "wrp"
 
 
-def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), progress=None) -> UpgradeResult:
+def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), progress=None,
+            durable: bool = True) -> UpgradeResult:
     """Rewrite a capture of an older Warp (format 3, 10, 13 to 16) as format 18 for the installed Warp.
 
     Formats 10 to 16 keep their kernel objects (copied into ``<stem>_modules/``
@@ -194,6 +195,9 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
             replayed) or ``"intent"`` for formats 3 and 10 kernel-key collisions.
         kernels: ``.py`` files defining the kernels (format 3 only).
         progress: Optional callable receiving byte counts as they are written.
+        durable: False skips the fsyncs: the output is still validated and
+            published atomically, but may be lost on a power failure, as a
+            ``cp`` may (for batches that ``sync`` once at the end).
 
     Returns:
         An :class:`UpgradeResult`.
@@ -268,11 +272,11 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
         if form == "wrpk":
             from ..formats import wrpk  # noqa: PLC0415
 
-            n = wrpk.write_wrpk(dst, new, out_files, progress, check)
+            n = wrpk.write_wrpk(dst, new, out_files, progress, check, durable=durable)
         else:
             # With writeback hints (the default): the disk starts on the data
             # while the rest is written and checked (bench/bench_upgrade.py).
-            n = publish_wrp(dst, wrp1.iter_wrp1_chunks(new), out_files, progress, check)
+            n = publish_wrp(dst, wrp1.iter_wrp1_chunks(new), out_files, progress, check, durable=durable)
     return UpgradeResult(src, dst, report, form, n, sorted(out_files))
 
 
