@@ -301,6 +301,32 @@ def test_launch_edited_to_300_threads_is_a_lint_and_refused_by_convert(axpy, tmp
     assert wrp("convert", tmp_path / "again.json", tmp_path / "again.wrp").exit_code == 0
 
 
+def _python_extent_lints(path) -> list:
+    from wrpkit.checks.validate import validate_capture
+
+    with wrpkit.open_capture(path) as cap:
+        return [f"{p.where}: {p.message}" for p in validate_capture(cap)
+                if getattr(p, "severity", "error") == "warning" and "threads but its largest array" in p.message]
+
+
+def test_wrp_replay_says_the_same_extent_lint_as_wrp_validate(axpy, sixth_of_six, tmp_path):
+    """The C++ validator finds the launches past their arrays that wrpkit's does, in the same words;
+    wrp-replay prints them (--list and a replay) and never refuses a file for them."""
+    declared = _edited_json(axpy, tmp_path / "declared.json", 300, declare=True)
+    assert wrp("convert", declared, tmp_path / "past.wrp").exit_code == 0
+    for path, n in ((tmp_path / "past.wrp", 1), (sixth_of_six, 1), (axpy, 0)):
+        want = _python_extent_lints(path)
+        assert len(want) == n, want
+        res = wrp_replay(path, "--list", "--json")
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["warnings"] == want
+        assert [line.removeprefix("wrp-replay: warning: ") for line in res.stderr.splitlines()
+                if line.startswith("wrp-replay: warning:")] == want
+    res = wrp_replay(tmp_path / "past.wrp", "--output", f"out={tmp_path / 'o.npy'}", "--json")
+    assert "runs 300 threads but its largest array argument holds 256 elements" in res.stderr
+    assert res.returncode in (0, EXIT_CRASH), res.stderr  # reading past the arrays may or may not fault
+
+
 def test_unedited_launch_has_no_extent_lint(axpy):
     code, data = run_check(axpy)
     assert code == 0 and not [f for f in data["findings"] if f["check"] == "lint-extent"]

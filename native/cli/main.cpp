@@ -183,6 +183,14 @@ void print_wrapped(const std::string& text, size_t width)
     }
 }
 
+std::string warnings_json(const wrp_program* p)
+{
+    std::string s = "[";
+    for (size_t i = 0; i < wrp_program_num_warnings(p); i++)
+        s += std::string(i ? ", " : "") + json_string(wrp_program_warning(p, i));
+    return s + "]";
+}
+
 void print_bindings_text(const std::vector<wrp_binding_info>& bindings)
 {
     std::printf("%zu binding(s):\n", bindings.size());
@@ -219,7 +227,11 @@ int run(const CliArgs& args)
         ", \"warp_version\": " + json_string(wrp_program_warp_version(prog.p)) + ", \"format_version\": " +
         std::to_string(wrp_program_format_version(prog.p)) + ", \"format\": " +
         json_string(wrp_program_format_description(prog.p)) + ", \"upgrade\": " +
-        (upgrade.empty() ? std::string("null") : json_string(upgrade)) + ", \"bindings\": " + bindings_json(bindings);
+        (upgrade.empty() ? std::string("null") : json_string(upgrade)) + ", \"warnings\": " + warnings_json(prog.p) +
+        ", \"bindings\": " + bindings_json(bindings);
+    // Lint findings (a launch past its arrays): said, never refused; the replay may still crash on them.
+    for (size_t i = 0; i < wrp_program_num_warnings(prog.p); i++)
+        std::fprintf(stderr, "wrp-replay: warning: %s\n", wrp_program_warning(prog.p, i));
     if (args.list) {
         disarm_timeout();
         if (args.json) {
@@ -254,6 +266,26 @@ int run(const CliArgs& args)
         auto t1 = std::chrono::steady_clock::now();
         ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
+    // Read the outputs, then release Warp's memory, still guarded: a replay that wrote outside its
+    // arrays may have corrupted the heap, which free() then detects (SIGABRT, malloc's "invalid
+    // pointer"): that is reported as the crash it is, before any output exists.
+    struct PendingOutput {
+        std::string name, path;
+        NpyDtype dtype;
+        std::vector<uint64_t> shape;
+        std::vector<uint8_t> view;
+    };
+    std::vector<PendingOutput> pending;
+    for (const NamedPath& o : args.outputs) {
+        const wrp_binding_info& b = find(bindings, o.name);
+        std::vector<uint8_t> region(static_cast<size_t>(b.size));
+        check(wrp_program_get(prog.p, b.name, region.data(), region.size()));
+        pending.push_back({o.name, o.path, binding_dtype(b), binding_shape(b), gather_view(b, region)});
+    }
+    const std::string device = wrp_program_device(prog.p), warp_version = wrp_program_warp_version(prog.p);
+    bindings.clear();  // their strings belong to the program
+    wrp_program_destroy(prog.p);
+    prog.p = nullptr;
     disarm_timeout();  // replayed in time: from here on, outputs are written and never cut short
     disarm_crash_guard();
     std::vector<double> sorted = ms;
@@ -265,14 +297,9 @@ int run(const CliArgs& args)
         mean += v / static_cast<double>(n);
 
     std::vector<OutputDone> done;
-    for (const NamedPath& o : args.outputs) {
-        const wrp_binding_info& b = find(bindings, o.name);
-        std::vector<uint8_t> region(static_cast<size_t>(b.size));
-        check(wrp_program_get(prog.p, b.name, region.data(), region.size()));
-        std::vector<uint8_t> view = gather_view(b, region);
-        std::vector<uint64_t> shape = binding_shape(b);
-        write_npy_atomic(o.path, binding_dtype(b), shape, view.data(), view.size());
-        done.push_back({o.name, o.path, binding_dtype(b).descr(), shape});
+    for (const PendingOutput& o : pending) {
+        write_npy_atomic(o.path, o.dtype, o.shape, o.view.data(), o.view.size());
+        done.push_back({o.name, o.path, o.dtype.descr(), o.shape});
     }
 
     if (args.json) {
@@ -297,8 +324,7 @@ int run(const CliArgs& args)
         std::printf("%s, \"inputs\": %s, \"timings\": %s, \"outputs\": %s}\n", head.c_str(), inputs_json.c_str(),
                     t.c_str(), outs.c_str());
     } else {
-        std::printf("%s on %s (recorded with Warp %s)\n", args.file.c_str(), wrp_program_device(prog.p),
-                    wrp_program_warp_version(prog.p));
+        std::printf("%s on %s (recorded with Warp %s)\n", args.file.c_str(), device.c_str(), warp_version.c_str());
         std::printf("%u %s after %u warmup: min %.3f ms  median %.3f ms  mean %.3f ms  max %.3f ms (host wall time)\n",
                     args.repeat, args.repeat == 1 ? "replay" : "replays", args.warmup, sorted.front(), median, mean,
                     sorted.back());

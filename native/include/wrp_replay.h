@@ -303,6 +303,14 @@ WRP_API const char* wrp_program_upgrade_message(const wrp_program* program);
  * wrp_program_destroy(). */
 WRP_API const char* wrp_program_crash_context(const wrp_program* program);
 
+/* Lint warnings of the file: findings that are no errors, in the words
+ * `wrp validate` prints them (e.g. "ops[3]: launch of kernel 'k' runs 300
+ * threads but its largest array argument holds 256 elements: ...", a launch
+ * past its arrays unless the kernel guards its indices).  Counted with
+ * semantic checks only.  Owned by the program; "" for an index out of range. */
+WRP_API size_t wrp_program_num_warnings(const wrp_program* program);
+WRP_API const char* wrp_program_warning(const wrp_program* program, size_t index);
+
 /* Number of top-level ops of the graph (as `wrp inspect --ops` numbers them;
  * an IF or WHILE counts once); 0 for a NULL program. */
 WRP_API size_t wrp_program_num_ops(const wrp_program* program);

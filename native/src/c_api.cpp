@@ -151,6 +151,18 @@ const char* wrp_program_crash_context(const wrp_program* program)
     return program && program->impl ? program->impl->crash_context().c_str() : "";
 }
 
+size_t wrp_program_num_warnings(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->graph().warnings.size() : 0;
+}
+
+const char* wrp_program_warning(const wrp_program* program, size_t index)
+{
+    if (!program || !program->impl || index >= program->impl->graph().warnings.size())
+        return "";
+    return program->impl->graph().warnings[index].c_str();
+}
+
 size_t wrp_program_num_ops(const wrp_program* program)
 {
     return program && program->impl ? program->impl->num_ops() : 0;

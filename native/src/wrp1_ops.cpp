@@ -347,6 +347,9 @@ private:
         uint32_t params_off = L.fixed_size + h.key_len + h.hash_len;
         uint32_t relocs_off = params_off + bindings * kParamRecord;
         uint32_t values_off = relocs_off + num_relocs * kRelocRecord;
+        forward_params_ = h.num_params;
+        launch_has_array_ = false;
+        launch_max_elements_ = 0;
         uint64_t cursor = 0;
         uint64_t packed_end = 0;  // end of the previous argument's bytes
         for (uint32_t j = 0; j < bindings; j++) {
@@ -385,7 +388,21 @@ private:
         if (semantic_) {
             against_signature(op, key, hash, h.num_params, params_off, relocs_off, values_off);
             raw_pointers(op, key, hash, h.num_params, params_off, relocs_off, values_off);
+            extent_lint(op, key);
         }
+    }
+
+    // A launch whose threads exceed the elements of every array it is given: a lint, not an error
+    // (a guarded kernel may do it on purpose).  The same rule and words as wrpkit's
+    // formats/launch_arrays.exceeded_launches.
+    void extent_lint(const Op& op, const std::string& key)
+    {
+        uint64_t size = op.get<uint64_t>(layout_.launch.size.offset);
+        if (!launch_has_array_ || size <= launch_max_elements_)
+            return;
+        g_.warnings.push_back(op.path + ": launch of kernel '" + key + "' runs " + std::to_string(size) +
+                              " threads but its largest array argument holds " + std::to_string(launch_max_elements_) +
+                              " elements: unless the kernel guards its indices, threads read and write past the arrays");
     }
 
     // A format-3 launch (Warp 1.13): after key and hash, one 88-byte descriptor per argument
@@ -677,16 +694,41 @@ private:
                 fail_invalid_at(op.label, at, "param %u relocation %u: a %u-byte %s at byte %u does not fit in the %u-byte "
                                 "argument", j, first_reloc + r, group, indexed ? "indexedarray" : "array", o, blob_size);
             if (semantic_)
-                array_extent(op, j, blob_off + o, relocs_off + r * kRelocRecord, indexed);
+                array_extent(op, j, blob_off + o, relocs_off + r * kRelocRecord, indexed, j < forward_params_);
             next_free = uint64_t(o) + group;
             r += indexed ? 6 : 2;
         }
     }
 
+    // The elements the array at `a` presents, for the extent lint: the product of its first ndim
+    // extents (an indexedarray: of its own shape at +88, ndim = how many of them are positive),
+    // as launch_arrays.array_extents counts them.
+    void count_elements(const uint8_t* a, bool indexed, uint16_t ndim)
+    {
+        const uint8_t* shape = a + (indexed ? 88 : 16);
+        if (indexed) {
+            ndim = 0;
+            for (int d = 0; d < 4; d++)
+                ndim += load<int32_t>(shape + 4 * d) > 0 ? 1 : 0;
+        }
+        if (ndim < 1 || ndim > 4)
+            return;
+        unsigned __int128 n = 1;
+        for (int d = 0; d < ndim; d++) {
+            int32_t extent = load<int32_t>(shape + 4 * d);
+            if (extent < 0)
+                return;
+            n *= static_cast<uint64_t>(extent);
+        }
+        launch_has_array_ = true;
+        uint64_t elements = n > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(n);
+        launch_max_elements_ = std::max(launch_max_elements_, elements);
+    }
+
     // `blob` is the file offset (within the op) of an array_t whose data and
     // grad relocations start at `reloc0`.  Element sizes are not in the file,
     // so the first byte of the last element is what is bounded.
-    void array_extent(const Op& op, uint32_t j, uint32_t blob, uint32_t reloc0, bool indexed)
+    void array_extent(const Op& op, uint32_t j, uint32_t blob, uint32_t reloc0, bool indexed, bool forward)
     {
         const uint8_t* a = op.p + blob;
         bool has_data = op.p[reloc0 + 16] == kRelocDataPtr || op.p[reloc0 + kRelocRecord + 16] == kRelocDataPtr;
@@ -695,6 +737,8 @@ private:
             return;  // a None array
         if (ndim < 1 || ndim > 4)
             fail_invalid_at(op.label, op.at + blob + 48, "param %u: array argument has ndim %u (1..4)", j, ndim);
+        if (forward)
+            count_elements(a, indexed, ndim);
         StridedReach reach;
         bool empty = false;
         for (int d = 0; d < ndim; d++) {
@@ -996,6 +1040,11 @@ private:
     bool semantic_;
     std::unordered_set<uint64_t> mesh_ids_;
     std::set<std::string> raw_seen_;  // (module, kernel, argument, byte) already reported
+    // The launch being checked: its forward argument count, and the most elements of its forward
+    // array arguments (the extent lint).
+    uint32_t forward_params_ = 0;
+    bool launch_has_array_ = false;
+    uint64_t launch_max_elements_ = 0;
     // Region ids each enclosing WHILE body reads or writes (innermost last).
     std::vector<std::unordered_set<int32_t>> while_touched_;
 
