@@ -328,3 +328,22 @@ def test_wrp_replay_refuses_old_formats_and_points_to_upgrade(tmp_path):
         assert r.stderr == f"wrp-replay: error: {upgrade_message(FORMATS[rel])}\n"
         r = subprocess.run([exe, str(ROOT / rel / "saxpy.wrp"), "--list"], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and r.stdout.startswith(describe_format(FORMATS[rel]) + "\n"), r.stdout + r.stderr
+
+
+def test_wrp_replay_warns_as_wrp_validate_does_on_every_fixture():
+    """The C++ validator's warnings on a launch (a kernel-key collision in formats 3 and 10, a launch
+    past its arrays) are wrpkit validate's, word for word, on every committed capture."""
+    exe = shutil.which("wrp-replay", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("wrp-replay is not built in this environment")
+    seen = 0
+    for rel in RELEASES:
+        for path in sorted((ROOT / rel).glob("*.wrp")):
+            prog = decode_wrp1(path.read_bytes())
+            want = [f"{p.where}: {p.message}" for p in validate_program(prog)
+                    if p.severity == "warning" and p.where.startswith("ops")]
+            r = subprocess.run([exe, str(path), "--list", "--json"], capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, (path, r.stderr)
+            assert json.loads(r.stdout)["warnings"] == want, path
+            seen += len(want)
+    assert seen > 0  # the 1.13 and 1.14 collision cases warn

@@ -166,8 +166,9 @@ struct Wrp1Graph {
     // (a HashGrid, Bvh or Volume id passed as uint64): one message each.  Not an error of the
     // records; a replay refuses them unless told to allow raw pointers (wrpkit's lint-pointer).
     std::vector<std::string> raw_pointers;
-    // Lint findings that are no errors (wrpkit validate's warnings): launches whose threads exceed
-    // every array argument's elements (lint-extent), as "ops[3]: launch of kernel ...".
+    // Findings that are no errors (wrpkit validate's warnings), as "ops[3]: ...": launches whose
+    // threads exceed every array argument's elements (lint-extent), and in formats 3 and 10 launches
+    // that run another module's kernel of the same key (Warp keyed kernels by key alone).
     std::vector<std::string> warnings;
 
     const RegionRecord* find_region(int64_t id) const;

@@ -312,8 +312,14 @@ private:
         // Formats 3 and 10: Warp keyed kernels by key alone, so a launch whose (module, key) has no
         // record runs the record of its key (wrpkit's validate warns; `wrp upgrade --collision` chooses).
         const KernelRecord* k = g_.find_kernel(hash, key);
-        if (!k && layout_.kernels_by_key)
+        if (!k && layout_.kernels_by_key) {
             k = g_.launch_kernel(hash, key);
+            if (k)  // the same warning, in the same words, as wrpkit's validate
+                g_.warnings.push_back(op.path + ": kernel '" + key + "' of module " + hash.substr(0, 12) +
+                                      " has no kernel record; Warp keyed kernels by key alone and runs module " +
+                                      k->module_hash.substr(0, 12) + "'s kernel for it (`wrp upgrade --collision "
+                                      "producer|intent` chooses)");
+        }
         if (!k)
             op.fail("kernel %s of module %s is not in the kernel table", quoted(key).c_str(), quoted(hash).c_str());
         if (!h.is_forward && k->backward_name.empty())
