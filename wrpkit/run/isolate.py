@@ -123,6 +123,15 @@ def verify_deferred(prep) -> None:
         prep.deferred = []
 
 
+def child_env() -> dict:
+    """The environment of a replay child: wrpkit importable, and no faulthandler dump (the parent reports)."""
+    env = dict(os.environ)
+    env.pop("PYTHONFAULTHANDLER", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
+                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
 def run_module(module: str, d: Path, timeout: Optional[float], timeout_total: Optional[float] = None
                ) -> subprocess.CompletedProcess:
     """Run ``python -m module d`` in a child process with wrpkit importable; stdout and stderr are captured.
@@ -142,13 +151,9 @@ def run_module(module: str, d: Path, timeout: Optional[float], timeout_total: Op
     """
     for name in ("error.json", "stage"):
         (d / name).unlink(missing_ok=True)
-    env = dict(os.environ)
-    env.pop("PYTHONFAULTHANDLER", None)  # the parent reports the crash; no traceback dump in the child
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
-                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
         proc = subprocess.run([sys.executable, "-m", module, os.fspath(d)], capture_output=True,
-                              text=True, errors="replace", env=env, timeout=timeout, check=False)
+                              text=True, errors="replace", env=child_env(), timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         raise WrpTimeoutError(timeout_message(timeout_total or timeout), hint=TIMEOUT_HINT) from None
     except OSError as e:
@@ -163,8 +168,13 @@ def run_module(module: str, d: Path, timeout: Optional[float], timeout_total: Op
 
 def no_result_error(proc: subprocess.CompletedProcess) -> WrpRuntimeError:
     """The error for a child that ended without a result and without reporting an error."""
-    tail = " | ".join(proc.stderr.strip().splitlines()[-5:])
-    return WrpRuntimeError(f"the replay process ended with exit code {proc.returncode} and no result: {tail}",
+    return ended_without_result(proc.returncode, proc.stderr)
+
+
+def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
+    """:func:`no_result_error` from a child's exit code and what it printed."""
+    tail = " | ".join(output.strip().splitlines()[-5:])
+    return WrpRuntimeError(f"the replay process ended with exit code {returncode} and no result: {tail}",
                            hint="Warp's own diagnostic, if any, is quoted above.")
 
 
@@ -239,14 +249,20 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
         try:
             return _run_child(d, job, inputs, timeout)
         except ChildCrashed as crash:
-            left = None if timeout is None else timeout - (time.monotonic() - t0)
-            op_index, searched = None, False
-            n = len(prep.model.ops)
-            if identify and crash.stage == "replaying" and n > 0:
-                budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
-                op_index, searched = _identify_op(d, job, inputs, n, budget)
-            raise crash_error(prep, crash.signum, crash.stage, op_index, searched,
-                              verify_checksums=verify_checksums) from None
+            raise _located_crash(prep, crash, d, job, inputs, timeout, t0, identify, verify_checksums) from None
+
+
+def _located_crash(prep, crash: ChildCrashed, d: Path, job: dict, inputs: Mapping, timeout: Optional[float],
+                   t0: float, identify: bool, verify_checksums: bool) -> WrpCrashError:
+    """The :class:`WrpCrashError` of a crashed child; a crash while replaying is located by bisecting on
+    prefixes (one-shot children on ``job`` and ``inputs``), within what is left of ``timeout``."""
+    left = None if timeout is None else timeout - (time.monotonic() - t0)
+    op_index, searched = None, False
+    n = len(prep.model.ops)
+    if identify and crash.stage == "replaying" and n > 0:
+        budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
+        op_index, searched = _identify_op(d, job, inputs, n, budget)
+    return crash_error(prep, crash.signum, crash.stage, op_index, searched, verify_checksums=verify_checksums)
 
 
 def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *, verify_checksums: bool = True,
@@ -439,10 +455,6 @@ class ReplayWorker:
                 "timeout_total": timeout_total}
 
     def _start(self) -> None:
-        env = dict(os.environ)
-        env.pop("PYTHONFAULTHANDLER", None)  # the parent reports the crash; no traceback dump in the child
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
-                                             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         for name in ("error.json", "stage"):
             (self.d / name).unlink(missing_ok=True)
         (self.d / "job.json").write_text(json.dumps(self.job(0, 0, None)))
@@ -450,7 +462,7 @@ class ReplayWorker:
         out = open(self.d / "output.txt", "wb")  # noqa: SIM115  (the child's stdout and stderr)
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.isolate", "--serve", os.fspath(self.d),
-                                          str(done_w)], stdin=subprocess.PIPE, stdout=out, stderr=out, env=env,
+                                          str(done_w)], stdin=subprocess.PIPE, stdout=out, stderr=out, env=child_env(),
                                          pass_fds=(done_w,))
         except OSError as e:
             os.close(done_r)
@@ -540,9 +552,7 @@ class ReplayWorker:
             raise ChildCrashed(-proc.returncode, stage, self._output_tail())
         if (d / "error.json").is_file():
             raise _error_from(json.loads((d / "error.json").read_text()))
-        tail = " | ".join(self._output_tail().strip().splitlines()[-5:])
-        raise WrpRuntimeError(f"the replay process ended with exit code {proc.returncode} and no result: {tail}",
-                              hint="Warp's own diagnostic, if any, is quoted above.")
+        raise ended_without_result(proc.returncode, self._output_tail())
 
 
 def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, verify_checksums: bool = True,
@@ -564,15 +574,8 @@ def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, veri
     try:
         return worker.run(inputs, repeat, 0, timeout)
     except ChildCrashed as crash:
-        left = None if timeout is None else timeout - (time.monotonic() - t0)
-        op_index, searched = None, False
-        n = len(worker.prep.model.ops)
-        if crash.stage == "replaying" and n > 0:
-            budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
-            op_index, searched = _identify_op(worker.d, worker.job(repeat, 0, None), dict(full_state or inputs), n,
-                                              budget)
-        raise crash_error(worker.prep, crash.signum, crash.stage, op_index, searched,
-                          verify_checksums=verify_checksums) from None
+        raise _located_crash(worker.prep, crash, worker.d, worker.job(repeat, 0, None), dict(full_state or inputs),
+                             timeout, t0, True, verify_checksums) from None
 
 
 def write_stage(d: Path, text: str) -> None:
@@ -581,49 +584,59 @@ def write_stage(d: Path, text: str) -> None:
         f.write(text)
 
 
-def _child_main(d: Path) -> int:
+def _load_job(d: Path, job: dict) -> tuple:
+    """``(warp, Program)``: the job's private copy loaded (a prefix of it when ``job["prefix"]`` is set)."""
+    from ..environment import init_warp  # noqa: PLC0415
+
+    # No banner, and on the CPU no "could not find the CUDA driver" warning.
+    wp = init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
+    from . import runtime  # noqa: PLC0415
+
+    modules = None
+    if job["modules_dir"]:
+        modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
+    # A private copy of bytes the parent validated (and refused what it must refuse, raw pointers
+    # included): decoded, not validated again.
+    prep = runtime.prepare(job["source"], modules, verify_checksums=False, allow_raw_pointers=True,
+                           _validated=True)
+    if job["prefix"] is not None:
+        from ..formats import wrp1  # noqa: PLC0415
+
+        prep.model.ops = prep.model.ops[:job["prefix"]]
+        prep.wrp_bytes = wrp1.build_image(prep.model)[0]
+        prep.modules_given, prep.deferred = True, []
+    write_stage(d, "loading")
+    return wp, runtime.load_prepared(prep, job["device"])
+
+
+def _replay_job(d: Path, wp, prog, job: dict) -> None:
+    """Set ``d/inputs.npz``, replay as the job says, and write ``d/result.json`` (and ``result.npz``)."""
     from ..fileio import atomic_write  # noqa: PLC0415
 
+    with np.load(d / "inputs.npz", allow_pickle=False) as z:
+        for name in z.files:
+            if job["raw"]:  # whole regions as bytes, already checked by the parent's Program
+                prog._write_raw(prog._slot(name), np.ascontiguousarray(z[name]).reshape(-1).view(np.uint8))
+            else:
+                prog.set(name, z[name])
+    write_stage(d, "replaying")
+    host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
+    write_stage(d, "reading")
+    if job["read_back"]:
+        import io  # noqa: PLC0415
+
+        buf = io.BytesIO()
+        read = (lambda n: prog._read_raw(prog._slot(n))) if job["raw"] else prog.get  # noqa: E731
+        np.savez(buf, **{name: read(name) for name in prog.bindings})
+        atomic_write(d / "result.npz", [buf.getvalue()])
+    atomic_write(d / "result.json", [json.dumps({"host_ms": host_ms, "device_ms": device_ms}).encode()])
+
+
+def _child_main(d: Path) -> int:
     job = json.loads((d / "job.json").read_text())
     try:
-        from ..environment import init_warp  # noqa: PLC0415
-
-        # No banner, and on the CPU no "could not find the CUDA driver" warning.
-        wp = init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
-        from . import runtime  # noqa: PLC0415
-
-        modules = None
-        if job["modules_dir"]:
-            modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
-        # A private copy of bytes the parent validated (and refused what it must refuse, raw pointers
-        # included): decoded, not validated again.
-        prep = runtime.prepare(job["source"], modules, verify_checksums=False, allow_raw_pointers=True,
-                               _validated=True)
-        if job["prefix"] is not None:
-            from ..formats import wrp1  # noqa: PLC0415
-
-            prep.model.ops = prep.model.ops[:job["prefix"]]
-            prep.wrp_bytes = wrp1.build_image(prep.model)[0]
-            prep.modules_given, prep.deferred = True, []
-        write_stage(d, "loading")
-        prog = runtime.load_prepared(prep, job["device"])
-        with np.load(d / "inputs.npz", allow_pickle=False) as z:
-            for name in z.files:
-                if job["raw"]:  # whole regions as bytes, already checked by the parent's Program
-                    prog._write_raw(prog._slot(name), np.ascontiguousarray(z[name]).reshape(-1).view(np.uint8))
-                else:
-                    prog.set(name, z[name])
-        write_stage(d, "replaying")
-        host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
-        write_stage(d, "reading")
-        if job["read_back"]:
-            import io  # noqa: PLC0415
-
-            buf = io.BytesIO()
-            read = (lambda n: prog._read_raw(prog._slot(n))) if job["raw"] else prog.get  # noqa: E731
-            np.savez(buf, **{name: read(name) for name in prog.bindings})
-            atomic_write(d / "result.npz", [buf.getvalue()])
-        atomic_write(d / "result.json", [json.dumps({"host_ms": host_ms, "device_ms": device_ms}).encode()])
+        wp, prog = _load_job(d, job)
+        _replay_job(d, wp, prog, job)
         return 0
     except WrpError as e:
         return write_child_error(d, e)
@@ -631,39 +644,16 @@ def _child_main(d: Path) -> int:
 
 def _serve_main(d: Path, done_fd: int) -> int:
     """The :class:`ReplayWorker` child: load once, then replay on every line of stdin until it closes."""
-    from ..fileio import atomic_write  # noqa: PLC0415
-
     done = os.fdopen(done_fd, "wb", buffering=0)
-    job = json.loads((d / "job.json").read_text())
-    prog = wp = None
+    wp = prog = None
     try:
         for line in sys.stdin.buffer:
             if line.strip() != b"run":
                 return 0
             job = json.loads((d / "job.json").read_text())
             if prog is None:
-                from ..environment import init_warp  # noqa: PLC0415
-
-                wp = init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
-                from . import runtime  # noqa: PLC0415
-
-                modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
-                prep = runtime.prepare(job["source"], modules, verify_checksums=False, allow_raw_pointers=True,
-                                       _validated=True)
-                write_stage(d, "loading")
-                prog = runtime.load_prepared(prep, job["device"])
-            with np.load(d / "inputs.npz", allow_pickle=False) as z:
-                for name in z.files:  # whole regions as bytes, already checked by the parent
-                    prog._write_raw(prog._slot(name), np.ascontiguousarray(z[name]).reshape(-1).view(np.uint8))
-            write_stage(d, "replaying")
-            host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
-            write_stage(d, "reading")
-            import io  # noqa: PLC0415
-
-            buf = io.BytesIO()
-            np.savez(buf, **{name: prog._read_raw(prog._slot(name)) for name in prog.bindings})
-            atomic_write(d / "result.npz", [buf.getvalue()])
-            atomic_write(d / "result.json", [json.dumps({"host_ms": host_ms, "device_ms": device_ms}).encode()])
+                wp, prog = _load_job(d, job)
+            _replay_job(d, wp, prog, job)
             write_stage(d, "idle")
             done.write(b"done\n")
         return 0
