@@ -67,10 +67,9 @@ extern "C" void on_crash(int sig)
         g_sig_arg[at] = '\0';
         execve("/proc/self/exe", g_locator_argv.data(), ::environ);  // environ: <unistd.h> with _GNU_SOURCE
     }
-    const char* name = "a fatal signal";
-    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
-        if (kSignals[i] == sig)
-            name = kNames[i];
+    const char* name = crash_signal_name(sig);
+    if (!name)
+        name = "a fatal signal";
     put(g_fd, g_err_prefix, std::strlen(g_err_prefix));
     put(g_fd, name, std::strlen(name));
     put(g_fd, g_err_suffix, g_err_suffix_len);
@@ -94,6 +93,14 @@ void copy(char* dst, size_t cap, size_t* len, const std::string& s)
 }  // namespace
 
 const char* const kLocateCrashFlag = "--locate-crash=";
+
+const char* crash_signal_name(int sig)
+{
+    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
+        if (kSignals[i] == sig)
+            return kNames[i];
+    return nullptr;
+}
 
 void set_crash_locator(int argc, char** argv)
 {

@@ -30,6 +30,9 @@ void disarm_crash_guard();
 // at the next arm_crash_guard() whose `locate` is true.
 void set_crash_locator(int argc, char** argv);
 
+// "SIGSEGV", ... for the signals the guard catches; nullptr for any other.  Async-signal-safe.
+const char* crash_signal_name(int sig);
+
 // The flag the re-executed process is given, "--locate-crash=".
 extern const char* const kLocateCrashFlag;
 

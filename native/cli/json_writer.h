@@ -29,6 +29,12 @@ inline std::string json_string(const std::string& s)
     return out + "\"";
 }
 
+// The one JSON line --json prints for a failure; `extra` adds members (", \"crash\": {...}").
+inline std::string error_json(const std::string& message, int code, const std::string& extra = "")
+{
+    return "{\"error\": " + json_string(message) + ", \"exit_code\": " + std::to_string(code) + extra + "}\n";
+}
+
 inline std::string json_number(double v)
 {
     char buf[32];

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli_error.h"
+#include "crash_guard.h"
 #include "json_writer.h"
 #include "program_setup.h"
 
@@ -27,23 +28,6 @@ namespace {
 
 // Without --timeout the search gets as long as `wrp replay` gives it (isolate.IDENTIFY_BUDGET_S).
 constexpr double kSearchBudgetS = 120.0;
-
-const char* signal_name(int sig)
-{
-    switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGILL: return "SIGILL";
-    case SIGFPE: return "SIGFPE";
-    case SIGABRT: return "SIGABRT";
-    default: return "a fatal signal";
-    }
-}
-
-bool is_crash_signal(int sig)
-{
-    return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGABRT;
-}
 
 enum class Probe { Ran, Crashed, Failed, OutOfTime };
 
@@ -96,7 +80,7 @@ Probe probe(const CliArgs& args, uint64_t count, std::chrono::steady_clock::time
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    if (WIFSIGNALED(status) && is_crash_signal(WTERMSIG(status)))
+    if (WIFSIGNALED(status) && crash_signal_name(WTERMSIG(status)))
         return Probe::Crashed;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return Probe::Ran;
@@ -154,7 +138,7 @@ int locate_crash(const CliArgs& args, int signum)
         }
     }
 
-    const char* sig = signal_name(signum);
+    const char* sig = crash_signal_name(signum) ? crash_signal_name(signum) : "a fatal signal";
     std::string message = std::string("the replay crashed with ") + sig + " ";
     wrp_op_info info{};
     bool known = !unknown && wrp_program_op_info(prog.p, hi - 1, &info) == WRP_OK;
@@ -177,8 +161,7 @@ int locate_crash(const CliArgs& args, int signum)
             ", \"kernel\": " + json_or_null(known && *info.kernel, known ? info.kernel : "") + ", \"module\": " +
             json_or_null(known && *info.module, known ? info.module : "") + ", \"digest_verified\": " +
             (known && *info.module ? (info.module_verified ? "true" : "false") : "null") + "}";
-        std::printf("{\"error\": %s, \"exit_code\": %d, \"crash\": %s}\n", json_string(message).c_str(), kExitCrash,
-                    crash.c_str());
+        std::fputs(error_json(message, kExitCrash, ", \"crash\": " + crash).c_str(), stdout);
     }
     return kExitCrash;
 }

@@ -58,12 +58,6 @@ extern "C" void on_timeout(int)
     _exit(kExitTimeout);
 }
 
-// The one JSON line --json prints for a failure.
-std::string error_json(const std::string& message, int code)
-{
-    return "{\"error\": " + json_string(message) + ", \"exit_code\": " + std::to_string(code) + "}\n";
-}
-
 std::string timeout_message(double seconds)
 {
     char num[64];
