@@ -106,17 +106,17 @@ def axpy(tmp_path_factory) -> Path:
     return rec.save(d / "axpy.wrp", inputs={"a": a, "b": b}, outputs={"out": out})
 
 
-def _edited_json(src: Path, dst: Path, threads: int, declare: bool = False) -> Path:
-    """Export ``src`` to JSON and edit its first launch to run ``threads`` threads, as a user would."""
+def _edited_json(src: Path, dst: Path, threads: int, declare: bool = False, op_index: int = 0) -> Path:
+    """Export ``src`` to JSON and edit launch ``op_index`` to run ``threads`` threads, as a user would."""
     r = wrp("convert", src, dst)
     assert r.exit_code == 0, r.output
     data = json.loads(dst.read_text())
-    op = data["ops"][0]
+    op = data["ops"][op_index]
     assert op["op"] == "KERNEL_LAUNCH" and op["size"] == N
     op["shape"] = [threads, 0, 0, 0] if isinstance(op["shape"], list) else op["shape"]
     op["size"] = op["dim"] = threads
     if declare:
-        data["launch_extents_exceeded"] = ["ops[0]"]
+        data["launch_extents_exceeded"] = [f"ops[{op_index}]"]
     dst.write_text(json.dumps(data))
     return dst
 
@@ -362,15 +362,7 @@ def sixth_of_six(tmp_path_factory) -> Path:
         for _ in range(6):
             wp.launch(k_axpy, dim=N, inputs=[a, b, out], device="cpu")
     src = rec.save(d / "six.wrp", inputs={"a": a, "b": b}, outputs={"out": out})
-    r = wrp("convert", src, d / "edit.json")
-    assert r.exit_code == 0, r.output
-    data = json.loads((d / "edit.json").read_text())
-    op = data["ops"][3]
-    assert op["op"] == "KERNEL_LAUNCH" and op["size"] == N
-    op["shape"] = [1 << 22, 0, 0, 0] if isinstance(op["shape"], list) else op["shape"]
-    op["size"] = op["dim"] = 1 << 22
-    (d / "edit.json").write_text(json.dumps(data))
-    return _as_wrp(d / "edit.json", d / "crash_at_3.wrp")
+    return _as_wrp(_edited_json(src, d / "edit.json", 1 << 22, op_index=3), d / "crash_at_3.wrp")
 
 
 def test_wrp_replay_alone_names_the_op_that_crashed(sixth_of_six, tmp_path):
