@@ -20,7 +20,6 @@ Usage: python bench/bench_bundle.py [--dir DIR] [--launches N] [--region-mib M] 
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -31,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_inspect import cache_bytecode, make_capture, run_measured  # noqa: E402
+from bench_inspect import capture_bench_args, run_measured  # noqa: E402
 
 
 def tree_size(wrp: Path) -> int:
@@ -49,15 +48,7 @@ def best(cmd, runs, before=None):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
-    ap.add_argument("--launches", type=int, default=10_000)
-    ap.add_argument("--region-mib", type=int, default=256)
-    ap.add_argument("--runs", type=int, default=3)
-    a = ap.parse_args()
-    a.dir.mkdir(parents=True, exist_ok=True)
-    cache_bytecode(a.dir)
-    src = make_capture(a.dir, a.launches, a.region_mib)
+    a, src = capture_bench_args(__doc__, runs=3)
     nbytes = tree_size(src)
     work = a.dir / "bundle"
     shutil.rmtree(work, ignore_errors=True)

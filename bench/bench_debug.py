@@ -19,7 +19,6 @@ Usage: python bench/bench_debug.py [--dir DIR] [--launches N] [--region-mib M] [
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -31,20 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_inspect import cache_bytecode, make_capture, run_measured  # noqa: E402
+from bench_inspect import capture_bench_args, run_measured  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
-    ap.add_argument("--launches", type=int, default=10_000)
-    ap.add_argument("--region-mib", type=int, default=256)
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--engines", default="python,native")
-    a = ap.parse_args()
-    a.dir.mkdir(parents=True, exist_ok=True)
-    cache_bytecode(a.dir)
-    path = make_capture(a.dir, a.launches, a.region_mib)
+    a, path = capture_bench_args(__doc__, runs=3,
+                               extra=lambda ap: ap.add_argument("--engines", default="python,native"))
 
     import warp as wp  # noqa: PLC0415
 

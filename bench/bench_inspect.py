@@ -42,6 +42,28 @@ def make_capture(directory: Path, launches: int, region_mib: int) -> Path:
     return path
 
 
+def capture_bench_args(doc: str, runs: int, extra=None) -> tuple:
+    """Parse the command line the capture benchmarks share; return ``(args, capture path)``.
+
+    ``--dir`` (reused between runs), ``--launches``, ``--region-mib`` and
+    ``--runs`` (default ``runs``); ``extra(parser)`` may add options.  The
+    directory is made, child processes cache bytecode under it
+    (:func:`cache_bytecode`), and the capture is made or reused
+    (:func:`make_capture`).
+    """
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
+    ap.add_argument("--launches", type=int, default=10_000)
+    ap.add_argument("--region-mib", type=int, default=256)
+    ap.add_argument("--runs", type=int, default=runs)
+    if extra is not None:
+        extra(ap)
+    a = ap.parse_args()
+    a.dir.mkdir(parents=True, exist_ok=True)
+    cache_bytecode(a.dir)
+    return a, make_capture(a.dir, a.launches, a.region_mib)
+
+
 def cache_bytecode(directory: Path) -> None:
     """Let the child processes cache compiled bytecode, under ``directory``.
 
@@ -73,15 +95,7 @@ def run_measured(argv: list) -> tuple:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
-    ap.add_argument("--launches", type=int, default=10_000)
-    ap.add_argument("--region-mib", type=int, default=256)
-    ap.add_argument("--runs", type=int, default=5)
-    a = ap.parse_args()
-    a.dir.mkdir(parents=True, exist_ok=True)
-    cache_bytecode(a.dir)
-    path = make_capture(a.dir, a.launches, a.region_mib)
+    a, path = capture_bench_args(__doc__, runs=5)
     size = path.stat().st_size
 
     inspect_cmd = [sys.executable, "-m", "wrpkit.cli", "inspect", str(path), "--json"]

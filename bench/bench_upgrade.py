@@ -40,7 +40,6 @@ Usage: python bench/bench_upgrade.py [--dir DIR] [--launches N] [--region-mib M]
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -53,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_inspect import cache_bytecode, make_capture, run_measured  # noqa: E402
+from bench_inspect import capture_bench_args, run_measured  # noqa: E402
 
 
 def make_format16(src: Path, dst: Path) -> Path:
@@ -81,15 +80,7 @@ def _fresh(d: Path) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "wrpkit-bench")
-    ap.add_argument("--launches", type=int, default=10_000)
-    ap.add_argument("--region-mib", type=int, default=256)
-    ap.add_argument("--runs", type=int, default=7)
-    a = ap.parse_args()
-    a.dir.mkdir(parents=True, exist_ok=True)
-    cache_bytecode(a.dir)
-    big = make_capture(a.dir, a.launches, a.region_mib)
+    a, big = capture_bench_args(__doc__, runs=7)
     old = make_format16(big, a.dir / f"big16_{a.launches}_{a.region_mib}.wrp")
     mods = old.with_name(old.stem + "_modules")
     nbytes = old.stat().st_size + sum(p.stat().st_size for p in mods.iterdir())
