@@ -44,7 +44,7 @@ def best(cmd, runs, before=None):
         if before:
             before()
         out.append(run_measured(cmd))
-    return statistics.median(w for w, _ in out), max(r for _, r in out)
+    return statistics.median(w for w, _, _ in out), max(r for _, r, _ in out)
 
 
 def main() -> int:
@@ -122,8 +122,8 @@ def main() -> int:
     for _ in range(max(a.runs, 9)):
         stock_runs.append(run_measured(stock))
         mine_runs.append(run_measured(mine))
-    stock_t, stock_rss = statistics.median(w for w, _ in stock_runs), max(r for _, r in stock_runs)
-    mine_t, mine_rss = statistics.median(w for w, _ in mine_runs), max(r for _, r in mine_runs)
+    stock_t, stock_rss = statistics.median(w for w, _, _ in stock_runs), max(r for _, r, _ in stock_runs)
+    mine_t, mine_rss = statistics.median(w for w, _, _ in mine_runs), max(r for _, r, _ in mine_runs)
     # The loads alone, in one process that has already imported and started Warp.
     inproc_code = (
         "import statistics, sys, time, warp as wp, wrpkit\n"
