@@ -191,9 +191,9 @@ void Program::describe_crash_context(const std::vector<ModuleImage>& modules)
 
 Program::OpCrashContext Program::op_crash_context(size_t index) const
 {
-    if (index >= top_ops_.size())
+    if (index >= graph_.top_ops.size())
         fail(WRP_ERR_INVALID_ARGUMENT, "op %zu does not exist", index);
-    const TopLevelOp& op = top_ops_[index];
+    const TopLevelOp& op = graph_.top_ops[index];
     OpCrashContext c;
     c.kind = op_name(op.type);
     c.summary = "op " + std::to_string(index) + " (" + c.kind;
@@ -264,7 +264,6 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
              graph_.raw_pointers.size() > 1 ? (" (and " + std::to_string(graph_.raw_pointers.size() - 1) +
                                               " more)").c_str() : "");
     describe_crash_context(modules);
-    top_ops_ = list_top_level_ops(image, size, *graph_.layout);
     if (opts_.validate_only)
         return;
     // Validated under its own format's rules, but Warp loads only the current format (`wrp upgrade`
@@ -273,8 +272,8 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         fail(WRP_ERR_INCOMPATIBLE, "%s", upgrade_message_.c_str());
     // op_limit: Warp gets a copy that holds only the first N top-level ops (to find a crashing op).
     std::vector<uint8_t> prefix;
-    if (opts_.op_limit > 0 && opts_.op_limit < top_ops_.size()) {
-        prefix = prefix_image(image, size, top_ops_, opts_.op_limit);
+    if (opts_.op_limit > 0 && opts_.op_limit < graph_.top_ops.size()) {
+        prefix = prefix_image(image, size, graph_.top_ops, opts_.op_limit);
         image = prefix.data();
         size = prefix.size();
     }

@@ -51,7 +51,7 @@ public:
     const Wrp1Graph& graph() const { return graph_; }
     // What a crash report can say about this program (see wrp_program_crash_context).
     const std::string& crash_context() const { return crash_context_; }
-    size_t num_ops() const { return top_ops_.size(); }
+    size_t num_ops() const { return graph_.top_ops.size(); }
     // What a crash report says of top-level op `index` (see wrp_op_info).
     struct OpCrashContext {
         std::string summary, kind, kernel, module, note;
@@ -96,7 +96,6 @@ private:
     void* cuda_stream_ = nullptr;   // CUstream
     std::vector<std::string> jit_names_;
     std::string crash_context_;
-    std::vector<TopLevelOp> top_ops_;
     std::vector<std::string> unverified_modules_;  // binary file names
     std::string format_description_;
     std::string upgrade_message_;

@@ -98,6 +98,15 @@ struct PointerLocationRecord {
     uint64_t at = 0;
 };
 
+// One op of the top-level stream, as validate_operations walked it (crash reports, prefixes).
+struct TopLevelOp {
+    uint64_t offset = 0;  // file offset of the op header
+    uint32_t size = 0;    // total_size: the op with its nested bodies
+    uint32_t type = 0;
+    std::string kernel_key;   // KERNEL_LAUNCH only
+    std::string module_hash;  // KERNEL_LAUNCH only
+};
+
 struct RegionRecord {
     uint32_t id = 0;
     uint64_t size = 0;
@@ -159,6 +168,7 @@ struct Wrp1Graph {
     std::vector<PointerLocationRecord> pointer_locations;
     std::vector<RegionRecord> regions;  // ascending id
     uint64_t total_ops = 0;             // at every nesting depth
+    std::vector<TopLevelOp> top_ops;    // the top-level stream, in file order
     std::vector<ArraySignature> signatures;
     std::vector<ModuleDigest> module_digests;
     std::map<std::pair<std::string, std::string>, KernelSignature> kernel_signatures;  // (module_hash, key)

@@ -123,6 +123,14 @@ public:
             if (++g_.total_ops > kMaxTotalOps)
                 op.fail("more than %llu operations in the file", static_cast<unsigned long long>(kMaxTotalOps));
             validate(op, depth);
+            if (depth == 0) {
+                TopLevelOp top{pos, op.total, op.type, {}, {}};
+                if (op.type == kOpKernelLaunch) {  // launch_kernel saw them
+                    top.kernel_key = std::move(launched_key_);
+                    top.module_hash = std::move(launched_hash_);
+                }
+                g_.top_ops.push_back(std::move(top));
+            }
             pos += op.total;
         }
         if (pos != end)
@@ -303,6 +311,8 @@ private:
     // Check the launch's key and hash, and the kernel record the launch runs.
     void launch_kernel(const Op& op, const LaunchHead& h, const std::string& key, const std::string& hash)
     {
+        launched_key_ = key;
+        launched_hash_ = hash;
         if (key.find('\0') != std::string::npos || hash.find('\0') != std::string::npos)
             op.fail("kernel key or module hash contains a NUL byte");
         if (!is_utf8(key) || !is_utf8(hash))
@@ -1046,6 +1056,8 @@ private:
     bool semantic_;
     std::unordered_set<uint64_t> mesh_ids_;
     std::set<std::string> raw_seen_;  // (module, kernel, argument, byte) already reported
+    // The kernel key and module hash of the last launch checked (for Wrp1Graph::top_ops).
+    std::string launched_key_, launched_hash_;
     // The launch being checked: its forward argument count, and the most elements of its forward
     // array arguments (the extent lint).
     uint32_t forward_params_ = 0;
@@ -1071,6 +1083,7 @@ void validate_operations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp
     if (count > r.remaining() / 8)
         fail_invalid_at("operations.op_count", at, "%u ops cannot fit in the %llu bytes that follow", count,
                         static_cast<unsigned long long>(r.remaining()));
+    graph.top_ops.reserve(count);  // bounded: count <= remaining / 8
     OpsValidator(image, graph, semantic).stream(r.pos(), end, count, "ops", 0);
 }
 

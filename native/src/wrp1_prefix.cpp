@@ -35,40 +35,6 @@ SectionAt operations_section(const uint8_t* image, size_t size)
 
 }  // namespace
 
-std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size, const FormatLayout& layout)
-{
-    // The launch record's fixed part, key and module hash after it, at the file format's offsets.
-    const LaunchLayout& L = layout.launch;
-    SectionAt s = operations_section(image, size);
-    if (s.size < 4 || s.offset + s.size > size)
-        fail(WRP_ERR_INTERNAL, "prefix of an image whose operations section was not validated");
-    uint32_t count = load<uint32_t>(image + s.offset);
-    uint64_t pos = s.offset + 4, end = s.offset + s.size;
-    std::vector<TopLevelOp> ops;
-    ops.reserve(count);
-    for (uint32_t i = 0; i < count; i++) {
-        if (end - pos < 8)
-            fail(WRP_ERR_INTERNAL, "op %u runs past the operations section", i);
-        TopLevelOp op;
-        op.offset = pos;
-        op.type = load<uint32_t>(image + pos);
-        op.size = load<uint32_t>(image + pos + 4);
-        if (op.size < 8 || op.size > end - pos)
-            fail(WRP_ERR_INTERNAL, "op %u has a total_size the validator would refuse", i);
-        if (op.type == kOpKernelLaunch && op.size >= L.fixed_size) {
-            uint16_t key_len = load<uint16_t>(image + pos + L.kernel_key_len.offset);
-            uint16_t hash_len = load<uint16_t>(image + pos + L.module_hash_len.offset);
-            if (uint64_t(L.fixed_size) + key_len + hash_len <= op.size) {
-                op.kernel_key.assign(reinterpret_cast<const char*>(image + pos + L.fixed_size), key_len);
-                op.module_hash.assign(reinterpret_cast<const char*>(image + pos + L.fixed_size + key_len), hash_len);
-            }
-        }
-        pos += op.size;
-        ops.push_back(std::move(op));
-    }
-    return ops;
-}
-
 std::vector<uint8_t> prefix_image(const uint8_t* image, size_t size, const std::vector<TopLevelOp>& ops, uint64_t count)
 {
     if (count > ops.size())

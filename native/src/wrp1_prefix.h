@@ -13,20 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "wrp1_layouts.h"
+#include "wrp1_model.h"
 
 namespace wrp {
-
-struct TopLevelOp {
-    uint64_t offset = 0;  // file offset of the op header
-    uint32_t size = 0;    // total_size: the op with its nested bodies
-    uint32_t type = 0;
-    std::string kernel_key;   // KERNEL_LAUNCH only
-    std::string module_hash;  // KERNEL_LAUNCH only
-};
-
-// The top-level ops of a validated image of the given format, in file order.
-std::vector<TopLevelOp> list_top_level_ops(const uint8_t* image, size_t size, const FormatLayout& layout);
 
 // A copy of the validated image whose OPERATIONS section holds only its first
 // `count` top-level ops (count <= ops.size()); every other byte is the same,
