@@ -1,17 +1,9 @@
-"""The package's folders are its layers: each imports only from its own level or below.
-
-Also: the module names used before the split still import, with a
-DeprecationWarning, and resolve to the very same module objects.
-"""
+"""The package's folders are its layers: each imports only from its own level or below."""
 
 from __future__ import annotations
 
 import ast
-import importlib
-import warnings
 from pathlib import Path
-
-import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "wrpkit"
 # Lowest first.  The package root (model, errors, fileio, environment) is level 0;
@@ -79,27 +71,6 @@ def test_the_layer_check_finds_an_upward_import(tmp_path):
     (pkg / "formats" / "bad.py").write_text("from ..model import Program\nfrom ..run import runtime\n")
     (pkg / "run" / "ok.py").write_text("from ..formats import wrp1\nimport wrpkit.model\n")
     assert _upward_imports(pkg) == ["wrpkit/formats/bad.py:2 imports wrpkit.run"]
-
-
-OLD_NAMES = {
-    "wrpkit.wrp1": "wrpkit.formats.wrp1", "wrpkit.wrpk": "wrpkit.formats.wrpk",
-    "wrpkit.validate": "wrpkit.checks.validate", "wrpkit.container": "wrpkit.formats.container",
-    "wrpkit.runtime": "wrpkit.run.runtime", "wrpkit.replaycli": "wrpkit.cli.replay",
-}
-
-
-@pytest.mark.parametrize("old", sorted(OLD_NAMES))
-def test_old_module_names_still_import_with_a_deprecation_warning(old):
-    new = importlib.import_module(OLD_NAMES[old])
-    import sys  # noqa: PLC0415
-
-    sys.modules.pop(old, None)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        mod = importlib.import_module(old)
-    assert mod is new
-    assert mod.__spec__.name == OLD_NAMES[old], "the real module's spec must not be replaced by the alias"
-    assert any(issubclass(w.category, DeprecationWarning) and OLD_NAMES[old] in str(w.message) for w in caught)
 
 
 def test_public_api_is_unchanged():

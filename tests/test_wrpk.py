@@ -1,4 +1,4 @@
-"""Tests of the .wrpk bundle codec (wrpkit/wrpk.py) on real captures.
+"""Tests of the .wrpk bundle codec (wrpkit/formats/wrpk.py) on real captures.
 
 Round trips on every program of tests/programs.py, conformance with the
 flatc-generated code (and the C++ FlatBuffers verifier when a compiler is

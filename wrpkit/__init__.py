@@ -48,63 +48,6 @@ _LAZY = {
 }
 
 
-# Where each module lived before the package was split into layer folders.  The
-# old names keep working for one release, with a DeprecationWarning, through an
-# import hook, so that the package root holds no stub files.
-_MOVED = {
-    "wrp1": "wrpkit.formats.wrp1", "wrp1_layout": "wrpkit.formats.wrp1_layout", "wrpk": "wrpkit.formats.wrpk",
-    "jsonform": "wrpkit.formats.jsonform", "annotations": "wrpkit.formats.annotations",
-    "convert": "wrpkit.formats.convert", "container": "wrpkit.formats.container", "fbs": "wrpkit.formats.fbs",
-    "validate": "wrpkit.checks.validate", "check": "wrpkit.checks.check", "elf": "wrpkit.checks.elf",
-    "summary": "wrpkit.checks.summary", "recording": "wrpkit.run.recording", "runtime": "wrpkit.run.runtime",
-    "replaycli": "wrpkit.cli.replay",
-    "extents": "wrpkit.formats.launch_arrays",
-}
-
-
-class _MovedModuleFinder:
-    """Resolves ``wrpkit.<old name>`` to the module's new home, with a DeprecationWarning."""
-
-    _real_specs: dict = {}
-
-    @classmethod
-    def find_spec(cls, fullname, path=None, target=None):
-        prefix, _, name = fullname.partition(".")
-        if prefix != "wrpkit" or name not in _MOVED:
-            return None
-        import importlib.util
-
-        return importlib.util.spec_from_loader(fullname, cls)
-
-    @staticmethod
-    def create_module(spec):
-        import importlib
-        import warnings
-
-        new = _MOVED[spec.name.split(".", 1)[1]]
-        warnings.warn(f"{spec.name} moved to {new}; the old name goes away in the next release", DeprecationWarning,
-                      stacklevel=4)
-        module = importlib.import_module(new)
-        _MovedModuleFinder._real_specs[id(module)] = module.__spec__
-        return module
-
-    @staticmethod
-    def exec_module(module):
-        # The import system stamps the alias's spec on the module it was given;
-        # give the real module its own spec back.
-        module.__spec__ = _MovedModuleFinder._real_specs.pop(id(module), module.__spec__)
-
-
-def _install_moved_finder():
-    import sys
-
-    if not any(f is _MovedModuleFinder for f in sys.meta_path):
-        sys.meta_path.append(_MovedModuleFinder)
-
-
-_install_moved_finder()
-
-
 def __getattr__(name):
     if name in _LAZY:
         import importlib

@@ -32,7 +32,7 @@ program's ``annotations``, a launch's ``legacy_args`` and
 ``handle_offsets`` (format 3 only; written only when non-empty), and
 ``launch_extents_exceeded``: the paths (``"ops[3]"``) of the launches that
 already ran more threads than any of their arrays holds when the file was
-exported (see :mod:`wrpkit.extents`), so that converting the JSON back can
+exported (see :mod:`wrpkit.formats.launch_arrays`), so that converting the JSON back can
 tell such a launch from one an edit made.
 """
 
