@@ -86,7 +86,8 @@ def _print_summary(report) -> None:
 @click.command("regress")
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Local worker processes (each keeps one warm replay child).")
+              help="Replay worker processes side by side (each a warm contained child that loads case after "
+                   "case).")
 @click.option("--junit", "junit", type=click.Path(path_type=Path), metavar="OUT.xml",
               help="Write JUnit XML (one testcase per case) for CI.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with one record per case.")

@@ -23,8 +23,8 @@ NaN-aware).  Verdicts:
 * ``skip``: it needs a device this machine lacks (or the suite says so);
 * ``xfail`` / ``xpass``: a case the suite expects to fail did / did not.
 
-Fan-out: serially (one worker: this process and its replay child), on
-``jobs`` local worker processes, on a Dask distributed scheduler
+Fan-out: serially (this process and one replay child), on ``jobs`` local
+replay processes (each driven by a thread of this process), on a Dask distributed scheduler
 (``dask="tcp://host:port"``) or a Ray cluster (``ray="auto"`` or an
 address).  Remote workers get every case's files as bytes.  Results come
 back in case order and equal a serial run's.
@@ -292,11 +292,14 @@ class CaseResult:
         exit_code: The exit code ``wrp replay`` would give this case alone.
         device: The device it ran (or would have run) on.
         engine: ``python`` or ``native``.
-        seconds: Wall time of the whole case in its worker (read, validate, replay, compare).
+        seconds: Wall time of the case in its worker (read, validate, replay, compare), not
+            counting ``worker_start_s``.
+        worker_start_s: Time this case waited for its worker's replay child to start and
+            import Warp (0 when the worker was warm).
         replay_ms: Host wall time of the replay itself (load excluded), or None.
         bindings: ``{binding: comparison}`` (:meth:`wrpkit.checks.compare.Comparison.to_json`).
         not_compared: Bindings the golden does not hold that are not outputs (inputs left out).
-        worker: ``host:pid`` of the worker that ran it.
+        worker: ``host:pid/thread`` that ran it (each thread drives its own replay child).
         updated: What ``update=True`` did to the golden ("wrote ...", "unchanged"), or None.
         expected: ``"fail"`` when the suite expects it not to pass.
     """
@@ -310,6 +313,7 @@ class CaseResult:
     device: Optional[str] = None
     engine: str = "python"
     seconds: float = 0.0
+    worker_start_s: float = 0.0
     replay_ms: Optional[float] = None
     bindings: dict = field(default_factory=dict)
     not_compared: list = field(default_factory=list)
@@ -343,7 +347,8 @@ def _json_safe(obj):
 
 
 def _worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``host:pid/thread`` of the process and thread that ran a case (its replay child is that thread's)."""
+    return f"{socket.gethostname()}:{os.getpid()}/{threading.current_thread().name}"
 
 
 def _read_payload(job: dict) -> dict:
@@ -410,27 +415,66 @@ def cuda_device_count() -> int:
 
 
 class _Replayers(threading.local):
-    """One warm replay child per worker thread (a Dask worker may run tasks on several threads)."""
+    """One warm replay child per thread (``-j`` threads, Dask worker threads)."""
 
     worker = None
 
 
 _replayers = _Replayers()
+_started_lock = threading.Lock()
+_started: list = []  # every ReplayWorker made in this process, for close_replay_workers()
+
+
+class WrpWorkerDied(WrpError):
+    """The process replaying a case was killed from outside (not a crash of the capture's code)."""
+
+    exit_code = EXIT_FAILED
+
+
+def close_replay_workers() -> None:
+    """End the warm replay children this process started (each thread's), after a run."""
+    with _started_lock:
+        workers, _started[:] = list(_started), []
+    for w in workers:
+        w.close()
 
 
 def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> tuple:
-    """Replay once, contained in this thread's warm child: ``({binding: uint8 bytes}, host_ms)``."""
-    from .isolate import ReplayWorker, replay_in_worker  # noqa: PLC0415
+    """Replay once, contained in this thread's warm child: ``({binding: uint8 bytes}, host_ms, start s)``.
+
+    A child killed by a signal that is not a crash (SIGKILL from the OOM
+    killer or a person) fails the case as :class:`WrpWorkerDied`, without a
+    search for the op.
+    """
+    import signal as sig  # noqa: PLC0415
+
+    from .isolate import CRASH_SIGNALS, ChildCrashed, ReplayWorker, _located_crash  # noqa: PLC0415
 
     w = _replayers.worker
-    if w is None:
+    if w is None or not w.d.is_dir():  # none yet in this thread, or closed after a run
         w = _replayers.worker = ReplayWorker(prep, device)
         w.die_with_parent = True
+        with _started_lock:
+            _started.append(w)
     else:
         w.retarget(prep, device)
+    t0 = time.perf_counter()
+    cold = not (w.alive and w._warm)
     w.warm()
-    run = replay_in_worker(w, state, 1, timeout=timeout, full_state=state)
-    return run.results, (run.host_ms[0] if run.host_ms else None)
+    started = time.perf_counter() - t0 if cold else 0.0
+    t1 = time.monotonic()
+    try:
+        run = w.run(state, 1, 0, timeout)
+    except ChildCrashed as crash:
+        if crash.signum not in CRASH_SIGNALS:
+            name = sig.Signals(crash.signum).name if crash.signum in sig.Signals._value2member_map_ else \
+                f"signal {crash.signum}"
+            raise WrpWorkerDied(f"the worker process replaying it was killed ({name}, signal {crash.signum}) "
+                                f"while {crash.stage}; the run went on",
+                                hint="Something outside the replay ended it (the OOM killer, a person); rerun "
+                                     "the case alone with `wrp replay`.") from None
+        raise _located_crash(w.prep, crash, w.d, w.job(1, 0, None), state, timeout, t1, True, True) from None
+    return run.results, (run.host_ms[0] if run.host_ms else None), started
 
 
 def _replay_native(prep, payload: dict, device: str, state: dict, timeout: Optional[float]) -> tuple:
@@ -540,7 +584,7 @@ def run_case(job: dict) -> CaseResult:
         res.verdict, res.message = "error", f"internal error: {type(e).__name__}: {e}"
         res.error_class, res.exit_code = type(e).__name__, 70
         res.hint = "Rerun the case alone with `wrp replay` and WRP_DEBUG=1 for a traceback, and report it."
-    res.seconds = time.perf_counter() - t0
+    res.seconds = time.perf_counter() - t0 - res.worker_start_s
     return res
 
 
@@ -575,11 +619,12 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
         runtime.check_runnable(prep.model, device, what=res.name)
 
         inputs = _npz(payload["inputs"], f"{Path(job['inputs']).name}") if payload["inputs"] is not None else {}
-        state = {}
+        state, given = {}, {}  # whole bindings as bytes (the python engine's child); as given (wrp-replay)
         for name, value in inputs.items():
             if name not in prep.sizes:
                 raise runtime.unknown_binding(name, prep.sizes)
             arr = runtime.coerce_input(name, value, prep.sizes[name], prep.signature.get(name))
+            given[name] = arr
             if arr.nbytes == prep.sizes[name]:
                 state[name] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
             else:  # a view binding: write through the signature, over the captured bytes
@@ -614,9 +659,9 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
                                hint="Add it, or rewrite the golden with `wrp regress SUITE --update`.")
 
         if job["engine"] == "native":
-            raw, res.replay_ms = _replay_native(prep, payload, device, state, s.get("timeout"))
+            raw, res.replay_ms = _replay_native(prep, payload, device, given, s.get("timeout"))
         else:
-            raw, res.replay_ms = _replay_python(prep, device, state, s.get("timeout"))
+            raw, res.replay_ms, res.worker_start_s = _replay_python(prep, device, state, s.get("timeout"))
     finally:
         runtime._release(prep)
 
@@ -637,8 +682,8 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
     res.not_compared = [n for n in prep.sizes if n not in golden]
     if bad:
         res.verdict, res.exit_code = "fail", EXIT_FAILED
-        res.message = f"{len(bad)} of {len(golden)} binding{'s' if len(golden) != 1 else ''} differ: " + \
-            "; ".join(bad)
+        noun = "binding differs" if len(bad) == 1 else "bindings differ"
+        res.message = f"{len(bad)} {noun} (of {len(golden)} compared): " + "; ".join(bad)
     else:
         res.verdict = "pass"
 
@@ -683,86 +728,29 @@ def _skipped(job: dict) -> CaseResult:
 
 def _died(job: dict, why: str) -> CaseResult:
     return CaseResult(job["name"], "error", message=f"the worker running it died ({why}); the run went on",
-                      hint="Rerun the case alone with `wrp replay` to see why.", error_class="WorkerDied",
+                      hint="Rerun the case alone with `wrp replay` to see why.", error_class="WrpWorkerDied",
                       exit_code=EXIT_FAILED, engine=job["engine"], device=job["settings"].get("device"),
                       file=job["capture"])
 
 
-def _local_worker_main(conn) -> None:
-    """A ``-j`` worker process: run the cases it is sent until it is sent None."""
-    try:
-        while True:
-            job = conn.recv()
-            if job is None:
-                break
-            conn.send(run_case(job))
-    except (EOFError, KeyboardInterrupt):
-        pass
-    finally:
-        w = _replayers.worker
-        if w is not None:
-            w.close()
-
-
 def _run_local(jobs: list, n_workers: int, done: Callable) -> None:
-    """Run ``jobs`` on ``n_workers`` local processes; a worker that dies fails its case and is replaced."""
-    import multiprocessing as mp  # noqa: PLC0415
-    from multiprocessing.connection import wait  # noqa: PLC0415
+    """Run ``jobs`` on ``n_workers`` threads, each driving its own warm replay child process.
 
-    ctx = mp.get_context("spawn")
-    pending = list(range(len(jobs)))
-    pending.reverse()
-    workers = {}  # conn -> (process, job index or None)
+    The replays (loading and running the capture) happen in the children, in
+    parallel; a thread only validates, sends the bindings and compares.  A
+    child that dies fails only its case; the thread starts a new one for the next.
+    """
+    from concurrent.futures import ThreadPoolExecutor, as_completed  # noqa: PLC0415
 
-    def start():
-        parent, child = ctx.Pipe()
-        p = ctx.Process(target=_local_worker_main, args=(child,), daemon=True)
-        p.start()
-        child.close()
-        workers[parent] = [p, None]
-        return parent
-
-    def feed(conn):
-        if pending:
-            i = pending.pop()
-            workers[conn][1] = i
-            conn.send(jobs[i])
-        else:
-            workers[conn][1] = None
-
+    lock = threading.Lock()
     try:
-        for _ in range(min(n_workers, len(jobs))):
-            feed(start())
-        while any(v[1] is not None for v in workers.values()):
-            busy = [c for c, v in workers.items() if v[1] is not None]
-            for conn in wait(busy):
-                proc, i = workers[conn]
-                try:
-                    res = conn.recv()
-                except (EOFError, OSError):
-                    proc.join(5)
-                    code = proc.exitcode
-                    why = (f"signal {-code}" if code is not None and code < 0 else f"exit code {code}")
-                    del workers[conn]
-                    conn.close()
-                    done(i, _died(jobs[i], why))
-                    if pending:
-                        feed(start())
-                    continue
-                done(i, res)
-                feed(conn)
+        with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="wrp-regress") as pool:
+            futures = {pool.submit(run_case, job): i for i, job in enumerate(jobs)}
+            for fut in as_completed(futures):
+                with lock:
+                    done(futures[fut], fut.result())
     finally:
-        for conn, (proc, _) in list(workers.items()):
-            try:
-                conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
-        for conn, (proc, _) in list(workers.items()):
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-            conn.close()
+        close_replay_workers()
 
 
 def _run_serial(jobs: list, done: Callable) -> None:
@@ -770,10 +758,8 @@ def _run_serial(jobs: list, done: Callable) -> None:
         for i, job in enumerate(jobs):
             done(i, run_case(job))
     finally:
-        w = _replayers.worker
+        close_replay_workers()
         _replayers.worker = None
-        if w is not None:
-            w.close()
 
 
 def _run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
@@ -1063,7 +1049,7 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         ran_on = _run_ray(run_jobs, ray, done)
     elif int(jobs) > 1 and len(run_jobs) > 1:
         _run_local(run_jobs, int(jobs), done)
-        ran_on = f"{int(jobs)} local workers"
+        ran_on = f"{int(jobs)} local workers"  # threads, each with its own replay process
     else:
         _run_serial(run_jobs, done)
         ran_on = "serial"
