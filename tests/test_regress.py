@@ -60,6 +60,69 @@ def k_scatter(idx: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.float32)):
     out[idx[i]] = float(i)
 
 
+@wp.kernel
+def k_halve(counter: wp.array(dtype=wp.int32), v: wp.array(dtype=wp.float32), flag: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    v[i] = v[i] * 0.5
+    if i == 0:
+        c = counter[0] - 1
+        counter[0] = c
+        flag[0] = c % 2
+
+
+@wp.kernel
+def k_bump(v: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    v[i] = v[i] + float(i)
+
+
+@wp.kernel
+def k_planted(x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    y[i] = wp.sqrt(x[i]) / (x[i] - 4.0)  # NaN where x < 0, Inf at x == 4
+
+
+def _if_in_while(d: Path) -> Path:
+    """An IF inside a WHILE (wp.capture_if in wp.capture_while); the golden is an eager run of the same step."""
+    def arrays():
+        return {"counter": wp.array(np.array([5], np.int32), device="cpu"),
+                "v": wp.array(np.linspace(0, 8, N, dtype=np.float32), device="cpu"),
+                "flag": wp.zeros(1, dtype=wp.int32, device="cpu")}
+
+    def step(a):
+        def bump():
+            wp.launch(k_bump, dim=N, inputs=[a["v"]], device="cpu")
+
+        def body():
+            wp.launch(k_halve, dim=N, inputs=[a["counter"], a["v"], a["flag"]], device="cpu")
+            wp.capture_if(a["flag"], bump)
+
+        wp.capture_while(a["counter"], body)
+
+    live = arrays()
+    step(live)  # eagerly: Warp evaluates the conditions on the host
+    a = arrays()
+    with wrpkit.capture(device="cpu") as rec:
+        step(a)
+    path = rec.save(d / "if_in_while.wrp", inputs={"counter": a["counter"], "v": a["v"]},
+                    outputs={"v": a["v"], "flag": a["flag"]})
+    np.savez(d / "if_in_while_expected.npz", v=live["v"].numpy(), flag=live["flag"].numpy())
+    return path
+
+
+def _planted(d: Path) -> Path:
+    x = wp.array(np.array([-1, 0, 1, 4, 9, -2], np.float32), device="cpu")
+    y = wp.zeros(6, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_planted, dim=6, inputs=[x, y], device="cpu")
+    d.mkdir(parents=True, exist_ok=True)
+    path = rec.save(d / "planted.wrp", inputs={"x": x}, outputs={"y": y})
+    xs = x.numpy()
+    with np.errstate(all="ignore"):
+        np.savez(d / "planted_expected.npz", y=(np.sqrt(xs) / (xs - 4.0)).astype(np.float32))
+    return path
+
+
 def _copy_case(src: Path, dst: Path) -> Path:
     """A .wrp (and its modules folder) copied under a new name, as a user copies a case."""
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -153,6 +216,9 @@ timeout = 120
 [cases."broken/forever"]
 timeout = 3
 
+[cases."nan/*"]
+equal_nan = true
+
 [cases."known/*"]
 expect = "fail"
 reason = "a golden from before a reviewed change"
@@ -172,6 +238,8 @@ def suite(tmp_path_factory) -> Path:
     for ext in ("inputs", "expected"):
         shutil.copyfile(s / "mine" / f"axpy_{ext}.npz", s / "mine" / f"bundle_{ext}.npz")
     _stock_vec(s / "mine")
+    _if_in_while(s / "mine")
+    _planted(s / "nan")
     broken = s / "broken"
     _copy_case(axpy, broken / "changed.wrp")
     shutil.copyfile(s / "mine" / "axpy_inputs.npz", broken / "changed_inputs.npz")
@@ -204,6 +272,8 @@ EXPECTED = {
     "known/old_golden": ("xfail", None),
     "mine/axpy": ("pass", None),
     "mine/bundle": ("pass", None),
+    "mine/if_in_while": ("pass", None),
+    "nan/planted": ("pass", None),
     "mine/vec_stock": ("pass", None),
     "samples/saxpy": ("pass", None),
     "samples/while_loop": ("pass", None),
@@ -250,7 +320,7 @@ def test_serial_run_gives_each_case_its_verdict(serial):
     assert "expected to fail: a golden from before a reviewed change" in by["known/old_golden"].message
     assert {c.name for c in serial.passed} == {n for n, v in EXPECTED.items() if v[0] in ("pass", "xfail")}
     assert [c.name for c in serial.failed] == ["broken/changed"]
-    assert serial.to_json()["counts"]["pass"] == 5
+    assert serial.to_json()["counts"]["pass"] == sum(v[0] == "pass" for v in EXPECTED.values())
     # The warm worker: a passing case costs far less than a process start and `import warp`.
     assert min(by[n].seconds for n in ("mine/axpy", "mine/bundle", "mine/vec_stock")) < 1.0
 
@@ -353,7 +423,7 @@ def test_cli_table_fits_80_columns(suite):
     r = CliRunner().invoke(main, ["regress", str(suite), "-k", "mine/"], env={"COLUMNS": "80"})
     assert r.exit_code == 0, r.output
     assert all(len(line) <= 80 for line in r.stdout.splitlines()), r.stdout
-    assert "3 passed" in r.stdout and "mine/vec_stock" in r.stdout
+    assert "4 passed" in r.stdout and "mine/vec_stock" in r.stdout
 
 
 def test_update_writes_goldens_that_then_pass(suite, tmp_path):
@@ -436,6 +506,25 @@ def _serve_children():
 
 def _cli(*args):
     return CliRunner().invoke(main, ["regress", *map(str, args)])
+
+
+def test_nan_in_both_fails_unless_the_suite_says_equal_nan(suite, tmp_path):
+    s = tmp_path / "s"
+    _copy_case(suite / "nan" / "planted.wrp", s / "planted.wrp")
+    shutil.copyfile(suite / "nan" / "planted_expected.npz", s / "planted_expected.npz")
+    (case,) = wrpkit.regress(s).cases
+    assert case.verdict == "fail" and "2 NaN in both" in case.message
+    assert case.bindings["y"]["nan_both"] == 2 and case.bindings["y"]["inf_mismatch"] == 0  # Inf == the same Inf
+    assert wrpkit.regress(s, equal_nan=True).ok
+
+
+def test_python_310_without_tomllib_gets_a_clear_error(suite, tmp_path, monkeypatch):
+    s = tmp_path / "s"
+    _copy_case(suite / "mine" / "axpy.wrp", s / "axpy.wrp")
+    (s / "wrp-suite.toml").write_text("[defaults]\nrtol = 0\n")
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # as on Python 3.10: `import tomllib` fails
+    with pytest.raises(wrpkit.WrpError, match="needs Python 3.11 or newer"):
+        wrpkit.regress(s)
 
 
 def test_missing_suite_is_a_usage_error(tmp_path):

@@ -742,15 +742,17 @@ def _run_local(jobs: list, n_workers: int, done: Callable) -> None:
     """
     from concurrent.futures import ThreadPoolExecutor, as_completed  # noqa: PLC0415
 
-    lock = threading.Lock()
+    pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="wrp-regress")
     try:
-        with ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="wrp-regress") as pool:
-            futures = {pool.submit(run_case, job): i for i, job in enumerate(jobs)}
-            for fut in as_completed(futures):
-                with lock:
-                    done(futures[fut], fut.result())
+        futures = {pool.submit(run_case, job): i for i, job in enumerate(jobs)}
+        for fut in as_completed(futures):
+            done(futures[fut], fut.result())  # here, in this thread: one at a time
     finally:
+        # On Ctrl-C, end the replay children first, so that no thread waits for a case to finish.
+        pool.shutdown(wait=False, cancel_futures=True)
         close_replay_workers()
+        pool.shutdown(wait=True)
+        close_replay_workers()  # any a thread started while the first round closed
 
 
 def _run_serial(jobs: list, done: Callable) -> None:
