@@ -595,10 +595,12 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
     payload = _read_payload(job)
     modules = payload["modules"]
     if job["modules_dir"] is not None and modules is None:
-        raise WrpError(f"the module folder {Path(job['modules_dir']).name}/ beside {Path(job['capture']).name} "
-                       "is missing", hint="Copy the capture's <stem>_modules/ folder into the suite beside it, "
-                                          "or bundle it into one file (wrp convert NAME.wrp NAME.wrpk).")
-        # (a WrpModuleError would say the same; this names the folder)
+        from ..errors import WrpModuleError  # noqa: PLC0415
+
+        raise WrpModuleError(f"the module folder {Path(job['modules_dir']).name}/ beside "
+                             f"{Path(job['capture']).name} is missing",
+                             hint="Copy the capture's <stem>_modules/ folder into the suite beside it, or bundle "
+                                  "it into one file (wrp convert NAME.wrp NAME.wrpk).")
     prep = runtime.prepare(payload["capture"], modules if job["modules_dir"] is not None else None)
     try:
         family = "cpu" if prep.model.device_type == runtime.DeviceType.CPU else "cuda"
@@ -697,8 +699,18 @@ def case_job(case: Case, engine: str, update: bool) -> dict:
 
 
 def with_payload(job: dict) -> dict:
-    """The job with its files' bytes, for a worker that may not share this machine's files."""
+    """The job with its files' bytes, for a worker that may not share this machine's files.
+
+    Raises:
+        WrpError: A file cannot be read here.
+    """
     return dict(job, payload=read_case_files(job))
+
+
+def _unreadable(job: dict, e: WrpError) -> CaseResult:
+    return CaseResult(job["name"], "error", message=e.message, hint=e.hint, error_class=type(e).__name__,
+                      exit_code=e.exit_code, engine=job["engine"], device=job["settings"].get("device"),
+                      file=job["capture"])
 
 
 # ---------------------------------------------------------------------------
@@ -787,13 +799,19 @@ def _run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) 
         ac = as_completed(loop=client.loop)
 
         def submit_next():
-            i = next(it, None)
-            if i is None:
+            while True:
+                i = next(it, None)
+                if i is None:
+                    return
+                try:
+                    job = with_payload(jobs[i])
+                except WrpError as e:  # a file that cannot be read here: that case only
+                    done(i, _unreadable(jobs[i], e))
+                    continue
+                fut = client.submit(run_case, job, pure=False, key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{i}")
+                futures[fut] = i
+                ac.add(fut)
                 return
-            fut = client.submit(run_case, with_payload(jobs[i]), pure=False, key=f"wrp-regress-{os.getpid()}-"
-                                f"{time.time_ns()}-{i}")
-            futures[fut] = i
-            ac.add(fut)
 
         for _ in range(window):
             submit_next()
@@ -828,7 +846,10 @@ def _run_ray(jobs: list, address: str, done: Callable) -> str:
         remote = ray.remote(max_retries=0)(run_case)
         refs = {}
         for i, job in enumerate(jobs):
-            refs[remote.remote(with_payload(job))] = i
+            try:
+                refs[remote.remote(with_payload(job))] = i
+            except WrpError as e:  # a file that cannot be read here: that case only
+                done(i, _unreadable(job, e))
         left = list(refs)
         while left:
             ready, left = ray.wait(left, num_returns=1)
