@@ -588,3 +588,30 @@ def test_options_are_checked_before_any_case_runs(suite, tmp_path):
         assert r.exit_code == 1 and "cannot write" in r.stderr
     finally:
         ro.chmod(0o700)
+
+
+def test_html_page_opens_offline_in_a_browser(suite, serial, tmp_path):
+    """The page in Chromium: no request but the page itself, no console error, every case in the table."""
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install '.[test]')")
+    chromium = os.environ.get("WRP_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        pytest.skip(f"no Chromium at {chromium} (apt-get install chromium, or set WRP_CHROMIUM)")
+    page_path = tmp_path / "report.html"
+    page_path.write_text(serial.to_html())
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            pg = b.new_page()
+            requests, errors = [], []
+            pg.on("request", lambda r: requests.append(r.url))
+            pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            pg.goto(page_path.as_uri())
+            rows = pg.eval_on_selector_all("tbody tr", "rows => rows.map(r => [r.cells[0].textContent, "
+                                                       "r.cells[1].textContent])")
+        finally:
+            b.close()
+    assert requests == [page_path.as_uri()] and errors == []
+    assert rows == [[c.name, c.verdict] for c in serial.cases]
