@@ -74,8 +74,9 @@ def test_replay_stock_program_matches_live(name, tmp_path):
     inputs = write_npz(tmp_path / "in.npz", **rc.fresh_inputs(name))
     golden = write_npz(tmp_path / "golden.npz", **want)
     out = tmp_path / "out.npz"
+    # --equal-nan: some programs write NaN (overloads), and the live run wrote the same NaN
     r = invoke(rc.stock_capture(name), "--inputs", inputs, "--check", golden, "--rtol", 0, "--atol", 0,
-               "--output", out, "--json")
+               "--equal-nan", "--output", out, "--json")
     assert r.exit_code == 0, r.stdout + r.stderr
     report = json.loads(r.stdout)
     assert report["check"]["ok"] is True
@@ -216,11 +217,13 @@ def test_check_mismatch_exits_1_with_errors_per_binding(tmp_path):
 
 def test_check_tolerances():
     a = np.array([1.0, 2.0, np.nan], np.float32)
-    assert compare(a, a.copy(), 0, 0)["ok"]
-    res = compare(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-5, 0)
+    same = compare(a, a.copy(), 0, 0)  # NaN == NaN only with --equal-nan
+    assert not same["ok"] and same["nan_both"] == 1 and same["first_index"] == 2 and same["max_abs"] == 0
+    assert compare(a, a.copy(), 0, 0, equal_nan=True)["ok"]
+    res = compare(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-5, 0, equal_nan=True)
     assert not res["ok"] and res["max_abs"] == pytest.approx(0.001, rel=1e-2)
     assert res["max_rel"] == pytest.approx(0.0005, rel=1e-2)
-    assert compare(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-3, 0)["ok"]
+    assert compare(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-3, 0, equal_nan=True)["ok"]
     assert not compare(np.arange(3), np.arange(3) + 1, 1, 1)["ok"]  # integers compare exactly
     assert not compare(np.arange(3), np.arange(4), 0, 0)["ok"]
 
@@ -243,9 +246,10 @@ def test_stats_and_compare_of_a_large_binding_match_numpy():
     assert stats(np.array([True, False, True]))["mean"] == pytest.approx(2 / 3)
 
     b = a.copy()
-    assert compare(a, b, 0, 0)["ok"]
+    assert compare(a, b, 0, 0, equal_nan=True)["ok"]
     b[2_500_000] += 1.0  # in the third slice
-    res = compare(a, b, 1e-6, 0)
+    res = compare(a, b, 1e-6, 0, equal_nan=True)
+    assert res["mismatches"] == 1 and res["first_index"] == 2_500_000
     assert not res["ok"] and res["max_abs"] == pytest.approx(1.0, rel=1e-6)
     c = ints.copy()
     c[-1] ^= 1

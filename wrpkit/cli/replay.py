@@ -19,7 +19,6 @@ import io
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -204,66 +203,11 @@ def _parse_items(items) -> list:
 # ---------------------------------------------------------------------------
 
 
-def _num(x):
-    if x is None:
-        return None
-    if isinstance(x, (np.bool_, bool)):
-        return int(x)
-    if isinstance(x, (np.integer, int)):
-        return int(x)
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-#: Elements per slice when summarizing or comparing outputs: the temporaries
-#: (float64 copies, masks) stay a few MiB however large a binding is.
-_SLICE = 1 << 20
-
-
-def _slices(n: int):
-    for i in range(0, n, _SLICE):
-        yield slice(i, min(i + _SLICE, n))
-
-
 def stats(arr: np.ndarray) -> dict:
-    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts.
+    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts (:func:`wrpkit.checks.compare.array_stats`)."""
+    from ..checks.compare import array_stats  # noqa: PLC0415
 
-    Works through the array in slices, so a binding of any size costs little
-    memory beyond itself.
-    """
-    out = {"shape": list(arr.shape), "dtype": str(arr.dtype), "min": None, "max": None, "mean": None,
-           "nan": 0, "inf": 0}
-    if arr.dtype.names is not None or arr.dtype.kind == "V":
-        out["dtype"] = "struct" if arr.dtype.names is not None else str(arr.dtype)
-        return out
-    if arr.size == 0:
-        return out
-    a = arr.reshape(-1)
-    if a.dtype.kind == "f":
-        nan = inf = count = 0
-        total = 0.0
-        lo = hi = None
-        for sl in _slices(a.size):
-            c = a[sl]
-            finite = np.isfinite(c)
-            n_nan = int(np.isnan(c).sum())
-            nan += n_nan
-            inf += c.size - int(finite.sum()) - n_nan
-            f = c[finite]
-            if f.size:
-                cmin, cmax = f.min(), f.max()
-                lo = cmin if lo is None or cmin < lo else lo
-                hi = cmax if hi is None or cmax > hi else hi
-                total += float(f.sum(dtype=np.float64))
-                count += f.size
-        out["nan"], out["inf"] = nan, inf
-        if count:
-            out["min"], out["max"], out["mean"] = _num(lo), _num(hi), _num(total / count)
-        return out
-    # Integers and booleans: reductions that do not copy the array.
-    out["min"], out["max"] = _num(a.min()), _num(a.max())
-    out["mean"] = _num(a.mean(dtype=np.float64))
-    return out
+    return array_stats(arr)
 
 
 def raw_stats(arr: np.ndarray) -> dict:
@@ -277,79 +221,20 @@ def _is_typed(arr: np.ndarray, sig) -> bool:
     return sig is not None or arr.dtype != np.uint8
 
 
-def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> dict:
-    """Compare one binding with its golden value.
+def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_nan: bool = False) -> dict:
+    """Compare one binding with its golden value (:func:`wrpkit.checks.compare.compare_arrays`).
 
     Returns:
-        ``{"ok", "max_abs", "max_rel", "reason"}``; integer and struct
-        data compare exactly, floats with ``|got - want| <= atol + rtol*|want|``
-        (NaNs equal NaNs).  Numbers are compared in slices, so the float64
-        temporaries stay small however large the binding is.
+        Its ``to_json()``: ``ok``, ``reason``, ``max_abs``, ``max_rel``,
+        ``mismatches``, ``first_index``, the NaN/Inf disagreements.  An
+        untyped binding (raw bytes) is compared as the golden's type.
     """
+    from ..checks.compare import compare_arrays  # noqa: PLC0415
+
     want = np.asarray(want)
-    res = {"ok": True, "max_abs": 0.0, "max_rel": 0.0, "reason": None}
     if got.dtype == np.uint8 and want.dtype != np.uint8:
         got = _typed_as(got, want)  # untyped binding: compare as the golden's type
-    if want.dtype != got.dtype:
-        if want.nbytes == got.nbytes and (got.dtype == np.uint8 or got.dtype.names is not None
-                                          or want.dtype.names is not None):
-            want = np.frombuffer(np.ascontiguousarray(want).tobytes(), dtype=got.dtype)
-        elif want.dtype.kind in "biuf" and got.dtype.kind in "biuf":
-            pass  # compare values numerically
-        else:
-            return {"ok": False, "max_abs": None, "max_rel": None,
-                    "reason": f"dtype {want.dtype} vs {got.dtype}"}
-    if want.shape != got.shape:
-        return {"ok": False, "max_abs": None, "max_rel": None,
-                "reason": f"shape differs: golden {tuple(want.shape)}, output {tuple(got.shape)}"}
-    if got.dtype.names is not None or got.dtype.kind == "V":
-        same = np.ascontiguousarray(got).tobytes() == np.ascontiguousarray(want).tobytes()
-        res["ok"] = same
-        res["max_abs"] = res["max_rel"] = None
-        if not same:
-            res["reason"] = "struct bytes differ"
-        return res
-    if got.size == 0:
-        return res
-    g_all, w_all = got.reshape(-1), want.reshape(-1)
-    exact = got.dtype.kind in "biu" and want.dtype.kind in "biu"
-    ok, max_abs, max_rel = True, 0.0, 0.0
-    for sl in _slices(g_all.size):
-        if exact:
-            c_ok, c_abs, c_rel = _compare_exact(g_all[sl], w_all[sl])
-        else:
-            c_ok, c_abs, c_rel = _compare_close(g_all[sl], w_all[sl], rtol, atol)
-        ok, max_abs, max_rel = ok and c_ok, max(max_abs, c_abs), max(max_rel, c_rel)
-    res["ok"], res["max_abs"], res["max_rel"] = ok, max_abs, max_rel
-    return res
-
-
-def _compare_exact(got, want):
-    """Integers: equal or not; the differences are reported as floats."""
-    g = got.astype(np.int64) if got.dtype != np.uint64 else got
-    w = want.astype(np.int64) if want.dtype != np.uint64 else want
-    diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
-    denom = np.abs(w.astype(np.float64))
-    rel = np.divide(diff, denom, out=np.zeros_like(diff), where=denom > 0)
-    rel[(denom == 0) & (diff > 0)] = np.inf
-    return bool(np.array_equal(got, want)), float(diff.max()), float(rel.max())
-
-
-def _compare_close(got, want, rtol, atol):
-    with np.errstate(invalid="ignore", over="ignore"):
-        g = got.astype(np.float64)
-        w = want.astype(np.float64)
-    both_nan = np.isnan(g) & np.isnan(w)
-    same_inf = np.isinf(g) & np.isinf(w) & (np.sign(g) == np.sign(w))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(g - w)
-    diff[both_nan | same_inf] = 0.0
-    diff[np.isnan(diff)] = np.inf
-    denom = np.abs(w)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(denom > 0, diff / np.where(denom > 0, denom, 1.0), np.where(diff > 0, np.inf, 0.0))
-    ok = diff <= atol + rtol * np.where(np.isfinite(denom), denom, 0.0)
-    return bool(ok.all()), float(diff.max()), float(rel.max())
+    return compare_arrays(got, want, rtol, atol, equal_nan=equal_nan).to_json()
 
 
 def _percentile(v: list, q: float) -> float:
@@ -393,32 +278,10 @@ def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: 
 
 
 def find_native() -> Path:
-    """Path of the ``wrp-replay`` executable.
+    """Path of the ``wrp-replay`` executable (:func:`wrpkit.run.native.find_native`)."""
+    from ..run.native import find_native as find  # noqa: PLC0415
 
-    Looked for, in order: ``$WRP_REPLAY``, next to the Python executable,
-    on ``PATH``, in ``wrpkit/_native/bin/``.
-
-    Raises:
-        WrpError: It is not built or installed.
-    """
-    exe = NATIVE_EXE + (".exe" if os.name == "nt" else "")
-    candidates = []
-    env = os.environ.get("WRP_REPLAY")
-    if env:
-        candidates.append(Path(env))
-    candidates.append(Path(sys.executable).parent / exe)
-    which = shutil.which(exe)
-    if which:
-        candidates.append(Path(which))
-    candidates.append(Path(__file__).resolve().parent / "_native" / "bin" / exe)
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return c
-    raise WrpError(
-        f"the native replayer `{NATIVE_EXE}` is not built or installed (looked next to {sys.executable}, on PATH "
-        f"and in wrpkit/_native/bin/)",
-        hint="Install wrpkit with `pip install .` from the source tree, which builds it with CMake, "
-             "or use --engine python.")
+    return find()
 
 
 def _typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
@@ -523,14 +386,9 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             p = d / f"out{i}.npy"
             outs[name] = p
             args += ["--output", f"{name}={p}"]
-        env = dict(os.environ)
-        if not env.get("WRP_WARP_LIB_DIR"):
-            # the warp-lang this Python uses (warp.so, warp-clang.so), found without importing it
-            import importlib.util  # noqa: PLC0415
+        from ..run.native import native_env  # noqa: PLC0415
 
-            spec = importlib.util.find_spec("warp")
-            if spec is not None and spec.origin:
-                env["WRP_WARP_LIB_DIR"] = os.path.join(os.path.dirname(spec.origin), "bin")
+        env = native_env()  # WRP_WARP_LIB_DIR: the warp-lang this Python uses
         t0 = time.perf_counter()
         try:
             # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
@@ -610,7 +468,8 @@ def _print_report(report: dict) -> None:
                   "array to type them, or save with wrpkit to add a signature)[/]")
     chk = report.get("check")
     if chk:
-        ct = table(f"check against {chk['golden']} (rtol={chk['rtol']:g}, atol={chk['atol']:g})",
+        nan_rule = ", NaN == NaN" if chk.get("equal_nan") else ""
+        ct = table(f"check against {chk['golden']} (rtol={chk['rtol']:g}, atol={chk['atol']:g}{nan_rule})",
                    ["binding", "result", "max abs err", "max rel err", "note"])
         for name, r in chk["bindings"].items():
             ct.add_row(name, "[green]ok[/]" if r["ok"] else "[bold red]MISMATCH[/]", _fmt(r["max_abs"]),
@@ -650,7 +509,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
                 as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
                 timeout: float | None = None, allow_raw_pointers: bool = False, modules_dir=None,
-                dtype_items=()) -> tuple:
+                dtype_items=(), equal_nan: bool = False) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
 
     The replay runs in a child process (either engine): a fatal signal there
@@ -664,6 +523,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     signature for (:func:`wrpkit.run.runtime.signature_for_type`).
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
+    ``equal_nan`` makes ``--check`` count NaN against NaN as equal.
 
     ``timeout`` (seconds) bounds the wall time of preparing, loading and
     replaying: when it runs out, the process prints an ``error:`` line and
@@ -777,10 +637,11 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     }
     ok = True
     if golden_arrays is not None:
-        per = {n: compare(results[n], w, rtol, atol) for n, w in golden_arrays.items()}
+        per = {n: compare(results[n], w, rtol, atol, equal_nan) for n, w in golden_arrays.items()}
         ok = all(r["ok"] for r in per.values())
         total = warmup + repeat
-        report["check"] = {"golden": str(golden), "rtol": rtol, "atol": atol, "ok": ok, "bindings": per,
+        report["check"] = {"golden": str(golden), "rtol": rtol, "atol": atol, "equal_nan": equal_nan, "ok": ok,
+                           "bindings": per,
                            "not_compared": [n for n in outputs if n not in golden_arrays],
                            "compared": f"values after the last of {total} replay{'s' if total != 1 else ''} "
                                        f"({warmup} warmup + {repeat} timed; inputs set once before the first, "
@@ -806,6 +667,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
               help="Compare bindings with a golden .npz; exit 1 on mismatch.")
 @click.option("--rtol", type=click.FloatRange(min=0), default=1e-5, show_default=True)
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-6, show_default=True)
+@click.option("--equal-nan", is_flag=True, help="With --check: NaN in the output equals NaN in the golden at the "
+              "same element (by default it is a mismatch).")
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--no-verify", is_flag=True, help="For a .wrpk: skip blob checksums (trusted files only).")
@@ -821,8 +684,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
               help="Type a binding the file records no signature for, as a 1-D array of a Warp type "
                    "(float32, vec3f, mat33f, ...). Repeatable.")
 @click.pass_context
-def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
-           no_verify, timeout, allow_raw_pointers, modules_dir, dtype_items):
+def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, equal_nan, engine,
+           as_json, no_verify, timeout, allow_raw_pointers, modules_dir, dtype_items):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
@@ -843,6 +706,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay sim.wrp --inputs in.npz --output out.npz
       wrp replay sim.wrp --repeat 1000 --warmup 10 --json
       wrp replay sim.wrp --inputs in.npz --check expected.npz --rtol 1e-6
+      wrp replay sim.wrp --check expected.npz --equal-nan
       wrp replay untrusted.wrp --timeout 10 --output out.npz
       wrp replay renamed.wrp --modules-dir old_name_modules
       wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
@@ -857,7 +721,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
                                      atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
                                      allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
-                                     dtype_items=dtype_items)
+                                     dtype_items=dtype_items, equal_nan=equal_nan)
     if as_json:
         click.echo(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:

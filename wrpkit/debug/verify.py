@@ -120,32 +120,24 @@ def _writers(program: m.Program) -> dict:
 
 
 def compare_arrays(name: str, live: np.ndarray, replay: np.ndarray, rtol: float, atol: float) -> Optional[Mismatch]:
-    """A :class:`Mismatch` when two arrays differ beyond ``atol + rtol * |live|`` (NaN equals NaN)."""
+    """A :class:`Mismatch` when two arrays differ beyond ``atol + rtol * |live|``.
+
+    Equal non-finite values are equal: an Inf against the same Inf, NaN
+    against NaN at the same element (:func:`wrpkit.checks.compare.compare_arrays`
+    with ``equal_nan=True``); a NaN against a number is a difference.
+    """
+    from ..checks.compare import compare_arrays as compare  # noqa: PLC0415
+
     live, replay = np.asarray(live), np.asarray(replay)
     if live.shape != replay.shape or live.dtype != replay.dtype:
         return Mismatch(name, int(max(live.size, replay.size)), None,
                         {"index": None, "live": f"{live.dtype}{list(live.shape)}",
                          "replay": f"{replay.dtype}{list(replay.shape)}"})
-    if live.dtype.names is not None or live.dtype.kind not in "biuf":
-        a, b = live.reshape(-1).view(np.uint8), replay.reshape(-1).view(np.uint8)
-        bad = a != b
-        err = None
-    else:
-        a, b = live.reshape(-1), replay.reshape(-1)
-        if a.dtype.kind == "f":
-            diff = np.abs(a.astype(np.float64) - b.astype(np.float64))
-            both_nan = np.isnan(a) & np.isnan(b)
-            bad = ~both_nan & ~(diff <= atol + rtol * np.abs(a.astype(np.float64)))
-            err = float(np.max(np.where(bad & np.isfinite(diff), diff, 0.0))) if bad.any() else 0.0
-        else:
-            diff = np.abs(a.astype(np.int64) - b.astype(np.int64)) if a.dtype.kind != "b" else (a != b)
-            bad = diff > atol + rtol * np.abs(a.astype(np.float64)) if a.dtype.kind != "b" else diff
-            err = float(np.max(diff[bad])) if bad.any() else 0.0
-    n = int(np.count_nonzero(bad))
-    if not n:
+    c = compare(replay, live, rtol, atol, equal_nan=True, strict_dtype=True)
+    if c.ok:
         return None
-    i = int(np.flatnonzero(bad)[0])
-    return Mismatch(name, n, err, {"index": i, "live": a[i].item(), "replay": b[i].item()})
+    err = c.max_abs if c.max_abs is not None else None
+    return Mismatch(name, c.mismatches, err, {"index": c.first_index, "live": c.want, "replay": c.got})
 
 
 def _hint(mismatches: list) -> str:
@@ -174,7 +166,7 @@ def verify(step: Callable[[], None], inputs: Mapping, outputs: Mapping, device=N
         inputs: ``{name: wp.array}`` bound as inputs.
         outputs: ``{name: wp.array}`` bound as outputs.
         device: The device ``step`` runs on; default the arrays' device.
-        rtol, atol: Tolerances (default: bit-exact; NaN equals NaN).
+        rtol, atol: Tolerances (default: bit-exact; NaN equals NaN and Inf the same Inf, element by element).
         recording: A :class:`~wrpkit.Recording` of ``step`` to check instead
             of capturing it again.
         keep: A folder in which to keep the saved capture (``verify.wrp``),

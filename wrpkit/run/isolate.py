@@ -443,6 +443,67 @@ class ReplayWorker:
         self.source, self.modules_dir = write_source(prep, self.d)
         self.proc: Optional[subprocess.Popen] = None
         self._done_fd: Optional[int] = None
+        self._targets = 0  # captures given by retarget (wrp regress: one warm child for many captures)
+        self._warm = False
+        #: End the child when the thread that started it ends (Linux): a killed ``wrp regress`` worker
+        #: leaves no replay running on its own.
+        self.die_with_parent = False
+
+    def retarget(self, prep, device) -> None:
+        """Replay another prepared capture from now on, in the same child if it is alive.
+
+        The child keeps Warp imported and loads the new capture at the next
+        run (releasing the previous one), so a run over many captures pays the
+        process start and ``import warp`` once (``wrp regress``).
+        """
+        import shutil  # noqa: PLC0415
+
+        verify_deferred(prep)
+        old = Path(self.source).parent
+        self._targets += 1
+        sub = self.d / f"capture{self._targets}"
+        sub.mkdir()
+        self.prep, self.device = prep, str(device)
+        self.source, self.modules_dir = write_source(prep, sub)
+        if old != self.d:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def warm(self, timeout: Optional[float] = 300.0) -> None:
+        """Start the child if it is not running, and wait until it has imported Warp.
+
+        A run's ``timeout`` then bounds loading and replaying only, not the
+        process start (``wrp regress --timeout``).
+
+        Raises:
+            WrpTimeoutError: It was not ready within ``timeout`` seconds (it is stopped).
+            WrpRuntimeError: It ended first.
+        """
+        import select  # noqa: PLC0415
+
+        if self.alive and self._warm:
+            return
+        self.stop()
+        self._start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self.proc.stdin.write(b"warm\n")
+            self.proc.stdin.flush()
+            line = b""
+            while not line.endswith(b"\n"):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise WrpTimeoutError(f"the replay process did not start within {timeout:g} s",
+                                          hint="The machine may be overloaded; retry, or raise the timeout.")
+                ready, _, _ = select.select([self._done_fd], [], [], left)
+                if ready:
+                    chunk = os.read(self._done_fd, 64)
+                    if not chunk:
+                        raise ended_without_result(self.proc.wait(), self._output_tail())
+                    line += chunk
+        except BaseException:
+            self.stop()
+            raise
+        self._warm = True
 
     @property
     def alive(self) -> bool:
@@ -462,7 +523,8 @@ class ReplayWorker:
         out = open(self.d / "output.txt", "wb")  # noqa: SIM115  (the child's stdout and stderr)
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.isolate", "--serve", os.fspath(self.d),
-                                          str(done_w)], stdin=subprocess.PIPE, stdout=out, stderr=out, env=child_env(),
+                                          str(done_w)] + (["--die-with-parent"] if self.die_with_parent else []),
+                                         stdin=subprocess.PIPE, stdout=out, stderr=out, env=child_env(),
                                          pass_fds=(done_w,))
         except OSError as e:
             os.close(done_r)
@@ -475,6 +537,7 @@ class ReplayWorker:
     def stop(self) -> None:
         """End the child (if any) and forget it."""
         proc, self.proc = self.proc, None
+        self._warm = False
         if self._done_fd is not None:
             os.close(self._done_fd)
             self._done_fd = None
@@ -643,16 +706,33 @@ def _child_main(d: Path) -> int:
 
 
 def _serve_main(d: Path, done_fd: int) -> int:
-    """The :class:`ReplayWorker` child: load once, then replay on every line of stdin until it closes."""
+    """The :class:`ReplayWorker` child: load once, then replay on every line of stdin until it closes.
+
+    ``warm`` imports Warp and answers; a ``run`` whose job names another
+    source (:meth:`ReplayWorker.retarget`) releases the loaded capture and
+    loads that one.
+    """
     done = os.fdopen(done_fd, "wb", buffering=0)
     wp = prog = None
+    loaded = None
     try:
         for line in sys.stdin.buffer:
+            if line.strip() == b"warm":
+                from ..environment import init_warp  # noqa: PLC0415
+
+                job = json.loads((d / "job.json").read_text())
+                init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
+                done.write(b"done\n")
+                continue
             if line.strip() != b"run":
                 return 0
             job = json.loads((d / "job.json").read_text())
+            if prog is not None and loaded != (job["source"], job["device"]):
+                prog.close()
+                prog = None
             if prog is None:
                 wp, prog = _load_job(d, job)
+                loaded = (job["source"], job["device"])
             _replay_job(d, wp, prog, job)
             write_stage(d, "idle")
             done.write(b"done\n")
@@ -706,5 +786,14 @@ def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--serve":
+        if "--die-with-parent" in sys.argv[4:] and sys.platform.startswith("linux"):
+            import ctypes  # noqa: PLC0415
+
+            try:
+                ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
+            if os.getppid() == 1:  # the parent died before prctl took effect
+                sys.exit(1)
         sys.exit(_serve_main(Path(sys.argv[2]), int(sys.argv[3])))
     sys.exit(_child_main(Path(sys.argv[1])))

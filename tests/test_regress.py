@@ -1,0 +1,617 @@
+"""``wrp regress`` / ``wrpkit.regress``: a folder of real captures replayed against goldens.
+
+The suite is built at test time from stock Warp: the samples (run as a user
+runs them), wrpkit captures of kernels written here (one vector-typed and
+saved with stock ``capture_save``), a bundle, and broken cases: a changed
+golden, a truncated file, a data-dependent crash, a WHILE that never ends,
+a CUDA-only capture, an expected failure.  Goldens come from eager runs of
+the same kernels.  The verdicts must be the same serially, on two local
+workers, on a real local Dask cluster (and on Ray where it installs), and
+the JUnit XML must say what the JSON says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+import pytest
+import warp as wp
+from click.testing import CliRunner
+
+import wrpkit
+from wrpkit.cli import main
+from wrpkit.run.regress import cuda_device_count
+
+wp.config.quiet = True
+N = 64
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@wp.kernel
+def k_axpy(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32), out: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    out[i] = 2.0 * a[i] + b[i]
+
+
+@wp.func
+def lift(p: wp.vec3) -> wp.vec3:
+    return p * 2.0 + wp.vec3(1.0, 0.0, -1.0)
+
+
+@wp.kernel
+def k_lift(p: wp.array(dtype=wp.vec3), q: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    q[i] = lift(p[i])
+
+
+@wp.kernel
+def k_scatter(idx: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    out[idx[i]] = float(i)
+
+
+@wp.kernel
+def k_halve(counter: wp.array(dtype=wp.int32), v: wp.array(dtype=wp.float32), flag: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    v[i] = v[i] * 0.5
+    if i == 0:
+        c = counter[0] - 1
+        counter[0] = c
+        flag[0] = c % 2
+
+
+@wp.kernel
+def k_bump(v: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    v[i] = v[i] + float(i)
+
+
+@wp.kernel
+def k_planted(x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    y[i] = wp.sqrt(x[i]) / (x[i] - 4.0)  # NaN where x < 0, Inf at x == 4
+
+
+def _if_in_while(d: Path) -> Path:
+    """An IF inside a WHILE (wp.capture_if in wp.capture_while); the golden is an eager run of the same step."""
+    def arrays():
+        return {"counter": wp.array(np.array([5], np.int32), device="cpu"),
+                "v": wp.array(np.linspace(0, 8, N, dtype=np.float32), device="cpu"),
+                "flag": wp.zeros(1, dtype=wp.int32, device="cpu")}
+
+    def step(a):
+        def bump():
+            wp.launch(k_bump, dim=N, inputs=[a["v"]], device="cpu")
+
+        def body():
+            wp.launch(k_halve, dim=N, inputs=[a["counter"], a["v"], a["flag"]], device="cpu")
+            wp.capture_if(a["flag"], bump)
+
+        wp.capture_while(a["counter"], body)
+
+    live = arrays()
+    step(live)  # eagerly: Warp evaluates the conditions on the host
+    a = arrays()
+    with wrpkit.capture(device="cpu") as rec:
+        step(a)
+    path = rec.save(d / "if_in_while.wrp", inputs={"counter": a["counter"], "v": a["v"]},
+                    outputs={"v": a["v"], "flag": a["flag"]})
+    np.savez(d / "if_in_while_expected.npz", v=live["v"].numpy(), flag=live["flag"].numpy())
+    return path
+
+
+def _planted(d: Path) -> Path:
+    x = wp.array(np.array([-1, 0, 1, 4, 9, -2], np.float32), device="cpu")
+    y = wp.zeros(6, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_planted, dim=6, inputs=[x, y], device="cpu")
+    d.mkdir(parents=True, exist_ok=True)
+    path = rec.save(d / "planted.wrp", inputs={"x": x}, outputs={"y": y})
+    xs = x.numpy()
+    with np.errstate(all="ignore"):
+        np.savez(d / "planted_expected.npz", y=(np.sqrt(xs) / (xs - 4.0)).astype(np.float32))
+    return path
+
+
+def _copy_case(src: Path, dst: Path) -> Path:
+    """A .wrp (and its modules folder) copied under a new name, as a user copies a case."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    mods = src.with_name(src.stem + "_modules")
+    if mods.is_dir():
+        shutil.copytree(mods, dst.with_name(dst.stem + "_modules"))
+    return dst
+
+
+def _axpy(d: Path) -> Path:
+    a = np.arange(N, dtype=np.float32)
+    b = np.linspace(-1, 1, N, dtype=np.float32)
+    wa, wb = wp.array(a, device="cpu"), wp.array(b, device="cpu")
+    out = wp.zeros(N, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_axpy, dim=N, inputs=[wa, wb, out], device="cpu")
+    d.mkdir(parents=True, exist_ok=True)
+    path = rec.save(d / "axpy.wrp", inputs={"a": wa, "b": wb}, outputs={"out": out})
+    a_in, b_in = a[::-1].copy(), b * 3
+    np.savez(d / "axpy_inputs.npz", a=a_in, b=b_in)
+    np.savez(d / "axpy_expected.npz", out=2 * a_in + b_in)  # the eager answer, by numpy
+    return path
+
+
+def _stock_vec(d: Path) -> Path:
+    """A vector-typed program through a @wp.func, saved by stock capture_save (no types in the file)."""
+    p0 = np.random.default_rng(1).standard_normal((N, 3)).astype(np.float32)
+    p = wp.array(p0, dtype=wp.vec3, device="cpu")
+    q = wp.zeros(N, dtype=wp.vec3, device="cpu")
+    wp.launch(k_lift, dim=N, inputs=[p, q], device="cpu")
+    eager = q.numpy().copy()
+    q.zero_()
+    wp.capture_begin(device="cpu", apic=True)
+    try:
+        wp.launch(k_lift, dim=N, inputs=[p, q], device="cpu")
+    finally:
+        graph = wp.capture_end(device="cpu")
+    wp.capture_save(graph, str(d / "vec_stock"), inputs={"p": p}, outputs={"q": q})
+    np.savez(d / "vec_stock_expected.npz", p=p0, q=eager)
+    return d / "vec_stock.wrp"
+
+
+def _crash(d: Path) -> Path:
+    idx = wp.array(np.arange(N, dtype=np.int32), device="cpu")
+    out = wp.zeros(N, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_scatter, dim=N, inputs=[idx, out], device="cpu")
+    path = rec.save(d / "crash.wrp", inputs={"idx": idx}, outputs={"out": out})
+    np.savez(d / "crash_inputs.npz", idx=np.full(N, 2**31 - 1, np.int32))  # out + 8 GiB: a fault
+    np.savez(d / "crash_expected.npz", out=np.zeros(N, np.float32))
+    return path
+
+
+def _forever(d: Path) -> Path:
+    import debug_programs as dp  # noqa: PLC0415
+
+    path = dp.capture_while_nan(d / "forever.wrp")
+    good = wrpkit.load(path).run()
+    np.savez(d / "forever_expected.npz", out=good["out"])
+    np.savez(d / "forever_inputs.npz", counter=np.array([-1], np.int32))  # counts down for 2^31 iterations
+    return path
+
+
+def _cuda_only(src: Path, dst: Path) -> Path:
+    """A valid capture recorded for CUDA (sm_90): ``src`` exported to JSON and retargeted, as a user edits one."""
+    from wrpkit.formats import jsonform, wrp1  # noqa: PLC0415
+
+    j = dst.with_suffix(".json")
+    assert CliRunner().invoke(main, ["convert", str(src), str(j)]).exit_code == 0
+    data = json.loads(j.read_text())
+    data["device_type"], data["target_arch"] = "CUDA", 90
+    for m in data["modules"]:
+        m["target_arch"] = 90
+    prog, modules = jsonform.loads(json.dumps(data).encode())
+    dst.write_bytes(wrp1.encode_wrp1(prog))
+    mdir = dst.with_name(dst.stem + "_modules")
+    mdir.mkdir()
+    for name, blob in modules.items():
+        (mdir / name).write_bytes(blob)
+    j.unlink()
+    shutil.copyfile(src.with_name("axpy_expected.npz"), dst.with_name(dst.stem + "_expected.npz"))
+    return dst
+
+
+SUITE_TOML = """
+# per-case settings of the test suite
+[defaults]
+timeout = 120
+
+[cases."broken/forever"]
+timeout = 3
+
+[cases."nan/*"]
+equal_nan = true
+
+[cases."known/*"]
+expect = "fail"
+reason = "a golden from before a reviewed change"
+"""
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory) -> Path:
+    s = tmp_path_factory.mktemp("suite")
+    for sample in ("saxpy", "while_loop"):  # the files the samples write, as a user runs them
+        r = subprocess.run([sys.executable, str(ROOT / "samples" / f"{sample}.py"), str(s / "samples")],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+    axpy = _axpy(s / "mine")
+    r = CliRunner().invoke(main, ["convert", str(axpy), str(s / "mine" / "bundle.wrpk")])
+    assert r.exit_code == 0, r.output
+    for ext in ("inputs", "expected"):
+        shutil.copyfile(s / "mine" / f"axpy_{ext}.npz", s / "mine" / f"bundle_{ext}.npz")
+    _stock_vec(s / "mine")
+    _if_in_while(s / "mine")
+    _planted(s / "nan")
+    broken = s / "broken"
+    _copy_case(axpy, broken / "changed.wrp")
+    shutil.copyfile(s / "mine" / "axpy_inputs.npz", broken / "changed_inputs.npz")
+    with np.load(s / "mine" / "axpy_expected.npz") as z:
+        out = z["out"].copy()
+    out[5] += 1.0
+    np.savez(broken / "changed_expected.npz", out=out)
+    _copy_case(axpy, broken / "truncated.wrp")
+    data = (broken / "truncated.wrp").read_bytes()
+    (broken / "truncated.wrp").write_bytes(data[: len(data) // 2])
+    shutil.copyfile(s / "mine" / "axpy_expected.npz", broken / "truncated_expected.npz")
+    _crash(broken)
+    _forever(broken)
+    (s / "gpu").mkdir()
+    _cuda_only(axpy, s / "gpu" / "cuda_only.wrp")
+    _copy_case(broken / "changed.wrp", s / "known" / "old_golden.wrp")
+    for ext in ("inputs", "expected"):
+        shutil.copyfile(broken / f"changed_{ext}.npz", s / "known" / f"old_golden_{ext}.npz")
+    (s / "wrp-suite.toml").write_text(SUITE_TOML)
+    return s
+
+
+#: What each case must give: (verdict, error class).
+EXPECTED = {
+    "broken/changed": ("fail", None),
+    "broken/crash": ("error", "WrpCrashError"),
+    "broken/forever": ("error", "WrpTimeoutError"),
+    "broken/truncated": ("error", "WrpFormatError"),
+    "gpu/cuda_only": ("skip", "WrpDeviceError"),
+    "known/old_golden": ("xfail", None),
+    "mine/axpy": ("pass", None),
+    "mine/bundle": ("pass", None),
+    "mine/if_in_while": ("pass", None),
+    "nan/planted": ("pass", None),
+    "mine/vec_stock": ("pass", None),
+    "samples/saxpy": ("pass", None),
+    "samples/while_loop": ("pass", None),
+}
+
+
+def _expected():
+    if cuda_device_count() == 0:
+        return EXPECTED
+    # With a GPU the retargeted capture runs, and its CPU object cannot load there.
+    return dict(EXPECTED, **{"gpu/cuda_only": ("error", None)})
+
+
+def _verdicts(report) -> dict:
+    return {c.name: (c.verdict, c.error_class) for c in report.cases}
+
+
+def _check_verdicts(report):
+    got = _verdicts(report)
+    want = _expected()
+    if cuda_device_count():
+        got["gpu/cuda_only"] = (got["gpu/cuda_only"][0], None)
+    assert got == want, {k: v for k, v in got.items() if want.get(k) != v}
+    assert [c.name for c in report.cases] == sorted(want)  # case order
+
+
+@pytest.fixture(scope="module")
+def serial(suite):
+    return wrpkit.regress(suite)
+
+
+def test_serial_run_gives_each_case_its_verdict(serial):
+    _check_verdicts(serial)
+    assert serial.exit_code == 1 and not serial.ok
+    by = {c.name: c for c in serial.cases}
+    fail = by["broken/changed"]
+    b = fail.bindings["out"]
+    assert (b["mismatches"], b["first_index"], b["max_abs"]) == (1, 5, pytest.approx(1.0))
+    assert "out: 1 of 64 beyond tolerance, first at 5" in fail.message
+    assert "replay crashed with SIG" in by["broken/crash"].message and "k_scatter" in by["broken/crash"].message
+    assert "did not finish within 3 s" in by["broken/forever"].message
+    if cuda_device_count() == 0:
+        assert "no CUDA device" in by["gpu/cuda_only"].message
+    assert "expected to fail: a golden from before a reviewed change" in by["known/old_golden"].message
+    assert {c.name for c in serial.passed} == {n for n, v in EXPECTED.items() if v[0] in ("pass", "xfail")}
+    assert [c.name for c in serial.failed] == ["broken/changed"]
+    assert serial.to_json()["counts"]["pass"] == sum(v[0] == "pass" for v in EXPECTED.values())
+    # The warm worker: a passing case costs far less than a process start and `import warp`.
+    assert min(by[n].seconds for n in ("mine/axpy", "mine/bundle", "mine/vec_stock")) < 1.0
+
+
+def test_native_engine_gives_the_serial_verdicts(suite, serial):
+    from wrpkit.run.native import find_native  # noqa: PLC0415
+
+    try:
+        find_native()
+    except wrpkit.WrpError as e:
+        pytest.skip(str(e))
+    rep = wrpkit.regress(suite, engine="native")
+    _same(rep, serial)
+    assert {c.engine for c in rep.cases} == {"native"}
+
+
+def _same(a, b):
+    assert _verdicts(a) == _verdicts(b)
+    for x, y in zip(a.cases, b.cases):
+        assert {k: (v["ok"], v["mismatches"], v["first_index"]) for k, v in x.bindings.items()} == \
+            {k: (v["ok"], v["mismatches"], v["first_index"]) for k, v in y.bindings.items()}
+
+
+def test_two_local_workers_give_the_serial_verdicts_in_case_order(suite, serial):
+    rep = wrpkit.regress(suite, jobs=2)
+    _same(rep, serial)
+    assert rep.ran_on == "2 local workers"
+    assert len({c.worker for c in rep.cases if c.worker}) == 2
+
+
+def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        rep = wrpkit.regress(suite, dask=cluster.scheduler_address)
+        worker_pids = {w.pid for w in cluster.workers.values()} if hasattr(next(iter(cluster.workers.values())),
+                                                                           "pid") else set()
+    _same(rep, serial)
+    assert rep.ran_on.startswith("dask tcp://127.0.0.1:") and "(2 workers)" in rep.ran_on
+    pids = {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
+    assert os.getpid() not in pids  # the cases ran in the cluster's worker processes
+    if worker_pids:
+        assert pids <= worker_pids
+
+
+def test_ray_gives_the_serial_verdicts(suite, serial):
+    try:
+        import ray  # noqa: PLC0415
+    except ImportError:
+        pytest.skip("ray does not install in this environment (pip install ray failed or was not run)")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        rep = wrpkit.regress(suite, ray="auto")
+    finally:
+        ray.shutdown()
+    _same(rep, serial)
+
+
+def _junit_verdicts(xml_text: str) -> dict:
+    root = ET.fromstring(xml_text)
+    out = {}
+    for tc in root.iter("testcase"):
+        kinds = [child.tag for child in tc if child.tag in ("failure", "error", "skipped")]
+        out[tc.get("name")] = kinds[0] if kinds else "passed"
+    return out
+
+
+def test_cli_json_junit_and_html_say_the_same(suite, serial, tmp_path):
+    out = tmp_path / "reports" / "new"  # missing parents are created
+    r = CliRunner().invoke(main, ["regress", str(suite), "--json", "--junit", str(out / "results.xml"),
+                                  "--html", str(out / "report.html")])
+    assert r.exit_code == 1, r.output
+    rep = json.loads(r.stdout)
+    assert rep["exit_code"] == 1 and rep["counts"] == serial.to_json()["counts"]
+    js = {c["name"]: c["verdict"] for c in rep["cases"]}
+    assert js == {c.name: c.verdict for c in serial.cases}
+    xml_text = (out / "results.xml").read_text()
+    junit = _junit_verdicts(xml_text)
+    as_junit = {"pass": "passed", "fail": "failure", "xpass": "failure", "error": "error", "skip": "skipped",
+                "xfail": "skipped"}
+    assert junit == {n: as_junit[v] for n, v in js.items()}
+    root = ET.fromstring(xml_text)
+    suite_el = root.find("testsuite")
+    props = {p.get("name"): p.get("value") for p in suite_el.find("properties")}
+    assert props["warp_version"] == wp.config.version and props["engine"] == "python" and "device" in props
+    assert int(suite_el.get("failures")) == 1 and int(suite_el.get("errors")) == sum(v == "error" for v in js.values())
+    for tc in root.iter("testcase"):
+        secs = next(c["seconds"] for c in rep["cases"] if c["name"] == tc.get("name"))
+        assert float(tc.get("time")) == pytest.approx(secs, abs=1e-3)
+        msg = next((c.get("message") for c in tc if c.tag in ("failure", "error")), None)
+        if msg is not None:
+            assert msg == next(c["message"] for c in rep["cases"] if c["name"] == tc.get("name"))
+    page = (out / "report.html").read_text()
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    assert all(name in page for name in js)
+
+
+def test_cli_table_fits_80_columns(suite):
+    r = CliRunner().invoke(main, ["regress", str(suite), "-k", "mine/"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert all(len(line) <= 80 for line in r.stdout.splitlines()), r.stdout
+    assert "4 passed" in r.stdout and "mine/vec_stock" in r.stdout
+
+
+def test_update_writes_goldens_that_then_pass(suite, tmp_path):
+    s = tmp_path / "s"
+    _copy_case(suite / "mine" / "axpy.wrp", s / "same.wrp")
+    shutil.copyfile(suite / "mine" / "axpy_inputs.npz", s / "same_inputs.npz")
+    shutil.copyfile(suite / "mine" / "axpy_expected.npz", s / "same_expected.npz")
+    _copy_case(suite / "broken" / "changed.wrp", s / "deep" / "changed.wrp")
+    for ext in ("inputs", "expected"):
+        shutil.copyfile(suite / "broken" / f"changed_{ext}.npz", s / "deep" / f"changed_{ext}.npz")
+    _copy_case(suite / "mine" / "axpy.wrp", s / "new.wrp")  # no golden yet
+    before = (s / "same_expected.npz").read_bytes()
+    first = wrpkit.regress(s)
+    assert {c.name: c.verdict for c in first.cases} == {"deep/changed": "fail", "new": "error", "same": "pass"}
+    assert "no golden new_expected.npz" in first.cases[1].message
+    r = CliRunner().invoke(main, ["regress", str(s), "--update", "--json"])
+    assert r.exit_code == 0, r.output
+    upd = {c["name"]: c["updated"] for c in json.loads(r.stdout)["cases"]}
+    assert upd["same"] == "unchanged" and (s / "same_expected.npz").read_bytes() == before
+    assert upd["deep/changed"].startswith("wrote changed_expected.npz: out changed (1 element")
+    assert upd["new"] == "wrote new_expected.npz: new golden"
+    with np.load(s / "new_expected.npz") as z:
+        np.testing.assert_array_equal(z["out"], wrpkit.load(s / "new.wrp").run()["out"])
+    assert not [p for p in s.rglob("*") if ".tmp" in p.name or p.name.startswith(".")]  # no temp files
+    again = wrpkit.regress(s)
+    assert again.ok and {c.verdict for c in again.cases} == {"pass"}
+
+
+def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
+    """A replay process killed from outside (as the OOM killer does) fails its case; the others pass."""
+    s = tmp_path / "s"
+    for i in range(3):
+        _copy_case(suite / "mine" / "axpy.wrp", s / f"a{i}.wrp")
+        for ext in ("inputs", "expected"):
+            shutil.copyfile(suite / "mine" / f"axpy_{ext}.npz", s / f"a{i}_{ext}.npz")
+    _copy_case(suite / "broken" / "forever.wrp", s / "b_forever.wrp")
+    for ext in ("inputs", "expected"):
+        shutil.copyfile(suite / "broken" / f"forever_{ext}.npz", s / f"b_forever_{ext}.npz")
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", wrpkit.regress(s, jobs=2, timeout=120)))
+    t.start()
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and t.is_alive():
+        for child, d in _serve_children():
+            job = d / "job.json"
+            if (d / "stage").is_file() and (d / "stage").read_text() == "replaying" and job.is_file():
+                time.sleep(1.0)  # the never-ending case keeps replaying; a quick one is done by now
+                if (d / "stage").is_file() and (d / "stage").read_text() == "replaying":
+                    os.kill(child, signal.SIGKILL)
+                    killed = child
+                    break
+        time.sleep(0.2)
+    t.join(180)
+    assert killed is not None and not t.is_alive()
+    rep = result["r"]
+    v = {c.name: c.verdict for c in rep.cases}
+    assert v == {"a0": "pass", "a1": "pass", "a2": "pass", "b_forever": "error"}
+    dead = rep.cases[-1]
+    assert dead.error_class == "WrpWorkerDied" and "SIGKILL" in dead.message and "the run went on" in dead.message
+    assert not list(_serve_children())  # every replay child of the run has ended
+
+
+def _serve_children():
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"wrpkit.run.isolate" in argv and b"--serve" in argv and b"--die-with-parent" in argv:
+            yield int(p.name), Path(argv[argv.index(b"--serve") + 1].decode())
+
+
+# ---------------------------------------------------------------------------
+# Bad input: a clear error and the documented exit code
+# ---------------------------------------------------------------------------
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, ["regress", *map(str, args)])
+
+
+def test_nan_in_both_fails_unless_the_suite_says_equal_nan(suite, tmp_path):
+    s = tmp_path / "s"
+    _copy_case(suite / "nan" / "planted.wrp", s / "planted.wrp")
+    shutil.copyfile(suite / "nan" / "planted_expected.npz", s / "planted_expected.npz")
+    (case,) = wrpkit.regress(s).cases
+    assert case.verdict == "fail" and "2 NaN in both" in case.message
+    assert case.bindings["y"]["nan_both"] == 2 and case.bindings["y"]["inf_mismatch"] == 0  # Inf == the same Inf
+    assert wrpkit.regress(s, equal_nan=True).ok
+
+
+def test_python_310_without_tomllib_gets_a_clear_error(suite, tmp_path, monkeypatch):
+    s = tmp_path / "s"
+    _copy_case(suite / "mine" / "axpy.wrp", s / "axpy.wrp")
+    (s / "wrp-suite.toml").write_text("[defaults]\nrtol = 0\n")
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # as on Python 3.10: `import tomllib` fails
+    with pytest.raises(wrpkit.WrpError, match="needs Python 3.11 or newer"):
+        wrpkit.regress(s)
+
+
+def test_missing_suite_is_a_usage_error(tmp_path):
+    r = _cli(tmp_path / "nope", "--json")
+    assert r.exit_code == 2
+    err = json.loads(r.stdout)
+    assert err["exit_code"] == 2 and "does not exist" in err["error"]
+    r = _cli(tmp_path)  # a folder without captures
+    assert r.exit_code == 2 and "holds no captures" in r.stderr
+
+
+def test_malformed_suite_toml_names_the_line(suite, tmp_path):
+    s = tmp_path / "s"
+    _copy_case(suite / "mine" / "axpy.wrp", s / "axpy.wrp")
+    (s / "wrp-suite.toml").write_text('[defaults]\nrtol = 1e-5\natol = = 2\n')
+    r = _cli(s)
+    assert r.exit_code == 2 and "line 3" in r.stderr and "wrp-suite.toml" in r.stderr
+    (s / "wrp-suite.toml").write_text('[defaults]\nrtol = 1e-5\n\n[cases."axpy"]\ntolerance = 3\n')
+    r = _cli(s)
+    assert r.exit_code == 2 and "line 5" in r.stderr and "unknown key 'tolerance'" in r.stderr
+    (s / "wrp-suite.toml").write_text('[cases."axpy"]\ntimeout = "soon"\n')
+    r = _cli(s)
+    assert r.exit_code == 2 and "line 2" in r.stderr and "must be a number" in r.stderr
+
+
+def test_unreachable_scheduler_is_a_usage_error(suite):
+    pytest.importorskip("distributed", reason="distributed is not installed")
+    t0 = time.monotonic()
+    r = _cli(suite, "-k", "mine/axpy", "--dask", "tcp://127.0.0.1:9", "--json")
+    assert r.exit_code == 2, r.output
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in json.loads(r.stdout)["error"]
+    assert time.monotonic() - t0 < 60
+
+
+def test_a_golden_that_lacks_a_binding_or_names_another_is_an_error(suite, tmp_path):
+    s = tmp_path / "s"
+    for name in ("lacks", "extra"):
+        _copy_case(suite / "mine" / "axpy.wrp", s / f"{name}.wrp")
+    np.savez(s / "lacks_expected.npz", a=np.zeros(N, np.float32))
+    np.savez(s / "extra_expected.npz", out=np.zeros(N, np.float32), velocity=np.zeros(3))
+    r = _cli(s, "--json")
+    assert r.exit_code == 1
+    cases = {c["name"]: c for c in json.loads(r.stdout)["cases"]}
+    assert cases["lacks"]["verdict"] == "error"
+    assert "golden lacks_expected.npz lacks binding 'out' (an output of the capture)" in cases["lacks"]["message"]
+    assert cases["extra"]["verdict"] == "error" and "'velocity'" in cases["extra"]["message"]
+
+
+def test_options_are_checked_before_any_case_runs(suite, tmp_path):
+    r = _cli(suite, "--device", "tpu:0")
+    assert r.exit_code == 2
+    r = _cli(suite, "-k", "no_such_case")
+    assert r.exit_code == 2 and "no case" in r.stderr
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user who may write anywhere")
+        r = _cli(suite, "--junit", ro / "x.xml")
+        assert r.exit_code == 1 and "cannot write" in r.stderr
+    finally:
+        ro.chmod(0o700)
+
+
+def test_html_page_opens_offline_in_a_browser(suite, serial, tmp_path):
+    """The page in Chromium: no request but the page itself, no console error, every case in the table."""
+    try:
+        from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install '.[test]')")
+    chromium = os.environ.get("WRP_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        pytest.skip(f"no Chromium at {chromium} (apt-get install chromium, or set WRP_CHROMIUM)")
+    page_path = tmp_path / "report.html"
+    page_path.write_text(serial.to_html())
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            pg = b.new_page()
+            requests, errors = [], []
+            pg.on("request", lambda r: requests.append(r.url))
+            pg.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            pg.goto(page_path.as_uri())
+            rows = pg.eval_on_selector_all("tbody tr", "rows => rows.map(r => [r.cells[0].textContent, "
+                                                       "r.cells[1].textContent])")
+        finally:
+            b.close()
+    assert requests == [page_path.as_uri()] and errors == []
+    assert rows == [[c.name, c.verdict] for c in serial.cases]
