@@ -78,7 +78,9 @@ def _print_summary(report) -> None:
         t.add_row(c.name, Text(c.verdict, style=style.get(c.verdict, "")), f"{c.seconds:.2f}", why)
     con.print(t)
     counts = report.counts()
-    words = ", ".join(f"{n} {'passed' if v == 'pass' else 'failed' if v == 'fail' else 'errors' if v == 'error' else 'skipped' if v == 'skip' else v}"
+    # pytest's words: "2 passed, 1 failed, 1 error, 3 errors, 1 skipped".
+    past = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfailed", "xpass": "xpassed"}
+    words = ", ".join(f"{n} {('error' if n == 1 else 'errors') if v == 'error' else past.get(v, v)}"
                       for v, n in counts.items() if n)
     con.print(Text(f"{words} in {report.seconds:.1f} s", style="green" if report.ok else "bold red"))
 
