@@ -164,9 +164,10 @@ def eager_first_nonfinite(variant: str, device="cpu") -> dict:
     """Run the variant eagerly and find the first launch that leaves a NaN or Inf in an array it was given.
 
     Returns:
-        ``{"seq", "kernel", "iteration", "argument", "nan", "inf", "launches"}``: ``seq`` counts
-        launches from 0 as ``wrp trace`` numbers its steps; ``iteration`` is the WHILE iteration
-        (0-based); ``argument`` the kernel argument's name; ``launches`` every launch run.
+        ``{"seq", "kernel", "iteration", "argument", "nan", "inf", "before", "launches"}``: ``seq``
+        counts launches from 0 as ``wrp trace`` numbers its steps; ``iteration`` is the WHILE
+        iteration (0-based); ``argument`` the kernel argument's name; ``before`` ``{argument: digest}``
+        of that launch's arrays just before it ran; ``launches`` every launch run.
     """
     a = make_arrays(variant, device)
     state = {"seq": 0, "first": None, "iteration": -1}
@@ -174,6 +175,8 @@ def eager_first_nonfinite(variant: str, device="cpu") -> dict:
     def launch(k, dim, inputs):
         if k is count_down:
             state["iteration"] += 1
+        before = {arg.label: _digest(value.numpy()) for arg, value in zip(k.adj.args, inputs)
+                  if isinstance(value, wp.array)}
         wp.launch(k, dim=dim, inputs=inputs, device=device)
         wp.synchronize_device(device)
         if state["first"] is None:
@@ -183,12 +186,19 @@ def eager_first_nonfinite(variant: str, device="cpu") -> dict:
                     if not np.isfinite(vals).all():
                         state["first"] = {"seq": state["seq"], "kernel": k.key, "iteration": state["iteration"],
                                           "argument": arg.label, "nan": int(np.isnan(vals).sum()),
-                                          "inf": int(np.isinf(vals).sum())}
+                                          "inf": int(np.isinf(vals).sum()), "before": before}
                         break
         state["seq"] += 1
 
     run_program(variant, a, launch)
     return {**state["first"], "launches": state["seq"]}
+
+
+def _digest(arr) -> str:
+    """SHA-256 (first 32 hex digits) of an array's bytes, as ``wrp trace`` digests regions."""
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.sha256(np.ascontiguousarray(arr).view(np.uint8).data).hexdigest()[:32]
 
 
 def stock_capture(variant: str, path: str, device="cpu") -> None:

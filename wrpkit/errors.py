@@ -149,6 +149,12 @@ class WrpBindingError(WrpError):
     exit_code = EXIT_USAGE
 
 
+class WrpKernelsError(WrpError):
+    """A ``--kernels`` file cannot be used: missing, fails to import, or none of its kernels matches (usage)."""
+
+    exit_code = EXIT_USAGE
+
+
 class WrpRuntimeError(WrpError):
     """Warp's runtime failed to load or replay the graph."""
 

@@ -17,6 +17,28 @@ def input_options(fn):
                         help="Inputs keyed by binding name.")(fn)
 
 
+def kernels_option(fn):
+    """``--kernels FILE.py`` (repeatable): type a stock capture's kernels from the user's source."""
+    return click.option("--kernels", "kernels", multiple=True, metavar="FILE.py",
+                        type=click.Path(dir_okay=False, path_type=Path),
+                        help="The .py file that defines the capture's kernels (repeatable): imported as a script "
+                             "without its __main__ block; every matching kernel types the arrays it is passed.")(fn)
+
+
+def kernel_match_lines(typing: dict) -> list:
+    """Lines naming each recorded kernel that did not match a ``--kernels`` file, with the reason."""
+    if not typing:
+        return []
+    out = []
+    for k in typing["kernels"]:
+        if not k["matched"]:
+            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']} (module {k['module']}) not typed: {k['reason']}")
+        elif k["code"] == "changed":
+            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']}: its code in {k['file']} differs from the "
+                       "captured one (types taken from the file; its argument layout matches)")
+    return out
+
+
 def gather_inputs(inputs_npz, input_items) -> dict:
     """``{binding name: np.ndarray}`` from ``--inputs`` and ``--input`` (later ones win).
 
