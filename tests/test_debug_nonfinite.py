@@ -131,3 +131,119 @@ def test_kernels_bad_input(chains, tmp_path):
     assert set(why) == {"pressure"} and "argument 2 (bad_at) is 4 bytes in the capture, 8" in why["pressure"]
     r = wrp("trace", stock, "--kernels", tmp_path / "edited.py")
     assert "kernel pressure (module __main__) not typed" in r.output
+
+
+# ---------------------------------------------------------------------------
+# slice --steps, and wrp annotate
+# ---------------------------------------------------------------------------
+
+_BINDINGS = {"counter": 4, "step": 4, "flag": 4, "x": None, "v": None}
+
+
+def _stock_replay(path: Path, variant: str) -> dict:
+    """``{binding: sha256[:32]}`` after stock ``wp.capture_load`` + one ``wp.capture_launch``, in a fresh process."""
+    width = 12 if variant == "vec3" else 4
+    sizes = {n: s or width * chain.N for n, s in _BINDINGS.items()}
+    code = (
+        "import sys, json, hashlib, warp as wp\n"
+        "wp.config.quiet = True\n"
+        "g = wp.capture_load(sys.argv[1], device='cpu')\n"
+        "wp.capture_launch(g)\n"
+        "out = {}\n"
+        f"for n, size in {sizes!r}.items():\n"
+        "    a = wp.empty(size, dtype=wp.uint8, device='cpu')\n"
+        "    g.get_param(n, a)\n"
+        "    out[n] = hashlib.sha256(a.numpy().tobytes()).hexdigest()[:32]\n"
+        "print(json.dumps(out))\n")
+    p = __import__("subprocess").run([__import__("sys").executable, "-c", code, str(path)], check=True,
+                                     capture_output=True, text=True, timeout=300)
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("variant", chain.VARIANTS)
+def test_slice_steps_isolates_the_bad_launch_bit_for_bit(chains, variant, tmp_path):
+    c = chains[variant]
+    t = wrpkit.trace(c["wrpkit"])
+    k = c["eager"]["seq"]
+    for a, b in ((k, k + 1), (k + 1, k + 2), (k - 2, k + 1)):
+        out = tmp_path / f"s{a}_{b}.wrp"
+        res = wrpkit.slice(c["wrpkit"], out, steps=(a, b))
+        assert (res.unit, res.start, res.stop, res.ops) == ("steps", a, b, b - a)
+        assert wrp("validate", out).exit_code == 0
+        again = wrpkit.trace(out)
+        assert [[(w["region"], w["digest"]) for w in o["writes"]] for o in again.ops] == \
+            [[(w["region"], w["digest"]) for w in o["writes"]] for o in t.ops[a:b]]
+        assert [o["kernel"] for o in again.ops] == [o["kernel"] for o in t.ops[a:b]]
+    # The failing launch alone names itself, at step 0 of the slice.
+    one = wrpkit.trace(tmp_path / f"s{k}_{k + 1}.wrp")
+    assert (one.first_nonfinite["seq"], one.first_nonfinite["kernel"]) == (0, c["eager"]["kernel"])
+    # Stock Warp replays the next launch (it writes the bound x) exactly as the full trace recorded it.
+    got = _stock_replay(tmp_path / f"s{k + 1}_{k + 2}.wrp", variant)
+    x_write = next(w for w in t.ops[k + 1]["writes"] if w["binding"] == "x")
+    assert got["x"] == x_write["digest"]
+
+
+def test_slice_steps_cli_stock_kernels_and_range_errors(chains, tmp_path):
+    c = chains["func"]
+    k = c["eager"]["seq"]
+    out = tmp_path / "bad.wrpk"
+    r = wrp("slice", c["stock"], "--steps", f"{k}:{k + 1}", "--kernels", SCRIPT, "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["unit"] == "steps"
+    t = wrpkit.trace(out)  # the slice carries the types it was given
+    assert (t.first_nonfinite["kernel"], t.first_nonfinite["argument"]) == (c["eager"]["kernel"], "p")
+    n = c["eager"]["launches"]
+    for bad in (f"{n}:{n + 1}", "5:5", "x:y"):
+        r = wrp("slice", c["wrpkit"], "--steps", bad, "-o", tmp_path / "none.wrp", "--json")
+        assert r.exit_code == 2, (bad, r.output)
+        assert json.loads(r.stdout)["hint"]
+    assert not (tmp_path / "none.wrp").exists() and not (tmp_path / "none_modules").exists()
+    assert f"outside the {n} steps" in wrp("slice", c["wrpkit"], "--steps", f"{n}:{n + 1}", "-o",
+                                             tmp_path / "none.wrp").output
+    assert wrp("slice", c["wrpkit"], "-o", tmp_path / "none.wrp").exit_code == 2  # neither --ops nor --steps
+    with pytest.raises(wrpkit.WrpUsageError):
+        wrpkit.slice(c["wrpkit"], tmp_path / "none.wrp", ops=(0, 1), steps=(0, 1))
+
+
+@pytest.mark.parametrize("variant", chain.VARIANTS)
+def test_annotate_types_a_stock_capture_that_stock_warp_still_replays(chains, variant, tmp_path):
+    c = chains[variant]
+    out = tmp_path / "typed.wrp"
+    res = wrpkit.annotate(c["stock"], out, kernels=[SCRIPT])
+    assert not res.typing.unmatched and {"x", "v"} <= set(res.typing.bindings_typed) or variant == "func"
+    # Every route names the kernel and iteration the eager run finds.
+    _check_against_eager(wrpkit.trace(out).first_nonfinite, c["eager"])
+    # Stock Warp loads the annotated file and replays it as the original.
+    assert _stock_replay(out, variant) == _stock_replay(c["stock"], variant)
+    assert wrp("validate", out).exit_code == 0
+    info = json.loads(wrp("inspect", out, "--json").stdout)
+    assert info  # inspect reads it
+    # Annotating again is refused, and writes nothing.
+    r = wrp("annotate", out, "--kernels", SCRIPT, "-o", tmp_path / "again.wrp", "--json")
+    assert r.exit_code == 2 and "already carries type annotations" in json.loads(r.stdout)["error"]
+    assert not (tmp_path / "again.wrp").exists() and not (tmp_path / "again_modules").exists()
+
+
+def test_annotate_cli_and_bad_input(chains, tmp_path):
+    c = chains["vec3"]
+    r = wrp("annotate", c["stock"], "--kernels", SCRIPT, "-o", tmp_path / "t.wrpk")
+    assert r.exit_code == 0, r.output
+    assert "4 of 4 kernel(s) typed" in r.output
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise SystemExit(3)\n")
+    r = wrp("annotate", c["stock"], "--kernels", broken, "-o", tmp_path / "b.wrp")
+    assert r.exit_code == 2 and "SystemExit" in r.output
+    assert not (tmp_path / "b.wrp").exists()
+    assert wrp("annotate", c["stock"], "-o", tmp_path / "b.wrp").exit_code == 2  # --kernels is required
+
+
+def test_kernels_on_inspect_graph_and_replay(chains, tmp_path):
+    c = chains["vec3"]
+    info = json.loads(wrp("inspect", c["stock"], "--kernels", SCRIPT, "--json").stdout)
+    assert all(k["matched"] for k in info["kernels_typed"]["kernels"])
+    r = wrp("graph", c["stock"], "--kernels", SCRIPT, "-o", tmp_path / "g.dot")
+    assert r.exit_code == 0 and "vec3f" in (tmp_path / "g.dot").read_text()
+    r = wrp("replay", c["stock"], "--kernels", SCRIPT, "--json")
+    assert r.exit_code == 0, r.output
+    x = json.loads(r.stdout)["outputs"]["x"]
+    assert x["dtype"] == "float32" and x["shape"] == [chain.N, 3] and x["inf"] + x["nan"] > 0

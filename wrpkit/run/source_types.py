@@ -207,11 +207,10 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
         WrpKernelsError: A file cannot be imported or defines no kernel, or no
             recorded kernel matches any of them (each is named with its reason).
     """
-    import warp as wp  # noqa: PLC0415
+    from ..environment import init_warp  # noqa: PLC0415
 
     t0 = time.perf_counter()
-    wp.config.quiet = True
-    wp.init()
+    init_warp(cpu_only=program.device_type == m.DeviceType.CPU)
     imported = import_kernels(paths)
     mod_names = {mod.module_hash: mod.module_name for mod in program.modules}
     first = _first_launches(program)
@@ -271,7 +270,7 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations) -> tupl
     """``([ArraySignature], [name])`` for bindings without a signature that a typed kernel argument covers whole.
 
     The argument's dtype, 1-D over the whole region (the region a binding
-    names always starts at the allocation's start).
+    names always starts at the allocation's start), marked input and output.
     """
     from ..checks.summary import launch_argument  # noqa: PLC0415
 
@@ -304,7 +303,9 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations) -> tupl
         if n * int(dt.size) != size:
             continue
         for name in region_of[rid]:
-            out.append(ann.ArraySignature(name=name, dtype=dt, shape=(n,), strides=(int(dt.size),)))
+            # Stock Warp records no roles: every binding stays both an input and an output (as --dtype types it).
+            out.append(ann.ArraySignature(name=name, dtype=dt, shape=(n,), strides=(int(dt.size),),
+                                          is_input=True, is_output=True))
             names.append(name)
     return out, names
 
@@ -345,5 +346,96 @@ def type_capture(target, kernels: Sequence) -> Optional[SourceTyping]:
     return typing
 
 
-__all__ = ["type_from_source", "type_capture", "retype", "SourceTyping", "KernelMatch", "import_kernels",
+
+@dataclass
+class AnnotateResult:
+    """What :func:`annotate` wrote.
+
+    Attributes:
+        src, dst: Input and output paths.
+        typing: The :class:`SourceTyping` (matches, unmatched kernels with reasons).
+        bytes_written: Size of the capture written (module files excluded for a ``.wrp``).
+    """
+
+    src: Path
+    dst: Path
+    typing: SourceTyping
+    bytes_written: int
+
+    def to_json(self) -> dict:
+        return {"source": str(self.src), "destination": str(self.dst), "bytes_written": self.bytes_written,
+                **self.typing.to_json()}
+
+
+def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
+    """Write a copy of a capture whose kernels and bindings are typed from the user's source.
+
+    The copy holds wrpkit's annotations (kernel-argument signatures plus
+    binding dtypes, :func:`type_from_source`) in the extra section that
+    Warp's loader skips, so stock ``wp.capture_load`` loads and replays it
+    exactly as the original; every other record and module file is the
+    same.  The output is validated before it is published, atomically: a
+    failure leaves nothing behind.
+
+    Args:
+        src: A ``.wrp`` or ``.wrpk`` without type annotations (a stock capture).
+        dst: Output ``.wrp`` (with ``<stem>_modules/``) or ``.wrpk``.
+        kernels: The ``.py`` files defining the kernels.
+
+    Returns:
+        An :class:`AnnotateResult`.
+
+    Raises:
+        WrpKernelsError: No ``kernels``, a file fails to import, no kernel
+            matches, or ``src`` already carries type annotations.
+        WrpFormatError, WrpValidationError, WrpModuleError: ``src`` is invalid.
+        WrpError: Bad output path.
+    """
+    from ..checks.validate import validate_program  # noqa: PLC0415
+    from ..fileio import check_output_path, publish_wrp  # noqa: PLC0415
+    from ..formats import wrp1  # noqa: PLC0415
+    from .runtime import prepare  # noqa: PLC0415
+
+    src, dst = Path(src), Path(dst)
+    if not kernels:
+        raise WrpKernelsError("wrp annotate needs --kernels FILE.py", hint="Pass the .py file that defines the kernels.")
+    suffix = dst.suffix.lower()
+    if suffix not in (".wrp", ".wrpk"):
+        from ..errors import WrpError  # noqa: PLC0415
+
+        raise WrpError(f"cannot write {dst}: the output must end in .wrp or .wrpk",
+                       hint="For example -o typed.wrp (with typed_modules/) or -o typed.wrpk (one file).")
+    check_output_path(dst, [src])
+    prep = prepare(src)
+    have = prep.annotations
+    if have is not None and (have.kernel_signatures or have.signature):
+        raise WrpKernelsError(
+            f"{src} already carries type annotations ({len(have.kernel_signatures)} kernel signature(s), "
+            f"{len(have.signature)} binding signature(s)); nothing was written",
+            hint="Annotate the stock capture the file was made from, or use --kernels on the command instead.")
+    typing = type_from_source(prep.model, have, kernels)
+    files = dict(prep.modules)
+    notes = typing.annotations
+    if not notes.module_digests:  # pin the module files too, as a wrpkit capture does
+        notes = dataclasses.replace(notes, module_digests=tuple(ann.ModuleDigest.of(n, d) for n, d in files.items()))
+    typing.annotations = notes
+    program = dataclasses.replace(prep.model, annotations=ann.encode_annotations(notes))
+    problems = [p for p in validate_program(program, annotations=typing.annotations)
+                if getattr(p, "severity", "error") == "error"]
+    if problems:
+        from ..errors import WrpError  # noqa: PLC0415
+
+        raise WrpError("the annotated capture would not validate, so nothing was written: "
+                       + "; ".join(str(p) for p in problems[:5]))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".wrpk":
+        from ..formats import wrpk  # noqa: PLC0415
+
+        n = wrpk.write_wrpk(dst, program, files)
+    else:
+        n = publish_wrp(dst, wrp1.iter_wrp1_chunks(program), files)
+    return AnnotateResult(src, dst, typing, int(n or dst.stat().st_size))
+
+
+__all__ = ["annotate", "AnnotateResult", "type_from_source", "type_capture", "retype", "SourceTyping", "KernelMatch", "import_kernels",
            "binding_signatures"]
