@@ -247,7 +247,8 @@ def test_diff_reports_the_launch_dim_and_the_scalar(caps):
     assert [(o["a"], o["b"], o["change"]) for o in d.ops] == [(i, i, "changed") for i in range(4)]
     first = d.ops[0]["fields"]
     assert first["dim"] == {"a": [16], "b": [8]}
-    assert first["args"] == [{"param": 3, "name": "a", "type": "float32", "a": 1.0, "b": 2.0}]
+    # k_affine(src, dst, a, b): arguments numbered from 0 as `wrp inspect` numbers them
+    assert first["args"] == [{"param": 2, "name": "a", "type": "float32", "a": 1.0, "b": 2.0}]
     assert "args" not in d.ops[1]["fields"]  # only the dim changed there
     r = wrp("diff", caps["chain"], caps["chain_changed"], "--json")
     assert r.exit_code == 1

@@ -247,3 +247,62 @@ def test_kernels_on_inspect_graph_and_replay(chains, tmp_path):
     assert r.exit_code == 0, r.output
     x = json.loads(r.stdout)["outputs"]["x"]
     assert x["dtype"] == "float32" and x["shape"] == [chain.N, 3] and x["inf"] + x["nan"] > 0
+
+
+# ---------------------------------------------------------------------------
+# wrp diff: what changed in code
+# ---------------------------------------------------------------------------
+
+
+def _edited_stock(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """A copy of the chain script with one edit, run as a script: a stock capture of if_in_while."""
+    text = SCRIPT.read_text()
+    assert old in text
+    script = tmp_path / f"{name}.py"
+    script.write_text(text.replace(old, new))
+    out = tmp_path / f"{name}.wrp"
+    __import__("subprocess").run([__import__("sys").executable, str(script), "if_in_while", str(out)], check=True,
+                                 capture_output=True, timeout=600)
+    return out
+
+
+def test_diff_of_a_one_kernel_fix_names_only_that_kernel(chains, tmp_path):
+    buggy = chains["if_in_while"]["stock"]
+    fixed = _edited_stock(tmp_path, "fixed", "force[i] = (x[i + 1] - x[i] - 0.5) / length[i]",
+                          "force[i] = (x[i + 1] - x[i] - 0.5) / wp.max(length[i], 1.0e-3)")
+    d = wrpkit.diff(buggy, fixed)
+    assert [c["kernel"] for c in d.code] == ["spring_forces"]
+    assert d.code[0]["function_bytes"] == "differ"
+    assert d.ops == [] and d.kernels == [] and d.regions == []  # no module hash repeated on every op
+    (mod,) = d.modules
+    assert mod["code_changed"] == ["spring_forces"] and not mod["rebuilt_only"]
+    r = wrp("diff", buggy, fixed)
+    assert r.exit_code == 1
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) <= 8 and all(len(line) <= 80 for line in lines), r.stdout
+    assert sum("spring_forces" in line for line in lines) == 2  # the code line, and the module's reason
+    assert "kernel spring_forces: code changed" in r.stdout
+    assert '"' not in r.stdout  # no hash cut inside its quotes
+    # And the fix is real: the fixed program writes no NaN or Inf.
+    assert wrpkit.trace(fixed, kernels=[tmp_path / "fixed.py"]).first_nonfinite is None
+
+
+def test_diff_module_rebuilt_and_scalar_argument_numbering(chains, tmp_path):
+    base = chains["if_in_while"]["stock"]
+    # An unused kernel added to the script: the module is rebuilt, no launched kernel's code changed.
+    extra = _edited_stock(tmp_path, "extra", "@wp.func\ndef pressure_of(",
+                          "@wp.kernel\ndef never_launched(a: wp.array(dtype=float)):\n    a[0] = 1.0\n\n\n"
+                          "@wp.func\ndef pressure_of(")
+    d = wrpkit.diff(base, extra)
+    assert d.code == [] and d.ops == [] and d.kernels == []
+    (mod,) = d.modules
+    assert mod["rebuilt_only"] and mod["code_changed"] == []
+    r = wrp("diff", base, extra)
+    assert "rebuilt (its kernels' code is unchanged)" in r.stdout
+    assert len(r.stdout.strip().splitlines()) == 5, r.stdout
+    # A scalar argument changed: numbered from 0, as in the kernel's signature (spring_lengths' bad_at is 1).
+    later = _edited_stock(tmp_path, "later", 'BAD_IT = {"if_in_while": 6,', 'BAD_IT = {"if_in_while": 7,')
+    d = wrpkit.diff(base, later)
+    body = d.ops[0]["fields"]["body"]
+    (row,) = [r for r in body if r["kernel"] == "spring_lengths"]
+    assert [a["param"] for a in row["fields"]["args"]] == [1]
