@@ -306,3 +306,38 @@ def test_diff_module_rebuilt_and_scalar_argument_numbering(chains, tmp_path):
     body = d.ops[0]["fields"]["body"]
     (row,) = [r for r in body if r["kernel"] == "spring_lengths"]
     assert [a["param"] for a in row["fields"]["args"]] == [1]
+
+
+# ---------------------------------------------------------------------------
+# --against says exactly what differs
+# ---------------------------------------------------------------------------
+
+
+def test_against_says_differs_or_absent_warns_on_other_programs_and_gives_the_iteration(chains, tmp_path):
+    c = chains["if_in_while"]
+    saved = wrpkit.trace(c["wrpkit"]).save(tmp_path / "a.trace")
+    assert wrpkit.trace(c["wrpkit"], against=saved).first_divergence is None
+    # Other inputs: the same program, a region that both traces wrote with other bytes.
+    x = __import__("numpy").full(chain.N, 2.0, "float32")
+    t = wrpkit.trace(c["wrpkit"], inputs={"x": x}, against=saved)
+    dv = t.first_divergence
+    assert dv["reason"] == "a written region differs" and t.against_warning is None
+    assert dv["iteration"] == 0 and dv["kernel"] == "spring_forces"
+    r = wrp("trace", c["wrpkit"], "--input", f"x={_npy(tmp_path, x)}", "--against", saved)
+    assert r.exit_code == 1
+    assert "(path 0.2.0 iteration 0) spring_forces: a written region differs, region 6 (unbound)" in r.stdout
+    # The stock capture of the same program, untyped: it also records regions the typed trace knows are only read.
+    s = wrpkit.trace(c["stock"], against=saved)
+    assert s.first_divergence["reason"] == "a written region is absent from the other trace"
+    assert s.first_divergence["absent_from"] == "other" and s.against_warning is None
+    # Another program: warned, and the op streams differ (not "region 1 (None)").
+    r = wrp("trace", chains["func"]["wrpkit"], "--against", saved)
+    assert r.exit_code == 1
+    assert "warning: the two traces are of different programs" in r.stdout and "pressure" in r.stdout
+    assert "the op streams differ here" in r.stdout and "None" not in r.stdout
+
+
+def _npy(tmp_path, arr) -> Path:
+    p = tmp_path / "x.npy"
+    __import__("numpy").save(p, arr)
+    return p

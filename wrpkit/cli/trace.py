@@ -24,6 +24,21 @@ def nonfinite_headline(nf: dict) -> str:
             f"first at element {nf['element']}")
 
 
+def divergence_line(dv: dict) -> str:
+    """The first divergence from --against: step, op, path, iteration, and exactly what differs."""
+    it = f" iteration {dv['iteration']}" if dv.get("iteration") is not None else ""
+    head = (f"[bold red]first divergence:[/] step {dv['seq']} op {dv['index']} (path {dv['path']}{it}) "
+            f"{dv.get('kernel') or dv.get('op') or ''}: {dv['reason']}")
+    if "region" in dv:
+        head += f", region {dv['region']} ({dv.get('binding') or 'unbound'})"
+    other = dv.get("other")
+    if other:
+        oit = f" iteration {other['iteration']}" if other.get("iteration") is not None else ""
+        head += (f"; the other trace has op {other.get('index')} (path {other.get('path')}{oit}) "
+                 f"{other.get('kernel') or other.get('op') or ''} there")
+    return head
+
+
 def unchecked_lines(unchecked: list) -> list:
     """Lines naming each written region of unknown dtype, its writers, and how to type it."""
     if not unchecked:
@@ -123,7 +138,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
         dump_json({"ops": d["ops"], "first_nonfinite": d["first_nonfinite"],
                    "first_divergence": d["first_divergence"], "file": d["file"], "engine": d["engine"],
                    "device": d["device"], "unknown_dtypes": d["unknown_dtypes"], "unchecked": d["unchecked"],
-                   "kernels": d["kernels"]})
+                   "kernels": d["kernels"], "program": d["program"], "against_warning": d["against_warning"]})
         sys.exit(1 if bad else 0)
     con = console()
     t = table(f"{file} ({result.engine} engine, {result.device}): {len(result.ops)} ops",
@@ -160,13 +175,13 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
                       f"{len(result.unchecked)} written region(s) were not checked (above)", highlight=False)
         else:
             con.print("[green]no NaN or Inf written[/] (every written region was checked)", highlight=False)
+    if result.against_warning:
+        con.print(f"[bold yellow]warning:[/] {result.against_warning}", highlight=False)
     dv = result.first_divergence
     if dv is not None:
-        con.print(f"[bold red]first divergence:[/] seq {dv['seq']} op {dv['index']} (path {dv['path']}) "
-                  f"{dv.get('kernel') or dv.get('op') or ''}: {dv['reason']}"
-                  + (f", region {dv['region']} ({dv.get('binding')})" if "region" in dv else ""))
+        con.print(divergence_line(dv), highlight=False)
     elif against is not None:
-        con.print(f"[green]same digests as {against}[/] at every op")
+        con.print(f"[green]same digests as {against}[/] at every op", highlight=False)
     if save_path is not None:
         con.print(f"trace saved to {save_path}")
     sys.exit(1 if bad else 0)

@@ -54,7 +54,7 @@ class TraceResult:
             ``stop_at_nonfinite``, among the regions of known dtype
             (:attr:`unchecked` lists the others).
         first_divergence: With ``against``, the first op whose digests differ
-            from the other trace, else None.
+            from the other trace (see :func:`compare_traces`), else None.
         unknown_dtypes: Regions written whose dtype is unknown (no NaN check there).
         digest_seconds: Time spent digesting and summarizing regions.
         step_seconds: Time spent running ops (including IF/WHILE conditions).
@@ -73,6 +73,10 @@ class TraceResult:
     unchecked: list = field(default_factory=list)
     #: With ``kernels=``: how each recorded kernel matched the files (``SourceTyping.to_json()``).
     kernels: Optional[dict] = None
+    #: Which program this is a trace of (:func:`program_identity`).
+    program: Optional[dict] = None
+    #: With ``against``: a warning when the other trace is of another program, else None.
+    against_warning: Optional[str] = None
     digest_seconds: float = 0.0
     step_seconds: float = 0.0
     load_seconds: float = 0.0
@@ -85,7 +89,8 @@ class TraceResult:
         return {"format": TRACE_FORMAT, "file": self.file, "engine": self.engine, "device": self.device,
                 "ops": self.ops, "first_nonfinite": self.first_nonfinite,
                 "first_divergence": self.first_divergence, "unknown_dtypes": self.unknown_dtypes,
-                "unchecked": self.unchecked, "kernels": self.kernels}
+                "unchecked": self.unchecked, "kernels": self.kernels, "program": self.program,
+                "against_warning": self.against_warning}
 
     def save(self, path) -> Path:
         """Write the trace as JSON (atomically); :func:`load_trace` reads it back."""
@@ -115,26 +120,70 @@ def _key(rec: dict) -> tuple:
 
 
 def compare_traces(ops: list, other: list) -> Optional[dict]:
-    """The first op where two traces differ (order, op, or a written region's digest), or None."""
+    """The first op where two traces differ (order, op, or a written region's digest), or None.
+
+    ``reason`` says exactly what: ``"the op streams differ here"``, ``"a written
+    region differs"`` (both traces wrote it, with other bytes), or ``"a written
+    region is absent from the other trace"`` / ``"... from this trace"``
+    (``absent_from`` then says which: ``"other"`` or ``"this"``).
+    """
     for a, b in zip(ops, other):
         if not isinstance(b, dict):
             raise WrpFormatError("the other trace holds an op that is not an object")
         where = {"seq": a["seq"], "index": a["index"], "path": a["path"], "iteration": a["iteration"],
                  "op": a["op"], "kernel": a["kernel"]}
-        if _key(a) != _key(b) or a["op"] != b.get("op"):
+        if _key(a) != _key(b) or a["op"] != b.get("op") or a["kernel"] != b.get("kernel"):
             return {**where, "reason": "the op streams differ here", "other": {
-                "index": b.get("index"), "path": b.get("path"), "iteration": b.get("iteration"), "op": b.get("op")}}
+                "index": b.get("index"), "path": b.get("path"), "iteration": b.get("iteration"), "op": b.get("op"),
+                "kernel": b.get("kernel")}}
         theirs = {w.get("region"): w for w in b.get("writes") or () if isinstance(w, dict)}
         for w in a["writes"]:
             o = theirs.get(w["region"])
-            if o is None or o.get("digest") != w["digest"]:
+            if o is None:
+                return {**where, "reason": "a written region is absent from the other trace", "absent_from": "other",
+                        "region": w["region"], "binding": w["binding"], "digest": w["digest"], "other_digest": None}
+            if o.get("digest") != w["digest"]:
                 return {**where, "reason": "a written region differs", "region": w["region"],
-                        "binding": w["binding"], "digest": w["digest"],
-                        "other_digest": None if o is None else o.get("digest")}
+                        "binding": w["binding"], "digest": w["digest"], "other_digest": o.get("digest")}
+        mine = {w["region"] for w in a["writes"]}
+        for rid, o in theirs.items():
+            if rid not in mine:
+                return {**where, "reason": "a written region is absent from this trace", "absent_from": "this",
+                        "region": rid, "binding": o.get("binding"), "digest": None, "other_digest": o.get("digest")}
     if len(ops) != len(other):
         n = min(len(ops), len(other))
         return {"seq": n, "index": None, "path": None, "iteration": None, "op": None, "kernel": None,
                 "reason": f"one trace has {len(ops)} ops, the other {len(other)}"}
+    return None
+
+
+def program_identity(program: m.Program) -> dict:
+    """What says which program a trace is of: its kernels (key and per-kernel code hash) and op counts."""
+    import hashlib  # noqa: PLC0415
+
+    kernels = sorted(f"{k.kernel_key} {k.forward_name}" for k in program.kernels)
+    counts = sorted((str(getattr(t, "name", t)), n) for t, n in program.op_counts().items())
+    text = json.dumps({"kernels": kernels, "ops": counts, "top": len(program.ops)})
+    return {"kernels": sorted(k.kernel_key for k in program.kernels),
+            "fingerprint": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+
+def program_mismatch(mine: Optional[dict], theirs, ops: list, other: list) -> Optional[str]:
+    """A warning when two traces are of different programs, else None."""
+    if isinstance(mine, dict) and isinstance(theirs, dict) and theirs.get("fingerprint"):
+        if mine.get("fingerprint") == theirs.get("fingerprint"):
+            return None
+        ka, kb = set(mine.get("kernels") or ()), set(theirs.get("kernels") or ())
+        if ka != kb:
+            only_a, only_b = sorted(ka - kb)[:4], sorted(kb - ka)[:4]
+            return ("the two traces are of different programs: kernels only in this one: "
+                    f"{', '.join(only_a) or '-'}; only in the other: {', '.join(only_b) or '-'}")
+        return "the two traces are of different programs (same kernel names, other code or ops)"
+    ka = {o.get("kernel") for o in ops if o.get("kernel")}
+    kb = {o.get("kernel") for o in other if isinstance(o, dict) and o.get("kernel")}
+    if ka != kb:
+        return ("the two traces launch different kernels: only in this one: "
+                f"{', '.join(sorted(ka - kb)[:4]) or '-'}; only in the other: {', '.join(sorted(kb - ka)[:4]) or '-'}")
     return None
 
 
@@ -211,14 +260,15 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         WrpKernelsError: (``kernels``) A file fails to import, or no kernel matches.
     """
     t0 = time.perf_counter()
-    other = None
+    other = other_program = None
     if against is not None:
         if isinstance(against, TraceResult):
-            other = against.ops
+            other, other_program = against.ops, against.program
         elif isinstance(against, Mapping):
-            other = list(against.get("ops") or [])
+            other, other_program = list(against.get("ops") or []), against.get("program")
         else:
-            other = load_trace(against)["ops"]
+            loaded = load_trace(against)
+            other, other_program = loaded["ops"], loaded.get("program")
     opened = open_program(source, modules)
     from ..run.source_types import type_capture  # noqa: PLC0415
 
@@ -242,8 +292,10 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
                            stop_at_nonfinite=stop_at_nonfinite, dump=dump, started=t0)
     if typing is not None:
         result.kernels = typing.to_json()
+    result.program = program_identity(opened.program)
     if other is not None:
         result.first_divergence = compare_traces(result.ops, other)
+        result.against_warning = program_mismatch(result.program, other_program, result.ops, other)
     return result
 
 
