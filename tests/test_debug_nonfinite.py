@@ -341,3 +341,18 @@ def _npy(tmp_path, arr) -> Path:
     p = tmp_path / "x.npy"
     __import__("numpy").save(p, arr)
     return p
+
+
+def test_diff_of_bsr_captured_twice_is_identical_despite_scratch_bytes(tmp_path):
+    import programs  # noqa: PLC0415
+
+    prog = programs.PROGRAMS["bsr"]
+    a, b = tmp_path / "a.wrp", tmp_path / "b.wrp"
+    programs.capture_to_file(prog, a)
+    programs.capture_to_file(prog, b)
+    d = wrpkit.diff(a, b)
+    # BSR scratch regions start with whatever the allocator held; the BSR ops overwrite them before any read.
+    assert d.identical and d.regions == [], d.to_json()
+    assert d.overwritten and all("BSR" in o["overwritten_by"]["a"] for o in d.overwritten)
+    r = wrp("diff", a, b)
+    assert r.exit_code == 0 and "overwritten before it is read" in r.stdout
