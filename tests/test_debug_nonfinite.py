@@ -29,6 +29,18 @@ def wrp(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def _summary(r) -> list:
+    """The lines after trace's table (the summary), which must fit 80 columns."""
+    lines = r.stdout.splitlines()
+    last = max((i for i, line in enumerate(lines) if set(line) & set("│┃━")), default=-1)
+    return lines[last + 1:]
+
+
+def flat(r) -> str:
+    """A command's stdout with line breaks folded (the text wraps at 80 columns)."""
+    return " ".join(r.stdout.split())
+
+
 @pytest.fixture(scope="module")
 def chains(tmp_path_factory) -> dict:
     """``{variant: {"wrpkit": path, "stock": path, "eager": first bad launch}}``."""
@@ -91,12 +103,14 @@ def test_trace_cli_summary_and_json_in_every_run(chains, variant):
     assert nf["path"] == "0.2.0"  # the IF body inside the WHILE
     r = wrp("trace", c["wrpkit"], "--stop-at-nonfinite")
     assert r.exit_code == 1
-    assert f"step {e['seq']}: op 0 (path 0.2.0 iteration {e['iteration']}) {e['kernel']}" in r.output
-    assert "before the op" in r.output
+    assert f"step {e['seq']}: op 0 (path 0.2.0 iteration {e['iteration']}) {e['kernel']}" in flat(r)
+    assert "before the op" in flat(r)
+    assert all(len(line) <= 80 for line in _summary(r))
     # The stock file: never "no NaN or Inf" without naming what was not checked.
     r = wrp("trace", c["stock"])
     assert r.exit_code == 0, r.output
-    assert "not checked for NaN/Inf" in r.output and "spring_forces (path 0.2.0)" in r.output
+    assert "not checked for NaN/Inf" in flat(r) and "spring_forces (path 0.2.0)" in flat(r)
+    assert all(len(line) <= 80 for line in _summary(r))
     assert "every written region was checked" not in r.output
     r = wrp("trace", c["stock"], "--kernels", SCRIPT, "--stop-at-nonfinite", "--json")
     assert r.exit_code == 1, r.output
@@ -130,7 +144,7 @@ def test_kernels_bad_input(chains, tmp_path):
     why = {k["kernel"]: k["reason"] for k in t.kernels["kernels"] if not k["matched"]}
     assert set(why) == {"pressure"} and "argument 2 (bad_at) is 4 bytes in the capture, 8" in why["pressure"]
     r = wrp("trace", stock, "--kernels", tmp_path / "edited.py")
-    assert "kernel pressure (module __main__) not typed" in r.output
+    assert "kernel pressure (module __main__) not typed" in flat(r)
 
 
 # ---------------------------------------------------------------------------
@@ -325,7 +339,7 @@ def test_against_says_differs_or_absent_warns_on_other_programs_and_gives_the_it
     assert dv["iteration"] == 0 and dv["kernel"] == "spring_forces"
     r = wrp("trace", c["wrpkit"], "--input", f"x={_npy(tmp_path, x)}", "--against", saved)
     assert r.exit_code == 1
-    assert "(path 0.2.0 iteration 0) spring_forces: a written region differs, region 6 (unbound)" in r.stdout
+    assert "(path 0.2.0 iteration 0) spring_forces: a written region differs, region 6 (unbound)" in flat(r)
     # The stock capture of the same program, untyped: it also records regions the typed trace knows are only read.
     s = wrpkit.trace(c["stock"], against=saved)
     assert s.first_divergence["reason"] == "a written region is absent from the other trace"
@@ -333,8 +347,8 @@ def test_against_says_differs_or_absent_warns_on_other_programs_and_gives_the_it
     # Another program: warned, and the op streams differ (not "region 1 (None)").
     r = wrp("trace", chains["func"]["wrpkit"], "--against", saved)
     assert r.exit_code == 1
-    assert "warning: the two traces are of different programs" in r.stdout and "pressure" in r.stdout
-    assert "the op streams differ here" in r.stdout and "None" not in r.stdout
+    assert "warning: the two traces are of different programs" in flat(r) and "pressure" in flat(r)
+    assert "the op streams differ here" in flat(r) and "None" not in r.stdout
 
 
 def _npy(tmp_path, arr) -> Path:

@@ -13,21 +13,34 @@ from .replay import _Seconds
 from .output import console, dump_json, table
 
 
+def wrapped(text: str, indent: str = "    ", label: str = "", style: str = "") -> str:
+    """``text`` broken into lines of at most 80 columns; ``label`` (its first words) printed in ``style``."""
+    import textwrap  # noqa: PLC0415
+
+    lead = len(text) - len(text.lstrip(" "))
+    out = textwrap.fill(text, width=80, initial_indent="", subsequent_indent=" " * lead + indent,
+                        break_long_words=False, break_on_hyphens=False)
+    out = out.replace("[", "\\[")  # literal brackets, not rich markup
+    if label and style and out.startswith(label):
+        out = f"[{style}]{label}[/]{out[len(label):]}"
+    return out
+
+
 def nonfinite_headline(nf: dict) -> str:
     """One line naming the first op that wrote a NaN or Inf: step, op, path, iteration, kernel, region."""
     it = f" iteration {nf['iteration']}" if nf["iteration"] is not None else ""
     what = nf["kernel"] or nf["op"]
     arg = f" argument {nf['argument']}" if nf.get("argument") else ""
     name = f"binding {nf['binding']}" if nf["binding"] else "unbound"
-    return (f"[bold red]first non-finite:[/] step {nf['seq']}: op {nf['index']} (path {nf['path']}{it}) {what} "
-            f"wrote {nf['nan']} NaN / {nf['inf']} Inf into region {nf['region']}{arg} ({name}), "
-            f"first at element {nf['element']}")
+    return wrapped(f"first non-finite: step {nf['seq']}: op {nf['index']} (path {nf['path']}{it}) {what} "
+                   f"wrote {nf['nan']} NaN / {nf['inf']} Inf into region {nf['region']}{arg} ({name}), "
+                   f"first at element {nf['element']}", label="first non-finite:", style="bold red")
 
 
 def divergence_line(dv: dict) -> str:
     """The first divergence from --against: step, op, path, iteration, and exactly what differs."""
     it = f" iteration {dv['iteration']}" if dv.get("iteration") is not None else ""
-    head = (f"[bold red]first divergence:[/] step {dv['seq']} op {dv['index']} (path {dv['path']}{it}) "
+    head = (f"first divergence: step {dv['seq']} op {dv['index']} (path {dv['path']}{it}) "
             f"{dv.get('kernel') or dv.get('op') or ''}: {dv['reason']}")
     if "region" in dv:
         head += f", region {dv['region']} ({dv.get('binding') or 'unbound'})"
@@ -36,7 +49,7 @@ def divergence_line(dv: dict) -> str:
         oit = f" iteration {other['iteration']}" if other.get("iteration") is not None else ""
         head += (f"; the other trace has op {other.get('index')} (path {other.get('path')}{oit}) "
                  f"{other.get('kernel') or other.get('op') or ''} there")
-    return head
+    return wrapped(head, label="first divergence:", style="bold red")
 
 
 def unchecked_lines(unchecked: list) -> list:
@@ -48,11 +61,11 @@ def unchecked_lines(unchecked: list) -> list:
         who = ", ".join(f"{w['name']} (path {w['path']})" for w in u["writers"][:3])
         more = f" and {len(u['writers']) - 3} more" if len(u["writers"]) > 3 else ""
         name = f" ({u['binding']})" if u.get("binding") else " (unbound)"
-        out.append(f"  region {u['region']}{name}: written {u['writes']}x by {who}{more}")
+        out.append(wrapped(f"  region {u['region']}{name}: written {u['writes']}x by {who}{more}"))
     if len(unchecked) > 20:
         out.append(f"  ... and {len(unchecked) - 20} more (--json lists them all)")
-    out.append("  type them: --kernels FILE.py (the script that defines the kernels), or "
-               "`wrp annotate FILE --kernels FILE.py -o OUT`")
+    out.append(wrapped("  type them: --kernels FILE.py (the script that defines the kernels), or "
+                       "`wrp annotate FILE --kernels FILE.py -o OUT`"))
     return out
 
 
@@ -164,15 +177,16 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     if nf is not None:
         con.print(nonfinite_headline(nf), highlight=False)
         for w in nf["inputs"]:
-            con.print(f"  input r{w['region']} {w.get('argument') or ''} ({w['binding'] or 'unbound'}) before the "
-                      f"op: nan={_fmt(w['nan'])} inf={_fmt(w['inf'])} min={_fmt(w['min'])} max={_fmt(w['max'])} "
-                      f"digest={w['digest'][:12]}", highlight=False)
+            con.print(wrapped(f"  input r{w['region']} {w.get('argument') or ''} ({w['binding'] or 'unbound'}) "
+                              f"before the op: nan={_fmt(w['nan'])} inf={_fmt(w['inf'])} min={_fmt(w['min'])} "
+                              f"max={_fmt(w['max'])} digest={w['digest'][:12]}"), highlight=False)
     for line in unchecked_lines(result.unchecked):
         con.print(line, highlight=False)
     if nf is None:
         if result.unchecked:
-            con.print(f"[yellow]no NaN or Inf written in the regions of known dtype[/]; "
-                      f"{len(result.unchecked)} written region(s) were not checked (above)", highlight=False)
+            con.print(wrapped(f"no NaN or Inf written in the regions of known dtype; {len(result.unchecked)} "
+                              "written region(s) were not checked (above)", label="no NaN or Inf written",
+                              style="yellow"), highlight=False)
         else:
             con.print("[green]no NaN or Inf written[/] (every written region was checked)", highlight=False)
     if result.against_warning:
