@@ -100,10 +100,14 @@ class SourceTyping:
 
 
 def _first_launches(program: m.Program) -> dict:
-    first = {}
+    """``{(module_hash, kernel_key): first forward launch}`` (the walk ends once every kernel is found)."""
+    first: dict = {}
+    want = len(program.kernels)
     for _, op in m.walk_ops(program.ops):
         if isinstance(op, m.KernelLaunch) and op.is_forward:
             first.setdefault((op.module_hash, op.kernel_key), op)
+            if len(first) >= want:
+                break
     return first
 
 
@@ -282,20 +286,25 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations) -> tupl
     if not region_of:
         return [], []
     sizes = {r.region_id: r.size for r in program.regions}
+    by_key = {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
     dtypes: dict = {}
     for _, op in m.walk_ops(program.ops):
         if not isinstance(op, m.KernelLaunch):
             continue
-        ks = annotations.kernel_signature(op.module_hash, op.kernel_key)
+        ks = by_key.get((op.module_hash, op.kernel_key))
         if ks is None:
             continue
         for p, relocs in op.param_relocations():
-            arg = launch_argument(ks.arguments, p)
             data = [r for r in relocs if r.kind == m.RelocKind.DATA_PTR]
-            if arg is None or arg.dtype is None or arg.dtype.fields or len(data) != 1 or data[0].region_offset:
+            if len(data) != 1 or data[0].region_offset or data[0].region_id not in region_of \
+                    or data[0].region_id in dtypes:
                 continue
-            if data[0].region_id in region_of and arg.dtype.size > 0:
-                dtypes.setdefault(data[0].region_id, arg.dtype)
+            arg = launch_argument(ks.arguments, p)
+            if arg is None or arg.dtype is None or arg.dtype.fields or arg.dtype.size <= 0:
+                continue
+            dtypes[data[0].region_id] = arg.dtype
+        if len(dtypes) == len(region_of):
+            break  # every untyped binding has its dtype: the rest of a long stream adds nothing
     out, names = [], []
     for rid, dt in dtypes.items():
         size = sizes.get(rid, 0)
