@@ -87,6 +87,15 @@ def test_stock_capture_is_typed_by_kernels_from_the_script(chains, variant):
     _check_against_eager(t.first_nonfinite, c["eager"])
     assert all(k["matched"] and k["code"] == "same" for k in t.kernels["kernels"])
     assert t.first_nonfinite["region"] in bad_region
+    if variant == "vec3":  # the C++ replayer's engine, in wrp trace's child process, gets the same types
+        from wrpkit.debug import native_api  # noqa: PLC0415
+
+        try:
+            native_api.find_library()
+        except wrpkit.WrpError as e:
+            pytest.skip(str(e))
+        n = wrpkit.trace(c["stock"], kernels=[SCRIPT], engine="native", isolate=True)
+        _check_against_eager(n.first_nonfinite, c["eager"])
 
 
 @pytest.mark.parametrize("variant", ["if_in_while"])
@@ -370,3 +379,20 @@ def test_diff_of_bsr_captured_twice_is_identical_despite_scratch_bytes(tmp_path)
     assert d.overwritten and all("BSR" in o["overwritten_by"]["a"] for o in d.overwritten)
     r = wrp("diff", a, b)
     assert r.exit_code == 0 and "overwritten before it is read" in r.stdout
+
+
+def test_kernels_file_is_imported_as_a_script_with_its_siblings_and_without_its_main_block(chains, tmp_path):
+    """A user's script imports a sibling module and captures in its main block: --kernels must cope."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    text = SCRIPT.read_text()
+    # The script's DT comes from a sibling module, as scripts split across files do.
+    (folder / "settings.py").write_text("DT = 0.01\n")
+    text = text.replace("DT = 0.01\n", "from settings import DT\n")
+    ran = folder / "main_block_ran"
+    text = text.replace('if __name__ == "__main__":\n',
+                        f'if __name__ == "__main__":\n    open({str(ran)!r}, "w").close()\n')
+    (folder / "sim.py").write_text(text)
+    t = wrpkit.trace(chains["vec3"]["stock"], kernels=[folder / "sim.py"])
+    _check_against_eager(t.first_nonfinite, chains["vec3"]["eager"])
+    assert not ran.exists()  # the main block did not run
