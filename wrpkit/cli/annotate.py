@@ -51,5 +51,5 @@ def annotate(file, kernels, out, as_json):
     t = res.typing
     con.print(f"[green]wrote[/] {res.dst}: {len(t.matched)} of {len(t.matches)} kernel(s) typed, "
               f"{len(t.bindings_typed)} binding(s) typed, {size(res.bytes_written)}", highlight=False)
-    for line in kernel_match_lines(t.to_json()):
+    for line in kernel_match_lines(t.to_json())[1:]:  # the count is in the line above
         con.print(line, highlight=False)

@@ -26,10 +26,12 @@ def kernels_option(fn):
 
 
 def kernel_match_lines(typing: dict) -> list:
-    """Lines naming each recorded kernel that did not match a ``--kernels`` file, with the reason."""
+    """A line saying how many kernels ``--kernels`` typed, then each that did not match, with the reason."""
     if not typing:
         return []
-    out = []
+    n = sum(1 for k in typing["kernels"] if k["matched"])
+    names = ", ".join(Path(f).name for f in typing["files"])
+    out = [f"--kernels: {n} of {len(typing['kernels'])} kernel(s) typed from {names}"]
     for k in typing["kernels"]:
         if not k["matched"]:
             out.append(f"[yellow]--kernels:[/] kernel {k['kernel']} (module {k['module']}) not typed: {k['reason']}")
