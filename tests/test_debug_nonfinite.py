@@ -396,3 +396,21 @@ def test_kernels_file_is_imported_as_a_script_with_its_siblings_and_without_its_
     t = wrpkit.trace(chains["vec3"]["stock"], kernels=[folder / "sim.py"])
     _check_against_eager(t.first_nonfinite, chains["vec3"]["eager"])
     assert not ran.exists()  # the main block did not run
+
+
+def test_diff_prints_enum_fields_by_name(tmp_path):
+    """One scan captured on int32 and on float32 data: the op's dtype differs, by name, not as 1 -> 5."""
+    def capture(dtype, path):
+        src = warp.array(__import__("numpy").arange(8), dtype=dtype, device="cpu")
+        dst = warp.zeros(8, dtype=dtype, device="cpu")
+        with wrpkit.capture(device="cpu") as rec:
+            warp.utils.array_scan(src, dst, inclusive=True)
+        return rec.save(path, inputs={"src": src}, outputs={"dst": dst})
+
+    a = capture(warp.int32, tmp_path / "i.wrp")
+    b = capture(warp.float32, tmp_path / "f.wrp")
+    d = wrpkit.diff(a, b)
+    (op,) = [o for o in d.ops if o["kind"] == "SCAN"]
+    assert op["fields"]["dtype"] == {"a": "INT32", "b": "FLOAT32"}
+    r = wrp("diff", a, b)
+    assert "dtype: INT32 -> FLOAT32" in r.stdout
