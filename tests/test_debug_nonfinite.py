@@ -258,6 +258,9 @@ def test_annotate_cli_and_bad_input(chains, tmp_path):
     assert r.exit_code == 2 and "SystemExit" in r.output
     assert not (tmp_path / "b.wrp").exists()
     assert wrp("annotate", c["stock"], "-o", tmp_path / "b.wrp").exit_code == 2  # --kernels is required
+    r = wrp("annotate", c["stock"], "--kernels", SCRIPT, "-o", tmp_path / "b.txt")
+    assert r.exit_code == 2 and "must end in .wrp or .wrpk" in r.output and not (tmp_path / "b.txt").exists()
+    assert wrp("slice", c["stock"], "--steps", "0:1", "-o", tmp_path / "b.txt").exit_code == 2
 
 
 def test_kernels_on_inspect_graph_and_replay(chains, tmp_path):

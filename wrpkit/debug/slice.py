@@ -152,7 +152,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in (".wrp", ".wrpk"):
-        raise WrpError(f"cannot write a slice to {out}: the output must end in .wrp or .wrpk",
+        raise WrpUsageError(f"cannot write a slice to {out}: the output must end in .wrp or .wrpk",
                        hint="For example -o piece.wrpk (one self-contained file).")
     check_output_path(out, [source] if not isinstance(source, (bytes, bytearray, memoryview)) else [])
     opened = open_program(source, modules)

@@ -410,9 +410,9 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
         raise WrpKernelsError("wrp annotate needs --kernels FILE.py", hint="Pass the .py file that defines the kernels.")
     suffix = dst.suffix.lower()
     if suffix not in (".wrp", ".wrpk"):
-        from ..errors import WrpError  # noqa: PLC0415
+        from ..errors import WrpUsageError  # noqa: PLC0415
 
-        raise WrpError(f"cannot write {dst}: the output must end in .wrp or .wrpk",
+        raise WrpUsageError(f"cannot write {dst}: the output must end in .wrp or .wrpk",
                        hint="For example -o typed.wrp (with typed_modules/) or -o typed.wrpk (one file).")
     check_output_path(dst, [src])
     prep = prepare(src)
