@@ -13,6 +13,12 @@ Reports, in one run:
   256 MiB region is digested once, by the one launch that writes it).
 * ``wrp slice FILE --ops 5000:5010`` against ``wrp replay FILE`` of the whole
   file, both as fresh processes, median wall time.  Target: at most 2x.
+* What ``--kernels FILE.py`` costs per file: importing it and matching the
+  capture's kernels (``wrpkit.run.source_types.type_from_source``), in
+  process, for the big capture's own kernels file (``tests/programs.py``) and
+  for a stock capture of a small script (``tests/nonfinite_chain.py``); and
+  ``wrp trace STOCK --kernels SCRIPT`` against ``wrp trace STOCK`` as fresh
+  processes (median wall).
 
 Usage: python bench/bench_debug.py [--dir DIR] [--launches N] [--region-mib M] [--runs R]
 """
@@ -85,7 +91,40 @@ def main() -> int:
     s, r = statistics.median(times["slice"]), statistics.median(times["replay"])
     print(f"wrp slice --ops 5000:5010: {s:.3f} s; wrp replay of the whole file: {r:.3f} s; "
           f"ratio {s / r:.2f}x (target <= 2x)")
+    kernels_cost(a, path)
     return 0
+
+
+def kernels_cost(a, big: Path) -> None:
+    """Print what ``--kernels`` costs per file (see the module docstring)."""
+    from wrpkit.formats.annotations import read_annotations  # noqa: PLC0415
+    from wrpkit.formats.container import open_capture  # noqa: PLC0415
+    from wrpkit.run.source_types import type_from_source  # noqa: PLC0415
+
+    script = ROOT / "tests" / "nonfinite_chain.py"
+    stock = a.dir / "chain_stock.wrp"
+    if not stock.exists():
+        subprocess.run([sys.executable, str(script), "if_in_while", str(stock)], check=True, capture_output=True)
+    for capture, source in ((big, ROOT / "tests" / "programs.py"), (stock, script)):
+        with open_capture(capture) as cap:
+            secs = []
+            for _ in range(max(3, a.runs)):
+                typing = type_from_source(cap.program, read_annotations(cap.program), [source])
+                secs.append(typing.seconds)
+        print(f"--kernels {source.name} on {capture.name} ({len(cap.program.kernels)} kernels, "
+              f"{len(typing.matched)} matched): {min(secs) * 1e3:.1f} ms per file (import + match, in process; "
+              f"first call {secs[0] * 1e3:.1f} ms)")
+    plain = [sys.executable, "-m", "wrpkit.cli", "trace", str(stock)]
+    typed = plain + ["--kernels", str(script)]
+    for cmd in (plain, typed):
+        run_measured(cmd)
+    times = {"plain": [], "typed": []}
+    for _ in range(a.runs):
+        times["plain"].append(run_measured(plain)[0])
+        times["typed"].append(run_measured(typed)[0])
+    p, t = statistics.median(times["plain"]), statistics.median(times["typed"])
+    print(f"wrp trace {stock.name}: {p:.3f} s; with --kernels {script.name}: {t:.3f} s "
+          f"(+{(t - p) * 1e3:.0f} ms for one --kernels file, fresh processes)")
 
 
 if __name__ == "__main__":

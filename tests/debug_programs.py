@@ -84,3 +84,34 @@ def capture_while_nan(path: Path, device="cpu") -> Path:
         wp.capture_while(a["counter"], body)
     return rec.save(path, inputs={"counter": a["counter"], "v": a["v"], "x": a["x"]},
                     outputs={"out": a["out"]})
+
+
+# ---------------------------------------------------------------------------
+# Spring chains with a planted non-finite value in an unbound array
+# (tests/nonfinite_chain.py): a wrpkit capture, and a stock one made by
+# running that file as a script (kernels under module ``__main__``, no types).
+# ---------------------------------------------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import nonfinite_chain as chain  # noqa: E402
+
+#: The script whose kernels a stock capture records under ``__main__``.
+CHAIN_SCRIPT = Path(chain.__file__)
+
+
+def capture_chain(variant: str, path: Path, device="cpu") -> Path:
+    """A wrpkit capture of one chain variant (typed bindings, kernel signatures)."""
+    a = chain.make_arrays(variant, device)
+    with wrpkit.capture(device=device) as rec:
+        chain.run_program(variant, a)
+    inputs, outputs = chain.bindings(a)
+    return rec.save(path, inputs=inputs, outputs=outputs)
+
+
+def stock_capture_chain(variant: str, path: Path) -> Path:
+    """Run ``nonfinite_chain.py`` as a script: stock Warp captures and saves, no wrpkit involved."""
+    subprocess.run([sys.executable, str(CHAIN_SCRIPT), variant, str(path)], check=True, timeout=300,
+                   capture_output=True)
+    return Path(path)

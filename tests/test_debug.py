@@ -196,7 +196,7 @@ def _stock_replay(path: Path) -> dict:
 @pytest.mark.parametrize("start,stop", [(0, 1), (1, 3), (2, 4)])
 def test_slice_replayed_by_stock_warp_reproduces_the_state(caps, tmp_path, start, stop):
     out = tmp_path / f"s{start}_{stop}.wrp"
-    res = wrpkit.slice(caps["chain"], f"{start}:{stop}", out)
+    res = wrpkit.slice(caps["chain"], out, ops=(start, stop))
     assert (res.start, res.stop, res.ops) == (start, stop, stop - start)
     assert wrp("validate", out).exit_code == 0
     got = _stock_replay(out)
@@ -208,13 +208,13 @@ def test_slice_replayed_by_stock_warp_reproduces_the_state(caps, tmp_path, start
 def test_slice_with_inputs_to_a_bundle(caps, tmp_path):
     x = np.linspace(-3, 3, dp.N).astype(np.float32)
     out = tmp_path / "mid.wrpk"
-    wrpkit.slice(caps["chain"], (1, 3), out, inputs={"x": x})
+    wrpkit.slice(caps["chain"], out, ops=(1, 3), inputs={"x": x})
     got = wrpkit.load(out).run({})
     want = _live(3, x=x)
     for name in ("y", "z", "w"):
         assert got[name].tobytes() == want[name].tobytes(), name
     r = wrp("slice", caps["chain"], "--ops", "3:9", "-o", tmp_path / "bad.wrp")
-    assert r.exit_code == 1 and "outside" in r.output
+    assert r.exit_code == 2 and "outside" in r.output  # a bad range is a usage error, as documented
     r = wrp("slice", caps["chain"], "--ops", "-1:", "-o", tmp_path / "last.wrp", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["start"] == 3
@@ -222,7 +222,7 @@ def test_slice_with_inputs_to_a_bundle(caps, tmp_path):
 
 def test_slice_of_a_while_program_keeps_the_loop(caps, tmp_path):
     out = tmp_path / "loop.wrp"
-    wrpkit.slice(caps["while"], "1:2", out)
+    wrpkit.slice(caps["while"], out, ops=(1, 2))
     got = wrpkit.load(out).run({})
     full = wrpkit.load(caps["while"]).run({})
     for name in got:
@@ -247,7 +247,8 @@ def test_diff_reports_the_launch_dim_and_the_scalar(caps):
     assert [(o["a"], o["b"], o["change"]) for o in d.ops] == [(i, i, "changed") for i in range(4)]
     first = d.ops[0]["fields"]
     assert first["dim"] == {"a": [16], "b": [8]}
-    assert first["args"] == [{"param": 3, "name": "a", "type": "float32", "a": 1.0, "b": 2.0}]
+    # k_affine(src, dst, a, b): arguments numbered from 0 as `wrp inspect` numbers them
+    assert first["args"] == [{"param": 2, "name": "a", "type": "float32", "a": 1.0, "b": 2.0}]
     assert "args" not in d.ops[1]["fields"]  # only the dim changed there
     r = wrp("diff", caps["chain"], caps["chain_changed"], "--json")
     assert r.exit_code == 1

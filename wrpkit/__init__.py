@@ -22,7 +22,9 @@ from .errors import (  # noqa: E402
     WrpError,
     WrpFormatError,
     WrpIntegrityError,
+    WrpKernelsError,
     WrpModuleError,
+    WrpUsageError,
     WrpRuntimeError,
     WrpValidationError,
     WrpVersionError,
@@ -41,6 +43,7 @@ _LAZY = {
     "load": "wrpkit.run.runtime",
     "Program": "wrpkit.run.runtime",
     "upgrade": "wrpkit.run.upgrade",
+    "annotate": "wrpkit.run.source_types",
     "trace": "wrpkit.debug.trace",
     "slice": "wrpkit.debug.slice",
     "diff": "wrpkit.debug.diff",
@@ -60,5 +63,5 @@ def __getattr__(name):
 __all__ = [
     "__version__", "Capture", "open_capture", "WrpError", "WrpFormatError", "WrpVersionError", "WrpIntegrityError",
     "WrpValidationError", "WrpModuleError", "WrpDeviceError", "WrpBindingError", "WrpRuntimeError", "WrpCrashError",
-    *_LAZY,
+    "WrpKernelsError", "WrpUsageError", *_LAZY,
 ]

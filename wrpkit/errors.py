@@ -149,6 +149,17 @@ class WrpBindingError(WrpError):
     exit_code = EXIT_USAGE
 
 
+class WrpUsageError(WrpError):
+    """A bad value the user gave a command or function: an op or step range outside the program (usage)."""
+
+    exit_code = EXIT_USAGE
+
+
+class WrpKernelsError(WrpUsageError):
+    """A ``--kernels`` file cannot be used: missing, fails to import, none of its kernels matches, or the
+    file to annotate is already typed (usage)."""
+
+
 class WrpRuntimeError(WrpError):
     """Warp's runtime failed to load or replay the graph."""
 

@@ -17,6 +17,46 @@ def input_options(fn):
                         help="Inputs keyed by binding name.")(fn)
 
 
+def kernels_option(fn):
+    """``--kernels FILE.py`` (repeatable): type a stock capture's kernels from the user's source."""
+    return click.option("--kernels", "kernels", multiple=True, metavar="FILE.py",
+                        type=click.Path(dir_okay=False, path_type=Path),
+                        help="The .py file that defines the capture's kernels (repeatable): imported as a script "
+                             "without its __main__ block; every matching kernel types the arrays it is passed.")(fn)
+
+
+def kernel_match_lines(typing: dict) -> list:
+    """A line saying how many kernels ``--kernels`` typed, then each that did not match, with the reason."""
+    if not typing:
+        return []
+    n = sum(1 for k in typing["kernels"] if k["matched"])
+    names = ", ".join(Path(f).name for f in typing["files"])
+    out = [f"--kernels: {n} of {len(typing['kernels'])} kernel(s) typed from {names}"]
+    for k in typing["kernels"]:
+        if not k["matched"]:
+            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']} (module {k['module']}) not typed: {k['reason']}")
+        elif k["code"] == "changed":
+            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']}: its code in {k['file']} differs from the "
+                       "captured one (types taken from the file; its argument layout matches)")
+    return out
+
+
+def type_program(program, kernels) -> dict | None:
+    """Type a decoded program from ``--kernels`` files, in memory; ``SourceTyping.to_json()`` or None.
+
+    Raises:
+        WrpKernelsError: A file fails to import, or no kernel matches.
+    """
+    if not kernels:
+        return None
+    from ..formats.annotations import encode_annotations, read_annotations  # noqa: PLC0415
+    from ..run.source_types import type_from_source  # noqa: PLC0415
+
+    typing = type_from_source(program, read_annotations(program), list(kernels))
+    program.annotations = encode_annotations(typing.annotations)
+    return typing.to_json()
+
+
 def gather_inputs(inputs_npz, input_items) -> dict:
     """``{binding name: np.ndarray}`` from ``--inputs`` and ``--input`` (later ones win).
 

@@ -11,9 +11,29 @@ import click
 from .output import console, dump_json
 
 
-def _short(v) -> str:
+def _short(v, width: int = 60) -> str:
+    """A value on one line: strings (hashes, names) whole and unquoted; long lists cut between items."""
+    if isinstance(v, str):
+        return v if len(v) <= 2 * width else v[: 2 * width - 3] + "..."
     text = json.dumps(v, default=str)
-    return text if len(text) <= 40 else text[:37] + "..."
+    if len(text) <= width:
+        return text
+    if isinstance(v, list):
+        shown = []
+        for item in v:
+            part = json.dumps(item, default=str)
+            if len(", ".join(shown + [part])) > width - 20:
+                break
+            shown.append(part)
+        return "[" + ", ".join(shown) + f", ... ({len(v)} items)]"
+    if isinstance(v, dict) and "sha256" in v:
+        return f"{v.get('length')} bytes sha256 {v['sha256']}"
+    return text[: width - 3] + "..."  # a number-only structure: no quote is cut
+
+
+def _abbrev(h) -> str:
+    """A long hash cut to 16 digits, marked as cut (outside any quotes)."""
+    return h if not isinstance(h, str) or len(h) <= 20 else h[:16] + "..."
 
 
 def _field_lines(fields: dict, indent: str) -> list:
@@ -21,7 +41,8 @@ def _field_lines(fields: dict, indent: str) -> list:
     for k, v in fields.items():
         if k == "args":
             for a in v:
-                out.append(f"{indent}arg {a['name'] or a['param']}: {_short(a['a'])} -> {_short(a['b'])}")
+                name = f"{a['param']} ({a['name']})" if a["name"] else f"{a['param']}"
+                out.append(f"{indent}arg {name}: {_short(a['a'])} -> {_short(a['b'])}")
         elif isinstance(v, list):  # a nested body
             out.append(f"{indent}{k}:")
             out += _op_lines(v, indent + "  ")
@@ -49,12 +70,17 @@ def diff(a, b, as_json):
     """Compare captures A and B structurally.
 
     \b
-    Compares versions and device, regions (sizes, initial-data digests),
-    bindings, kernels and modules, and the op streams aligned like a text
-    diff, with per-field changes: launch dims, scalar arguments (decoded
-    through the kernel-argument annotations where present), relocations,
-    IF/WHILE bodies. Pointer values patched at load are not differences:
-    one program captured twice diffs as identical.
+    Says first what changed in code: each kernel whose own code differs
+    (the per-kernel hash in its symbol, and its function's bytes in the
+    module object), once; a module rebuilt with otherwise identical kernels
+    is one line. Then versions and device, regions (sizes, initial-data
+    digests), bindings, kernels and modules, and the op streams aligned like
+    a text diff, with per-field changes: launch dims, scalar arguments
+    (numbered from 0 as `wrp inspect` numbers them, decoded through the
+    kernel-argument annotations where present), relocations, IF/WHILE
+    bodies, enum fields by name. Pointer values patched at load are not
+    differences: one program captured twice diffs as identical, and so is
+    a region whose initial data an op overwrites before anything reads it.
     Exit codes: 0 identical; 1 different; 3 invalid input.
 
     \b
@@ -70,22 +96,44 @@ def diff(a, b, as_json):
         sys.exit(0 if res.identical else 1)
     con = console()
     if res.identical:
-        con.print(f"[green]identical:[/] {a} and {b}", highlight=False)
+        extra = (f" (the initial data of {len(res.overwritten)} region(s) differs but is overwritten before "
+                 "it is read)") if res.overwritten else ""
+        con.print(f"[green]identical:[/] {a} and {b}{extra}", highlight=False)
         sys.exit(0)
     lines = [f"--- {a}", f"+++ {b}"]
     for k, v in res.header.items():
         lines.append(f"{k}: {_short(v['a'])} -> {_short(v['b'])}")
-    for section, key in (("regions", "region"), ("bindings", "binding"), ("kernels", "kernel"),
-                         ("modules", "module")):
+    if res.code:
+        lines.append("code:")
+        for c in res.code:
+            how = f"hash {c['hash']['a']} -> {c['hash']['b']}" if c["hash"]["a"] != c["hash"]["b"] else \
+                "same hash, function bytes differ"
+            lines.append(f"  kernel {c['kernel']}: code changed ({how})")
+    for section, key in (("modules", "module"), ("regions", "region"), ("bindings", "binding"),
+                         ("kernels", "kernel")):
         rows = getattr(res, section)
         if rows:
             lines.append(f"{section}:")
             for r in rows:
+                if key == "module" and r["change"] == "changed" and "module_hash" in r["fields"]:
+                    h = r["fields"]["module_hash"]
+                    why = (f"kernel code changed: {', '.join(r['code_changed'])}" if r["code_changed"]
+                           else "its kernels' code is unchanged")
+                    lines.append(f"  module {r[key]} rebuilt ({why})")
+                    lines.append(f"      hash {_abbrev(h['a'])} -> {_abbrev(h['b'])} (--json: whole)")
+                    rest = {k: v for k, v in r["fields"].items()
+                            if k not in ("module_hash", "binary_filename", "binary_digest")}
+                    lines += _field_lines(rest, "      ")
+                    continue
                 lines.append(f"  {r['change']} {key} {r[key]}")
                 lines += _field_lines(r["fields"], "      ")
     if res.ops:
         lines.append(f"ops ({len(res.ops)} difference(s)):")
         lines += _op_lines(res.ops)
+    if res.overwritten:
+        ids = ", ".join(str(o["region"]) for o in res.overwritten)
+        lines.append(f"note: the initial data of region(s) {ids} differs, but an op overwrites it before any op "
+                     "reads it: not a difference")
     for line in lines:
         con.print(line, markup=False, highlight=False)
     sys.exit(1)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from .debugopts import kernels_option, type_program
+
 from .output import console, dump_json, size
 
 _FORMATS = (".html", ".svg", ".dot")
@@ -18,7 +20,8 @@ _FORMATS = (".html", ".svg", ".dot")
 @click.option("--open", "open_it", is_flag=True, help="Open the result in the default web browser.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
-def graph(file, out, open_it, as_json, no_verify):
+@kernels_option
+def graph(file, out, open_it, as_json, no_verify, kernels):
     """Draw a capture: ops in order, arrays as data nodes, read and write edges.
 
     \b
@@ -45,6 +48,7 @@ def graph(file, out, open_it, as_json, no_verify):
         raise click.UsageError(f"cannot tell the format of {dest.name!r}: the output must end in .html, .svg "
                                "or .dot")
     with open_capture(file, verify_checksums=not no_verify) as cap:
+        type_program(cap.program, kernels)
         info = write_graph(cap.program, dest, dest.suffix.lower().lstrip("."), title=src.name)
     if as_json:
         dump_json(info)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..checks.summary import shape_text
+from .debugopts import kernel_match_lines, kernels_option, type_program
 from .output import console, dump_json, plural, size, table
 
 
@@ -15,7 +16,8 @@ from .output import console, dump_json, plural, size, table
                    "nested bodies indented.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stable keys) instead of tables.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification (trusted files only).")
-def inspect(file, with_ops, as_json, no_verify):
+@kernels_option
+def inspect(file, with_ops, as_json, no_verify, kernels):
     """Summarize a capture: versions, device, sections, ops, kernels, bindings, regions, modules.
 
     Reads only the file's records (region and module contents are not read)
@@ -38,11 +40,16 @@ def inspect(file, with_ops, as_json, no_verify):
                                   region_names, summarize)
 
     with open_capture(file, verify_checksums=not no_verify) as cap:
+        typing = type_program(cap.program, kernels)
         info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program))
         if as_json:
+            if typing is not None:
+                info["kernels_typed"] = typing
             dump_json(info)
             return
         _print_summary(info)
+        for line in kernel_match_lines(typing):
+            console().print(line, highlight=False)
         if with_ops:
             _print_ops(iter_op_lines(cap.program.ops, signatures=kernel_signatures(cap.program),
                                      names=region_names(cap.program)))

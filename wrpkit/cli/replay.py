@@ -449,6 +449,10 @@ def _print_report(report: dict) -> None:
     err = Console(stderr=True, highlight=False)
     for name, what in (report.get("unset_inputs") or {}).items():
         err.print(f"notice: binding {name!r} was not given as an input: it holds {what}")
+    from .debugopts import kernel_match_lines  # noqa: PLC0415
+
+    for line in kernel_match_lines(report.get("kernels")):
+        err.print(line)
     t = report["timings"]
     tt = table(f"{report['file']} on {report['device']} ({report['engine']} engine, "
                f"{plural(report['repeat'], 'replay')}, {report['warmup']} warmup)",
@@ -509,7 +513,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
                 as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
                 timeout: float | None = None, allow_raw_pointers: bool = False, modules_dir=None,
-                dtype_items=(), equal_nan: bool = False) -> tuple:
+                dtype_items=(), equal_nan: bool = False, kernels=()) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
 
     The replay runs in a child process (either engine): a fatal signal there
@@ -567,6 +571,15 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                                       hint="--dtype is for bindings without a recorded signature; leave it out.")
             prep.signature[name] = runtime.signature_for_type(name, type_name, prep.sizes[name])
             typed_here.add(name)
+        kernel_typing = None
+        if kernels:
+            from ..run.source_types import type_from_source  # noqa: PLC0415
+
+            kernel_typing = type_from_source(prep.model, prep.annotations, list(kernels))
+            for sig in kernel_typing.annotations.signature:
+                if prep.signature.get(sig.name) is None and sig.name not in typed_here:
+                    prep.signature[sig.name] = sig
+                    typed_here.add(sig.name)
 
         # inputs
         raw_inputs = {}
@@ -650,6 +663,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     if output is not None:
         atomic_write(output, [_savez_bytes(results)])
         report["output"] = str(output)
+    if kernel_typing is not None:  # only with --kernels: the report's keys stay as they were without it
+        report["kernels"] = kernel_typing.to_json()
     return report, ok
 
 
@@ -683,9 +698,13 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 @click.option("--dtype", "dtype_items", multiple=True, metavar="NAME=TYPE",
               help="Type a binding the file records no signature for, as a 1-D array of a Warp type "
                    "(float32, vec3f, mat33f, ...). Repeatable.")
+@click.option("--kernels", "kernels", multiple=True, metavar="FILE.py",
+              type=click.Path(dir_okay=False, path_type=Path),
+              help="The .py file that defines the capture's kernels (repeatable): types every binding a "
+                   "matching kernel is passed (imported as a script, without its __main__ block).")
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, equal_nan, engine,
-           as_json, no_verify, timeout, allow_raw_pointers, modules_dir, dtype_items):
+           as_json, no_verify, timeout, allow_raw_pointers, modules_dir, dtype_items, kernels):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
@@ -710,6 +729,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay untrusted.wrp --timeout 10 --output out.npz
       wrp replay renamed.wrp --modules-dir old_name_modules
       wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
+      wrp replay stock.wrp --kernels sim.py --output out.npz
     """
     from .output import reported_errors  # noqa: PLC0415
 
@@ -721,7 +741,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
                                      atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
                                      allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
-                                     dtype_items=dtype_items, equal_nan=equal_nan)
+                                     dtype_items=dtype_items, equal_nan=equal_nan, kernels=kernels)
     if as_json:
         click.echo(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:

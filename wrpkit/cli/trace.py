@@ -8,9 +8,65 @@ from pathlib import Path
 
 import click
 
-from .debugopts import gather_inputs, input_options, quiet_warp
+from .debugopts import gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp
 from .replay import _Seconds
 from .output import console, dump_json, table
+
+
+def wrapped(text: str, indent: str = "    ", label: str = "", style: str = "") -> str:
+    """``text`` broken into lines of at most 80 columns; ``label`` (its first words) printed in ``style``."""
+    import textwrap  # noqa: PLC0415
+
+    lead = len(text) - len(text.lstrip(" "))
+    out = textwrap.fill(text, width=80, initial_indent="", subsequent_indent=" " * lead + indent,
+                        break_long_words=False, break_on_hyphens=False)
+    out = out.replace("[", "\\[")  # literal brackets, not rich markup
+    if label and style and out.startswith(label):
+        out = f"[{style}]{label}[/]{out[len(label):]}"
+    return out
+
+
+def nonfinite_headline(nf: dict) -> str:
+    """One line naming the first op that wrote a NaN or Inf: step, op, path, iteration, kernel, region."""
+    it = f" iteration {nf['iteration']}" if nf["iteration"] is not None else ""
+    what = nf["kernel"] or nf["op"]
+    arg = f" argument {nf['argument']}" if nf.get("argument") else ""
+    name = f"binding {nf['binding']}" if nf["binding"] else "unbound"
+    return wrapped(f"first non-finite: step {nf['seq']}: op {nf['index']} (path {nf['path']}{it}) {what} "
+                   f"wrote {nf['nan']} NaN / {nf['inf']} Inf into region {nf['region']}{arg} ({name}), "
+                   f"first at element {nf['element']}", label="first non-finite:", style="bold red")
+
+
+def divergence_line(dv: dict) -> str:
+    """The first divergence from --against: step, op, path, iteration, and exactly what differs."""
+    it = f" iteration {dv['iteration']}" if dv.get("iteration") is not None else ""
+    head = (f"first divergence: step {dv['seq']} op {dv['index']} (path {dv['path']}{it}) "
+            f"{dv.get('kernel') or dv.get('op') or ''}: {dv['reason']}")
+    if "region" in dv:
+        head += f", region {dv['region']} ({dv.get('binding') or 'unbound'})"
+    other = dv.get("other")
+    if other:
+        oit = f" iteration {other['iteration']}" if other.get("iteration") is not None else ""
+        head += (f"; the other trace has op {other.get('index')} (path {other.get('path')}{oit}) "
+                 f"{other.get('kernel') or other.get('op') or ''} there")
+    return wrapped(head, label="first divergence:", style="bold red")
+
+
+def unchecked_lines(unchecked: list) -> list:
+    """Lines naming each written region of unknown dtype, its writers, and how to type it."""
+    if not unchecked:
+        return []
+    out = [f"[yellow]not checked for NaN/Inf[/] (dtype unknown): {len(unchecked)} written region(s)"]
+    for u in unchecked[:20]:
+        who = ", ".join(f"{w['name']} (path {w['path']})" for w in u["writers"][:3])
+        more = f" and {len(u['writers']) - 3} more" if len(u["writers"]) > 3 else ""
+        name = f" ({u['binding']})" if u.get("binding") else " (unbound)"
+        out.append(wrapped(f"  region {u['region']}{name}: written {u['writes']}x by {who}{more}"))
+    if len(unchecked) > 20:
+        out.append(f"  ... and {len(unchecked) - 20} more (--json lists them all)")
+    out.append(wrapped("  type them: --kernels FILE.py (the script that defines the kernels), or "
+                       "`wrp annotate FILE --kernels FILE.py -o OUT`"))
+    return out
 
 
 def _fmt(v) -> str:
@@ -38,11 +94,19 @@ def _fmt(v) -> str:
 @click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
               help="Give up when the trace takes longer than SECONDS of wall time (fractional allowed): "
                    "exit 124, nothing written. Bounds WHILE loops that do not end.")
+@kernels_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"ops": [...], "first_nonfinite": ..., '
-              '"first_divergence": ...}.')
+              '"first_divergence": ..., "unchecked": [...]}.')
 def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump, save_path, against, timeout,
-          as_json):
+          kernels, as_json):
     """Replay FILE op by op and record what every op writes.
+
+    \b
+    The summary names the first op that wrote a NaN or Inf (with or without
+    --stop-at-nonfinite; "step" is the # column), its input regions as they
+    were before it ran, and every written region whose dtype is unknown (not
+    checked) with the ops that wrote it. A stock capture records no types:
+    --kernels FILE.py types every array its kernels are passed.
 
     \b
     After each op (nested IF/WHILE bodies per iteration), for each region the
@@ -57,7 +121,8 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     names the op that was running. Nothing (--save, --dump) is written
     unless the trace finishes.
     Exit codes: 0 ok; 1 a NaN/Inf found with --stop-at-nonfinite, or a
-    divergence with --against; 2 bad input; 3 invalid file; 4 the trace
+    divergence with --against; 2 bad input (a --kernels file that fails to
+    import, or none of whose kernels matches); 3 invalid file; 4 the trace
     crashed (contained); 124 --timeout ran out; 130 Ctrl-C.
 
     \b
@@ -67,6 +132,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
       wrp trace sim.wrp --engine native --against python.trace
       wrp trace sim.wrp --dump steps/ --json | jq '.ops[3].writes'
       wrp trace untrusted.wrp --timeout 10 --save t.trace
+      wrp trace stock.wrp --kernels sim.py
     """
     from ..debug.trace import trace as run_trace  # noqa: PLC0415
 
@@ -75,15 +141,17 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_trace(file, device=device, engine=engine, inputs=inputs, stop_at_nonfinite=stop_at_nonfinite,
-                           dump=dump, against=against, isolate=True, timeout=timeout)
+                           dump=dump, against=against, isolate=True, timeout=timeout, kernels=kernels)
     if save_path is not None:
         result.save(save_path)
-    bad = result.first_nonfinite is not None or result.first_divergence is not None
+    # A full trace that finds a NaN is a success (it names it); --stop-at-nonfinite makes it a failure.
+    bad = (stop_at_nonfinite and result.first_nonfinite is not None) or result.first_divergence is not None
     if as_json:
         d = result.to_json()
         dump_json({"ops": d["ops"], "first_nonfinite": d["first_nonfinite"],
                    "first_divergence": d["first_divergence"], "file": d["file"], "engine": d["engine"],
-                   "device": d["device"], "unknown_dtypes": d["unknown_dtypes"]})
+                   "device": d["device"], "unknown_dtypes": d["unknown_dtypes"], "unchecked": d["unchecked"],
+                   "kernels": d["kernels"], "program": d["program"], "against_warning": d["against_warning"]})
         sys.exit(1 if bad else 0)
     con = console()
     t = table(f"{file} ({result.engine} engine, {result.device}): {len(result.ops)} ops",
@@ -103,28 +171,31 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     con.print(t)
     if len(shown) < len(result.ops):
         con.print(f"({len(result.ops) - len(shown)} ops in the middle not shown; --json or --save has them all)")
-    if result.unknown_dtypes:
-        con.print(f"dtype unknown (no NaN/Inf check) for regions {result.unknown_dtypes}: no typed signature or "
-                  "kernel-argument annotation covers them", highlight=False)
+    for line in kernel_match_lines(result.kernels):
+        con.print(line, highlight=False)
     nf = result.first_nonfinite
     if nf is not None:
-        it = f" iteration {nf['iteration']}" if nf["iteration"] is not None else ""
-        con.print(f"[bold red]first non-finite:[/] op {nf['index']} (path {nf['path']}{it}) {nf['op']} "
-                  f"{nf['kernel'] or ''} wrote {nf['nan']} NaN / {nf['inf']} Inf into region {nf['region']} "
-                  f"(binding {nf['binding']}), first at element {nf['element']}")
+        con.print(nonfinite_headline(nf), highlight=False)
         for w in nf["inputs"]:
-            con.print(f"  input region {w['region']} ({w['binding'] or 'unbound'}): nan={_fmt(w['nan'])} "
-                      f"inf={_fmt(w['inf'])} min={_fmt(w['min'])} max={_fmt(w['max'])} digest={w['digest'][:12]}",
-                      highlight=False)
-    elif stop_at_nonfinite:
-        con.print("[green]no NaN or Inf written[/] (in regions of known dtype)")
+            con.print(wrapped(f"  input r{w['region']} {w.get('argument') or ''} ({w['binding'] or 'unbound'}) "
+                              f"before the op: nan={_fmt(w['nan'])} inf={_fmt(w['inf'])} min={_fmt(w['min'])} "
+                              f"max={_fmt(w['max'])} digest={w['digest'][:12]}"), highlight=False)
+    for line in unchecked_lines(result.unchecked):
+        con.print(line, highlight=False)
+    if nf is None:
+        if result.unchecked:
+            con.print(wrapped(f"no NaN or Inf written in the regions of known dtype; {len(result.unchecked)} "
+                              "written region(s) were not checked (above)", label="no NaN or Inf written",
+                              style="yellow"), highlight=False)
+        else:
+            con.print("[green]no NaN or Inf written[/] (every written region was checked)", highlight=False)
+    if result.against_warning:
+        con.print(f"[bold yellow]warning:[/] {result.against_warning}", highlight=False)
     dv = result.first_divergence
     if dv is not None:
-        con.print(f"[bold red]first divergence:[/] seq {dv['seq']} op {dv['index']} (path {dv['path']}) "
-                  f"{dv.get('kernel') or dv.get('op') or ''}: {dv['reason']}"
-                  + (f", region {dv['region']} ({dv.get('binding')})" if "region" in dv else ""))
+        con.print(divergence_line(dv), highlight=False)
     elif against is not None:
-        con.print(f"[green]same digests as {against}[/] at every op")
+        con.print(f"[green]same digests as {against}[/] at every op", highlight=False)
     if save_path is not None:
         con.print(f"trace saved to {save_path}")
     sys.exit(1 if bad else 0)

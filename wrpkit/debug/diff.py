@@ -60,15 +60,23 @@ class DiffResult:
     modules: list = field(default_factory=list)
     ops: list = field(default_factory=list)
     op_counts: dict = field(default_factory=dict)
+    #: Kernels present in both whose own code differs: ``{"kernel", "change": "code changed",
+    #: "hash": {"a", "b"}, "function_bytes": "same"|"differ"|None}``.
+    code: list = field(default_factory=list)
+    #: Regions whose initial data differs but which an op overwrites before any op reads them:
+    #: ``{"region", "overwritten_by": {"a", "b"}}`` (not differences).
+    overwritten: list = field(default_factory=list)
 
     @property
     def identical(self) -> bool:
-        return not (self.header or self.regions or self.bindings or self.kernels or self.modules or self.ops)
+        return not (self.header or self.regions or self.bindings or self.kernels or self.modules or self.ops
+                    or self.code)
 
     def to_json(self) -> dict:
         return {"a": self.a, "b": self.b, "identical": self.identical, "header": self.header,
-                "regions": self.regions, "bindings": self.bindings, "kernels": self.kernels,
-                "modules": self.modules, "ops": self.ops, "op_counts": self.op_counts}
+                "code": self.code, "regions": self.regions, "bindings": self.bindings, "kernels": self.kernels,
+                "modules": self.modules, "ops": self.ops, "op_counts": self.op_counts,
+                "overwritten_before_read": self.overwritten}
 
 
 def _open(source):
@@ -93,21 +101,45 @@ def diff(a, b) -> DiffResult:
         WrpFormatError, WrpValidationError: Either file is invalid.
     """
     with _open(a) as ca, _open(b) as cb:
-        return diff_programs(ca.program, cb.program, str(a), str(b))
+        return diff_programs(ca.program, cb.program, str(a), str(b), _module_reader(ca), _module_reader(cb))
 
 
-def diff_programs(pa: m.Program, pb: m.Program, name_a: str = "a", name_b: str = "b") -> DiffResult:
-    """Compare two programs in wrpkit's model (see :func:`diff`)."""
+def _module_reader(cap):
+    def read(name: str):
+        try:
+            return cap.module_bytes(name)
+        except Exception:  # noqa: BLE001  (a missing module file only loses the function-bytes comparison)
+            return None
+
+    return read
+
+
+def diff_programs(pa: m.Program, pb: m.Program, name_a: str = "a", name_b: str = "b", modules_a=None,
+                  modules_b=None) -> DiffResult:
+    """Compare two programs in wrpkit's model (see :func:`diff`).
+
+    ``modules_a``/``modules_b``: ``read(binary_filename) -> bytes or None``, to
+    compare each kernel's function bytes in its module object.
+    """
     res = DiffResult(name_a, name_b)
     for f in ("format_version", "warp_version", "device", "target_arch"):
         va, vb = getattr(pa, f), getattr(pb, f)
         if va != vb:
             res.header[f] = {"a": va, "b": vb}
     ctx = _Context(pa, pb)
-    res.regions = _keyed(
+    regions = _keyed(
         "region", {r.region_id: r for r in pa.regions}, {r.region_id: r for r in pb.regions},
         lambda ra, rb: _fields(("size", "element_size", "has_initial_data"), ra, rb)
         | _pair("data_sha256", ctx.region_digest(pa, ra), ctx.region_digest(pb, rb)))
+    first_a, first_b = _first_touch(pa, ctx.ann_a), _first_touch(pb, ctx.ann_b)
+    for row in regions:
+        rid = row["region"]
+        only_data = row["change"] == "changed" and set(row["fields"]) <= {"data_sha256", "has_initial_data"}
+        wa, wb = first_a.get(rid), first_b.get(rid)
+        if only_data and wa is not None and wb is not None:
+            res.overwritten.append({"region": rid, "overwritten_by": {"a": wa, "b": wb}})
+        else:
+            res.regions.append(row)
     sa, sb = ctx.sig_a, ctx.sig_b
     size_a, size_b = {r.region_id: r.size for r in pa.regions}, {r.region_id: r.size for r in pb.regions}
 
@@ -120,19 +152,147 @@ def diff_programs(pa: m.Program, pb: m.Program, name_a: str = "a", name_b: str =
         "binding", {x.name: binding_row(pa, sa, size_a, x) for x in pa.bindings},
         {x.name: binding_row(pb, sb, size_b, x) for x in pb.bindings},
         lambda x, y: {k: {"a": x[k], "b": y[k]} for k in x if x[k] != y[k]})
+    # A kernel's own code: the per-kernel hash in its symbol name, and its function's bytes.
+    # The module hash, file name and symbol names follow from those, so they are not repeated.
     res.kernels = _keyed(
         "kernel", {k.kernel_key: k for k in pa.kernels}, {k.kernel_key: k for k in pb.kernels},
-        lambda x, y: _fields(("module_hash", "forward_name", "backward_name", "forward_smem_bytes",
-                              "backward_smem_bytes", "block_dim"), x, y))
+        lambda x, y: _fields(("forward_smem_bytes", "backward_smem_bytes", "block_dim"), x, y)
+        | _pair("forward_name", _unhashed(x.forward_name), _unhashed(y.forward_name))
+        | _pair("backward_name", _unhashed(x.backward_name), _unhashed(y.backward_name)))
+    res.code = _code_changes(pa, pb, modules_a, modules_b)
+    changed_code = {c["kernel"] for c in res.code}
     res.modules = _keyed(
         "module", {x.module_name: x for x in pa.modules}, {x.module_name: x for x in pb.modules},
-        lambda x, y: _fields(("module_hash", "binary_filename", "binary_digest", "target_arch", "binary_kind"),
-                             x, y))
+        lambda x, y: _fields(("module_hash", "binary_filename", "binary_digest", "target_arch"), x, y)
+        | _pair("binary_kind", _enum_name(m.CudaBinaryKind, x.binary_kind), _enum_name(m.CudaBinaryKind,
+                                                                                      y.binary_kind)))
+    for row in res.modules:
+        if row["change"] != "changed":
+            continue
+        mh = {getattr(x, "module_hash") for x in pa.modules if x.module_name == row["module"]}
+        keys = sorted({k.kernel_key for k in pa.kernels if k.module_hash in mh})
+        row["kernels"] = keys
+        row["code_changed"] = sorted(changed_code & set(keys))
+        # Rebuilt with every kernel's code unchanged: one line, not one per kernel and op.
+        row["rebuilt_only"] = not row["code_changed"] and set(row["fields"]) <= {"module_hash", "binary_filename",
+                                                                                  "binary_digest"}
     res.ops = ctx.ops(pa.ops, pb.ops)
     ca, cb = pa.op_counts(), pb.op_counts()
     res.op_counts = {k: {"a": ca.get(k, 0), "b": cb.get(k, 0)} for k in sorted(set(ca) | set(cb))
                      if ca.get(k, 0) != cb.get(k, 0)}
     return res
+
+
+#: Reduction kinds (``APICReductionKind``, warp/native/apic_types.h).
+_REDUCTION_KINDS = {1: "SUM", 2: "INNER"}
+
+#: Op fields that hold an enum, by (op type or None for any, field name).
+_ENUM_FIELDS = {(None, "dtype"): m.ApicScalarType, (m.OpType.REDUCTION, "kind"): _REDUCTION_KINDS}
+
+
+def _enum_name(enum, value):
+    """An enum field's value by name (``FLOAT32``), or the number where it names nothing."""
+    try:
+        return enum[value] if isinstance(enum, dict) else enum(value).name
+    except (KeyError, ValueError):
+        return value
+
+
+_SUFFIXES = ("_cpu_forward", "_cpu_backward", "_cuda_kernel_forward", "_cuda_kernel_backward")
+
+
+def _split_symbol(name: str) -> tuple:
+    """``(name with the per-kernel hash replaced by '*', hash)`` of a kernel symbol, or ``(name, None)``."""
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            head, _, h = name[: -len(suffix)].rpartition("_")
+            if head and h:
+                return f"{head}_*{suffix}", h
+    return name, None
+
+
+def _unhashed(name: str) -> str:
+    return _split_symbol(name)[0]
+
+
+def _function_digest(p: m.Program, kernel: m.Kernel, read) -> Optional[str]:
+    if read is None or not kernel.forward_name:
+        return None
+    from ..checks.elf import symbol_bytes  # noqa: PLC0415
+
+    mod = next((x for x in p.modules if x.module_hash == kernel.module_hash), None)
+    data = read(mod.binary_filename) if mod is not None else None
+    if data is None:
+        return None
+    try:
+        off, size = symbol_bytes(data, kernel.forward_name, mod.binary_filename)
+    except Exception:  # noqa: BLE001  (CUDA images and odd objects: compare by hash only)
+        return None
+    return hashlib.sha256(memoryview(data)[off:off + size]).hexdigest()[:32]
+
+
+def _code_changes(pa: m.Program, pb: m.Program, read_a, read_b) -> list:
+    """Kernels in both programs whose own code differs (per-kernel hash, then function bytes)."""
+    kb = {k.kernel_key: k for k in pb.kernels}
+    out = []
+    for x in pa.kernels:
+        y = kb.get(x.kernel_key)
+        if y is None:
+            continue
+        ha, hb = _split_symbol(x.forward_name)[1], _split_symbol(y.forward_name)[1]
+        fa, fb = _function_digest(pa, x, read_a), _function_digest(pb, y, read_b)
+        same_bytes = None if fa is None or fb is None else fa == fb
+        if ha != hb or same_bytes is False:
+            out.append({"kernel": x.kernel_key, "change": "code changed", "hash": {"a": ha, "b": hb},
+                        "function_bytes": None if same_bytes is None else ("same" if same_bytes else "differ")})
+    return out
+
+
+def _writes_whole(op: m.Op, rid: int, sizes: dict) -> bool:
+    """Whether a non-kernel op surely overwrites all of a region it writes (copies and fills: by their range)."""
+    if isinstance(op, m.KernelLaunch):
+        return False
+    if isinstance(op, m.MemcpyH2D):
+        return op.dst_offset == 0 and len(op.data) >= sizes.get(rid, 0)
+    if isinstance(op, (m.MemcpyD2D, m.Memset)):
+        start = op.dst_offset if isinstance(op, m.MemcpyD2D) else op.offset
+        return start == 0 and op.size >= sizes.get(rid, 0)
+    # BSR assembly writes its scratch and output arrays from scratch; sorts, scans and reductions may
+    # write a prefix only, so their outputs' initial data may still be read.
+    return op.op_type in (m.OpType.BSR_FROM_TRIPLETS, m.OpType.BSR_TRANSPOSE)
+
+
+def _first_touch(p: m.Program, notes) -> dict:
+    """``{region_id: "op PATH KIND"}`` for regions whose first use, in stream order, is a whole write by a
+    non-kernel op (so their initial data is never read); kernel writes may be partial and do not count."""
+    from .stepper import kernel_signatures, read_regions, written_regions  # noqa: PLC0415
+
+    sigs = kernel_signatures(notes)
+    sizes = {r.region_id: r.size for r in p.regions}
+    seen: set = set()
+    out: dict = {}
+
+    def walk(ops, prefix: str) -> None:
+        for i, op in enumerate(ops):
+            path = f"{prefix}{i}"
+            if isinstance(op, (m.If, m.While)):
+                seen.add(op.cond_region_id)
+                if isinstance(op, m.If):
+                    walk(op.then_ops, path + ".")
+                    walk(op.else_ops, path + ".e")
+                else:
+                    walk(op.body, path + ".")
+                continue
+            sig = sigs.get((op.module_hash, op.kernel_key)) if isinstance(op, m.KernelLaunch) else None
+            reads = read_regions(p, op, sig)
+            for r in written_regions(p, op, sig):
+                if r not in seen and r not in reads and _writes_whole(op, r, sizes):
+                    out[r] = f"op {path} {op.op_type.name}"
+                seen.add(r)
+            seen.update(reads)
+
+    walk(p.ops, "")
+    return out
 
 
 def _pair(name, va, vb) -> dict:
@@ -238,7 +398,11 @@ class _Context:
                 if bytes(va) != bytes(vb):
                     out[n] = {"a": _json_value(va), "b": _json_value(vb)}
             elif va != vb:
-                out[n] = {"a": _json_value(va), "b": _json_value(vb)}
+                enum = _ENUM_FIELDS.get((x.op_type, n)) or _ENUM_FIELDS.get((None, n))
+                if enum is not None:
+                    out[n] = {"a": _enum_name(enum, va), "b": _enum_name(enum, vb)}
+                else:
+                    out[n] = {"a": _json_value(va), "b": _json_value(vb)}
         return out
 
     def launch_fields(self, x: m.KernelLaunch, y: m.KernelLaunch) -> dict:
@@ -247,13 +411,16 @@ class _Context:
         if da != db:
             out["dim"] = {"a": da, "b": db}
         out.update(_fields(("size", "max_blocks", "block_dim", "smem_bytes", "grid_stride", "is_forward",
-                            "cluster_dim", "module_hash"), x, y))
-        ra = [(r.value_byte_offset, r.region_id, r.region_offset, r.kind) for r in x.relocations]
-        rb = [(r.value_byte_offset, r.region_id, r.region_offset, r.kind) for r in y.relocations]
+                            "cluster_dim"), x, y))
+        ra = [(r.value_byte_offset, r.region_id, r.region_offset, _enum_name(m.RelocKind, r.kind))
+              for r in x.relocations]
+        rb = [(r.value_byte_offset, r.region_id, r.region_offset, _enum_name(m.RelocKind, r.kind))
+              for r in y.relocations]
         if ra != rb:
             out["relocations"] = {"a": [list(r) for r in ra], "b": [list(r) for r in rb]}
-        pa = [(p.param_index, p.num_relocs, p.value_size) for p in x.params]
-        pb = [(p.param_index, p.num_relocs, p.value_size) for p in y.params]
+        # Arguments numbered from 0, as `wrp inspect` numbers them (Warp's param_index counts the bounds slot).
+        pa = [(p.param_index - 1, p.num_relocs, p.value_size) for p in x.params]
+        pb = [(p.param_index - 1, p.num_relocs, p.value_size) for p in y.params]
         if pa != pb:
             out["params"] = {"a": [list(p) for p in pa], "b": [list(p) for p in pb]}
             return out
@@ -272,7 +439,7 @@ class _Context:
             if ba == bb:
                 continue
             arg = launch_argument(ks.arguments, pa) if ks is not None else None
-            row = {"param": pa.param_index, "name": arg.name if arg is not None else None,
+            row = {"param": pa.param_index - 1, "name": arg.name if arg is not None else None,
                    "type": arg.type if arg is not None else None}
             row["a"], row["b"] = _decode_arg(arg, ba), _decode_arg(arg, bb)
             changes.append(row)

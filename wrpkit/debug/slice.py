@@ -1,12 +1,17 @@
-"""Cut top-level ops ``A:B`` out of a capture into a capture of their own (``wrp slice``).
+"""Cut ops out of a capture into a capture of their own (``wrp slice``).
 
 Example::
 
-    r = wrpkit.slice("sim.wrp", "5000:5010", "piece.wrpk", inputs={"x": x})
+    r = wrpkit.slice("sim.wrp", "piece.wrpk", ops=(5000, 5010), inputs={"x": x})
+    one = wrpkit.slice("sim.wrp", "bad.wrp", steps=(190, 191))  # the launch wrp trace numbers 190
     # stock Warp: wp.capture_launch(wp.capture_load("piece.wrpk"...)) reproduces
     # the original's state after op 5009, bit for bit
 
-The slice holds ops ``A`` to ``B-1`` and, as its initial memory, the state of
+With ``steps=(A, B)`` the slice holds the leaf ops that ran at steps ``A`` to
+``B-1`` (as ``wrp trace`` numbers them: inside IF and WHILE bodies, at their
+iteration) as a flat program; the prefix is stepped with the trace's stepper.
+
+With ``ops=(A, B)`` the slice holds ops ``A`` to ``B-1`` and, as its initial memory, the state of
 every region just before op ``A``: the program's first ``A`` ops are replayed
 once by Warp (as a capture of their own, with every region bound), with the
 given inputs or the file's own initial data.  Regions that are all zero at
@@ -31,7 +36,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..errors import WrpError, WrpRuntimeError
+from ..errors import WrpError, WrpRuntimeError, WrpUsageError
 from ..fileio import check_output_path, publish_wrp
 from ..formats import wrp1
 from . import stepper as st
@@ -44,7 +49,7 @@ class SliceResult:
 
     Attributes:
         path: The file written.
-        start, stop: The top-level op range ``[start, stop)`` of the original.
+        start, stop: The range ``[start, stop)`` of the original: top-level ops, or steps (:attr:`unit`).
         ops: Number of top-level ops in the slice.
         regions_with_data: Regions carrying initial data in the slice.
         bytes_written: Size of the file written (modules excluded).
@@ -59,8 +64,11 @@ class SliceResult:
     bytes_written: int
     prefix_seconds: float
 
+    #: ``"ops"`` (start/stop are top-level ops) or ``"steps"`` (steps as ``wrp trace`` numbers them).
+    unit: str = "ops"
+
     def to_json(self) -> dict:
-        return {"path": str(self.path), "start": self.start, "stop": self.stop, "ops": self.ops,
+        return {"path": str(self.path), "unit": self.unit, "start": self.start, "stop": self.stop, "ops": self.ops,
                 "regions_with_data": self.regions_with_data, "bytes_written": self.bytes_written}
 
 
@@ -100,45 +108,88 @@ def state_before(opened, start: int, device: str, inputs: Optional[Mapping] = No
         runner.close()
 
 
-def slice(source, ops, out, *, inputs: Optional[Mapping] = None, device=None,  # noqa: A001  (the API's name)
-          modules: Optional[Mapping] = None) -> SliceResult:
-    """Write a capture holding top-level ops ``A`` to ``B-1`` of ``source``.
+def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  (the API's name)
+          inputs: Optional[Mapping] = None, device=None, modules: Optional[Mapping] = None,
+          kernels=()) -> SliceResult:
+    """Write a capture holding top-level ops ``A`` to ``B-1``, or the ops that ran at steps ``A`` to ``B-1``.
 
     Args:
         source: A ``.wrp`` or ``.wrpk`` path.
-        ops: ``"A:B"`` or ``(A, B)``; negative numbers count from the end.
         out: Output path; ``.wrp`` (with ``<stem>_modules/``) or ``.wrpk``.
+        legacy_out: Deprecated call form ``slice(source, ops, out)``.
+        ops: ``(A, B)``: top-level ops, as ``wrp inspect --ops`` numbers them
+            (negative numbers count from the end; ``None`` for an open end).
+            IF and WHILE ops are kept whole.
+        steps: ``(A, B)``: the leaf ops that ran at steps ``A`` to ``B-1``, as
+            ``wrp trace`` numbers its steps (``seq``), inside IF and WHILE
+            bodies at the iteration they ran: a flat program whose initial
+            memory is the state just before step ``A``.  ``(k, k + 1)`` is one
+            launch alone, and replaying it reproduces that step's writes.
         inputs: ``{binding name: array}`` set before op 0 (default: the
             file's own initial data).
-        device: Device for replaying ops before ``A``; default the file's family.
+        device: Device for replaying what runs before ``A``; default the file's family.
         modules: ``{filename: bytes}`` replacing ``<stem>_modules/``.
+        kernels: ``.py`` files typing a stock capture's kernels
+            (:mod:`wrpkit.run.source_types`); the slice then carries those types.
 
     Returns:
         A :class:`SliceResult`.
 
     Raises:
-        WrpError: Bad range or output path.
+        WrpUsageError: Neither or both of ``ops`` and ``steps``, or a range
+            outside the program (``steps``: outside the steps that ran).
+        WrpError: Bad output path.
+        WrpKernelsError: A ``kernels`` file fails to import or matches nothing.
         WrpFormatError, WrpValidationError, WrpModuleError: Invalid capture.
         WrpBindingError: Bad inputs.
         WrpRuntimeError: Warp failed to replay the prefix.
     """
+    if legacy_out is not None:  # slice(source, "A:B" or (A, B), out): the form before ops=/steps=
+        ops, out = out, legacy_out
+    if (ops is None) == (steps is None):
+        raise WrpUsageError("give exactly one of ops=(A, B) and steps=(A, B)",
+                            hint="ops: top-level ops (wrp inspect --ops); steps: steps as wrp trace numbers them.")
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in (".wrp", ".wrpk"):
-        raise WrpError(f"cannot write a slice to {out}: the output must end in .wrp or .wrpk",
+        raise WrpUsageError(f"cannot write a slice to {out}: the output must end in .wrp or .wrpk",
                        hint="For example -o piece.wrpk (one self-contained file).")
     check_output_path(out, [source] if not isinstance(source, (bytes, bytearray, memoryview)) else [])
     opened = open_program(source, modules)
+    if kernels:
+        from ..run.source_types import type_capture  # noqa: PLC0415
+
+        type_capture(opened, list(kernels))
     prog = opened.program
-    start, stop = parse_range(ops, len(prog.ops))
     if device is None:
         device = "cpu" if prog.device_type == m.DeviceType.CPU else "cuda:0"
     t0 = time.perf_counter()
-    state = state_before(opened, start, str(device), inputs)
+    if steps is not None:
+        start, stop = _step_range(steps)
+        state, cut = state_at_step(opened, start, stop, str(device), inputs)
+    else:
+        start, stop = parse_range(ops, len(prog.ops))
+        state = state_before(opened, start, str(device), inputs)
+        cut = prog.ops[start:stop]
     prefix_seconds = time.perf_counter() - t0
+    sliced = dataclasses.replace(prog, regions=_regions_from(prog, state), ops=list(cut))
+    files = _all_module_files(opened)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".wrp":
+        n = publish_wrp(out, wrp1.iter_wrp1_chunks(sliced), files)
+    else:
+        from ..formats import wrpk  # noqa: PLC0415
 
+        n = wrpk.write_wrpk(out, sliced, files)
+    res = SliceResult(out, start, stop, len(cut), sum(1 for r in sliced.regions if r.has_initial_data),
+                      int(n or out.stat().st_size), prefix_seconds)
+    res.unit = "steps" if steps is not None else "ops"
+    return res
+
+
+def _regions_from(prog: m.Program, state: dict) -> list:
+    """The program's regions with ``state`` as initial data (all-zero: none); handle slots as the original's."""
     new_regions = []
-    with_data = 0
     for r in prog.regions:
         raw = state[r.region_id]
         for pl in prog.pointer_locations:
@@ -152,19 +203,78 @@ def slice(source, ops, out, *, inputs: Optional[Mapping] = None, device=None,  #
                 raw[o:o + 8] = orig[o:o + 8] if orig is not None else 0
         if raw.any():
             new_regions.append(m.Region(r.region_id, r.element_size, r.size, True, memoryview(raw)))
-            with_data += 1
         else:
             new_regions.append(m.Region(r.region_id, r.element_size, r.size, False, None))
-    sliced = dataclasses.replace(prog, regions=new_regions, ops=prog.ops[start:stop])
-    files = _all_module_files(opened)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".wrp":
-        n = publish_wrp(out, wrp1.iter_wrp1_chunks(sliced), files)
-    else:
-        from ..formats import wrpk  # noqa: PLC0415
+    return new_regions
 
-        n = wrpk.write_wrpk(out, sliced, files)
-    return SliceResult(out, start, stop, stop - start, with_data, int(n or out.stat().st_size), prefix_seconds)
+
+def _step_range(steps) -> tuple:
+    """``(A, B)`` of a step range (tuple, or ``"A:B"`` from the command line); B None means A + 1.
+
+    Raises:
+        WrpUsageError: Not two non-negative integers with A < B.
+    """
+    if isinstance(steps, str):
+        a, sep, b = steps.partition(":")
+        try:
+            a = int(a) if a.strip() else 0
+            b = (int(b) if b.strip() else None) if sep else a + 1
+        except ValueError:
+            raise WrpUsageError(f"step range {steps!r} is not of the form A:B with integers",
+                                hint="For example --steps 190:191 (the # column of wrp trace).") from None
+    elif isinstance(steps, (tuple, list)) and len(steps) == 2:
+        a, b = steps
+    else:
+        raise WrpUsageError(f"steps must be a pair (A, B), got {steps!r}", hint="For example steps=(190, 191).")
+    if not isinstance(a, int) or (b is not None and not isinstance(b, int)):
+        raise WrpUsageError(f"steps must be integers, got {steps!r}", hint="For example steps=(190, 191).")
+    b = a + 1 if b is None else b
+    if a < 0 or b <= a:
+        raise WrpUsageError(f"step range {a}:{b} is empty or negative",
+                            hint="Pick 0 <= A < B, as wrp trace numbers its steps (the # column).")
+    return a, b
+
+
+def state_at_step(opened, start: int, stop: int, device: str, inputs: Optional[Mapping] = None) -> tuple:
+    """Step the capture to step ``start``; ``(state, ops)``: every region just before it, and the leaf ops
+    that run at steps ``start`` to ``stop - 1`` (IF/WHILE driven as the replay does; see :mod:`.stepper`).
+
+    Raises:
+        WrpUsageError: The program runs fewer than ``stop`` steps (with these inputs).
+    """
+    from .trace import apply_inputs, open_machine  # noqa: PLC0415
+
+    prog = opened.program
+    machine = open_machine(opened, "python", device)
+    state: dict = {}
+    cut: list = []
+    count = [0]
+
+    def snapshot() -> None:
+        for r in prog.regions:
+            state[r.region_id] = np.array(machine.region(r.region_id), dtype=np.uint8, copy=True)
+
+    def visit(op, index, path, iterations):
+        k = count[0]
+        count[0] += 1
+        if k >= start:
+            cut.append(op)
+        if k + 1 == start:
+            snapshot()
+        return count[0] >= stop
+
+    try:
+        apply_inputs(machine, opened, inputs)
+        if start == 0:
+            snapshot()
+        st.walk_program(prog.ops, machine, visit)
+    finally:
+        machine.close()
+    if count[0] < stop:
+        raise WrpUsageError(f"step range {start}:{stop} is outside the {count[0]} steps this program runs"
+                            + (" with these inputs" if inputs else ""),
+                            hint=f"Pick A < B within 0:{count[0]} (the # column of `wrp trace`).")
+    return state, cut
 
 
 def _all_module_files(opened) -> dict:

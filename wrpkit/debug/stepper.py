@@ -137,6 +137,30 @@ def read_regions(program: m.Program, op: m.Op, signature=None) -> list:
     return out
 
 
+def region_arguments(op: m.Op, signature=None) -> dict:
+    """``{region_id: name}``: what the op calls each region it touches.
+
+    A kernel argument's name where the signature gives it (else ``arg N``,
+    numbered from 0 as ``wrp inspect`` numbers arguments); for other ops the
+    record field without ``_region_id`` (``dst``, ``keys``).
+    """
+    out = {}
+    if isinstance(op, m.KernelLaunch):
+        args = signature.arguments if signature is not None else ()
+        for p, relocs in op.param_relocations():
+            a = launch_argument(args, p)
+            name = a.name if a is not None else f"arg {p.param_index - 1}"
+            for r in relocs:
+                if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0:
+                    out.setdefault(r.region_id, name)
+        return out
+    for f in _region_fields(op):
+        rid = getattr(op, f)
+        if rid >= 0:
+            out.setdefault(rid, f[: -len("_region_id")] or f)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Region types, names and statistics
 # ---------------------------------------------------------------------------
@@ -204,9 +228,11 @@ def region_infos(program: m.Program, annotations=None) -> dict:
             if arg is None:
                 continue
             dt = arg.dtype
-            if dt is None or not _plain(dt) or len(relocs) != 1:
+            # An array argument relocates its data pointer and (NULL_PTR) its grad pointer.
+            data = [r for r in relocs if r.kind == m.RelocKind.DATA_PTR]
+            if dt is None or not _plain(dt) or len(data) != 1:
                 continue
-            r = relocs[0]
+            r = data[0]
             info = infos.get(r.region_id)
             if info is None or info.sig is not None or r.region_offset != 0 or r.kind != m.RelocKind.DATA_PTR:
                 continue

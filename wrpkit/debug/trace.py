@@ -49,10 +49,12 @@ class TraceResult:
             ``writes``: per written region ``region``, ``binding``, ``digest``,
             ``dtype`` (None: unknown), ``nan``, ``inf``, ``min``, ``max``
             (None where the dtype is unknown).
-        first_nonfinite: With ``stop_at_nonfinite``, the first op that left a
-            NaN or Inf in a region it writes (see :func:`trace`), else None.
+        first_nonfinite: The first op that left a NaN or Inf in a region it
+            writes (see :func:`trace`), else None; found with or without
+            ``stop_at_nonfinite``, among the regions of known dtype
+            (:attr:`unchecked` lists the others).
         first_divergence: With ``against``, the first op whose digests differ
-            from the other trace, else None.
+            from the other trace (see :func:`compare_traces`), else None.
         unknown_dtypes: Regions written whose dtype is unknown (no NaN check there).
         digest_seconds: Time spent digesting and summarizing regions.
         step_seconds: Time spent running ops (including IF/WHILE conditions).
@@ -66,6 +68,15 @@ class TraceResult:
     first_nonfinite: Optional[dict] = None
     first_divergence: Optional[dict] = None
     unknown_dtypes: list = field(default_factory=list)
+    #: Per region of unknown dtype that ops wrote (not checked for NaN/Inf): ``region``,
+    #: ``binding``, ``writes`` (how many times) and up to 8 ``writers`` (``seq``, ``index``, ``path``, ``name``).
+    unchecked: list = field(default_factory=list)
+    #: With ``kernels=``: how each recorded kernel matched the files (``SourceTyping.to_json()``).
+    kernels: Optional[dict] = None
+    #: Which program this is a trace of (:func:`program_identity`).
+    program: Optional[dict] = None
+    #: With ``against``: a warning when the other trace is of another program, else None.
+    against_warning: Optional[str] = None
     digest_seconds: float = 0.0
     step_seconds: float = 0.0
     load_seconds: float = 0.0
@@ -77,7 +88,9 @@ class TraceResult:
         """``{"ops": [...], "first_nonfinite": ..., "first_divergence": ...}`` plus where it ran."""
         return {"format": TRACE_FORMAT, "file": self.file, "engine": self.engine, "device": self.device,
                 "ops": self.ops, "first_nonfinite": self.first_nonfinite,
-                "first_divergence": self.first_divergence, "unknown_dtypes": self.unknown_dtypes}
+                "first_divergence": self.first_divergence, "unknown_dtypes": self.unknown_dtypes,
+                "unchecked": self.unchecked, "kernels": self.kernels, "program": self.program,
+                "against_warning": self.against_warning}
 
     def save(self, path) -> Path:
         """Write the trace as JSON (atomically); :func:`load_trace` reads it back."""
@@ -107,26 +120,70 @@ def _key(rec: dict) -> tuple:
 
 
 def compare_traces(ops: list, other: list) -> Optional[dict]:
-    """The first op where two traces differ (order, op, or a written region's digest), or None."""
+    """The first op where two traces differ (order, op, or a written region's digest), or None.
+
+    ``reason`` says exactly what: ``"the op streams differ here"``, ``"a written
+    region differs"`` (both traces wrote it, with other bytes), or ``"a written
+    region is absent from the other trace"`` / ``"... from this trace"``
+    (``absent_from`` then says which: ``"other"`` or ``"this"``).
+    """
     for a, b in zip(ops, other):
         if not isinstance(b, dict):
             raise WrpFormatError("the other trace holds an op that is not an object")
         where = {"seq": a["seq"], "index": a["index"], "path": a["path"], "iteration": a["iteration"],
                  "op": a["op"], "kernel": a["kernel"]}
-        if _key(a) != _key(b) or a["op"] != b.get("op"):
+        if _key(a) != _key(b) or a["op"] != b.get("op") or a["kernel"] != b.get("kernel"):
             return {**where, "reason": "the op streams differ here", "other": {
-                "index": b.get("index"), "path": b.get("path"), "iteration": b.get("iteration"), "op": b.get("op")}}
+                "index": b.get("index"), "path": b.get("path"), "iteration": b.get("iteration"), "op": b.get("op"),
+                "kernel": b.get("kernel")}}
         theirs = {w.get("region"): w for w in b.get("writes") or () if isinstance(w, dict)}
         for w in a["writes"]:
             o = theirs.get(w["region"])
-            if o is None or o.get("digest") != w["digest"]:
+            if o is None:
+                return {**where, "reason": "a written region is absent from the other trace", "absent_from": "other",
+                        "region": w["region"], "binding": w["binding"], "digest": w["digest"], "other_digest": None}
+            if o.get("digest") != w["digest"]:
                 return {**where, "reason": "a written region differs", "region": w["region"],
-                        "binding": w["binding"], "digest": w["digest"],
-                        "other_digest": None if o is None else o.get("digest")}
+                        "binding": w["binding"], "digest": w["digest"], "other_digest": o.get("digest")}
+        mine = {w["region"] for w in a["writes"]}
+        for rid, o in theirs.items():
+            if rid not in mine:
+                return {**where, "reason": "a written region is absent from this trace", "absent_from": "this",
+                        "region": rid, "binding": o.get("binding"), "digest": None, "other_digest": o.get("digest")}
     if len(ops) != len(other):
         n = min(len(ops), len(other))
         return {"seq": n, "index": None, "path": None, "iteration": None, "op": None, "kernel": None,
                 "reason": f"one trace has {len(ops)} ops, the other {len(other)}"}
+    return None
+
+
+def program_identity(program: m.Program) -> dict:
+    """What says which program a trace is of: its kernels (key and per-kernel code hash) and op counts."""
+    import hashlib  # noqa: PLC0415
+
+    kernels = sorted(f"{k.kernel_key} {k.forward_name}" for k in program.kernels)
+    counts = sorted((str(getattr(t, "name", t)), n) for t, n in program.op_counts().items())
+    text = json.dumps({"kernels": kernels, "ops": counts, "top": len(program.ops)})
+    return {"kernels": sorted(k.kernel_key for k in program.kernels),
+            "fingerprint": hashlib.sha256(text.encode()).hexdigest()[:16]}
+
+
+def program_mismatch(mine: Optional[dict], theirs, ops: list, other: list) -> Optional[str]:
+    """A warning when two traces are of different programs, else None."""
+    if isinstance(mine, dict) and isinstance(theirs, dict) and theirs.get("fingerprint"):
+        if mine.get("fingerprint") == theirs.get("fingerprint"):
+            return None
+        ka, kb = set(mine.get("kernels") or ()), set(theirs.get("kernels") or ())
+        if ka != kb:
+            only_a, only_b = sorted(ka - kb)[:4], sorted(kb - ka)[:4]
+            return ("the two traces are of different programs: kernels only in this one: "
+                    f"{', '.join(only_a) or '-'}; only in the other: {', '.join(only_b) or '-'}")
+        return "the two traces are of different programs (same kernel names, other code or ops)"
+    ka = {o.get("kernel") for o in ops if o.get("kernel")}
+    kb = {o.get("kernel") for o in other if isinstance(o, dict) and o.get("kernel")}
+    if ka != kb:
+        return ("the two traces launch different kernels: only in this one: "
+                f"{', '.join(sorted(ka - kb)[:4]) or '-'}; only in the other: {', '.join(sorted(kb - ka)[:4]) or '-'}")
     return None
 
 
@@ -155,7 +212,7 @@ def apply_inputs(machine: st.Machine, opened, inputs: Optional[Mapping]) -> None
 
 def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None,
           stop_at_nonfinite: bool = False, dump=None, against=None, modules: Optional[Mapping] = None,
-          isolate: bool = False, timeout: Optional[float] = None) -> TraceResult:
+          isolate: bool = False, timeout: Optional[float] = None, kernels=()) -> TraceResult:
     """Replay a capture op by op; record each written region's digest and statistics.
 
     Args:
@@ -165,10 +222,14 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             replayer's C API, in the process that steps).
         inputs: ``{binding name: array}`` set before the first op.
         stop_at_nonfinite: Stop after the first op that leaves a NaN or Inf
-            in a region it writes; :attr:`TraceResult.first_nonfinite` then
-            holds ``index``, ``path``, ``iteration``, ``op``, ``kernel``,
-            ``region``, ``binding``, ``element`` (flat index in the binding's
-            typed array) and ``inputs`` (the op's input regions at that point).
+            in a region it writes.  With or without it,
+            :attr:`TraceResult.first_nonfinite` names that op: ``seq`` (the
+            step, as the trace numbers it), ``index``, ``path``,
+            ``iteration``, ``iterations``, ``op``, ``kernel``, ``region``,
+            ``binding`` (None for an unbound array), ``argument`` (the kernel
+            argument's name), ``dtype``, ``element`` (flat index in the typed
+            array), ``nan``, ``inf`` and ``inputs``: the op's input regions
+            as they were BEFORE it ran (each with its ``argument``).
         dump: A folder: write each op's written regions as ``.npy`` (typed
             where the dtype is known, else ``uint8``).
         against: A trace (path, :class:`TraceResult` or its ``to_json()``) to
@@ -182,6 +243,10 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             ``import warp`` and a load per call; the default stays in-process.
         timeout: Seconds of wall time for the whole trace; implies
             ``isolate=True`` (the child is killed when it runs out).
+        kernels: ``.py`` files defining the capture's kernels (a stock
+            capture records no types): each recorded kernel that matches
+            (:mod:`wrpkit.run.source_types`) types the regions it is passed;
+            :attr:`TraceResult.kernels` says how each matched.
 
     Returns:
         A :class:`TraceResult`.
@@ -192,17 +257,22 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         WrpRuntimeError: Warp failed to run an op.
         WrpCrashError: (``isolate``) The child died of a fatal signal.
         WrpTimeoutError: (``timeout``) The trace did not finish in time.
+        WrpKernelsError: (``kernels``) A file fails to import, or no kernel matches.
     """
     t0 = time.perf_counter()
-    other = None
+    other = other_program = None
     if against is not None:
         if isinstance(against, TraceResult):
-            other = against.ops
+            other, other_program = against.ops, against.program
         elif isinstance(against, Mapping):
-            other = list(against.get("ops") or [])
+            other, other_program = list(against.get("ops") or []), against.get("program")
         else:
-            other = load_trace(against)["ops"]
+            loaded = load_trace(against)
+            other, other_program = loaded["ops"], loaded.get("program")
     opened = open_program(source, modules)
+    from ..run.source_types import type_capture  # noqa: PLC0415
+
+    typing = type_capture(opened, list(kernels or ()))
     device = str(device) if device is not None else default_device(opened.program)
     from ..run.isolate import verify_deferred  # noqa: PLC0415
     from ..run.runtime import check_runnable  # noqa: PLC0415
@@ -220,8 +290,12 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
     else:
         result = run_trace(opened, device=device, engine=engine, inputs=inputs,
                            stop_at_nonfinite=stop_at_nonfinite, dump=dump, started=t0)
+    if typing is not None:
+        result.kernels = typing.to_json()
+    result.program = program_identity(opened.program)
     if other is not None:
         result.first_divergence = compare_traces(result.ops, other)
+        result.against_warning = program_mismatch(result.program, other_program, result.ops, other)
     return result
 
 
@@ -246,7 +320,8 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
     dump_dir = Path(dump) if dump is not None else None
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
-    unknown = set()
+    unknown: dict = {}  # region id -> {"region", "writes", "writers"} (dtype unknown: not checked)
+    last: dict = {}  # region id -> its statistics after the latest op that wrote it
     clock = time.perf_counter
     try:
         apply_inputs(machine, opened, inputs)
@@ -254,6 +329,15 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
         writes_of: dict = {}
         t_digest = [0.0, 0.0]
         cpu = time.thread_time
+        initial = _initial_state(opened, inputs)
+
+        def before_stats(rid: int, written_now: set) -> dict:
+            """A region's statistics as they were before the current op ran."""
+            if rid in last:
+                return last[rid]
+            if rid in written_now:  # never written before: its initial bytes
+                return st.region_stats(infos[rid], initial(rid))
+            return st.region_stats(infos[rid], machine.region(rid))
 
         def visit(op, index, path, iterations):
             t1, c1 = clock(), cpu()
@@ -263,33 +347,37 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                 known = writes_of[id(op)] = ([r for r in st.written_regions(prog, op, sig) if r in infos], sig)
             rids, sig = known
             writes = []
+            seq = len(result.ops)
             for rid in rids:
                 info = infos[rid]
                 raw = machine.region(rid)
                 writes.append(st.region_stats(info, raw))
                 if info.sig is None:
-                    unknown.add(rid)
+                    u = unknown.get(rid)
+                    if u is None:
+                        u = unknown[rid] = {"region": rid, "binding": info.bindings[0] if info.bindings else None,
+                                            "writes": 0, "writers": []}
+                    u["writes"] += 1
+                    name = op.kernel_key if isinstance(op, m.KernelLaunch) else op.op_type.name
+                    if len(u["writers"]) < 8 and all(w["path"] != path or w["name"] != name for w in u["writers"]):
+                        u["writers"].append({"seq": seq, "index": index, "path": path, "name": name})
                 if dump_dir is not None:
-                    _dump(dump_dir, len(result.ops), path, iterations, info, raw)
-            rec = {"seq": len(result.ops), "index": index, "path": path,
+                    _dump(dump_dir, seq, path, iterations, info, raw)
+            rec = {"seq": seq, "index": index, "path": path,
                    "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
                    "op": op.op_type.name, "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None,
                    "writes": writes}
             result.ops.append(rec)
             stop = False
-            if stop_at_nonfinite:
+            if result.first_nonfinite is None:
                 for w in writes:
                     if w["nan"] or w["inf"]:
-                        info = infos[w["region"]]
-                        result.first_nonfinite = {
-                            **{k: rec[k] for k in ("seq", "index", "path", "iteration", "op", "kernel")},
-                            "region": w["region"], "binding": w["binding"],
-                            "element": st.first_nonfinite(info, machine.region(w["region"])),
-                            "nan": w["nan"], "inf": w["inf"],
-                            "inputs": [st.region_stats(infos[r], machine.region(r))
-                                       for r in st.read_regions(prog, op, sig) if r in infos]}
-                        stop = True
+                        result.first_nonfinite = _nonfinite_record(prog, op, sig, rec, w, infos, machine,
+                                                                   lambda r: before_stats(r, set(rids)))
+                        stop = stop_at_nonfinite
                         break
+            for w in writes:
+                last[w["region"]] = w
             t_digest[0] += clock() - t1
             t_digest[1] += cpu() - c1
             return stop
@@ -312,7 +400,42 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
     finally:
         machine.close()
     result.unknown_dtypes = sorted(unknown)
+    result.unchecked = [unknown[r] for r in sorted(unknown)]
     return result
+
+
+def _initial_state(opened, inputs):
+    """``initial(region_id) -> bytes``: a region as the trace started (file data, then inputs)."""
+    regions = opened.program.region_map()
+    cache: dict = {}
+
+    def raw_initial(rid: int) -> np.ndarray:
+        r = regions[rid]
+        if r.has_initial_data and r.data is not None:
+            return np.frombuffer(r.data, dtype=np.uint8)
+        return np.zeros(r.size, dtype=np.uint8)
+
+    def initial(rid: int) -> np.ndarray:
+        if not cache:
+            cache.update(input_bytes(opened, inputs, raw_initial) or {-1: None})
+        got = cache.get(rid)
+        return got if got is not None else raw_initial(rid)
+
+    return initial
+
+
+def _nonfinite_record(prog, op, sig, rec: dict, w: dict, infos: dict, machine, before) -> dict:
+    """``first_nonfinite``: where, what, how many, and the op's inputs as they were before it ran."""
+    names = st.region_arguments(op, sig)
+    info = infos[w["region"]]
+    inputs = []
+    for r in st.read_regions(prog, op, sig):
+        if r in infos:
+            inputs.append({**before(r), "argument": names.get(r)})
+    return {**{k: rec[k] for k in ("seq", "index", "path", "iteration", "iterations", "op", "kernel")},
+            "region": w["region"], "binding": w["binding"], "argument": names.get(w["region"]),
+            "dtype": w["dtype"], "element": st.first_nonfinite(info, machine.region(w["region"])),
+            "nan": w["nan"], "inf": w["inf"], "inputs": inputs, "inputs_state": "before the op ran"}
 
 
 def _dump(folder: Path, seq: int, path: str, iterations, info: st.RegionInfo, raw: np.ndarray) -> None:

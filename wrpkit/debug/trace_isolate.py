@@ -95,6 +95,8 @@ def trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping
         source, modules_dir = iso.write_source(opened.prepared, d)
         np.savez(d / "inputs.npz", **{k: _as_array(v) for k, v in inputs.items()})
         (d / "op").write_bytes(SLOT.pack(-1, -1, -1, b""))
+        if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
+            (d / "annotations.bin").write_bytes(bytes(opened.program.annotations))
         job = {"source": source, "modules_dir": modules_dir, "device": device, "engine": engine,
                "stop_at_nonfinite": bool(stop_at_nonfinite), "dump": dump is not None}
         (d / "job.json").write_text(json.dumps(job))
@@ -115,7 +117,7 @@ def trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping
         data = json.loads((d / "result.json").read_text())
         result = TraceResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
                              data["device"], data["ops"], data["first_nonfinite"], None, data["unknown_dtypes"],
-                             **{k: data[k] for k in _TIMINGS})
+                             data.get("unchecked") or [], **{k: data[k] for k in _TIMINGS})
         if dump is not None:
             _publish_dump(d / "dump", Path(dump))
     return result
@@ -139,6 +141,11 @@ def _child_main(d: Path) -> int:
 
         modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
         opened = open_program(job["source"], modules, _validated=True)
+        if (d / "annotations.bin").is_file():
+            from ..formats.annotations import decode_annotations  # noqa: PLC0415
+            from ..run.source_types import retype  # noqa: PLC0415
+
+            retype(opened, decode_annotations((d / "annotations.bin").read_bytes()))
         with np.load(d / "inputs.npz", allow_pickle=False) as z:
             inputs = {k: z[k] for k in z.files}
         with open(d / "op", "r+b") as f:

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from .. import environment
 from .. import model as m
-from ..errors import WrpError, WrpFormatError
+from ..errors import WrpError, WrpFormatError, WrpKernelsError
 from ..fileio import check_output_path, publish_wrp, read_file
 from ..formats import wrp1
 from ..formats.annotations import Annotations, ModuleDigest, encode_annotations
@@ -73,6 +73,95 @@ def _ctype_of(t):
     return None
 
 
+def import_kernels_file(path):
+    """Import a user's ``.py`` file as Python runs a script, without running its main block.
+
+    The file's folder is on ``sys.path`` while it runs (scripts import their
+    siblings); its ``__name__`` is its file stem, never ``"__main__"``, so an
+    ``if __name__ == "__main__":`` block does not run.  Kernels it defines are
+    registered with Warp under that module name.
+
+    Args:
+        path: The ``.py`` file.
+
+    Returns:
+        The module object.
+
+    Raises:
+        WrpKernelsError: The file is missing, not Python, or raises while it is imported.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WrpKernelsError(f"--kernels file not found: {path}", hint="Pass the .py file that defines the kernels.")
+    name = path.stem if path.stem.isidentifier() else "_wrpkit_kernels_" + "".join(
+        c if c.isalnum() else "_" for c in path.stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise WrpKernelsError(f"--kernels {path} is not an importable Python file",
+                              hint="Pass a .py file that defines the kernels.")
+    module = importlib.util.module_from_spec(spec)
+    previous = sys.modules.get(name)
+    sys.modules[name] = module
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as e:  # the user's code: any error (SystemExit too) is theirs, reported as such
+        if previous is not None:
+            sys.modules[name] = previous
+        else:
+            sys.modules.pop(name, None)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise WrpKernelsError(f"importing --kernels {path} failed: {type(e).__name__}: {e}",
+                              hint="Fix the file so that `python -c 'import runpy; runpy.run_path(FILE)'` "
+                                   "runs it; its main block is not run.") from None
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+    return module
+
+
+def module_kernels(module) -> list:
+    """The Warp kernels a module defines: its top-level names, then any others Warp registered under it."""
+    import warp as wp  # noqa: PLC0415
+    from warp._src import context as wctx  # noqa: PLC0415
+
+    found = [k for k in vars(module).values() if isinstance(k, wp.Kernel)]
+    registered = getattr(wctx, "user_modules", {}).get(module.__name__)
+    for k in (getattr(registered, "kernels", {}) or {}).values():
+        if isinstance(k, wp.Kernel) and all(k is not f for f in found):
+            found.append(k)
+    return found
+
+
+def kernel_arg_specs(k) -> tuple:
+    """:class:`~wrpkit.formats.upgrade.ArgSpec` of each argument of a kernel, as the installed Warp packs it.
+
+    Raises:
+        WrpKernelsError: An argument whose C layout wrpkit cannot determine.
+    """
+    from warp._src import types as wt  # noqa: PLC0415
+
+    args = []
+    for a in k.adj.args:
+        if wt.is_array(a.type):
+            ctype = {wt.array: wt.array_t, wt.indexedarray: wt.indexedarray_t}.get(type(a.type))
+            if ctype is None:
+                raise WrpKernelsError(f"argument {a.label} of kernel {k.key!r} is a {type(a.type).__name__}, "
+                                      "whose layout wrpkit does not match")
+            args.append(ArgSpec(a.label, True, ctypes.sizeof(ctype), ctypes.alignment(ctype)))
+            continue
+        ct = _ctype_of(a.type)
+        if ct is None:
+            raise WrpKernelsError(f"argument {a.label} of kernel {k.key!r} has type {a.type!r}, whose C layout "
+                                  "wrpkit cannot determine")
+        args.append(ArgSpec(a.label, False, ctypes.sizeof(ct), ctypes.alignment(ct)))
+    return tuple(args)
+
+
 def rebuild_kernels(paths: Sequence, device: str = "cpu") -> tuple:
     """Import Python modules and compile every Warp kernel in them with the installed Warp.
 
@@ -95,27 +184,15 @@ def rebuild_kernels(paths: Sequence, device: str = "cpu") -> tuple:
     wp.init()
     kernels, binaries = [], {}
     for path in paths:
-        path = Path(path)
-        if not path.is_file():
-            raise WrpError(f"--kernels file not found: {path}", hint="Pass the .py file that defines the kernels.")
-        name = path.stem
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise WrpError(f"{path} is not an importable Python file")
-        module = importlib.util.module_from_spec(spec)
-        previous = sys.modules.get(name)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:  # the user's code: any error is theirs, reported as such
-            if previous is not None:
-                sys.modules[name] = previous
-            raise WrpError(f"importing {path} failed: {type(e).__name__}: {e}",
-                           hint="Fix the kernels module so that it imports on its own.") from None
-        found = [k for k in vars(module).values() if isinstance(k, wp.Kernel)]
+        module = import_kernels_file(path)
+        found = module_kernels(module)
         if not found:
-            raise WrpError(f"{path} defines no Warp kernel", hint="Pass the module that defines the kernels.")
+            raise WrpKernelsError(f"{path} defines no Warp kernel", hint="Pass the module that defines the kernels.")
         for k in found:
+            for a in k.adj.args:
+                if wt.is_array(a.type) and not isinstance(a.type, wt.array):
+                    raise WrpError(f"argument {a.label} of kernel {k.key!r} is a {type(a.type).__name__}, "
+                                   "which Warp 1.13 captures could not hold")
             try:
                 exe = k.module.load(device)
             except Exception as e:  # compilation errors come from Warp
@@ -129,19 +206,7 @@ def rebuild_kernels(paths: Sequence, device: str = "cpu") -> tuple:
             fwd = f"{mangled}_{dev}_forward" if dev == "cpu" else f"{mangled}_cuda_kernel_forward"
             bwd = (f"{mangled}_{dev}_backward" if dev == "cpu" else f"{mangled}_cuda_kernel_backward") \
                 if options.get("enable_backward", True) else ""
-            args = []
-            for a in k.adj.args:
-                if wt.is_array(a.type):
-                    if not isinstance(a.type, wt.array):
-                        raise WrpError(f"argument {a.label} of kernel {k.key!r} is a {type(a.type).__name__}, "
-                                       "which Warp 1.13 captures could not hold")
-                    args.append(ArgSpec(a.label, True, ctypes.sizeof(wt.array_t), ctypes.alignment(wt.array_t)))
-                    continue
-                ct = _ctype_of(a.type)
-                if ct is None:
-                    raise WrpError(f"argument {a.label} of kernel {k.key!r} has type {a.type!r}, whose C layout "
-                                   "wrpkit cannot determine")
-                args.append(ArgSpec(a.label, False, ctypes.sizeof(ct), ctypes.alignment(ct)))
+            args = kernel_arg_specs(k)
             filename = Path(exe.binary_path).name
             binaries[filename] = Path(exe.binary_path)
             # Warp 1.13 recorded kernel.options.get("block_dim", 256) in format 3.

@@ -1,0 +1,450 @@
+"""Type a capture's kernels from the user's source (``--kernels FILE.py``, ``wrp annotate``).
+
+A capture saved by stock ``wp.capture_save`` records each kernel's key, module
+and packed arguments, but no types: tools cannot tell a float array from an
+int one, or which arguments a kernel writes.  The user's own source can.  Each
+``FILE.py`` is imported as Python runs a script (its folder on the import
+path, but ``__name__`` is its stem, so its ``if __name__ == "__main__":``
+block does not run; :func:`~wrpkit.run.upgrade.import_kernels_file`), and each
+recorded kernel is matched, never guessed, by
+
+* **key**: the kernel's name (``k.key``),
+* **module**: the recorded module name, or ``__main__`` (a capture made by
+  running the script records its kernels there), and
+* **argument layout**: as many arguments, each an array where the capture
+  relocates a pointer and of the packed size the capture holds
+  (``wrp upgrade --kernels`` matches the same way).
+
+A matched kernel becomes a :class:`~wrpkit.formats.annotations.KernelSignature`
+(argument names, dtypes, and what the kernel does with each array, from
+:mod:`wrpkit.run.access`), the same record ``wrpkit.capture`` writes, so
+every tool that reads kernel-argument annotations types the regions passed to
+it.  A kernel that does not match is named with the reason.
+
+Example::
+
+    typing = type_from_source(program, annotations, ["sim.py"])
+    typing.unmatched        # [KernelMatch(kernel_key="k", reason="...")]
+    merged = typing.annotations
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .. import model as m
+from ..errors import WrpKernelsError
+from ..formats import annotations as ann
+
+
+@dataclass
+class KernelMatch:
+    """How one recorded kernel was matched against the ``--kernels`` files.
+
+    Attributes:
+        kernel_key, module_hash, module_name: The recorded kernel.
+        file: The file whose kernel matched, or None.
+        signature: The :class:`~wrpkit.formats.annotations.KernelSignature`, or None.
+        code: ``"same"`` (the kernel's own hash in the recorded symbol equals the
+            file's), ``"changed"``, or ``"unknown"`` (not comparable).
+        reason: Why it did not match (None when it did).
+    """
+
+    kernel_key: str
+    module_hash: str
+    module_name: str
+    file: Optional[str] = None
+    signature: Optional[ann.KernelSignature] = None
+    code: str = "unknown"
+    reason: Optional[str] = None
+
+    def to_json(self) -> dict:
+        return {"kernel": self.kernel_key, "module": self.module_name, "module_hash": self.module_hash,
+                "file": self.file, "matched": self.signature is not None, "code": self.code, "reason": self.reason}
+
+
+@dataclass
+class SourceTyping:
+    """What :func:`type_from_source` found.
+
+    Attributes:
+        files: The files imported.
+        matches: One :class:`KernelMatch` per recorded kernel.
+        annotations: The file's annotations (or empty ones) plus the matched
+            kernel signatures and binding signatures derived from them.
+        bindings_typed: Binding names that gained a signature.
+        seconds: Wall time of importing and matching.
+    """
+
+    files: list
+    matches: list = field(default_factory=list)
+    annotations: Optional[ann.Annotations] = None
+    bindings_typed: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def matched(self) -> list:
+        return [k for k in self.matches if k.signature is not None]
+
+    @property
+    def unmatched(self) -> list:
+        return [k for k in self.matches if k.signature is None]
+
+    def to_json(self) -> dict:
+        return {"files": [str(f) for f in self.files], "kernels": [k.to_json() for k in self.matches],
+                "bindings_typed": list(self.bindings_typed), "seconds": round(self.seconds, 4)}
+
+
+def _first_launches(program: m.Program) -> dict:
+    """``{(module_hash, kernel_key): first forward launch}`` (the walk ends once every kernel is found)."""
+    first: dict = {}
+    want = len(program.kernels)
+    for _, op in m.walk_ops(program.ops):
+        if isinstance(op, m.KernelLaunch) and op.is_forward:
+            first.setdefault((op.module_hash, op.kernel_key), op)
+            if len(first) >= want:
+                break
+    return first
+
+
+def _layout_problem(op: Optional[m.KernelLaunch], specs: tuple) -> Optional[str]:
+    """Why a launch's packed arguments do not fit a kernel's arguments, or None when they fit."""
+    if op is None:
+        return None  # recorded but never launched forward: nothing to compare
+    params = list(op.param_relocations())
+    if len(params) != len(specs):
+        return f"the capture passes {len(params)} argument(s), the file's kernel takes {len(specs)}"
+    for i, ((p, relocs), spec) in enumerate(zip(params, specs)):
+        if spec.is_array and not relocs:
+            return f"argument {i} ({spec.name}) is an array in the file but a plain value in the capture"
+        if p.value_size != spec.size:
+            return (f"argument {i} ({spec.name}) is {p.value_size} bytes in the capture, {spec.size} in the "
+                    "file's kernel")
+    return None
+
+
+def _kernel_hash(k, block_dim: int) -> Optional[str]:
+    """The kernel's own hash as Warp puts it in its symbol name, or None when Warp cannot say."""
+    try:
+        k.module.get_module_hash(block_dim)
+        h = k.module.hashers[block_dim].kernel_hashes[k]
+        return k.get_mangled_name(kernel_hash=h)
+    except Exception:  # noqa: BLE001  (private Warp API: the code check is a bonus)
+        return None
+
+
+def _signature(k, key: str, module_hash: str, op: Optional[m.KernelLaunch]) -> ann.KernelSignature:
+    from warp._src import types as wt  # noqa: PLC0415
+
+    from .access import kernel_argument_access  # noqa: PLC0415
+
+    access = kernel_argument_access(k)
+    params = op.params if op is not None else []
+    args = []
+    for i, var in enumerate(k.adj.args):
+        t = var.type
+        dtype, ndim = None, 0
+        try:
+            if wt.is_array(t):
+                dtype, ndim = ann.dtype_from_warp(t.dtype), int(t.ndim)
+            else:
+                dtype = ann.dtype_from_warp(t)
+        except TypeError:
+            pass
+        try:
+            tname = wt.type_repr(t)
+        except Exception:  # noqa: BLE001
+            tname = str(t)
+        size = params[i].value_size if i < len(params) else 0
+        args.append(ann.KernelArgument(var.label, tname, int(size), dtype, ndim,
+                                       int(access[i]) if i < len(access) else 0))
+    return ann.KernelSignature(key, module_hash, tuple(args))
+
+
+def _module_fits(recorded: str, k, stem: str) -> bool:
+    if recorded == "__main__":
+        return True  # a capture made by running the script
+    name = k.module.name
+    return recorded == name or recorded.rsplit(".", 1)[-1] == stem
+
+
+def import_kernels(paths: Sequence) -> list:
+    """``[(path, [wp.Kernel, ...]), ...]``: each file imported as a script (main block not run).
+
+    Raises:
+        WrpKernelsError: A file is missing, fails to import, or defines no kernel.
+    """
+    from .upgrade import import_kernels_file, module_kernels  # noqa: PLC0415
+
+    out = []
+    for path in paths:
+        module = import_kernels_file(path)
+        found = module_kernels(module)
+        if not found:
+            raise WrpKernelsError(f"--kernels {path} defines no Warp kernel",
+                                  hint="Pass the .py file whose @wp.kernel functions the capture launched.")
+        out.append((Path(path), found))
+    return out
+
+
+def type_from_source(program: m.Program, annotations: Optional[ann.Annotations], paths: Sequence) -> SourceTyping:
+    """Match a capture's kernels with the kernels of the user's files; return the merged annotations.
+
+    Kernel signatures the file already records are kept; a matched kernel
+    adds its signature where the file has none.  Bindings without a
+    signature get one when a matched kernel argument covers their whole
+    region (1-D, the argument's dtype).
+
+    Args:
+        program: The decoded capture.
+        annotations: Its annotations, or None (a stock capture).
+        paths: The ``--kernels`` files.
+
+    Returns:
+        A :class:`SourceTyping`.
+
+    Raises:
+        WrpKernelsError: A file cannot be imported or defines no kernel, or no
+            recorded kernel matches any of them (each is named with its reason).
+    """
+    from ..environment import init_warp  # noqa: PLC0415
+
+    t0 = time.perf_counter()
+    init_warp(cpu_only=program.device_type == m.DeviceType.CPU)
+    imported = import_kernels(paths)
+    mod_names = {mod.module_hash: mod.module_name for mod in program.modules}
+    first = _first_launches(program)
+    have = {(k.module_hash, k.kernel_key) for k in (annotations.kernel_signatures if annotations else ())}
+    typing = SourceTyping([p for p, _ in imported])
+    for rk in program.kernels:
+        recorded = mod_names.get(rk.module_hash, "")
+        match = KernelMatch(rk.kernel_key, rk.module_hash, recorded)
+        typing.matches.append(match)
+        cands = [(p, k) for p, ks in imported for k in ks if k.key == rk.kernel_key]
+        if not cands:
+            match.reason = f"no kernel named {rk.kernel_key!r} in {', '.join(str(p) for p, _ in imported)}"
+            continue
+        fits = [(p, k) for p, k in cands if _module_fits(recorded, k, p.stem)]
+        if not fits:
+            match.reason = (f"recorded in module {recorded!r}, but {cands[0][0]} defines it in module "
+                            f"{cands[0][1].module.name!r}")
+            continue
+        op = first.get((rk.module_hash, rk.kernel_key))
+        problems, good = [], []
+        for p, k in fits:
+            from .upgrade import kernel_arg_specs  # noqa: PLC0415
+
+            try:
+                problem = _layout_problem(op, kernel_arg_specs(k))
+            except WrpKernelsError as e:
+                problem = e.message
+            (problems if problem else good).append((p, k, problem))
+        if not good:
+            match.reason = problems[0][2]
+            continue
+        if len({tuple(a.type for a in k.adj.args) for _, k, _ in good}) > 1:
+            match.reason = (f"{len(good)} definitions of {rk.kernel_key!r} fit its argument layout with different "
+                            "types; pass only the file that defined it")
+            continue
+        p, k, _ = good[0]
+        match.file = str(p)
+        match.signature = _signature(k, rk.kernel_key, rk.module_hash, op)
+        mangled = _kernel_hash(k, int(rk.block_dim) if rk.block_dim else 256)
+        if mangled is not None and rk.forward_name:
+            match.code = "same" if rk.forward_name.startswith(mangled + "_") else "changed"
+    if not typing.matched:
+        raise WrpKernelsError(
+            "no kernel of the capture matches the --kernels file(s): "
+            + "; ".join(f"{k.kernel_key}: {k.reason}" for k in typing.matches[:6]),
+            hint="Pass the .py file that defined and launched the kernels when the capture was made.")
+    base = annotations or ann.Annotations(producer="wrpkit --kernels")
+    added = tuple(k.signature for k in typing.matched if (k.module_hash, k.kernel_key) not in have)
+    merged = dataclasses.replace(base, kernel_signatures=tuple(base.kernel_signatures) + added)
+    sigs, typing.bindings_typed = binding_signatures(program, merged)
+    typing.annotations = dataclasses.replace(merged, signature=tuple(merged.signature) + tuple(sigs))
+    typing.seconds = time.perf_counter() - t0
+    return typing
+
+
+def binding_signatures(program: m.Program, annotations: ann.Annotations) -> tuple:
+    """``([ArraySignature], [name])`` for bindings without a signature that a typed kernel argument covers whole.
+
+    The argument's dtype, 1-D over the whole region (the region a binding
+    names always starts at the allocation's start), marked input and output.
+    """
+    from ..checks.summary import launch_argument  # noqa: PLC0415
+
+    known = annotations.signature_map()
+    region_of = {}
+    for b in program.bindings:
+        if b.name not in known:
+            region_of.setdefault(b.region_id, []).append(b.name)
+    if not region_of:
+        return [], []
+    sizes = {r.region_id: r.size for r in program.regions}
+    by_key = {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
+    dtypes: dict = {}
+    for _, op in m.walk_ops(program.ops):
+        if not isinstance(op, m.KernelLaunch):
+            continue
+        ks = by_key.get((op.module_hash, op.kernel_key))
+        if ks is None:
+            continue
+        for p, relocs in op.param_relocations():
+            data = [r for r in relocs if r.kind == m.RelocKind.DATA_PTR]
+            if len(data) != 1 or data[0].region_offset or data[0].region_id not in region_of \
+                    or data[0].region_id in dtypes:
+                continue
+            arg = launch_argument(ks.arguments, p)
+            if arg is None or arg.dtype is None or arg.dtype.fields or arg.dtype.size <= 0:
+                continue
+            dtypes[data[0].region_id] = arg.dtype
+        if len(dtypes) == len(region_of):
+            break  # every untyped binding has its dtype: the rest of a long stream adds nothing
+    out, names = [], []
+    for rid, dt in dtypes.items():
+        size = sizes.get(rid, 0)
+        n = size // int(dt.size)
+        if n * int(dt.size) != size:
+            continue
+        for name in region_of[rid]:
+            # Stock Warp records no roles: every binding stays both an input and an output (as --dtype types it).
+            out.append(ann.ArraySignature(name=name, dtype=dt, shape=(n,), strides=(int(dt.size),),
+                                          is_input=True, is_output=True))
+            names.append(name)
+    return out, names
+
+
+
+
+def retype(target, annotations: ann.Annotations) -> None:
+    """Give a prepared capture (``Prepared``, or the debug tools' ``Opened``) new annotations, in memory.
+
+    Sets its ``annotations``, the binding ``signature`` map, and the
+    program's encoded annotations (what ``wrp inspect`` and ``wrp graph``
+    read), so every tool downstream sees the types.  Nothing is written.
+    """
+    program = getattr(target, "program", None) or getattr(target, "model")
+    target.annotations = annotations
+    sig_map = annotations.signature_map()
+    sizes = {r.region_id: r.size for r in program.regions}
+    for b in program.bindings:
+        sig = sig_map.get(b.name)
+        if sig is not None and target.signature.get(b.name) is None:
+            ann.check_fits(sig, sizes.get(b.region_id, 0))
+            target.signature[b.name] = sig
+    program.annotations = ann.encode_annotations(annotations)
+    prepared = getattr(target, "prepared", None)
+    if prepared is not None and prepared is not target:
+        prepared.annotations = annotations
+        prepared.signature.update({k: v for k, v in target.signature.items() if v is not None})
+
+
+def type_capture(target, kernels: Sequence) -> Optional[SourceTyping]:
+    """:func:`type_from_source` on a prepared capture, then :func:`retype` it; None without ``kernels``."""
+    if not kernels:
+        return None
+    program = getattr(target, "program", None) or getattr(target, "model")
+    typing = type_from_source(program, target.annotations, kernels)
+    retype(target, typing.annotations)
+    target.source_typing = typing
+    return typing
+
+
+
+@dataclass
+class AnnotateResult:
+    """What :func:`annotate` wrote.
+
+    Attributes:
+        src, dst: Input and output paths.
+        typing: The :class:`SourceTyping` (matches, unmatched kernels with reasons).
+        bytes_written: Size of the capture written (module files excluded for a ``.wrp``).
+    """
+
+    src: Path
+    dst: Path
+    typing: SourceTyping
+    bytes_written: int
+
+    def to_json(self) -> dict:
+        return {"source": str(self.src), "destination": str(self.dst), "bytes_written": self.bytes_written,
+                **self.typing.to_json()}
+
+
+def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
+    """Write a copy of a capture whose kernels and bindings are typed from the user's source.
+
+    The copy holds wrpkit's annotations (kernel-argument signatures plus
+    binding dtypes, :func:`type_from_source`) in the extra section that
+    Warp's loader skips, so stock ``wp.capture_load`` loads and replays it
+    exactly as the original; every other record and module file is the
+    same.  The output is validated before it is published, atomically: a
+    failure leaves nothing behind.
+
+    Args:
+        src: A ``.wrp`` or ``.wrpk`` without type annotations (a stock capture).
+        dst: Output ``.wrp`` (with ``<stem>_modules/``) or ``.wrpk``.
+        kernels: The ``.py`` files defining the kernels.
+
+    Returns:
+        An :class:`AnnotateResult`.
+
+    Raises:
+        WrpKernelsError: No ``kernels``, a file fails to import, no kernel
+            matches, or ``src`` already carries type annotations.
+        WrpFormatError, WrpValidationError, WrpModuleError: ``src`` is invalid.
+        WrpError: Bad output path.
+    """
+    from ..checks.validate import validate_program  # noqa: PLC0415
+    from ..fileio import check_output_path, publish_wrp  # noqa: PLC0415
+    from ..formats import wrp1  # noqa: PLC0415
+    from .runtime import prepare  # noqa: PLC0415
+
+    src, dst = Path(src), Path(dst)
+    if not kernels:
+        raise WrpKernelsError("wrp annotate needs --kernels FILE.py", hint="Pass the .py file that defines the kernels.")
+    suffix = dst.suffix.lower()
+    if suffix not in (".wrp", ".wrpk"):
+        from ..errors import WrpUsageError  # noqa: PLC0415
+
+        raise WrpUsageError(f"cannot write {dst}: the output must end in .wrp or .wrpk",
+                       hint="For example -o typed.wrp (with typed_modules/) or -o typed.wrpk (one file).")
+    check_output_path(dst, [src])
+    prep = prepare(src)
+    have = prep.annotations
+    if have is not None and (have.kernel_signatures or have.signature):
+        raise WrpKernelsError(
+            f"{src} already carries type annotations ({len(have.kernel_signatures)} kernel signature(s), "
+            f"{len(have.signature)} binding signature(s)); nothing was written",
+            hint="Annotate the stock capture the file was made from, or use --kernels on the command instead.")
+    typing = type_from_source(prep.model, have, kernels)
+    files = dict(prep.modules)
+    notes = typing.annotations
+    if not notes.module_digests:  # pin the module files too, as a wrpkit capture does
+        notes = dataclasses.replace(notes, module_digests=tuple(ann.ModuleDigest.of(n, d) for n, d in files.items()))
+    typing.annotations = notes
+    program = dataclasses.replace(prep.model, annotations=ann.encode_annotations(notes))
+    problems = [p for p in validate_program(program, annotations=typing.annotations)
+                if getattr(p, "severity", "error") == "error"]
+    if problems:
+        from ..errors import WrpError  # noqa: PLC0415
+
+        raise WrpError("the annotated capture would not validate, so nothing was written: "
+                       + "; ".join(str(p) for p in problems[:5]))
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".wrpk":
+        from ..formats import wrpk  # noqa: PLC0415
+
+        n = wrpk.write_wrpk(dst, program, files)
+    else:
+        n = publish_wrp(dst, wrp1.iter_wrp1_chunks(program), files)
+    return AnnotateResult(src, dst, typing, int(n or dst.stat().st_size))
+
+
+__all__ = ["annotate", "AnnotateResult", "type_from_source", "type_capture", "retype", "SourceTyping", "KernelMatch", "import_kernels",
+           "binding_signatures"]
