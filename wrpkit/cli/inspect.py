@@ -45,7 +45,7 @@ def inspect(file, with_ops, as_json, no_verify):
         _print_summary(info)
         if with_ops:
             _print_ops(iter_op_lines(cap.program.ops, signatures=kernel_signatures(cap.program),
-                                     names=region_names(cap.program)))
+                                     names=region_names(cap.program), program=cap.program))
 
 
 def _arch(info: dict) -> str:

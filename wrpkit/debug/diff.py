@@ -28,7 +28,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.summary import launch_argument
+from ..checks.effects import launch_argument
 from ..errors import WrpValidationError
 from ..formats import annotations as ann
 

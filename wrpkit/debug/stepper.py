@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.summary import launch_argument
+from ..checks.effects import launch_argument
 from ..errors import WrpError, WrpRuntimeError
 from ..formats import annotations as ann
 
@@ -41,100 +41,11 @@ CONTROL_BINDING = "__wrpkit_ctl"
 WHILE_GUARD = 1 << 24
 
 
-# ---------------------------------------------------------------------------
-# What an op reads and writes
-# ---------------------------------------------------------------------------
-
-# Region-id fields each op type writes; the rest of its ``*_region_id`` fields are read.
-_WRITES = {
-    m.OpType.MEMCPY_H2D: ("dst_region_id",),
-    m.OpType.MEMCPY_D2D: ("dst_region_id",),
-    m.OpType.MEMSET: ("region_id",),
-    m.OpType.ALLOC: ("region_id",),
-    m.OpType.SCAN: ("dst_region_id",),
-    m.OpType.MEMTILE: ("region_id",),
-    m.OpType.SEGMENTED_SORT: ("keys_region_id", "values_region_id"),
-    m.OpType.RADIX_SORT: ("keys_region_id", "values_region_id"),
-    m.OpType.RUNLENGTH_ENCODE: ("run_values_region_id", "run_lengths_region_id", "run_count_region_id"),
-    m.OpType.BSR_FROM_TRIPLETS: ("summed_block_offsets_region_id", "summed_block_indices_region_id",
-                                 "bsr_offsets_region_id", "bsr_row_counts_region_id", "bsr_columns_region_id",
-                                 "bsr_nnz_region_id"),
-    m.OpType.BSR_TRANSPOSE: ("transposed_offsets_region_id", "transposed_row_counts_region_id",
-                             "transposed_columns_region_id", "block_indices_region_id", "status_region_id"),
-    m.OpType.REDUCTION: ("output_region_id",),
-    m.OpType.HASH_GRID_UPDATE: (),
-    m.OpType.BVH_REFIT: (),
-    m.OpType.BVH_REBUILD: (),
-}
-
-
-def _region_fields(op) -> list:
-    return [f for f in m.op_fields(type(op)) if f.endswith("region_id") and f != "cond_region_id"]
-
-
-#: Access words (``annotations.ACCESS_WORDS``; None: not recorded) that count as a write / a read.
-_WRITE_WORDS = frozenset({None, "write", "readwrite"})
-_READ_WORDS = frozenset({None, "read", "readwrite"})
-
-
-def _kernel_regions(op: m.KernelLaunch, signature, words) -> list:
-    args = signature.arguments if signature is not None else ()
-    out = []
-    for p, relocs in op.param_relocations():
-        a = launch_argument(args, p)
-        if (a.access_word if a is not None else None) not in words:
-            continue
-        for r in relocs:
-            if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0 and r.region_id not in out:
-                out.append(r.region_id)
-    return out
-
-
 def kernel_signatures(annotations) -> dict:
     """``{(module_hash, kernel_key): KernelSignature}`` of a file's annotations (empty without)."""
     if annotations is None:
         return {}
     return {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
-
-
-def written_regions(program: m.Program, op: m.Op, signature=None) -> list:
-    """Region ids an op may write, in first-use order.
-
-    For a kernel launch: the regions of its array arguments that the file
-    records as written ("write" or "readwrite"), and of every array argument
-    whose access the file does not record (older files, no annotations).
-
-    Args:
-        program: The program the op belongs to.
-        op: A leaf op (not IF or WHILE).
-        signature: The launched kernel's
-            :class:`~wrpkit.formats.annotations.KernelSignature`, if any (see
-            :func:`kernel_signatures`).
-    """
-    if isinstance(op, m.KernelLaunch):
-        return _kernel_regions(op, signature, _WRITE_WORDS)
-    names = _WRITES.get(op.op_type, ())
-    out = []
-    for f in names:
-        rid = getattr(op, f)
-        if rid >= 0 and rid not in out:
-            out.append(rid)
-    return out
-
-
-def read_regions(program: m.Program, op: m.Op, signature=None) -> list:
-    """Region ids an op reads (for a kernel: arguments recorded as read, or not recorded)."""
-    if isinstance(op, m.KernelLaunch):
-        return _kernel_regions(op, signature, _READ_WORDS)
-    if isinstance(op, (m.If, m.While)):
-        return [op.cond_region_id]
-    writes = set(_WRITES.get(op.op_type, ()))
-    out = []
-    for f in _region_fields(op):
-        rid = getattr(op, f)
-        if f not in writes and rid >= 0 and rid not in out:
-            out.append(rid)
-    return out
 
 
 # ---------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
+from ..checks.effects import effects
 from ..errors import WrpError, WrpFormatError
 from ..fileio import atomic_write
 from ..formats import wrp1
@@ -259,9 +260,9 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
             t1, c1 = clock(), cpu()
             known = writes_of.get(id(op))
             if known is None:
-                sig = sigs.get((op.module_hash, op.kernel_key)) if isinstance(op, m.KernelLaunch) else None
-                known = writes_of[id(op)] = ([r for r in st.written_regions(prog, op, sig) if r in infos], sig)
-            rids, sig = known
+                fx = effects(op, prog, sigs)
+                known = writes_of[id(op)] = ([r for r in fx.written_regions() if r in infos], fx)
+            rids, fx = known
             writes = []
             for rid in rids:
                 info = infos[rid]
@@ -287,7 +288,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                             "element": st.first_nonfinite(info, machine.region(w["region"])),
                             "nan": w["nan"], "inf": w["inf"],
                             "inputs": [st.region_stats(infos[r], machine.region(r))
-                                       for r in st.read_regions(prog, op, sig) if r in infos]}
+                                       for r in fx.read_regions() if r in infos]}
                         stop = True
                         break
             t_digest[0] += clock() - t1
