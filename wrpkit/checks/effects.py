@@ -132,6 +132,21 @@ def kernel_signatures(program: m.Program) -> dict:
     return sigs
 
 
+_SIZE_CACHE: dict = {}
+
+
+def _region_sizes(program: m.Program) -> dict:
+    """``{region_id: size}``, built once per program (launch spans are clamped to their region)."""
+    hit = _SIZE_CACHE.get(id(program))
+    if hit is not None and hit[0] is program.regions and hit[1] == len(program.regions):
+        return hit[2]
+    sizes = {r.region_id: r.size for r in program.regions}
+    if len(_SIZE_CACHE) > 64:
+        _SIZE_CACHE.clear()
+    _SIZE_CACHE[id(program)] = (program.regions, len(program.regions), sizes)
+    return sizes
+
+
 def launch_argument(arguments, param):
     """The kernel argument a launch parameter passes (``param_index`` is 1-based: 0 is the launch bounds)."""
     i = param.param_index - 1
@@ -198,6 +213,7 @@ def _launch_accesses(op: m.KernelLaunch, program: m.Program, signature) -> list:
                               a.name if a is not None else f"arg{la.param_index - 1}", la.param_index, "data"))
         return out
     blob = op.value_data
+    sizes = _region_sizes(program)
     for p, rels in op.param_relocations():
         if not rels:
             continue
@@ -212,8 +228,7 @@ def _launch_accesses(op: m.KernelLaunch, program: m.Program, signature) -> list:
             # Not the layout of Warp's argument types (the validator says so): each pointer to its region's end.
             for r in rels:
                 if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0:
-                    region = program.region(r.region_id)
-                    size = region.size if region is not None else 0
+                    size = sizes.get(r.region_id, 0)
                     out.append(Access(r.region_id, r.region_offset, max(0, size - r.region_offset), mode, name,
                                       p.param_index, "data"))
             continue
@@ -239,14 +254,13 @@ def _launch_accesses(op: m.KernelLaunch, program: m.Program, signature) -> list:
                         out.append(Access(r.region_id, r.region_offset, 4 * max(0, counts[k]), "read", label,
                                           p.param_index, "index", fname))
             span = _span(ndim, shape, strides, elem)
-            if data.kind == m.RelocKind.DATA_PTR and data.region_id >= 0:
-                lo, n = span
-                out.append(Access(data.region_id, data.region_offset + lo, n, mode, label, p.param_index, "data",
-                                  fname))
-            if grad.kind == m.RelocKind.DATA_PTR and grad.region_id >= 0 and not op.is_forward:
-                lo, n = span
-                out.append(Access(grad.region_id, grad.region_offset + lo, n, "touches", label, p.param_index,
-                                  "grad", fname))
+            for r, part, how in ((data, "data", mode), (grad, "grad", "touches")):
+                if r.kind != m.RelocKind.DATA_PTR or r.region_id < 0 or (part == "grad" and op.is_forward):
+                    continue
+                start = max(0, r.region_offset + span[0])
+                # the element size may be a guess (no annotations): never past the region's end
+                n = max(0, min(span[1], sizes.get(r.region_id, 0) - start))
+                out.append(Access(r.region_id, start, n, how, label, p.param_index, part, fname))
     return out
 
 

@@ -34,8 +34,9 @@ from importlib import resources
 from typing import Optional
 
 from .. import model as m
+from ..checks.region_types import region_types
 from ..checks.summary import shape_text
-from ..checks.effects import effects, kernel_signatures, launch_argument, merge_modes
+from ..checks.effects import effects, launch_argument, merge_modes
 from ..formats import annotations as ann
 
 #: Longest op sequence that :func:`fold_repeats` looks for.
@@ -258,25 +259,8 @@ class _Builder:
         self._sig_map = sig_map
         self.op_total = 0
         self._launches: dict = {}
-        self._arg_names = self._argument_names(prog)
-
-    def _argument_names(self, prog: m.Program) -> dict:
-        """``{region_id: [kernel argument names]}`` of the arrays launches pass, each distinct launch once."""
-        out: dict = {}
-        seen: set = set()
-        for _, op in m.walk_ops(prog.ops):
-            if not isinstance(op, m.KernelLaunch):
-                continue
-            key = (op.module_hash, op.kernel_key, tuple(op.relocations))
-            if key in seen:
-                continue
-            seen.add(key)
-            for acc in effects(op, prog, self.sigs).accesses:
-                if acc.part == "data":
-                    names = out.setdefault(acc.region_id, [])
-                    if acc.name not in names:
-                        names.append(acc.name)
-        return out
+        # names, dtypes and shapes of every region: the one region-typing function
+        self.types = region_types(prog, annotations=self.annotations)
 
     def array(self, region_id: int) -> int:
         a = self.array_of_region.get(region_id)
@@ -284,20 +268,20 @@ class _Builder:
             return a
         region = self.regions.get(region_id)
         names = tuple(self._bindings.get(region_id, ()))
-        dtype, shape, roles = "", (), []
+        roles = []
         for n in names:
             s = self._sig_map.get(n)
             if s is not None:
-                dtype, shape = s.dtype.name, tuple(s.shape)
                 roles += (["input"] if s.is_input else []) + (["output"] if s.is_output else [])
         if names and not roles:
             roles = ["binding"]
+        rt = self.types.get(region_id)
         # An unbound array is named by the kernel arguments that use it ("f", or "f / forces").
-        args = self._arg_names.get(region_id, ())
-        label = names[0] if names else (" / ".join(args[:3]) + (" …" if len(args) > 3 else "") if args
-                                        else f"region {region_id}")
-        node = ArrayNode(len(self.arrays), region_id, label,
-                         region.size if region is not None else 0, names, dtype, shape, tuple(dict.fromkeys(roles)))
+        label = rt.name if rt is not None else f"region {region_id}"
+        dtype = rt.dtype.name if rt is not None and rt.dtype is not None else ""
+        shape = tuple(rt.shape) if rt is not None and rt.dtype is not None and rt.shape is not None else ()
+        node = ArrayNode(len(self.arrays), region_id, label, region.size if region is not None else 0, names,
+                         dtype, shape, tuple(dict.fromkeys(roles)))
         self.arrays.append(node)
         self.array_of_region[region_id] = node.id
         return node.id

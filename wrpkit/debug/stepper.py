@@ -29,7 +29,6 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.effects import launch_argument
 from ..errors import WrpError, WrpRuntimeError
 from ..formats import annotations as ann
 
@@ -65,6 +64,8 @@ class RegionInfo:
     sig: Optional[ann.ArraySignature] = None
     dtype_name: Optional[str] = None
     dtype_source: str = "unknown"
+    #: The name tools show: the binding's, else the kernel arguments' (``"f / forces"``), else ``"region N"``.
+    name: str = ""
     _typed: Optional[tuple] = field(default=None, repr=False, compare=False)
 
     def typed(self, raw: np.ndarray) -> Optional[np.ndarray]:
@@ -87,46 +88,27 @@ class RegionInfo:
         return len(ann.element_layout(self.sig.dtype)[1]) if self.sig is not None else 0
 
 
-def region_infos(program: m.Program, annotations=None) -> dict:
-    """``{region_id: RegionInfo}``: bindings and dtypes from the signature and kernel arguments."""
-    if annotations is None:
-        annotations = ann.read_annotations(program)
-    infos = {r.region_id: RegionInfo(r.region_id, r.size) for r in program.regions}
-    sigs = annotations.signature_map() if annotations is not None else {}
-    for b in program.bindings:
-        info = infos.get(b.region_id)
-        if info is None or b.name in info.bindings:
-            continue
-        info.bindings.append(b.name)
-        s = sigs.get(b.name)
-        if info.sig is None and s is not None and _plain(s.dtype):
-            info.sig, info.dtype_name, info.dtype_source = s, s.dtype.name, "signature"
-    if annotations is None:
-        return infos
-    # Regions no typed binding covers: the dtype of a kernel argument that points at their start.
-    for _, op in m.walk_ops(program.ops):
-        if not isinstance(op, m.KernelLaunch):
-            continue
-        ks = annotations.kernel_signature(op.module_hash, op.kernel_key)
-        if ks is None:
-            continue
-        for p, relocs in op.param_relocations():
-            arg = launch_argument(ks.arguments, p)
-            if arg is None:
-                continue
-            dt = arg.dtype
-            if dt is None or not _plain(dt) or len(relocs) != 1:
-                continue
-            r = relocs[0]
-            info = infos.get(r.region_id)
-            if info is None or info.sig is not None or r.region_offset != 0 or r.kind != m.RelocKind.DATA_PTR:
-                continue
-            n = info.size // max(1, int(dt.size))
-            if n * int(dt.size) != info.size:
-                continue
-            info.sig = ann.ArraySignature(name=f"region {r.region_id}", dtype=dt, shape=(n,),
-                                          strides=(int(dt.size),))
-            info.dtype_name, info.dtype_source = dt.name, f"kernel {op.kernel_key} argument {arg.name}"
+def region_infos(program: m.Program, annotations=None, *, extra_signatures=None, dtypes=None,
+                 inputs=None) -> dict:
+    """``{region_id: RegionInfo}``: bindings, names and dtypes from
+    :func:`wrpkit.checks.region_types.region_types` (the one region-typing function).
+
+    Args:
+        program: The program.
+        annotations: Its decoded annotations, if the caller has them.
+        extra_signatures, dtypes, inputs: Passed to ``region_types``.
+    """
+    from ..checks.region_types import region_types  # noqa: PLC0415
+
+    types = region_types(program, annotations=annotations, extra_signatures=extra_signatures, dtypes=dtypes,
+                         inputs=inputs)
+    infos = {}
+    for rid, rt in types.items():
+        info = RegionInfo(rid, rt.size, list(rt.bindings), name=rt.name)
+        sig = rt.signature()
+        if sig is not None and _plain(rt.dtype):
+            info.sig, info.dtype_name, info.dtype_source = sig, rt.dtype.name, rt.source
+        infos[rid] = info
     return infos
 
 
@@ -141,12 +123,13 @@ def digest(raw: np.ndarray) -> str:
 
 
 def region_stats(info: RegionInfo, raw: np.ndarray) -> dict:
-    """``{"region", "binding", "digest", "dtype", "nan", "inf", "min", "max"}`` of one region's bytes.
+    """``{"region", "binding", "name", "digest", "dtype", "nan", "inf", "min", "max"}`` of one region's bytes.
 
     ``dtype`` is None (and ``nan``/``inf``/``min``/``max`` too) where the
     region's dtype is unknown; ``nan``/``inf`` are 0 for integer dtypes.
     """
     d = {"region": info.region_id, "binding": info.bindings[0] if info.bindings else None,
+         "name": info.name or None,
          "digest": digest(raw), "dtype": info.dtype_name, "nan": None, "inf": None, "min": None, "max": None}
     typed = info.typed(raw)
     if typed is None:
