@@ -321,3 +321,16 @@ def test_dtype_names():
     assert dtype_from_name("mat33d").size == 72 and dtype_from_name("quatf").shape == (4,)
     assert dtype_from_name("int64").size == 8 and dtype_from_name("vec0f") is None
     assert dtype_from_name("nonsense") is None
+
+
+def test_replay_report_writes_shapes_as_inspect_does(spring_chain):
+    """One shape convention: a vec3f binding of 8 is (8,) in wrp replay's report as in inspect."""
+    rep = subprocess.run([sys.executable, "-m", "wrpkit.cli", "replay", str(spring_chain), "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    x = json.loads(rep.stdout)["outputs"]["x"]
+    assert (x["shape"], x["dtype"], x["numpy_shape"]) == ([N], "vec3f", [N, 3])
+    ins = subprocess.run([sys.executable, "-m", "wrpkit.cli", "inspect", str(spring_chain), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    b = next(b for b in json.loads(ins.stdout)["bindings"] if b["name"] == "x")
+    assert (b["shape"], b["dtype"]) == ([N], "vec3f")

@@ -225,16 +225,23 @@ def _slices(n: int):
         yield slice(i, min(i + _SLICE, n))
 
 
-def stats(arr: np.ndarray) -> dict:
+def stats(arr: np.ndarray, sig=None) -> dict:
     """shape, dtype, min, max, mean (over finite values), NaN and Inf counts.
 
+    With the binding's signature, ``shape`` and ``dtype`` are Warp's (a vec3f
+    array of 8 is ``[8]``, ``"vec3f"``: the one shape convention, see
+    docs/op-table.md) and ``numpy_shape`` the numpy view's (``[8, 3]``).
     Works through the array in slices, so a binding of any size costs little
     memory beyond itself.
     """
     out = {"shape": list(arr.shape), "dtype": str(arr.dtype), "min": None, "max": None, "mean": None,
            "nan": 0, "inf": 0}
+    if sig is not None and tuple(sig.numpy_shape()) == tuple(arr.shape):
+        out["shape"], out["dtype"] = list(sig.shape), sig.dtype.name
+    out["numpy_shape"] = list(arr.shape)
     if arr.dtype.names is not None or arr.dtype.kind == "V":
-        out["dtype"] = "struct" if arr.dtype.names is not None else str(arr.dtype)
+        if sig is None:
+            out["dtype"] = "struct" if arr.dtype.names is not None else str(arr.dtype)
         return out
     if arr.size == 0:
         return out
@@ -703,7 +710,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             if prep.signature.get(name) is not None:
                 sig = prep.signature[name]
                 raise WrpBindingError(f"--dtype {name}={type_name}: the file already records binding {name!r} as "
-                                      f"{sig.dtype.name} of shape {sig.numpy_shape()}",
+                                      f"{sig.dtype.name} of shape {tuple(sig.shape)}",
                                       hint="--dtype is for bindings without a recorded signature; leave it out.")
             prep.signature[name] = runtime.signature_for_type(name, type_name, prep.sizes[name])
             typed_here.add(name)
@@ -768,7 +775,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "repeat": repeat,
         "warmup": warmup,
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
-        "outputs": {n: (stats(results[n]) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
+        "outputs": {n: (stats(results[n], prep.signature.get(n)) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
                     for n in outputs},
         "unset_inputs": unset_inputs(prep, inputs),
         "check": None,
