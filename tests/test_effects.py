@@ -334,3 +334,21 @@ def test_replay_report_writes_shapes_as_inspect_does(spring_chain):
                          capture_output=True, text=True, timeout=120)
     b = next(b for b in json.loads(ins.stdout)["bindings"] if b["name"] == "x")
     assert (b["shape"], b["dtype"]) == ([N], "vec3f")
+
+
+def test_inspect_regions_are_named_and_typed_as_graph_and_trace_say(spring_chain):
+    ins = subprocess.run([sys.executable, "-m", "wrpkit.cli", "inspect", str(spring_chain), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert ins.returncode == 0, ins.stderr
+    rows = {r["region_id"]: r for r in json.loads(ins.stdout)["regions"]}
+    with open_capture(spring_chain) as cap:
+        graph = build_graph(cap.program)
+    for a in graph.arrays:
+        r = rows[a.region_id]
+        assert r["name"] == a.name and (r["dtype"] or "") == a.dtype and tuple(r["shape"] or ()) == a.shape
+    f = next(r for r in rows.values() if r["name"] == "f / forces")
+    assert (f["dtype"], f["shape"]) == ("vec3f", [N])
+    text = subprocess.run([sys.executable, "-m", "wrpkit.cli", "inspect", str(spring_chain)],
+                          capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
+                                                                            "COLUMNS": "80"})
+    assert text.returncode == 0 and "f / forces" in text.stdout

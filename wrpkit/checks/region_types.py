@@ -286,8 +286,12 @@ def region_types(program: m.Program, *, dtypes: Optional[Mapping] = None, extra_
                 if a.dtype is not None and _plain(a.dtype):
                     named.setdefault(a.dtype.name, a.dtype)
     seen: set = set()
+    seen_ids: dict = {}  # decoders share one object among identical records: most repeats stop here
     for _, op in m.walk_ops(program.ops):
         if isinstance(op, m.KernelLaunch):
+            if seen_ids.get(id(op)) is op:
+                continue
+            seen_ids[id(op)] = op
             key = (op.module_hash, op.kernel_key, tuple(op.relocations), bytes(op.value_data))
             if key in seen:
                 continue

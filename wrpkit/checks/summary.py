@@ -257,6 +257,22 @@ def binding_signature_rows(prog: m.Program):
             for s in ann.signature}
 
 
+def _region_rows(p: m.Program) -> list:
+    """One row per region, named and typed by :func:`wrpkit.checks.region_types.region_types`."""
+    from .region_types import region_types  # noqa: PLC0415
+
+    types = region_types(p)
+    rows = []
+    for r in p.regions:
+        rt = types[r.region_id]
+        rows.append({"region_id": r.region_id, "size": r.size, "element_size": r.element_size,
+                     "has_initial_data": r.has_initial_data, "name": rt.name,
+                     "dtype": rt.dtype.name if rt.dtype is not None else None,
+                     "shape": list(rt.shape) if rt.dtype is not None and rt.shape is not None else None,
+                     "type_source": rt.source, "conflicts": list(rt.conflicts)})
+    return rows
+
+
 def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = None) -> dict:
     """Summarize a capture for ``wrp inspect``.
 
@@ -353,8 +369,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
             "launches": launches.get((k.module_hash, k.kernel_key), 0),
         } for k in p.kernels], key=lambda k: (k["kernel_key"], k["module_hash"])),
         "bindings": bindings,
-        "regions": [{"region_id": r.region_id, "size": r.size, "element_size": r.element_size,
-                     "has_initial_data": r.has_initial_data} for r in p.regions],
+        "regions": _region_rows(p),
         "modules": modules,
         "meshes": [{"num_points": me.num_points, "num_tris": me.num_tris, "points_region_id": me.points_region_id,
                     "indices_region_id": me.indices_region_id, "velocities_region_id": me.velocities_region_id}
