@@ -352,3 +352,37 @@ def test_inspect_regions_are_named_and_typed_as_graph_and_trace_say(spring_chain
                           capture_output=True, text=True, timeout=120, env={**__import__("os").environ,
                                                                             "COLUMNS": "80"})
     assert text.returncode == 0 and "f / forces" in text.stdout
+
+
+def test_extra_kernel_annotations_type_a_stock_capture(spring_chain, tmp_path):
+    """A caller's kernel annotations (here: those a wrpkit capture of the same kernels recorded) name,
+    type and give access to the arrays of a stock capture, which records none of it."""
+    dev = "cpu"
+    x = wp.zeros(N, dtype=wp.vec3, device=dev)
+    f = wp.zeros(N, dtype=wp.vec3, device=dev)
+    v = wp.zeros(N, dtype=wp.vec3, device=dev)
+    wp.capture_begin(device=dev, apic=True)
+    try:
+        wp.launch(k_springs, dim=N, inputs=[x, f, 10.0], device=dev)
+        wp.launch(k_integrate, dim=N, inputs=[f, x, v, 0.01], device=dev)
+    finally:
+        graph = wp.capture_end(device=dev)
+    stock = tmp_path / "stock.wrp"
+    wp.capture_save(graph, str(stock), inputs={"x": x}, outputs={"v": v})
+    from wrpkit.formats.annotations import read_annotations
+
+    with open_capture(spring_chain) as cap:
+        extra = {k.kernel_key: k for k in read_annotations(cap.program).kernel_signatures}
+    with open_capture(stock) as cap:
+        prog = cap.program
+        assert not prog.annotations
+        bare = region_types(prog)
+        typed = region_types(prog, extra_signatures=extra)
+        (f_rid,) = [r for r, t in typed.items() if not t.bindings and t.arguments]
+        assert bare[f_rid].dtype is None and bare[f_rid].name == "arg1 / arg0"
+        assert (typed[f_rid].name, typed[f_rid].dtype.name, typed[f_rid].shape) == ("f / forces", "vec3f", (N,))
+        g = build_graph(prog, extra_signatures=extra)
+        node = next(a for a in g.arrays if a.region_id == f_rid)
+        assert (node.name, node.dtype) == ("f / forces", "vec3f")
+        modes = {e.arg: e.mode for it in g.items for e in it.edges if e.array == node.id}
+        assert modes == {"f": "write", "forces": "read"}

@@ -34,7 +34,7 @@ from importlib import resources
 from typing import Optional
 
 from .. import model as m
-from ..checks.region_types import region_types
+from ..checks.region_types import merged_signatures, region_types
 from ..checks.summary import shape_text
 from ..checks.effects import effects, launch_argument, merge_modes
 from ..formats import annotations as ann
@@ -233,8 +233,9 @@ def _array_shape(raw: bytes) -> Optional[tuple]:
 
 
 class _Builder:
-    def __init__(self, prog: m.Program):
+    def __init__(self, prog: m.Program, extra_signatures=None):
         self.prog = prog
+        self.extra_signatures = extra_signatures
         self.annotations = None
         try:
             self.annotations = ann.read_annotations(prog)
@@ -247,6 +248,10 @@ class _Builder:
                 self.sigs[(k.module_hash, k.kernel_key)] = k
                 if any(a.access for a in k.arguments):
                     self.has_access = True
+        if extra_signatures:
+            # kernel annotations the caller built (e.g. from the kernels' source) fill in unannotated kernels
+            self.sigs = merged_signatures(prog, extra_signatures)
+            self.has_access = self.has_access or any(a.access for k in self.sigs.values() for a in k.arguments)
         self.modules = {mod.module_hash: mod.module_name for mod in prog.modules}
         self.regions = {r.region_id: r for r in prog.regions}
         self.array_of_region: dict = {}
@@ -260,7 +265,7 @@ class _Builder:
         self.op_total = 0
         self._launches: dict = {}
         # names, dtypes and shapes of every region: the one region-typing function
-        self.types = region_types(prog, annotations=self.annotations)
+        self.types = region_types(prog, annotations=self.annotations, extra_signatures=extra_signatures)
 
     def array(self, region_id: int) -> int:
         a = self.array_of_region.get(region_id)
@@ -506,7 +511,7 @@ def _all_edges(item: Item):
             yield from _all_edges(c)
 
 
-def build_graph(program: m.Program, title: str = "", fold: bool = True) -> Graph:
+def build_graph(program: m.Program, title: str = "", fold: bool = True, extra_signatures=None) -> Graph:
     """The graph of a captured program.
 
     Args:
@@ -514,11 +519,14 @@ def build_graph(program: m.Program, title: str = "", fold: bool = True) -> Graph
             contents are not read).
         title: Shown at the top of the picture (e.g. the file name).
         fold: Fold repeated op sequences into ``×N`` groups.
+        extra_signatures: Kernel signatures for kernels the file does not annotate
+            (``{(module_hash, kernel_key) or kernel_key: KernelSignature}``); their
+            argument access and dtypes then draw and type the arrays.
 
     Returns:
         A :class:`Graph`.
     """
-    b = _Builder(program)
+    b = _Builder(program, extra_signatures)
     items = b.items(program.ops, "")
     if fold:
         items = fold_repeats(items)
