@@ -386,3 +386,32 @@ def test_extra_kernel_annotations_type_a_stock_capture(spring_chain, tmp_path):
         assert (node.name, node.dtype) == ("f / forces", "vec3f")
         modes = {e.arg: e.mode for it in g.items for e in it.edges if e.array == node.id}
         assert modes == {"f": "write", "forces": "read"}
+
+
+def test_the_validator_bounds_the_byte_ranges_effects_gives(captures):
+    """``wrp validate`` checks, for every non-launch op, exactly the byte ranges effects() says it touches."""
+    from wrpkit.checks import validate as v
+
+    compared = 0
+    for path in captures.values():
+        with open_capture(path) as cap:
+            prog = cap.program
+            spans: dict = {}
+            checker = v._Checker(prog)
+            real = checker.span
+
+            def span(where, at, region_id, offset, nbytes, what="range", allow_absent=False):
+                if not (region_id == -1 and allow_absent):
+                    spans.setdefault(at, set()).add((region_id, offset, nbytes))
+                return real(where, at, region_id, offset, nbytes, what, allow_absent)
+
+            checker.span = span
+            checker.ops(prog.ops, "ops")
+            assert not [p for p in checker.problems if p.severity == "error"], path
+            for _, op in m.walk_ops(prog.ops):
+                if isinstance(op, m.KernelLaunch):
+                    continue
+                want = {(a.region_id, a.offset, a.nbytes) for a in effects(op, prog).accesses}
+                assert spans.get(op.at, set()) == want, (path.name, op.op_type.name)
+                compared += bool(want)
+    assert compared > 20
