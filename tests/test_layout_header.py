@@ -135,6 +135,23 @@ def test_compiled_op_records_say_what_the_op_table_and_layouts_say(tmp_path):
         for ref in OP_CLASSES[t].REGIONS:
             for fld in (ref.region, ref.offset):
                 assert fld is None or fld in rl.names, (t.name, fld)
+    from wrpkit.formats.wrp1_layout import LAYOUT_18  # noqa: PLC0415
+    from wrpkit.model import LaunchParam  # noqa: PLC0415
+
+    codes = gen_layout._TOKEN.findall(LAYOUT_18.launch_param.format.lstrip("<"))
+    for cname, names, cs, size in (("LaunchParamRecord", LaunchParam._fields, codes, LAYOUT_18.launch_param.size),
+                                   ("RelocationRecord", LAYOUT_18.reloc.names,
+                                    gen_layout._TOKEN.findall(LAYOUT_18.reloc.struct.format.lstrip("<")),
+                                    LAYOUT_18.reloc.size)):
+        body.append(f'std::printf("{cname} %u", k{cname}.record_size);')
+        line = f"{cname} {size}"
+        for i, f in enumerate(names):
+            off = struct.calcsize("<" + "".join(c + k for c, k in cs[:i]))
+            c = f.lstrip("_")
+            body.append(f'std::printf(" {c}=%d", k{cname}.{c}.offset);')
+            line += f" {c}={off}"
+        body.append('std::printf("\\n");')
+        want.append(line)
     src = tmp_path / "ops.cpp"
     src.write_text('#include <cstdio>\n#include "wrp1_layouts.h"\nusing namespace wrp;\nint main() {\n'
                    + "\n".join(body) + "\n}\n")
@@ -144,11 +161,14 @@ def test_compiled_op_records_say_what_the_op_table_and_layouts_say(tmp_path):
 
 
 def test_the_cxx_op_readers_read_no_literal_offsets():
-    """wrp1_ops.cpp reads op record fields through op_record:: (no op.get<T>(24)), and wrpk_reader.cpp
+    """wrp1_ops.cpp reads op record fields through op_record:: (no op.get<T>(24)) and the argument
+    records through kLaunchParamRecord/kRelocationRecord, and wrpk_reader.cpp
     sizes each op record with op_record::...record_size (no head(t, 64, ...))."""
     import re  # noqa: PLC0415
 
     ops = (ROOT / "native" / "src" / "wrp1_ops.cpp").read_text()
     assert not re.findall(r"op\.get<\w+>\(\d+\)|op\.p\[\d+\]", ops)
+    # launch parameter and relocation records: through kLaunchParamRecord / kRelocationRecord
+    assert not re.findall(r"\b(po|ro|rel) \+ \d+\b", ops)
     reader = (ROOT / "native" / "src" / "wrpk_reader.cpp").read_text()
     assert not re.findall(r"head\(t, \d+", reader)

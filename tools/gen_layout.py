@@ -111,7 +111,31 @@ def op_records() -> list:
                   f"constexpr {name} k{name} = {{{8 + rl.size},",
                   "    " + ", ".join(_field(off, f) for f in rl.names) + "};", ""]
     lines += ["}  // namespace op_record", ""]
+    lines += _argument_records()
     return lines
+
+
+def _argument_records() -> list:
+    """The launch parameter record (formats 10+; its fields are the model's LaunchParam) and the
+    relocation record, each field's offset from the record's start."""
+    from wrpkit.model import LaunchParam  # noqa: PLC0415
+
+    params = {L.LAYOUTS[v].launch_param.format for v in L.LAYOUTS if not L.LAYOUTS[v].legacy_args}
+    assert len(params) == 1, "the launch parameter record differs between formats"
+    codes = _TOKEN.findall(params.pop().lstrip("<"))
+    assert len(codes) == len(LaunchParam._fields)
+    param = L.RecordLayout("launch_param", [(n, c + k) for n, (c, k) in zip(LaunchParam._fields, codes)])
+    out = ["// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:",
+           "// field offsets from the start of each record.", ""]
+    for rl, cname in ((param, "LaunchParamRecord"), (L.LAYOUT_18.reloc, "RelocationRecord")):
+        off = field_offsets(rl)
+        out += [f"struct {cname} {{",
+                "    uint32_t record_size;",
+                "    FieldAt " + ", ".join(_cname(f) for f in rl.names) + ";",
+                "};",
+                f"constexpr {cname} k{cname} = {{{rl.size},",
+                "    " + ", ".join(_field(off, f) for f in rl.names) + "};", ""]
+    return out
 
 
 def render() -> str:

@@ -238,6 +238,23 @@ constexpr HashGridUpdate kHashGridUpdate = {64,
 
 }  // namespace op_record
 
+// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:
+// field offsets from the start of each record.
+
+struct LaunchParamRecord {
+    uint32_t record_size;
+    FieldAt param_index, num_relocs, value_offset, value_size, value_align;
+};
+constexpr LaunchParamRecord kLaunchParamRecord = {16,
+    {0, 2, false}, {2, 2, false}, {4, 4, false}, {8, 4, false}, {12, 4, false}};
+
+struct RelocationRecord {
+    uint32_t record_size;
+    FieldAt value_byte_offset, region_id, region_offset, kind, pad;
+};
+constexpr RelocationRecord kRelocationRecord = {24,
+    {0, 4, false}, {4, 4, true}, {8, 8, false}, {16, 1, false}, {17, 7, false}};
+
 // The layout of `version`, or nullptr for a format no Warp release wrote.
 constexpr const FormatLayout* find_format_layout(uint32_t version)
 {

@@ -40,7 +40,9 @@ constexpr bool layouts_fit_this_code()
 {
     for (const FormatLayout& l : kFormatLayouts) {
         const LaunchLayout& L = l.launch;
-        if (l.launch_param_size != kParamRecord || l.relocation_size != kRelocRecord || L.shape.size != 4
+        if (l.launch_param_size != kParamRecord || l.relocation_size != kRelocRecord
+            || kLaunchParamRecord.record_size != kParamRecord || kRelocationRecord.record_size != kRelocRecord
+            || L.shape.size != 4
             || L.ndim.size != 4 || L.size.size != 8 || L.dim.size != 8 || L.is_forward.size != 1
             || L.kernel_key_len.size != 2 || L.module_hash_len.size != 2 || L.num_params.size != 2
             || !L.pad1.present() || (L.num_relocs.present() && L.num_relocs.size != 4)
@@ -381,10 +383,10 @@ private:
         uint64_t packed_end = 0;  // end of the previous argument's bytes
         for (uint32_t j = 0; j < bindings; j++) {
             uint32_t po = params_off + j * kParamRecord;
-            uint16_t n = op.get<uint16_t>(po + 2);
-            uint32_t voff = op.get<uint32_t>(po + 4);
-            uint32_t vsize = op.get<uint32_t>(po + 8);
-            uint32_t align = op.get<uint32_t>(po + 12);
+            uint16_t n = op.get<uint16_t>(po + kLaunchParamRecord.num_relocs.offset);
+            uint32_t voff = op.get<uint32_t>(po + kLaunchParamRecord.value_offset.offset);
+            uint32_t vsize = op.get<uint32_t>(po + kLaunchParamRecord.value_size.offset);
+            uint32_t align = op.get<uint32_t>(po + kLaunchParamRecord.value_align.offset);
             if (!range_fits(voff, vsize, value_size))
                 fail_invalid_at(op.label, op.at + po, "param %u: value bytes [%u, %u + %u) exceed the %u value bytes", j,
                                 voff, voff, vsize, value_size);
@@ -531,7 +533,7 @@ private:
                                                                           uint32_t j)
     {
         uint32_t po = params_off + j * kParamRecord;
-        return {po, op.get<uint16_t>(po + 2), op.get<uint32_t>(po + 4), op.get<uint32_t>(po + 8)};
+        return {po, op.get<uint16_t>(po + kLaunchParamRecord.num_relocs.offset), op.get<uint32_t>(po + kLaunchParamRecord.value_offset.offset), op.get<uint32_t>(po + kLaunchParamRecord.value_size.offset)};
     }
 
     // wrpkit's lint-pointer (checks/check.py lint_launches): an 8-aligned word in
@@ -626,8 +628,8 @@ private:
                 else
                     reach.add(extent, load<int32_t>(desc + 32 + 4 * d));
             }
-            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
-            uint64_t base = load<uint64_t>(rel + 8);
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
+            uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (skip || !region || base > region->size)
                 continue;
             if (-reach.lo > __int128(base) || __int128(base) + reach.hi + a.dtype_size > __int128(region->size))
@@ -642,11 +644,11 @@ private:
     void relocation(const Op& op, uint32_t ro, uint32_t index, uint32_t blob_size)
     {
         uint32_t slot = op.get<uint32_t>(ro);
-        int32_t region_id = op.get<int32_t>(ro + 4);
-        uint64_t region_offset = op.get<uint64_t>(ro + 8);
-        uint8_t kind = op.p[ro + 16];
+        int32_t region_id = op.get<int32_t>(ro + kRelocationRecord.region_id.offset);
+        uint64_t region_offset = op.get<uint64_t>(ro + kRelocationRecord.region_offset.offset);
+        uint8_t kind = op.p[ro + kRelocationRecord.kind.offset];
         uint64_t at = op.at + ro;
-        op.require_zero(ro + 17, 7, "relocation._pad");
+        op.require_zero(ro + kRelocationRecord.pad.offset, kRelocationRecord.pad.size, "relocation._pad");
         if (uint64_t(slot) + 8 > blob_size)
             fail_invalid_at(op.label, at, "relocation %u: slot at byte %u of its argument does not fit in its %u bytes",
                             index, slot, blob_size);
@@ -782,8 +784,8 @@ private:
             const uint8_t* rel = op.p + reloc0 + r * kRelocRecord;
             if (rel[16] != kRelocDataPtr)
                 continue;
-            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
-            uint64_t base = load<uint64_t>(rel + 8);
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
+            uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (!region || base > region->size)
                 continue;  // reported by relocation()
             if (-reach.lo > __int128(base) || reach.hi >= __int128(region->size - base))
@@ -802,8 +804,8 @@ private:
             if (rel[16] != kRelocDataPtr)
                 continue;
             int32_t count = load<int32_t>(a + 88 + 4 * d);
-            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
-            uint64_t base = load<uint64_t>(rel + 8);
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
+            uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (count < 0 || (region && base <= region->size && uint64_t(count) * 4 > region->size - base))
                 fail_invalid_at(op.label, op.at + blob + 88 + 4 * d,
                                 "param %u: index array %u of %d entries does not fit its region", j, d, count);
