@@ -47,7 +47,8 @@ class TraceResult:
         ops: One dict per op run, in order: ``seq``, ``index``, ``path``,
             ``iteration`` (None outside WHILE bodies), ``iterations`` (one per
             enclosing WHILE), ``op`` (kind), ``kernel`` (key, or None) and
-            ``writes``: per written region ``region``, ``binding``, ``digest``,
+            ``writes``: per written region ``region``, ``binding``, ``name`` (the
+            binding's, else the kernel arguments' that pass it), ``digest``,
             ``dtype`` (None: unknown), ``nan``, ``inf``, ``min``, ``max``
             (None where the dtype is unknown).
         first_nonfinite: With ``stop_at_nonfinite``, the first op that left a
