@@ -251,9 +251,10 @@ class RegionRef(NamedTuple):
     """One region an op record points at, the bytes it spans and what the op does there.
 
     This is the op table's entry for one region reference: every tool that asks
-    what an op reads or writes (``wrpkit.checks.effects``) reads these, and so
-    does the validator's bounds check.  The byte sizes are the spans Warp's
-    replayer resolves (``warp/native/apic.cpp``, ``resolve_ptr``).
+    what an op reads or writes (``wrpkit.checks.effects``) reads these.  The
+    byte sizes are the spans Warp's replayer resolves (``warp/native/apic.cpp``,
+    ``resolve_ptr``); ``tests/test_effects.py`` holds the validator's bounds
+    checks to them.
 
     Attributes:
         role: Short name of the reference (``"dst"``, ``"keys"``), its fields' common prefix.
