@@ -106,3 +106,69 @@ def test_compiled_header_says_what_the_python_layouts_say(tmp_path):
     la = LEGACY_ARG_RECORD
     assert lines[-2] == f"legacy {la.size} 4 16 80 84" and la.size == 88
     assert lines[-1] == f"current {CURRENT_FORMAT}"
+
+
+def test_compiled_op_records_say_what_the_op_table_and_layouts_say(tmp_path):
+    """Every op record's field offsets and size in wrp1_layouts.h (read by wrp1_ops.cpp and
+    wrpk_reader.cpp instead of literals) are the Python layout's, and every region reference of the
+    op table (wrpkit.model REGIONS) is a field the C++ can read."""
+    from wrpkit.model import OP_CLASSES  # noqa: PLC0415
+
+    cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH")
+    body, want = [], []
+    for t, rl in sorted(LAYOUTS[CURRENT_FORMAT].ops.items()):
+        name = OP_CLASSES[t].__name__
+        codes = gen_layout._TOKEN.findall(rl.struct.format.lstrip("<"))
+        body.append(f'std::printf("{t.name} %u", op_record::k{name}.record_size);')
+        line = f"{t.name} {8 + rl.size}"
+        for i, f in enumerate(rl.names):
+            off = 8 + struct.calcsize("<" + "".join(c + k for c, k in codes[:i]))
+            count, code = codes[i]
+            size = int(count or 1) if code == "s" else struct.calcsize("<" + code)
+            c = f.lstrip("_")
+            body.append(f'std::printf(" {c}=%d:%d", op_record::k{name}.{c}.offset, op_record::k{name}.{c}.size);')
+            line += f" {c}={off}:{size}"
+        body.append('std::printf("\\n");')
+        want.append(line)
+        for ref in OP_CLASSES[t].REGIONS:
+            for fld in (ref.region, ref.offset):
+                assert fld is None or fld in rl.names, (t.name, fld)
+    from wrpkit.formats.wrp1_layout import LAYOUT_18  # noqa: PLC0415
+    from wrpkit.model import LaunchParam  # noqa: PLC0415
+
+    codes = gen_layout._TOKEN.findall(LAYOUT_18.launch_param.format.lstrip("<"))
+    for cname, names, cs, size in (("LaunchParamRecord", LaunchParam._fields, codes, LAYOUT_18.launch_param.size),
+                                   ("RelocationRecord", LAYOUT_18.reloc.names,
+                                    gen_layout._TOKEN.findall(LAYOUT_18.reloc.struct.format.lstrip("<")),
+                                    LAYOUT_18.reloc.size)):
+        body.append(f'std::printf("{cname} %u", k{cname}.record_size);')
+        line = f"{cname} {size}"
+        for i, f in enumerate(names):
+            off = struct.calcsize("<" + "".join(c + k for c, k in cs[:i]))
+            c = f.lstrip("_")
+            body.append(f'std::printf(" {c}=%d", k{cname}.{c}.offset);')
+            line += f" {c}={off}"
+        body.append('std::printf("\\n");')
+        want.append(line)
+    src = tmp_path / "ops.cpp"
+    src.write_text('#include <cstdio>\n#include "wrp1_layouts.h"\nusing namespace wrp;\nint main() {\n'
+                   + "\n".join(body) + "\n}\n")
+    exe = tmp_path / "ops"
+    subprocess.run([cxx, "-std=c++17", "-I", str(HEADER.parent), str(src), "-o", str(exe)], check=True)
+    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines() == want
+
+
+def test_the_cxx_op_readers_read_no_literal_offsets():
+    """wrp1_ops.cpp reads op record fields through op_record:: (no op.get<T>(24)) and the argument
+    records through kLaunchParamRecord/kRelocationRecord, and wrpk_reader.cpp
+    sizes each op record with op_record::...record_size (no head(t, 64, ...))."""
+    import re  # noqa: PLC0415
+
+    ops = (ROOT / "native" / "src" / "wrp1_ops.cpp").read_text()
+    assert not re.findall(r"op\.get<\w+>\(\d+\)|op\.p\[\d+\]", ops)
+    # launch parameter and relocation records: through kLaunchParamRecord / kRelocationRecord
+    assert not re.findall(r"\b(po|ro|rel) \+ \d+\b", ops)
+    reader = (ROOT / "native" / "src" / "wrpk_reader.cpp").read_text()
+    assert not re.findall(r"head\(t, \d+", reader)

@@ -64,7 +64,7 @@ def test_replay_program_matches_live(name, tmp_path):
         assert rc.same_bytes(got[b], want[b]), (name, b)
     assert set(report["outputs"]) == set(prog.outputs)
     for b in prog.outputs:
-        assert report["outputs"][b]["shape"] == list(want[b].shape)
+        assert report["outputs"][b]["numpy_shape"] == list(want[b].shape)
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
@@ -152,7 +152,7 @@ def test_json_report_keys_and_stats(tmp_path):
     assert host["count"] == 3 and host["min"] <= host["median"] <= host["max"]
     assert rep["timings"]["device_ms"] is None  # CPU
     for s in rep["outputs"].values():
-        assert set(s) == {"shape", "dtype", "min", "max", "mean", "nan", "inf"}
+        assert set(s) == {"shape", "numpy_shape", "dtype", "min", "max", "mean", "nan", "inf"}
 
 
 def test_table_report(tmp_path):

@@ -78,6 +78,66 @@ def _module_record_min(layout: L.FormatLayout) -> int:
     return n
 
 
+def _record_name(t) -> str:
+    from wrpkit.model import OP_CLASSES  # noqa: PLC0415
+
+    return OP_CLASSES[t].__name__
+
+
+def op_records() -> list:
+    """C++ tables of every fixed op record: each field's offset from the start of the op (its 8-byte
+    header included), size and sign, and the record's size.  Op records are the same in every format
+    that has them (wrp1_layout.py's formats differ only in which op types they list)."""
+    lines = ["// Every fixed op record (after the 8-byte op header), as wrpkit/model.py's op table and",
+             "// wrp1_layout.py declare it: field offsets count from the start of the op, and record_size",
+             "// is the op header plus the fixed record (a variable part follows MEMCPY_H2D, MEMTILE,",
+             "// IF/WHILE and BSR_TRANSPOSE).  The same in every format that has the op type.  pad* are",
+             "// reserved bytes.",
+             "namespace op_record {", ""]
+    done = {}
+    for t, rl in sorted(L.LAYOUT_18.ops.items()):
+        if id(rl) in done:
+            lines += [f"// {t.name} shares {done[id(rl)].name}'s record.",
+                      f"constexpr auto k{_record_name(t)} = k{_record_name(done[id(rl)])};", ""]
+            continue
+        done[id(rl)] = t
+        name = _record_name(t)
+        off = field_offsets(rl, 8)
+        fields = [_cname(f) for f in rl.names]
+        lines += [f"struct {name} {{  // {t.name}",
+                  "    uint32_t record_size;  // op header + fixed record",
+                  "    FieldAt " + ", ".join(fields) + ";",
+                  "};",
+                  f"constexpr {name} k{name} = {{{8 + rl.size},",
+                  "    " + ", ".join(_field(off, f) for f in rl.names) + "};", ""]
+    lines += ["}  // namespace op_record", ""]
+    lines += _argument_records()
+    return lines
+
+
+def _argument_records() -> list:
+    """The launch parameter record (formats 10+; its fields are the model's LaunchParam) and the
+    relocation record, each field's offset from the record's start."""
+    from wrpkit.model import LaunchParam  # noqa: PLC0415
+
+    params = {L.LAYOUTS[v].launch_param.format for v in L.LAYOUTS if not L.LAYOUTS[v].legacy_args}
+    assert len(params) == 1, "the launch parameter record differs between formats"
+    codes = _TOKEN.findall(params.pop().lstrip("<"))
+    assert len(codes) == len(LaunchParam._fields)
+    param = L.RecordLayout("launch_param", [(n, c + k) for n, (c, k) in zip(LaunchParam._fields, codes)])
+    out = ["// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:",
+           "// field offsets from the start of each record.", ""]
+    for rl, cname in ((param, "LaunchParamRecord"), (L.LAYOUT_18.reloc, "RelocationRecord")):
+        off = field_offsets(rl)
+        out += [f"struct {cname} {{",
+                "    uint32_t record_size;",
+                "    FieldAt " + ", ".join(_cname(f) for f in rl.names) + ";",
+                "};",
+                f"constexpr {cname} k{cname} = {{{rl.size},",
+                "    " + ", ".join(_field(off, f) for f in rl.names) + "};", ""]
+    return out
+
+
 def render() -> str:
     """The text of the header."""
     num_ops = max(OpType) + 1
@@ -172,8 +232,9 @@ def render() -> str:
             "      " + ", ".join(_field(off, f) for f in LAUNCH_FIELDS[8:]) + "},",
             "     {" + ", ".join(map(str, ops)) + "}},",
         ]
-    lines += ["};", "",
-              "// The layout of `version`, or nullptr for a format no Warp release wrote.",
+    lines += ["};", ""]
+    lines += op_records()
+    lines += ["// The layout of `version`, or nullptr for a format no Warp release wrote.",
               "constexpr const FormatLayout* find_format_layout(uint32_t version)",
               "{",
               "    for (const FormatLayout& l : kFormatLayouts)",

@@ -238,11 +238,62 @@ class Relocation(NamedTuple):
     kind: int
 
 
+def _strided(n: int, stride: int, lanes: int, scalar: int) -> int:
+    """Bytes spanned by ``n`` strided elements of ``lanes`` scalars (as Warp's replayer resolves them)."""
+    return 0 if n <= 0 else (n - 1) * stride + lanes * scalar
+
+
+#: What an op does to the bytes a region reference names.
+ACCESS_MODES = ("read", "write", "readwrite")
+
+
+class RegionRef(NamedTuple):
+    """One region an op record points at, the bytes it spans and what the op does there.
+
+    This is the op table's entry for one region reference: every tool that asks
+    what an op reads or writes (``wrpkit.checks.effects``) reads these.  The
+    byte sizes are the spans Warp's replayer resolves (``warp/native/apic.cpp``,
+    ``resolve_ptr``); ``tests/test_effects.py`` holds the validator's bounds
+    checks to them.
+
+    Attributes:
+        role: Short name of the reference (``"dst"``, ``"keys"``), its fields' common prefix.
+        region: Name of the field holding the region id.
+        offset: Name of the field holding the byte offset in the region.
+        nbytes: ``nbytes(op)``: how many bytes from ``offset`` the op touches.
+        access: ``"read"``, ``"write"`` or ``"readwrite"``, or a function of the op giving one.
+        optional: A region id of -1 means the reference is absent.
+    """
+
+    role: str
+    region: str
+    offset: Optional[str]
+    nbytes: object
+    access: object
+    optional: bool = False
+
+    def mode(self, op) -> str:
+        """The access of this reference in ``op``."""
+        return self.access(op) if callable(self.access) else self.access
+
+
 @dataclass(slots=True)
 class Op:
-    """Base of every operation; ``op_type`` is the Warp op number."""
+    """Base of every operation; ``op_type`` is the Warp op number.
+
+    Every op class also declares, as class data, its entry of the op table:
+    ``REGIONS``, a tuple of :class:`RegionRef` (the region-id fields of its
+    record, the byte range each spans, and whether the op reads or writes
+    there).  A kernel launch instead takes its regions from its arguments
+    (``ARGUMENT_REGIONS``).  ``tests/test_op_table.py`` fails when an op type
+    lacks any part of its entry.
+    """
 
     op_type: ClassVar[OpType]
+    #: The op's region references (None: not declared -- a test refuses that).
+    REGIONS: ClassVar[Optional[tuple]] = None
+    #: Regions come from the kernel arguments' relocations (KERNEL_LAUNCH only).
+    ARGUMENT_REGIONS: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -254,6 +305,8 @@ class KernelLaunch(Op):
     """The ``KERNEL_LAUNCH`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.KERNEL_LAUNCH
+    REGIONS: ClassVar[tuple] = ()
+    ARGUMENT_REGIONS: ClassVar[bool] = True
     shape: tuple
     ndim: int
     size: int
@@ -295,6 +348,8 @@ class MemcpyH2D(Op):
     """The ``MEMCPY_H2D`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.MEMCPY_H2D
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("dst", "dst_region_id", "dst_offset", lambda op: len(op.data), "write"),)
     dst_region_id: int
     dst_offset: int
     data: Bytes = field(repr=False)
@@ -306,6 +361,9 @@ class MemcpyD2D(Op):
     """The ``MEMCPY_D2D`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.MEMCPY_D2D
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("dst", "dst_region_id", "dst_offset", lambda op: op.size, "write"),
+        RegionRef("src", "src_region_id", "src_offset", lambda op: op.size, "read"))
     dst_region_id: int
     src_region_id: int
     dst_offset: int
@@ -319,6 +377,7 @@ class Memset(Op):
     """The ``MEMSET`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.MEMSET
+    REGIONS: ClassVar[tuple] = (RegionRef("region", "region_id", "offset", lambda op: op.size, "write"),)
     region_id: int
     value: int
     offset: int
@@ -331,6 +390,7 @@ class Alloc(Op):
     """The ``ALLOC`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.ALLOC
+    REGIONS: ClassVar[tuple] = (RegionRef("region", "region_id", None, lambda op: op.size, "write"),)
     region_id: int
     size: int
     at: int = field(default=-1, compare=False, repr=False)
@@ -341,6 +401,7 @@ class If(Op):
     """The ``IF`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.IF
+    REGIONS: ClassVar[tuple] = (RegionRef("cond", "cond_region_id", "cond_offset", lambda op: 4, "read"),)
     cond_region_id: int
     cond_offset: int
     then_ops: list
@@ -353,6 +414,7 @@ class While(Op):
     """The ``WHILE`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.WHILE
+    REGIONS: ClassVar[tuple] = (RegionRef("cond", "cond_region_id", "cond_offset", lambda op: 4, "read"),)
     cond_region_id: int
     cond_offset: int
     body: list
@@ -364,6 +426,12 @@ class Scan(Op):
     """The ``SCAN`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.SCAN
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("src", "src_region_id", "src_offset",
+                  lambda op: _strided(op.length, op.in_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)), "read"),
+        RegionRef("dst", "dst_region_id", "dst_offset",
+                  lambda op: _strided(op.length, op.out_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)),
+                  "write"))
     dst_region_id: int
     src_region_id: int
     dst_offset: int
@@ -382,6 +450,8 @@ class Memtile(Op):
     """The ``MEMTILE`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.MEMTILE
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("region", "region_id", "offset", lambda op: op.count * len(op.value), "write"),)
     region_id: int
     offset: int
     count: int
@@ -394,6 +464,15 @@ class SegmentedSort(Op):
     """The ``SEGMENTED_SORT`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.SEGMENTED_SORT
+    # keys and values hold 2 x count elements: the second half is the sort's scratch.
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("keys", "keys_region_id", "keys_offset", lambda op: 8 * op.count, "readwrite"),
+        RegionRef("values", "values_region_id", "values_offset", lambda op: 8 * op.count, "readwrite"),
+        # ends inferred from starts alias the starts one int32 later: the starts then span one more
+        RegionRef("segstart", "segstart_region_id", "segstart_offset",
+                  lambda op: 4 * (op.num_segments + (op.segstart_region_id == op.segend_region_id
+                                                     and op.segend_offset - op.segstart_offset == 4)), "read"),
+        RegionRef("segend", "segend_region_id", "segend_offset", lambda op: 4 * op.num_segments, "read"))
     keys_region_id: int
     values_region_id: int
     segstart_region_id: int
@@ -413,6 +492,11 @@ class RadixSort(Op):
     """The ``RADIX_SORT`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.RADIX_SORT
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("keys", "keys_region_id", "keys_offset",
+                  lambda op: 2 * op.count * APIC_SCALAR_SIZE.get(op.dtype, 0), "readwrite"),
+        RegionRef("values", "values_region_id", "values_offset", lambda op: 2 * op.count * op.value_size,
+                  "readwrite"))
     keys_region_id: int
     values_region_id: int
     keys_offset: int
@@ -430,6 +514,13 @@ class RunlengthEncode(Op):
     """The ``RUNLENGTH_ENCODE`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.RUNLENGTH_ENCODE
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("values", "values_region_id", "values_offset", lambda op: 4 * op.value_count, "read"),
+        RegionRef("run_values", "run_values_region_id", "run_values_offset", lambda op: 4 * op.value_count,
+                  "write"),
+        RegionRef("run_lengths", "run_lengths_region_id", "run_lengths_offset", lambda op: 4 * op.value_count,
+                  "write"),
+        RegionRef("run_count", "run_count_region_id", "run_count_offset", lambda op: 4, "write"))
     values_region_id: int
     run_values_region_id: int
     run_lengths_region_id: int
@@ -447,6 +538,26 @@ class BsrFromTriplets(Op):
     """The ``BSR_FROM_TRIPLETS`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.BSR_FROM_TRIPLETS
+    # A masked topology reads the destination's offsets and columns as the mask before rewriting them.
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("tpl_nnz", "tpl_nnz_region_id", "tpl_nnz_offset", lambda op: 4, "read", True),
+        RegionRef("tpl_rows", "tpl_rows_region_id", "tpl_rows_offset", lambda op: 4 * op.nnz_upper_bound, "read"),
+        RegionRef("tpl_columns", "tpl_columns_region_id", "tpl_columns_offset", lambda op: 4 * op.nnz_upper_bound,
+                  "read"),
+        RegionRef("tpl_values", "tpl_values_region_id", "tpl_values_offset",
+                  lambda op: op.nnz_upper_bound * op.block_size * op.scalar_size_in_bytes, "read", True),
+        RegionRef("summed_block_offsets", "summed_block_offsets_region_id", "summed_block_offsets_offset",
+                  lambda op: 4 * op.nnz_upper_bound, "write"),
+        RegionRef("summed_block_indices", "summed_block_indices_region_id", "summed_block_indices_offset",
+                  lambda op: 4 * op.nnz_upper_bound, "write"),
+        RegionRef("bsr_offsets", "bsr_offsets_region_id", "bsr_offsets_offset", lambda op: 4 * (op.row_count + 1),
+                  lambda op: "readwrite" if op.masked_topology else "write"),
+        RegionRef("bsr_row_counts", "bsr_row_counts_region_id", "bsr_row_counts_offset",
+                  lambda op: 4 * op.row_count, "read", True),
+        RegionRef("bsr_columns", "bsr_columns_region_id", "bsr_columns_offset", lambda op: 4 * op.nnz_upper_bound,
+                  lambda op: "readwrite" if op.masked_topology else "write"),
+        # formats 13-15 only: where the replay writes the block count (-1 from 16 on)
+        RegionRef("bsr_nnz", "bsr_nnz_region_id", "bsr_nnz_offset", lambda op: 4, "write", True))
     block_size: int
     scalar_size_in_bytes: int
     row_count: int
@@ -482,6 +593,23 @@ class BsrTranspose(Op):
     """The ``BSR_TRANSPOSE`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.BSR_TRANSPOSE
+    # A padded destination (transposed row counts given) sizes its columns by the recorded capacity tail.
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("bsr_offsets", "bsr_offsets_region_id", "bsr_offsets_offset", lambda op: 4 * (op.row_count + 1),
+                  "read"),
+        RegionRef("bsr_row_counts", "bsr_row_counts_region_id", "bsr_row_counts_offset",
+                  lambda op: 4 * op.row_count, "read", True),
+        RegionRef("bsr_columns", "bsr_columns_region_id", "bsr_columns_offset", lambda op: 4 * op.nnz_upper_bound,
+                  "read"),
+        RegionRef("transposed_offsets", "transposed_offsets_region_id", "transposed_offsets_offset",
+                  lambda op: 4 * (op.col_count + 1), "write"),
+        RegionRef("transposed_row_counts", "transposed_row_counts_region_id", "transposed_row_counts_offset",
+                  lambda op: 4 * op.col_count, "write", True),
+        RegionRef("transposed_columns", "transposed_columns_region_id", "transposed_columns_offset",
+                  lambda op: _transpose_capacity(op), "write"),
+        RegionRef("block_indices", "block_indices_region_id", "block_indices_offset",
+                  lambda op: max(4 * op.nnz_upper_bound, _transpose_capacity(op)), "write"),
+        RegionRef("status", "status_region_id", "status_offset", lambda op: 4, "write", True))
     row_count: int
     col_count: int
     nnz_upper_bound: int
@@ -510,6 +638,16 @@ class Reduction(Op):
     """The ``REDUCTION`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.REDUCTION
+    # SUM (kind 1) has no second input (region -1) and writes type_len scalars; INNER writes one.
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("input_a", "input_a_region_id", "input_a_offset",
+                  lambda op: _strided(op.count, op.input_a_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)),
+                  "read"),
+        RegionRef("input_b", "input_b_region_id", "input_b_offset",
+                  lambda op: _strided(op.count, op.input_b_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)),
+                  "read", True),
+        RegionRef("output", "output_region_id", "output_offset",
+                  lambda op: (op.type_len if op.kind == 1 else 1) * APIC_SCALAR_SIZE.get(op.dtype, 0), "write"))
     input_a_region_id: int
     input_b_region_id: int
     output_region_id: int
@@ -530,6 +668,8 @@ class BvhRefit(Op):
     """The ``BVH_REFIT`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.BVH_REFIT
+    #: A BVH refit works on process-local handles, not regions.
+    REGIONS: ClassVar[tuple] = ()
     bvh_id: int
     constructor_type: int
     at: int = field(default=-1, compare=False, repr=False)
@@ -540,6 +680,8 @@ class BvhRebuild(Op):
     """The ``BVH_REBUILD`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.BVH_REBUILD
+    #: A BVH rebuild works on process-local handles, not regions.
+    REGIONS: ClassVar[tuple] = ()
     bvh_id: int
     constructor_type: int
     at: int = field(default=-1, compare=False, repr=False)
@@ -550,6 +692,13 @@ class HashGridUpdate(Op):
     """The ``HASH_GRID_UPDATE`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.HASH_GRID_UPDATE
+    # Points are vec3f (12 bytes) every points_stride bytes; groups int32 every groups_stride bytes.  The
+    # grid itself is a process-local handle, not a region: the op writes no region.
+    REGIONS: ClassVar[tuple] = (
+        RegionRef("points", "points_region_id", "points_offset",
+                  lambda op: _strided(op.point_count, op.points_stride, 1, 12), "read"),
+        RegionRef("groups", "groups_region_id", "groups_offset",
+                  lambda op: _strided(op.point_count, op.groups_stride, 1, 4) if op.has_groups else 0, "read", True))
     grid_id: int
     cell_width: float
     points_region_id: int
@@ -562,6 +711,13 @@ class HashGridUpdate(Op):
     grid_type: int
     has_groups: bool
     at: int = field(default=-1, compare=False, repr=False)
+
+
+def _transpose_capacity(op) -> int:
+    """Bytes of a BSR transpose's destination columns: the recorded capacity tail, else the source's nnz."""
+    if op.transposed_row_counts_region_id >= 0 and op.padded_tail:
+        return 4 * max(0, int(op.padded_tail[-1]))
+    return 4 * op.nnz_upper_bound
 
 
 #: Model class of each op type that a file may hold (3 is reserved by Warp).
@@ -588,6 +744,30 @@ OP_CLASSES: dict = {
         HashGridUpdate,
     )
 }
+
+
+def op_table() -> dict:
+    """The op table, as data: for each op type its record fields and region references.
+
+    Returns:
+        ``{OpType: {"class": cls, "fields": [names], "regions": [RegionRef, ...],
+        "argument_regions": bool, "reads": [region fields], "writes": [region fields]}}``;
+        a reference whose access depends on the record (a masked BSR topology)
+        is listed under both.
+    """
+    out = {}
+    for t, cls in OP_CLASSES.items():
+        refs = tuple(cls.REGIONS or ())
+        reads, writes = [], []
+        for r in refs:
+            modes = {"readwrite"} if callable(r.access) else {r.access}
+            if modes & {"read", "readwrite"}:
+                reads.append(r.region)
+            if modes & {"write", "readwrite"}:
+                writes.append(r.region)
+        out[t] = {"class": cls, "fields": op_fields(cls), "regions": list(refs),
+                  "argument_regions": cls.ARGUMENT_REGIONS, "reads": reads, "writes": writes}
+    return out
 
 
 def op_fields(cls) -> list:

@@ -118,6 +118,143 @@ constexpr FormatLayout kFormatLayouts[] = {
      {0, 80, 32, 0, 40, 32, 24, 40, 40, 52, 32, 68, 52, 64, 160, 116, 64, 24, 24, 64}},
 };
 
+// Every fixed op record (after the 8-byte op header), as wrpkit/model.py's op table and
+// wrp1_layout.py declare it: field offsets count from the start of the op, and record_size
+// is the op header plus the fixed record (a variable part follows MEMCPY_H2D, MEMTILE,
+// IF/WHILE and BSR_TRANSPOSE).  The same in every format that has the op type.  pad* are
+// reserved bytes.
+namespace op_record {
+
+struct MemcpyH2D {  // MEMCPY_H2D
+    uint32_t record_size;  // op header + fixed record
+    FieldAt dst_region_id, pad, dst_offset, size;
+};
+constexpr MemcpyH2D kMemcpyH2D = {32,
+    {8, 4, true}, {12, 4, false}, {16, 8, false}, {24, 8, false}};
+
+struct MemcpyD2D {  // MEMCPY_D2D
+    uint32_t record_size;  // op header + fixed record
+    FieldAt dst_region_id, src_region_id, dst_offset, src_offset, size;
+};
+constexpr MemcpyD2D kMemcpyD2D = {40,
+    {8, 4, true}, {12, 4, true}, {16, 8, false}, {24, 8, false}, {32, 8, false}};
+
+struct Memset {  // MEMSET
+    uint32_t record_size;  // op header + fixed record
+    FieldAt region_id, value, offset, size;
+};
+constexpr Memset kMemset = {32,
+    {8, 4, true}, {12, 4, true}, {16, 8, false}, {24, 8, false}};
+
+struct Alloc {  // ALLOC
+    uint32_t record_size;  // op header + fixed record
+    FieldAt region_id, pad, size;
+};
+constexpr Alloc kAlloc = {24,
+    {8, 4, true}, {12, 4, false}, {16, 8, false}};
+
+struct If {  // IF
+    uint32_t record_size;  // op header + fixed record
+    FieldAt cond_region_id, pad, cond_offset, branch_a_size, branch_a_op_count, branch_b_size, branch_b_op_count;
+};
+constexpr If kIf = {40,
+    {8, 4, true}, {12, 4, false}, {16, 8, false}, {24, 4, false}, {28, 4, false}, {32, 4, false}, {36, 4, false}};
+
+// WHILE shares IF's record.
+constexpr auto kWhile = kIf;
+
+struct Scan {  // SCAN
+    uint32_t record_size;  // op header + fixed record
+    FieldAt dst_region_id, src_region_id, dst_offset, src_offset, length, in_stride, out_stride, type_len, dtype, inclusive, pad;
+};
+constexpr Scan kScan = {52,
+    {8, 4, true}, {12, 4, true}, {16, 8, false}, {24, 8, false}, {32, 4, false}, {36, 4, true}, {40, 4, true}, {44, 4, true}, {48, 1, false}, {49, 1, false}, {50, 2, false}};
+
+struct Memtile {  // MEMTILE
+    uint32_t record_size;  // op header + fixed record
+    FieldAt region_id, srcsize, offset, count;
+};
+constexpr Memtile kMemtile = {32,
+    {8, 4, true}, {12, 4, false}, {16, 8, false}, {24, 8, false}};
+
+struct SegmentedSort {  // SEGMENTED_SORT
+    uint32_t record_size;  // op header + fixed record
+    FieldAt keys_region_id, values_region_id, segstart_region_id, segend_region_id, keys_offset, values_offset, segstart_offset, segend_offset, count, num_segments, dtype, pad;
+};
+constexpr SegmentedSort kSegmentedSort = {68,
+    {8, 4, true}, {12, 4, true}, {16, 4, true}, {20, 4, true}, {24, 8, false}, {32, 8, false}, {40, 8, false}, {48, 8, false}, {56, 4, false}, {60, 4, false}, {64, 1, false}, {65, 3, false}};
+
+struct RadixSort {  // RADIX_SORT
+    uint32_t record_size;  // op header + fixed record
+    FieldAt keys_region_id, values_region_id, keys_offset, values_offset, count, begin_bit, end_bit, value_size, dtype, pad;
+};
+constexpr RadixSort kRadixSort = {52,
+    {8, 4, true}, {12, 4, true}, {16, 8, false}, {24, 8, false}, {32, 4, false}, {36, 4, true}, {40, 4, true}, {44, 4, true}, {48, 1, false}, {49, 3, false}};
+
+struct RunlengthEncode {  // RUNLENGTH_ENCODE
+    uint32_t record_size;  // op header + fixed record
+    FieldAt values_region_id, run_values_region_id, run_lengths_region_id, run_count_region_id, values_offset, run_values_offset, run_lengths_offset, run_count_offset, value_count, pad;
+};
+constexpr RunlengthEncode kRunlengthEncode = {64,
+    {8, 4, true}, {12, 4, true}, {16, 4, true}, {20, 4, true}, {24, 8, false}, {32, 8, false}, {40, 8, false}, {48, 8, false}, {56, 4, false}, {60, 4, false}};
+
+struct BsrFromTriplets {  // BSR_FROM_TRIPLETS
+    uint32_t record_size;  // op header + fixed record
+    FieldAt block_size, scalar_size_in_bytes, row_count, col_count, nnz_upper_bound, masked_topology, pad, scalar_zero_mask, tpl_nnz_region_id, tpl_rows_region_id, tpl_columns_region_id, tpl_values_region_id, summed_block_offsets_region_id, summed_block_indices_region_id, bsr_offsets_region_id, bsr_row_counts_region_id, bsr_columns_region_id, bsr_nnz_region_id, tpl_nnz_offset, tpl_rows_offset, tpl_columns_offset, tpl_values_offset, summed_block_offsets_offset, summed_block_indices_offset, bsr_offsets_offset, bsr_row_counts_offset, bsr_columns_offset, bsr_nnz_offset;
+};
+constexpr BsrFromTriplets kBsrFromTriplets = {160,
+    {8, 4, true}, {12, 4, true}, {16, 4, true}, {20, 4, true}, {24, 4, true}, {28, 1, false}, {29, 3, false}, {32, 8, false}, {40, 4, true}, {44, 4, true}, {48, 4, true}, {52, 4, true}, {56, 4, true}, {60, 4, true}, {64, 4, true}, {68, 4, true}, {72, 4, true}, {76, 4, true}, {80, 8, false}, {88, 8, false}, {96, 8, false}, {104, 8, false}, {112, 8, false}, {120, 8, false}, {128, 8, false}, {136, 8, false}, {144, 8, false}, {152, 8, false}};
+
+struct BsrTranspose {  // BSR_TRANSPOSE
+    uint32_t record_size;  // op header + fixed record
+    FieldAt row_count, col_count, nnz_upper_bound, bsr_offsets_region_id, bsr_row_counts_region_id, bsr_columns_region_id, transposed_offsets_region_id, transposed_row_counts_region_id, transposed_columns_region_id, block_indices_region_id, status_region_id, bsr_offsets_offset, bsr_row_counts_offset, bsr_columns_offset, transposed_offsets_offset, transposed_row_counts_offset, transposed_columns_offset, block_indices_offset, status_offset;
+};
+constexpr BsrTranspose kBsrTranspose = {116,
+    {8, 4, true}, {12, 4, true}, {16, 4, true}, {20, 4, true}, {24, 4, true}, {28, 4, true}, {32, 4, true}, {36, 4, true}, {40, 4, true}, {44, 4, true}, {48, 4, true}, {52, 8, false}, {60, 8, false}, {68, 8, false}, {76, 8, false}, {84, 8, false}, {92, 8, false}, {100, 8, false}, {108, 8, false}};
+
+struct Reduction {  // REDUCTION
+    uint32_t record_size;  // op header + fixed record
+    FieldAt input_a_region_id, input_b_region_id, output_region_id, count, input_a_offset, input_b_offset, output_offset, input_a_stride, input_b_stride, type_len, kind, dtype, pad;
+};
+constexpr Reduction kReduction = {64,
+    {8, 4, true}, {12, 4, true}, {16, 4, true}, {20, 4, false}, {24, 8, false}, {32, 8, false}, {40, 8, false}, {48, 4, true}, {52, 4, true}, {56, 4, true}, {60, 1, false}, {61, 1, false}, {62, 2, false}};
+
+struct BvhRefit {  // BVH_REFIT
+    uint32_t record_size;  // op header + fixed record
+    FieldAt bvh_id, constructor_type, pad;
+};
+constexpr BvhRefit kBvhRefit = {24,
+    {8, 8, false}, {16, 4, true}, {20, 4, false}};
+
+// BVH_REBUILD shares BVH_REFIT's record.
+constexpr auto kBvhRebuild = kBvhRefit;
+
+struct HashGridUpdate {  // HASH_GRID_UPDATE
+    uint32_t record_size;  // op header + fixed record
+    FieldAt grid_id, cell_width, points_region_id, groups_region_id, points_offset, groups_offset, point_count, points_stride, groups_stride, grid_type, has_groups, pad;
+};
+constexpr HashGridUpdate kHashGridUpdate = {64,
+    {8, 8, false}, {16, 8, true}, {24, 4, true}, {28, 4, true}, {32, 8, false}, {40, 8, false}, {48, 4, true}, {52, 4, true}, {56, 4, true}, {60, 1, false}, {61, 1, false}, {62, 2, false}};
+
+}  // namespace op_record
+
+// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:
+// field offsets from the start of each record.
+
+struct LaunchParamRecord {
+    uint32_t record_size;
+    FieldAt param_index, num_relocs, value_offset, value_size, value_align;
+};
+constexpr LaunchParamRecord kLaunchParamRecord = {16,
+    {0, 2, false}, {2, 2, false}, {4, 4, false}, {8, 4, false}, {12, 4, false}};
+
+struct RelocationRecord {
+    uint32_t record_size;
+    FieldAt value_byte_offset, region_id, region_offset, kind, pad;
+};
+constexpr RelocationRecord kRelocationRecord = {24,
+    {0, 4, false}, {4, 4, true}, {8, 8, false}, {16, 1, false}, {17, 7, false}};
+
 // The layout of `version`, or nullptr for a format no Warp release wrote.
 constexpr const FormatLayout* find_format_layout(uint32_t version)
 {

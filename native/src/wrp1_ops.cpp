@@ -31,6 +31,8 @@ namespace {
 
 // Record sizes and field widths that are the same in every format; the code below reads those
 // fields with these C++ types, so a change of wrp1_layout.py that breaks it fails the build.
+namespace rec = op_record;  // every op record's field offsets (generated: wrp1_layouts.h)
+
 constexpr uint32_t kParamRecord = 16;
 constexpr uint32_t kRelocRecord = 24;
 
@@ -38,7 +40,9 @@ constexpr bool layouts_fit_this_code()
 {
     for (const FormatLayout& l : kFormatLayouts) {
         const LaunchLayout& L = l.launch;
-        if (l.launch_param_size != kParamRecord || l.relocation_size != kRelocRecord || L.shape.size != 4
+        if (l.launch_param_size != kParamRecord || l.relocation_size != kRelocRecord
+            || kLaunchParamRecord.record_size != kParamRecord || kRelocationRecord.record_size != kRelocRecord
+            || L.shape.size != 4
             || L.ndim.size != 4 || L.size.size != 8 || L.dim.size != 8 || L.is_forward.size != 1
             || L.kernel_key_len.size != 2 || L.module_hash_len.size != 2 || L.num_params.size != 2
             || !L.pad1.present() || (L.num_relocs.present() && L.num_relocs.size != 4)
@@ -76,6 +80,8 @@ struct Op {
     uint32_t total;
 
     template <typename T> T get(uint32_t off) const { return load<T>(p + off); }
+    // A field of the op's record, at the offset wrp1_layouts.h generates from wrpkit's op table.
+    template <typename T> T field(FieldAt f) const { return get<T>(static_cast<uint32_t>(f.offset)); }
 
     [[noreturn]] void fail(const char* fmt, ...) const __attribute__((format(printf, 2, 3)))
     {
@@ -91,6 +97,10 @@ struct Op {
         for (uint32_t i = 0; i < n; i++)
             if (p[off + i])
                 fail_invalid_at(label, at + off + i, "pad byte %s+%u must be zero", field, i);
+    }
+    void require_zero(FieldAt pad, const char* field) const
+    {
+        require_zero(static_cast<uint32_t>(pad.offset), pad.size, field);
     }
 };
 
@@ -148,17 +158,20 @@ private:
         case kOpMemcpyH2D: return memcpy_h2d(op);
         case kOpMemcpyD2D:
             exact(op);
-            range(op, "dst", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(32));
-            range(op, "src", op.get<int32_t>(12), op.get<uint64_t>(24), op.get<uint64_t>(32));
+            range(op, "dst", op.field<int32_t>(rec::kMemcpyD2D.dst_region_id),
+                op.field<uint64_t>(rec::kMemcpyD2D.dst_offset), op.field<uint64_t>(rec::kMemcpyD2D.size));
+            range(op, "src", op.field<int32_t>(rec::kMemcpyD2D.src_region_id),
+                op.field<uint64_t>(rec::kMemcpyD2D.src_offset), op.field<uint64_t>(rec::kMemcpyD2D.size));
             return;
         case kOpMemset:
             exact(op);
-            range(op, "", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(24));
+            range(op, "", op.field<int32_t>(rec::kMemset.region_id), op.field<uint64_t>(rec::kMemset.offset),
+                op.field<uint64_t>(rec::kMemset.size));
             return;
         case kOpAlloc:
             exact(op);
-            op.require_zero(12, 4, "_pad");
-            range(op, "", op.get<int32_t>(8), 0, op.get<uint64_t>(16));
+            op.require_zero(rec::kAlloc.pad, "_pad");
+            range(op, "", op.field<int32_t>(rec::kAlloc.region_id), 0, op.field<uint64_t>(rec::kAlloc.size));
             return;
         case kOpIf:
         case kOpWhile: return conditional(op, depth);
@@ -370,10 +383,10 @@ private:
         uint64_t packed_end = 0;  // end of the previous argument's bytes
         for (uint32_t j = 0; j < bindings; j++) {
             uint32_t po = params_off + j * kParamRecord;
-            uint16_t n = op.get<uint16_t>(po + 2);
-            uint32_t voff = op.get<uint32_t>(po + 4);
-            uint32_t vsize = op.get<uint32_t>(po + 8);
-            uint32_t align = op.get<uint32_t>(po + 12);
+            uint16_t n = op.get<uint16_t>(po + kLaunchParamRecord.num_relocs.offset);
+            uint32_t voff = op.get<uint32_t>(po + kLaunchParamRecord.value_offset.offset);
+            uint32_t vsize = op.get<uint32_t>(po + kLaunchParamRecord.value_size.offset);
+            uint32_t align = op.get<uint32_t>(po + kLaunchParamRecord.value_align.offset);
             if (!range_fits(voff, vsize, value_size))
                 fail_invalid_at(op.label, op.at + po, "param %u: value bytes [%u, %u + %u) exceed the %u value bytes", j,
                                 voff, voff, vsize, value_size);
@@ -520,7 +533,7 @@ private:
                                                                           uint32_t j)
     {
         uint32_t po = params_off + j * kParamRecord;
-        return {po, op.get<uint16_t>(po + 2), op.get<uint32_t>(po + 4), op.get<uint32_t>(po + 8)};
+        return {po, op.get<uint16_t>(po + kLaunchParamRecord.num_relocs.offset), op.get<uint32_t>(po + kLaunchParamRecord.value_offset.offset), op.get<uint32_t>(po + kLaunchParamRecord.value_size.offset)};
     }
 
     // wrpkit's lint-pointer (checks/check.py lint_launches): an 8-aligned word in
@@ -615,8 +628,8 @@ private:
                 else
                     reach.add(extent, load<int32_t>(desc + 32 + 4 * d));
             }
-            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
-            uint64_t base = load<uint64_t>(rel + 8);
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
+            uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (skip || !region || base > region->size)
                 continue;
             if (-reach.lo > __int128(base) || __int128(base) + reach.hi + a.dtype_size > __int128(region->size))
@@ -631,11 +644,11 @@ private:
     void relocation(const Op& op, uint32_t ro, uint32_t index, uint32_t blob_size)
     {
         uint32_t slot = op.get<uint32_t>(ro);
-        int32_t region_id = op.get<int32_t>(ro + 4);
-        uint64_t region_offset = op.get<uint64_t>(ro + 8);
-        uint8_t kind = op.p[ro + 16];
+        int32_t region_id = op.get<int32_t>(ro + kRelocationRecord.region_id.offset);
+        uint64_t region_offset = op.get<uint64_t>(ro + kRelocationRecord.region_offset.offset);
+        uint8_t kind = op.p[ro + kRelocationRecord.kind.offset];
         uint64_t at = op.at + ro;
-        op.require_zero(ro + 17, 7, "relocation._pad");
+        op.require_zero(ro + kRelocationRecord.pad.offset, kRelocationRecord.pad.size, "relocation._pad");
         if (uint64_t(slot) + 8 > blob_size)
             fail_invalid_at(op.label, at, "relocation %u: slot at byte %u of its argument does not fit in its %u bytes",
                             index, slot, blob_size);
@@ -771,8 +784,8 @@ private:
             const uint8_t* rel = op.p + reloc0 + r * kRelocRecord;
             if (rel[16] != kRelocDataPtr)
                 continue;
-            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
-            uint64_t base = load<uint64_t>(rel + 8);
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
+            uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (!region || base > region->size)
                 continue;  // reported by relocation()
             if (-reach.lo > __int128(base) || reach.hi >= __int128(region->size - base))
@@ -791,8 +804,8 @@ private:
             if (rel[16] != kRelocDataPtr)
                 continue;
             int32_t count = load<int32_t>(a + 88 + 4 * d);
-            const RegionRecord* region = g_.find_region(load<int32_t>(rel + 4));
-            uint64_t base = load<uint64_t>(rel + 8);
+            const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
+            uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (count < 0 || (region && base <= region->size && uint64_t(count) * 4 > region->size - base))
                 fail_invalid_at(op.label, op.at + blob + 88 + 4 * d,
                                 "param %u: index array %u of %d entries does not fit its region", j, d, count);
@@ -803,14 +816,15 @@ private:
     void memcpy_h2d(const Op& op)
     {
         uint32_t fixed = layout_.op_size[op.type];
-        if (op.total < fixed || op.get<uint64_t>(24) != op.total - fixed)
+        if (op.total < fixed || op.field<uint64_t>(rec::kMemcpyH2D.size) != op.total - fixed)
             op.fail("total_size %u does not equal %u + its %llu inline bytes", op.total, fixed,
-                    static_cast<unsigned long long>(op.total < fixed ? 0 : op.get<uint64_t>(24)));
-        op.require_zero(12, 4, "_pad");
+                    static_cast<unsigned long long>(op.total < fixed ? 0 : op.field<uint64_t>(rec::kMemcpyH2D.size)));
+        op.require_zero(rec::kMemcpyH2D.pad, "_pad");
         if (g_.device == Device::Cpu)
             op.fail("MEMCPY_H2D is not replayed by Warp's CPU runtime (it would be skipped silently); Warp 1.19 never "
                     "records it");
-        range(op, "dst", op.get<int32_t>(8), op.get<uint64_t>(16), op.get<uint64_t>(24));
+        range(op, "dst", op.field<int32_t>(rec::kMemcpyH2D.dst_region_id),
+            op.field<uint64_t>(rec::kMemcpyH2D.dst_offset), op.field<uint64_t>(rec::kMemcpyH2D.size));
     }
 
     void conditional(const Op& op, uint32_t depth)
@@ -818,9 +832,11 @@ private:
         uint32_t head = layout_.op_size[op.type];
         if (op.total < head)
             op.fail("total_size %u is smaller than the %u-byte conditional record", op.total, head);
-        op.require_zero(12, 4, "_pad");
-        uint32_t a = op.get<uint32_t>(24), a_count = op.get<uint32_t>(28);
-        uint32_t b = op.get<uint32_t>(32), b_count = op.get<uint32_t>(36);
+        op.require_zero(rec::kIf.pad, "_pad");
+        uint32_t a = op.field<uint32_t>(rec::kIf.branch_a_size),
+            a_count = op.field<uint32_t>(rec::kIf.branch_a_op_count);
+        uint32_t b = op.field<uint32_t>(rec::kIf.branch_b_size),
+            b_count = op.field<uint32_t>(rec::kIf.branch_b_op_count);
         if (uint64_t(head) + a + b != op.total)
             op.fail("total_size %u differs from %u + branch sizes %u + %u", op.total, head, a, b);
         if ((a == 0) != (a_count == 0) || (b == 0) != (b_count == 0))
@@ -831,13 +847,13 @@ private:
             op.fail("a WHILE record has an empty second branch, found %u bytes", b);
         if (depth + 1 > kMaxNestingDepth)
             op.fail("conditionals nest deeper than %u levels", kMaxNestingDepth);
-        range(op, "cond", op.get<int32_t>(8), op.get<uint64_t>(16), 4);
+        range(op, "cond", op.field<int32_t>(rec::kIf.cond_region_id), op.field<uint64_t>(rec::kIf.cond_offset), 4);
         uint64_t body = op.at + head;
         if (op.type == kOpWhile) {
             // A body that touches no byte of the condition's region can never
             // end the loop: Warp's CPU replay would spin until its 2^24
             // iteration guard (wrpkit's validate has the same rule).
-            int32_t cond = op.get<int32_t>(8);
+            int32_t cond = op.field<int32_t>(rec::kIf.cond_region_id);
             while_touched_.emplace_back();
             stream(body, body + a, a_count, op.path + ".body", depth + 1);
             bool touched = while_touched_.back().count(cond) != 0;
@@ -853,10 +869,11 @@ private:
     void scan(const Op& op)
     {
         exact(op);
-        op.require_zero(50, 2, "_pad");
-        uint32_t length = op.get<uint32_t>(32);
-        int32_t in_stride = op.get<int32_t>(36), out_stride = op.get<int32_t>(40), type_len = op.get<int32_t>(44);
-        uint8_t dtype = op.p[48], inclusive = op.p[49];
+        op.require_zero(rec::kScan.pad, "_pad");
+        uint32_t length = op.field<uint32_t>(rec::kScan.length);
+        int32_t in_stride = op.field<int32_t>(rec::kScan.in_stride),
+            out_stride = op.field<int32_t>(rec::kScan.out_stride), type_len = op.field<int32_t>(rec::kScan.type_len);
+        uint8_t dtype = op.p[rec::kScan.dtype.offset], inclusive = op.p[rec::kScan.inclusive.offset];
         if (dtype != 1 && dtype != 3 && dtype != 5 && dtype != 6)
             op.fail("scan dtype %u is not int32 (1), int64 (3), float32 (5) or float64 (6)", dtype);
         if (inclusive > 1)
@@ -871,36 +888,43 @@ private:
             in_bytes = add(op, mul(op, length - 1, uint64_t(in_stride), "scan span"), lanes, "scan span");
             out_bytes = add(op, mul(op, length - 1, uint64_t(out_stride), "scan span"), lanes, "scan span");
         }
-        range(op, "dst", op.get<int32_t>(8), op.get<uint64_t>(16), out_bytes);
-        range(op, "src", op.get<int32_t>(12), op.get<uint64_t>(24), in_bytes);
+        range(op, "dst", op.field<int32_t>(rec::kScan.dst_region_id), op.field<uint64_t>(rec::kScan.dst_offset),
+            out_bytes);
+        range(op, "src", op.field<int32_t>(rec::kScan.src_region_id), op.field<uint64_t>(rec::kScan.src_offset),
+            in_bytes);
     }
 
     void memtile(const Op& op)
     {
         uint32_t fixed = layout_.op_size[op.type];
-        uint32_t srcsize = op.total >= fixed ? op.get<uint32_t>(12) : 0;
+        uint32_t srcsize = op.total >= fixed ? op.field<uint32_t>(rec::kMemtile.srcsize) : 0;
         if (op.total < fixed || srcsize == 0 || uint64_t(srcsize) + fixed != op.total)
             op.fail("total_size %u does not equal %u + a nonzero value size (%u)", op.total, fixed, srcsize);
-        uint64_t bytes = mul(op, op.get<uint64_t>(24), srcsize, "count * value size");
-        range(op, "", op.get<int32_t>(8), op.get<uint64_t>(16), bytes);
+        uint64_t bytes = mul(op, op.field<uint64_t>(rec::kMemtile.count), srcsize, "count * value size");
+        range(op, "", op.field<int32_t>(rec::kMemtile.region_id), op.field<uint64_t>(rec::kMemtile.offset), bytes);
     }
 
     void segmented_sort(const Op& op)
     {
         exact(op);
-        op.require_zero(65, 3, "_pad");
-        uint32_t count = op.get<uint32_t>(56), segments = op.get<uint32_t>(60);
-        uint8_t dtype = op.p[64];
+        op.require_zero(rec::kSegmentedSort.pad, "_pad");
+        uint32_t count = op.field<uint32_t>(rec::kSegmentedSort.count),
+            segments = op.field<uint32_t>(rec::kSegmentedSort.num_segments);
+        uint8_t dtype = op.p[rec::kSegmentedSort.dtype.offset];
         if (dtype != 1 && dtype != 5)
             op.fail("segmented-sort key dtype %u is not int32 (1) or float32 (5)", dtype);
         if (count > INT_MAX / 2 || segments > INT_MAX - 1)
             op.fail("count %u or segment count %u is too large", count, segments);
-        int32_t start_id = op.get<int32_t>(16), end_id = op.get<int32_t>(20);
-        uint64_t start_off = op.get<uint64_t>(40), end_off = op.get<uint64_t>(48);
+        int32_t start_id = op.field<int32_t>(rec::kSegmentedSort.segstart_region_id),
+            end_id = op.field<int32_t>(rec::kSegmentedSort.segend_region_id);
+        uint64_t start_off = op.field<uint64_t>(rec::kSegmentedSort.segstart_offset),
+            end_off = op.field<uint64_t>(rec::kSegmentedSort.segend_offset);
         // As at replay: ends inferred from starts alias the start array one int32 later.
         bool inferred = start_id == end_id && end_off >= start_off && end_off - start_off == 4;
-        range(op, "keys", op.get<int32_t>(8), op.get<uint64_t>(24), uint64_t(count) * 8);
-        range(op, "values", op.get<int32_t>(12), op.get<uint64_t>(32), uint64_t(count) * 8);
+        range(op, "keys", op.field<int32_t>(rec::kSegmentedSort.keys_region_id),
+            op.field<uint64_t>(rec::kSegmentedSort.keys_offset), uint64_t(count) * 8);
+        range(op, "values", op.field<int32_t>(rec::kSegmentedSort.values_region_id),
+            op.field<uint64_t>(rec::kSegmentedSort.values_offset), uint64_t(count) * 8);
         range(op, "segstart", start_id, start_off, (uint64_t(segments) + (inferred ? 1 : 0)) * 4);
         range(op, "segend", end_id, end_off, uint64_t(segments) * 4);
     }
@@ -908,10 +932,12 @@ private:
     void radix_sort(const Op& op)
     {
         exact(op);
-        op.require_zero(49, 3, "_pad");
-        uint32_t count = op.get<uint32_t>(32);
-        int32_t begin_bit = op.get<int32_t>(36), end_bit = op.get<int32_t>(40), value_size = op.get<int32_t>(44);
-        uint8_t dtype = op.p[48];
+        op.require_zero(rec::kRadixSort.pad, "_pad");
+        uint32_t count = op.field<uint32_t>(rec::kRadixSort.count);
+        int32_t begin_bit = op.field<int32_t>(rec::kRadixSort.begin_bit),
+            end_bit = op.field<int32_t>(rec::kRadixSort.end_bit),
+            value_size = op.field<int32_t>(rec::kRadixSort.value_size);
+        uint8_t dtype = op.p[rec::kRadixSort.dtype.offset];
         uint64_t key_size = apic_scalar_size(dtype);
         if (key_size == 0)
             op.fail("radix-sort key dtype %u is not one of 1..6", dtype);
@@ -922,36 +948,45 @@ private:
                     static_cast<unsigned long long>(key_size));
         if (count > INT_MAX)
             op.fail("count %u exceeds INT_MAX", count);
-        range(op, "keys", op.get<int32_t>(8), op.get<uint64_t>(16), uint64_t(count) * 2 * key_size);
-        range(op, "values", op.get<int32_t>(12), op.get<uint64_t>(24), uint64_t(count) * 2 * uint64_t(value_size));
+        range(op, "keys", op.field<int32_t>(rec::kRadixSort.keys_region_id),
+            op.field<uint64_t>(rec::kRadixSort.keys_offset), uint64_t(count) * 2 * key_size);
+        range(op, "values", op.field<int32_t>(rec::kRadixSort.values_region_id),
+            op.field<uint64_t>(rec::kRadixSort.values_offset), uint64_t(count) * 2 * uint64_t(value_size));
     }
 
     void runlength_encode(const Op& op)
     {
         exact(op);
-        op.require_zero(60, 4, "_pad");
-        uint32_t count = op.get<uint32_t>(56);
+        op.require_zero(rec::kRunlengthEncode.pad, "_pad");
+        uint32_t count = op.field<uint32_t>(rec::kRunlengthEncode.value_count);
         if (count > INT_MAX)
             op.fail("value_count %u exceeds INT_MAX", count);
         uint64_t bytes = uint64_t(count) * 4;
-        range(op, "values", op.get<int32_t>(8), op.get<uint64_t>(24), bytes);
-        range(op, "run_values", op.get<int32_t>(12), op.get<uint64_t>(32), bytes);
-        range(op, "run_lengths", op.get<int32_t>(16), op.get<uint64_t>(40), bytes);
-        range(op, "run_count", op.get<int32_t>(20), op.get<uint64_t>(48), 4);
+        range(op, "values", op.field<int32_t>(rec::kRunlengthEncode.values_region_id),
+            op.field<uint64_t>(rec::kRunlengthEncode.values_offset), bytes);
+        range(op, "run_values", op.field<int32_t>(rec::kRunlengthEncode.run_values_region_id),
+            op.field<uint64_t>(rec::kRunlengthEncode.run_values_offset), bytes);
+        range(op, "run_lengths", op.field<int32_t>(rec::kRunlengthEncode.run_lengths_region_id),
+            op.field<uint64_t>(rec::kRunlengthEncode.run_lengths_offset), bytes);
+        range(op, "run_count", op.field<int32_t>(rec::kRunlengthEncode.run_count_region_id),
+            op.field<uint64_t>(rec::kRunlengthEncode.run_count_offset), 4);
     }
 
     void bsr_from_triplets(const Op& op)
     {
         exact(op);
-        op.require_zero(29, 3, "_pad");
-        int32_t block_size = op.get<int32_t>(8), scalar_size = op.get<int32_t>(12);
-        int32_t rows = op.get<int32_t>(16), cols = op.get<int32_t>(20), nnz = op.get<int32_t>(24);
+        op.require_zero(rec::kBsrFromTriplets.pad, "_pad");
+        int32_t block_size = op.field<int32_t>(rec::kBsrFromTriplets.block_size),
+            scalar_size = op.field<int32_t>(rec::kBsrFromTriplets.scalar_size_in_bytes);
+        int32_t rows = op.field<int32_t>(rec::kBsrFromTriplets.row_count),
+            cols = op.field<int32_t>(rec::kBsrFromTriplets.col_count),
+            nnz = op.field<int32_t>(rec::kBsrFromTriplets.nnz_upper_bound);
         if (block_size < 0 || scalar_size < 0 || rows < 0 || cols < 0 || nnz < 0)
             op.fail("negative block size, scalar size, row, column or nnz count");
-        if (op.p[28] > 1)
-            op.fail("masked_topology must be 0 or 1, found %u", op.p[28]);
-        auto id = [&](int i) { return op.get<int32_t>(40 + 4 * i); };
-        auto off = [&](int i) { return op.get<uint64_t>(80 + 8 * i); };
+        if (op.p[rec::kBsrFromTriplets.masked_topology.offset] > 1)
+            op.fail("masked_topology must be 0 or 1, found %u", op.p[rec::kBsrFromTriplets.masked_topology.offset]);
+        auto id = [&](int i) { return op.get<int32_t>(rec::kBsrFromTriplets.tpl_nnz_region_id.offset + 4 * i); };
+        auto off = [&](int i) { return op.get<uint64_t>(rec::kBsrFromTriplets.tpl_nnz_offset.offset + 8 * i); };
         // Formats 13-15 may name the region the replay writes the count into; from 16 on Warp writes
         // -1/0 there and ignores it.
         if (layout_.bsr_nnz_region)
@@ -979,11 +1014,13 @@ private:
             op.fail("total_size %u is smaller than the %u-byte record", op.total, fixed);
         if (!layout_.bsr_transpose_tail && op.total != fixed)
             op.fail("BSR_TRANSPOSE has no tail in format %u, found %u bytes", layout_.version, op.total - fixed);
-        int32_t rows = op.get<int32_t>(8), cols = op.get<int32_t>(12), nnz = op.get<int32_t>(16);
+        int32_t rows = op.field<int32_t>(rec::kBsrTranspose.row_count),
+            cols = op.field<int32_t>(rec::kBsrTranspose.col_count),
+            nnz = op.field<int32_t>(rec::kBsrTranspose.nnz_upper_bound);
         if (rows < 0 || cols < 0 || nnz < 0)
             op.fail("negative row, column or nnz count");
-        auto id = [&](int i) { return op.get<int32_t>(20 + 4 * i); };
-        auto off = [&](int i) { return op.get<uint64_t>(52 + 8 * i); };
+        auto id = [&](int i) { return op.get<int32_t>(rec::kBsrTranspose.bsr_offsets_region_id.offset + 4 * i); };
+        auto off = [&](int i) { return op.get<uint64_t>(rec::kBsrTranspose.bsr_offsets_offset.offset + 8 * i); };
         // From format 14 a padded destination (transposed row counts given) carries its capacity
         // offsets; in format 13 it carries none (Warp 1.15-1.18 read them from the live offsets), so
         // its columns are bounded by nnz_upper_bound, as an unpadded one's.
@@ -1020,12 +1057,18 @@ private:
     void reduction(const Op& op)
     {
         exact(op);
-        op.require_zero(62, 2, "_pad");
-        int32_t a_id = op.get<int32_t>(8), b_id = op.get<int32_t>(12), out_id = op.get<int32_t>(16);
-        uint32_t count = op.get<uint32_t>(20);
-        uint64_t a_off = op.get<uint64_t>(24), b_off = op.get<uint64_t>(32), out_off = op.get<uint64_t>(40);
-        int32_t a_stride = op.get<int32_t>(48), b_stride = op.get<int32_t>(52), type_len = op.get<int32_t>(56);
-        uint8_t kind = op.p[60], dtype = op.p[61];
+        op.require_zero(rec::kReduction.pad, "_pad");
+        int32_t a_id = op.field<int32_t>(rec::kReduction.input_a_region_id),
+            b_id = op.field<int32_t>(rec::kReduction.input_b_region_id),
+            out_id = op.field<int32_t>(rec::kReduction.output_region_id);
+        uint32_t count = op.field<uint32_t>(rec::kReduction.count);
+        uint64_t a_off = op.field<uint64_t>(rec::kReduction.input_a_offset),
+            b_off = op.field<uint64_t>(rec::kReduction.input_b_offset),
+            out_off = op.field<uint64_t>(rec::kReduction.output_offset);
+        int32_t a_stride = op.field<int32_t>(rec::kReduction.input_a_stride),
+            b_stride = op.field<int32_t>(rec::kReduction.input_b_stride),
+            type_len = op.field<int32_t>(rec::kReduction.type_len);
+        uint8_t kind = op.p[rec::kReduction.kind.offset], dtype = op.p[rec::kReduction.dtype.offset];
         bool sum = kind == 1, inner = kind == 2;
         if (!sum && !inner)
             op.fail("reduction kind %u is neither SUM (1) nor INNER (2)", kind);

@@ -21,6 +21,8 @@ const char* const kWrpkImageOffsetNote = "of the bundle's program as a .wrp (wrp
 
 namespace {
 
+namespace rec = op_record;  // every op record's size (generated: wrp1_layouts.h)
+
 namespace fbs = wrpkit::formats::fbs;
 using flatbuffers::Offset;
 using flatbuffers::Vector;
@@ -434,7 +436,7 @@ private:
         case kOpMemcpyH2D: {
             auto* o = static_cast<const fbs::MemcpyH2D*>(table);
             uint32_t n = count_of(o->data());
-            head(t, 32 + uint64_t(n), here, o);
+            head(t, rec::kMemcpyH2D.record_size + uint64_t(n), here, o);
             w.put<int32_t>(o->dst_region_id());
             w.zeros(4);
             w.put<uint64_t>(o->dst_offset());
@@ -445,7 +447,7 @@ private:
         }
         case kOpMemcpyD2D: {
             auto* o = static_cast<const fbs::MemcpyD2D*>(table);
-            head(t, 40, here, o);
+            head(t, rec::kMemcpyD2D.record_size, here, o);
             w.put<int32_t>(o->dst_region_id());
             w.put<int32_t>(o->src_region_id());
             w.put<uint64_t>(o->dst_offset());
@@ -455,7 +457,7 @@ private:
         }
         case kOpMemset: {
             auto* o = static_cast<const fbs::Memset*>(table);
-            head(t, 32, here, o);
+            head(t, rec::kMemset.record_size, here, o);
             w.put<int32_t>(o->region_id());
             w.put<int32_t>(o->value());
             w.put<uint64_t>(o->offset());
@@ -464,7 +466,7 @@ private:
         }
         case kOpAlloc: {
             auto* o = static_cast<const fbs::Alloc*>(table);
-            head(t, 24, here, o);
+            head(t, rec::kAlloc.record_size, here, o);
             w.put<int32_t>(o->region_id());
             w.zeros(4);
             w.put<uint64_t>(o->size());
@@ -484,7 +486,7 @@ private:
         case kOpScan: {
             auto* o = static_cast<const fbs::Scan*>(table);
             check_bool(o, fbs::Scan::VT_INCLUSIVE, 0, here, "inclusive");
-            head(t, 52, here, o);
+            head(t, rec::kScan.record_size, here, o);
             w.put<int32_t>(o->dst_region_id());
             w.put<int32_t>(o->src_region_id());
             w.put<uint64_t>(o->dst_offset());
@@ -503,7 +505,7 @@ private:
             uint32_t n = count_of(o->value());
             if (n == 0)
                 bad(here.field("value"), o, "MEMTILE value must not be empty");
-            head(t, 32 + uint64_t(n), here, o);
+            head(t, rec::kMemtile.record_size + uint64_t(n), here, o);
             w.put<int32_t>(o->region_id());
             w.put<uint32_t>(n);
             w.put<uint64_t>(o->offset());
@@ -513,7 +515,7 @@ private:
         }
         case kOpSegmentedSort: {
             auto* o = static_cast<const fbs::SegmentedSort*>(table);
-            head(t, 68, here, o);
+            head(t, rec::kSegmentedSort.record_size, here, o);
             w.put<int32_t>(o->keys_region_id());
             w.put<int32_t>(o->values_region_id());
             w.put<int32_t>(o->segstart_region_id());
@@ -530,7 +532,7 @@ private:
         }
         case kOpRadixSort: {
             auto* o = static_cast<const fbs::RadixSort*>(table);
-            head(t, 52, here, o);
+            head(t, rec::kRadixSort.record_size, here, o);
             w.put<int32_t>(o->keys_region_id());
             w.put<int32_t>(o->values_region_id());
             w.put<uint64_t>(o->keys_offset());
@@ -545,7 +547,7 @@ private:
         }
         case kOpRunlengthEncode: {
             auto* o = static_cast<const fbs::RunlengthEncode*>(table);
-            head(t, 64, here, o);
+            head(t, rec::kRunlengthEncode.record_size, here, o);
             w.put<int32_t>(o->values_region_id());
             w.put<int32_t>(o->run_values_region_id());
             w.put<int32_t>(o->run_lengths_region_id());
@@ -561,7 +563,7 @@ private:
         case kOpBsrFromTriplets: {
             auto* o = static_cast<const fbs::BsrFromTriplets*>(table);
             check_bool(o, fbs::BsrFromTriplets::VT_MASKED_TOPOLOGY, 0, here, "masked_topology");
-            head(t, 160, here, o);
+            head(t, rec::kBsrFromTriplets.record_size, here, o);
             w.put<int32_t>(o->block_size());
             w.put<int32_t>(o->scalar_size_in_bytes());
             w.put<int32_t>(o->row_count());
@@ -585,7 +587,7 @@ private:
         case kOpBsrTranspose: {
             auto* o = static_cast<const fbs::BsrTranspose*>(table);
             uint32_t n = count_of(o->padded_tail());
-            head(t, 116 + 4 * uint64_t(n), here, o);
+            head(t, rec::kBsrTranspose.record_size + 4 * uint64_t(n), here, o);
             w.put<int32_t>(o->row_count());
             w.put<int32_t>(o->col_count());
             w.put<int32_t>(o->nnz_upper_bound());
@@ -604,7 +606,7 @@ private:
         }
         case kOpReduction: {
             auto* o = static_cast<const fbs::Reduction*>(table);
-            head(t, 64, here, o);
+            head(t, rec::kReduction.record_size, here, o);
             w.put<int32_t>(o->input_a_region_id());
             w.put<int32_t>(o->input_b_region_id());
             w.put<int32_t>(o->output_region_id());
@@ -622,7 +624,7 @@ private:
         }
         case kOpBvhRefit: {
             auto* o = static_cast<const fbs::BvhRefit*>(table);
-            head(t, 24, here, o);
+            head(t, rec::kBvhRefit.record_size, here, o);
             w.put<uint64_t>(o->bvh_id());
             w.put<int32_t>(o->constructor_type());
             w.zeros(4);
@@ -630,7 +632,7 @@ private:
         }
         case kOpBvhRebuild: {
             auto* o = static_cast<const fbs::BvhRebuild*>(table);
-            head(t, 24, here, o);
+            head(t, rec::kBvhRebuild.record_size, here, o);
             w.put<uint64_t>(o->bvh_id());
             w.put<int32_t>(o->constructor_type());
             w.zeros(4);
@@ -639,7 +641,7 @@ private:
         case kOpHashGridUpdate: {
             auto* o = static_cast<const fbs::HashGridUpdate*>(table);
             check_bool(o, fbs::HashGridUpdate::VT_HAS_GROUPS, 0, here, "has_groups");
-            head(t, 64, here, o);
+            head(t, rec::kHashGridUpdate.record_size, here, o);
             w.put<uint64_t>(o->grid_id());
             w.put<double>(o->cell_width());
             w.put<int32_t>(o->points_region_id());
@@ -665,7 +667,7 @@ private:
     {
         Writer& w = ops_;
         size_t start = w.size();
-        head(t, 40, here, table);  // total patched below
+        head(t, rec::kIf.record_size, here, table);  // total patched below
         w.put<int32_t>(cond_region);
         w.zeros(4);
         w.put<uint64_t>(cond_offset);

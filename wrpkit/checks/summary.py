@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import model as m
 from ..formats.container import Capture
+from .effects import effects, launch_argument
 from ..formats.wrp1_layout import FILE_HEADER_SIZE, SECTION_ENTRY, SECTION_ENTRY_SIZE
 
 _SECTION_NAMES = {1: "METADATA", 2: "MEMORY", 3: "OPERATIONS", 0x41505257: "ANNOTATIONS"}
@@ -48,18 +49,95 @@ def _value(v):
     return v
 
 
-def op_record(op: m.Op) -> dict:
-    """One op as a JSON-ready dict: ``{"op": NAME, "offset": byte, ...fields}``, nested bodies included."""
+def op_record(op: m.Op, program: m.Program | None = None, signatures: dict | None = None,
+              names: dict | None = None) -> dict:
+    """One op as a JSON-ready dict: ``{"op": NAME, "offset": byte, ...fields}``, nested bodies included.
+
+    With ``program``, each op also lists the byte ranges it ``reads`` and
+    ``writes`` (:func:`wrpkit.checks.effects.effects`: ``{"region", "offset",
+    "bytes", "name", "mode"}``) and each KERNEL_LAUNCH its ``args`` (see
+    :func:`launch_args`).
+    """
     d = {"op": op.op_type.name, "offset": op.at}
     for name in m.op_fields(type(op)):
         v = getattr(op, name)
         if name in ("then_ops", "else_ops", "body"):
-            d[name] = [op_record(x) for x in v]
+            d[name] = [op_record(x, program, signatures, names) for x in v]
         elif name in ("params", "adjoint_params", "relocations"):
             d[name] = [dict(x._asdict()) for x in v]
         else:
             d[name] = _value(v)
+    if program is not None:
+        fx = effects(op, program, signatures)
+        d["reads"] = [_access_row(a) for a in fx.reads]
+        d["writes"] = [_access_row(a) for a in fx.writes]
+        if isinstance(op, m.KernelLaunch):
+            d["args"] = launch_args(op, program, signatures, names)
     return d
+
+
+def _access_row(a) -> dict:
+    return {"region": a.region_id, "offset": a.offset, "bytes": a.nbytes, "name": a.name, "mode": a.mode}
+
+
+def launch_args(op: m.KernelLaunch, program: m.Program, signatures: dict | None = None,
+                names: dict | None = None) -> list:
+    """One row per kernel argument of a launch, for ``wrp inspect --ops --json``.
+
+    An array argument has a row per array it passes (a struct argument one
+    per array field, named ``s.field``); a scalar argument one row.
+
+    Args:
+        op: The launch.
+        program: Its program.
+        signatures: ``{(module_hash, kernel_key): KernelSignature}`` (default: the file's).
+        names: :func:`region_names` (default: computed).
+
+    Returns:
+        ``[{"name", "type", "access", "region", "binding"}]``: ``access`` is
+        ``"read"``, ``"write"``, ``"readwrite"``, ``"unused"`` or ``"touches"``
+        (the file does not say); a scalar is ``"read"`` (passed by value) with
+        ``region`` and ``binding`` None; ``binding`` is the name binding the
+        region (names joined by ``/``), None for an unbound array.
+    """
+    from .effects import kernel_signatures as file_signatures  # noqa: PLC0415
+
+    sigs = signatures if signatures is not None else file_signatures(program)
+    fx = effects(op, program, sigs)
+    sig = sigs.get((op.module_hash, op.kernel_key))
+    args = sig.arguments if sig is not None else ()
+    names = names if names is not None else region_names(program)
+    by_param: dict = {}
+    for a in fx.accesses:
+        if a.part == "data":
+            by_param.setdefault(a.param, []).append(a)
+    rows = []
+    for p in op.params:
+        ka = launch_argument(args, p)
+        name = ka.name if ka is not None else f"arg{p.param_index - 1}"
+        typ = ka.type if ka is not None else None
+        accs = by_param.get(p.param_index)
+        if accs:
+            for a in accs:
+                t = _field_type(ka.dtype, a.field) if a.field and ka is not None else None
+                rows.append({"name": a.name, "type": t or typ, "access": a.mode, "region": a.region_id,
+                             "binding": names.get(a.region_id)})
+        elif p.num_relocs or (ka is not None and ka.ndim):
+            # an array passed as None (null pointers), or a handle: no region is touched
+            rows.append({"name": name, "type": typ, "access": "unused", "region": None, "binding": None})
+        else:
+            rows.append({"name": name, "type": typ, "access": "read", "region": None, "binding": None})
+    return rows
+
+
+def _field_type(dtype, path: str):
+    """The type name of a (dotted) struct field."""
+    for part in path.split("."):
+        hit = next((f for f in dtype.fields if f.name == part), None) if dtype is not None else None
+        if hit is None:
+            return None
+        dtype = hit.type
+    return dtype.name if dtype is not None else None
 
 
 def shape_text(shape) -> str:
@@ -77,36 +155,17 @@ def region_names(prog: m.Program) -> dict:
     return {r: "/".join(n) for r, n in out.items()}
 
 
-def launch_access(op: m.KernelLaunch, signature=None) -> list:
-    """``[(argument name, word, region id)]`` for each array argument of a launch that a relocation binds.
+def launch_access(op: m.KernelLaunch, program: m.Program, signatures: dict | None = None) -> list:
+    """``[(argument name, mode, region id)]`` for each array a launch passes (from :func:`effects`).
 
-    ``word`` is ``"read"``, ``"write"``, ``"readwrite"`` or ``"unused"`` as
-    recorded at capture (:func:`wrpkit.formats.annotations.argument_access`),
-    or ``"touches"`` where the file does not say.
-
-    Args:
-        op: A kernel launch.
-        signature: The kernel's :class:`~wrpkit.formats.annotations.KernelSignature`, or None.
+    ``mode`` is ``"read"``, ``"write"``, ``"readwrite"``, ``"unused"`` or
+    ``"touches"`` where the file does not say.
     """
-    args = signature.arguments if signature is not None else ()
-    out = []
-    for p, rels in op.param_relocations():
-        for r in rels:
-            if r.kind == m.RelocKind.DATA_PTR:
-                a = launch_argument(args, p)
-                out.append((a.name if a is not None else f"arg{p.param_index - 1}",
-                            (a.access_word if a is not None else None) or "touches", r.region_id))
-                break
-    return out
+    return [(a.name, a.mode, a.region_id) for a in effects(op, program, signatures).accesses if a.part == "data"]
 
 
-def launch_argument(arguments, param):
-    """The kernel argument a launch parameter passes (``param_index`` is 1-based: 0 is the launch bounds)."""
-    i = param.param_index - 1
-    return arguments[i] if 0 <= i < len(arguments) else None
-
-
-def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None) -> str:
+def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None,
+            program: m.Program | None = None) -> str:
     """A one-line description of an op's key fields, for ``wrp inspect --ops``.
 
     Args:
@@ -121,8 +180,8 @@ def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None)
         kind = "" if op.is_forward else " backward"
         line = (f"{op.kernel_key}{kind} dim={shape_text(op.shape[:max(op.ndim, 1)])} threads={op.size} "
                 f"args={len(op.params)} relocs={len(op.relocations)} value_bytes={len(op.value_data)}")
-        if signatures is not None or names is not None:
-            acc = launch_access(op, (signatures or {}).get((op.module_hash, op.kernel_key)))
+        if program is not None:
+            acc = launch_access(op, program, signatures)
             if acc:
                 names = names or {}
                 line += " " + " ".join(f"{n}={w}@r{rid}" + (f"({names[rid]})" if rid in names else "")
@@ -152,7 +211,8 @@ def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None)
     return " ".join(parts)
 
 
-def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None = None, names: dict | None = None):
+def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None = None, names: dict | None = None,
+                  program: m.Program | None = None):
     """Yield ``(depth, index_path, name, line)`` for every op, nested bodies indented.
 
     With ``signatures`` and ``names`` (see :func:`op_line`) launches list their
@@ -160,16 +220,16 @@ def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None =
     """
     for i, op in enumerate(ops):
         ip = f"{path}{i}"
-        yield depth, ip, op.op_type.name, op_line(op, signatures, names)
+        yield depth, ip, op.op_type.name, op_line(op, signatures, names, program)
         if isinstance(op, m.If):
             if op.then_ops:
                 yield depth + 1, "", "then:", ""
-                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".", signatures, names)
+                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".", signatures, names, program)
             if op.else_ops:
                 yield depth + 1, "", "else:", ""
-                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures, names)
+                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures, names, program)
         elif isinstance(op, m.While):
-            yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures, names)
+            yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures, names, program)
 
 
 def kernel_signatures(prog: m.Program) -> dict:
@@ -195,6 +255,22 @@ def binding_signature_rows(prog: m.Program):
     return {s.name: {"dtype": s.dtype.name if s.dtype is not None else None, "shape": list(s.shape),
                      "input": bool(s.is_input), "output": bool(s.is_output)}
             for s in ann.signature}
+
+
+def _region_rows(p: m.Program) -> list:
+    """One row per region, named and typed by :func:`wrpkit.checks.region_types.region_types`."""
+    from .region_types import region_types  # noqa: PLC0415
+
+    types = region_types(p)
+    rows = []
+    for r in p.regions:
+        rt = types[r.region_id]
+        rows.append({"region_id": r.region_id, "size": r.size, "element_size": r.element_size,
+                     "has_initial_data": r.has_initial_data, "name": rt.name,
+                     "dtype": rt.dtype.name if rt.dtype is not None else None,
+                     "shape": list(rt.shape) if rt.dtype is not None and rt.shape is not None else None,
+                     "type_source": rt.source, "conflicts": list(rt.conflicts)})
+    return rows
 
 
 def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = None) -> dict:
@@ -293,8 +369,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
             "launches": launches.get((k.module_hash, k.kernel_key), 0),
         } for k in p.kernels], key=lambda k: (k["kernel_key"], k["module_hash"])),
         "bindings": bindings,
-        "regions": [{"region_id": r.region_id, "size": r.size, "element_size": r.element_size,
-                     "has_initial_data": r.has_initial_data} for r in p.regions],
+        "regions": _region_rows(p),
         "modules": modules,
         "meshes": [{"num_points": me.num_points, "num_tris": me.num_tris, "points_region_id": me.points_region_id,
                     "indices_region_id": me.indices_region_id, "velocities_region_id": me.velocities_region_id}
@@ -304,5 +379,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         "annotations_bytes": len(p.annotations),
     }
     if with_ops:
-        out["ops"] = [op_record(op) for op in p.ops]
+        sigs = kernel_signatures(p)
+        names = region_names(p)
+        out["ops"] = [op_record(op, p, sigs, names) for op in p.ops]
     return out

@@ -66,9 +66,9 @@ def _regions_touched(ops) -> set:
         if isinstance(op, m.KernelLaunch):
             out.update(r.region_id for r in op.relocations if r.kind == m.RelocKind.DATA_PTR)
         else:
-            for name in m.op_fields(type(op)):
-                if name.endswith("region_id"):
-                    out.add(getattr(op, name))
+            # the op table's region references (wrpkit.model REGIONS), as every tool reads them
+            for ref in type(op).REGIONS or ():
+                out.add(getattr(op, ref.region))
     return out
 
 

@@ -52,7 +52,7 @@ def inspect(file, with_ops, as_json, no_verify, kernels):
             console().print(line, highlight=False)
         if with_ops:
             _print_ops(iter_op_lines(cap.program.ops, signatures=kernel_signatures(cap.program),
-                                     names=region_names(cap.program)))
+                                     names=region_names(cap.program), program=cap.program))
 
 
 def _arch(info: dict) -> str:
@@ -95,10 +95,16 @@ def _print_summary(info: dict) -> None:
         shape = shape_text(b["shape"]) if b.get("shape") is not None else "-"
         t.add_row(b["name"], _roles(b), str(b["region_id"]), size(b["size"]), b.get("dtype") or "-", shape)
     con.print(t)
-    t = table("Regions", ["region", "size", "initial data"])
+    t = table("Regions", ["region", "name", "size", "dtype", "shape", "initial data"])
     for r in info["regions"]:
-        t.add_row(str(r["region_id"]), size(r["size"]), "yes" if r["has_initial_data"] else "no")
+        dtype = r.get("dtype") or ("conflict" if r.get("conflicts") and not r.get("dtype") else "-")
+        t.add_row(str(r["region_id"]), r.get("name") or "-", size(r["size"]), dtype,
+                  shape_text(r["shape"]) if r.get("shape") is not None else "-",
+                  "yes" if r["has_initial_data"] else "no")
     con.print(t)
+    for r in info["regions"]:
+        for c in r.get("conflicts") or ():
+            con.print(f"[yellow]region {r['region_id']} ({r.get('name')}): sources disagree on its type: {c}[/]")
     t = table("Modules", ["module", "file", "size", "status"])
     for mod in info["modules"]:
         status = "[green]present[/]" if mod["present"] else f"[red]{mod['state']}[/]"

@@ -203,11 +203,20 @@ def _parse_items(items) -> list:
 # ---------------------------------------------------------------------------
 
 
-def stats(arr: np.ndarray) -> dict:
-    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts (:func:`wrpkit.checks.compare.array_stats`)."""
+def stats(arr: np.ndarray, sig=None) -> dict:
+    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts (:func:`wrpkit.checks.compare.array_stats`).
+
+    With the binding's signature, ``shape`` and ``dtype`` are Warp's (a vec3f
+    array of 8 is ``[8]``, ``"vec3f"``: the one shape convention, see
+    docs/op-table.md) and ``numpy_shape`` the numpy view's (``[8, 3]``).
+    """
     from ..checks.compare import array_stats  # noqa: PLC0415
 
-    return array_stats(arr)
+    out = array_stats(arr)
+    if sig is not None and tuple(sig.numpy_shape()) == tuple(arr.shape):
+        out["shape"], out["dtype"] = list(sig.shape), sig.dtype.name
+    out["numpy_shape"] = list(arr.shape)
+    return out
 
 
 def raw_stats(arr: np.ndarray) -> dict:
@@ -567,7 +576,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             if prep.signature.get(name) is not None:
                 sig = prep.signature[name]
                 raise WrpBindingError(f"--dtype {name}={type_name}: the file already records binding {name!r} as "
-                                      f"{sig.dtype.name} of shape {sig.numpy_shape()}",
+                                      f"{sig.dtype.name} of shape {tuple(sig.shape)}",
                                       hint="--dtype is for bindings without a recorded signature; leave it out.")
             prep.signature[name] = runtime.signature_for_type(name, type_name, prep.sizes[name])
             typed_here.add(name)
@@ -641,7 +650,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "repeat": repeat,
         "warmup": warmup,
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
-        "outputs": {n: (stats(results[n]) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
+        "outputs": {n: (stats(results[n], prep.signature.get(n)) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
                     for n in outputs},
         "unset_inputs": unset_inputs(prep, inputs),
         "check": None,

@@ -28,7 +28,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.summary import launch_argument
+from ..checks.effects import launch_argument
 from ..errors import WrpValidationError
 from ..formats import annotations as ann
 
@@ -265,7 +265,8 @@ def _writes_whole(op: m.Op, rid: int, sizes: dict) -> bool:
 def _first_touch(p: m.Program, notes) -> dict:
     """``{region_id: "op PATH KIND"}`` for regions whose first use, in stream order, is a whole write by a
     non-kernel op (so their initial data is never read); kernel writes may be partial and do not count."""
-    from .stepper import kernel_signatures, read_regions, written_regions  # noqa: PLC0415
+    from ..checks.effects import effects  # noqa: PLC0415
+    from .stepper import kernel_signatures  # noqa: PLC0415
 
     sigs = kernel_signatures(notes)
     sizes = {r.region_id: r.size for r in p.regions}
@@ -283,9 +284,9 @@ def _first_touch(p: m.Program, notes) -> dict:
                 else:
                     walk(op.body, path + ".")
                 continue
-            sig = sigs.get((op.module_hash, op.kernel_key)) if isinstance(op, m.KernelLaunch) else None
-            reads = read_regions(p, op, sig)
-            for r in written_regions(p, op, sig):
+            fx = effects(op, p, sigs)
+            reads = fx.read_regions()
+            for r in fx.written_regions():
                 if r not in seen and r not in reads and _writes_whole(op, r, sizes):
                     out[r] = f"op {path} {op.op_type.name}"
                 seen.add(r)

@@ -34,15 +34,15 @@ from importlib import resources
 from typing import Optional
 
 from .. import model as m
-from ..checks.summary import launch_argument
+from ..checks.region_types import merged_signatures, region_types
+from ..checks.summary import shape_text
+from ..checks.effects import effects, launch_argument, merge_modes
 from ..formats import annotations as ann
 
 #: Longest op sequence that :func:`fold_repeats` looks for.
 MAX_PERIOD = 16
 
 _RELOC_NAMES = {k.value: k.name for k in m.RelocKind if k.value in (1, 2, 3)}
-_WRITE_PREFIXES = ("dst", "run_", "bsr_", "summed_", "out")
-_READ_PREFIXES = ("src", "tpl_", "cond", "in_")
 
 
 @dataclass(slots=True)
@@ -233,8 +233,9 @@ def _array_shape(raw: bytes) -> Optional[tuple]:
 
 
 class _Builder:
-    def __init__(self, prog: m.Program):
+    def __init__(self, prog: m.Program, extra_signatures=None):
         self.prog = prog
+        self.extra_signatures = extra_signatures
         self.annotations = None
         try:
             self.annotations = ann.read_annotations(prog)
@@ -247,6 +248,10 @@ class _Builder:
                 self.sigs[(k.module_hash, k.kernel_key)] = k
                 if any(a.access for a in k.arguments):
                     self.has_access = True
+        if extra_signatures:
+            # kernel annotations the caller built (e.g. from the kernels' source) fill in unannotated kernels
+            self.sigs = merged_signatures(prog, extra_signatures)
+            self.has_access = self.has_access or any(a.access for k in self.sigs.values() for a in k.arguments)
         self.modules = {mod.module_hash: mod.module_name for mod in prog.modules}
         self.regions = {r.region_id: r for r in prog.regions}
         self.array_of_region: dict = {}
@@ -259,6 +264,8 @@ class _Builder:
         self._sig_map = sig_map
         self.op_total = 0
         self._launches: dict = {}
+        # names, dtypes and shapes of every region: the one region-typing function
+        self.types = region_types(prog, annotations=self.annotations, extra_signatures=extra_signatures)
 
     def array(self, region_id: int) -> int:
         a = self.array_of_region.get(region_id)
@@ -266,16 +273,20 @@ class _Builder:
             return a
         region = self.regions.get(region_id)
         names = tuple(self._bindings.get(region_id, ()))
-        dtype, shape, roles = "", (), []
+        roles = []
         for n in names:
             s = self._sig_map.get(n)
             if s is not None:
-                dtype, shape = s.dtype.name, tuple(s.shape)
                 roles += (["input"] if s.is_input else []) + (["output"] if s.is_output else [])
         if names and not roles:
             roles = ["binding"]
-        node = ArrayNode(len(self.arrays), region_id, names[0] if names else f"region {region_id}",
-                         region.size if region is not None else 0, names, dtype, shape, tuple(dict.fromkeys(roles)))
+        rt = self.types.get(region_id)
+        # An unbound array is named by the kernel arguments that use it ("f", or "f / forces").
+        label = rt.name if rt is not None else f"region {region_id}"
+        dtype = rt.dtype.name if rt is not None and rt.dtype is not None else ""
+        shape = tuple(rt.shape) if rt is not None and rt.dtype is not None and rt.shape is not None else ()
+        node = ArrayNode(len(self.arrays), region_id, label, region.size if region is not None else 0, names,
+                         dtype, shape, tuple(dict.fromkeys(roles)))
         self.arrays.append(node)
         self.array_of_region[region_id] = node.id
         return node.id
@@ -286,6 +297,21 @@ class _Builder:
             index = f"{prefix}{i}"
             out.append(self.item(op, index))
         return out
+
+    def _effect_edges(self, op: m.Op) -> list:
+        """Edges of a non-launch op: one per region reference of the op table (:func:`effects`)."""
+        out = []
+        for acc in effects(op, self.prog, self.sigs).accesses:
+            if acc.region_id in self.regions:
+                out.append(Edge(self.array(acc.region_id), acc.mode, acc.nbytes, acc.name))
+        return out
+
+    def _where(self, region_id: int, offset: int) -> str:
+        """``name+offset`` of a byte in a region (its binding or argument name), for labels."""
+        self.array(region_id)
+        node = self.arrays[self.array_of_region[region_id]] if region_id in self.array_of_region else None
+        name = node.name if node is not None else f"region {region_id}"
+        return f"{name}+{offset}"
 
     def item(self, op: m.Op, index: str) -> Item:
         t = op.op_type
@@ -300,17 +326,17 @@ class _Builder:
                 els = Item(f"g{index}e", "ELSE", f"else ({len(op.else_ops)})", index, is_group=True,
                            children=self.items(op.else_ops, index + ".e"))
                 children.append(els)
-            it = Item(f"g{index}", "IF", f"IF region {op.cond_region_id}+{op.cond_offset}", index, is_group=True,
-                      children=children, details={"op": "IF", "condition": f"region {op.cond_region_id} "
-                                                  f"offset {op.cond_offset}"})
-            it.edges.append(Edge(self.array(op.cond_region_id), "read", 4, "condition"))
+            it = Item(f"g{index}", "IF", f"IF {self._where(op.cond_region_id, op.cond_offset)}", index,
+                      is_group=True, children=children,
+                      details={"op": "IF", "condition": f"region {op.cond_region_id} offset {op.cond_offset}"})
+            it.edges = self._effect_edges(op)
             return it
         if t == m.OpType.WHILE:
-            it = Item(f"g{index}", "WHILE", f"WHILE region {op.cond_region_id}+{op.cond_offset}", index,
+            it = Item(f"g{index}", "WHILE", f"WHILE {self._where(op.cond_region_id, op.cond_offset)}", index,
                       is_group=True, children=self.items(op.body, index + "."),
                       details={"op": "WHILE", "condition": f"region {op.cond_region_id} offset {op.cond_offset}",
                                "body ops": str(len(op.body))})
-            it.edges.append(Edge(self.array(op.cond_region_id), "readwrite", 4, "condition"))
+            it.edges = self._effect_edges(op)
             return it
         if t == m.OpType.KERNEL_LAUNCH:
             return self.launch(op, index)
@@ -342,42 +368,34 @@ class _Builder:
             details["block_dim"] = str(op.block_dim)
         value = bytes(op.value_data) if op.value_data is not None else b""
         edges: dict = {}
+        by_param: dict = {}
+        for acc in effects(op, self.prog, self.sigs).accesses:
+            if acc.region_id not in self.regions:
+                continue
+            by_param.setdefault(acc.param, []).append(acc)
+            if acc.mode == "unused":
+                continue
+            aid = self.array(acc.region_id)
+            key = (aid, acc.name)
+            prev = edges.get(key)
+            if prev is None:
+                edges[key] = Edge(aid, acc.mode, acc.nbytes, acc.name)
+            else:
+                prev.mode = merge_modes(prev.mode, acc.mode)
+                prev.bytes = max(prev.bytes, acc.nbytes)
         arg_lines = []
         for p, rels in op.param_relocations():
             a = launch_argument(args, p)
             name = a.name if a is not None else f"arg{p.param_index - 1}"
             raw = value[p.value_offset:p.value_offset + p.value_size]
+            accs = [x for x in by_param.get(p.param_index, ()) if x.part == "data"]
+            if accs:
+                for acc in accs:
+                    desc = f"region {acc.region_id} +{acc.offset} ({acc.nbytes} B)"
+                    arg_lines.append([acc.name, (a.type if a is not None else "?"), desc, acc.mode])
+                continue
             if rels:
-                words = a.access_word if a is not None else None
-                mode = {"read": "read", "write": "write", "readwrite": "readwrite", "unused": None}.get(
-                    words, "touches") if words else "touches"
-                shape = _array_shape(raw) if a is not None and a.ndim else None
-                for r in rels:
-                    if r.kind != m.RelocKind.DATA_PTR:
-                        continue
-                    region = self.regions.get(r.region_id)
-                    nbytes = region.size if region is not None else 0
-                    if shape is not None and a is not None and a.dtype is not None and a.dtype.size:
-                        n = 1
-                        for d in shape:
-                            n *= max(d, 0)
-                        nbytes = min(nbytes, n * a.dtype.size) if nbytes else n * a.dtype.size
-                    desc = f"region {r.region_id} +{r.region_offset}"
-                    if shape is not None:
-                        desc += f" shape {'x'.join(str(d) for d in shape)}"
-                    if mode is None:
-                        desc += " (unused)"
-                    else:
-                        aid = self.array(r.region_id)
-                        key = (aid, name)
-                        prev = edges.get(key)
-                        if prev is None:
-                            edges[key] = Edge(aid, mode, nbytes, name)
-                        else:
-                            prev.bytes = max(prev.bytes, nbytes)
-                    arg_lines.append([name, (a.type if a is not None else "?"), desc,
-                                      (words or "touches")])
-                    break
+                arg_lines.append([name, (a.type if a is not None else "?"), "none", ""])
                 continue
             text = _decode_scalar(raw, a.dtype if a is not None else None) if a is not None and not a.ndim else None
             if text is None:
@@ -392,50 +410,27 @@ class _Builder:
     def generic(self, op: m.Op, index: str) -> Item:
         name = op.op_type.name
         details = {"op": name}
-        edges = []
         for f in dataclasses.fields(op):
             v = getattr(op, f.name)
-            if f.name in ("at",) or isinstance(v, (bytes, bytearray, memoryview)):
-                if isinstance(v, (bytes, bytearray, memoryview)):
-                    details[f.name] = f"{len(v)} bytes"
+            if f.name == "at":
+                continue
+            if isinstance(v, (bytes, bytearray, memoryview)):
+                details[f.name] = f"{len(v)} bytes"
                 continue
             details[f.name] = str(v)
-            if f.name.endswith("_region_id") and isinstance(v, int) and v in self.regions:
-                stem = f.name[:-len("_region_id")]
-                if stem.startswith(_WRITE_PREFIXES):
-                    mode = "write"
-                elif stem.startswith(_READ_PREFIXES) or (stem == "values" and op.op_type == m.OpType.RUNLENGTH_ENCODE):
-                    mode = "read"
-                else:
-                    mode = "readwrite"
-                nbytes = self._op_bytes(op) or self.regions[v].size
-                edges.append(Edge(self.array(v), mode, nbytes, stem))
-        if op.op_type == m.OpType.MEMSET or op.op_type == m.OpType.ALLOC:
-            for e in edges:
-                e.mode = "write"
         it = Item(f"o{index}", name, name.lower().replace("_", " "), index, details=details)
-        it.edges = edges
+        it.edges = self._effect_edges(op)
         return it
-
-    @staticmethod
-    def _op_bytes(op) -> int:
-        for attr in ("size",):
-            v = getattr(op, attr, None)
-            if isinstance(v, int) and v > 0:
-                return v
-        data = getattr(op, "data", None)
-        if data is not None:
-            return len(data)
-        return 0
 
 
 def _signature(item: Item) -> tuple:
-    """What makes two items the same step of a repeated sequence (scalar values aside)."""
+    """What makes two items the same step of a repeated sequence: the same kind, kernel, regions and
+    sizes (a launch's scalar argument values aside)."""
     if item.is_group:
         return (item.kind, item.label, tuple(_signature(c) for c in item.children),
-                tuple((e.array, e.mode) for e in item.edges))
+                tuple((e.array, e.mode, e.bytes) for e in item.edges))
     return (item.kind, item.label, item.details.get("kernel"), item.details.get("module"),
-            item.details.get("dims"), tuple((e.array, e.mode) for e in item.edges))
+            item.details.get("dims"), tuple((e.array, e.mode, e.bytes, e.arg) for e in item.edges))
 
 
 def fold_repeats(items: list, max_period: int = MAX_PERIOD) -> list:
@@ -516,7 +511,7 @@ def _all_edges(item: Item):
             yield from _all_edges(c)
 
 
-def build_graph(program: m.Program, title: str = "", fold: bool = True) -> Graph:
+def build_graph(program: m.Program, title: str = "", fold: bool = True, extra_signatures=None) -> Graph:
     """The graph of a captured program.
 
     Args:
@@ -524,11 +519,14 @@ def build_graph(program: m.Program, title: str = "", fold: bool = True) -> Graph
             contents are not read).
         title: Shown at the top of the picture (e.g. the file name).
         fold: Fold repeated op sequences into ``×N`` groups.
+        extra_signatures: Kernel signatures for kernels the file does not annotate
+            (``{(module_hash, kernel_key) or kernel_key: KernelSignature}``); their
+            argument access and dtypes then draw and type the arrays.
 
     Returns:
         A :class:`Graph`.
     """
-    b = _Builder(program)
+    b = _Builder(program, extra_signatures)
     items = b.items(program.ops, "")
     if fold:
         items = fold_repeats(items)
@@ -709,7 +707,7 @@ def render_dot(graph: Graph) -> str:
         for it in items:
             if it.is_group:
                 lines.append(f"{pad}subgraph {q('cluster_' + it.id)} {{")
-                lab = (f"×{it.count} " if it.kind == "REPEAT" else "") + f"{it.kind} {it.label}"
+                lab = (f"×{it.count} " if it.kind == "REPEAT" else "") + it.label
                 lines.append(f"{pad}  label={q(lab)};")
                 head = it.id + "_h"
                 lines.append(f"{pad}  {q(head)} [shape=point];")
@@ -719,7 +717,7 @@ def render_dot(graph: Graph) -> str:
                 emit(it.children, indent + 1)
                 lines.append(f"{pad}}}")
             else:
-                lab = f"{it.index} {it.label}" + (f"\\n[{it.details['dims']}]" if "dims" in it.details else "")
+                lab = f"{it.index} {it.label}" + (f"\n[{it.details['dims']}]" if "dims" in it.details else "")
                 lines.append(f"{pad}{q(it.id)} [shape=box, style=rounded, label={q(lab)}];")
                 order.append(it.id)
                 for ed in it.edges:
@@ -740,7 +738,8 @@ def render_dot(graph: Graph) -> str:
 
     emit(graph.items, 1)
     for a in graph.arrays:
-        lab = a.name + (f"\\n{a.dtype} {'x'.join(str(d) for d in a.shape)}" if a.dtype else "")
+        lab = a.name + (f"\n{a.dtype} {shape_text(a.shape)}" if a.dtype else "") + \
+            ("" if a.bindings else f"\nregion {a.region_id}")
         lines.append(f"  {q('a' + str(a.id))} [shape=ellipse, style=filled, fillcolor=\"#fffbe6\", label={q(lab)}];")
     for x, y in zip(order, order[1:]):
         lines.append(f"  {q(x)} -> {q(y)} [color=\"#cccccc\", weight=10];")

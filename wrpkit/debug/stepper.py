@@ -29,7 +29,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.summary import launch_argument
+from ..checks.effects import launch_argument
 from ..errors import WrpError, WrpRuntimeError
 from ..formats import annotations as ann
 
@@ -41,100 +41,11 @@ CONTROL_BINDING = "__wrpkit_ctl"
 WHILE_GUARD = 1 << 24
 
 
-# ---------------------------------------------------------------------------
-# What an op reads and writes
-# ---------------------------------------------------------------------------
-
-# Region-id fields each op type writes; the rest of its ``*_region_id`` fields are read.
-_WRITES = {
-    m.OpType.MEMCPY_H2D: ("dst_region_id",),
-    m.OpType.MEMCPY_D2D: ("dst_region_id",),
-    m.OpType.MEMSET: ("region_id",),
-    m.OpType.ALLOC: ("region_id",),
-    m.OpType.SCAN: ("dst_region_id",),
-    m.OpType.MEMTILE: ("region_id",),
-    m.OpType.SEGMENTED_SORT: ("keys_region_id", "values_region_id"),
-    m.OpType.RADIX_SORT: ("keys_region_id", "values_region_id"),
-    m.OpType.RUNLENGTH_ENCODE: ("run_values_region_id", "run_lengths_region_id", "run_count_region_id"),
-    m.OpType.BSR_FROM_TRIPLETS: ("summed_block_offsets_region_id", "summed_block_indices_region_id",
-                                 "bsr_offsets_region_id", "bsr_row_counts_region_id", "bsr_columns_region_id",
-                                 "bsr_nnz_region_id"),
-    m.OpType.BSR_TRANSPOSE: ("transposed_offsets_region_id", "transposed_row_counts_region_id",
-                             "transposed_columns_region_id", "block_indices_region_id", "status_region_id"),
-    m.OpType.REDUCTION: ("output_region_id",),
-    m.OpType.HASH_GRID_UPDATE: (),
-    m.OpType.BVH_REFIT: (),
-    m.OpType.BVH_REBUILD: (),
-}
-
-
-def _region_fields(op) -> list:
-    return [f for f in m.op_fields(type(op)) if f.endswith("region_id") and f != "cond_region_id"]
-
-
-#: Access words (``annotations.ACCESS_WORDS``; None: not recorded) that count as a write / a read.
-_WRITE_WORDS = frozenset({None, "write", "readwrite"})
-_READ_WORDS = frozenset({None, "read", "readwrite"})
-
-
-def _kernel_regions(op: m.KernelLaunch, signature, words) -> list:
-    args = signature.arguments if signature is not None else ()
-    out = []
-    for p, relocs in op.param_relocations():
-        a = launch_argument(args, p)
-        if (a.access_word if a is not None else None) not in words:
-            continue
-        for r in relocs:
-            if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0 and r.region_id not in out:
-                out.append(r.region_id)
-    return out
-
-
 def kernel_signatures(annotations) -> dict:
     """``{(module_hash, kernel_key): KernelSignature}`` of a file's annotations (empty without)."""
     if annotations is None:
         return {}
     return {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
-
-
-def written_regions(program: m.Program, op: m.Op, signature=None) -> list:
-    """Region ids an op may write, in first-use order.
-
-    For a kernel launch: the regions of its array arguments that the file
-    records as written ("write" or "readwrite"), and of every array argument
-    whose access the file does not record (older files, no annotations).
-
-    Args:
-        program: The program the op belongs to.
-        op: A leaf op (not IF or WHILE).
-        signature: The launched kernel's
-            :class:`~wrpkit.formats.annotations.KernelSignature`, if any (see
-            :func:`kernel_signatures`).
-    """
-    if isinstance(op, m.KernelLaunch):
-        return _kernel_regions(op, signature, _WRITE_WORDS)
-    names = _WRITES.get(op.op_type, ())
-    out = []
-    for f in names:
-        rid = getattr(op, f)
-        if rid >= 0 and rid not in out:
-            out.append(rid)
-    return out
-
-
-def read_regions(program: m.Program, op: m.Op, signature=None) -> list:
-    """Region ids an op reads (for a kernel: arguments recorded as read, or not recorded)."""
-    if isinstance(op, m.KernelLaunch):
-        return _kernel_regions(op, signature, _READ_WORDS)
-    if isinstance(op, (m.If, m.While)):
-        return [op.cond_region_id]
-    writes = set(_WRITES.get(op.op_type, ()))
-    out = []
-    for f in _region_fields(op):
-        rid = getattr(op, f)
-        if f not in writes and rid >= 0 and rid not in out:
-            out.append(rid)
-    return out
 
 
 def region_arguments(op: m.Op, signature=None) -> dict:
@@ -178,6 +89,8 @@ class RegionInfo:
     sig: Optional[ann.ArraySignature] = None
     dtype_name: Optional[str] = None
     dtype_source: str = "unknown"
+    #: The name tools show: the binding's, else the kernel arguments' (``"f / forces"``), else ``"region N"``.
+    name: str = ""
     _typed: Optional[tuple] = field(default=None, repr=False, compare=False)
 
     def typed(self, raw: np.ndarray) -> Optional[np.ndarray]:
@@ -200,48 +113,27 @@ class RegionInfo:
         return len(ann.element_layout(self.sig.dtype)[1]) if self.sig is not None else 0
 
 
-def region_infos(program: m.Program, annotations=None) -> dict:
-    """``{region_id: RegionInfo}``: bindings and dtypes from the signature and kernel arguments."""
-    if annotations is None:
-        annotations = ann.read_annotations(program)
-    infos = {r.region_id: RegionInfo(r.region_id, r.size) for r in program.regions}
-    sigs = annotations.signature_map() if annotations is not None else {}
-    for b in program.bindings:
-        info = infos.get(b.region_id)
-        if info is None or b.name in info.bindings:
-            continue
-        info.bindings.append(b.name)
-        s = sigs.get(b.name)
-        if info.sig is None and s is not None and _plain(s.dtype):
-            info.sig, info.dtype_name, info.dtype_source = s, s.dtype.name, "signature"
-    if annotations is None:
-        return infos
-    # Regions no typed binding covers: the dtype of a kernel argument that points at their start.
-    for _, op in m.walk_ops(program.ops):
-        if not isinstance(op, m.KernelLaunch):
-            continue
-        ks = annotations.kernel_signature(op.module_hash, op.kernel_key)
-        if ks is None:
-            continue
-        for p, relocs in op.param_relocations():
-            arg = launch_argument(ks.arguments, p)
-            if arg is None:
-                continue
-            dt = arg.dtype
-            # An array argument relocates its data pointer and (NULL_PTR) its grad pointer.
-            data = [r for r in relocs if r.kind == m.RelocKind.DATA_PTR]
-            if dt is None or not _plain(dt) or len(data) != 1:
-                continue
-            r = data[0]
-            info = infos.get(r.region_id)
-            if info is None or info.sig is not None or r.region_offset != 0 or r.kind != m.RelocKind.DATA_PTR:
-                continue
-            n = info.size // max(1, int(dt.size))
-            if n * int(dt.size) != info.size:
-                continue
-            info.sig = ann.ArraySignature(name=f"region {r.region_id}", dtype=dt, shape=(n,),
-                                          strides=(int(dt.size),))
-            info.dtype_name, info.dtype_source = dt.name, f"kernel {op.kernel_key} argument {arg.name}"
+def region_infos(program: m.Program, annotations=None, *, extra_signatures=None, dtypes=None,
+                 inputs=None) -> dict:
+    """``{region_id: RegionInfo}``: bindings, names and dtypes from
+    :func:`wrpkit.checks.region_types.region_types` (the one region-typing function).
+
+    Args:
+        program: The program.
+        annotations: Its decoded annotations, if the caller has them.
+        extra_signatures, dtypes, inputs: Passed to ``region_types``.
+    """
+    from ..checks.region_types import region_types  # noqa: PLC0415
+
+    types = region_types(program, annotations=annotations, extra_signatures=extra_signatures, dtypes=dtypes,
+                         inputs=inputs)
+    infos = {}
+    for rid, rt in types.items():
+        info = RegionInfo(rid, rt.size, list(rt.bindings), name=rt.name)
+        sig = rt.signature()
+        if sig is not None and _plain(rt.dtype):
+            info.sig, info.dtype_name, info.dtype_source = sig, rt.dtype.name, rt.source
+        infos[rid] = info
     return infos
 
 
@@ -256,12 +148,13 @@ def digest(raw: np.ndarray) -> str:
 
 
 def region_stats(info: RegionInfo, raw: np.ndarray) -> dict:
-    """``{"region", "binding", "digest", "dtype", "nan", "inf", "min", "max"}`` of one region's bytes.
+    """``{"region", "binding", "name", "digest", "dtype", "nan", "inf", "min", "max"}`` of one region's bytes.
 
     ``dtype`` is None (and ``nan``/``inf``/``min``/``max`` too) where the
     region's dtype is unknown; ``nan``/``inf`` are 0 for integer dtypes.
     """
     d = {"region": info.region_id, "binding": info.bindings[0] if info.bindings else None,
+         "name": info.name or None,
          "digest": digest(raw), "dtype": info.dtype_name, "nan": None, "inf": None, "min": None, "max": None}
     typed = info.typed(raw)
     if typed is None:

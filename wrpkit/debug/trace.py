@@ -29,6 +29,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
+from ..checks.effects import effects
 from ..errors import WrpError, WrpFormatError
 from ..fileio import atomic_write
 from ..formats import wrp1
@@ -46,7 +47,8 @@ class TraceResult:
         ops: One dict per op run, in order: ``seq``, ``index``, ``path``,
             ``iteration`` (None outside WHILE bodies), ``iterations`` (one per
             enclosing WHILE), ``op`` (kind), ``kernel`` (key, or None) and
-            ``writes``: per written region ``region``, ``binding``, ``digest``,
+            ``writes``: per written region ``region``, ``binding``, ``name`` (the
+            binding's, else the kernel arguments' that pass it), ``digest``,
             ``dtype`` (None: unknown), ``nan``, ``inf``, ``min``, ``max``
             (None where the dtype is unknown).
         first_nonfinite: The first op that left a NaN or Inf in a region it
@@ -343,9 +345,9 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
             t1, c1 = clock(), cpu()
             known = writes_of.get(id(op))
             if known is None:
-                sig = sigs.get((op.module_hash, op.kernel_key)) if isinstance(op, m.KernelLaunch) else None
-                known = writes_of[id(op)] = ([r for r in st.written_regions(prog, op, sig) if r in infos], sig)
-            rids, sig = known
+                fx = effects(op, prog, sigs)
+                known = writes_of[id(op)] = ([r for r in fx.written_regions() if r in infos], fx)
+            rids, fx = known
             writes = []
             seq = len(result.ops)
             for rid in rids:
@@ -372,7 +374,9 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
             if result.first_nonfinite is None:
                 for w in writes:
                     if w["nan"] or w["inf"]:
-                        result.first_nonfinite = _nonfinite_record(prog, op, sig, rec, w, infos, machine,
+                        sig = (sigs.get((op.module_hash, op.kernel_key))
+                               if isinstance(op, m.KernelLaunch) else None)
+                        result.first_nonfinite = _nonfinite_record(op, sig, fx, rec, w, infos, machine,
                                                                    lambda r: before_stats(r, set(rids)))
                         stop = stop_at_nonfinite
                         break
@@ -424,12 +428,15 @@ def _initial_state(opened, inputs):
     return initial
 
 
-def _nonfinite_record(prog, op, sig, rec: dict, w: dict, infos: dict, machine, before) -> dict:
-    """``first_nonfinite``: where, what, how many, and the op's inputs as they were before it ran."""
+def _nonfinite_record(op, sig, fx, rec: dict, w: dict, infos: dict, machine, before) -> dict:
+    """``first_nonfinite``: where, what, how many, and the op's inputs as they were before it ran.
+
+    ``fx`` is the op's :class:`~wrpkit.checks.effects.OpEffects`.
+    """
     names = st.region_arguments(op, sig)
     info = infos[w["region"]]
     inputs = []
-    for r in st.read_regions(prog, op, sig):
+    for r in fx.read_regions():
         if r in infos:
             inputs.append({**before(r), "argument": names.get(r)})
     return {**{k: rec[k] for k in ("seq", "index", "path", "iteration", "iterations", "op", "kernel")},

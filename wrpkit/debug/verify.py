@@ -29,6 +29,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from .. import model as m
+from ..checks.effects import effects
 from ..errors import WrpError
 from . import stepper as st
 
@@ -111,8 +112,7 @@ def _writers(program: m.Program) -> dict:
             else:
                 row = {"index": index, "path": path, "op": op.op_type.name,
                        "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None}
-                sig = sigs.get((op.module_hash, op.kernel_key)) if isinstance(op, m.KernelLaunch) else None
-                for rid in st.written_regions(program, op, sig):
+                for rid in effects(op, program, sigs).written_regions():
                     out.setdefault(rid, []).append(row)
 
     walk(program.ops, None, "")

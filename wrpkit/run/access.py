@@ -85,9 +85,22 @@ def _analyse_kernel(kernel) -> tuple:
     for v in adj.args:
         if wt.is_array(v.type):
             out.append(_flags_to_access(flags.get(v.label, 0)))
+        elif _struct_array_fields(v.type):
+            # A struct holding arrays: what the kernel does to its array fields (its other fields are values).
+            out.append(_flags_to_access(flags.get(v.label, 0)))
         else:
             out.append(ArgumentAccess.UNKNOWN)
     return tuple(out)
+
+
+def _struct_array_fields(t) -> frozenset:
+    """Names of the array fields of a ``@wp.struct`` type (empty for anything else)."""
+    from warp._src import codegen  # noqa: PLC0415
+    from warp._src import types as wt  # noqa: PLC0415
+
+    if not isinstance(t, codegen.Struct):
+        return frozenset()
+    return frozenset(name for name, var in t.vars.items() if wt.is_array(var.type))
 
 
 def _analyse_function(adj, params: frozenset, stack: tuple) -> dict:
@@ -117,6 +130,15 @@ class _Walker(ast.NodeVisitor):
         self.alias = {p: {p} for p in params}  # local name -> parameters it may refer to
         # dimensionality of array parameters (0 where unknown, e.g. a @wp.func's generic parameter)
         self.ndim = {v.label: int(getattr(v.type, "ndim", 0) or 0) for v in getattr(adj, "args", ()) or ()}
+        #: struct parameters holding arrays: {name: {array field: ndim}}
+        self.struct_arrays: dict = {}
+        for v in getattr(adj, "args", ()) or ():
+            vars_ = getattr(v.type, "vars", None)
+            if isinstance(vars_, dict):
+                fields = {n: int(getattr(var.type, "ndim", 0) or 0) for n, var in vars_.items()
+                          if hasattr(var.type, "ndim") and hasattr(var.type, "dtype")}
+                if fields:
+                    self.struct_arrays[v.label] = fields
         self.flags: dict = {}
 
     # -- dispatch: ast.NodeVisitor's, with the method looked up once per node class and leaves that
@@ -153,14 +175,41 @@ class _Walker(ast.NodeVisitor):
             self.flags[r] = self.flags.get(r, 0) | f
 
     def _roots(self, node) -> set:
-        """Parameters an expression's array may refer to (empty when it is not rooted at one)."""
+        """Parameters an expression's array may refer to (empty when it is not rooted at one).
+
+        Through a struct parameter only its array fields count (``s.pos[i]``):
+        ``s.n`` is a value passed by copy, so reading it touches no array.
+        """
+        below = None  # the attribute directly under the root name
         while isinstance(node, (ast.Subscript, ast.Attribute)):
             if isinstance(node, ast.Attribute) and node.attr in _META_ATTRS:
                 return set()  # `a.shape[0]`: metadata, not the array's elements
+            if isinstance(node, ast.Attribute):
+                below = node.attr
             node = node.value
         if isinstance(node, ast.Name):
-            return self.alias.get(node.id, set())
+            roots = self.alias.get(node.id, set())
+            if below is not None and roots and node.id in self.struct_arrays \
+                    and below not in self.struct_arrays[node.id]:
+                return set()
+            return roots
         return set()
+
+    def _is_element(self, node) -> bool:
+        """Whether a subscript picks one element (all indices given), not a view of an array."""
+        if not isinstance(node, ast.Subscript):
+            return False
+        n_index = len(node.slice.elts) if isinstance(node.slice, ast.Tuple) else 1
+        base = node.value
+        if isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) \
+                and base.value.id in self.struct_arrays:
+            ndim = self.struct_arrays[base.value.id].get(base.attr, 0)
+        elif isinstance(base, ast.Name):
+            roots = self.alias.get(base.id, set())
+            ndim = max((self.ndim.get(r, 0) for r in roots), default=0)
+        else:
+            return True  # a subscript of a subscript (`a[i][j]`) or of an expression: a value
+        return ndim == 0 or n_index >= ndim
 
     def _is_meta(self, node) -> bool:
         """Whether an expression reads only an array's metadata (``a.shape``, ``a.shape[0]``)."""
@@ -267,6 +316,9 @@ class _Walker(ast.NodeVisitor):
             self.generic_visit(node)
 
     def visit_Attribute(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id in self.struct_arrays \
+                and node.attr not in self.struct_arrays[node.value.id] and node.value.id in self.alias:
+            return  # a struct's value field (`s.n`): copied in, no array touched
         if self._is_meta(node):
             self._visit_indices(node)
             return
@@ -287,14 +339,15 @@ class _Walker(ast.NodeVisitor):
         name = self._call_name(node.func)
         target = self._resolve(node.func)
         # array arguments of the call: (position or keyword, roots)
+        # (an element `a[i]` or a struct's value field handed to a call is a value: a read, visited as such)
         arrays = []
         for i, a in enumerate(node.args):
-            if isinstance(a, (ast.Name, ast.Subscript, ast.Attribute)) and self._roots(a):
+            if self._passes_array(a):
                 arrays.append((i, a))
             else:
                 self.visit(a)
         for kw in node.keywords:
-            if isinstance(kw.value, (ast.Name, ast.Subscript, ast.Attribute)) and self._roots(kw.value):
+            if self._passes_array(kw.value):
                 arrays.append((kw.arg, kw.value))
             else:
                 self.visit(kw.value)
@@ -322,6 +375,16 @@ class _Walker(ast.NodeVisitor):
             else:
                 f = _R | _W
             self._mark(roots, f)
+
+    def _passes_array(self, node) -> bool:
+        """Whether a call argument hands over an array (or a view, or a struct holding arrays) itself."""
+        if not isinstance(node, (ast.Name, ast.Subscript, ast.Attribute)) or not self._roots(node):
+            return False
+        if isinstance(node, ast.Subscript) and self._is_element(node):
+            return False
+        if isinstance(node, ast.Attribute) and node.attr not in _META_ATTRS and isinstance(node.value, ast.Subscript):
+            return False  # `v[i].x`: a component of an element
+        return True
 
     @staticmethod
     def _user_function(target):

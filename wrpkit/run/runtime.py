@@ -363,7 +363,9 @@ def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature])
                               hint="Inputs of a binding without a recorded signature must match its size exactly; "
                                    "`wrp replay --dtype NAME=TYPE` gives it a type.")
     base = sig.numpy_dtype()
-    want = f"{sig.dtype.name} elements of shape {sig.numpy_shape()} ({_np_name(base)})"
+    # shapes are Warp's (vec3f (8,)); the numpy array asked for is named as such, (8, 3)
+    want = (f"{sig.dtype.name} elements of shape {tuple(sig.shape)} (a numpy array of {_np_name(base)}, "
+            f"shape {sig.numpy_shape()})")
     if raw:
         raise WrpBindingError(f"input {name!r} is {arr.nbytes} raw bytes but the binding holds {want}",
                               hint=f"Pass a numpy array of shape {sig.numpy_shape()}, e.g. "

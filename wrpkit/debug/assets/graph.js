@@ -206,8 +206,8 @@
       var dims = it.d && it.d.dims ? " [" + it.d.dims + "]" : "";
       var tog = "";
       if (it.c) tog = '<text class="tog" data-tog="' + it.id + '" x="' + (x0 + 6) + '" y="' + (y + ROW_H / 2 + 4) + '" style="pointer-events:all">' + (expanded[it.id] ? "\u25be" : "\u25b8") + "</text>";
-      var pre = it.k === "REPEAT" ? "\u00d7" + it.n + " " : (it.c && it.k !== "REPEAT" ? it.k + " " : "");
-      if (it.k === "IF" || it.k === "WHILE") pre = "";
+      // labels carry their own kind ("IF n+0", "then (3)"): only a repeat gets its count in front
+      var pre = it.k === "REPEAT" ? "\u00d7" + it.n + " " : "";
       nodes.push('<g class="' + cls + '" data-id="' + it.id + '" data-row="' + i + '" data-kind="' + it.k + '"><rect x="' + x0 + '" y="' + (y + 3) + '" width="' + w0 + '" height="' + (ROW_H - 6) + '" rx="5" fill="' + (FILL[it.k] || "#f4f4f4") + '"/>' + tog +
         '<text x="' + (x0 + (it.c ? 18 : 6)) + '" y="' + (y + ROW_H / 2 + 4) + '"><tspan fill="#888">' + esc(it.i || "") + "</tspan> " + esc(pre + label + dims) + "</text></g>");
     }
