@@ -45,6 +45,7 @@ _LAZY = {
     "slice": "wrpkit.debug.slice",
     "diff": "wrpkit.debug.diff",
     "verify": "wrpkit.debug.verify",
+    "profile": "wrpkit.debug.profile",
 }
 
 
