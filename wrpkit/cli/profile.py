@@ -101,9 +101,9 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
         return
     con = console()
     runs = len(result.ops)
-    con.print(f"{file} ({result.engine} engine, {result.device}): {runs} op run{'s' if runs != 1 else ''} per "
-              f"step, medians of {result.repeat} round{'s' if result.repeat != 1 else ''}"
-              f" ({result.warmup} warmup)", highlight=False, markup=False)
+    con.print(f"{file} ({result.engine} engine, {result.device})", highlight=False, markup=False)
+    con.print(f"{runs} op run{'s' if runs != 1 else ''} per step; medians of {result.repeat} "
+              f"round{'s' if result.repeat != 1 else ''} after {result.warmup} warmup", highlight=False, markup=False)
     t = table("by kernel (ms)", ["kernel", "calls", "total", "per call", "share"],
               numeric=("calls", "total", "per call", "share"))
     for k in result.kernels:
