@@ -354,3 +354,120 @@ def test_cuda_profile_times_with_events_and_matches_trace_numbering(tmp_path):
     if _has_native():
         n = wrpkit.profile(path, device="cuda:0", engine="native", repeat=2)
         assert n.timer == "host" and [_key(o) for o in n.ops] == [_key(o) for o in t.ops]
+
+
+# ---------------------------------------------------------------------------
+# wrp graph --profile
+# ---------------------------------------------------------------------------
+
+from test_graph import Page, browser  # noqa: E402,F401  (the module's Chromium fixture)
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory) -> Path:
+    """Five repeats of [k_light, k_heavy]: `wrp graph` folds them into one ×5 group."""
+    d = tmp_path_factory.mktemp("repeated")
+    a = pp.unequal_arrays()
+    with wrpkit.capture(device="cpu") as rec:
+        for _ in range(5):
+            wp.launch(pp.k_light, dim=pp.N, inputs=[a["x"], a["y"]], device="cpu")
+            wp.launch(pp.k_heavy, dim=pp.N, inputs=[a["y"], a["z"], 200], device="cpu")
+    return rec.save(d / "repeated.wrp", inputs={"x": a["x"]}, outputs={"y": a["y"], "z": a["z"]})
+
+
+def _items(items):
+    for it in items:
+        yield it
+        if it.is_group:
+            yield from _items(it.children)
+            for rep in it.rest:
+                yield from _items(rep)
+
+
+def test_graph_times_are_the_profile_sums_and_groups_add_up(caps, repeated, tmp_path):
+    from wrpkit.debug import graph as g  # noqa: PLC0415
+    from wrpkit.debug.profile import load_profile  # noqa: PLC0415
+
+    for path in (caps["while_if"], repeated):
+        out = tmp_path / (path.stem + ".json")
+        r = wrp("profile", path, "-o", out, "--repeat", "2")
+        assert r.exit_code == 0, r.output
+        prof = load_profile(out)
+        gr = g.build_graph(wrpkit.open_capture(path).program, profile=prof)
+        per_path: dict = {}
+        for e in json.loads(out.read_text())["traceEvents"]:
+            if e["ph"] == "X" and "seq" in e["args"]:
+                per_path[e["args"]["path"]] = per_path.get(e["args"]["path"], 0.0) + e["args"]["ms"]
+        leaves = [it for it in _items(gr.items) if not it.is_group]
+        assert {it.index: it.time[0] for it in leaves} == pytest.approx(per_path)
+        for it in _items(gr.items):
+            if it.is_group:
+                inner = [c for c in _items(it.children) if not c.is_group]
+                inner += [c for rep in it.rest for c in _items(rep) if not c.is_group]
+                assert it.time[0] == pytest.approx(sum(c.time[0] for c in inner))
+                assert it.time[1] == sum(c.time[1] for c in inner)
+        if path == repeated:
+            (rep,) = [it for it in gr.items if it.kind == "REPEAT"]
+            assert rep.count == 5 and rep.time[0] == pytest.approx(prof["total_ms"])
+    # a profile of another capture, and a file that is no profile, are refused
+    r = wrp("graph", repeated, "--profile", tmp_path / "while_if.json", "-o", tmp_path / "x.html", "--json")
+    assert r.exit_code == 2 and "not of this capture" in json.loads(r.stdout)["error"], r.output
+    (tmp_path / "junk.json").write_text('{"traceEvents": 3}')
+    assert wrp("graph", repeated, "--profile", tmp_path / "junk.json", "-o", tmp_path / "x.html").exit_code == 3
+    assert not (tmp_path / "x.html").exists()
+    r = wrp("graph", repeated, "--profile", tmp_path / "repeated.json", "-o", tmp_path / "r.svg")
+    assert r.exit_code == 0 and "#bd0026" in (tmp_path / "r.svg").read_text()  # the ×5 group is the heat
+
+
+def test_browser_heat_legend_times_and_details(browser, caps, repeated, tmp_path):
+    prof = tmp_path / "wif.json"
+    r = wrp("profile", caps["while_if"], "--json", "-o", prof, "--repeat", "2")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    html = tmp_path / "wif.html"
+    assert wrp("graph", caps["while_if"], "--profile", prof, "-o", html).exit_code == 0
+    page = Page(browser, html)
+    total = d["total_ms"]
+    per_path: dict = {}
+    for o in d["ops"]:
+        per_path[o["path"]] = per_path.get(o["path"], 0.0) + o["ms"]
+    nodes = page.js("() => Array.from(document.querySelectorAll('#graph g.node')).map(n => "
+                    "[n.dataset.id, n.dataset.kind, n.dataset.share, n.dataset.fill, n.textContent])")
+    heat = page.js("() => window.wrpGraph.data.profile.heat")
+    shown = {nid[1:]: (float(share), fill, text) for nid, kind, share, fill, text in nodes if nid.startswith("o")}
+    assert set(shown) == set(per_path)  # every op row has its time
+    from wrpkit.debug.graph import heat_colour  # noqa: PLC0415
+
+    for p, (share, fill, text) in shown.items():
+        assert share == pytest.approx(per_path[p] / total, abs=1e-4)
+        assert fill == heat_colour(per_path[p] / total) and " ms " in text
+    assert shown["1.1.0"][1] == heat[0][1]  # k_heavy: the hottest class
+    legend = page.js("() => document.getElementById('heat').textContent")
+    assert "share of" in legend and "≥35%" in legend and "<1%" in legend
+    # the details panel of the hottest op: its total, share and runs
+    page.page.click("#graph g.node[data-id='o1.1.0'] rect")
+    rows = page.js("() => Array.from(document.querySelectorAll('#time tr')).map(r => r.textContent)")
+    assert rows[0].startswith("total") and rows[0].endswith(" ms")
+    assert float(rows[0][len("total"):-3]) == pytest.approx(per_path["1.1.0"], rel=1e-3)
+    assert any(r.startswith("runs2") for r in rows), rows
+    # a folded WHILE shows its summed time and takes its heat
+    page.js("() => window.wrpGraph.toggle('g1', false)")
+    share = page.js("() => document.querySelector(\"#graph g.node[data-id='g1']\").dataset.share")
+    while_ms = sum(v for p, v in per_path.items() if p.startswith("1."))
+    assert float(share) == pytest.approx(while_ms / total, abs=1e-4)
+    page.page.screenshot(path=str(tmp_path / "wif.png"))
+    page.check_clean()
+    # a folded ×5 group: its summed time, and its repeats keep their own when unfolded
+    prof2 = tmp_path / "rep.json"
+    assert wrp("profile", repeated, "-o", prof2, "--repeat", "2").exit_code == 0
+    html2 = tmp_path / "rep.html"
+    assert wrp("graph", repeated, "--profile", prof2, "-o", html2).exit_code == 0
+    page = Page(browser, html2)
+    rep_id = page.js("() => window.wrpGraph.data.items.find(i => i.k === 'REPEAT').id")
+    assert float(page.js(f"() => document.querySelector(\"#graph g.node[data-id='{rep_id}']\").dataset.share")) \
+        == pytest.approx(1.0, abs=1e-3)
+    page.js(f"() => window.wrpGraph.toggle('{rep_id}', true)")
+    shares = page.js("() => Array.from(document.querySelectorAll('#graph g.node[data-kind=KERNEL_LAUNCH]'))"
+                     ".map(n => +n.dataset.share)")
+    assert len(shares) == 10 and sum(shares) == pytest.approx(1.0, abs=2e-3)
+    page.check_clean()
