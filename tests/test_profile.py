@@ -172,6 +172,18 @@ def _x_events(trace: dict) -> list:
     return evs
 
 
+def _check_nesting(evs: list) -> None:
+    """Complete events on one thread must nest or be disjoint (the format's rule for "X" on one tid):
+    checked exactly, in whole nanoseconds, in file order as a viewer's stack would take them."""
+    stack: list = []
+    for e in sorted(evs, key=lambda e: (round(e["ts"] * 1000), -round(e["dur"] * 1000))):
+        start, end = round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)
+        while stack and stack[-1] <= start and not (stack[-1] == start and end == start):
+            stack.pop()
+        assert not stack or end <= stack[-1], f"{e['name']} at {e['ts']} overlaps its enclosing event"
+        stack.append(end)
+
+
 def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, tmp_path):
     out = tmp_path / "deep" / "er" / "p.json"  # missing folders are made
     r = wrp("profile", caps["while_if"], "-o", out, "--json", "--repeat", "2")
@@ -204,6 +216,7 @@ def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, 
             assert not any(inside(e, i) and i["dur"] > 0 for i in ifs)
     assert whiles[0]["dur"] == pytest.approx(sum(e["dur"] for e in ops if e["args"]["path"].startswith("1.")),
                                              abs=0.01)
+    _check_nesting(evs)
     # parents come before their children at the same timestamp (the order viewers nest them in)
     first_in_loop = next(i for i, e in enumerate(evs) if e is whiles[0])
     assert evs[first_in_loop + 1] is iters[0]

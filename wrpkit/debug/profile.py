@@ -457,8 +457,9 @@ def summarize(result: ProfileResult, program: Optional[m.Program] = None) -> Non
 # ---------------------------------------------------------------------------
 
 
-def _us(ms: float) -> float:
-    return round(ms * 1e3, 3)
+def _us(ns: int) -> float:
+    """Integer nanoseconds as the format's microseconds (at most three decimals, exact)."""
+    return ns / 1000
 
 
 def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> dict:
@@ -482,27 +483,29 @@ def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> 
               {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                "args": {"name": f"{result.engine} engine, {result.device} (medians of {result.repeat})"}}]
     program = program if program is not None else result.program
-    open_groups: list = []  # [(key, event)], outermost first
-    t = 0.0
+    # Times are whole nanoseconds here, so that an enclosing event ends exactly where its last op does.
+    open_groups: list = []  # [(key, event, start ns)], outermost first
+    t = 0
     for o in result.ops:
         want = _groups_of(o, program)
         keep = 0
         while keep < min(len(open_groups), len(want)) and open_groups[keep][0] == want[keep][0]:
             keep += 1
-        for _, ev in open_groups[keep:]:
-            ev["dur"] = round(_us(t) - ev["ts"], 3)
+        for _, ev, start in open_groups[keep:]:
+            ev["dur"] = _us(t - start)
         del open_groups[keep:]
         for key, ev in want[keep:]:
             ev.update({"ph": "X", "ts": _us(t), "dur": 0.0, "pid": pid, "tid": tid})
             events.append(ev)
-            open_groups.append((key, ev))
-        events.append({"name": o["kernel"] or o["op"], "cat": o["op"], "ph": "X", "ts": _us(t), "dur": _us(o["ms"]),
+            open_groups.append((key, ev, t))
+        dur = max(0, round(o["ms"] * 1e6))
+        events.append({"name": o["kernel"] or o["op"], "cat": o["op"], "ph": "X", "ts": _us(t), "dur": _us(dur),
                        "pid": pid, "tid": tid,
                        "args": {k: o[k] for k in ("seq", "index", "path", "iteration", "iterations", "kernel", "op",
                                                   "ms", "raw_ms")}})
-        t += o["ms"]
-    for _, ev in open_groups:
-        ev["dur"] = round(_us(t) - ev["ts"], 3)
+        t += dur
+    for _, ev, start in open_groups:
+        ev["dur"] = _us(t - start)
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"wrpkit": meta}}
 
 
