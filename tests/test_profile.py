@@ -126,8 +126,14 @@ def test_repeat_and_warmup_set_the_rounds_and_in_process_gives_the_same_ops(caps
     assert p.replay_ms == pytest.approx(float(np.median(p.replay_rounds_ms)))
     # every round starts from the same memory: the WHILE runs its four iterations in every round
     assert len(p.ops) == 10
+    assert p.timer == "host"
+    c = wrpkit.profile(caps["while_if"], repeat=1, clock="cpu", isolate=False)  # the thread's CPU time
+    assert c.timer == "host-cpu" and [_key(o) for o in c.ops] == [_key(o) for o in p.ops]
+    assert wrp("profile", caps["while_if"], "--clock", "cpu", "--repeat", "1").exit_code == 0
     with pytest.raises(wrpkit.WrpBindingError):
         wrpkit.profile(caps["while_if"], repeat=0)
+    with pytest.raises(wrpkit.WrpBindingError):
+        wrpkit.profile(caps["while_if"], clock="sundial")
     r = wrp("profile", caps["while_if"], "--repeat", "0")
     assert r.exit_code == 2, r.output
 

@@ -43,11 +43,14 @@ def _pct(share: float) -> str:
               help="Write Chrome trace-event JSON (Perfetto UI, chrome://tracing; wrp graph --profile).")
 @click.option("--nvtx", is_flag=True, help="Push one NVTX range per op, named 'SEQ KERNEL' (for nsys / Nsight "
               "Compute; needs libnvToolsExt).")
+@click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
+              help="CPU devices: the wall clock, or the thread's CPU time (leaves out waits for a core on a busy "
+                   "machine).")
 @click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
               help="Give up when the profile takes longer than SECONDS of wall time: exit 124, nothing written.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"kernels", "top_level", "ops", "total_ms", '
               '"replay_ms", ...}.')
-def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, nvtx, timeout, as_json):
+def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, nvtx, clock, timeout, as_json):
     """Time every op of FILE: per op run, per kernel and per top-level op.
 
     \b
@@ -93,7 +96,7 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_profile(file, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                             nvtx=nvtx, isolate=True, timeout=timeout)
+                             nvtx=nvtx, clock=clock, isolate=True, timeout=timeout)
     if out is not None:
         result.save_chrome_trace(out)
     if as_json:

@@ -69,7 +69,8 @@ class ProfileResult:
         total_ms: Sum of the per-op medians (``ms``).
         replay_ms: Median time of a plain replay of the whole graph, from the same state.
         floor_ms: Median time of an empty step (subtracted from every op).
-        timer: ``"host"`` (a host clock around each launch) or ``"cuda-events"``.
+        timer: ``"host"`` (the wall clock around each launch), ``"host-cpu"``
+            (the thread's CPU time, ``clock="cpu"``) or ``"cuda-events"``.
         repeat, warmup: Rounds timed / run untimed first.
         step_ms: Per timed round, the wall time of stepping it (profiling included).
         replay_rounds_ms: Per timed round, the whole replay's time.
@@ -135,14 +136,22 @@ class ProfileResult:
 
 
 class HostTimer:
-    """A host clock around a launch (the engines return once the launch is done, synchronized on CUDA)."""
+    """A host clock around a launch (the engines return once the launch is done, synchronized on CUDA).
 
-    name = "host"
+    ``clock="wall"`` reads the monotonic wall clock; ``clock="cpu"`` this
+    thread's CPU time, which Warp's CPU kernels run on: on a machine shared
+    with other work it leaves out the time the thread waited for a core.
+    """
+
+    def __init__(self, clock: str = "wall"):
+        self.read = time.thread_time_ns if clock == "cpu" else time.perf_counter_ns
+        self.name = "host-cpu" if clock == "cpu" else "host"
 
     def __call__(self, launch) -> float:
-        t0 = time.perf_counter_ns()
+        read = self.read
+        t0 = read()
         launch()
-        return (time.perf_counter_ns() - t0) * 1e-6
+        return (read() - t0) * 1e-6
 
 
 class CudaEventTimer:
@@ -237,8 +246,8 @@ class _TimedMachine(st.Machine):
 
 
 def profile(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None, repeat: int = 5,
-            warmup: int = 1, nvtx: bool = False, modules: Optional[Mapping] = None, isolate: bool = True,
-            timeout: Optional[float] = None) -> ProfileResult:
+            warmup: int = 1, nvtx: bool = False, clock: str = "wall", modules: Optional[Mapping] = None,
+            isolate: bool = True, timeout: Optional[float] = None) -> ProfileResult:
     """Time every leaf op of a capture, per op run, per kernel and per top-level op.
 
     Args:
@@ -251,6 +260,10 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
         warmup: Untimed rounds first.
         nvtx: Push one NVTX range per op, named ``"<seq> <kernel>"``, so that
             Nsight Systems / Compute show wrpkit's op names.
+        clock: On a CPU device, ``"wall"`` (the default) or ``"cpu"``: the
+            profiling thread's CPU time, which leaves out waits for a core on
+            a busy machine.  CUDA devices are timed with CUDA events (python
+            engine) or the wall clock (native engine).
         modules: ``{filename: bytes}`` of module files (for bytes input).
         isolate: Validate here, then load and step in a child process
             (:mod:`wrpkit.debug.profile_isolate`): a crash raises
@@ -273,6 +286,8 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     repeat, warmup = _rounds(repeat, warmup)
     if engine not in ("python", "native"):
         raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
+    if clock not in ("wall", "cpu"):
+        raise WrpBindingError(f"unknown clock {clock!r}", hint="Use 'wall' or 'cpu'.")
     opened = open_program(source, modules)
     from ..run.isolate import verify_deferred  # noqa: PLC0415
     from ..run.runtime import check_runnable  # noqa: PLC0415
@@ -281,6 +296,9 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     device = str(device) if device is not None else default_device(opened.program)
     if engine == "python":
         check_runnable(opened.program, device)
+    if clock == "cpu" and not device.strip().lower().startswith("cpu"):
+        raise WrpBindingError(f"--clock cpu times CPU devices only, not {device}",
+                              hint="On CUDA, ops are timed with CUDA events (python engine); drop --clock.")
     verify_deferred(opened.prepared)
     if nvtx:
         Nvtx()  # refuse here, before the child starts, when there is no NVTX library
@@ -288,9 +306,9 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
         from .profile_isolate import profile_in_child  # noqa: PLC0415
 
         return profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                                nvtx=nvtx, timeout=timeout, started=t0)
+                                nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
     return run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                       nvtx=nvtx, started=t0)
+                       nvtx=nvtx, clock=clock, started=t0)
 
 
 def _rounds(repeat, warmup) -> tuple:
@@ -320,7 +338,8 @@ def _restore(engine, snap: dict) -> None:
 
 
 def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
-                nvtx: bool = False, started: Optional[float] = None, before=None, stage=None) -> ProfileResult:
+                nvtx: bool = False, clock: str = "wall", started: Optional[float] = None, before=None,
+                stage=None) -> ProfileResult:
     """Profile a validated capture in this process (the body of :func:`profile`).
 
     Args:
@@ -339,7 +358,7 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
     image = wrp1.encode_wrp1(stepper.program)
     eng = st.open_engine(engine, image, opened.modules, device)
     del image
-    timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer()
+    timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(clock)
     machine = _TimedMachine(stepper, eng, timer, Nvtx() if nvtx else None)
     whole = None
     result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device,

@@ -33,7 +33,8 @@ _FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "
 
 
 def profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
-                     nvtx: bool = False, timeout: Optional[float] = None, started: Optional[float] = None):
+                     nvtx: bool = False, clock: str = "wall", timeout: Optional[float] = None,
+                     started: Optional[float] = None):
     """Profile a validated capture in a child process; the body of ``profile(..., isolate=True)``.
 
     Args:
@@ -63,7 +64,8 @@ def profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mappi
         np.savez(d / "inputs.npz", **{k: _as_array(v) for k, v in inputs.items()})
         (d / "op").write_bytes(SLOT.pack(-1, -1, -1, b""))
         job = {"source": source, "modules_dir": modules_dir, "device": device, "engine": engine,
-               "repeat": int(repeat), "warmup": int(warmup), "nvtx": bool(nvtx)}
+               "repeat": int(repeat), "warmup": int(warmup), "nvtx": bool(nvtx),
+               "clock": clock}
         (d / "job.json").write_text(json.dumps(job))
         left = None
         if timeout is not None:
@@ -116,8 +118,8 @@ def _child_main(d: Path) -> int:
             seq[0] += 1
 
         result = run_profile(opened, device=job["device"], engine=job["engine"], inputs=inputs,
-                             repeat=job["repeat"], warmup=job["warmup"], nvtx=job["nvtx"], before=before,
-                             stage=lambda text: iso.write_stage(d, text))
+                             repeat=job["repeat"], warmup=job["warmup"], nvtx=job["nvtx"], clock=job["clock"],
+                             before=before, stage=lambda text: iso.write_stage(d, text))
         iso.write_stage(d, "writing")
         data = {"engine": result.engine, "device": result.device, "load_seconds": result.load_seconds,
                 **{k: getattr(result, k) for k in _FIELDS}}
