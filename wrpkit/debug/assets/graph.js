@@ -226,7 +226,7 @@
       var pre = it.k === "REPEAT" ? "\u00d7" + it.n + " " : (it.c && it.k !== "REPEAT" ? it.k + " " : "");
       if (it.k === "IF" || it.k === "WHILE") pre = "";
       nodes.push('<g class="' + cls + '" data-id="' + it.id + '" data-row="' + i + '" data-kind="' + it.k + '"' + (sh !== null ? ' data-share="' + sh.toFixed(4) + '" data-fill="' + fill + '"' : "") + '><rect x="' + x0 + '" y="' + (y + 3) + '" width="' + w0 + '" height="' + (ROW_H - 6) + '" rx="5" fill="' + fill + '"/>' + tog +
-        '<text x="' + (x0 + (it.c ? 18 : 6)) + '" y="' + (y + ROW_H / 2 + 4) + '"' + ink + '><tspan fill="' + (ink ? "#fde" : "#888") + '">' + esc(it.i || "") + "</tspan> " + esc(pre + label + (sh !== null ? "" : dims)) + "</text>" + timeText + "</g>");
+        '<text x="' + (x0 + (it.c ? 18 : 6)) + '" y="' + (y + ROW_H / 2 + 4) + '"' + ink + '><tspan fill="' + (ink ? "#fde" : sh !== null ? "#444" : "#888") + '">' + esc(it.i || "") + "</tspan> " + esc(pre + label + (sh !== null ? "" : dims)) + "</text>" + timeText + "</g>");
     }
     s.push(edges.join(""), nodes.join(""));
     // an array's name at the top of its lane
