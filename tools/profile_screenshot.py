@@ -3,9 +3,10 @@
 Captures a step of ``tests/profile_programs.py``'s kernels with stock Warp (through
 ``wrpkit.capture``): k_light, k_vec, a WHILE whose body counts down and branches on
 an IF (then k_heavy, else k_vec), k_heavy, k_light, with loop counts chosen so that
-the shares spread over the heat classes.  Profiles it with ``wrp profile --clock cpu -o`` (steady shares on a shared machine), draws
-it with ``wrp graph --profile`` and takes a screenshot in Chromium through
-Playwright, after clicking a launch in the IF so that the details panel shows its time.
+the shares spread over the heat classes.  Profiles it with ``wrp profile --clock cpu
+-o`` (steady shares on a shared machine), draws it with ``wrp graph --profile`` and
+takes a screenshot in Chromium through Playwright, after clicking a launch in the IF
+so that the details panel shows its time.
 
 Usage: python tools/profile_screenshot.py [--out docs/profile.png] [--chromium /usr/bin/chromium]
 """

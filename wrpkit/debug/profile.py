@@ -40,7 +40,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..errors import WrpBindingError, WrpError, WrpFormatError, WrpNotFoundError
+from ..errors import WrpBindingError, WrpError, WrpFormatError, WrpNotFoundError, WrpRuntimeError
 from ..fileio import atomic_write
 from ..formats import wrp1
 from . import stepper as st
@@ -205,14 +205,25 @@ class Nvtx:
 
 
 def _engine_launch(engine):
-    """The engine's launch without its own extras: the raw ``capture_launch`` on the python engine."""
+    """The engine's launch without its own extras: the raw ``capture_launch`` on the python engine.
+
+    On CUDA that launch returns before the graph has run: :class:`CudaEventTimer`
+    records its end event right after it and then synchronizes, so the host's
+    wait is not in the measured span.  The native engine synchronizes its own
+    stream inside ``wrp_program_run``.
+    """
     if isinstance(engine, st.PythonEngine):
         import warp as wp  # noqa: PLC0415
 
-        graph, launch = engine.prog.graph, wp.capture_launch
-        if engine.is_cpu:
-            return lambda: launch(graph)
-        return engine.launch
+        graph, capture_launch = engine.prog.graph, wp.capture_launch
+
+        def launch():
+            try:
+                capture_launch(graph)
+            except RuntimeError as e:
+                raise WrpRuntimeError(f"Warp failed to replay an op: {e}") from None
+
+        return launch
     return engine.launch
 
 
