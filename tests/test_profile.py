@@ -161,6 +161,28 @@ def test_cli_table_fits_80_columns_and_json_has_the_documented_keys(caps):
     assert max(len(x) for x in lines) <= 80, r.stdout
     assert any(x.startswith("k_heavy") for x in lines) and "coverage" in r.stdout and "by kernel" in r.stdout
     assert "WHILE" in r.stdout and "empty step" in r.stdout
+    # the table and the -o file of one run agree, kernel by kernel
+    out = path.parent / "table_run.json"
+    r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", path.name, "--repeat", "2", "-o", out.name],
+                       cwd=path.parent, capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"},
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    from wrpkit.cli.profile import fmt_ms  # noqa: PLC0415
+
+    sums: dict = {}
+    for e in json.loads(out.read_text())["traceEvents"]:
+        if e["ph"] == "X" and "seq" in e["args"]:
+            k = e["args"]["kernel"] or e["args"]["op"]
+            sums[k] = sums.get(k, 0.0) + e["args"]["ms"]
+    rows = {cells[0]: cells for cells in (
+        [c.strip() for c in x.split("│")] for x in r.stdout.splitlines() if x.count("│") == 4) if cells[0] in sums}
+    assert set(rows) == set(sums)
+    for k, ms in sums.items():
+        assert rows[k][2] == fmt_ms(ms), (k, rows[k], ms)
+    # a .wrpk bundle of the same capture profiles the same ops
+    assert wrp("convert", caps["unequal"], path.parent / "unequal.wrpk").exit_code == 0
+    b = wrpkit.profile(path.parent / "unequal.wrpk", repeat=1)
+    assert [_key(o) for o in b.ops] == [_key(o) for o in wrpkit.profile(caps["unequal"], repeat=1).ops]
     r = wrp("profile", caps["unequal"], "--json", "--repeat", "1")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
@@ -349,6 +371,45 @@ def test_ctrl_c_exits_130_and_kills_the_child(caps, tmp_path):
     for k in kids:
         assert not Path(f"/proc/{k}").exists(), "the child outlived the interrupted profile"
     assert os.listdir(out) == []
+
+
+_NVTX_RECORDER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+/* An NVTX library that records what it is given: one line per push ("+name") and pop ("-"). */
+static FILE *out(void) {
+    static FILE *f;
+    if (!f) f = fopen(getenv("NVTX_RECORD"), "a");
+    return f;
+}
+int nvtxRangePushA(const char *name) { fprintf(out(), "+%s\n", name); fflush(out()); return 0; }
+int nvtxRangePop(void) { fprintf(out(), "-\n"); fflush(out()); return 0; }
+"""
+
+
+def test_nvtx_pushes_one_named_range_per_op(caps, tmp_path):
+    """--nvtx through a stand-in libnvToolsExt.so.1 that records its calls (the CUDA toolkit's is not here)."""
+    import shutil  # noqa: PLC0415
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang-14")
+    if cc is None:
+        pytest.skip("no C compiler to build the recording NVTX library")
+    (tmp_path / "nvtx.c").write_text(_NVTX_RECORDER)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tmp_path / "libnvToolsExt.so.1"), str(tmp_path / "nvtx.c")],
+                   check=True)
+    record = tmp_path / "ranges.txt"
+    env = {**os.environ, "LD_LIBRARY_PATH": f"{tmp_path}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+           "NVTX_RECORD": str(record)}
+    r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", str(caps["while_if"]), "--nvtx", "--repeat",
+                        "2", "--warmup", "1", "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ops = json.loads(r.stdout)["ops"]
+    lines = record.read_text().splitlines()
+    assert lines.count("-") == sum(1 for x in lines if x.startswith("+"))  # every push popped
+    names = [x[1:] for x in lines if x.startswith("+") and x not in ("+empty step", "+whole graph replay")]
+    per_round = [f"{o['seq']} {o['kernel'] or o['op']}" for o in ops]
+    assert names == per_round * 3  # warmup and timed rounds alike: "SEQ KERNEL" per op run
+    assert lines.count("+whole graph replay") == 3 and lines.count("+empty step") == 3 * 16
 
 
 def test_nvtx_without_the_library_is_refused_before_profiling(caps):
