@@ -437,15 +437,17 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         finally:
             if gc_was_enabled:
                 gc.enable()
-        result.floor_ms = statistics.median(floor) if floor else 0.0
-        result.replay_ms = statistics.median(result.replay_rounds_ms) if result.replay_rounds_ms else 0.0
+        result.floor_ms = _ns(statistics.median(floor)) if floor else 0.0
+        result.replay_ms = _ns(statistics.median(result.replay_rounds_ms)) if result.replay_rounds_ms else 0.0
+        result.step_ms = [_ns(v) for v in result.step_ms]
+        result.replay_rounds_ms = [_ns(v) for v in result.replay_rounds_ms]
         for seq, (path, iterations, index, op) in enumerate(order):
             raw = statistics.median(samples[(path, iterations)])
             result.ops.append({"seq": seq, "index": index, "path": path,
                                "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
                                "op": op.op_type.name,
                                "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None,
-                               "ms": max(0.0, raw - result.floor_ms), "raw_ms": raw})
+                               "ms": _ns(max(0.0, raw - result.floor_ms)), "raw_ms": _ns(raw)})
     finally:
         machine.close()
         if whole is not None:
@@ -455,17 +457,22 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
     return result
 
 
+def _ns(ms: float) -> float:
+    """Milliseconds rounded to whole nanoseconds (what the clocks resolve; keeps the JSON readable)."""
+    return round(ms, 6)
+
+
 def summarize(result: ProfileResult, program: Optional[m.Program] = None) -> None:
     """Fill ``kernels``, ``top_level`` and ``total_ms`` of ``result`` from its ``ops``."""
-    total = sum(o["ms"] for o in result.ops)
+    total = _ns(sum(o["ms"] for o in result.ops))
     result.total_ms = total
     per_kernel: dict = {}
     for o in result.ops:
         name = o["kernel"] or o["op"]
         per_kernel.setdefault((name, o["op"]), []).append(o["ms"])
     share = (lambda v: v / total) if total > 0 else (lambda v: 0.0)  # noqa: E731
-    result.kernels = sorted(({"name": name, "op": op, "calls": len(v), "total_ms": sum(v),
-                              "median_ms": statistics.median(v), "share": share(sum(v))}
+    result.kernels = sorted(({"name": name, "op": op, "calls": len(v), "total_ms": _ns(sum(v)),
+                              "median_ms": _ns(statistics.median(v)), "share": round(share(sum(v)), 6)}
                              for (name, op), v in per_kernel.items()), key=lambda r: (-r["total_ms"], r["name"]))
     per_top: dict = {}
     for o in result.ops:
@@ -478,7 +485,8 @@ def summarize(result: ProfileResult, program: Optional[m.Program] = None) -> Non
         op = program.ops[index] if program is not None and 0 <= index < len(program.ops) else None
         kind = op.op_type.name if op is not None else (first["op"] if first["path"] == str(index) else "?")
         name = op.kernel_key if isinstance(op, m.KernelLaunch) else kind
-        rows.append({"index": index, "op": kind, "name": name, "calls": calls, "total_ms": ms, "share": share(ms)})
+        rows.append({"index": index, "op": kind, "name": name, "calls": calls, "total_ms": _ns(ms),
+                     "share": round(share(ms), 6)})
     result.top_level = rows
 
 
