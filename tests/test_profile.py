@@ -495,6 +495,19 @@ def test_graph_times_are_the_profile_sums_and_groups_add_up(caps, repeated, tmp_
     (tmp_path / "junk.json").write_text('{"traceEvents": 3}')
     assert wrp("graph", repeated, "--profile", tmp_path / "junk.json", "-o", tmp_path / "x.html").exit_code == 3
     assert not (tmp_path / "x.html").exists()
+    for bad in ('{"traceEvents": [{"ph": "X", "args": {"seq": 0, "path": "0", "ms": NaN}}]}',
+                '{"traceEvents": [{"ph": "X", "args": {"seq": 0, "path": "0", "ms": -1}}]}',
+                '{"format": "wrpkit-profile/1", "ops": [null]}'):
+        (tmp_path / "bad.json").write_text(bad)
+        assert wrp("graph", repeated, "--profile", tmp_path / "bad.json", "-o", tmp_path / "x.html").exit_code == 3
+    # odd metadata in an edited file is not trusted: numbers must be numbers, the rest becomes text
+    edited = json.loads((tmp_path / "repeated.json").read_text())
+    edited["otherData"]["wrpkit"].update({"total_ms": "lots", "replay_ms": [1], "engine": "<script>x</script>"})
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    prof = load_profile(tmp_path / "edited.json")
+    assert prof["replay_ms"] is None and prof["total_ms"] == pytest.approx(sum(p["ms"] for p in prof["paths"].values()))
+    assert prof["engine"] == "<script>x</script>"  # escaped where the page shows it
+    assert not (tmp_path / "x.html").exists()
     r = wrp("graph", repeated, "--profile", tmp_path / "repeated.json", "-o", tmp_path / "r.svg")
     assert r.exit_code == 0 and "#bd0026" in (tmp_path / "r.svg").read_text()  # the ×5 group is the heat
 
@@ -550,4 +563,13 @@ def test_browser_heat_legend_times_and_details(browser, caps, repeated, tmp_path
     shares = page.js("() => Array.from(document.querySelectorAll('#graph g.node[data-kind=KERNEL_LAUNCH]'))"
                      ".map(n => +n.dataset.share)")
     assert len(shares) == 10 and sum(shares) == pytest.approx(1.0, abs=2e-3)
+    page.check_clean()
+    # an edited profile's text is shown as text, and odd numbers do not break the page
+    edited = json.loads(prof2.read_text())
+    edited["otherData"]["wrpkit"].update({"replay_ms": "x", "engine": "<img src=x onerror=alert(1)>"})
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    assert wrp("graph", repeated, "--profile", tmp_path / "edited.json", "-o", html2).exit_code == 0
+    page = Page(browser, html2)
+    assert "<img src=x" in page.js("() => document.getElementById('heat').textContent")
+    assert page.js("() => document.querySelectorAll('#heat img').length") == 0
     page.check_clean()

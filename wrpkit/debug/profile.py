@@ -619,16 +619,25 @@ def load_profile(path) -> dict:
         raise WrpFormatError(f"{path} is not a wrp profile", hint=hint)
     paths: dict = {}
     for o in ops:
-        if not isinstance(o, dict) or not isinstance(o.get("path"), str) or not isinstance(o.get("ms"), (int, float)):
-            raise WrpFormatError(f"{path}: an op record has no path or time", hint=hint)
+        ms = o.get("ms") if isinstance(o, dict) else None
+        if not isinstance(o.get("path") if isinstance(o, dict) else None, str) or not isinstance(ms, (int, float)) \
+                or isinstance(ms, bool) or not 0 <= ms < float("inf"):
+            raise WrpFormatError(f"{path}: an op record has no path or no finite, non-negative time", hint=hint)
         p = paths.setdefault(o["path"], {"ms": 0.0, "calls": 0, "kernel": o.get("kernel"), "op": o.get("op")})
         p["ms"] += float(o["ms"])
         p["calls"] += 1
-    total = meta.get("total_ms")
-    return {"paths": paths, "total_ms": float(total) if isinstance(total, (int, float)) else
-            sum(p["ms"] for p in paths.values()), "replay_ms": meta.get("replay_ms"), "engine": meta.get("engine"),
-            "device": meta.get("device"), "timer": meta.get("timer"), "repeat": meta.get("repeat"),
-            "file": meta.get("file")}
+    def number(v):
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") \
+            else None
+
+    def text(v):
+        return str(v)[:200] if v is not None else None
+
+    total = number(meta.get("total_ms"))
+    return {"paths": paths, "total_ms": total if total is not None else sum(p["ms"] for p in paths.values()),
+            "replay_ms": number(meta.get("replay_ms")), "engine": text(meta.get("engine")),
+            "device": text(meta.get("device")), "timer": text(meta.get("timer")),
+            "repeat": text(meta.get("repeat")), "file": text(meta.get("file"))}
 
 
 def check_profile_matches(profile: dict, program: m.Program) -> None:
@@ -644,8 +653,9 @@ def check_profile_matches(profile: dict, program: m.Program) -> None:
         kernel = op.kernel_key if isinstance(op, m.KernelLaunch) else None
         if op is None or (p.get("op") and p["op"] != op.op_type.name) or (p.get("kernel") and p["kernel"] != kernel):
             what = "no op" if op is None else f"{op.op_type.name} {kernel or ''}".strip()
-            raise WrpBindingError(f"the profile is not of this capture: it times {p.get('kernel') or p.get('op')} "
-                                  f"at op {path}, where this capture has {what}",
+            raise WrpBindingError(f"the profile is not of this capture: it times "
+                                  f"{p.get('kernel') or p.get('op') or 'an op'} at op {path}, where this capture has "
+                                  f"{what}",
                                   hint="Profile this file (`wrp profile FILE -o OUT.json`) and pass that OUT.json.")
 
 
