@@ -49,6 +49,7 @@ _LAZY = {
     "diff": "wrpkit.debug.diff",
     "verify": "wrpkit.debug.verify",
     "regress": "wrpkit.run.regress",
+    "profile": "wrpkit.debug.profile",
 }
 
 

@@ -21,7 +21,9 @@ _FORMATS = (".html", ".svg", ".dot")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
 @kernels_option
-def graph(file, out, open_it, as_json, no_verify, kernels):
+@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), metavar="PROFILE.json",
+              help="Colour each op by its share of the time in a `wrp profile -o` file (or its --json).")
+def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
     """Draw a capture: ops in order, arrays as data nodes, read and write edges.
 
     \b
@@ -30,7 +32,11 @@ def graph(file, out, open_it, as_json, no_verify, kernels):
     that fold and unfold, search by kernel or binding name, and details of any
     op or array on click.  .svg: a static picture.  .dot: Graphviz text.
     Edges say read, write or read+write where wrpkit recorded it at capture,
-    and "touches" for files without that record.
+    and "touches" for files without that record.  With --profile, each op
+    (and each IF, WHILE and folded xN group, summed) is coloured by its
+    share of the profiled time (a colour-blind-safe scale with a legend)
+    and shows its time; the details panel adds total, share, runs and
+    time per run.
 
     \b
     Examples:
@@ -38,6 +44,7 @@ def graph(file, out, open_it, as_json, no_verify, kernels):
       wrp graph step.wrp -o step.svg      a static picture
       wrp graph step.wrpk -o step.dot && dot -Tpng step.dot -o step.png
       wrp graph step.wrp --open
+      wrp profile step.wrp -o step.profile.json && wrp graph step.wrp --profile step.profile.json
     """
     from ..debug.graph import write_graph  # noqa: PLC0415
     from ..formats.container import open_capture  # noqa: PLC0415
@@ -47,9 +54,18 @@ def graph(file, out, open_it, as_json, no_verify, kernels):
     if dest.suffix.lower() not in _FORMATS:
         raise click.UsageError(f"cannot tell the format of {dest.name!r}: the output must end in .html, .svg "
                                "or .dot")
+    profile = None
+    if profile_path is not None:
+        from ..debug.profile import load_profile  # noqa: PLC0415
+
+        profile = load_profile(profile_path)
     with open_capture(file, verify_checksums=not no_verify) as cap:
         type_program(cap.program, kernels)
-        info = write_graph(cap.program, dest, dest.suffix.lower().lstrip("."), title=src.name)
+        if profile is not None:
+            from ..debug.profile import check_profile_matches  # noqa: PLC0415
+
+            check_profile_matches(profile, cap.program)
+        info = write_graph(cap.program, dest, dest.suffix.lower().lstrip("."), title=src.name, profile=profile)
     if as_json:
         dump_json(info)
     else:

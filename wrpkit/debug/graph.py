@@ -92,12 +92,16 @@ class Item:
     count: int = 0  # REPEAT: number of repeats; children hold the first one, ``rest`` the others
     rest: list = field(default_factory=list)
     is_group: bool = False
+    #: With a profile (``wrp graph --profile``): ``[ms, runs]`` of this op, or summed over a group.
+    time: Optional[list] = None
 
     def to_json(self, tables: "_Tables") -> dict:
         """This item as the page's JSON: details and edge lists as indices into shared tables."""
         d = {"id": self.id, "k": self.kind, "l": self.label}
         if self.index:
             d["i"] = self.index
+        if self.time is not None:
+            d["t"] = self.time
         if self.edges:
             d["e"] = tables.edges(self.edges)
         if self.details:
@@ -111,6 +115,8 @@ class Item:
                     # (their kinds, labels, indices and ids follow from the first repeat's)
                     d["rd"] = [tables.details(c.details) if c.details else -1 for it in self.rest for c in it]
                     d["re"] = [tables.edges(c.edges) if c.edges else -1 for it in self.rest for c in it]
+                    if any(c.time is not None for it in self.rest for c in it):
+                        d["rt"] = [c.time for it in self.rest for c in it]
                 else:
                     d["r"] = [[c.to_json(tables) for c in it] for it in self.rest]
         return d
@@ -186,14 +192,19 @@ class Graph:
     arrays: list
     op_total: int
     has_access: bool
+    #: With a profile: ``{"total_ms", "replay_ms", "engine", "device", "timer", "repeat"}``.
+    profile: Optional[dict] = None
 
     def to_json(self) -> dict:
         """The page's JSON: the item tree, with details (``D``) and edge lists (``E``) in shared tables."""
         tables = _Tables()
         items = [i.to_json(tables) for i in self.items]
-        return {"title": self.title, "items": items, "D": tables.detail_rows, "E": tables.edge_rows,
-                "arrays": [a.to_json() for a in self.arrays], "op_total": self.op_total,
-                "has_access": self.has_access}
+        d = {"title": self.title, "items": items, "D": tables.detail_rows, "E": tables.edge_rows,
+             "arrays": [a.to_json() for a in self.arrays], "op_total": self.op_total,
+             "has_access": self.has_access}
+        if self.profile is not None:
+            d["profile"] = self.profile
+        return d
 
 
 # ---------------------------------------------------------------------------
@@ -511,7 +522,37 @@ def _all_edges(item: Item):
             yield from _all_edges(c)
 
 
-def build_graph(program: m.Program, title: str = "", fold: bool = True, extra_signatures=None) -> Graph:
+def _set_times(items: list, paths: dict) -> None:
+    """Give each op its profiled ``[ms, runs]`` (by path) and each group the sum over what it holds."""
+    for it in items:
+        if it.is_group:
+            _set_times(it.children, paths)
+            for rep in it.rest:
+                _set_times(rep, paths)
+            parts = [c.time for c in it.children] + [c.time for rep in it.rest for c in rep]
+            parts = [p for p in parts if p is not None]
+            if parts:
+                it.time = [sum(p[0] for p in parts), sum(p[1] for p in parts)]
+        elif it.index in paths:
+            p = paths[it.index]
+            it.time = [float(p["ms"]), int(p["calls"])]
+
+
+#: Heat of an op's share of the profiled time: ColorBrewer YlOrRd (5 classes, colour-blind safe),
+#: lower bound of each class's share.  The page and the SVG use the same table.
+HEAT = ((0.35, "#bd0026"), (0.15, "#f03b20"), (0.05, "#fd8d3c"), (0.01, "#fecc5c"), (0.0, "#ffffb2"))
+
+
+def heat_colour(share: float) -> str:
+    """The fill of an op with ``share`` (0..1) of the profiled time."""
+    for lo, colour in HEAT:
+        if share >= lo:
+            return colour
+    return HEAT[-1][1]
+
+
+def build_graph(program: m.Program, title: str = "", fold: bool = True, extra_signatures=None,
+                profile: Optional[dict] = None) -> Graph:
     """The graph of a captured program.
 
     Args:
@@ -522,6 +563,8 @@ def build_graph(program: m.Program, title: str = "", fold: bool = True, extra_si
         extra_signatures: Kernel signatures for kernels the file does not annotate
             (``{(module_hash, kernel_key) or kernel_key: KernelSignature}``); their
             argument access and dtypes then draw and type the arrays.
+        profile: Times to colour ops by (what
+            :func:`wrpkit.debug.profile.load_profile` returns), or None.
 
     Returns:
         A :class:`Graph`.
@@ -530,11 +573,16 @@ def build_graph(program: m.Program, title: str = "", fold: bool = True, extra_si
     items = b.items(program.ops, "")
     if fold:
         items = fold_repeats(items)
+    summary = None
+    if profile is not None:
+        _set_times(items, profile["paths"])
+        summary = {k: profile.get(k) for k in ("total_ms", "replay_ms", "engine", "device", "timer", "repeat")}
+        summary["heat"] = [[lo, c] for lo, c in HEAT]
     # bindings that no op touches are still data nodes
     for bnd in program.bindings:
         if bnd.region_id in b.regions:
             b.array(bnd.region_id)
-    return Graph(title, items, b.arrays, b.op_total, b.has_access)
+    return Graph(title, items, b.arrays, b.op_total, b.has_access, summary)
 
 
 # ---------------------------------------------------------------------------
@@ -672,6 +720,9 @@ def render_svg(graph: Graph) -> str:
         x = 8 + row.depth * INDENT
         w = OP_W - x
         fill = _KIND_FILL.get(it.kind, "#f4f4f4")
+        if graph.profile is not None and it.time is not None and not (it.is_group and it.id in expanded):
+            total = graph.profile.get("total_ms") or 0
+            fill = heat_colour(it.time[0] / total if total > 0 else 0.0)
         out.append(f'<rect x="{x}" y="{y + 3}" width="{w}" height="{ROW_H - 6}" rx="5" fill="{fill}" '
                    f'stroke="#667" stroke-width="1"/>')
         label = it.label if len(it.label) <= 30 else it.label[:29] + "…"
@@ -759,7 +810,8 @@ def render_html(graph: Graph) -> str:
             .replace("@@DATA@@", data).replace("@@SCRIPT@@", script))
 
 
-def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str = "") -> dict:
+def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str = "",
+                profile: Optional[dict] = None) -> dict:
     """Draw a program's graph into ``dest`` (atomically).
 
     Args:
@@ -767,6 +819,8 @@ def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str 
         dest: Output path; its suffix picks the format unless ``fmt`` is given.
         fmt: ``"html"``, ``"svg"`` or ``"dot"``.
         title: Shown in the picture.
+        profile: Per-path times (:func:`wrpkit.debug.profile.load_profile`): ops
+            are coloured by their share of the time and show it.
 
     Returns:
         ``{"path", "format", "bytes", "ops", "arrays", "items"}``.
@@ -783,7 +837,7 @@ def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str 
     renderers = {"html": render_html, "svg": render_svg, "dot": render_dot}
     if fmt not in renderers:
         raise ValueError(f"cannot draw a graph as {fmt!r}: use html, svg or dot")
-    graph = build_graph(program, title=title)
+    graph = build_graph(program, title=title, profile=profile)
     text = renderers[fmt](graph).encode("utf-8")
     atomic_write(dest, [text])
     return {"path": str(dest), "format": fmt, "bytes": len(text), "ops": graph.op_total,
@@ -791,4 +845,5 @@ def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str 
 
 
 __all__ = ["Graph", "Item", "Edge", "ArrayNode", "build_graph", "fold_repeats", "render_html", "render_svg",
-           "render_dot", "write_graph", "layout", "visible_rows", "default_expanded", "edge_width"]
+           "render_dot", "write_graph", "layout", "visible_rows", "default_expanded", "edge_width", "heat_colour",
+           "HEAT"]

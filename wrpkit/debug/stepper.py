@@ -203,6 +203,10 @@ class Stepper:
         leaf_of: ``{id(op): leaf number}``.
         paths: Per leaf, ``(node indices, int32 values)`` to write into the control region.
         control_region: Region id of the control region.
+        empty_leaf: With ``build_stepper(..., empty_leaf=True)``, the number of
+            an extra leaf that runs nothing (an IF with empty bodies): a launch
+            of it costs what stepping costs beyond any op (``wrp profile``
+            measures that floor).  None otherwise.
     """
 
     program: m.Program
@@ -210,6 +214,7 @@ class Stepper:
     leaf_of: dict
     paths: list
     control_region: int
+    empty_leaf: Optional[int] = None
 
 
 def _leaves(ops, out: list) -> None:
@@ -221,11 +226,20 @@ def _leaves(ops, out: list) -> None:
             out.append(op)
 
 
-def build_stepper(program: m.Program) -> Stepper:
-    """Rewrite ``program`` so that each leaf op can be run alone (see the module docstring)."""
+def build_stepper(program: m.Program, empty_leaf: bool = False) -> Stepper:
+    """Rewrite ``program`` so that each leaf op can be run alone (see the module docstring).
+
+    Args:
+        program: The program to rewrite.
+        empty_leaf: Add one more leaf that runs nothing (:attr:`Stepper.empty_leaf`).
+    """
     leaves: list = []
     _leaves(program.ops, leaves)
     ctl_id = max((r.region_id for r in program.regions), default=-1) + 1
+    empty = None
+    if empty_leaf:
+        empty = len(leaves)
+        leaves.append(m.If(cond_region_id=ctl_id, cond_offset=0, then_ops=[], else_ops=[]))
     nodes = [0]
     paths: list = [None] * len(leaves)
 
@@ -244,7 +258,7 @@ def build_stepper(program: m.Program) -> Stepper:
     ctl = m.Region(region_id=ctl_id, element_size=4, size=4 * max(1, nodes[0]), has_initial_data=False)
     bindings = region_bindings(program) + [m.Binding(CONTROL_BINDING, ctl_id)]
     rewritten = dataclasses.replace(program, bindings=bindings, regions=list(program.regions) + [ctl], ops=ops)
-    return Stepper(rewritten, leaves, {id(op): i for i, op in enumerate(leaves)}, paths, ctl_id)
+    return Stepper(rewritten, leaves, {id(op): i for i, op in enumerate(leaves)}, paths, ctl_id, empty)
 
 
 def region_bindings(program: m.Program) -> list:

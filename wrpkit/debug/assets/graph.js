@@ -19,6 +19,15 @@
   var COLORS = {read: "#2b7bd6", write: "#d6452b", readwrite: "#8e44ad", touches: "#888888"};
   var FILL = {KERNEL_LAUNCH: "#eef5ff", IF: "#fff6e0", WHILE: "#fff0f0", THEN: "#fffaf0", ELSE: "#fffaf0", REPEAT: "#eefbef"};
   var byId = new Map(), parent = new Map();
+  // a profile (wrp graph --profile): ops carry t = [ms, runs]; fill by share of the total, classes of P.heat
+  var P = G.profile || null;
+  function share(it) { return P && it.t && P.total_ms > 0 ? it.t[0] / P.total_ms : null; }
+  function heat(sh) {
+    for (var h = 0; h < P.heat.length; h++) if (sh >= P.heat[h][0]) return P.heat[h][1];
+    return P.heat[P.heat.length - 1][1];
+  }
+  function ms(v) { return v >= 100 ? v.toFixed(1) : v >= 1 ? v.toFixed(3) : v.toFixed(4); }
+  function pct(sh) { return (100 * sh).toFixed(sh >= 0.1 ? 0 : 1) + "%"; }
   var expanded = {};
   var state = {query: "", selected: null, hits: {}, arrHits: {}};
   var V = null;            // the current view: rows, lanes, frames, size
@@ -35,11 +44,12 @@
         var it = {id: "o" + idx, k: body[m].k, l: body[m].l, i: idx};
         if (g.rd[q] >= 0) it.d = g.rd[q];
         if (g.re[q] >= 0) it.e = g.re[q];
+        if (g.rt && g.rt[q]) it.t = g.rt[q];
         rep.push(it);
       }
       out.push(rep);
     }
-    delete g.rd; delete g.re;
+    delete g.rd; delete g.re; delete g.rt;
     return out;
   }
 
@@ -202,14 +212,21 @@
         edges.push('<line class="edge' + eh + '" data-from="' + it.id + '" data-a="' + e[0] + '" data-mode="' + mode + '" x1="' + (OP_W + 4) + '" y1="' + (y + ROW_H / 2 + dy) + '" x2="' + (ax - 6) + '" y2="' + (y + ROW_H / 2 + dy) + '" stroke="' + COLORS[mode] + '" stroke-width="' + width(e[2]) + '"' + mk + '><title>' + esc(e[3] + ": " + mode + ", " + size(e[2])) + '</title></line>');
       }
       var x0 = 8 + r.depth * INDENT, w0 = OP_W - x0, cls = "node" + (hit ? " hit" : "") + (state.selected === it.id ? " sel" : "");
-      var label = it.l.length > 34 ? it.l.slice(0, 33) + "\u2026" : it.l;
+      var sh = share(it), fill = FILL[it.k] || "#f4f4f4", ink = "", timeText = "";
+      if (sh !== null && !(it.c && expanded[it.id])) {  // an open group's ops show their own heat
+        fill = heat(sh);
+        if (sh >= P.heat[1][0]) { ink = ' fill="#fff"'; cls += " hot"; }
+      }
+      if (sh !== null) timeText = '<text class="time" x="' + (x0 + w0 - 6) + '" y="' + (y + ROW_H / 2 + 4) + '" text-anchor="end"' + ink + ">" + esc(ms(it.t[0]) + " ms " + pct(sh)) + "</text>";
+      var maxLabel = sh !== null ? 22 : 34;
+      var label = it.l.length > maxLabel ? it.l.slice(0, maxLabel - 1) + "\u2026" : it.l;
       var dims = it.d && it.d.dims ? " [" + it.d.dims + "]" : "";
       var tog = "";
       if (it.c) tog = '<text class="tog" data-tog="' + it.id + '" x="' + (x0 + 6) + '" y="' + (y + ROW_H / 2 + 4) + '" style="pointer-events:all">' + (expanded[it.id] ? "\u25be" : "\u25b8") + "</text>";
       // labels carry their own kind ("IF n+0", "then (3)"): only a repeat gets its count in front
       var pre = it.k === "REPEAT" ? "\u00d7" + it.n + " " : "";
-      nodes.push('<g class="' + cls + '" data-id="' + it.id + '" data-row="' + i + '" data-kind="' + it.k + '"><rect x="' + x0 + '" y="' + (y + 3) + '" width="' + w0 + '" height="' + (ROW_H - 6) + '" rx="5" fill="' + (FILL[it.k] || "#f4f4f4") + '"/>' + tog +
-        '<text x="' + (x0 + (it.c ? 18 : 6)) + '" y="' + (y + ROW_H / 2 + 4) + '"><tspan fill="#888">' + esc(it.i || "") + "</tspan> " + esc(pre + label + dims) + "</text></g>");
+      nodes.push('<g class="' + cls + '" data-id="' + it.id + '" data-row="' + i + '" data-kind="' + it.k + '"' + (sh !== null ? ' data-share="' + sh.toFixed(4) + '" data-fill="' + fill + '"' : "") + '><rect x="' + x0 + '" y="' + (y + 3) + '" width="' + w0 + '" height="' + (ROW_H - 6) + '" rx="5" fill="' + fill + '"/>' + tog +
+        '<text x="' + (x0 + (it.c ? 18 : 6)) + '" y="' + (y + ROW_H / 2 + 4) + '"' + ink + '><tspan fill="' + (ink ? "#fde" : sh !== null ? "#444" : "#888") + '">' + esc(it.i || "") + "</tspan> " + esc(pre + label + (sh !== null ? "" : dims)) + "</text>" + timeText + "</g>");
     }
     s.push(edges.join(""), nodes.join(""));
     // an array's name at the top of its lane
@@ -236,7 +253,14 @@
   function showItem(id) {
     var it = byId.get(id); if (!it) return;
     state.selected = id;
-    var d = it.d || {}, h = "<h2>" + esc((it.i ? it.i + " " : "") + (d.kernel || it.l)) + "</h2>" + table(d);
+    var d = it.d || {}, h = "<h2>" + esc((it.i ? it.i + " " : "") + (d.kernel || it.l)) + "</h2>";
+    if (P && it.t) {
+      var sh = share(it);
+      h += '<h3>time</h3><table id="time">' + "<tr><td>total</td><td>" + ms(it.t[0]) + " ms</td></tr><tr><td>share</td><td>" + pct(sh) +
+        " of " + ms(P.total_ms) + " ms</td></tr><tr><td>runs</td><td>" + it.t[1] + "</td></tr>" +
+        (it.t[1] > 0 ? "<tr><td>per run</td><td>" + ms(it.t[0] / it.t[1]) + " ms</td></tr>" : "") + "</table>";
+    }
+    h += table(d);
     if (d.arguments && d.arguments.length) {
       h += "<h3>arguments</h3><table>";
       d.arguments.forEach(function (a) { h += "<tr><td>" + esc(a[0]) + "</td><td>" + esc(a[2]) + (a[3] ? " <b>" + esc(a[3]) + "</b>" : "") + '<br><span style="color:#888">' + esc(a[1]) + "</span></td></tr>"; });
@@ -322,7 +346,21 @@
   window.addEventListener("resize", function () { draw(false); });
   document.getElementById("stats").textContent = G.op_total + " ops, " + G.arrays.length + " arrays" +
     (G.has_access ? "" : " (no access record in this file: edges say \u201ctouches\u201d)");
-  window.wrpGraph = {data: G, rows: rows, render: render, search: search, toggle: toggle, expanded: expanded, select: showItem,
+  if (P) {
+    // the heat legend: each class's share range, lightest first, plus what was profiled
+    var lg = [], hs = P.heat.slice().reverse();
+    for (var h = 0; h < hs.length; h++) {
+      var lo = hs[h][0], hi = h + 1 < hs.length ? hs[h + 1][0] : 1;
+      var pc = function (v) { return +(100 * v).toFixed(1) + "%"; };
+      lg.push('<span><b style="background:' + hs[h][1] + '"></b>' + (h === 0 ? "<" + pc(hi) : h + 1 < hs.length ? pc(lo) + "\u2013" + pc(hi) : "\u2265" + pc(lo)) + "</span>");
+    }
+    var hl = document.getElementById("heat");
+    hl.innerHTML = "share of " + ms(P.total_ms) + " ms: " + lg.join("") +
+      '<span class="stats">(' + esc(P.engine + ", " + P.device + ", " + (P.timer || "") + ", median of " + P.repeat) +
+      (P.replay_ms ? "; whole replay " + ms(P.replay_ms) + " ms" : "") + ")</span>";
+    hl.hidden = false;
+  }
+  window.wrpGraph = {data: G, rows: rows, share: share, render: render, search: search, toggle: toggle, expanded: expanded, select: showItem,
                      drawn: function () { return drawn.slice(); }};
   render();
   document.body.setAttribute("data-ready", "1");

@@ -1,0 +1,170 @@
+"""Benchmark: `wrp profile` accuracy, coverage, per-op cost and scale, each against its baseline in the same run.
+
+Reports, in one run:
+
+* **Accuracy.** A capture of four launches of very unequal cost
+  (``tests/profile_programs.py``: k_light, k_heavy 4000 steps per thread, k_vec 800,
+  k_light) is profiled (one timed round, in this process), and each kernel is
+  launched alone, live, just before; the two alternate ``--rounds`` times, with
+  the wall clock and again with the thread's CPU time (``--clock cpu``: on a
+  shared machine a 2 ms kernel is either not preempted or waits a whole time
+  slice, which the wall clock cannot tell apart).  Each kernel's median share
+  of the step in the profile against its median share of the live launches.
+  Target: within 5 points.
+* **Coverage.** The sum of per-op medians against the plain replay of the whole
+  graph that the profile times in the same run (the unequal capture, the WHILE
+  loop with IF bodies, and the 10,000-launch capture).  Target: within 10% on CPU.
+* **Cost.** On the 10,000-launch capture: the wall time of stepping one round,
+  minus the whole replay's time, per op: what the profiler adds beyond the ops
+  themselves (control writes, the IF tree, the launch call, the clock, the
+  IF/WHILE driving).  Target: at most 20 us per op on CPU.
+* **Scale.** ``wrp profile FILE -o OUT.json`` (fresh process; ``--repeat 1
+  --warmup 0``, and the defaults) against ``wrp trace FILE`` of the same file,
+  median wall time.  Target: at most 3x.  The ``-o`` file is checked against the
+  trace-event format (JSON object form, complete events, nesting on one thread)
+  since no trace viewer runs offline here.
+
+Usage: python bench/bench_profile.py [--dir DIR] [--launches N] [--region-mib M] [--runs R] [--rounds K]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bench_inspect import capture_bench_args, run_measured  # noqa: E402
+
+
+def _shares(ms: dict) -> dict:
+    total = sum(ms.values())
+    return {k: v / total for k, v in ms.items()}
+
+
+def check_trace_events(path: Path) -> dict:
+    """Check a ``-o`` file against the trace-event format; return ``{"events", "ops", "bytes"}``.
+
+    Raises:
+        AssertionError: A rule of the format is broken.
+    """
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict) and isinstance(data["traceEvents"], list), "not the JSON object form"
+    xs = []
+    for e in data["traceEvents"]:
+        assert e["ph"] in ("X", "M"), e
+        assert isinstance(e["name"], str) and isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        if e["ph"] == "X":
+            assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+            xs.append(e)
+    stack: list = []
+    for e in sorted(xs, key=lambda e: (round(e["ts"] * 1000), -round(e["dur"] * 1000))):
+        start, end = round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)
+        while stack and stack[-1] <= start and not (stack[-1] == start and end == start):
+            stack.pop()
+        assert not stack or end <= stack[-1], f"{e['name']} overlaps its enclosing event"
+        stack.append(end)
+    return {"events": len(xs), "ops": sum(1 for e in xs if "seq" in e.get("args", {})), "bytes": path.stat().st_size}
+
+
+def main() -> int:
+    a, big = capture_bench_args(__doc__, runs=3, extra=lambda ap: ap.add_argument("--rounds", type=int, default=15))
+
+    import warp as wp  # noqa: PLC0415
+
+    wp.config.quiet = True
+    import profile_programs as pp  # noqa: PLC0415
+
+    import wrpkit  # noqa: PLC0415
+
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    unequal = pp.capture_unequal(a.dir / "profile_unequal.wrp")
+    while_if = pp.capture_while_if(a.dir / "profile_while_if.wrp")
+
+    # Accuracy: each kernel launched alone, live, then a profile, alternating closely (the profile in this
+    # process, one timed round per call), with both clocks; medians of each kernel's share over the rounds.
+    launches = pp.unequal_launches(pp.unequal_arrays())
+    for k, args in launches:
+        wp.launch(k, dim=pp.N, inputs=args, device="cpu")
+    covs: dict = {}
+    for clock, read in (("wall", time.perf_counter_ns), ("cpu", time.thread_time_ns)):
+        prof_shares, live_shares = {}, {}
+        for _ in range(a.rounds):
+            live: dict = {}
+            for k, args in launches:
+                t0 = read()
+                wp.launch(k, dim=pp.N, inputs=args, device="cpu")
+                live[k.key] = live.get(k.key, 0.0) + (read() - t0) * 1e-6
+            p = wrpkit.profile(unequal, repeat=1, warmup=0, clock=clock, isolate=False)
+            covs.setdefault(("unequal kernels", clock), []).append(p.coverage)
+            for k, v in _shares(live).items():
+                live_shares.setdefault(k, []).append(v)
+            for k in p.kernels:
+                prof_shares.setdefault(k["name"], []).append(k["share"])
+        print(f"accuracy, {clock} clock (share of the step; profile vs each kernel launched alone, live; medians of "
+              f"{a.rounds} alternating rounds; target within 5 points):")
+        worst = 0.0
+        for k in sorted(live_shares, key=lambda k: -statistics.median(live_shares[k])):
+            ps, ls = statistics.median(prof_shares[k]), statistics.median(live_shares[k])
+            worst = max(worst, abs(ps - ls))
+            print(f"  {k:<8} profile {100 * ps:6.2f}%  live {100 * ls:6.2f}%  difference {100 * (ps - ls):+.2f} points")
+        print(f"  largest difference {100 * worst:.2f} points: {'met' if worst <= 0.05 else 'NOT met'}")
+
+    # Coverage on the three captures (the profile's own whole replay, same clock, same run).
+    for clock in ("wall", "cpu"):
+        covs[("WHILE with IF bodies", clock)] = [wrpkit.profile(while_if, repeat=5, clock=clock).coverage
+                                                 for _ in range(3)]
+    pb = wrpkit.profile(big, repeat=3)
+    pbc = wrpkit.profile(big, repeat=3, clock="cpu")
+    covs[(f"{a.launches}-launch capture", "wall")] = [pb.coverage]
+    covs[(f"{a.launches}-launch capture", "cpu")] = [pbc.coverage]
+    print("coverage (sum of per-op medians / whole replay in the same run, median of the calls; target within 10%):")
+    for (name, clock), c in covs.items():
+        c = statistics.median(c)
+        print(f"  {name:<22} {clock:<4} clock {100 * c:6.1f}%  {'met' if abs(c - 1) <= 0.10 else 'NOT met'}")
+
+    # Cost per op beyond the ops: stepping a round against the whole replay, per op run.
+    n = len(pb.ops)
+    step = statistics.median(pb.step_ms)
+    over = (step - pb.replay_ms) / n * 1e3
+    print(f"cost on the {a.launches}-launch capture: a stepped round {step:.1f} ms against a whole replay "
+          f"{pb.replay_ms:.2f} ms for {n} op runs: {over:.2f} us per op beyond the ops (target <= 20 us: "
+          f"{'met' if over <= 20 else 'NOT met'}); empty step {pb.floor_ms * 1e3:.2f} us")
+
+    # Scale: fresh processes, as a user runs them.
+    out = a.dir / "profile_big.json"
+    cmds = {"trace": [sys.executable, "-m", "wrpkit.cli", "trace", str(big)],
+            "profile --repeat 1 --warmup 0": [sys.executable, "-m", "wrpkit.cli", "profile", str(big), "--repeat",
+                                              "1", "--warmup", "0", "-o", str(out)],
+            "profile (defaults: --repeat 5 --warmup 1)": [sys.executable, "-m", "wrpkit.cli", "profile", str(big),
+                                                          "-o", str(out)]}
+    walls = {k: [] for k in cmds}
+    for k, cmd in cmds.items():
+        run_measured(cmd)  # unmeasured first run: bytecode caches, page cache
+    for _ in range(a.runs):
+        for k, cmd in cmds.items():
+            walls[k].append(run_measured(cmd)[0])
+    t = statistics.median(walls["trace"])
+    print(f"scale on the {a.launches}-launch capture (median of {a.runs}, fresh processes; target <= 3x wrp trace):")
+    for k, w in walls.items():
+        ratio = statistics.median(w) / t
+        print(f"  {k:<42} {statistics.median(w):6.2f} s  {ratio:4.2f}x" + (
+            "" if k == "trace" else f"  {'met' if ratio <= 3 else 'NOT met'}"))
+    info = check_trace_events(out)
+    print(f"  -o file: {info['bytes'] / 2**20:.1f} MiB, {info['events']} complete events ({info['ops']} op runs): "
+          "valid trace-event JSON (object form, complete events nested on one thread)")
+    return 0
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    rc = main()
+    print(f"(bench took {time.perf_counter() - t0:.0f} s)")
+    sys.exit(rc)

@@ -1,0 +1,133 @@
+"""``wrp profile``: where a capture's time goes, per op run, per kernel and per top-level op."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import click
+
+from .debugopts import gather_inputs, input_options, quiet_warp
+from .output import console, dump_json, table
+from .replay import _Seconds
+
+#: Top-level ops shown in the table (the --json and -o outputs have them all).
+TOP_ROWS = 15
+
+
+def fmt_ms(v: float) -> str:
+    """Milliseconds with about four significant digits."""
+    if v >= 100:
+        return f"{v:.1f}"
+    if v >= 1:
+        return f"{v:.3f}"
+    return f"{v:.4f}"
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f}%"
+
+
+@click.command("profile")
+@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.option("--device", default=None, help="cpu or cuda:N (default: the capture's own device family).")
+@click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True,
+              help="Step through Warp's Python API or the C++ replayer's C API (both in a child process).")
+@input_options
+@click.option("--repeat", type=click.IntRange(min=1), default=5, show_default=True, metavar="N",
+              help="Timed rounds of the whole step; every figure is a median over them.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, metavar="N",
+              help="Untimed rounds first.")
+@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.json",
+              help="Write Chrome trace-event JSON (Perfetto UI, chrome://tracing; wrp graph --profile).")
+@click.option("--nvtx", is_flag=True, help="Push one NVTX range per op, named 'SEQ KERNEL' (for nsys / Nsight "
+              "Compute; needs libnvToolsExt).")
+@click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
+              help="CPU devices: the wall clock, or the thread's CPU time (leaves out waits for a core on a busy "
+                   "machine).")
+@click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
+              help="Give up when the profile takes longer than SECONDS of wall time: exit 124, nothing written.")
+@click.option("--json", "as_json", is_flag=True, help='Print {"kernels", "top_level", "ops", "total_ms", '
+              '"replay_ms", ...}.')
+def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, nvtx, clock, timeout, as_json):
+    """Time every op of FILE: per op run, per kernel and per top-level op.
+
+    \b
+    Every leaf op (inside IF and WHILE bodies too, at each iteration) runs
+    alone through the stepper `wrp trace` uses, and is numbered as trace
+    numbers it. The whole step is run --warmup times untimed, then --repeat
+    times timed, each round from the same memory (the state after the
+    inputs are set); figures are medians over the rounds. The cost of an
+    empty step, timed in the same run, is subtracted from every op (the
+    "floor"). A plain replay of the whole graph is timed between rounds:
+    "coverage" is the sum of the per-op medians against it. On CUDA with
+    the python engine, ops are timed with CUDA events.
+    The file is validated here, then profiled in a child process: a crash
+    there ends with exit 4 and names the op; nothing is written.
+    Exit codes: 0 ok; 1 an output cannot be written; 2 bad input; 3
+    invalid file; 4 the profile crashed (contained); 124 --timeout ran
+    out; 130 Ctrl-C.
+
+    \b
+    Examples:
+      wrp profile sim.wrp --inputs in.npz
+      wrp profile sim.wrp --repeat 20 --warmup 3 -o sim.trace.json
+      wrp graph sim.wrp --profile sim.trace.json      heat colours by share
+      wrp profile sim.wrp --json | jq '.kernels[0]'
+      wrp profile sim.wrp --device cuda:0 --nvtx      (under nsys profile)
+    """
+    from ..debug.profile import profile as run_profile  # noqa: PLC0415
+
+    if out is not None:
+        from ..fileio import check_output_path  # noqa: PLC0415
+
+        # Before the long work: a folder that cannot be made or written to fails now (exit 1).
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            from ..errors import WrpIOError  # noqa: PLC0415
+
+            raise WrpIOError(f"cannot write {out}: {e.strerror or e}",
+                             hint="Make its folder writable, or write somewhere else.") from None
+        check_output_path(out, [file])
+    if engine == "python":
+        quiet_warp(device)
+    inputs = gather_inputs(inputs_npz, input_items)
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        result = run_profile(file, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
+                             nvtx=nvtx, clock=clock, isolate=True, timeout=timeout)
+    if out is not None:
+        result.save_chrome_trace(out)
+    if as_json:
+        dump_json(result.to_json())
+        return
+    con = console()
+    runs = len(result.ops)
+    con.print(f"{file} ({result.engine} engine, {result.device})", highlight=False, markup=False)
+    con.print(f"{runs} op run{'s' if runs != 1 else ''} per step; medians of {result.repeat} "
+              f"round{'s' if result.repeat != 1 else ''} after {result.warmup} warmup", highlight=False, markup=False)
+    t = table("by kernel (ms)", ["kernel", "calls", "total", "per call", "share"],
+              numeric=("calls", "total", "per call", "share"))
+    for k in result.kernels:
+        t.add_row(k["name"], str(k["calls"]), fmt_ms(k["total_ms"]), fmt_ms(k["median_ms"]), _pct(k["share"]))
+    con.print(t)
+    tops = sorted(result.top_level, key=lambda r: -r["total_ms"])
+    shown = tops[:TOP_ROWS]
+    t = table(f"by top-level op (ms){'' if len(tops) <= TOP_ROWS else f', the {TOP_ROWS} costliest of {len(tops)}'}",
+              ["#", "op", "calls", "total", "share"], numeric=("#", "calls", "total", "share"))
+    for r in shown:
+        name = r["name"] if r["name"] == r["op"] else f"{r['name']}"
+        if r["op"] in ("IF", "WHILE"):
+            name = f"{r['op']} ({r['calls']} op runs)"
+        t.add_row(str(r["index"]), name, str(r["calls"]), fmt_ms(r["total_ms"]), _pct(r["share"]))
+    con.print(t)
+    con.print("")
+    cov = result.coverage
+    con.print(f"sum of ops {fmt_ms(result.total_ms)} ms; whole replay {fmt_ms(result.replay_ms)} ms"
+              + (f" (coverage {100 * cov:.0f}%)" if cov is not None else ""), highlight=False, markup=False)
+    con.print(f"empty step {fmt_ms(result.floor_ms)} ms subtracted from each op ({result.timer} timer)",
+              highlight=False, markup=False)
+    if out is not None:
+        con.print(f"trace events written to {out} (Perfetto UI, chrome://tracing, wrp graph --profile)",
+                  highlight=False, markup=False)

@@ -1,0 +1,662 @@
+"""Where a capture's time goes, per op and per kernel (``wrp profile``).
+
+Example::
+
+    p = wrpkit.profile("sim.wrp", inputs={"x": x}, repeat=10)
+    p.top(3)                 # the three kernels with the most time, with their share
+    p.ops[5]["ms"]           # the sixth op run (numbered as `wrp trace` numbers them)
+    p.coverage               # sum of per-op medians / a plain replay of the whole graph
+    p.save_chrome_trace("sim.trace.json")   # open in Perfetto UI or chrome://tracing
+
+How: the capture is rewritten once by :mod:`wrpkit.debug.stepper`, as
+``wrp trace`` does, so that one launch runs exactly one leaf op against the
+one copy of the program's memory; IF and WHILE are driven from here.  Each
+stepped launch is timed (host clock on the CPU; CUDA events around the
+launch with the python engine on a GPU).  A launch costs more than its op
+(the control values, the IF tree, Warp's launch call), so the same run also
+times an *empty* step, a leaf that runs nothing, and subtracts its median
+(the *floor*, reported) from every op.  The whole step is repeated ``repeat``
+times after ``warmup`` untimed rounds, each round starting from the same
+memory (the state after ``inputs`` were set), and every figure is a median
+over the rounds.  Between rounds, a plain replay of the whole graph (the
+original program, loaded once more) is timed from the same state: the sum
+of the per-op medians against its median is the *coverage*.
+
+Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+
+from .. import model as m
+from ..errors import WrpBindingError, WrpError, WrpFormatError, WrpNotFoundError, WrpRuntimeError
+from ..fileio import atomic_write
+from ..formats import wrp1
+from . import stepper as st
+from .common import open_program
+
+PROFILE_FORMAT = "wrpkit-profile/1"
+#: Empty steps timed per round (their median over all rounds is the floor).
+EMPTY_STEPS = 16
+
+
+@dataclass
+class ProfileResult:
+    """Per-op and per-kernel times of one capture.
+
+    Attributes:
+        ops: One dict per op run in one step, in order (numbered as
+            ``wrp trace`` numbers them): ``seq``, ``index``, ``path``,
+            ``iteration`` (None outside WHILE bodies), ``iterations``, ``op``
+            (kind), ``kernel`` (key, or None), ``ms`` (median over the rounds,
+            the floor subtracted, never below 0) and ``raw_ms`` (median as timed).
+        kernels: Per kernel (or op kind, for ops that launch no kernel), most
+            time first: ``name``, ``op``, ``calls`` (per step), ``total_ms``,
+            ``median_ms`` (per call), ``share`` (of ``total_ms``, 0..1).
+        top_level: Per top-level op, in program order: ``index``, ``op``,
+            ``name`` (kernel key or op kind), ``calls``, ``total_ms``, ``share``.
+        total_ms: Sum of the per-op medians (``ms``).
+        replay_ms: Median time of a plain replay of the whole graph, from the same state.
+        floor_ms: Median time of an empty step (subtracted from every op).
+        timer: ``"host"`` (the wall clock around each launch), ``"host-cpu"``
+            (the thread's CPU time, ``clock="cpu"``) or ``"cuda-events"``.
+        repeat, warmup: Rounds timed / run untimed first.
+        step_ms: Per timed round, the wall time of stepping it (profiling included).
+        replay_rounds_ms: Per timed round, the whole replay's time.
+    """
+
+    file: str
+    engine: str
+    device: str
+    ops: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)
+    top_level: list = field(default_factory=list)
+    total_ms: float = 0.0
+    replay_ms: float = 0.0
+    floor_ms: float = 0.0
+    timer: str = "host"
+    repeat: int = 1
+    warmup: int = 0
+    step_ms: list = field(default_factory=list)
+    replay_rounds_ms: list = field(default_factory=list)
+    load_seconds: float = 0.0
+    #: The profiled program (not serialized): the Chrome trace's IF/WHILE events come from it.
+    program: Optional[m.Program] = field(default=None, repr=False, compare=False)
+
+    @property
+    def coverage(self) -> Optional[float]:
+        """``total_ms / replay_ms`` (None when the replay took no measurable time)."""
+        return self.total_ms / self.replay_ms if self.replay_ms > 0 else None
+
+    def top(self, n: int = 10, by: str = "kernel") -> list:
+        """The ``n`` entries with the most time: ``by`` ``"kernel"``, ``"top_level"`` or ``"op"`` (one per run).
+
+        Raises:
+            WrpError: ``by`` is none of those.
+        """
+        rows = {"kernel": self.kernels, "top_level": self.top_level, "op": self.ops}.get(by)
+        if rows is None:
+            raise WrpError(f"cannot rank by {by!r}", hint="Use 'kernel', 'top_level' or 'op'.")
+        key = "ms" if by == "op" else "total_ms"
+        return sorted(rows, key=lambda r: -r[key])[:max(0, int(n))]
+
+    def to_json(self) -> dict:
+        """``{"kernels", "ops", "top_level", "total_ms", "replay_ms", "floor_ms", "coverage", ...}``."""
+        return {"format": PROFILE_FORMAT, "file": self.file, "engine": self.engine, "device": self.device,
+                "timer": self.timer, "repeat": self.repeat, "warmup": self.warmup,
+                "total_ms": self.total_ms, "replay_ms": self.replay_ms, "floor_ms": self.floor_ms,
+                "coverage": self.coverage, "kernels": self.kernels, "top_level": self.top_level, "ops": self.ops,
+                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms}
+
+    def chrome_trace(self, program: Optional[m.Program] = None) -> dict:
+        """The profile in Chrome's trace-event format (see :func:`chrome_trace`)."""
+        return chrome_trace(self, program)
+
+    def save_chrome_trace(self, path, program: Optional[m.Program] = None) -> Path:
+        """Write :meth:`chrome_trace` as JSON, atomically; Perfetto UI and ``chrome://tracing`` open it."""
+        path = Path(path)
+        atomic_write(path, [json.dumps(self.chrome_trace(program), separators=(",", ":")).encode()])
+        return path
+
+
+# ---------------------------------------------------------------------------
+# Timers and NVTX
+# ---------------------------------------------------------------------------
+
+
+class HostTimer:
+    """A host clock around a launch (the engines return once the launch is done, synchronized on CUDA).
+
+    ``clock="wall"`` reads the monotonic wall clock; ``clock="cpu"`` this
+    thread's CPU time, which Warp's CPU kernels run on: on a machine shared
+    with other work it leaves out the time the thread waited for a core.
+    """
+
+    def __init__(self, clock: str = "wall"):
+        self.read = time.thread_time_ns if clock == "cpu" else time.perf_counter_ns
+        self.name = "host-cpu" if clock == "cpu" else "host"
+
+    def __call__(self, launch) -> float:
+        read = self.read
+        t0 = read()
+        launch()
+        return (read() - t0) * 1e-6
+
+
+class CudaEventTimer:
+    """CUDA events recorded on the launching stream just before and just after a launch (python engine)."""
+
+    name = "cuda-events"
+
+    def __init__(self, device):
+        import warp as wp  # noqa: PLC0415
+
+        self.wp = wp
+        self.device = wp.get_device(device)
+        self.start = wp.Event(self.device, enable_timing=True)
+        self.end = wp.Event(self.device, enable_timing=True)
+
+    def __call__(self, launch) -> float:
+        stream = self.device.stream
+        stream.record_event(self.start)
+        launch()
+        stream.record_event(self.end)
+        self.wp.synchronize_device(self.device)
+        return float(self.wp.get_event_elapsed_time(self.start, self.end))
+
+
+class Nvtx:
+    """``nvtxRangePushA``/``nvtxRangePop`` from the NVTX library (``libnvToolsExt``), through ctypes.
+
+    Raises:
+        WrpNotFoundError: No NVTX library can be loaded.
+    """
+
+    NAMES = ("libnvToolsExt.so.1", "libnvToolsExt.so", "nvToolsExt64_1.dll")
+
+    def __init__(self):
+        lib = None
+        found = ctypes.util.find_library("nvToolsExt")
+        for name in ((found,) if found else ()) + self.NAMES:
+            try:
+                lib = ctypes.CDLL(name)
+                break
+            except OSError:
+                continue
+        if lib is None:
+            raise WrpNotFoundError("--nvtx needs the NVTX library (libnvToolsExt.so.1), which cannot be loaded here",
+                                   hint="Install the CUDA toolkit's NVTX library or add its folder to "
+                                        "LD_LIBRARY_PATH; or profile without --nvtx.")
+        lib.nvtxRangePushA.argtypes = [ctypes.c_char_p]
+        lib.nvtxRangePushA.restype = ctypes.c_int
+        lib.nvtxRangePop.restype = ctypes.c_int
+        self.push, self.pop = lib.nvtxRangePushA, lib.nvtxRangePop
+
+
+def _engine_launch(engine):
+    """The engine's launch without its own extras: the raw ``capture_launch`` on the python engine.
+
+    On CUDA that launch returns before the graph has run: :class:`CudaEventTimer`
+    records its end event right after it and then synchronizes, so the host's
+    wait is not in the measured span.  The native engine synchronizes its own
+    stream inside ``wrp_program_run``.
+    """
+    if isinstance(engine, st.PythonEngine):
+        import warp as wp  # noqa: PLC0415
+
+        graph, capture_launch = engine.prog.graph, wp.capture_launch
+
+        def launch():
+            try:
+                capture_launch(graph)
+            except RuntimeError as e:
+                raise WrpRuntimeError(f"Warp failed to replay an op: {e}") from None
+
+        return launch
+    return engine.launch
+
+
+class _TimedMachine(st.Machine):
+    """A :class:`~wrpkit.debug.stepper.Machine` whose ``run_leaf`` times the launch alone (not the control write)."""
+
+    def __init__(self, stepper, engine, timer, nvtx=None):
+        super().__init__(stepper, engine)
+        self.timer, self.nvtx = timer, nvtx
+        self._launch = _engine_launch(engine)
+        self.last_ms = 0.0
+        self.label = b""
+
+    def run_leaf(self, leaf: int) -> None:
+        idx, vals = self.stepper.paths[leaf]
+        ctl = self._ctl
+        ctl[idx] = vals
+        if self._ctl_view is None:
+            self.engine.write(st.CONTROL_BINDING, ctl)
+        if self.nvtx is not None:
+            self.nvtx.push(self.label)
+            self.last_ms = self.timer(self._launch)
+            self.nvtx.pop()
+        else:
+            self.last_ms = self.timer(self._launch)
+
+
+# ---------------------------------------------------------------------------
+# Profiling
+# ---------------------------------------------------------------------------
+
+
+def profile(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None, repeat: int = 5,
+            warmup: int = 1, nvtx: bool = False, clock: str = "wall", modules: Optional[Mapping] = None,
+            isolate: bool = True, timeout: Optional[float] = None) -> ProfileResult:
+    """Time every leaf op of a capture, per op run, per kernel and per top-level op.
+
+    Args:
+        source: A ``.wrp`` or ``.wrpk`` path (or its bytes, with ``modules``).
+        device: ``"cpu"`` or ``"cuda:N"``; default: the file's own family.
+        engine: ``"python"`` (Warp's Python API) or ``"native"`` (the C++
+            replayer's C API, in the process that profiles).
+        inputs: ``{binding name: array}`` set before the first round.
+        repeat: Timed rounds of the whole step (medians over them), at least 1.
+        warmup: Untimed rounds first.
+        nvtx: Push one NVTX range per op, named ``"<seq> <kernel>"``, so that
+            Nsight Systems / Compute show wrpkit's op names.
+        clock: On a CPU device, ``"wall"`` (the default) or ``"cpu"``: the
+            profiling thread's CPU time, which leaves out waits for a core on
+            a busy machine.  CUDA devices are timed with CUDA events (python
+            engine) or the wall clock (native engine).
+        modules: ``{filename: bytes}`` of module files (for bytes input).
+        isolate: Validate here, then load and step in a child process
+            (:mod:`wrpkit.debug.profile_isolate`): a crash raises
+            :class:`~wrpkit.errors.WrpCrashError` naming the op; the default.
+            ``False`` profiles in this process.
+        timeout: Seconds of wall time for the whole profile (implies ``isolate``).
+
+    Returns:
+        A :class:`ProfileResult`.
+
+    Raises:
+        WrpFormatError, WrpValidationError, WrpModuleError: Invalid capture.
+        WrpBindingError: Bad inputs, or a bad ``repeat``/``warmup``.
+        WrpNotFoundError: ``nvtx`` without an NVTX library.
+        WrpRuntimeError: Warp failed to run an op.
+        WrpCrashError: (``isolate``) The child died of a fatal signal.
+        WrpTimeoutError: (``timeout``) The profile did not finish in time.
+    """
+    t0 = time.perf_counter()
+    repeat, warmup = _rounds(repeat, warmup)
+    if engine not in ("python", "native"):
+        raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
+    if clock not in ("wall", "cpu"):
+        raise WrpBindingError(f"unknown clock {clock!r}", hint="Use 'wall' or 'cpu'.")
+    opened = open_program(source, modules)
+    from ..run.isolate import verify_deferred  # noqa: PLC0415
+    from ..run.runtime import check_runnable  # noqa: PLC0415
+    from .trace import default_device  # noqa: PLC0415
+
+    device = str(device) if device is not None else default_device(opened.program)
+    if engine == "python":
+        check_runnable(opened.program, device)
+    if clock == "cpu" and not device.strip().lower().startswith("cpu"):
+        raise WrpBindingError(f"--clock cpu times CPU devices only, not {device}",
+                              hint="On CUDA, ops are timed with CUDA events (python engine); drop --clock.")
+    verify_deferred(opened.prepared)
+    if nvtx:
+        Nvtx()  # refuse here, before the child starts, when there is no NVTX library
+    if isolate or timeout is not None:
+        from .profile_isolate import profile_in_child  # noqa: PLC0415
+
+        return profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
+                                nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
+    return run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
+                       nvtx=nvtx, clock=clock, started=t0)
+
+
+def _rounds(repeat, warmup) -> tuple:
+    try:
+        r, w = int(repeat), int(warmup)
+    except (TypeError, ValueError):
+        raise WrpBindingError(f"repeat and warmup must be integers, got {repeat!r} and {warmup!r}") from None
+    if r < 1 or w < 0:
+        raise WrpBindingError(f"repeat must be at least 1 and warmup at least 0, got {r} and {w}",
+                              hint="For example --repeat 10 --warmup 2.")
+    return r, w
+
+
+def _snapshot(machine: st.Machine, region_ids) -> dict:
+    return {rid: np.array(machine.region(rid), copy=True) for rid in region_ids}
+
+
+def _restore(engine, snap: dict) -> None:
+    """Write every region of ``snap`` into a loaded engine (bound as ``__wrpkit_r<id>``)."""
+    for rid, data in snap.items():
+        name = f"{st.REGION_BINDING}{rid}"
+        view = engine.view(name)
+        if view is not None:
+            view[:] = data
+        else:
+            engine.write(name, data)
+
+
+def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
+                nvtx: bool = False, clock: str = "wall", started: Optional[float] = None, before=None,
+                stage=None) -> ProfileResult:
+    """Profile a validated capture in this process (the body of :func:`profile`).
+
+    Args:
+        opened: What :func:`~wrpkit.debug.common.open_program` returned.
+        before: Called as ``before(op, index, path, iterations)`` just before each op runs.
+        stage: Called with ``"loading"``, then ``"replaying"`` once the first op is about to run.
+        Others: as :func:`profile`.
+    """
+    from .trace import apply_inputs  # noqa: PLC0415
+
+    t0 = time.perf_counter() if started is None else started
+    prog = opened.program
+    if stage is not None:
+        stage("loading")
+    stepper = st.build_stepper(prog, empty_leaf=True)
+    image = wrp1.encode_wrp1(stepper.program)
+    eng = st.open_engine(engine, image, opened.modules, device)
+    del image
+    timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(clock)
+    machine = _TimedMachine(stepper, eng, timer, Nvtx() if nvtx else None)
+    whole = None
+    result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device,
+                           timer=timer.name, repeat=repeat, warmup=warmup)
+    try:
+        # The original graph, every region bound by name, for the plain replay of the same run.
+        image = wrp1.encode_wrp1(st.prefix_program(prog, len(prog.ops)))
+        whole = st.open_engine(engine, image, opened.modules, device)
+        del image
+        whole_launch = _engine_launch(whole)
+        apply_inputs(machine, opened, inputs)
+        region_ids = [r.region_id for r in prog.regions]
+        snap = _snapshot(machine, region_ids)
+        result.load_seconds = time.perf_counter() - t0
+        samples: dict = {}  # (path, iterations) -> raw ms per timed round
+        order: list = []  # (path, iterations, index, op) of the first timed round, in run order
+        floor: list = []
+        empty = stepper.empty_leaf
+
+        if stage is not None:
+            stage("replaying")
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # as in trace: the walk makes small objects and frees none
+        try:
+            for rnd in range(warmup + repeat):
+                timed = rnd >= warmup
+                _restore(machine.engine, snap)
+                seq = [0]
+                for _ in range(EMPTY_STEPS):
+                    machine.label = b"empty step"
+                    machine.run_leaf(empty)
+                    if timed:
+                        floor.append(machine.last_ms)
+
+                def visit(op, index, path, iterations, timed=timed):
+                    if timed:
+                        key = (path, iterations)
+                        s = samples.get(key)
+                        if s is None:
+                            s = samples[key] = []
+                            order.append((path, iterations, index, op))
+                        s.append(machine.last_ms)
+                    return False
+
+                def set_label(op, index, path, iterations):
+                    if nvtx:
+                        name = op.kernel_key if isinstance(op, m.KernelLaunch) else op.op_type.name
+                        machine.label = f"{seq[0]} {name}".encode()
+                    seq[0] += 1
+                    if before is not None:
+                        before(op, index, path, iterations)
+
+                w0 = time.perf_counter()
+                st.walk_program(prog.ops, machine, visit, before=set_label)
+                w1 = time.perf_counter()
+                _restore(whole, snap)
+                if nvtx:
+                    machine.nvtx.push(b"whole graph replay")
+                rep = timer(whole_launch)
+                if nvtx:
+                    machine.nvtx.pop()
+                if timed:
+                    result.step_ms.append((w1 - w0) * 1e3)
+                    result.replay_rounds_ms.append(rep)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        result.floor_ms = _ns(statistics.median(floor)) if floor else 0.0
+        result.replay_ms = _ns(statistics.median(result.replay_rounds_ms)) if result.replay_rounds_ms else 0.0
+        result.step_ms = [_ns(v) for v in result.step_ms]
+        result.replay_rounds_ms = [_ns(v) for v in result.replay_rounds_ms]
+        for seq, (path, iterations, index, op) in enumerate(order):
+            raw = statistics.median(samples[(path, iterations)])
+            result.ops.append({"seq": seq, "index": index, "path": path,
+                               "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
+                               "op": op.op_type.name,
+                               "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None,
+                               "ms": _ns(max(0.0, raw - result.floor_ms)), "raw_ms": _ns(raw)})
+    finally:
+        machine.close()
+        if whole is not None:
+            whole.close()
+    summarize(result, prog)
+    result.program = prog
+    return result
+
+
+def _ns(ms: float) -> float:
+    """Milliseconds rounded to whole nanoseconds (what the clocks resolve; keeps the JSON readable)."""
+    return round(ms, 6)
+
+
+def summarize(result: ProfileResult, program: Optional[m.Program] = None) -> None:
+    """Fill ``kernels``, ``top_level`` and ``total_ms`` of ``result`` from its ``ops``."""
+    total = _ns(sum(o["ms"] for o in result.ops))
+    result.total_ms = total
+    per_kernel: dict = {}
+    for o in result.ops:
+        name = o["kernel"] or o["op"]
+        per_kernel.setdefault((name, o["op"]), []).append(o["ms"])
+    share = (lambda v: v / total) if total > 0 else (lambda v: 0.0)  # noqa: E731
+    result.kernels = sorted(({"name": name, "op": op, "calls": len(v), "total_ms": _ns(sum(v)),
+                              "median_ms": _ns(statistics.median(v)), "share": round(share(sum(v)), 6)}
+                             for (name, op), v in per_kernel.items()), key=lambda r: (-r["total_ms"], r["name"]))
+    per_top: dict = {}
+    for o in result.ops:
+        t = per_top.setdefault(o["index"], [0, 0.0, o])
+        t[0] += 1
+        t[1] += o["ms"]
+    rows = []
+    for index in sorted(per_top):
+        calls, ms, first = per_top[index]
+        op = program.ops[index] if program is not None and 0 <= index < len(program.ops) else None
+        kind = op.op_type.name if op is not None else (first["op"] if first["path"] == str(index) else "?")
+        name = op.kernel_key if isinstance(op, m.KernelLaunch) else kind
+        rows.append({"index": index, "op": kind, "name": name, "calls": calls, "total_ms": _ns(ms),
+                     "share": round(share(ms), 6)})
+    result.top_level = rows
+
+
+# ---------------------------------------------------------------------------
+# Chrome trace-event format
+# ---------------------------------------------------------------------------
+
+
+def _us(ns: int) -> float:
+    """Integer nanoseconds as the format's microseconds (at most three decimals, exact)."""
+    return ns / 1000
+
+
+def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> dict:
+    """The profile as a Chrome trace-event file (``{"traceEvents": [...], ...}``).
+
+    One complete event (``"ph": "X"``) per op run, laid end to end on one
+    track in run order, each as long as its median time (``ms``); every
+    IF and WHILE that ran is an enclosing event over its body's ops, and
+    every WHILE iteration an enclosing event of its own, with the
+    iteration in ``args``.  Each op event's ``args`` hold ``seq``,
+    ``index``, ``path``, ``iteration``, ``kernel`` and ``raw_ms``, so that
+    ``wrp graph --profile`` can read times back.  Timestamps are in
+    microseconds, as the format says.
+    """
+    meta = {"format": PROFILE_FORMAT, "file": result.file, "engine": result.engine, "device": result.device,
+            "timer": result.timer, "repeat": result.repeat, "warmup": result.warmup, "total_ms": result.total_ms,
+            "replay_ms": result.replay_ms, "floor_ms": result.floor_ms, "coverage": result.coverage}
+    pid, tid = 1, 1
+    events = [{"name": "process_name", "ph": "M", "pid": pid, "tid": tid,
+               "args": {"name": f"wrp profile {Path(result.file).name}"}},
+              {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
+               "args": {"name": f"{result.engine} engine, {result.device} (medians of {result.repeat})"}}]
+    program = program if program is not None else result.program
+    # Times are whole nanoseconds here, so that an enclosing event ends exactly where its last op does.
+    open_groups: list = []  # [(key, event, start ns)], outermost first
+    t = 0
+    for o in result.ops:
+        want = _groups_of(o, program)
+        keep = 0
+        while keep < min(len(open_groups), len(want)) and open_groups[keep][0] == want[keep][0]:
+            keep += 1
+        for _, ev, start in open_groups[keep:]:
+            ev["dur"] = _us(t - start)
+        del open_groups[keep:]
+        for key, ev in want[keep:]:
+            ev.update({"ph": "X", "ts": _us(t), "dur": 0.0, "pid": pid, "tid": tid})
+            events.append(ev)
+            open_groups.append((key, ev, t))
+        dur = max(0, round(o["ms"] * 1e6))
+        events.append({"name": o["kernel"] or o["op"], "cat": o["op"], "ph": "X", "ts": _us(t), "dur": _us(dur),
+                       "pid": pid, "tid": tid,
+                       "args": {k: o[k] for k in ("seq", "index", "path", "iteration", "iterations", "kernel", "op",
+                                                  "ms", "raw_ms")}})
+        t += dur
+    for _, ev, start in open_groups:
+        ev["dur"] = _us(t - start)
+    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"wrpkit": meta}}
+
+
+def _groups_of(o: dict, program: Optional[m.Program]) -> list:
+    """``[(key, event)]`` of the IF/WHILE bodies (and WHILE iterations) enclosing an op run, outermost first."""
+    if program is None:
+        return []
+    parts = o["path"].split(".")
+    its = list(o["iterations"])
+    out, prefix, ops, depth = [], "", program.ops, 0
+    for k, part in enumerate(parts[:-1]):
+        prefix = part if not prefix else f"{prefix}.{part}"
+        try:
+            node = ops[int(part.lstrip("e"))]
+        except (ValueError, IndexError):
+            return out
+        if isinstance(node, m.While) and depth < len(its):
+            outer = tuple(its[:depth])
+            out.append(((prefix, outer), {"name": f"WHILE {prefix}", "cat": "WHILE", "args": {"path": prefix}}))
+            out.append(((prefix, outer + (its[depth],)),
+                        {"name": f"iteration {its[depth]}", "cat": "WHILE iteration",
+                         "args": {"path": prefix, "iteration": its[depth]}}))
+            depth += 1
+            ops = node.body
+        elif isinstance(node, m.If):
+            branch = "else" if parts[k + 1].startswith("e") else "then"
+            out.append(((prefix, tuple(its[:depth]), branch),
+                        {"name": f"IF {prefix} ({branch})", "cat": "IF", "args": {"path": prefix, "branch": branch}}))
+            ops = node.else_ops if branch == "else" else node.then_ops
+        else:
+            return out
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Reading a profile back (``wrp graph --profile``)
+# ---------------------------------------------------------------------------
+
+
+def load_profile(path) -> dict:
+    """Per-path times of a profile file: a ``wrp profile -o`` trace-event file, or its ``--json``.
+
+    Returns:
+        ``{"paths": {path: {"ms": total over its runs, "calls": runs, "kernel": key or None, "op": kind}},
+        "total_ms", "replay_ms", "engine", "device", "timer", "repeat", "file"}``.
+
+    Raises:
+        WrpFormatError: The file is neither.
+    """
+    hint = "Pass a file written by `wrp profile FILE -o OUT.json` (or its --json output)."
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WrpFormatError(f"cannot read profile {path}: {e}", hint=hint) from None
+    ops = None
+    meta: dict = {}
+    if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
+        other = data.get("otherData")
+        meta = other.get("wrpkit") if isinstance(other, dict) and isinstance(other.get("wrpkit"), dict) else {}
+        ops = []
+        for ev in data["traceEvents"]:
+            if not isinstance(ev, dict) or ev.get("ph") != "X":
+                continue
+            args = ev.get("args")
+            if isinstance(args, dict) and "seq" in args and "path" in args:
+                ms = args.get("ms")
+                if not isinstance(ms, (int, float)):
+                    ms = ev.get("dur", 0) / 1e3 if isinstance(ev.get("dur"), (int, float)) else None
+                ops.append({"path": args.get("path"), "kernel": args.get("kernel"), "op": args.get("op"), "ms": ms})
+    elif isinstance(data, dict) and data.get("format") == PROFILE_FORMAT and isinstance(data.get("ops"), list):
+        meta, ops = data, data["ops"]
+    if ops is None or meta.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
+        raise WrpFormatError(f"{path} is not a wrp profile", hint=hint)
+    paths: dict = {}
+    for o in ops:
+        ms = o.get("ms") if isinstance(o, dict) else None
+        if not isinstance(o.get("path") if isinstance(o, dict) else None, str) or not isinstance(ms, (int, float)) \
+                or isinstance(ms, bool) or not 0 <= ms < float("inf"):
+            raise WrpFormatError(f"{path}: an op record has no path or no finite, non-negative time", hint=hint)
+        p = paths.setdefault(o["path"], {"ms": 0.0, "calls": 0, "kernel": o.get("kernel"), "op": o.get("op")})
+        p["ms"] += float(o["ms"])
+        p["calls"] += 1
+    def number(v):
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") \
+            else None
+
+    def text(v):
+        return str(v)[:200] if v is not None else None
+
+    total = number(meta.get("total_ms"))
+    return {"paths": paths, "total_ms": total if total is not None else sum(p["ms"] for p in paths.values()),
+            "replay_ms": number(meta.get("replay_ms")), "engine": text(meta.get("engine")),
+            "device": text(meta.get("device")), "timer": text(meta.get("timer")),
+            "repeat": text(meta.get("repeat")), "file": text(meta.get("file"))}
+
+
+def check_profile_matches(profile: dict, program: m.Program) -> None:
+    """Refuse a profile whose op paths or kernels are not those of ``program``.
+
+    Raises:
+        WrpBindingError: A path the program lacks, or another op kind or kernel there.
+    """
+    from ..run.isolate import op_at_path  # noqa: PLC0415
+
+    for path, p in profile["paths"].items():
+        op = op_at_path(program.ops, path)
+        kernel = op.kernel_key if isinstance(op, m.KernelLaunch) else None
+        if op is None or (p.get("op") and p["op"] != op.op_type.name) or (p.get("kernel") and p["kernel"] != kernel):
+            what = "no op" if op is None else f"{op.op_type.name} {kernel or ''}".strip()
+            raise WrpBindingError(f"the profile is not of this capture: it times "
+                                  f"{p.get('kernel') or p.get('op') or 'an op'} at op {path}, where this capture has "
+                                  f"{what}",
+                                  hint="Profile this file (`wrp profile FILE -o OUT.json`) and pass that OUT.json.")
+
+
+__all__ = ["profile", "ProfileResult", "chrome_trace", "load_profile", "check_profile_matches", "run_profile"]
