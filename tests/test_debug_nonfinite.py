@@ -272,7 +272,9 @@ def test_kernels_on_inspect_graph_and_replay(chains, tmp_path):
     r = wrp("replay", c["stock"], "--kernels", SCRIPT, "--json")
     assert r.exit_code == 0, r.output
     x = json.loads(r.stdout)["outputs"]["x"]
-    assert x["dtype"] == "float32" and x["shape"] == [chain.N, 3] and x["inf"] + x["nan"] > 0
+    # The one shape convention (docs/op-table.md): Warp's dtype and shape, the numpy view's beside it.
+    assert x["dtype"] == "vec3f" and x["shape"] == [chain.N] and x["numpy_shape"] == [chain.N, 3]
+    assert x["inf"] + x["nan"] > 0
 
 
 # ---------------------------------------------------------------------------

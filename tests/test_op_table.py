@@ -134,9 +134,15 @@ _STRUCTURAL = {m.OpType.KERNEL_LAUNCH, m.OpType.IF, m.OpType.WHILE}
 
 
 def _readme_places() -> set:
-    text = (ROOT / "README.md").read_text()
+    # The list lives in the README or, once moved, in one page of docs/; it runs
+    # from its bold title to the next code block or heading.
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text()
+        if "**Adding an op type**" in text:
+            break
     start = text.index("**Adding an op type**")
-    block = text[start:text.index("The module names from before", start)]
+    ends = [i for i in (text.find("\n```", start), text.find("\n#", start)) if i >= 0]
+    block = text[start:min(ends) if ends else len(text)]
     return {p for p in re.findall(r"`([\w./-]+)`", block) if "/" in p and not p.endswith("/")}
 
 

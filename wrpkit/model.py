@@ -70,6 +70,13 @@ class ApicScalarType(enum.IntEnum):
     FLOAT64 = 6
 
 
+class ApicReductionKind(enum.IntEnum):
+    """Kinds of the REDUCTION op (``APICReductionKind``, warp/native/apic_types.h)."""
+
+    SUM = 1
+    INNER = 2
+
+
 #: Byte size of each ``APICType``.
 APIC_SCALAR_SIZE = {1: 4, 2: 4, 3: 8, 4: 8, 5: 4, 6: 8}
 
@@ -294,6 +301,12 @@ class Op:
     REGIONS: ClassVar[Optional[tuple]] = None
     #: Regions come from the kernel arguments' relocations (KERNEL_LAUNCH only).
     ARGUMENT_REGIONS: ClassVar[bool] = False
+    #: Record fields that hold an enum, ``{field: IntEnum}`` (tools print them by name).
+    ENUM_FIELDS: ClassVar[dict] = {"dtype": ApicScalarType}
+    #: The op rebuilds every region it writes from scratch, past the bytes its
+    #: ranges name (BSR assembly: a region's initial bytes there are never
+    #: read, so ``wrp diff`` does not count them as a difference).
+    REBUILDS_OUTPUTS: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -538,6 +551,7 @@ class BsrFromTriplets(Op):
     """The ``BSR_FROM_TRIPLETS`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.BSR_FROM_TRIPLETS
+    REBUILDS_OUTPUTS: ClassVar[bool] = True
     # A masked topology reads the destination's offsets and columns as the mask before rewriting them.
     REGIONS: ClassVar[tuple] = (
         RegionRef("tpl_nnz", "tpl_nnz_region_id", "tpl_nnz_offset", lambda op: 4, "read", True),
@@ -593,6 +607,7 @@ class BsrTranspose(Op):
     """The ``BSR_TRANSPOSE`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.BSR_TRANSPOSE
+    REBUILDS_OUTPUTS: ClassVar[bool] = True
     # A padded destination (transposed row counts given) sizes its columns by the recorded capacity tail.
     REGIONS: ClassVar[tuple] = (
         RegionRef("bsr_offsets", "bsr_offsets_region_id", "bsr_offsets_offset", lambda op: 4 * (op.row_count + 1),
@@ -638,6 +653,7 @@ class Reduction(Op):
     """The ``REDUCTION`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.REDUCTION
+    ENUM_FIELDS: ClassVar[dict] = {"dtype": ApicScalarType, "kind": ApicReductionKind}
     # SUM (kind 1) has no second input (region -1) and writes type_len scalars; INNER writes one.
     REGIONS: ClassVar[tuple] = (
         RegionRef("input_a", "input_a_region_id", "input_a_offset",

@@ -183,17 +183,10 @@ def diff_programs(pa: m.Program, pb: m.Program, name_a: str = "a", name_b: str =
     return res
 
 
-#: Reduction kinds (``APICReductionKind``, warp/native/apic_types.h).
-_REDUCTION_KINDS = {1: "SUM", 2: "INNER"}
-
-#: Op fields that hold an enum, by (op type or None for any, field name).
-_ENUM_FIELDS = {(None, "dtype"): m.ApicScalarType, (m.OpType.REDUCTION, "kind"): _REDUCTION_KINDS}
-
-
 def _enum_name(enum, value):
     """An enum field's value by name (``FLOAT32``), or the number where it names nothing."""
     try:
-        return enum[value] if isinstance(enum, dict) else enum(value).name
+        return enum(value).name
     except (KeyError, ValueError):
         return value
 
@@ -248,18 +241,18 @@ def _code_changes(pa: m.Program, pb: m.Program, read_a, read_b) -> list:
     return out
 
 
-def _writes_whole(op: m.Op, rid: int, sizes: dict) -> bool:
-    """Whether a non-kernel op surely overwrites all of a region it writes (copies and fills: by their range)."""
-    if isinstance(op, m.KernelLaunch):
-        return False
-    if isinstance(op, m.MemcpyH2D):
-        return op.dst_offset == 0 and len(op.data) >= sizes.get(rid, 0)
-    if isinstance(op, (m.MemcpyD2D, m.Memset)):
-        start = op.dst_offset if isinstance(op, m.MemcpyD2D) else op.offset
-        return start == 0 and op.size >= sizes.get(rid, 0)
-    # BSR assembly writes its scratch and output arrays from scratch; sorts, scans and reductions may
-    # write a prefix only, so their outputs' initial data may still be read.
-    return op.op_type in (m.OpType.BSR_FROM_TRIPLETS, m.OpType.BSR_TRANSPOSE)
+def _writes_whole(op: m.Op, fx, rid: int, sizes: dict) -> bool:
+    """Whether an op overwrites all of region ``rid``: its own byte ranges (the op table's, through
+    ``effects``) cover it, or the op rebuilds its outputs whole (``Op.REBUILDS_OUTPUTS``).
+
+    Only non-kernel ops have exact ranges; a kernel may write part of an array
+    argument, so the caller never asks for one.
+    """
+    if type(op).REBUILDS_OUTPUTS:
+        return True
+    size = sizes.get(rid, 0)
+    return any(a.region_id == rid and a.mode == "write" and a.offset == 0 and a.nbytes >= size
+               for a in fx.accesses)
 
 
 def _first_touch(p: m.Program, notes) -> dict:
@@ -287,7 +280,8 @@ def _first_touch(p: m.Program, notes) -> dict:
             fx = effects(op, p, sigs)
             reads = fx.read_regions()
             for r in fx.written_regions():
-                if r not in seen and r not in reads and _writes_whole(op, r, sizes):
+                if (r not in seen and r not in reads and not isinstance(op, m.KernelLaunch)
+                        and _writes_whole(op, fx, r, sizes)):
                     out[r] = f"op {path} {op.op_type.name}"
                 seen.add(r)
             seen.update(reads)
@@ -399,7 +393,7 @@ class _Context:
                 if bytes(va) != bytes(vb):
                     out[n] = {"a": _json_value(va), "b": _json_value(vb)}
             elif va != vb:
-                enum = _ENUM_FIELDS.get((x.op_type, n)) or _ENUM_FIELDS.get((None, n))
+                enum = type(x).ENUM_FIELDS.get(n)
                 if enum is not None:
                     out[n] = {"a": _enum_name(enum, va), "b": _enum_name(enum, vb)}
                 else:
