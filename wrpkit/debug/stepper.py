@@ -182,7 +182,7 @@ def region_infos(program: m.Program, annotations=None) -> dict:
         annotations = ann.read_annotations(program)
     infos = {r.region_id: RegionInfo(r.region_id, r.size) for r in program.regions}
     sigs = annotations.signature_map() if annotations is not None else {}
-    for b in program.bindings:
+    for b in program.resolved_bindings():
         info = infos.get(b.region_id)
         if info is None or b.name in info.bindings:
             continue
