@@ -44,7 +44,10 @@ def graph(file, out, open_it, as_json, no_verify):
     if dest.suffix.lower() not in _FORMATS:
         raise click.UsageError(f"cannot tell the format of {dest.name!r}: the output must end in .html, .svg "
                                "or .dot")
+    from ..fileio import check_output_path  # noqa: PLC0415
+
     with open_capture(file, verify_checksums=not no_verify) as cap:
+        check_output_path(dest, [src])
         info = write_graph(cap.program, dest, dest.suffix.lower().lstrip("."), title=src.name)
     if as_json:
         dump_json(info)

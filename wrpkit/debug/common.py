@@ -8,7 +8,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..errors import WrpBindingError, WrpError
+from ..errors import WrpBindingError, WrpError, WrpUsageError
 from ..formats import annotations as ann
 
 
@@ -88,13 +88,13 @@ def parse_range(spec, n: int) -> tuple:
     else:
         text = str(spec)
         if ":" not in text:
-            raise WrpError(f"op range {text!r} is not of the form A:B", hint="For example --ops 10:20.")
+            raise WrpUsageError(f"op range {text!r} is not of the form A:B", hint="For example --ops 10:20.")
         sa, sb = text.split(":", 1)
         try:
             a = int(sa) if sa.strip() else 0
             b = int(sb) if sb.strip() else n
         except ValueError:
-            raise WrpError(f"op range {text!r} is not of the form A:B with integers",
+            raise WrpUsageError(f"op range {text!r} is not of the form A:B with integers",
                            hint="For example --ops 10:20.") from None
     a, b = int(a if a is not None else 0), int(b if b is not None else n)
     if a < 0:
@@ -102,6 +102,6 @@ def parse_range(spec, n: int) -> tuple:
     if b < 0:
         b += n
     if not (0 <= a < b <= n):
-        raise WrpError(f"op range {a}:{b} is empty or outside the program's {n} top-level ops",
+        raise WrpUsageError(f"op range {a}:{b} is empty or outside the program's {n} top-level ops",
                        hint=f"Pick A < B within 0:{n} (`wrp inspect --ops` numbers them).")
     return a, b

@@ -31,7 +31,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..errors import WrpError, WrpRuntimeError
+from ..errors import WrpError, WrpRuntimeError, WrpUsageError
 from ..fileio import check_output_path, publish_wrp
 from ..formats import wrp1
 from . import stepper as st
@@ -125,7 +125,7 @@ def slice(source, ops, out, *, inputs: Optional[Mapping] = None, device=None,  #
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in (".wrp", ".wrpk"):
-        raise WrpError(f"cannot write a slice to {out}: the output must end in .wrp or .wrpk",
+        raise WrpUsageError(f"cannot write a slice to {out}: the output must end in .wrp or .wrpk",
                        hint="For example -o piece.wrpk (one self-contained file).")
     check_output_path(out, [source] if not isinstance(source, (bytes, bytearray, memoryview)) else [])
     opened = open_program(source, modules)
@@ -133,6 +133,14 @@ def slice(source, ops, out, *, inputs: Optional[Mapping] = None, device=None,  #
     start, stop = parse_range(ops, len(prog.ops))
     if device is None:
         device = "cpu" if prog.device_type == m.DeviceType.CPU else "cuda:0"
+    # The device is checked even when no op runs before A (a slice from 0): a device this
+    # machine lacks, or of the other family, is refused as every command refuses it (exit 2).
+    from ..environment import init_warp  # noqa: PLC0415
+    from ..run.runtime import check_runnable, resolve_device  # noqa: PLC0415
+
+    check_runnable(prog, str(device))
+    init_warp(cpu_only=str(device).strip().lower() == "cpu")  # no banner, no CUDA-driver warning on the CPU
+    resolve_device(str(device))
     t0 = time.perf_counter()
     state = state_before(opened, start, str(device), inputs)
     prefix_seconds = time.perf_counter() - t0
