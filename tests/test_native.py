@@ -1635,7 +1635,9 @@ def test_tests_hostile_generator_variants(native, caps, tmp_path):
     for v in variants:
         # A hard link is an ordinary regular file with the right bytes; this
         # reader accepts it (it refuses symbolic links, FIFOs and directories).
-        check_hostile(native.exe, v.path, Hostile(v.name, must_refuse=v.must_refuse))
+        # A FILE that is no regular file (FIFO, directory) is a usage error (2), as in every wrp command.
+        refusal = 2 if v.category == "not-a-file" and v.name in ("wrp_fifo", "wrp_directory") else 3
+        check_hostile(native.exe, v.path, Hostile(v.name, must_refuse=v.must_refuse, refusal=refusal))
 
 
 # ---------------------------------------------------------------------------
