@@ -298,6 +298,32 @@ def step_loop(times: int):
     return edit
 
 
+def binding_name(name):
+    def edit(prog):
+        prog.bindings[0] = m.Binding(name, prog.bindings[0].region_id)
+    return edit
+
+
+def backward_name_nul(prog):
+    prog.kernels[0].backward_name = "k_backward\0x"
+
+
+def warp_version_bell(prog):
+    prog.warp_version = "1.19.0\x07"
+
+
+def bindings_saved_twice(prog):
+    """What a second ``capture_save`` of one graph writes: Warp's APIC state keeps every save's names."""
+    prog.bindings = list(prog.bindings) + list(prog.bindings)
+
+
+def binding_renamed_to_another_region(prog):
+    """A second save that gave a name another array: Warp's loader keeps the last record's region."""
+    first = prog.bindings[0]
+    other = next(r.region_id for r in prog.regions if r.region_id != first.region_id)
+    prog.bindings = list(prog.bindings) + [m.Binding(first.name, other)]
+
+
 def annotations_of_shared_tables(prog):
     prog.annotations = shared_dtype_tables()
 
@@ -330,6 +356,17 @@ CASES = [
     Case("mesh_duplicate_id", "mesh", mesh_duplicate, "appears twice", "appears twice"),
     Case("mesh_triangles_without_points", "mesh", mesh_field(num_points=0), "triangles but no points",
          "triangles but no points"),
+    # -- strings of a bundle (Python checked only UTF-8; the WRP1 rules ran only on a .wrp, so a
+    # -- bundle passed `wrp validate`, failed `wrp-replay --list`, and converted to a refused .wrp) --
+    Case("bundle_binding_name_with_nul", "views", binding_name("x\0y"), "NUL byte", "NUL byte",
+         direct_bundle=True),
+    Case("bundle_backward_name_with_nul", "views", backward_name_nul, "NUL byte", "NUL byte", direct_bundle=True),
+    Case("bundle_warp_version_not_printable", "views", warp_version_bell, "printable ASCII", "printable ASCII",
+         direct_bundle=True),
+    # -- repeated binding names (both refused them; stock Warp loads and replays them, the last
+    # -- record of a name winning): warnings on both sides -------------------------------------
+    Case("bindings_saved_twice", "views", bindings_saved_twice, accept=True),
+    Case("binding_renamed_to_another_region", "views", binding_renamed_to_another_region, accept=True),
     # -- a null mesh handle (Python refused it, native and Warp accept it) -----------------------
     Case("null_mesh_handle", "mesh", null_mesh_handle, accept=True),
     # -- which module files must be present (Python wanted every file named; native and Warp

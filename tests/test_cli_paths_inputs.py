@@ -245,6 +245,7 @@ def test_inputs_are_checked_against_the_signature_everywhere(cap, stock, tmp_pat
     assert "last of 3 replays" in rep["check"]["compared"]
     r = wrp("replay", cap, "--input", f"part={tmp_path / 'part.npy'}")
     assert "notice: binding 'pos' was not given as an input" in r.output and "captured value" in r.output
+    assert "notice: binding 'part'" not in r.output  # given
     np.savez(tmp_path / "golden2.npz", pos=out["pos"].T.copy())
     r = wrp("replay", cap, "--inputs", tmp_path / "in.npz", "--check", tmp_path / "golden2.npz")
     assert r.exit_code == 1 and "shape differs" in r.output and "not compared" in r.output

@@ -214,7 +214,7 @@ def test_slice_with_inputs_to_a_bundle(caps, tmp_path):
     for name in ("y", "z", "w"):
         assert got[name].tobytes() == want[name].tobytes(), name
     r = wrp("slice", caps["chain"], "--ops", "3:9", "-o", tmp_path / "bad.wrp")
-    assert r.exit_code == 2 and "outside" in r.output  # a bad range is a usage error, as documented
+    assert r.exit_code == 2 and "outside" in r.output  # a bad range is a usage error, as `slice --help` says
     r = wrp("slice", caps["chain"], "--ops", "-1:", "-o", tmp_path / "last.wrp", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["start"] == 3

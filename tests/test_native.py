@@ -1412,7 +1412,7 @@ class Hostile:
     data: bytes = None       # the .wrp bytes (None: `setup` builds the case)
     must_refuse: bool = True
     setup: object = None     # callable(dir) -> path, for special files
-    refusal: int = 3         # the exit code of a refusal: 3 (the file), or 2 for a path that does not exist
+    refusal: int = 3         # the exit code of a refusal: 3 (the file), or 2 for a path that is missing or no file
 
 
 def base_for_hostile(caps) -> Path:
@@ -1553,8 +1553,9 @@ def special_cases(src: Path):
         Hostile("module_fifo", setup=with_modules(fifo)),
         Hostile("module_directory", setup=with_modules(directory)),
         Hostile("modules_dir_symlink", setup=with_modules(dir_symlink), must_refuse=False),
-        Hostile("wrp_fifo", setup=wrp_fifo),
-        Hostile("wrp_directory", setup=wrp_dir),
+        # A path that is no regular file is a usage error (2), as in every wrp command.
+        Hostile("wrp_fifo", setup=wrp_fifo, refusal=2),
+        Hostile("wrp_directory", setup=wrp_dir, refusal=2),
         Hostile("wrp_symlink", setup=wrp_symlink, must_refuse=False),
         Hostile("wrp_empty", setup=wrp_empty),
         Hostile("wrp_missing", setup=lambda d: d / "absent.wrp", refusal=2),
@@ -1634,7 +1635,9 @@ def test_tests_hostile_generator_variants(native, caps, tmp_path):
     for v in variants:
         # A hard link is an ordinary regular file with the right bytes; this
         # reader accepts it (it refuses symbolic links, FIFOs and directories).
-        check_hostile(native.exe, v.path, Hostile(v.name, must_refuse=v.must_refuse))
+        # A FILE that is no regular file (FIFO, directory) is a usage error (2), as in every wrp command.
+        refusal = 2 if v.category == "not-a-file" and v.name in ("wrp_fifo", "wrp_directory") else 3
+        check_hostile(native.exe, v.path, Hostile(v.name, must_refuse=v.must_refuse, refusal=refusal))
 
 
 # ---------------------------------------------------------------------------

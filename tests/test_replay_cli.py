@@ -395,9 +395,12 @@ def test_error_not_a_capture_and_missing_file(tmp_path):
     assert r.exit_code == 2 and "does not exist" in r.stderr and not out.exists()  # a typed path: usage error
 
 
-def test_error_output_dir_missing(tmp_path):
+def test_output_dir_missing_is_created(tmp_path):
+    """Every command creates the missing parent folders of its outputs, as `wrp convert` does (issue 23)."""
     r = invoke(rc.wrpkit_capture(PROGRAMS[0]), "--output", tmp_path / "no" / "out.npz")
-    _assert_fails(r, 2, "does not exist")  # a path the user typed that does not exist: usage error
+    assert r.exit_code == 0, r.output
+    with np.load(tmp_path / "no" / "out.npz") as z:
+        assert z.files
 
 
 def test_output_never_overwrites_an_input(tmp_path):

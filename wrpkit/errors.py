@@ -39,6 +39,10 @@ EXIT_INTERNAL = 70
 EXIT_TIMEOUT = 124
 #: Ctrl-C (128 + SIGINT, as a shell reports it).
 EXIT_INTERRUPTED = 130
+#: stdout was closed under the command (``wrp inspect --ops x.wrp | head``): it
+#: stops quietly, as a Unix tool that SIGPIPE ends (128 + SIGPIPE, as a shell
+#: reports it; wrp-replay keeps SIGPIPE's default action, so it ends the same way).
+EXIT_PIPE = 141
 
 #: Every exit code with its meaning, in the order the README lists them.
 EXIT_CODES = {
@@ -50,6 +54,7 @@ EXIT_CODES = {
     EXIT_INTERNAL: "internal error (a bug)",
     EXIT_TIMEOUT: "--timeout ran out; nothing was written",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); nothing was written",
+    EXIT_PIPE: "stdout was closed (a reader such as head quit); output stopped quietly",
 }
 
 class WrpError(Exception):
@@ -123,6 +128,12 @@ class WrpModuleError(WrpError):
     """A module file the graph needs is missing, empty, unsafe or altered."""
 
     exit_code = EXIT_INVALID
+
+
+class WrpUsageError(WrpError):
+    """A bad option or value the user typed (an output name of no known form, a bad range)."""
+
+    exit_code = EXIT_USAGE
 
 
 class WrpDeviceError(WrpError):
@@ -204,11 +215,27 @@ class WrpTimeoutError(WrpError):
     exit_code = EXIT_TIMEOUT
 
 
-def timeout_message(seconds: float) -> str:
-    """The one-line message of an expired ``--timeout`` (the same words as wrp-replay's)."""
+def timeout_message(seconds: float, replays: int = 1) -> str:
+    """The one-line message of an expired ``--timeout`` (the same words as wrp-replay's).
+
+    Args:
+        seconds: The timeout.
+        replays: Replays asked for (``--repeat`` plus ``--warmup``): more than one is
+            named as a cause too, not only a WHILE loop.
+    """
+    if replays > 1:
+        return (f"the replays did not finish within {seconds:g} s ({replays} replays (--repeat, --warmup) take "
+                "longer, or a WHILE loop does not end?); no output was written")
     return (f"the replay did not finish within {seconds:g} s (a WHILE loop that does not end?); "
             "no output was written")
 
 
 #: The hint printed with :func:`timeout_message`.
 TIMEOUT_HINT = "The file's WHILE loops may never end with these inputs; check them, or raise --timeout."
+
+
+def timeout_hint(replays: int = 1) -> str:
+    """The hint of an expired ``--timeout`` for ``replays`` replays."""
+    if replays > 1:
+        return "Lower --repeat or --warmup, or raise --timeout; if one replay alone does not end, check its WHILE loops."
+    return TIMEOUT_HINT

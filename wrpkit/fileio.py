@@ -85,22 +85,25 @@ def open_regular(path: PathLike, what: str = "file", *, follow_symlinks: bool = 
         flags |= getattr(os, "O_NOFOLLOW", 0)
     # O_NONBLOCK so that opening a FIFO never blocks waiting for a writer.
     flags |= getattr(os, "O_NONBLOCK", 0)
+    # A path the user typed that is missing or not a file is a usage error (exit 2) in every
+    # command; a name read from inside a file keeps the plain error its caller maps.
+    usage = WrpNotFoundError if follow_symlinks else WrpError
     try:
         fd = os.open(p, flags)
     except FileNotFoundError:
-        raise WrpError(f"{what} not found: {p}", hint="Check the path.") from None
+        raise usage(f"{what} not found: {p}", hint="Check the path.") from None
     except IsADirectoryError:
-        raise WrpError(f"{what} is a directory, not a file: {p}") from None
+        raise usage(f"{what} is a directory, not a file: {p}", hint="Pass a regular file.") from None
     except OSError as e:
         if not follow_symlinks and os.path.islink(p):
             raise WrpError(f"{what} is a symbolic link, which wrpkit does not follow for names read from a file: "
                            f"{p}", hint="Replace the link with a copy of the file it points to.") from None
-        raise WrpError(f"cannot open {what} {p}: {e.strerror}") from None
+        raise WrpIOError(f"cannot read {what} {p}: {e.strerror}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-        raise WrpError(f"{what} is {kind}: {p}", hint="Pass a regular file.")
+        raise usage(f"{what} is {kind}: {p}", hint="Pass a regular file.")
     return fd
 
 
@@ -296,7 +299,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
     never a torn one.
 
     Args:
-        path: Destination.  Its directory must exist.
+        path: Destination.  Missing parent folders are created.
         chunks: Iterable of bytes-like objects, written in order.
         progress: Optional callable taking the number of bytes just written.
         finish: Optional callable taking the file descriptor, called once
@@ -325,9 +328,7 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
         Whatever ``finish`` raises, with the same guarantee.
     """
     dest = Path(path)
-    d = dest.parent if str(dest.parent) else Path(".")
-    if not d.is_dir():
-        raise WrpNotFoundError(f"output directory does not exist: {d}", hint="Create it first.")
+    d = make_parents(dest)
     if dest.is_dir():
         raise WrpError(f"output {dest} is a directory")
     fd = _open_anonymous(d)
@@ -525,11 +526,72 @@ def pwrite_all(fd: int, data, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
-    """Refuse an output path that is one of the inputs or has no directory.
+def _probe_writable(d: Path, dest: Path) -> None:
+    """Create and remove a temporary file in ``d``: the one honest test of writability.
+
+    ``os.access`` answers yes to root on a read-only mount (sysfs, a
+    read-only bind mount), so a real file is made instead.
 
     Raises:
-        WrpError: With a message naming the problem.
+        WrpIOError: ``d`` does not take new files (``dest`` is named in the message).
+    """
+    import tempfile  # noqa: PLC0415
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".wrpkit-probe-", dir=d)
+    except OSError as e:
+        raise _cannot_write(dest, e) from None
+    os.close(fd)
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def make_parents(path: PathLike) -> Path:
+    """Create the missing parent folders of an output, as ``cp``, ``tar`` and ``wrp convert`` do.
+
+    Returns:
+        The parent folder.
+
+    Raises:
+        WrpIOError: A folder cannot be created (read-only place, a file in the way).
+    """
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if parent.is_dir():
+        return parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        hint = None
+        for a in parent.parents:
+            if a.exists() and not a.is_dir():
+                hint = f"{a} is a file, not a folder; write somewhere else."
+                break
+        err = _cannot_write(out, e)
+        raise WrpIOError(f"cannot create folder {parent} for {out}: {e.strerror or e}",
+                         hint=hint or err.hint) from None
+    return parent
+
+
+def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
+    """Make an output path ready before any long work: every command calls it first.
+
+    Refuses an output that is one of the inputs, creates its missing parent
+    folders and checks, with a real temporary file, that its folder takes
+    new files.
+
+    Args:
+        path: The output file.
+        inputs: Input paths it must not be.
+
+    Returns:
+        The output path.
+
+    Raises:
+        WrpError: The output is an input.
+        WrpIOError: The folder cannot be created or written (exit 1).
     """
     out = Path(path)
     for i in inputs:
@@ -538,19 +600,40 @@ def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
                 raise WrpError(f"output {out} is the same file as input {i}")
         except OSError:
             pass
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise WrpNotFoundError(f"output directory does not exist: {parent}", hint="Create it first.")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        import errno  # noqa: PLC0415
+    if out.is_dir():
+        raise WrpError(f"output {out} is a directory", hint="Name a file inside it.")
+    _probe_writable(make_parents(out), out)
+    return out
 
-        raise _cannot_write(out, OSError(errno.EACCES, f"directory {parent} is not writable"))
+
+def check_output_dir(path: PathLike) -> Path:
+    """Check, before any long work, that a folder output can be written; create nothing.
+
+    For outputs written only when the work succeeds (``wrp trace --dump``):
+    the folder itself, or else its nearest existing ancestor, must take new
+    files.  The folder is made later, when there is something to write.
+
+    Raises:
+        WrpIOError: The folder is a file, or the place cannot be written (exit 1).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise WrpIOError(f"cannot write {out}: it is a file, not a folder", hint="Name a folder.")
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise WrpIOError(f"cannot create folder {out}: {probe} is a file, not a folder",
+                         hint="Write somewhere else.")
+    _probe_writable(probe, out)
     return out
 
 
 __all__ = [
     "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
     "find_modules_dir", "sibling_modules_dirs",
-    "is_plain_basename", "check_output_path", "pwrite_all",
+    "is_plain_basename", "check_output_path", "check_output_dir", "make_parents", "pwrite_all",
 ]
 

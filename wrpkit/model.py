@@ -858,6 +858,23 @@ class Program:
         """``{region_id: Region}``."""
         return {r.region_id: r for r in self.regions}
 
+    def binding_map(self) -> dict:
+        """``{name: region_id}``, one entry per binding name, in first-written order.
+
+        A name written more than once (an in-place binding, or a graph that
+        ``capture_save`` saved twice) resolves as Warp's loader resolves it:
+        the last record wins (``graph->bindings[name] = region_id`` in
+        ``apic.cpp``).
+        """
+        out: dict = {}
+        for b in self.bindings:
+            out[b.name] = b.region_id
+        return out
+
+    def resolved_bindings(self) -> list:
+        """One :class:`Binding` per name, in first-written order, each with the region Warp's loader uses."""
+        return [Binding(n, r) for n, r in self.binding_map().items()]
+
     def required_module_files(self) -> list:
         """The module files Warp's loader needs, in first-use order.
 

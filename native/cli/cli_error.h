@@ -17,7 +17,8 @@ enum ExitCode {
     kExitCrash = 4,         // the replay crashed (a fatal signal); nothing written
     kExitInternal = 70,     // a bug
     kExitTimeout = 124,     // --timeout ran out; nothing written
-    kExitInterrupted = 130  // Ctrl-C (128 + SIGINT)
+    kExitInterrupted = 130,  // Ctrl-C (128 + SIGINT)
+    kExitPipe = 141          // stdout closed (128 + SIGPIPE, as a shell reports a tool that SIGPIPE ended)
 };
 
 class CliError : public std::runtime_error {

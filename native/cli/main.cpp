@@ -38,6 +38,38 @@ struct OutputDone {
     std::vector<uint64_t> shape;
 };
 
+// Ctrl-C: one line on stderr (and the JSON error with --json), then exit 130, the same as wrp's.
+// Only async-signal-safe calls; outputs are written atomically, so none is left half-written.
+const char kInterruptedStderr[] = "wrp-replay: error: interrupted; nothing was written\n";
+char g_interrupted_stdout[256];
+size_t g_interrupted_stdout_len = 0;
+int g_interrupted_fd = 2;
+
+extern "C" void on_interrupt(int)
+{
+    (void)write_all(g_interrupted_fd, kInterruptedStderr, sizeof(kInterruptedStderr) - 1);
+    if (g_interrupted_stdout_len)
+        (void)write_all(1, g_interrupted_stdout, g_interrupted_stdout_len);
+    _exit(kExitInterrupted);
+}
+
+void arm_interrupt(bool json)
+{
+    if (json) {
+        std::string text = error_json("interrupted; nothing was written", kExitInterrupted);
+        g_interrupted_stdout_len = std::min(text.size(), sizeof(g_interrupted_stdout));
+        std::memcpy(g_interrupted_stdout, text.data(), g_interrupted_stdout_len);
+    }
+    // While Warp runs, fd 2 may point at the library's stderr capture (a memory file): keep our own copy.
+    int fd = fcntl(2, F_DUPFD_CLOEXEC, 3);
+    g_interrupted_fd = fd >= 0 ? fd : 2;
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+}
+
 // --timeout: a real-time interval timer whose SIGALRM handler writes a message prepared in advance and
 // _exits with 124, using only async-signal-safe calls, so it works while Warp's native code runs (a WHILE
 // loop that does not end).  It covers opening, loading and replaying; it is disarmed before any output is
@@ -58,12 +90,17 @@ extern "C" void on_timeout(int)
     _exit(kExitTimeout);
 }
 
-std::string timeout_message(double seconds)
+// The same words as wrp's (wrpkit/errors.py timeout_message): with more than one replay asked for,
+// the count is named as a cause too, not only WHILE loops.
+std::string timeout_message(double seconds, uint64_t replays)
 {
     char num[64];
     std::snprintf(num, sizeof(num), "%g", seconds);
-    return std::string("the replay did not finish within ") + num +
-        " s (a WHILE loop that does not end?); no output was written";
+    std::string cause = replays > 1 ? std::to_string(replays) + " replays (--repeat, --warmup) take longer, or a "
+                                      "WHILE loop does not end?"
+                                    : "a WHILE loop that does not end?";
+    return std::string(replays > 1 ? "the replays did not finish within " : "the replay did not finish within ") +
+        num + " s (" + cause + "); no output was written";
 }
 
 void copy_message(char* dst, size_t cap, size_t* len, const std::string& text)
@@ -72,11 +109,11 @@ void copy_message(char* dst, size_t cap, size_t* len, const std::string& text)
     std::memcpy(dst, text.data(), *len);
 }
 
-void arm_timeout(double seconds, bool json)
+void arm_timeout(double seconds, bool json, uint64_t replays)
 {
     if (seconds <= 0)
         return;
-    std::string message = timeout_message(seconds);
+    std::string message = timeout_message(seconds, replays);
     copy_message(g_timeout_stderr, sizeof(g_timeout_stderr), &g_timeout_stderr_len,
                  "wrp-replay: error: " + message + "\n");
     if (json)
@@ -209,8 +246,21 @@ int run(const CliArgs& args)
     struct stat st;
     if (stat(args.file.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
         throw CliError(kExitUsage, "file not found: " + args.file);
+    // The same classes as wrp: a directory is a usage error (2), a file that cannot be read an I/O error (1).
+    if (S_ISDIR(st.st_mode))
+        throw CliError(kExitUsage, "FILE is a directory, not a file: " + args.file);
+    if (!S_ISREG(st.st_mode))
+        throw CliError(kExitUsage, "FILE is not a regular file (a FIFO, socket or device): " + args.file);
+    {
+        int fd = open(args.file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            throw CliError(kExitRuntime, "cannot read " + args.file + ": " + std::strerror(errno));
+        close(fd);
+    }
     Program prog;
-    arm_timeout(args.timeout_s, args.json);
+    for (const NamedPath& o : args.outputs)
+        prepare_output(o.path);  // every output place is checked before the file is even opened
+    arm_timeout(args.timeout_s, args.json, args.list ? 1 : uint64_t(args.repeat) + args.warmup);
     if (!args.list)
         arm_crash_guard("while Warp loaded the file (before any op ran)", "", args.json);
     check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
@@ -350,6 +400,7 @@ int main(int argc, char** argv)
         CliArgs args = parse_args(argc, argv);
         if (locate_signal > 0)
             return locate_crash(args, locate_signal);
+        arm_interrupt(json);
         set_crash_locator(argc, argv);
         if (args.help) {
             std::fputs(kUsage, stdout);

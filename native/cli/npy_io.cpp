@@ -242,7 +242,8 @@ std::string shape_string(const std::vector<uint64_t>& shape)
     return s + ")";
 }
 
-NpyArray read_npy(const std::string& path, uint64_t expected_bytes)
+NpyArray read_npy(const std::string& path, uint64_t expected_bytes,
+                  const std::function<void(const NpyArray&)>& check_header)
 {
     Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
     if (f.fd < 0)
@@ -301,12 +302,45 @@ NpyArray read_npy(const std::string& path, uint64_t expected_bytes)
     if (bytes != file_size - prefix - header_len)
         bad(path, "holds " + std::to_string(file_size - prefix - header_len) + " data bytes, but shape " +
                       shape_string(a.shape) + " of " + a.dtype.descr() + " needs " + std::to_string(bytes));
+    if (check_header)
+        check_header(a);
     if (bytes != expected_bytes)
         bad(path, "holds " + std::to_string(bytes) + " bytes (" + a.dtype.descr() + " " + shape_string(a.shape) +
                       "), but the binding is " + std::to_string(expected_bytes) + " bytes");
     a.data.resize(static_cast<size_t>(bytes));
     read_all(f.fd, a.data.data(), a.data.size(), path);
     return a;
+}
+
+void prepare_output(const std::string& path)
+{
+    size_t slash = path.find_last_of('/');
+    std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+    // Missing parent folders are created, as wrp's commands create them (mkdir -p).
+    for (size_t at = 1; at <= dir.size(); at++) {
+        if (at != dir.size() && dir[at] != '/')
+            continue;
+        std::string part = dir.substr(0, at);
+        struct stat st;
+        if (stat(part.c_str(), &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                throw CliError(kExitRuntime, "cannot write " + path + ": " + part + " is a file, not a folder");
+            continue;
+        }
+        if (mkdir(part.c_str(), 0777) != 0 && errno != EEXIST)
+            throw CliError(kExitRuntime, "cannot write " + path + ": cannot create folder " + part + ": " +
+                                             std::strerror(errno));
+    }
+    // A real file, not access(2): root passes access() on a read-only mount.
+    std::string probe = dir + "/.wrp-replay-probe.XXXXXX";
+    std::vector<char> tmpl(probe.begin(), probe.end());
+    tmpl.push_back('\0');
+    int fd = mkstemp(tmpl.data());
+    if (fd < 0)
+        throw CliError(kExitRuntime, "cannot write " + path + ": cannot create a file in " + dir + ": " +
+                                         std::strerror(errno));
+    close(fd);
+    unlink(tmpl.data());
 }
 
 void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std::vector<uint64_t>& shape,

@@ -6,6 +6,7 @@
 // are Fortran-ordered arrays unless their memory order is also C order.
 #pragma once
 
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,10 +29,17 @@ struct NpyArray {
 // Read `path`.  `expected_bytes` is the data size the caller needs: a file
 // whose data is any other size is refused before its data is read.  Throws
 // CliError(kExitUsage) naming the file.
-NpyArray read_npy(const std::string& path, uint64_t expected_bytes);
+// `check_header`, when given, sees the array's dtype and shape (no data yet) before the size is
+// compared with `expected_bytes`: a wrong dtype is then named as such, not as a byte count.
+NpyArray read_npy(const std::string& path, uint64_t expected_bytes,
+                  const std::function<void(const NpyArray&)>& check_header = nullptr);
 
 // Write atomically: a temporary file in the same directory, fsync, rename.
 // Throws CliError(kExitRuntime) on I/O failure.
+// Before any long work: create the missing parent folders of an output and check, with a real
+// temporary file, that the folder takes new files (CliError, exit 1, when not).
+void prepare_output(const std::string& path);
+
 void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std::vector<uint64_t>& shape,
                       const uint8_t* data, size_t size);
 

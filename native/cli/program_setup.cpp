@@ -1,4 +1,6 @@
 // program_setup.cpp -- see program_setup.h.
+#include <algorithm>
+#include <cctype>
 #include "program_setup.h"
 
 #include <cstdint>
@@ -37,15 +39,44 @@ std::vector<wrp_binding_info> list_bindings(wrp_program* p)
     return out;
 }
 
+// Edit distance of two names, letters compared without case (for "did you mean").
+size_t name_distance(const std::string& a, const std::string& b)
+{
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++)
+        row[j] = j;
+    for (size_t i = 1; i <= a.size(); i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); j++) {
+            size_t up = row[j];
+            bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                std::tolower(static_cast<unsigned char>(b[j - 1]));
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (same ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
 const wrp_binding_info& find(const std::vector<wrp_binding_info>& bindings, const std::string& name)
 {
     for (const wrp_binding_info& b : bindings)
         if (name == b.name)
             return b;
-    std::string names;
-    for (const wrp_binding_info& b : bindings)
+    std::string names, guess;
+    size_t best = std::max<size_t>(1, name.size() / 3) + 1;  // a close spelling only (wrp's rule is alike)
+    for (const wrp_binding_info& b : bindings) {
         names += std::string(names.empty() ? "" : ", ") + b.name;
-    throw CliError(kExitUsage, "no binding named \"" + name + "\" (the file has: " + (names.empty() ? "none" : names) + ")");
+        size_t d = name_distance(name, b.name);
+        if (d < best) {
+            best = d;
+            guess = b.name;
+        }
+    }
+    throw CliError(kExitUsage, "no binding named \"" + name + "\"" +
+                   (guess.empty() ? "" : " (did you mean \"" + guess + "\"?)") +
+                   " (the file has: " + (names.empty() ? "none" : names) + ")");
 }
 
 wrp_options options_for(const CliArgs& args)
@@ -71,8 +102,9 @@ std::string apply_inputs(wrp_program* p, const std::vector<wrp_binding_info>& bi
     for (const NamedPath& in : args.inputs) {
         const wrp_binding_info& b = find(bindings, in.name);
         std::string what = in.name + " (" + in.path + ")";
-        NpyArray a = read_npy(in.path, input_bytes(b));
-        check_input_dtype(b, a, what);
+        NpyArray a = read_npy(in.path, input_bytes(b), [&](const NpyArray& head) {
+            check_input_dtype(b, head, what);  // names both dtypes, as wrp replay does
+        });
         check_input_shape(b, a, what);
         if (view_is_whole(b)) {
             check(wrp_program_set(p, b.name, a.data.data(), a.data.size()));

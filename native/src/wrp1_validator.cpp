@@ -440,25 +440,36 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
         if (b.name.empty())
             fail_invalid_at(where + ".name", b.at, "binding name is empty");
         // A name given both as input and output (an in-place array) is
-        // written twice with the same region; keep one.  Warp would silently
-        // use the last of two different regions, so that is refused.
+        // written twice with the same region; keep one.  A name written
+        // again with another region (capture_save called twice on one graph
+        // with different arrays) resolves as Warp's loader resolves it: the
+        // last record wins (apic.cpp, `graph->bindings[name] = region_id`).
         binding_names.push_back(b.name);
         auto seen = binding_regions.emplace(b.name, b.region_id);
         if (!seen.second) {
-            if (seen.first->second != b.region_id)
-                fail_invalid_at(where + ".region_id", b.at, "binding %s names region %u here but region %u before",
-                                quoted(b.name).c_str(), b.region_id, seen.first->second);
+            if (seen.first->second != b.region_id) {
+                g.warnings.push_back(where + ".region_id: binding " + quoted(b.name) + " names region " +
+                                     std::to_string(b.region_id) + " here but region " +
+                                     std::to_string(seen.first->second) + " before; Warp uses the last, region " +
+                                     std::to_string(b.region_id));
+                seen.first->second = b.region_id;
+                for (BindingRecord& kept : g.bindings)
+                    if (kept.name == b.name)
+                        kept.region_id = b.region_id;
+            }
             continue;
         }
         g.bindings.push_back(std::move(b));
     }
-    // Warp writes capture_save's inputs, then its outputs, each a set of names: the list must split
-    // into two runs without repeats (a name in both is an in-place binding).  Otherwise capture_save was
-    // called more than once on the graph and a name is ambiguous (VALIDATION-RULES.md, "Binding").
+    // Warp writes capture_save's inputs, then its outputs, each a set of names: a list that does not
+    // split into two runs without repeats comes from capture_save called more than once on the graph
+    // (Warp's APIC state keeps every save's names).  Stock Warp loads it, so it is only a warning:
+    // roles are unknown, and each name resolves to its last record (VALIDATION-RULES.md, "Binding").
     if (!is_one_save(binding_names))
-        fail_invalid_at("metadata.bindings", bindings_at,
-                        "binding names repeat: the list is not one capture_save's inputs then outputs (was "
-                        "capture_save called twice on one graph?), so a name is ambiguous");
+        g.warnings.push_back("metadata.bindings: binding names repeat: the list is not one capture_save's inputs "
+                             "then outputs (was capture_save called twice on one graph?); each name resolves to "
+                             "its last record, as in Warp's loader");
+    (void)bindings_at;
 
     g.meshes.reserve(n_meshes);
     std::unordered_set<uint64_t> mesh_ids;

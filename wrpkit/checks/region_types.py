@@ -244,7 +244,7 @@ def region_types(program: m.Program, *, dtypes: Optional[Mapping] = None, extra_
     out = {r.region_id: RegionType(r.region_id, r.size) for r in program.regions}
     cands: dict = {rid: [] for rid in out}
     by_name: dict = {}
-    for b in program.bindings:
+    for b in program.resolved_bindings():  # a repeated name: the region Warp's loader uses
         rt = out.get(b.region_id)
         if rt is not None and b.name not in rt.bindings:
             rt.bindings.append(b.name)

@@ -148,7 +148,7 @@ def shape_text(shape) -> str:
 def region_names(prog: m.Program) -> dict:
     """``{region_id: "name"}`` of the regions bindings name (names joined by ``/``)."""
     out: dict = {}
-    for b in prog.bindings:
+    for b in prog.resolved_bindings():
         names = out.setdefault(b.region_id, [])
         if b.name not in names:
             names.append(b.name)
@@ -273,6 +273,19 @@ def _region_rows(p: m.Program) -> list:
     return rows
 
 
+def producer_text(p: m.Program) -> str:
+    """Which Warp wrote the file: its recorded version, or for a format that records none the releases
+    that write that format (``"1.16.0 or 1.17.0 (format 15 records no version)"``)."""
+    if p.warp_version:
+        return p.warp_version
+    from ..formats.wrp1_layout import LAYOUTS  # noqa: PLC0415
+
+    layout = LAYOUTS.get(p.format_version)
+    releases = " or ".join(r.strip() for r in layout.releases.split(",")) if layout and layout.releases else ""
+    return (f"{releases} (format {p.format_version} records no version)" if releases
+            else f"unknown (format {p.format_version} records no version)")
+
+
 def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = None) -> dict:
     """Summarize a capture for ``wrp inspect``.
 
@@ -322,11 +335,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
     # One row per binding name: Warp writes a name given as input and output twice.
     roles = m.binding_roles([b.name for b in p.bindings])
     bindings = []
-    seen = set()
-    for b in p.bindings:
-        if b.name in seen:
-            continue
-        seen.add(b.name)
+    for b in p.resolved_bindings():
         r = regions.get(b.region_id)
         is_in, is_out = roles[b.name]
         row = {"name": b.name, "region_id": b.region_id, "size": r.size if r else None,
@@ -355,6 +364,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         "file_size": cap.mapped.size,
         "format_version": p.format_version,
         "warp_version": p.warp_version,
+        "producer": producer_text(p),
         "device": p.device,
         "target_arch": p.target_arch,
         "sections": _sections(cap),

@@ -257,16 +257,22 @@ class _Checker:
             if not b.name:
                 self.err(w, "binding name is empty")
             # The same name in capture_save's inputs and outputs (an in-place
-            # binding) is written twice with one region: legal.
+            # binding) is written twice with one region: legal.  Another region
+            # under a name already written resolves as Warp's loader resolves
+            # it (the last record wins), so it is only a warning.
             if b.name in names and names[b.name] != b.region_id:
-                self.err(w, f"duplicate binding name {b.name!r} bound to regions {names[b.name]} and {b.region_id}")
-            names.setdefault(b.name, b.region_id)
+                self.err(w, f"binding {b.name!r} names region {b.region_id} here but region {names[b.name]} "
+                         f"before; Warp uses the last, region {b.region_id}", severity="warning")
+            names[b.name] = b.region_id
             if b.region_id not in self.regions:
                 self.err(w, f"binding {b.name!r} refers to region {b.region_id}, which does not exist")
         if m.binding_split([b.name for b in p.bindings]) is None:
-            # Warp writes capture_save's inputs, then its outputs, each once.
+            # Warp writes capture_save's inputs, then its outputs, each once; a
+            # graph saved twice keeps every save's names (Warp's APIC state
+            # accumulates them).  Stock Warp loads that file, so: a warning.
             self.err("bindings", "binding names repeat: the list is not one capture_save's inputs then outputs "
-                     "(was capture_save called twice on one graph?), so a name is ambiguous")
+                     "(was capture_save called twice on one graph?); each name resolves to its last record, "
+                     "as in Warp's loader", severity="warning")
         mesh_ids = set()
         for i, me in enumerate(p.meshes):
             self._mesh(f"meshes[{i}]", me, mesh_ids)

@@ -10,6 +10,16 @@ import click
 from .output import console, dump_json, plural, size, stderr_console
 
 
+def _edit_problems(prog, modules) -> list:
+    """What `wrp validate` would refuse in a program read from .json (an edit), as texts."""
+    from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
+
+    problems = [p for p in validate_program(prog) if getattr(p, "severity", "error") == "error"]
+    if modules:
+        problems += check_module_symbols(prog, modules)
+    return [str(p) for p in problems]
+
+
 @click.command()
 @click.argument("src", type=click.Path(exists=True, dir_okay=True))
 @click.argument("dst", type=click.Path(dir_okay=False))
@@ -27,7 +37,11 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir):
       .wrpk  one self-contained, checksummed, mmap-able bundle
       .json  the whole program as editable JSON (bytes in base64)
     .wrp -> .wrpk/.json -> .wrp restores the file byte-identically and every
-    module file identical.  Outputs are written atomically.
+    module file identical.  Outputs are written atomically.  A .json input
+    (an edit) is validated as `wrp validate` would, and refused with every
+    problem named (exit 3) before anything is written.
+    Exit codes: 0 written; 1 DST cannot be written; 2 bad option, path or
+    output name; 3 SRC invalid, or an edit that makes it invalid.
     """
     from ..formats.convert import convert as do_convert  # noqa: PLC0415
     from ..formats.convert import estimate_output_size  # noqa: PLC0415
@@ -42,10 +56,10 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir):
                       TransferSpeedColumn(), console=stderr_console(), transient=True) as bar:
             task = bar.add_task(f"writing {dst}", total=total)
             res = do_convert(src, dst, progress=lambda n: bar.advance(task, n), verify_checksums=not no_verify,
-                             include_modules=not no_modules, modules_dir=modules_dir)
+                             include_modules=not no_modules, modules_dir=modules_dir, validate=_edit_problems)
     else:
         res = do_convert(src, dst, verify_checksums=not no_verify, include_modules=not no_modules,
-                         modules_dir=modules_dir)
+                         modules_dir=modules_dir, validate=_edit_problems)
     # The destination's own size is what `wrp inspect` reports for it; module files are counted apart.
     file_size = os.stat(res.destination).st_size
     if as_json:

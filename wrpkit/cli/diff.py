@@ -1,4 +1,4 @@
-"""``wrp diff``: compare two captures structurally; exit 0 identical, 1 different, 3 invalid."""
+"""``wrp diff``: compare two captures structurally; exit 0 identical, 1 different, 2 or more could not compare."""
 
 from __future__ import annotations
 
@@ -81,7 +81,9 @@ def diff(a, b, as_json):
     bodies, enum fields by name. Pointer values patched at load are not
     differences: one program captured twice diffs as identical, and so is
     a region whose initial data an op overwrites before anything reads it.
-    Exit codes: 0 identical; 1 different; 3 invalid input.
+    Exit codes: 0 identical; 1 different; 2 or more: could not compare,
+    with the code of the reason (2 a path missing or unreadable, or a bad
+    option; 3 an input invalid or of another Warp version), never 1.
 
     \b
     Examples:
@@ -89,8 +91,16 @@ def diff(a, b, as_json):
       wrp diff a.wrp b.wrpk --json | jq '.ops[] | select(.change=="changed")'
     """
     from ..debug.diff import diff as run_diff  # noqa: PLC0415
+    from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError  # noqa: PLC0415
 
-    res = run_diff(a, b)
+    try:
+        res = run_diff(a, b)
+    except WrpError as e:
+        # 1 means "different" here, so a failure that is 1 elsewhere (a file that cannot be
+        # read) is 2, "could not compare", as diff(1) answers trouble.
+        if e.exit_code == EXIT_FAILED:
+            e.exit_code = EXIT_USAGE
+        raise
     if as_json:
         dump_json(res.to_json())
         sys.exit(0 if res.identical else 1)

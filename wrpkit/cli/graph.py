@@ -59,7 +59,10 @@ def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
         from ..debug.profile import load_profile  # noqa: PLC0415
 
         profile = load_profile(profile_path)
+    from ..fileio import check_output_path  # noqa: PLC0415
+
     with open_capture(file, verify_checksums=not no_verify) as cap:
+        check_output_path(dest, [src])
         type_program(cap.program, kernels)
         if profile is not None:
             from ..debug.profile import check_profile_matches  # noqa: PLC0415

@@ -71,7 +71,7 @@ def _roles(b: dict) -> str:
 def _print_summary(info: dict) -> None:
     con = console()
     con.print(f"[bold]{info['file']}[/]  ({info['container']}, {size(info['file_size'])})")
-    con.print(f"  format {info['format_version']}   Warp {info['warp_version']}   device {info['device']}"
+    con.print(f"  format {info['format_version']}   Warp {info['producer']}   device {info['device']}"
               f"   target arch: {_arch(info)}")
     con.print(f"  {plural(info['op_total'], 'op')} ({info['top_level_ops']} top level, nesting depth "
               f"{info['max_depth']}), {plural(len(info['kernels']), 'kernel')}, "

@@ -7,25 +7,42 @@ from, so every command formats errors, JSON and sizes the same way.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import sys
 
 import click
 
-from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, WrpError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, WrpError
+
+
+@functools.lru_cache(maxsize=None)
+def _console_class():
+    from rich.console import Console  # noqa: PLC0415
+
+    class WrpConsole(Console):
+        """A rich console that leaves a closed pipe to :func:`reported_errors` (exit 141, quietly).
+
+        Rich's own answer is ``SystemExit(1)``, which would read as "a check failed".
+        """
+
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    return WrpConsole
 
 
 def stderr_console():
-    from rich.console import Console  # noqa: PLC0415
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return _console_class()(stderr=True, highlight=False, soft_wrap=True)
 
 
-def console():
-    """The stdout console: text lines are never broken inside (soft wrap), tables fit the width."""
-    from rich.console import Console  # noqa: PLC0415
+def console(soft_wrap: bool = True):
+    """The stdout console: text lines are never broken inside (soft wrap), tables fit the width.
 
-    return Console(highlight=False, soft_wrap=True)
+    ``soft_wrap=False`` keeps every line within the width instead (a report whose titles must fit).
+    """
+    return _console_class()(highlight=False, soft_wrap=soft_wrap)
 
 
 def report_error(err: WrpError, as_json: bool = False) -> None:
@@ -79,7 +96,14 @@ def reported_errors(ctx: click.Context, as_json: bool):
     used on its own (``replay``) wraps its body too.
     """
     try:
-        yield
+        try:
+            yield
+        finally:
+            # Output still buffered is written here, inside these handlers: a closed
+            # pipe (`| head`) then surfaces as BrokenPipeError below, not at exit.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        stop_on_closed_pipe(ctx)
     except WrpError as e:
         report_error(e, as_json)
         ctx.exit(e.exit_code)
@@ -102,6 +126,21 @@ def reported_errors(ctx: click.Context, as_json: bool):
         stderr_console().print(f"error: {msg}", markup=False)
         stderr_console().print(f"hint: {hint}", markup=False)
         ctx.exit(EXIT_INTERNAL)
+
+
+def stop_on_closed_pipe(ctx: click.Context):
+    """Stop quietly because stdout was closed (``wrp ... | head``): no message, exit 141.
+
+    stdout is pointed at /dev/null first, so that nothing Python flushes at
+    exit fails again (which would print "Exception ignored ... BrokenPipeError").
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    ctx.exit(EXIT_PIPE)
 
 
 def wants_json(args) -> bool:

@@ -28,8 +28,8 @@ from pathlib import Path
 import click
 import numpy as np
 
-from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError,
-                      WrpTimeoutError, timeout_message)
+from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpRuntimeError,
+                      WrpTimeoutError, timeout_hint, timeout_message)
 
 NATIVE_EXE = "wrp-replay"
 #: Signal numbers of a crash (a wrp-replay killed before its handler could report).
@@ -55,7 +55,8 @@ class _Watchdog:
     ended by the watchdog.
     """
 
-    def __init__(self, seconds):
+    def __init__(self, seconds, replays: int = 1):
+        self.replays = replays
         import threading  # noqa: PLC0415
 
         self.seconds = seconds
@@ -72,7 +73,8 @@ class _Watchdog:
         with self._lock:
             if not self._armed:
                 return
-            text = f"error: {timeout_message(self.seconds)}\nhint: {TIMEOUT_HINT}\n".encode()
+            text = (f"error: {timeout_message(self.seconds, self.replays)}\n"
+                    f"hint: {timeout_hint(self.replays)}\n").encode()
             with contextlib.suppress(OSError):
                 os.write(2, text)
             os._exit(EXIT_TIMEOUT)
@@ -174,17 +176,25 @@ def unset_inputs(prep, inputs) -> dict:
     A binding left unset keeps the value captured with the graph (the
     region's initial bytes recorded in the file, or zeros when none were).
     """
+    from ..model import binding_roles  # noqa: PLC0415
+
     regions = prep.model.region_map()
-    region_of = {b.name: b.region_id for b in prep.model.bindings}
+    region_of = prep.model.binding_map()
+    # Roles as capture_save's inputs-then-outputs order tells them (a signature, where
+    # present, says it outright): an output-only binding gets no input notice.
+    roles = binding_roles([b.name for b in prep.model.bindings])
     out = {}
     for name, size in prep.sizes.items():
         sig = prep.signature.get(name)
-        if name in inputs or (sig is not None and not sig.is_input):
+        is_input = sig.is_input if sig is not None else roles.get(name, (None, None))[0]
+        if name in inputs or is_input is False:
             continue
         region = regions.get(region_of.get(name))
         recorded = region is not None and region.has_initial_data
         out[name] = (f"the captured value ({size} bytes recorded in the file)" if recorded else
                      f"zeros ({size} bytes; the file records no initial value)")
+        if is_input is None:
+            out[name] += "; the file does not record whether it is an input"
     return out
 
 
@@ -281,8 +291,15 @@ def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: 
         # From here on the child's timeout keeps the time: it is killed, and nothing is left behind.
         watchdog.disarm()
         remaining = watchdog.remaining()
-    run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
-                          timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds)
+    try:
+        run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
+                              timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds)
+    except WrpTimeoutError as e:
+        if watchdog is None or repeat + warmup <= 1:
+            raise
+        # Many replays asked for: the count is a cause too, not only a WHILE loop (as wrp-replay says).
+        raise WrpTimeoutError(timeout_message(watchdog.seconds, repeat + warmup),
+                              hint=timeout_hint(repeat + warmup)) from None
     return run.results, run.host_ms, run.device_ms
 
 
@@ -414,7 +431,8 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
         except json.JSONDecodeError:
             report = {}
         if proc.returncode == EXIT_TIMEOUT and watchdog is not None:
-            raise WrpTimeoutError(timeout_message(watchdog.seconds), hint=TIMEOUT_HINT)
+            raise WrpTimeoutError(timeout_message(watchdog.seconds, watchdog.replays),
+                                  hint=timeout_hint(watchdog.replays))
         if proc.returncode != 0:
             msg = report.get("error") if isinstance(report, dict) else None
             if not msg:
@@ -449,13 +467,13 @@ def _fmt(v) -> str:
 
 
 def _print_report(report: dict) -> None:
-    from rich.console import Console  # noqa: PLC0415
-
     from ..checks.summary import shape_text  # noqa: PLC0415
-    from .output import plural, table  # noqa: PLC0415
+    from .output import console, plural, stderr_console, table  # noqa: PLC0415
 
-    con = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
+    # Notices (stderr) are never broken mid-phrase, on a terminal or not; the report (stdout) keeps
+    # every line within the width, its titles included.
+    con = console(soft_wrap=False)
+    err = stderr_console()
     for name, what in (report.get("unset_inputs") or {}).items():
         err.print(f"notice: binding {name!r} was not given as an input: it holds {what}")
     from .debugopts import kernel_match_lines  # noqa: PLC0415
@@ -555,7 +573,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     from ..fileio import atomic_write, check_output_path  # noqa: PLC0415
 
     file = Path(file)
-    watchdog = _Watchdog(timeout) if timeout is not None else None
+    watchdog = _Watchdog(timeout, repeat + warmup) if timeout is not None else None
     try:
         file = runtime.resolve_capture_path(file)
         prep = runtime.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,

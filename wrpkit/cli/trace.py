@@ -135,7 +135,13 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
       wrp trace stock.wrp --kernels sim.py
     """
     from ..debug.trace import trace as run_trace  # noqa: PLC0415
+    from ..fileio import check_output_dir, check_output_path  # noqa: PLC0415
 
+    # Every output place is checked before the trace runs (it may take minutes).
+    if dump is not None:
+        check_output_dir(dump)
+    if save_path is not None:
+        check_output_path(save_path, [file])
     if engine == "python":
         quiet_warp(device)
     inputs = gather_inputs(inputs_npz, input_items)

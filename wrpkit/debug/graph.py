@@ -269,7 +269,7 @@ class _Builder:
         self.arrays: list = []
         sig_map = self.annotations.signature_map() if self.annotations is not None else {}
         by_region: dict = {}
-        for b in prog.bindings:
+        for b in prog.resolved_bindings():
             by_region.setdefault(b.region_id, []).append(b.name)
         self._bindings = by_region
         self._sig_map = sig_map

@@ -163,6 +163,14 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
     prog = opened.program
     if device is None:
         device = "cpu" if prog.device_type == m.DeviceType.CPU else "cuda:0"
+    # The device is checked even when no op runs before A (a slice from 0): a device this
+    # machine lacks, or of the other family, is refused as every command refuses it (exit 2).
+    from ..environment import init_warp  # noqa: PLC0415
+    from ..run.runtime import check_runnable, resolve_device  # noqa: PLC0415
+
+    check_runnable(prog, str(device))
+    init_warp(cpu_only=str(device).strip().lower() == "cpu")  # no banner, no CUDA-driver warning on the CPU
+    resolve_device(str(device))
     t0 = time.perf_counter()
     if steps is not None:
         start, stop = _step_range(steps)

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from . import wrp1
 from .container import open_capture
-from ..errors import WrpError, WrpFormatError
+from ..errors import WrpError, WrpFormatError, WrpModuleError, WrpNotFoundError, WrpUsageError
 from ..fileio import atomic_write, check_output_path, map_file, publish_wrp
 
 #: Output forms by file extension.
@@ -38,11 +38,11 @@ def output_form(path) -> str:
     """The form an output path asks for, from its extension.
 
     Raises:
-        WrpError: The extension is not one of ``.wrp``, ``.wrpk``, ``.json``.
+        WrpUsageError: The extension is not one of ``.wrp``, ``.wrpk``, ``.json`` (exit 2).
     """
     ext = Path(path).suffix.lower()
     if ext not in FORMATS:
-        raise WrpError(f"cannot tell the output format from {Path(path).name!r}",
+        raise WrpUsageError(f"cannot tell the output format from {Path(path).name!r}",
                        hint="Use an output name ending in .wrp, .wrpk or .json.")
     return FORMATS[ext]
 
@@ -86,7 +86,8 @@ def _sniff_json(path: Path) -> bool:
 
 
 def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verify_checksums: bool = True,
-            include_modules: bool = True, modules_dir=None) -> ConvertResult:
+            include_modules: bool = True, modules_dir=None,
+            validate: Optional[Callable] = None) -> ConvertResult:
     """Convert a capture between ``.wrp``, ``.wrpk`` and ``.json``.
 
     The output's folder is created if needed.
@@ -101,6 +102,10 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             and ``.wrpk`` outputs; optional for ``.json``).
         modules_dir: For a ``.wrp`` input: the folder of its module files
             (default ``<stem>_modules/`` beside it).
+        validate: ``validate(program, modules) -> [problem texts]`` run on a
+            ``.json`` input (an edit) before anything is written; any problem
+            refuses it (``wrp convert`` passes wrpkit's validator, which lives
+            in a layer above this one).
 
     Returns:
         A :class:`ConvertResult`.
@@ -112,9 +117,8 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
     src, dst = Path(src), Path(dst)
     form = output_form(dst)
     if not src.exists() and not src.is_symlink():
-        raise WrpError(f"input not found: {src}", hint="Check the path.")
-    # `wrp convert x.wrpk out/x.wrp` creates out/, as cp and tar would.
-    dst.parent.mkdir(parents=True, exist_ok=True)
+        raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
+    # `wrp convert x.wrpk out/x.wrp` creates out/, as cp and tar would (check_output_path does).
     check_output_path(dst, [src])
     if form != "json":
         include_modules = True
@@ -123,8 +127,16 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
         prog, modules = _read_json(src, meta)
         _refuse_edited_extents(prog, meta["launch_extents_exceeded"], src)
         src_form = "json"
+        if validate is not None:
+            from ..errors import WrpValidationError  # noqa: PLC0415
+
+            problems = validate(prog, modules if include_modules else None)
+            if problems:
+                raise WrpValidationError(
+                    problems, hint=f"An edit of {src} made it a file Warp would refuse or misread; nothing was "
+                                   "written. Undo the edit, or fix what is named.")
         if include_modules and not modules and prog.modules:
-            raise WrpError(f"{src} carries no module binaries, so it cannot become a {form} file",
+            raise WrpModuleError(f"{src} carries no module binaries, so it cannot become a {form} file",
                            hint="Convert from a JSON file made with its modules embedded.")
         return _write(prog, modules if include_modules else None, src, dst, src_form, form, progress)
     # Region checksums of a .wrpk input are verified while the output is

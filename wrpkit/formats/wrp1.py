@@ -297,6 +297,55 @@ def _decode_section_table(buf, num_sections: int) -> list:
     return out
 
 
+def check_strings(prog: m.Program, limits: Limits = DEFAULT_LIMITS) -> None:
+    """Apply the WRP1 string rules to a program decoded from any form (``.wrpk``, ``.json``).
+
+    A ``.wrp``'s strings are checked as they are decoded (``_Cursor.string``
+    and the producer version rule below); a bundle or JSON file carries the
+    same strings in another container, and wrp-replay checks them on the
+    WRP1 image it builds, so they are held to the same rules here: no NUL
+    byte, the length caps, and a producer version of printable ASCII.
+    Without this a bundle could pass ``wrp validate`` and then be refused by
+    wrp-replay, or convert to a ``.wrp`` that ``wrp validate`` refuses.
+
+    Raises:
+        WrpFormatError: The first string that breaks a rule, named by its field.
+    """
+    layout = LAYOUTS.get(prog.format_version)
+
+    def one(value, what: str, cap=None) -> None:
+        if value is None:
+            return
+        raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else bytes(value)
+        limit = limits.max_string if cap is None else min(cap, limits.max_string)
+        if len(raw) > limit:
+            raise WrpFormatError(f"string length {len(raw)} exceeds the limit of {limit}", field=what)
+        if b"\0" in raw:
+            raise WrpFormatError("string contains a NUL byte", field=what)
+
+    if layout is None or layout.producer_version:
+        one(prog.warp_version, "metadata.warp_version", MAX_VERSION)
+        if not prog.warp_version or not all(0x20 < ord(ch) < 0x7F for ch in prog.warp_version):
+            raise WrpFormatError("producer Warp version must be non-empty printable ASCII",
+                                 field="metadata.warp_version")
+    for i, mod in enumerate(prog.modules):
+        w = f"metadata.modules[{i}]"
+        one(mod.module_hash, w + ".module_hash", MAX_HASH)
+        one(mod.module_name, w + ".module_name")
+        one(mod.binary_filename, w + ".binary_filename", MAX_FILENAME)
+        one(mod.binary_digest, w + ".binary_digest", MAX_DIGEST)
+        one(mod.source_filename, w + ".source_filename", MAX_FILENAME)
+        one(mod.source_digest, w + ".source_digest", MAX_DIGEST)
+    for i, k in enumerate(prog.kernels):
+        w = f"metadata.kernels[{i}]"
+        one(k.kernel_key, w + ".kernel_key")
+        one(k.module_hash, w + ".module_hash", MAX_HASH)
+        one(k.forward_name, w + ".forward_name")
+        one(k.backward_name, w + ".backward_name")
+    for i, b in enumerate(prog.bindings):
+        one(b.name, f"metadata.bindings[{i}].name")
+
+
 def _decode_metadata(buf, off: int, n: int, prog: m.Program, layout: FormatLayout, limits: Limits):
     c = _Cursor(buf, off, off + n, "METADATA")
     at = c.pos
@@ -622,6 +671,11 @@ def _decode_launch_legacy(buf, pos, total, w, layout):
     if d["is_forward"] > 1:
         raise WrpFormatError(f"must be 0 or 1, found {d['is_forward']}", field=w + ".is_forward",
                              offset=pos + 56)
+    if layout.legacy_args and d["is_forward"] == 0:
+        # Refused on the way in, as wrp-replay's decoder refuses it: decoded, it would convert to
+        # .wrpk/.json but never back (format 3 records no adjoint block).
+        raise WrpFormatError(f"format {layout.version} cannot hold a backward launch (Warp {layout.releases} refuses "
+                             "adjoint launches in capture)", field=w + ".is_forward", offset=pos + 56)
     key_len, hash_len, n_params = d["kernel_key_len"], d["module_hash_len"], d["num_params"]
     p = pos + head
     if layout.legacy_args:

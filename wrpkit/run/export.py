@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import WrpError, WrpNotFoundError
-from ..fileio import atomic_write, map_file
+from ..fileio import atomic_write, make_parents, map_file
 
 #: Warp's shared libraries ``wrp-replay`` loads (CPU graphs need both).
 WARP_LIBRARIES = ("warp.so", "warp-clang.so")
@@ -105,7 +105,7 @@ def export_runtime(dest, replayer, warp_bin=None, *, overwrite: bool = False) ->
     """Write a folder with ``wrp-replay``, Warp's ``warp.so`` and ``warp-clang.so``, and a README.
 
     Args:
-        dest: The folder to write; created if missing (its parent must exist).
+        dest: The folder to write; created with its missing parents.
         replayer: Path of the ``wrp-replay`` executable to copy.
         warp_bin: warp-lang's ``warp/bin`` directory; default: the installed
             warp-lang's.
@@ -116,7 +116,7 @@ def export_runtime(dest, replayer, warp_bin=None, *, overwrite: bool = False) ->
         An :class:`ExportResult`.
 
     Raises:
-        WrpNotFoundError: The parent of ``dest``, the replayer or a Warp
+        WrpNotFoundError: The replayer or a Warp
             library does not exist.
         WrpError: ``dest`` is a file, or a non-empty folder without
             ``overwrite``.
@@ -133,13 +133,12 @@ def export_runtime(dest, replayer, warp_bin=None, *, overwrite: bool = False) ->
             raise WrpNotFoundError(f"{name} not found: {src}",
                                    hint="Reinstall warp-lang (pip install warp-lang==1.19.0)." if name != replayer.name
                                    else "Build wrpkit with `pip install .`, which builds wrp-replay.")
-    parent = dest.parent if str(dest.parent) else Path(".")
-    if not parent.is_dir():
-        raise WrpNotFoundError(f"directory does not exist: {parent}", hint="Create it first.")
     if dest.exists() and not dest.is_dir():
         raise WrpError(f"{dest} exists and is not a directory")
     if dest.is_dir() and any(dest.iterdir()) and not overwrite:
         raise WrpError(f"{dest} is not empty", hint="Pass an empty or new folder, or --overwrite.")
+    # `wrp export-runtime dist/replayer` on a fresh tree makes dist/ too, as cp -r would.
+    make_parents(dest)
     try:
         dest.mkdir(exist_ok=True)
     except OSError as e:

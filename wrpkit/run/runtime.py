@@ -276,9 +276,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
     regions = model.region_map()
     sizes, signature = {}, {}
     sig_map = annotations.signature_map() if annotations is not None else {}
-    for b in model.bindings:
-        if b.name in sizes:
-            continue
+    for b in model.resolved_bindings():
         region = regions.get(b.region_id)
         if region is None:
             raise WrpValidationError([f"binding {b.name!r} names region {b.region_id}, which does not exist"])
@@ -435,10 +433,25 @@ def signature_for_type(name: str, type_name: str, size: int) -> ann.ArraySignatu
     return ann.ArraySignature(name, dt, (n,), (dt.size,), 0, True, True)
 
 
+def closest_name(name: str, known) -> Optional[str]:
+    """The known name a misspelt ``name`` most likely meant (case aside, or a close spelling), or None."""
+    import difflib  # noqa: PLC0415
+
+    known = list(known)
+    for k in known:
+        if k.lower() == str(name).lower():
+            return k
+    hits = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6)
+    return hits[0] if hits else None
+
+
 def unknown_binding(name, known) -> WrpBindingError:
-    """The error for a binding name the program does not have."""
+    """The error for a binding name the program does not have, with a "did you mean" where one is close."""
+    known = list(known)
     names = ", ".join(repr(n) for n in known) or "none"
-    return WrpBindingError(f"unknown binding {name!r}; this program binds: {names}")
+    guess = closest_name(name, known)
+    return WrpBindingError(f"unknown binding {name!r}" + (f" (did you mean {guess!r}?)" if guess else "")
+                           + f"; this program binds: {names}")
 
 
 # ---------------------------------------------------------------------------
@@ -563,12 +576,10 @@ class Program:
         """
         self._check_open()
         regions = self.model.region_map()
-        done = set()
-        for b in self.model.bindings:
+        for b in self.model.resolved_bindings():
             slot = self._slots.get(b.name)
-            if slot is None or b.name in done:
+            if slot is None:
                 continue
-            done.add(b.name)
             region = regions[b.region_id]
             if region.data is not None and region.has_initial_data:
                 data = np.frombuffer(region.data, dtype=np.uint8, count=slot.size)
@@ -954,7 +965,7 @@ class IsolatedProgram:
         self._dirty.add(name)
 
     def _initial(self, name) -> np.ndarray:
-        rid = next(b.region_id for b in self.model.bindings if b.name == name)
+        rid = self.model.binding_map()[name]
         region = self.model.region_map()[rid]
         data = getattr(region, "data", None)
         if data is not None and len(memoryview(data)) == region.size:

@@ -17,8 +17,8 @@ from typing import Optional, Sequence
 
 from .. import environment
 from .. import model as m
-from ..errors import WrpError, WrpFormatError, WrpKernelsError
-from ..fileio import check_output_path, publish_wrp, read_file
+from ..errors import WrpError, WrpFormatError, WrpKernelsError, WrpNotFoundError
+from ..fileio import check_output_path, modules_dir_for, publish_wrp, read_file
 from ..formats import wrp1
 from ..formats.annotations import Annotations, ModuleDigest, encode_annotations
 from ..formats.container import open_capture
@@ -37,14 +37,20 @@ class UpgradeResult:
         form: ``"wrp"`` or ``"wrpk"``.
         bytes_written: Bytes written (capture and module files).
         module_files: Names of the module files written.
+        already_current: ``src`` was already of the current format: nothing
+            to upgrade (``report`` is None; ``dst`` was written only as a copy
+            with ``copy_current``, else ``bytes_written`` is 0).
+        capture_bytes: Bytes of the capture file alone (``dst``), without module files.
     """
 
     src: Path
     dst: Path
-    report: UpgradeReport
+    report: Optional[UpgradeReport]
     form: str
     bytes_written: int
     module_files: list
+    already_current: bool = False
+    capture_bytes: int = 0
 
 
 def installed_warp_version() -> str:
@@ -241,7 +247,7 @@ def output_form(path) -> str:
 
 
 def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), progress=None,
-            durable: bool = True) -> UpgradeResult:
+            durable: bool = True, copy_current: bool = False) -> UpgradeResult:
     """Rewrite a capture of an older Warp (format 3, 10, 13 to 16) as format 18 for the installed Warp.
 
     Formats 10 to 16 keep their kernel objects (copied into ``<stem>_modules/``
@@ -263,12 +269,15 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
         durable: False skips the fsyncs: the output is still validated and
             published atomically, but may be lost on a power failure, as a
             ``cp`` may (for batches that ``sync`` once at the end).
+        copy_current: An input that is already current is copied to ``dst``
+            (as ``wrp convert`` copies); without it nothing is written.  Either
+            way it is no error, so a batch over mixed files runs through.
 
     Returns:
         An :class:`UpgradeResult`.
 
     Raises:
-        WrpError: The input is already current, format 3 without ``kernels``,
+        WrpError: Format 3 without ``kernels``,
             a collision that cannot be resolved, or a result that would not
             validate.
         WrpFormatError: The input is not a valid capture.
@@ -279,14 +288,36 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
     if collision not in COLLISION_POLICIES:
         raise WrpError(f"unknown collision policy {collision!r}; choose one of {', '.join(COLLISION_POLICIES)}")
     if not src.exists():
-        raise WrpError(f"input not found: {src}", hint="Check the path.")
+        raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
     check_output_path(dst, [src])
     version = installed_warp_version()
     with open_capture(src, share_ops=True, prefetch=True) as cap:
         prog = cap.program
         if prog.format_version == CURRENT_FORMAT:
-            raise WrpError(f"{src} is already format {CURRENT_FORMAT} (written by Warp {prog.warp_version}); "
-                           "there is nothing to upgrade")
+            if prog.warp_version != version:
+                from ..errors import WrpVersionError  # noqa: PLC0415
+
+                raise WrpVersionError(
+                    f"{src} is format {CURRENT_FORMAT} but was recorded with Warp {prog.warp_version}, and the "
+                    f"installed Warp is {version}: an upgrade cannot change that",
+                    field="metadata.warp_version",
+                    hint=f"Recapture it with Warp {version}, or install warp-lang=={prog.warp_version}.")
+            form = output_form(dst)
+            if not copy_current:
+                return UpgradeResult(src, dst, None, form, 0, [], already_current=True)
+            current = True
+        else:
+            current = False
+    if current:
+        from ..formats.convert import convert  # noqa: PLC0415
+
+        res = convert(src, dst)
+        mdir = modules_dir_for(dst)
+        names = sorted(f.name for f in mdir.iterdir()) if form == "wrp" and mdir.is_dir() else []
+        return UpgradeResult(src, dst, None, form, res.bytes_written, names, already_current=True,
+                             capture_bytes=dst.stat().st_size)
+    with open_capture(src, share_ops=True, prefetch=True) as cap:
+        prog = cap.program
         layout = LAYOUTS[prog.format_version]
         rebuilt, rebuilt_files = [], {}
         if layout.legacy_args:
@@ -342,7 +373,7 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
             # With writeback hints (the default): the disk starts on the data
             # while the rest is written and checked (bench/bench_upgrade.py).
             n = publish_wrp(dst, wrp1.iter_wrp1_chunks(new), out_files, progress, check, durable=durable)
-    return UpgradeResult(src, dst, report, form, n, sorted(out_files))
+    return UpgradeResult(src, dst, report, form, n, sorted(out_files), capture_bytes=dst.stat().st_size)
 
 
 __all__ = ["upgrade", "UpgradeResult", "rebuild_kernels", "installed_warp_version", "WrpFormatError"]

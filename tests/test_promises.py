@@ -1,0 +1,255 @@
+"""Every command keeps the same promises (issue 23, items 2-4, 6 and 7), each tried as a user would.
+
+The exit-code table itself is tests/test_exit_matrix.py; the compatibility
+suite tests/test_warp_compat.py.  Here: outputs that land, quiet CPU
+commands, stock files read well, the small items, and bundles and JSON files
+that get one verdict from both validators.  All on captures stock Warp makes
+at test time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import warp as wp
+from wrpkit.errors import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
+
+ROOT = Path(__file__).resolve().parents[1]
+LEGACY = ROOT / "tests" / "fixtures" / "legacy" / "1.16.0"
+CUDA_WARNING = "Could not find or load the NVIDIA CUDA driver"
+
+
+def wrp(*args, env=None, timeout=600):
+    env = dict(env or os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "wrpkit.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def replayer() -> Path:
+    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+
+    try:
+        return find_native()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"wrp-replay is not installed: {e}")
+
+
+@wp.kernel
+def _energy_k(x: wp.array(dtype=wp.vec3), energy: wp.array(dtype=float)):
+    i = wp.tid()
+    energy[i] = wp.length(x[i])
+
+
+@pytest.fixture(scope="module")
+def energy(tmp_path_factory) -> Path:
+    """A stock capture_save with one input (x: vec3) and one output-only binding (energy)."""
+    d = tmp_path_factory.mktemp("energy")
+    x = wp.array(np.arange(24, dtype=np.float32).reshape(8, 3), dtype=wp.vec3, device="cpu")
+    e = wp.zeros(8, dtype=float, device="cpu")
+    y = wp.zeros(8, dtype=float, device="cpu")
+    wp.load_module(device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True, force_module_load=False) as cap:
+        wp.launch(_energy_k, dim=8, inputs=[x, e], device="cpu")
+        wp.launch(_energy_k, dim=8, inputs=[x, y], device="cpu")
+    # inputs then outputs, as Warp writes them: x, y, y, energy -> x input, y both, energy output.
+    wp.capture_save(cap.graph, str(d / "energy.wrp"), inputs={"x": x, "y": y}, outputs={"y": y, "energy": e})
+    return d / "energy.wrp"
+
+
+# ---------------------------------------------------------------------------
+# 2. Outputs land or nothing is written
+# ---------------------------------------------------------------------------
+
+
+def test_export_runtime_of_the_readme_works_on_a_fresh_tree(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "wrpkit.cli", "export-runtime", "dist/replayer"], cwd=tmp_path,
+                       capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")))
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "dist" / "replayer" / "wrp-replay").is_file()
+
+
+def test_trace_dump_to_a_read_only_place_fails_before_the_trace_runs(energy, tmp_path):
+    ro = Path("/sys") if os.geteuid() == 0 else tmp_path / "ro"
+    if os.geteuid() != 0:
+        ro.mkdir()
+        ro.chmod(0o555)
+    t0 = time.monotonic()
+    p = wrp("trace", energy, "--dump", ro / "steps")
+    assert p.returncode == 1, p.stderr
+    assert "cannot" in p.stderr and "internal error" not in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+    # Refused before any replay: the trace's own child (a Warp start and a load) never ran.
+    assert time.monotonic() - t0 < 30
+
+
+def test_convert_refuses_a_json_edit_that_makes_the_file_invalid(energy, tmp_path):
+    js = tmp_path / "e.json"
+    assert wrp("convert", energy, js).returncode == 0
+    data = json.loads(js.read_text())
+    data["regions"][0]["size"] = 200 << 30  # "a region edited to 200 GiB"
+    js.write_text(json.dumps(data))
+    out = tmp_path / "out.wrp"
+    p = wrp("convert", js, out)
+    assert p.returncode == EXIT_INVALID, (p.returncode, p.stderr)
+    assert "region" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not out.exists() and not (tmp_path / "out_modules").exists()
+
+
+def test_convert_of_a_json_without_modules_is_one_verdict(energy, tmp_path):
+    """`--no-modules` JSON: convert and validate agree (3: the file is incomplete)."""
+    js = tmp_path / "n.json"
+    assert wrp("convert", energy, js, "--no-modules").returncode == 0
+    assert wrp("convert", js, tmp_path / "n.wrp").returncode == EXIT_INVALID
+    assert wrp("validate", js).returncode == EXIT_INVALID
+
+
+# ---------------------------------------------------------------------------
+# 3. Quiet and device-honest
+# ---------------------------------------------------------------------------
+
+
+def test_slice_is_quiet_and_refuses_a_device_this_machine_lacks(energy, tmp_path):
+    p = wrp("slice", energy, "--ops", "1:2", "-o", tmp_path / "s.wrp")
+    assert p.returncode == 0, p.stderr
+    assert CUDA_WARNING not in p.stderr and "Warp 1.19" not in p.stdout, (p.stdout, p.stderr)
+    if wp.get_cuda_device_count() == 0:
+        p = wrp("slice", energy, "--ops", "0:1", "-o", tmp_path / "c.wrp", "--device", "cuda:0")
+        assert p.returncode == EXIT_USAGE, p.stderr
+        assert not (tmp_path / "c.wrp").exists()
+
+
+# ---------------------------------------------------------------------------
+# 4. Stock files read well
+# ---------------------------------------------------------------------------
+
+
+def test_inspect_states_stock_roles_from_the_save_order(energy):
+    p = wrp("inspect", energy, "--json")
+    rows = {b["name"]: (b["input"], b["output"]) for b in json.loads(p.stdout)["bindings"]}
+    assert rows == {"x": (True, False), "y": (True, True), "energy": (False, True)}, rows
+
+
+def test_replay_gives_no_input_notice_for_an_output_only_binding_and_never_wraps(energy, tmp_path):
+    p = wrp("replay", energy, env=dict(os.environ, COLUMNS="80"))
+    assert p.returncode == 0, p.stderr
+    assert "'energy'" not in p.stderr, p.stderr
+    notices = [ln for ln in p.stderr.splitlines() if ln.startswith("notice:")]
+    assert len(notices) == 2  # x and y, each on one unbroken line
+    assert all("it holds" in ln for ln in notices), p.stderr
+
+
+def test_inspect_of_a_warp_116_file_shows_its_producer():
+    p = wrp("inspect", LEGACY / "saxpy.wrp")
+    assert "Warp 1.16.0 or 1.17.0" in p.stdout, p.stdout
+    js = json.loads(wrp("inspect", LEGACY / "saxpy.wrp", "--json").stdout)
+    assert js["warp_version"] == "" and "1.16.0" in js["producer"]
+
+
+# ---------------------------------------------------------------------------
+# 7. The small items
+# ---------------------------------------------------------------------------
+
+
+def test_upgrade_of_a_current_file_is_no_error(energy, tmp_path):
+    p = wrp("upgrade", energy, tmp_path / "u.wrp")
+    assert p.returncode == EXIT_OK and "already format 18" in p.stdout, p.stdout + p.stderr
+    assert not (tmp_path / "u.wrp").exists()
+    p = wrp("upgrade", energy, tmp_path / "batch" / "u.wrp", "--copy-current")
+    assert p.returncode == EXIT_OK, p.stderr
+    assert (tmp_path / "batch" / "u.wrp").read_bytes() == energy.read_bytes()
+
+
+def test_upgrade_names_a_collision_policy_only_where_collisions_exist(tmp_path):
+    p = wrp("upgrade", LEGACY / "saxpy.wrp", tmp_path / "s.wrp")
+    assert p.returncode == 0, p.stderr
+    assert "collision policy" not in p.stdout, p.stdout
+    capture = (tmp_path / "s.wrp").stat().st_size
+    from wrpkit.cli.output import size  # noqa: PLC0415
+
+    assert f"s.wrp (wrp, format 18 for Warp {wp.config.version}, {size(capture)};" in p.stdout, p.stdout
+    p = wrp("upgrade", ROOT / "tests" / "fixtures" / "legacy" / "1.14.0" / "saxpy.wrp", tmp_path / "t.wrp")
+    assert p.returncode == 0 and "collision policy: producer" in p.stdout, p.stdout + p.stderr
+
+
+def test_a_misspelt_binding_gets_a_did_you_mean(energy, tmp_path, replayer):
+    x = tmp_path / "x.npy"
+    np.save(x, np.zeros((8, 3), np.float32))
+    p = wrp("replay", energy, "--input", f"enrgy={x}")
+    assert p.returncode == EXIT_USAGE and "did you mean 'energy'" in p.stderr, p.stderr
+    p = subprocess.run([str(replayer), str(energy), f"--input=X={x}"], capture_output=True, text=True)
+    assert p.returncode == EXIT_USAGE and 'did you mean "x"' in p.stderr, p.stderr
+
+
+def test_wrp_replay_names_both_dtypes_of_a_wrong_input(tmp_path, replayer):
+    """A float64 array for a float32 binding of a file with a signature (wrpkit.capture)."""
+    import wrpkit  # noqa: PLC0415
+
+    x = wp.array(np.arange(8, dtype=np.float32), device="cpu")
+    e = wp.zeros(8, dtype=float, device="cpu")
+
+    @wp.kernel
+    def twice(a: wp.array(dtype=float), b: wp.array(dtype=float)):
+        i = wp.tid()
+        b[i] = 2.0 * a[i]
+
+    wp.load_module(device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(twice, dim=8, inputs=[x, e], device="cpu")
+    rec.save(str(tmp_path / "t.wrp"), inputs={"a": x}, outputs={"b": e})
+    bad = tmp_path / "a64.npy"
+    np.save(bad, np.arange(8, dtype=np.float64))
+    p = subprocess.run([str(replayer), str(tmp_path / "t.wrp"), f"--input=a={bad}"], capture_output=True, text=True)
+    assert p.returncode == EXIT_USAGE, p.stderr
+    assert "<f8" in p.stderr and "float32" in p.stderr, p.stderr
+    q = wrp("replay", tmp_path / "t.wrp", "--input", f"a={bad}")
+    assert q.returncode == EXIT_USAGE and "float64" in q.stderr and "float32" in q.stderr, q.stderr
+
+
+def test_the_timeout_hint_names_the_replay_count(energy):
+    p = wrp("replay", energy, "--repeat", "100000000", "--timeout", "2")
+    assert p.returncode == 124, p.stderr
+    assert "100000000 replays" in p.stderr and "--repeat" in p.stderr, p.stderr
+
+
+def test_wrp_replay_says_it_was_interrupted(tmp_path, replayer):
+    """Ctrl-C during a long replay: one line on stderr, exit 130 (as wrp's)."""
+    f = _long_capture(tmp_path)
+    proc = subprocess.Popen([str(replayer), str(f), "--repeat", "100000000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_INTERRUPTED, (proc.returncode, err)
+    assert "interrupted" in err, err
+
+
+def _long_capture(tmp_path: Path) -> Path:
+    subprocess.run([sys.executable, str(ROOT / "samples" / "saxpy.py"), str(tmp_path / "s")], check=True,
+                   capture_output=True)
+    return tmp_path / "s" / "saxpy.wrp"
+
+
+def test_replay_finds_wrp_replay_in_the_package_without_path(tmp_path):
+    """cli/replay.py looked in wrpkit/cli/_native/bin, a folder that does not exist; PATH hid it."""
+    from wrpkit.cli import replay  # noqa: PLC0415
+
+    pkg_bin = Path(replay.__file__).resolve().parent.parent / "_native" / "bin" / "wrp-replay"
+    if not pkg_bin.is_file():
+        pytest.skip("this wrpkit is not an installed wheel (no _native/bin)")
+    code = ("import sys; sys.executable = '/nonexistent/python'; "
+            "from wrpkit.cli.replay import find_native; print(find_native())")
+    env = {k: v for k, v in os.environ.items() if k not in ("WRP_REPLAY", "PYTHONPATH")} | {"PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert Path(p.stdout.strip()) == pkg_bin
