@@ -495,8 +495,9 @@ def _print_report(report: dict) -> None:
                    _fmt(s["nan"]), _fmt(s["inf"]))
     con.print(ot)
     if any(s.get("raw") for s in report["outputs"].values()):
-        con.print("[dim]raw bytes: the file records no dtype for these bindings (pass an input or --check "
-                  "array to type them, or save with wrpkit to add a signature)[/]")
+        con.print("[dim]raw bytes: the file records no dtype for these bindings (type them from the script "
+                  "that defines the kernels with --kernels FILE.py, pass an input or --check array, or save "
+                  "with wrpkit to add a signature)[/]")
     chk = report.get("check")
     if chk:
         nan_rule = ", NaN == NaN" if chk.get("equal_nan") else ""
