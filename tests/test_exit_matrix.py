@@ -62,7 +62,9 @@ class Recipe:
 
     Attributes:
         args: Its arguments; ``{file}`` is the capture, ``{out}`` the output
-            path (a fresh place for each run), ``{base}`` a good capture.
+            path (a fresh place for each run), ``{base}`` a good capture,
+            ``{suite}`` its folder (with its inputs and golden), ``{dir}`` a
+            fresh folder.
         out: The output's name (``{out}`` is a path ending in it); None when
             the command writes nothing.
         inputs: It takes ``--input NAME=X.npy``.
@@ -114,6 +116,19 @@ RECIPES = {
     # is compared with itself (identical: 0) whatever its version.
     "diff": Recipe(("{file}", "{file}"), codes={"unreadable": EXIT_USAGE, **READS_ANY_VERSION}),
     "export-runtime": Recipe(("{out}",), out="rt", takes_file=False),
+    # The sample's capture is stock: annotate types it from the script that made it.  It rewrites
+    # records only, as convert does, so another Warp version's file is typed too (0); the Warp 1.16
+    # fixture's kernels were recorded from another script, which is a usage error (2: no kernel matches).
+    "annotate": Recipe(("{file}", "--kernels", str(ROOT / "samples" / "saxpy.py"), "-o", "{out}"), out="typed.wrp",
+                       codes={"other_version": EXIT_OK, "older_format": EXIT_USAGE},
+                       bad_values=(("{file}", "--kernels", "{dir}/nosuch.py", "-o", "{dir}/t.wrp"),
+                                   ("{file}", "--kernels", str(ROOT / "samples" / "saxpy.py"), "-o", "{dir}/t.bin"))),
+    "profile": Recipe(("{file}", "--repeat", "1", "-o", "{out}"), out="p.json", inputs=True,
+                      bad_values=(("{file}", "--device", NO_GPU), ("{file}", "--repeat", "0"),
+                                  ("{file}", "--timeout", "-1"), ("{file}", "--engine", "gpu"))),
+    # regress reads a folder (the sample's: its capture, inputs and golden), not a capture.
+    "regress": Recipe(("{suite}", "--junit", "{out}"), out="r.xml", takes_file=False,
+                      bad_values=(("{dir}/nosuch",), ("{suite}", "-j", "0"), ("{suite}", "--timeout", "-1"))),
 }
 
 
@@ -228,7 +243,7 @@ def _fresh(tmp: Path) -> Path:
 
 
 def _fill(args, file, out, base, d):
-    return [str(a).format(file=file, out=out, base=base, dir=d) for a in args]
+    return [str(a).format(file=file, out=out, base=base, dir=d, suite=base.parent) for a in args]
 
 
 def matrix_cases(name: str, recipe: Recipe, files: dict) -> list:

@@ -57,11 +57,12 @@ class _Progress:
 
 
 def _print_summary(report) -> None:
-    from rich.console import Console  # noqa: PLC0415
     from rich.table import Table  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
 
-    con = Console(highlight=False, soft_wrap=False)
+    from .output import console  # noqa: PLC0415
+
+    con = console(soft_wrap=False)  # its closed pipe is exit 141, quietly, like every command's
     style = {"pass": "green", "xfail": "green", "fail": "bold red", "xpass": "bold red", "error": "bold yellow",
              "skip": "dim"}
     con.print(Text(f"{report.suite}: {len(report.cases)} case{'s' if len(report.cases) != 1 else ''} "

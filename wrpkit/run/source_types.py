@@ -280,7 +280,9 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations) -> tupl
 
     known = annotations.signature_map()
     region_of = {}
-    for b in program.bindings:
+    # One per name (stock capture_save writes an in-place array twice, as an input and an
+    # output), with the region Warp's loader resolves it to.
+    for b in program.resolved_bindings():
         if b.name not in known:
             region_of.setdefault(b.region_id, []).append(b.name)
     if not region_of:
@@ -332,7 +334,7 @@ def retype(target, annotations: ann.Annotations) -> None:
     target.annotations = annotations
     sig_map = annotations.signature_map()
     sizes = {r.region_id: r.size for r in program.regions}
-    for b in program.bindings:
+    for b in program.resolved_bindings():
         sig = sig_map.get(b.name)
         if sig is not None and target.signature.get(b.name) is None:
             ann.check_fits(sig, sizes.get(b.region_id, 0))
