@@ -12,7 +12,7 @@ namespace wrpcli {
 
 const char* const kUsage =
     "usage: wrp-replay FILE [--device cpu|cuda:N] [--input NAME=x.npy]... [--output NAME=y.npy]...\n"
-    "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json [--raw-times]]\n"
+    "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json [--raw-times] [--stats]]\n"
     "                  [--warp-lib-dir DIR] [--list]\n"
     "                  [--modules-dir DIR]\n"
     "\n"
@@ -30,7 +30,8 @@ const char* const kUsage =
     "  --input NAME=PATH    set binding NAME from a .npy file before replaying; its byte size must\n"
     "                       equal the binding's (and its dtype match the binding's signature, if any)\n"
     "  --output NAME=PATH   write binding NAME to a .npy file after replaying (atomically); typed when\n"
-    "                       the file carries a signature for it, else raw uint8 bytes\n"
+    "                       the file carries a signature for it, else raw uint8 bytes.  /dev/fd/N\n"
+    "                       writes into an open file N (a memory file a caller passed) in place\n"
     "  --repeat N           timed replays (default 1)\n"
     "  --warmup N           untimed replays before the timed ones (default 0)\n"
     "  --timeout SECONDS    give up when loading and replaying take longer than SECONDS of wall\n"
@@ -41,6 +42,8 @@ const char* const kUsage =
     "                       prints {\"error\": ..., \"exit_code\": ...}.  Timings are summary statistics\n"
     "                       (count, mean, min, p5, median, p95, max, in ms)\n"
     "  --raw-times          with --json, also every replay's time (timings.replays_ms)\n"
+    "  --stats              with --json, also every binding's shape, dtype, min, max, mean, NaN and\n"
+    "                       Inf counts (\"stats\"), computed over the program's memory in place\n"
     "  --warp-lib-dir DIR   directory holding warp.so / warp-clang.so (warp-lang's warp/bin);\n"
     "                       default: $WRP_WARP_LIB_DIR, then the warp-lang installed beside wrp-replay\n"
     "  --modules-dir DIR    a .wrp's module files (default: <stem>_modules/ beside FILE, or beside\n"
@@ -140,6 +143,9 @@ CliArgs parse_args(int argc, char** argv)
         } else if (arg == "--raw-times") {
             no_value();
             a.raw_times = true;
+        } else if (arg == "--stats") {
+            no_value();
+            a.stats = true;
         } else if (arg == "--list") {
             no_value();
             a.list = true;

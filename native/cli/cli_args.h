@@ -22,6 +22,7 @@ struct CliArgs {
     double timeout_s = 0;  // --timeout: wall-time limit of loading + replaying, 0 = none
     bool json = false;
     bool raw_times = false;  // --raw-times: every replay's time in the --json report
+    bool stats = false;  // --stats: every binding's summary (min, max, mean, NaN, Inf) in the --json report
     bool list = false;
     bool help = false;
     bool version = false;

@@ -22,13 +22,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import click
 import numpy as np
 
+from ..checks.binding_stats import _num, _slices, raw_stats, stats  # noqa: F401  (stats, raw_stats: re-exported)
 from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError,
                       WrpTimeoutError, timeout_message)
 
@@ -204,74 +204,6 @@ def _parse_items(items) -> list:
 # ---------------------------------------------------------------------------
 
 
-def _num(x):
-    if x is None:
-        return None
-    if isinstance(x, (np.bool_, bool)):
-        return int(x)
-    if isinstance(x, (np.integer, int)):
-        return int(x)
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-#: Elements per slice when summarizing or comparing outputs: the temporaries
-#: (float64 copies, masks) stay a few MiB however large a binding is.
-_SLICE = 1 << 20
-
-
-def _slices(n: int):
-    for i in range(0, n, _SLICE):
-        yield slice(i, min(i + _SLICE, n))
-
-
-def stats(arr: np.ndarray) -> dict:
-    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts.
-
-    Works through the array in slices, so a binding of any size costs little
-    memory beyond itself.
-    """
-    out = {"shape": list(arr.shape), "dtype": str(arr.dtype), "min": None, "max": None, "mean": None,
-           "nan": 0, "inf": 0}
-    if arr.dtype.names is not None or arr.dtype.kind == "V":
-        out["dtype"] = "struct" if arr.dtype.names is not None else str(arr.dtype)
-        return out
-    if arr.size == 0:
-        return out
-    a = arr.reshape(-1)
-    if a.dtype.kind == "f":
-        nan = inf = count = 0
-        total = 0.0
-        lo = hi = None
-        for sl in _slices(a.size):
-            c = a[sl]
-            finite = np.isfinite(c)
-            n_nan = int(np.isnan(c).sum())
-            nan += n_nan
-            inf += c.size - int(finite.sum()) - n_nan
-            f = c[finite]
-            if f.size:
-                cmin, cmax = f.min(), f.max()
-                lo = cmin if lo is None or cmin < lo else lo
-                hi = cmax if hi is None or cmax > hi else hi
-                total += float(f.sum(dtype=np.float64))
-                count += f.size
-        out["nan"], out["inf"] = nan, inf
-        if count:
-            out["min"], out["max"], out["mean"] = _num(lo), _num(hi), _num(total / count)
-        return out
-    # Integers and booleans: reductions that do not copy the array.
-    out["min"], out["max"] = _num(a.min()), _num(a.max())
-    out["mean"] = _num(a.mean(dtype=np.float64))
-    return out
-
-
-def raw_stats(arr: np.ndarray) -> dict:
-    """The stats of an untyped binding (raw bytes): its size only; min/max/mean of bytes mean nothing."""
-    return {"shape": list(arr.shape), "dtype": "raw bytes", "min": None, "max": None, "mean": None,
-            "nan": None, "inf": None, "raw": True}
-
-
 def _is_typed(arr: np.ndarray, sig) -> bool:
     """Whether a result has a meaningful type: a signature, or a dtype taken from an input or golden array."""
     return sig is not None or arr.dtype != np.uint8
@@ -375,10 +307,15 @@ def _timing_summary(values) -> dict | None:
 
 
 def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool,
-                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None, read_back=(),
+                stats_specs=None) -> tuple:
     """Replay in a child process (a crash there is contained: WrpCrashError, exit 4).
 
-    Returns ``(results, host_ms, device_ms or None)``.
+    The child maps the file itself; inputs and the ``read_back`` bindings pass
+    through shared memory, and the outputs' statistics are computed in the
+    child (``stats_specs``: ``{binding: spec}``).
+
+    Returns ``(results, stats, host_ms, device_ms or None)``.
     """
     from ..run.isolate import replay_in_child  # noqa: PLC0415
 
@@ -388,8 +325,27 @@ def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: 
         watchdog.disarm()
         remaining = watchdog.remaining()
     run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
-                          timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds)
-    return run.results, run.host_ms, run.device_ms
+                          timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds,
+                          read_back=list(read_back), stats=stats_specs)
+    return run.results, run.stats, run.host_ms, run.device_ms
+
+
+def _stats_spec(prep, name: str, raw_inputs: dict, golden_arrays) -> dict | None:
+    """How the replay's process types binding ``name`` for the outputs table: per its signature (or
+    --dtype), else like the input or golden array given for it when the sizes agree, else raw bytes."""
+    from ..checks.binding_stats import like_spec, view_spec  # noqa: PLC0415
+
+    sig = prep.signature.get(name)
+    if sig is not None:
+        return view_spec(sig)
+    hint = raw_inputs.get(name)
+    if hint is None and golden_arrays is not None:
+        hint = golden_arrays.get(name)
+    if hint is not None:
+        hint = np.asarray(hint)
+        if not hint.dtype.hasobject and hint.nbytes == prep.sizes[name]:
+            return like_spec(hint)
+    return None
 
 
 def find_native() -> Path:
@@ -426,10 +382,10 @@ def _typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
     from ..formats import annotations as ann  # noqa: PLC0415
 
     raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    if raw.nbytes == size:
+    if raw.nbytes == size:  # views, no copies: the data stays where wrp-replay wrote it
         if sig is None:
-            return raw.copy()
-        return np.array(ann.view_region(raw, sig), copy=True)
+            return raw
+        return ann.view_region(raw, sig)
     if sig is not None and arr.shape == sig.numpy_shape():
         return np.asarray(arr)
     return np.asarray(arr)
@@ -490,22 +446,57 @@ def _native_crash(prep, returncode: int, said: str, device: str, inputs: dict, r
                        verify_checksums=verify_checksums)
 
 
+def _npy_memory_file(arr: np.ndarray, name: str) -> int:
+    """A memory file (no name on disk) holding ``arr`` as ``.npy``; its fd, at offset 0."""
+    from ..run.shared import memory_file  # noqa: PLC0415
+
+    fd = memory_file(name)
+    with os.fdopen(os.dup(fd), "wb") as f:
+        np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _read_npy_fd(fd: int, what: str) -> np.ndarray:
+    """The array a ``.npy`` memory file holds, mapped (no copy)."""
+    try:
+        return np.load(f"/proc/self/fd/{fd}", mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise WrpRuntimeError(f"cannot read {what}: {e}") from None
+
+
 def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
                 verify_checksums: bool = True, watchdog: "_Watchdog | None" = None,
-                allow_raw_pointers: bool = False) -> tuple:
+                allow_raw_pointers: bool = False, read_back=(), stats_specs=None) -> tuple:
+    """Replay with ``wrp-replay`` in a child process.
+
+    wrp-replay maps the file itself; inputs and the ``read_back`` bindings pass
+    through memory files (``/dev/fd/N``), and the outputs' statistics come
+    from its ``--stats`` (computed over its memory in place), except for
+    bindings this process types itself (``--dtype``, or like an input or
+    golden array), which are read back and summarised here.
+
+    Returns ``(results, stats, host_ms, device_ms or None)``.
+    """
+    from ..checks.binding_stats import region_stats  # noqa: PLC0415
     from ..errors import WrpFormatError  # noqa: PLC0415
 
     exe = find_native()
     remaining = None
     if watchdog is not None:
         # From here on wrp-replay keeps the time (its own --timeout): this process must not be ended
-        # while its temporary directory exists or its child runs.
+        # while its child runs.
         watchdog.disarm()
         remaining = watchdog.remaining()
-    with tempfile.TemporaryDirectory(prefix="wrp-replay-") as d:
-        d = Path(d)
+    stats_specs = dict(stats_specs or {})
+    recorded = prep.annotations.signature_map() if prep.annotations is not None else {}
+    # wrp-replay types a binding by the file's own signature; the others are summarised here.
+    here = [n for n, spec in stats_specs.items() if spec is not None and n not in recorded]
+    wanted = list(dict.fromkeys(list(read_back) + here))
+    fds = []
+    try:
         args = [os.fspath(exe), os.fspath(file), "--device", device, "--repeat", str(repeat),
-                "--warmup", str(warmup), "--json", "--raw-times"]
+                "--warmup", str(warmup), "--json", "--raw-times", "--stats"]
         if prep.modules_dir is not None:
             args += ["--modules-dir", os.fspath(prep.modules_dir)]  # the folder the checks ran on
         if not verify_checksums:
@@ -514,15 +505,18 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             args.append("--allow-raw-pointers")
         if remaining is not None:
             args += ["--timeout", repr(remaining)]
-        for i, (name, arr) in enumerate(inputs.items()):
-            p = d / f"in{i}.npy"
-            np.save(p, np.ascontiguousarray(arr), allow_pickle=False)
-            args += ["--input", f"{name}={p}"]
+        for name, arr in inputs.items():
+            fd = _npy_memory_file(arr, "wrpkit-input")
+            fds.append(fd)
+            args += ["--input", f"{name}=/dev/fd/{fd}"]
         outs = {}
-        for i, name in enumerate(prep.sizes):
-            p = d / f"out{i}.npy"
-            outs[name] = p
-            args += ["--output", f"{name}={p}"]
+        from ..run.shared import memory_file  # noqa: PLC0415
+
+        for name in wanted:
+            fd = memory_file("wrpkit-result")
+            fds.append(fd)
+            outs[name] = fd
+            args += ["--output", f"{name}=/dev/fd/{fd}"]
         env = dict(os.environ)
         if not env.get("WRP_WARP_LIB_DIR"):
             # the warp-lang this Python uses (warp.so, warp-clang.so), found without importing it
@@ -534,7 +528,7 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
         t0 = time.perf_counter()
         try:
             # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
-            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env,
+            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env, pass_fds=tuple(fds),
                                   timeout=None if remaining is None else remaining + 30)
         except subprocess.TimeoutExpired:
             proc = subprocess.CompletedProcess(args, EXIT_TIMEOUT, "", "")
@@ -559,13 +553,24 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
             raise cls(msg, hint="Rerun with --engine python to compare.")
         results = {}
-        for name, p in outs.items():
-            if not p.is_file():
+        for name, fd in outs.items():
+            if not os.fstat(fd).st_size:
                 raise WrpRuntimeError(f"{NATIVE_EXE} did not write binding {name!r}")
-            arr = load_npy(p, "native engine output")
+            arr = _read_npy_fd(fd, "native engine output")
             results[name] = _typed_like(arr, prep.sizes[name], prep.signature.get(name))
+    finally:
+        for fd in fds:
+            os.close(fd)  # the results' mappings stay until they go
+    summary = dict(report.get("stats") or {}) if isinstance(report, dict) else {}
+    for name in here:
+        raw = np.ascontiguousarray(results[name]).reshape(-1).view(np.uint8)
+        summary[name] = region_stats(raw, stats_specs[name])
+    for name in stats_specs:
+        if name not in summary:
+            summary[name] = region_stats(np.zeros(0, np.uint8), None) | {"shape": [prep.sizes[name]]}
+    results = {n: results[n] for n in read_back}
     host = _native_timings(report) or [wall_ms / max(1, repeat)]
-    return results, host, None
+    return results, summary, host, None
 
 
 # ---------------------------------------------------------------------------
@@ -735,12 +740,19 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             if output.exists() and output.is_dir():
                 raise WrpError(f"output {output} is a directory")
 
+        outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
+        # Only what is asked for comes back: every binding for --output, the golden's for --check;
+        # the outputs table is computed where the data is (the replay's process).
+        read_back = list(prep.sizes) if output is not None else list(golden_arrays or ())
+        specs = {n: _stats_spec(prep, n, raw_inputs, golden_arrays) for n in outputs}
         if engine == "native":
-            results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums,
-                                                      watchdog, allow_raw_pointers)
+            results, summary, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup,
+                                                               verify_checksums, watchdog, allow_raw_pointers,
+                                                               read_back, specs)
         else:
-            results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json,
-                                                      verify_checksums, watchdog)
+            results, summary, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup,
+                                                               progress and not as_json, verify_checksums, watchdog,
+                                                               read_back, specs)
     finally:
         if watchdog is not None:
             watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
@@ -759,7 +771,6 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         elif name in typed_here and arr.dtype == np.uint8 and arr.nbytes == prep.sizes[name]:
             results[name] = _typed_like(arr, prep.sizes[name], prep.signature[name])  # typed by --dtype
 
-    outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
     report = {
         "file": str(file),
         "device": device,
@@ -768,8 +779,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "repeat": repeat,
         "warmup": warmup,
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
-        "outputs": {n: (stats(results[n]) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
-                    for n in outputs},
+        "outputs": {n: summary[n] for n in outputs},
         "unset_inputs": unset_inputs(prep, inputs),
         "check": None,
         "output": None,

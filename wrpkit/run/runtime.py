@@ -56,8 +56,9 @@ class Prepared:
 
     Attributes:
         model: The program (:class:`wrpkit.model.Program`).
-        wrp_bytes: The WRP1 bytes to hand to Warp (a view of the mapped file
-            for a ``.wrp``; re-encoded for a ``.wrpk``).
+        wrp_bytes: The WRP1 bytes to hand to Warp: a view of the mapped file
+            for a ``.wrp``; None for a ``.wrpk`` or ``.json`` until
+            :meth:`image` re-encodes it (only a load in this process does).
         modules: ``{filename: bytes}`` of every module file the graph names.
         path: The source file, or None when loaded from bytes.
         kind: ``"wrp"`` or ``"wrpk"``.
@@ -78,9 +79,19 @@ class Prepared:
     #: The folder the module files were read from (a ``.wrp`` path only).
     modules_dir: Optional[Path] = None
     _keep: list = field(default_factory=list, repr=False)
-    # (DeferredChecksum, view of the region's data in wrp_bytes): checksums
+    # (DeferredChecksum, view of the region's data in the source): checksums
     # still to verify; load_prepared does so while Warp loads the image.
     deferred: list = field(default_factory=list, repr=False)
+    #: ``os.stat_result`` of the source file as it was validated (None for bytes).
+    source_stat: Optional[os.stat_result] = None
+    #: The whole source (the mapped file, or the caller's bytes).
+    source_buffer: object = field(default=None, repr=False)
+
+    def image(self):
+        """The WRP1 bytes Warp loads: :attr:`wrp_bytes`, encoded from the model the first time."""
+        if self.wrp_bytes is None:
+            self.wrp_bytes = wrp1.build_image(self.model)[0]
+        return self.wrp_bytes
 
 
 def device_family(device) -> str:
@@ -186,6 +197,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                            modules_dir=modules_dir)
         keep.append(cap)
         model, kind = cap.program, cap.kind
+        source_buffer, source_stat = cap.mapped.buffer, cap.mapped.stat
         if kind == "wrp":
             wrp_bytes = cap.mapped.buffer
         else:
@@ -201,6 +213,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             raise WrpError(f"cannot load a {type(source).__name__}: pass a path or the bytes of a .wrp/.wrpk") \
                 from None
         buf = buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
+        source_buffer, source_stat = buf, None
         kind = wrp1.sniff(buf)
         if kind == "wrp":
             model = wrp1.decode_wrp1(buf)
@@ -292,19 +305,12 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                 raise WrpFormatError(e.message, field="annotations.signature", hint=e.hint) from None
         signature[b.name] = sig
 
-    checks = []
-    if wrp_bytes is None:
-        wrp_bytes, offsets = wrp1.build_image(model)
-        region_sizes = {r.region_id: r.size for r in model.regions}
-        for d in deferred:
-            at = offsets[d.region_id]
-            checks.append((d, memoryview(wrp_bytes)[at:at + region_sizes[d.region_id]]))
-        if path is not None:
-            # The image now holds the region data; let the mapped bundle's
-            # pages go so the file is not resident twice while Warp copies it.
-            cap.mapped.drop_pages()
+    # Region checksums deferred by the .wrpk decoder are verified on the blobs in the
+    # source itself (no image is built here: a contained replay's child maps the file).
+    region_sizes = {r.region_id: r.size for r in model.regions}
+    checks = [(d, source_buffer[d.offset:d.offset + region_sizes[d.region_id]]) for d in deferred]
     return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules_given,
-                    cap.modules_dir if path is not None else None, keep, checks)
+                    cap.modules_dir if path is not None else None, keep, checks, source_stat, source_buffer)
 
 
 def refuse_raw_pointers(model) -> None:
@@ -679,7 +685,7 @@ class Program:
             raise WrpError(f"repeat must be >= 0, got {repeat}")
         run = replay_in_child(self._prepared, str(self.device), state, repeat, timeout=timeout, raw=True)
         for name, slot in self._slots.items():
-            self._write(slot, run.results[name])
+            self._write_raw(slot, run.results[name])
         return {name: self.get(name) for name in self._slots}
 
     # -- bindings ---------------------------------------------------------------
@@ -861,7 +867,16 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
             # capture_load can also compile the packaged source fallback.
             graph = wp.capture_load(os.fspath(prep.path), device=dev)
         elif hasattr(wp, "capture_load_from_bytes"):
-            graph = wp.capture_load_from_bytes(prep.wrp_bytes, modules=binaries, device=dev)
+            built = prep.wrp_bytes is None
+            image = prep.image()
+            if built and prep.path is not None:
+                # The image now holds the region data; let the mapped bundle's
+                # pages go so the file is not resident twice while Warp copies it.
+                for k in prep._keep:
+                    mapped = getattr(k, "mapped", None)
+                    if mapped is not None:
+                        mapped.drop_pages()
+            graph = wp.capture_load_from_bytes(image, modules=binaries, device=dev)
         else:  # pragma: no cover  (older Warp)
             graph = _load_via_dir(prep, binaries, dev)
     except (RuntimeError, TypeError, ValueError) as e:
@@ -885,7 +900,7 @@ def _load_via_dir(prep: Prepared, binaries: dict, dev):  # pragma: no cover
 
     with tempfile.TemporaryDirectory(prefix="wrpkit-load-") as d:
         p = Path(d) / "capture.wrp"
-        p.write_bytes(bytes(prep.wrp_bytes))
+        p.write_bytes(bytes(prep.image()))
         (Path(d) / "capture_modules").mkdir()
         for name, data in binaries.items():
             (Path(d) / "capture_modules" / name).write_bytes(bytes(data))
@@ -1010,12 +1025,13 @@ class IsolatedProgram:
         # A new child starts from the file's data: it gets every binding this program holds.
         send = self._state if not self._worker.alive else {n: self._state[n] for n in self._dirty}
         try:
+            # Every binding comes back (in shared memory): a new child after a crash starts from them.
             run = replay_in_worker(self._worker, send, repeat, timeout=timeout, full_state=self._state)
         except BaseException:
             self._state, self._dirty = before, dirty  # a failed run changes nothing here (its child is gone)
             raise
         self._dirty.clear()
-        self._state = {n: np.ascontiguousarray(a).reshape(-1).view(np.uint8) for n, a in run.results.items()}
+        self._state = dict(run.results)
         return {name: self.get(name) for name in self._sizes}
 
     def close(self) -> None:
@@ -1067,8 +1083,10 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
     prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir)
     if isolate:
         check_runnable(prep.model, device, what=str(prep.path) if prep.path is not None else "the capture")
-        if prep.kind == "wrp" and prep.path is None:
-            prep.wrp_bytes = bytes(memoryview(prep.wrp_bytes).cast("B"))  # the caller's buffer may change
+        if prep.path is None and prep.kind in ("wrp", "wrpk"):
+            prep.source_buffer = bytes(memoryview(prep.source_buffer).cast("B"))  # the caller's buffer may change
+            if prep.kind == "wrp":
+                prep.wrp_bytes = prep.source_buffer
         return IsolatedProgram(prep, str(device))
     prog = load_prepared(prep, device)
     if prep.kind == "wrpk":
