@@ -53,10 +53,16 @@
  *     own last failing call.
  *   - Warp's runtime keeps process-global state (its error buffer, its mesh
  *     registry, warp-clang's JIT session, the CPU tile scratch storage), so
- *     every call that enters Warp (open, run, set, get, destroy) takes one
- *     process-wide lock inside this library.  Distinct programs may therefore
- *     be used from distinct threads without external locking, but their
- *     replays are serialized, not parallel.
+ *     every call that enters Warp (wrp_program_open, wrp_program_open_memory,
+ *     wrp_program_run, wrp_program_set, wrp_program_get,
+ *     wrp_program_destroy) takes one process-wide lock inside this library.
+ *     Distinct programs may therefore be used from distinct threads without
+ *     external locking, but those calls are serialized, not parallel.  The
+ *     lock is fair: it is handed over in the order it was asked for (FIFO),
+ *     so a thread waits at most for the calls queued ahead of it (with T
+ *     threads each running one replay at a time: about T - 1 replays).
+ *     Calls that only read what the open recorded (device, versions, ops,
+ *     bindings, warnings, wrp_program_data_ptr) take no lock.
  *   - One program is NOT thread-safe: calls on the same wrp_program must be
  *     externally synchronized, and memory obtained from
  *     wrp_program_data_ptr() must not be accessed while that program runs.

@@ -277,7 +277,7 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         image = prefix.data();
         size = prefix.size();
     }
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     rt_ = &WarpRuntime::acquire(opts_.warp_lib_dir, file_cpu, !file_cpu);
     if (rt_->version() != graph_.producer_version)
         fail(WRP_ERR_INCOMPATIBLE, "the file was recorded with Warp %s, but the Warp runtime in %s is %s; recapture with %s",
@@ -371,7 +371,7 @@ void Program::release() noexcept
 {
     if (!rt_)
         return;
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     const WarpApi& api = rt_->api();
     if (cuda_stream_)
         api.wp_cuda_stream_destroy(cuda_context_, cuda_stream_);
@@ -427,7 +427,7 @@ void Program::set(const char* name, const void* data, size_t size)
     const wrp_binding_info& b = checked_binding(name, size);
     if (!data && size)
         fail(WRP_ERR_INVALID_ARGUMENT, "data is NULL");
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     std::string before = rt_->error_string();
     StderrCapture capture(opts_.capture_stderr);
     if (!rt_->api().wp_apic_set_param(handle_, b.name, data, size))
@@ -444,7 +444,7 @@ void Program::get(const char* name, void* data, size_t size)
     const wrp_binding_info& b = checked_binding(name, size);
     if (!data && size)
         fail(WRP_ERR_INVALID_ARGUMENT, "data is NULL");
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     std::string before = rt_->error_string();
     StderrCapture capture(opts_.capture_stderr);
     if (!rt_->api().wp_apic_get_param(handle_, b.name, data, size))
@@ -455,7 +455,7 @@ void* Program::data_ptr(const char* name, size_t* size)
 {
     require_started("map a binding");
     const wrp_binding_info& b = bindings_[find_binding(name)];
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     void* p = rt_->api().wp_apic_get_param_ptr(handle_, b.name);
     if (!p && b.size)
         fail(WRP_ERR_RUNTIME, "Warp returned no memory for binding %s", quoted(name).c_str());
@@ -467,7 +467,7 @@ void* Program::data_ptr(const char* name, size_t* size)
 void Program::run(uint32_t count)
 {
     require_started("run");
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     const WarpApi& api = rt_->api();
     std::string before = rt_->error_string();
     StderrCapture capture(opts_.capture_stderr);

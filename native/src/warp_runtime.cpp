@@ -65,9 +65,9 @@ std::string locate(const std::string& explicit_dir)
 
 }  // namespace
 
-std::mutex& warp_mutex()
+FairMutex& warp_mutex()
 {
-    static std::mutex m;
+    static FairMutex m;
     return m;
 }
 

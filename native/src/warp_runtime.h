@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "fair_mutex.h"
+
 namespace wrp {
 
 // APICModuleBytes of apic.h (natural alignment, 24 bytes).
@@ -53,8 +55,9 @@ struct WarpApi {
     int (*wp_unload_obj)(const char* module_name);
 };
 
-// Every call into Warp holds this lock (see "Thread safety" in wrp_replay.h).
-std::mutex& warp_mutex();
+// Every call into Warp holds this lock (see "Thread safety" in wrp_replay.h); it is
+// handed over first come, first served (fair_mutex.h).
+FairMutex& warp_mutex();
 
 // Directories searched for Warp when no explicit one is given, derived from
 // where this binary is installed.  Implemented twice, one per target: next to

@@ -21,6 +21,7 @@ once, at load; :meth:`Program.run` adds nothing per launch to
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -450,6 +451,18 @@ def unknown_binding(name, known) -> WrpBindingError:
 # ---------------------------------------------------------------------------
 
 
+def _serialised(method):
+    """Run ``method`` holding its program's lock (see :class:`Program`, "Threads")."""
+    import functools  # noqa: PLC0415
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class _HostMemory:
     """Exposes ``size`` bytes at ``ptr`` to numpy while keeping ``owner`` (the graph) alive."""
 
@@ -472,6 +485,17 @@ class _Slot:
 class Program:
     """A loaded, runnable captured program.
 
+    Threads: a Program is safe to share between threads.  Every call that
+    touches its graph or bindings (``run``, ``launch``, ``set``, ``get``,
+    ``numpy``, ``array``, ``reset``, ``close``) holds the program's lock, so
+    runs on one Program are serialised: each ``run`` sets its inputs, replays
+    and reads its outputs back before another thread's ``run`` starts (two
+    threads get two programs' worth of throughput only from two Programs).
+    The lock costs about a microsecond per call uncontended; a waiting thread
+    waits for the runs ahead of it.  Views (``numpy()`` on CPU, ``array()``,
+    ``run(copy=False)``) alias the graph's memory, which a later replay
+    changes: read them before another thread runs, or take copies.
+
     Attributes:
         model: The decoded program (:class:`wrpkit.model.Program`).
         graph: Warp's loaded ``wp.Graph``.
@@ -489,6 +513,7 @@ class Program:
         self._prepared = prepared
         self._closed = False
         self._bundle = None
+        self._lock = threading.RLock()
         self._sig = dict(prepared.signature)
         self._sizes = dict(prepared.sizes)
         self._is_cpu = bool(device.is_cpu)
@@ -545,6 +570,7 @@ class Program:
 
     # -- running --------------------------------------------------------------
 
+    @_serialised
     def launch(self) -> None:
         """Replay the graph once (``wp.capture_launch``); asynchronous on CUDA."""
         import warp as wp  # noqa: PLC0415
@@ -552,6 +578,7 @@ class Program:
         self._check_open()
         wp.capture_launch(self.graph)
 
+    @_serialised
     def reset(self) -> None:
         """Restore every binding to the bytes it held when the graph was captured.
 
@@ -610,9 +637,17 @@ class Program:
             self._bundle = wrpk.encode_wrpk(self.model, self._prepared.modules)
         return self._bundle
 
-    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, isolate: bool = False,
-            timeout: Optional[float] = None) -> dict:
-        """Set inputs, replay ``repeat`` times, and read every binding back.
+    @_serialised
+    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
+            isolate: bool = False, timeout: Optional[float] = None) -> dict:
+        """Set inputs, replay ``repeat`` times, and read the outputs back.
+
+        Only what is asked for is read back: by default the outputs of the
+        signature (every binding when the file records none), or the bindings
+        named in ``outputs``.  With ``copy=False`` the results are read in
+        place: on CPU, numpy views of the graph's memory (no copy at all; the
+        next replay changes them, and they keep the memory alive); on CUDA,
+        ``wp.array`` views of the device memory (:meth:`array`).
 
         With ``isolate=True`` the replays run in a child process that starts
         from this program's current bindings; its results are written back
@@ -622,15 +657,21 @@ class Program:
         (seconds) bounds the child.  It costs a process start and a load per
         call (see the README's benchmarks).
 
+        Runs on one Program from several threads are serialised (see the
+        class's "Threads").
+
         Args:
             inputs: ``{name: array}`` (numpy arrays, ``wp.array`` or
                 bytes-like).  With a recorded signature each must have exactly
                 its numpy shape and dtype (a view binding takes the view's
                 shape); without one, exactly the binding's bytes.
             repeat: Number of replays (0 only sets inputs and reads back).
+            outputs: Names of the bindings to return (None: :attr:`outputs`;
+                ``"*"``: every binding; ``[]``: none, the fastest run).
+            copy: False: return views of the graph's memory instead of copies.
 
         Returns:
-            ``{name: np.ndarray}`` for every binding, typed and shaped per its
+            ``{name: np.ndarray}`` per name asked for, typed and shaped per its
             signature, or raw ``uint8`` bytes when it has none.
 
         Raises:
@@ -643,8 +684,10 @@ class Program:
         import warp as wp  # noqa: PLC0415
 
         self._check_open()
+        names = self._asked(outputs)
         if isolate:
-            return self._run_isolated(inputs, repeat, timeout)
+            self._run_isolated(inputs, repeat, timeout)
+            return self._results(names, copy)
         if inputs:
             if not isinstance(inputs, Mapping):
                 raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
@@ -663,7 +706,28 @@ class Program:
             raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
         if not self._is_cpu:
             wp.synchronize_device(self.device)
-        return {name: self.get(name) for name in self._slots}
+        return self._results(names, copy)
+
+    def _asked(self, outputs) -> list:
+        """The binding names ``run(outputs=...)`` returns, checked."""
+        if outputs is None:
+            return self.outputs
+        if outputs == "*":
+            return list(self._sizes)
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        names = list(outputs)
+        for n in names:
+            if n not in self._sizes:
+                raise unknown_binding(n, self._sizes)
+        return names
+
+    def _results(self, names: list, copy: bool) -> dict:
+        if copy:
+            return {name: self.get(name) for name in names}
+        if self._is_cpu:
+            return {name: self._slots[name].view for name in names}
+        return {name: self.array(name) for name in names}
 
     def _run_isolated(self, inputs, repeat, timeout) -> dict:
         from .isolate import replay_in_child  # noqa: PLC0415
@@ -686,7 +750,6 @@ class Program:
         run = replay_in_child(self._prepared, str(self.device), state, repeat, timeout=timeout, raw=True)
         for name, slot in self._slots.items():
             self._write_raw(slot, run.results[name])
-        return {name: self.get(name) for name in self._slots}
 
     # -- bindings ---------------------------------------------------------------
 
@@ -739,11 +802,13 @@ class Program:
             raise WrpRuntimeError(f"cannot read binding {slot.name!r}: {e}") from None
         return tmp.numpy()
 
+    @_serialised
     def set(self, name: str, value) -> None:
         """Write one binding (same rules as ``run``'s inputs)."""
         slot = self._slot(name)
         self._write(slot, self._as_input(name, value))
 
+    @_serialised
     def get(self, name: str) -> np.ndarray:
         """A copy of one binding, typed per its signature (raw ``uint8`` without one)."""
         slot = self._slot(name)
@@ -754,6 +819,7 @@ class Program:
             return raw
         return np.array(ann.view_region(raw, slot.sig), copy=True)
 
+    @_serialised
     def numpy(self, name: str) -> np.ndarray:
         """One binding as a numpy array: a zero-copy view on CPU, a copy on CUDA.
 
@@ -765,6 +831,7 @@ class Program:
             return slot.view
         return self.get(name)
 
+    @_serialised
     def array(self, name: str):
         """One binding as a zero-copy ``wp.array`` over the graph's memory.
 
@@ -795,6 +862,7 @@ class Program:
         arr._wrpkit_owner = self.graph  # the graph owns the memory
         return arr
 
+    @_serialised
     def close(self) -> None:
         """Release the graph and the source mapping (views become invalid).
 
@@ -918,6 +986,9 @@ class IsolatedProgram:
     bindings as the last successful run left them.  :meth:`close` (or the
     program's garbage collection) ends the child.
 
+    Threads: safe to share, like :class:`Program`: requests to the child are
+    serialised by the program's lock.
+
     Attributes:
         model: The decoded program.
         device: The device string.
@@ -936,6 +1007,7 @@ class IsolatedProgram:
         self._state = {}  # {name: uint8 bytes of the binding}; absent: the file's initial data
         self._dirty = set()  # names set since the child last saw them
         self._worker = None  # its ReplayWorker, started by the first run
+        self._lock = threading.RLock()
 
     signature = Program.signature
     bindings = Program.bindings
@@ -951,6 +1023,9 @@ class IsolatedProgram:
         if name not in self._sizes:
             raise unknown_binding(name, self._sizes)
 
+    _asked = Program._asked
+
+    @_serialised
     def set(self, name: str, value) -> None:
         """Set one binding for the next run (same rules as ``run``'s inputs)."""
         self._check(name)
@@ -974,6 +1049,7 @@ class IsolatedProgram:
             return np.frombuffer(bytes(memoryview(data)), dtype=np.uint8).copy()
         return np.zeros(region.size, dtype=np.uint8)
 
+    @_serialised
     def get(self, name: str) -> np.ndarray:
         """A copy of one binding after the last run, typed per its signature."""
         self._check(name)
@@ -985,13 +1061,19 @@ class IsolatedProgram:
 
     numpy = get
 
-    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, isolate: bool = True,
-            timeout: Optional[float] = None) -> dict:
-        """Set inputs, replay ``repeat`` times in a child process, and read every binding back.
+    @_serialised
+    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
+            isolate: bool = True, timeout: Optional[float] = None) -> dict:
+        """Set inputs, replay ``repeat`` times in a child process, and return the outputs.
+
+        Every binding comes back from the child (through shared memory: a new
+        child after a crash starts from them); only ``outputs`` are returned.
 
         Args:
             inputs: As for :meth:`Program.run`.
             repeat: Number of replays.
+            outputs: As for :meth:`Program.run` (None: the signature's outputs).
+            copy: False: views of this program's copy of the bindings (valid until the next run).
             isolate: Must be True (an isolated program has no graph in this process).
             timeout: Seconds for the child (None: no limit).
 
@@ -1003,6 +1085,7 @@ class IsolatedProgram:
         """
         from .isolate import ReplayWorker, replay_in_worker  # noqa: PLC0415
 
+        names = self._asked(outputs)
         if not isolate:
             raise WrpError("this program was loaded with isolate=True; load it again without to run in-process")
         before, dirty = dict(self._state), set(self._dirty)
@@ -1032,8 +1115,12 @@ class IsolatedProgram:
             raise
         self._dirty.clear()
         self._state = dict(run.results)
-        return {name: self.get(name) for name in self._sizes}
+        if copy:
+            return {name: self.get(name) for name in names}
+        return {name: (self._state[name] if self._sig.get(name) is None else
+                       ann.view_region(self._state[name], self._sig[name])) for name in names}
 
+    @_serialised
     def close(self) -> None:
         """End the replay child and release the source mapping."""
         if self._worker is not None:
