@@ -192,3 +192,149 @@ def test_stock_outputs_are_raw_unless_typed(stock):
         assert proc.returncode == 0, proc.stderr
         got = json.loads(proc.stdout)["outputs"]["count"]
         assert got["dtype"] == "int32" and got["min"] == int(want.min()) and got["max"] == int(want.max())
+
+
+# ---------------------------------------------------------------------------
+# Memory checked before it is spent; one out-of-memory status
+# ---------------------------------------------------------------------------
+
+
+@wp.kernel
+def k_twice(a: wp.array(dtype=wp.float32), s: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    s[i] = a[i] * 2.0
+    a[i] = s[i] + 1.0
+
+
+def _small_stock(d: Path) -> Path:
+    a = wp.array(np.arange(1024, dtype=np.float32), device="cpu")
+    s = wp.zeros(1024, dtype=wp.float32, device="cpu")
+    wp.capture_begin(device="cpu", apic=True)
+    wp.launch(k_twice, dim=1024, inputs=[a, s], device="cpu")
+    graph = wp.capture_end(device="cpu")
+    path = d / "small.wrp"
+    wp.capture_save(graph, str(path), inputs={"a": a})
+    return path
+
+
+def _edit_region(src: Path, dst: Path, region_index: int, size: int) -> Path:
+    """``src`` with one region declared ``size`` bytes and no initial data (edited as JSON)."""
+    js = dst.with_suffix(".json")
+    assert _cli("convert", src, js).returncode == 0
+    doc = json.loads(js.read_text())
+    r = doc["regions"][region_index]
+    r["size"], r["has_initial_data"] = size, False
+    r.pop("data", None)
+    js.write_text(json.dumps(doc))
+    proc = _cli("convert", js, dst)
+    assert proc.returncode == 0, proc.stderr
+    return dst
+
+
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("edited")
+    small = _small_stock(d)
+    return {"small": small,
+            # the scratch array (unbound) declared 8 GiB: the kernel reaches 4 KiB of it
+            "unreached": _edit_region(small, d / "unreached.wrp", 1, 8 << 30),
+            # the bound input declared 1 TiB: more than any machine has free
+            "huge": _edit_region(small, d / "huge.wrp", 0, 1 << 40),
+            # the bound input declared 1 GiB of zeros: fits, unless the address space is limited
+            "gig": _edit_region(small, d / "gig.wrp", 0, 1 << 30)}
+
+
+def _wrp_replay_exe() -> str:
+    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+
+    return str(find_native())
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_an_edited_unreachable_region_is_refused_in_under_5_s(edited, engine):
+    import time  # noqa: PLC0415
+
+    if engine == "native":
+        _native_or_skip()
+    t0 = time.monotonic()
+    proc = _cli("replay", edited["unreached"], "--engine", engine, "--json")
+    took = time.monotonic() - t0
+    assert proc.returncode == 3, proc.stderr
+    err = json.loads(proc.stdout)
+    assert "region 2 declares 8.0 GiB" in err["error"] and "--allow-unreached" in err["hint"]
+    assert took < 5, took
+
+
+def test_validators_and_check_warn_of_an_unreachable_region(edited):
+    v = _cli("validate", edited["unreached"])
+    assert v.returncode == 0 and "region 2 declares 8.0 GiB" in v.stdout + v.stderr
+    c = _cli("check", edited["unreached"])
+    assert "lint-memory" in c.stdout and "region 2 declares 8.0 GiB" in c.stdout
+    for f in ("small", "gig"):  # what ops or bindings reach is never flagged
+        assert "declares" not in _cli("validate", edited[f]).stdout
+
+
+def _assert_oom(proc, *words):
+    assert proc.returncode == 3, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    text = (proc.stdout + proc.stderr).lower()
+    assert "out of memory" in text or "nothing was allocated" in text, text[-2000:]
+    for w in words:
+        assert w.lower() in text, (w, text[-2000:])
+
+
+@pytest.mark.parametrize("budget", [None, "1K"])
+def test_an_over_budget_capture_is_refused_in_every_route(edited, budget):
+    """1 TiB declared: refused against the host's free memory (or a --max-memory of 1 KiB), before any allocation."""
+    _native_or_skip()
+    extra = [] if budget is None else ["--max-memory", budget]
+    figure = "free" if budget is None else "1024"
+    for engine in ("python", "native"):
+        _assert_oom(_cli("replay", edited["huge"], "--engine", engine, *extra), "1099511627776", figure)
+    _assert_oom(subprocess.run([_wrp_replay_exe(), str(edited["huge"]), *extra], capture_output=True, text=True,
+                               timeout=120), "1099511627776", figure)
+    with pytest.raises(wrpkit.WrpOutOfMemoryError) as e:
+        wrpkit.load(edited["huge"], max_memory=budget)
+    assert e.value.requested >= 1 << 40 and e.value.device == "cpu" and e.value.exit_code == 3
+    iso = wrpkit.load(edited["huge"], isolate=True, max_memory=budget)
+    try:
+        with pytest.raises(wrpkit.WrpOutOfMemoryError, match="1099511627776"):
+            iso.run()
+    finally:
+        iso.close()
+
+
+_IN_PROCESS = """
+import sys, wrpkit
+try:
+    wrpkit.load(sys.argv[1], max_memory="100G", isolate=sys.argv[2] == "1").run()
+except wrpkit.WrpOutOfMemoryError as e:
+    print("OOM", e.requested, e.device, e)
+    sys.exit(3)
+"""
+
+
+def _limited(limit_mb: int, *cmd) -> subprocess.CompletedProcess:
+    import resource  # noqa: PLC0415
+
+    def pre():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+
+    return subprocess.run([str(c) for c in cmd], preexec_fn=pre, capture_output=True, text=True, timeout=300)
+
+
+def test_out_of_memory_injected_with_rlimit_as_is_one_status_in_every_route(edited):
+    """The address space is capped below the 1 GiB region (--max-memory lets the check pass): Warp's
+    allocation fails, and every route says so the same way: exit 3, out of memory, the size."""
+    _native_or_skip()
+    limit = 1000  # MiB: room for Python, Warp and LLVM, not for the region too
+    if _limited(limit, _wrp_exe(), "replay", edited["small"]).returncode != 0:
+        pytest.skip("this interpreter needs more than 1000 MiB of address space to replay at all")
+    size = "1073741824"
+    for engine in ("python", "native"):
+        _assert_oom(_limited(limit, _wrp_exe(), "replay", edited["gig"], "--engine", engine, "--max-memory", "100G"),
+                    size)
+    _assert_oom(_limited(limit, _wrp_replay_exe(), edited["gig"], "--max-memory", "100G"), size)
+    for isolate in ("0", "1"):
+        proc = _limited(limit, sys.executable, "-c", _IN_PROCESS, edited["gig"], isolate)
+        said = [ln for ln in proc.stdout.splitlines() if ln.startswith("OOM ")]
+        assert proc.returncode == 3 and said and size in said[0], (proc.stdout, proc.stderr[-2000:])

@@ -23,6 +23,7 @@ from .errors import (  # noqa: E402
     WrpFormatError,
     WrpIntegrityError,
     WrpModuleError,
+    WrpOutOfMemoryError,
     WrpRuntimeError,
     WrpValidationError,
     WrpVersionError,
@@ -115,6 +116,6 @@ def __getattr__(name):
 
 __all__ = [
     "__version__", "Capture", "open_capture", "WrpError", "WrpFormatError", "WrpVersionError", "WrpIntegrityError",
-    "WrpValidationError", "WrpModuleError", "WrpDeviceError", "WrpBindingError", "WrpRuntimeError", "WrpCrashError",
+    "WrpValidationError", "WrpModuleError", "WrpOutOfMemoryError", "WrpDeviceError", "WrpBindingError", "WrpRuntimeError", "WrpCrashError",
     *_LAZY,
 ]

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 
 #include "cli_error.h"
@@ -34,6 +35,9 @@ const char* const kUsage =
     "                       writes into an open file N (a memory file a caller passed) in place\n"
     "  --repeat N           timed replays (default 1)\n"
     "  --warmup N           untimed replays before the timed ones (default 0)\n"
+    "  --max-memory SIZE    memory the load may allocate (e.g. 64G); by default the file's declared\n"
+    "                       memory is checked against the device's free memory before anything is\n"
+    "                       allocated, and a file that does not fit exits 3 (out of memory)\n"
     "  --timeout SECONDS    give up when loading and replaying take longer than SECONDS of wall\n"
     "                       time (fractional allowed): exit status 124, no output written.  Bounds\n"
     "                       a WHILE loop that does not end (nested loops multiply Warp's\n"
@@ -85,6 +89,32 @@ uint32_t parse_count(const std::string& flag, const std::string& text, uint32_t 
     if (text.empty() || text[0] == '-' || *end || errno || v < min || v > 1000000000ull)
         usage_error(flag + " needs an integer between " + std::to_string(min) + " and 1000000000, got \"" + text + "\"");
     return static_cast<uint32_t>(v);
+}
+
+// "512M", "16G", "1.5GiB", "1000000": bytes (powers of 1024), as wrpkit's parse_size.
+uint64_t parse_size(const std::string& flag, const std::string& text)
+{
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    std::string unit = end ? std::string(end) : "";
+    while (!unit.empty() && unit.back() == ' ')
+        unit.pop_back();
+    std::string lower;
+    for (char c : unit)
+        lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string units = "kmgtp";
+    double scale = 1;
+    if (!lower.empty()) {
+        size_t k = units.find(lower[0]);
+        std::string rest = lower.substr(1);
+        if (k == std::string::npos || !(rest.empty() || rest == "b" || rest == "ib"))
+            usage_error(flag + " needs a size such as 512M or 16G, got \"" + text + "\"");
+        scale = std::ldexp(1.0, 10 * static_cast<int>(k + 1));
+    }
+    if (text.empty() || text[0] == '-' || errno || !std::isfinite(v) || v < 0 || v * scale >= 1.8e19)
+        usage_error(flag + " needs a size such as 512M or 16G, got \"" + text + "\"");
+    return static_cast<uint64_t>(v * scale);
 }
 
 double parse_seconds(const std::string& flag, const std::string& text)
@@ -168,6 +198,10 @@ CliArgs parse_args(int argc, char** argv)
             a.repeat = parse_count(arg, next(), 1);
         } else if (arg == "--warmup") {
             a.warmup = parse_count(arg, next(), 0);
+        } else if (arg == "--max-memory") {
+            a.max_memory = parse_size(arg, next());
+            if (!a.max_memory)
+                usage_error("--max-memory needs a size above 0");
         } else if (arg == "--timeout") {
             a.timeout_s = parse_seconds(arg, next());
         } else if (arg == "--modules-dir") {

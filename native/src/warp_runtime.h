@@ -42,6 +42,7 @@ struct WarpApi {
     bool (*wp_apic_cpu_replay_graph)(void* graph);
     bool (*wp_apic_launch)(void* graph, void* stream);
     int (*wp_cuda_device_get_count)();
+    void (*wp_cuda_device_get_memory_info)(int ordinal, size_t* free_mem, size_t* total_mem);
     void* (*wp_cuda_device_get_primary_context)(int ordinal);
     void* (*wp_cuda_stream_create)(void* context, int priority);
     void (*wp_cuda_stream_destroy)(void* context, void* stream);

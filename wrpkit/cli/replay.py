@@ -308,7 +308,7 @@ def _timing_summary(values) -> dict | None:
 
 def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool,
                 verify_checksums: bool = True, watchdog: "_Watchdog | None" = None, read_back=(),
-                stats_specs=None) -> tuple:
+                stats_specs=None, max_memory=None) -> tuple:
     """Replay in a child process (a crash there is contained: WrpCrashError, exit 4).
 
     The child maps the file itself; inputs and the ``read_back`` bindings pass
@@ -326,8 +326,34 @@ def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: 
         remaining = watchdog.remaining()
     run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
                           timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds,
-                          read_back=list(read_back), stats=stats_specs)
+                          read_back=list(read_back), stats=stats_specs, max_memory=max_memory)
     return run.results, run.stats, run.host_ms, run.device_ms
+
+
+def _check_memory(prep, device: str, max_memory, allow_unreached: bool) -> list:
+    """Refuse, before anything is allocated, what cannot fit; return the warnings (unreached regions).
+
+    The host's free memory is checked here (a CUDA device's by the replay's process, which asks Warp).
+
+    Raises:
+        WrpOutOfMemoryError: The declared memory exceeds the host's available memory or ``max_memory``.
+        WrpValidationError: Regions nothing reaches hold more than the refusal threshold.
+    """
+    from ..checks.memory import (UNREACHED_REFUSE_BYTES, check_budget, format_size, host_available,  # noqa: PLC0415
+                                 unreached_regions)
+    from ..errors import WrpValidationError  # noqa: PLC0415
+
+    unreached = unreached_regions(prep.model)
+    wasted = sum(u.unreached for u in unreached)
+    if unreached and wasted > UNREACHED_REFUSE_BYTES and not allow_unreached:
+        raise WrpValidationError(
+            [u.message() for u in unreached],
+            hint=f"Together {format_size(wasted)} that no op reaches (over the {format_size(UNREACHED_REFUSE_BYTES)} "
+                 "a replay allocates without asking). Recapture the file, or pass --allow-unreached to replay "
+                 "it anyway.")
+    if device.strip().lower() == "cpu" or device.strip().lower().startswith("cpu"):
+        check_budget(prep.model, "cpu", host_available() if max_memory is None else None, max_memory)
+    return [u.message() for u in unreached]
 
 
 def _stats_spec(prep, name: str, raw_inputs: dict, golden_arrays) -> dict | None:
@@ -467,7 +493,7 @@ def _read_npy_fd(fd: int, what: str) -> np.ndarray:
 
 def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
                 verify_checksums: bool = True, watchdog: "_Watchdog | None" = None,
-                allow_raw_pointers: bool = False, read_back=(), stats_specs=None) -> tuple:
+                allow_raw_pointers: bool = False, read_back=(), stats_specs=None, max_memory=None) -> tuple:
     """Replay with ``wrp-replay`` in a child process.
 
     wrp-replay maps the file itself; inputs and the ``read_back`` bindings pass
@@ -503,6 +529,8 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
         if allow_raw_pointers:
             args.append("--allow-raw-pointers")
+        if max_memory is not None:
+            args += ["--max-memory", str(max_memory)]
         if remaining is not None:
             args += ["--timeout", repr(remaining)]
         for name, arr in inputs.items():
@@ -550,6 +578,11 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
                 raise _native_crash(prep, proc.returncode, msg or proc.stderr, device, inputs, repeat + warmup,
                                     verify_checksums, report.get("crash") if isinstance(report, dict) else None)
             msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
+            if proc.returncode == 3 and ("out of memory" in msg.lower() or " free; " in msg.lower()):
+                from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+                raise WrpOutOfMemoryError(msg, hint="Free memory or replay on a larger device; --max-memory SIZE "
+                                                    "replays it anyway if you know it fits.", device=device)
             cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
             raise cls(msg, hint="Rerun with --engine python to compare.")
         results = {}
@@ -596,6 +629,8 @@ def _print_report(report: dict) -> None:
     err = Console(stderr=True, highlight=False)
     for name, what in (report.get("unset_inputs") or {}).items():
         err.print(f"notice: binding {name!r} was not given as an input: it holds {what}")
+    for text in report.get("warnings") or []:
+        err.print(f"warning: {text}")
     t = report["timings"]
     tt = table(f"{report['file']} on {report['device']} ({report['engine']} engine, "
                f"{plural(report['repeat'], 'replay')}, {report['warmup']} warmup)",
@@ -655,7 +690,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
                 as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
                 timeout: float | None = None, allow_raw_pointers: bool = False, modules_dir=None,
-                dtype_items=()) -> tuple:
+                dtype_items=(), max_memory=None, allow_unreached: bool = False) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
 
     The replay runs in a child process (either engine): a fatal signal there
@@ -669,6 +704,14 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     signature for (:func:`wrpkit.run.runtime.signature_for_type`).
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
+
+    Memory is checked before anything is allocated: the capture's declared
+    memory against the device's free memory, or against ``max_memory``
+    (bytes, or a size such as ``"64G"``): :class:`~wrpkit.errors.WrpOutOfMemoryError`
+    (exit 3).  A file whose regions are far larger than any op reaches, by
+    more than :data:`~wrpkit.checks.memory.UNREACHED_REFUSE_BYTES` in all, is
+    refused (exit 3) unless ``allow_unreached``; below that it is a warning
+    (``report["warnings"]``).
 
     ``timeout`` (seconds) bounds the wall time of preparing, loading and
     replaying: when it runs out, the process prints an ``error:`` line and
@@ -700,6 +743,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         # Warp is imported only where the replay runs (the child; wrp-replay loads its own), which
         # checks the device too: this process starts fast and holds no Warp runtime.
         runtime.check_runnable(prep.model, device, what=str(file))
+        warnings = _check_memory(prep, device, max_memory, allow_unreached)
 
         typed_here = set()  # bindings typed by --dtype: the replay (child, or wrp-replay) returns their bytes
         for name, type_name in _parse_dtypes(dtype_items):
@@ -748,11 +792,11 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         if engine == "native":
             results, summary, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup,
                                                                verify_checksums, watchdog, allow_raw_pointers,
-                                                               read_back, specs)
+                                                               read_back, specs, max_memory)
         else:
             results, summary, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup,
                                                                progress and not as_json, verify_checksums, watchdog,
-                                                               read_back, specs)
+                                                               read_back, specs, max_memory)
     finally:
         if watchdog is not None:
             watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
@@ -781,6 +825,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
         "outputs": {n: summary[n] for n in outputs},
         "unset_inputs": unset_inputs(prep, inputs),
+        "warnings": warnings,
         "check": None,
         "output": None,
         "ok": True,
@@ -827,12 +872,17 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                    "ids), refused by default: they dangle in a new process.")
 @click.option("--modules-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
+@click.option("--max-memory", "max_memory", metavar="SIZE", default=None,
+              help="Memory the replay may allocate (e.g. 64G), instead of the device's free memory, which the "
+                   "capture's declared memory is checked against before anything is allocated (exit 3).")
+@click.option("--allow-unreached", is_flag=True,
+              help="Replay a file whose regions are far larger than any op reaches (refused above 1 GiB in all).")
 @click.option("--dtype", "dtype_items", multiple=True, metavar="NAME=TYPE",
               help="Type a binding the file records no signature for, as a 1-D array of a Warp type "
                    "(float32, vec3f, mat33f, ...). Repeatable.")
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, engine, as_json,
-           no_verify, timeout, allow_raw_pointers, modules_dir, dtype_items):
+           no_verify, timeout, allow_raw_pointers, modules_dir, max_memory, allow_unreached, dtype_items):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
@@ -843,7 +893,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
     captured value, and a notice says so.
     Exit codes (wrp --help has the table): 0 ok; 1 check mismatch, replay
     failure or I/O error; 2 usage error, bad input, wrong device; 3 invalid,
-    incomplete, incompatible or unsafe file (e.g. stale process pointers);
+    incomplete, incompatible or unsafe file (e.g. stale process pointers), or
+    one needing more memory than the device has free (--max-memory);
     4 the replay crashed (a fatal signal in kernel code or Warp's runtime,
     contained in a child process: the message names the op); 124 --timeout
     ran out; 130 Ctrl-C.  Nothing is written on any error.
@@ -856,6 +907,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay untrusted.wrp --timeout 10 --output out.npz
       wrp replay renamed.wrp --modules-dir old_name_modules
       wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
+      wrp replay h200.wrp --device cuda:0 --max-memory 120G
     """
     from .output import reported_errors  # noqa: PLC0415
 
@@ -864,10 +916,13 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         # With --json, stdout carries exactly one JSON object: anything printed
         # on the way (Warp's messages) goes to stderr.
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from ..checks.memory import parse_size  # noqa: PLC0415
+
+            budget = parse_size(max_memory) if max_memory is not None else None
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
                                      atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
                                      allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
-                                     dtype_items=dtype_items)
+                                     dtype_items=dtype_items, max_memory=budget, allow_unreached=allow_unreached)
     if as_json:
         click.echo(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:

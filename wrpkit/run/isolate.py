@@ -315,12 +315,15 @@ class ReplayWorker:
         device: The device string.
         prefix: Replay only the first ``prefix`` top-level ops (the crash search).
         source: A :class:`ChildSource` to share (not closed by :meth:`close`).
+        max_memory: Bytes the child's load may allocate (None: the device's free memory).
     """
 
-    def __init__(self, prep, device, prefix: Optional[int] = None, source: Optional[ChildSource] = None):
+    def __init__(self, prep, device, prefix: Optional[int] = None, source: Optional[ChildSource] = None,
+                 max_memory: Optional[int] = None):
         self.prep = prep
         self.device = str(device)
         self.prefix = prefix
+        self.max_memory = max_memory
         verify_deferred(prep)
         self._own_source = source is None
         self.source = source
@@ -355,7 +358,8 @@ class ReplayWorker:
         self._sock = ours
         src = self.source
         try:
-            send(ours, {"op": "load", "device": self.device, "prefix": self.prefix, "modules": src.modules,
+            send(ours, {"op": "load", "device": self.device, "prefix": self.prefix, "max_memory": self.max_memory,
+                        "modules": src.modules,
                         "modules_size": src.modules_area.size, "stage_size": self._stage.size},
                  [src.capture_fd, src.modules_area.fd, self._stage.fd])
         except OSError:
@@ -480,7 +484,7 @@ class ReplayWorker:
 def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int = 1, warmup: int = 0, *,
                     verify_checksums: bool = True, timeout: Optional[float] = None, read_back=True,
                     identify: bool = True, raw: bool = False, timeout_total: Optional[float] = None,
-                    stats: Optional[Mapping] = None) -> ChildRun:
+                    stats: Optional[Mapping] = None, max_memory: Optional[int] = None) -> ChildRun:
     """Load and replay a prepared capture in a child process (one request, then it ends).
 
     Args:
@@ -497,6 +501,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
         raw: Inputs are whole bindings as ``uint8`` bytes, and so are the results.
         timeout_total: The timeout to name in a timeout's message (default ``timeout``).
         stats: ``{binding: spec}`` to summarise in the child (``ChildRun.stats``).
+        max_memory: Bytes the child's load may allocate (None: the device's free memory).
 
     Returns:
         A :class:`ChildRun`; its results are views of shared memory, typed per
@@ -513,7 +518,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
     t0 = time.monotonic()
     whole = {n: (np.asarray(a) if raw else whole_region(prep, n, a)) for n, a in dict(inputs or {}).items()}
     names = list(prep.sizes) if read_back is True else [] if read_back is False else list(read_back)
-    worker = ReplayWorker(prep, device)
+    worker = ReplayWorker(prep, device, max_memory=max_memory)
     try:
         try:
             run = worker.run(whole, repeat, warmup, timeout, read_back=names, stats=stats)
@@ -809,7 +814,7 @@ def _load_served(message: dict, fds: list):
         prep.wrp_bytes = wrp1.build_image(prep.model)[0]
         prep.modules_given, prep.deferred = True, []
     _set_stage(stage, "loading")
-    return wp, runtime.load_prepared(prep, message["device"]), stage
+    return wp, runtime.load_prepared(prep, message["device"], message.get("max_memory")), stage
 
 
 def _set_stage(stage, text: str) -> None:

@@ -21,6 +21,7 @@ once, at load; :meth:`Program.run` adds nothing per launch to
 from __future__ import annotations
 
 import os
+import re
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -885,9 +886,55 @@ def _release(prepared) -> None:
                 pass
 
 
+#: Programs unpickled in this process: {(bundle header, size, device): [Program, ...]}.
+_unpickled: dict = {}
+_unpickled_lock = threading.Lock()
+#: Graphs kept per bundle and device (one per task that held one at the same time).
+_UNPICKLED_PER_BUNDLE = 8
+
+
+def _reusable(prog: Program) -> bool:
+    """Whether :meth:`Program.reset` restores all of ``prog``'s state: every region is bound
+    (memory no binding names keeps what the last run left, so such a graph is loaded afresh)."""
+    bound = {b.region_id for b in prog.model.bindings}
+    return all(r.region_id in bound for r in prog.model.regions)
+
+
 def _program_from_bundle(bundle: bytes, device: str) -> Program:
-    """Unpickle a :class:`Program`: load its bundle bytes from memory on ``device``."""
-    return load(bundle, device=device)
+    """Unpickle a :class:`Program`: load its bundle bytes from memory on ``device``.
+
+    A worker that unpickles the same bundle again (Ray and Dask ship a task's
+    arguments with every task) gets a graph it loaded before, reset to its
+    captured values, instead of a second load (unpickling is a full load) --
+    but only a graph nobody holds any more: a Program is never handed to two
+    holders at once, so tasks running side by side (threads) each have their
+    own graph, whichever thread unpickled their arguments.  Only graphs whose
+    every region is bound are reused (:meth:`Program.reset` restores all of
+    their state); others load afresh.  Warp's banner is off.
+    """
+    import sys  # noqa: PLC0415
+
+    from ..environment import init_warp  # noqa: PLC0415
+
+    view = memoryview(bundle).cast("B")
+    # The header holds the manifest's SHA-256, which covers every blob's: it names the content.
+    key = (bytes(view[:128]), view.nbytes, str(device))
+    with _unpickled_lock:
+        pool = _unpickled.setdefault(key, [])
+        pool[:] = [p for p in pool if not p.closed]
+        for prog in pool:
+            # Held by the pool, this loop and getrefcount's argument only: nobody uses it now.
+            if sys.getrefcount(prog) <= 3:
+                prog.reset()
+                return prog
+    init_warp(cpu_only=str(device).strip().lower() == "cpu")
+    prog = load(bundle, device=device)
+    if _reusable(prog):
+        with _unpickled_lock:
+            pool = _unpickled.setdefault(key, [])
+            if len(pool) < _UNPICKLED_PER_BUNDLE:
+                pool.append(prog)
+    return prog
 
 
 def resolve_device(device):
@@ -911,13 +958,91 @@ def resolve_device(device):
                              hint=f"Available devices: {', '.join(str(d) for d in wp.get_devices())}.") from None
 
 
-def load_prepared(prep: Prepared, device="cpu") -> Program:
+def device_free_memory(dev) -> Optional[int]:
+    """Bytes a new allocation on ``dev`` (a ``wp.Device``) can take: CUDA's free memory, or the host's
+    available memory (:func:`wrpkit.checks.memory.host_available`); None when unknown."""
+    from ..checks.memory import host_available  # noqa: PLC0415
+
+    if dev.is_cuda:
+        try:
+            return int(dev.free_memory)
+        except Exception:  # noqa: BLE001  (an old Warp, or no driver answer: unknown)
+            return None
+    return host_available()
+
+
+def check_memory(model, dev, max_memory: Optional[int] = None) -> None:
+    """Refuse a capture whose regions would not fit the device's free memory (or ``max_memory``).
+
+    Raises:
+        WrpOutOfMemoryError: It does not fit; nothing was allocated.
+    """
+    from ..checks.memory import check_budget  # noqa: PLC0415
+
+    check_budget(model, str(dev), device_free_memory(dev) if max_memory is None else None, max_memory)
+
+
+def _warp_load_error(e, what: str, dev, model) -> WrpError:
+    """The error for Warp's failure to load: out of memory (one status, with the size) when Warp says so."""
+    text = str(e)
+    said = _stderr_tail()  # Warp prints its reason on stderr; a replay child's stderr is a memory file
+    oom = re.compile(r"out of memory|failed to allocate|cannot allocate|std::bad_alloc|ENOMEM", re.IGNORECASE)
+    reason = next((ln.strip() for ln in reversed(said.splitlines()) if oom.search(ln)), "")
+    if reason and not oom.search(text):
+        text = f"{text.rstrip(': ')}: {reason}"
+    if not oom.search(text) and not _can_reserve(model):
+        text = f"{text.rstrip(': ')}: the memory its regions declare cannot even be reserved"
+    if oom.search(text) or "cannot even be reserved" in text:
+        from ..checks.memory import declared_memory  # noqa: PLC0415
+        from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+        need = declared_memory(model)
+        return WrpOutOfMemoryError(f"Warp ran out of memory loading {what} on {dev} (the capture declares "
+                                   f"{need.describe()}): {text}", requested=need.total, device=str(dev),
+                                   hint="Free memory or replay on a larger device.")
+    return WrpRuntimeError(f"Warp could not load {what}: {text}",
+                           hint="Warp's own diagnostic, if any, is printed on stderr above.")
+
+
+def _stderr_tail(limit: int = 4096) -> str:
+    """The end of what this process wrote on stderr when fd 2 is a file (a replay child's memory file)."""
+    import stat as st  # noqa: PLC0415
+
+    try:
+        info = os.fstat(2)
+        if not st.S_ISREG(info.st_mode):
+            return ""
+        return os.pread(2, limit, max(0, info.st_size - limit)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _can_reserve(model) -> bool:
+    """Whether address space for every region could be reserved now (a failed Warp load with no reason:
+    was it memory?).  The reservation is never touched, so it costs no memory."""
+    import mmap  # noqa: PLC0415
+
+    from ..checks.memory import declared_memory  # noqa: PLC0415
+
+    total = declared_memory(model).total
+    if not total:
+        return True
+    try:
+        mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0),
+                  prot=mmap.PROT_READ).close()
+        return True
+    except (OSError, ValueError, OverflowError, MemoryError):
+        return False
+
+
+def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None) -> Program:
     """Load a :class:`Prepared` capture into Warp (see :func:`load`)."""
     import warp as wp  # noqa: PLC0415
 
     what = str(prep.path) if prep.path is not None else "the capture"
     check_runnable(prep.model, device, what=what)
     dev = resolve_device(device)
+    check_memory(prep.model, dev, max_memory)  # before anything is allocated
     # prepare() picked exactly the files Warp needs (and .cu sources when present).
     binaries = prep.modules
     # Region data holds no code and has passed validation, so its checksums
@@ -947,9 +1072,16 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
             graph = wp.capture_load_from_bytes(image, modules=binaries, device=dev)
         else:  # pragma: no cover  (older Warp)
             graph = _load_via_dir(prep, binaries, dev)
+    except MemoryError:
+        from ..checks.memory import declared_memory  # noqa: PLC0415
+        from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+        need = declared_memory(prep.model)
+        raise WrpOutOfMemoryError(f"out of memory while loading {what} on {dev} (the capture declares "
+                                  f"{need.describe()})", requested=need.total, device=str(dev),
+                                  hint="Free memory or replay on a larger device.") from None
     except (RuntimeError, TypeError, ValueError) as e:
-        raise WrpRuntimeError(f"Warp could not load {what}: {e}",
-                              hint="Warp's own diagnostic, if any, is printed on stderr above.") from None
+        raise _warp_load_error(e, what, dev, prep.model) from None
     finally:
         if verification is not None:
             try:
@@ -1008,6 +1140,7 @@ class IsolatedProgram:
         self._dirty = set()  # names set since the child last saw them
         self._worker = None  # its ReplayWorker, started by the first run
         self._lock = threading.RLock()
+        self._max_memory = None  # load(max_memory=): the child's budget
 
     signature = Program.signature
     bindings = Program.bindings
@@ -1103,7 +1236,7 @@ class IsolatedProgram:
         if repeat < 0:
             raise WrpError(f"repeat must be >= 0, got {repeat}")
         if self._worker is None:
-            self._worker = ReplayWorker(self._prepared, self.device)
+            self._worker = ReplayWorker(self._prepared, self.device, max_memory=self._max_memory)
             weakref.finalize(self, self._worker.close)
         # A new child starts from the file's data: it gets every binding this program holds.
         send = self._state if not self._worker.alive else {n: self._state[n] for n in self._dirty}
@@ -1130,7 +1263,7 @@ class IsolatedProgram:
 
 
 def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isolate: bool = False,
-         allow_raw_pointers: bool = False, modules_dir=None):
+         allow_raw_pointers: bool = False, modules_dir=None, max_memory=None):
     """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`Program`.
 
     Checks, in order: the container decodes and validates with wrpkit's codec;
@@ -1155,6 +1288,10 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
         modules_dir: For a ``.wrp`` path: the folder of its module files
             (default: ``<stem>_modules/`` beside the path, or beside a
             symbolic link's target).
+        max_memory: Bytes (or a size such as ``"64G"``) the load may
+            allocate, replacing the check against the device's free memory
+            (host: available memory; CUDA: free device memory) that runs
+            before anything is allocated.
 
     A path may be a symbolic link, or a stem to which ``.wrp`` is added (as
     ``wp.capture_load`` does).
@@ -1166,7 +1303,11 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
         WrpDeviceError: Wrong device family, or the device is unavailable.
         WrpVersionError: Recorded with another Warp version (recapture needed).
         WrpRuntimeError: Warp failed to load it.
+        WrpOutOfMemoryError: Its memory does not fit the device (or ``max_memory``), or an allocation failed.
     """
+    from ..checks.memory import parse_size  # noqa: PLC0415
+
+    max_memory = parse_size(max_memory) if max_memory is not None else None
     prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir)
     if isolate:
         check_runnable(prep.model, device, what=str(prep.path) if prep.path is not None else "the capture")
@@ -1174,8 +1315,10 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
             prep.source_buffer = bytes(memoryview(prep.source_buffer).cast("B"))  # the caller's buffer may change
             if prep.kind == "wrp":
                 prep.wrp_bytes = prep.source_buffer
-        return IsolatedProgram(prep, str(device))
-    prog = load_prepared(prep, device)
+        iso = IsolatedProgram(prep, str(device))
+        iso._max_memory = max_memory
+        return iso
+    prog = load_prepared(prep, device, max_memory)
     if prep.kind == "wrpk":
         prep.wrp_bytes = None  # Warp copied what it needs; the rebuilt image is no longer used
     return prog

@@ -78,9 +78,19 @@ class SharedArea:
     def __init__(self, size: int, name: str = "wrpkit-bindings", fd: Optional[int] = None):
         self.size = int(size)
         self.fd = memory_file(name) if fd is None else fd
-        if fd is None and self.size:
-            os.ftruncate(self.fd, self.size)
-        self._mm = mmap.mmap(self.fd, self.size) if self.size else None
+        try:
+            if fd is None and self.size:
+                os.ftruncate(self.fd, self.size)
+            self._mm = mmap.mmap(self.fd, self.size) if self.size else None
+        except (OSError, OverflowError) as e:
+            if fd is None:
+                os.close(self.fd)
+            from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+            raise WrpOutOfMemoryError(f"out of memory on the host: cannot map {self.size} bytes of shared memory "
+                                      f"({name}): {getattr(e, 'strerror', None) or e}", requested=self.size,
+                                      device="cpu", hint="Free memory, or ask for fewer bindings back "
+                                                         "(run(outputs=...)).") from None
 
     def view(self, offset: int = 0, nbytes: Optional[int] = None) -> np.ndarray:
         """A ``uint8`` array over ``nbytes`` bytes at ``offset`` (no copy)."""
