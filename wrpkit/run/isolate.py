@@ -814,7 +814,10 @@ def _load_served(message: dict, fds: list):
         prep.wrp_bytes = wrp1.build_image(prep.model)[0]
         prep.modules_given, prep.deferred = True, []
     _set_stage(stage, "loading")
-    return wp, runtime.load_prepared(prep, message["device"], message.get("max_memory")), stage
+    prog = runtime.load_prepared(prep, message["device"], message.get("max_memory"))
+    if prep.kind != "wrp" or message["prefix"] is not None:
+        prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
+    return wp, prog, stage
 
 
 def _set_stage(stage, text: str) -> None:
