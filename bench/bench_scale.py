@@ -186,6 +186,13 @@ def rows_for(wrp: Path, wrpk: Path) -> list:
     ]
 
 
+def make_capture(path: Path, mib: int) -> None:
+    """A stock capture holding one initialised float32 array of ``mib`` MiB (Warp kernels need a source file)."""
+    script = path.parent / "make_capture.py"
+    script.write_text(MAKE)
+    subprocess.run([PY, str(script), str(path), str(mib)], check=True, capture_output=True)
+
+
 def _slope(xs: list, ys: list) -> float:
     if len(xs) < 2:
         return float("nan")
@@ -227,7 +234,7 @@ def main() -> None:
     for mib in sizes:
         wrp, wrpk = a.dir / f"big{mib}.wrp", a.dir / f"big{mib}.wrpk"
         if not wrp.exists():
-            subprocess.run([PY, "-c", MAKE, str(wrp), str(mib)], check=True, capture_output=True)
+            make_capture(wrp, mib)
         if not wrpk.exists():
             subprocess.run([_exe("wrp"), "convert", str(wrp), str(wrpk)], check=True, capture_output=True)
         rows = rows_for(wrp, wrpk)
@@ -257,7 +264,7 @@ def main() -> None:
             print(f"  {label:40s} {_slope(gib, ys):8.3f} s/GiB  {ys[-1] / ys[0]:6.2f}x for {sizes[-1] / sizes[0]:.0f}x")
     small = a.dir / "small1.wrp"  # a short replay (1 MiB): the lock's hand-over is what is measured
     if not small.exists():
-        subprocess.run([PY, "-c", MAKE, str(small), "1"], check=True, capture_output=True)
+        make_capture(small, 1)
     bench_threads(small, a.threads_runs, a.dir)
 
 

@@ -71,7 +71,7 @@ const char* const kUsage =
     "  0    success\n"
     "  1    a check or replay failed, or an I/O error (cannot read/write a file)\n"
     "  2    usage: bad option, path not found, unknown binding, bad input, device\n"
-    "  3    file invalid, corrupted, unsafe, incomplete, or of another Warp version or format\n"
+    "  3    file invalid, corrupted, unsafe, incomplete, of another version, or too big for memory\n"
     "  4    the replay crashed (a fatal signal); contained, nothing was written\n"
     "  70   internal error (a bug)\n"
     "  124  --timeout ran out; nothing was written\n"
