@@ -48,7 +48,11 @@ n = int(sys.argv[2]) * (1 << 20) // 4
 def scale(a: wp.array(dtype=wp.float32)):
     i = wp.tid()
     a[i] = a[i] * 2.0 + 1.0
-a = wp.array(np.arange(n, dtype=np.float32) % 1000, device="cpu")
+a = wp.empty(n, dtype=wp.float32, device="cpu")
+v = a.numpy()  # a view of Warp's memory: filled in slices, so making the capture costs one copy of it
+for i in range(0, n, 1 << 24):
+    j = min(n, i + (1 << 24))
+    v[i:j] = (np.arange(i, j, dtype=np.int64) % 1000).astype(np.float32)
 wp.capture_begin(device="cpu", apic=True)
 wp.launch(scale, dim=n, inputs=[a], device="cpu")
 g = wp.capture_end(device="cpu")

@@ -338,3 +338,25 @@ def test_out_of_memory_injected_with_rlimit_as_is_one_status_in_every_route(edit
         proc = _limited(limit, sys.executable, "-c", _IN_PROCESS, edited["gig"], isolate)
         said = [ln for ln in proc.stdout.splitlines() if ln.startswith("OOM ")]
         assert proc.returncode == 3 and said and size in said[0], (proc.stdout, proc.stderr[-2000:])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("WRPKIT_BIG_TESTS") != "1", reason="opt-in: WRPKIT_BIG_TESTS=1 (needs ~10 GiB "
+                    "of memory and 9 GiB of disk)")
+def test_a_capture_over_4_gib_replays_in_every_route(tmp_path):
+    """Over 4 GiB (past any 32-bit size and the old 16 GiB caps' neighbourhood): both engines and wrp-replay."""
+    _native_or_skip()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_scale import make_capture  # noqa: PLC0415
+
+    big = tmp_path / "big.wrp"
+    make_capture(big, 4608)  # 4.5 GiB of float32 data
+    for engine in ("python", "native"):
+        proc = _cli("replay", big, "--engine", engine, "--json", "--dtype", "a=float32")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got = json.loads(proc.stdout)["outputs"]["a"]
+        assert got["shape"] == [4608 << 18] and (got["min"], got["max"]) == (1.0, 1999.0), got
+    proc = subprocess.run([_wrp_replay_exe(), str(big), "--json", "--stats"], capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["stats"]["a"]["shape"] == [4608 << 20]
