@@ -206,7 +206,7 @@ def test_stock_capture_load_equals_program_run_for_every_program():
         prog = rc.programs.PROGRAMS[name]
         path = rc.wrpkit_capture(name)
         stock = rc.programs.replay_stock(prog, path, "cpu")
-        run = wrpkit.load(path).run(rc.fresh_inputs(name))
+        run = wrpkit.load(path).run(rc.fresh_inputs(name), outputs="*")
         for b in prog.bindings:
             assert rc.same_raw_bytes(stock[b], run[b]), (name, b)
 
@@ -239,7 +239,7 @@ def test_save_plain_warp_graph(tmp_path):
     assert path == tmp_path / "plain.wrp"
     p = wrpkit.load(path)
     assert p.signature["y"].dtype.name == "float32"
-    out = p.run()
+    out = p.run(outputs="*")
     assert rc.same_bytes(out["y"], _saxpy_live()["y"])
 
 
@@ -390,7 +390,7 @@ def test_typed_bindings_read_back_as_saved(typed_file):
 
 def test_typed_program_runs_like_live(typed_file):
     path, arrays, snap = typed_file
-    out = wrpkit.load(path).run()
+    out = wrpkit.load(path).run(outputs="*")
     bodies = snap["body"].copy()
     expect_v3 = (bodies["pos"] * bodies["mass"][:, None]).astype(np.float32)
     assert np.array_equal(out["v3"], expect_v3)
@@ -472,7 +472,7 @@ def test_cuda_capture_save_load_run(tmp_path):
         wp.launch(k_saxpy, dim=N, inputs=[2.5, x, y], device="cuda:0")
     path = rec.save(tmp_path / "saxpy_cuda", inputs={"x": x, "y": y}, outputs={"y": y})
     p = wrpkit.load(path, device="cuda:0")
-    out = p.run({"x": x0, "y": y0})
+    out = p.run({"x": x0, "y": y0}, outputs="*")
     expect = _saxpy_live()  # same math on the CPU
     assert np.allclose(out["y"], 2.5 * x0 + y0, rtol=1e-6)
     assert p.signature["y"].is_input and p.signature["y"].is_output

@@ -122,7 +122,7 @@ def test_trace_while_runs_the_whole_loop_and_ends_like_stock_replay(caps):
     # counter starts at 5: five iterations of two ops, after the first launch
     assert len(t.ops) == 1 + 5 * 2 and t.ops[-1]["iterations"] == [4]
     prog = wrpkit.load(caps["while"])
-    stock = prog.run({})
+    stock = prog.run({}, outputs="*")
     last = {}
     for rec in t.ops:
         for w in rec["writes"]:
@@ -209,7 +209,7 @@ def test_slice_with_inputs_to_a_bundle(caps, tmp_path):
     x = np.linspace(-3, 3, dp.N).astype(np.float32)
     out = tmp_path / "mid.wrpk"
     wrpkit.slice(caps["chain"], out, ops=(1, 3), inputs={"x": x})
-    got = wrpkit.load(out).run({})
+    got = wrpkit.load(out).run({}, outputs="*")
     want = _live(3, x=x)
     for name in ("y", "z", "w"):
         assert got[name].tobytes() == want[name].tobytes(), name
@@ -223,8 +223,8 @@ def test_slice_with_inputs_to_a_bundle(caps, tmp_path):
 def test_slice_of_a_while_program_keeps_the_loop(caps, tmp_path):
     out = tmp_path / "loop.wrp"
     wrpkit.slice(caps["while"], out, ops=(1, 2))
-    got = wrpkit.load(out).run({})
-    full = wrpkit.load(caps["while"]).run({})
+    got = wrpkit.load(out).run({}, outputs="*")
+    full = wrpkit.load(caps["while"]).run({}, outputs="*")
     for name in got:
         assert got[name].tobytes() == full[name].tobytes(), name
 

@@ -36,7 +36,7 @@ def test_program_run_matches_live(name):
     p = wrpkit.load(rc.wrpkit_capture(name))
     assert isinstance(p, Program)
     assert set(p.bindings) == set(prog.bindings)
-    out = p.run(rc.fresh_inputs(name))
+    out = p.run(rc.fresh_inputs(name), outputs="*")
     want = rc.expected(name)
     for b in prog.bindings:
         assert p.signature[b] is not None
@@ -50,7 +50,7 @@ def test_stock_file_run_matches_live(name):
     prog = rc.programs.PROGRAMS[name]
     p = wrpkit.load(rc.stock_capture(name))
     assert all(s is None for s in p.signature.values())
-    out = p.run(rc.fresh_inputs(name))
+    out = p.run(rc.fresh_inputs(name), outputs="*")
     want = rc.expected(name)
     for b in prog.bindings:
         assert out[b].dtype == np.uint8 and out[b].ndim == 1
@@ -63,17 +63,17 @@ def test_sample_run_matches_live(name):
     wrp, inputs_npz, expected_npz = rc.sample_capture(name)
     with np.load(inputs_npz) as z:
         inputs = {k: z[k] for k in z.files}
-    out = wrpkit.load(wrp).run(inputs)
+    out = wrpkit.load(wrp).run(inputs, outputs="*")
     for b, v in live.items():
         assert rc.same_raw_bytes(out[b], v), (name, b)
-    typed = wrpkit.load(rc.sample_wrpkit_capture(name)).run(rc.sample_inputs(name))
+    typed = wrpkit.load(rc.sample_wrpkit_capture(name)).run(rc.sample_inputs(name), outputs="*")
     for b, v in live.items():
         assert rc.same_bytes(typed[b], v), (name, b)
 
 
 def test_run_without_inputs_uses_the_saved_contents():
     name = "scalars" if "scalars" in PROGRAMS else PROGRAMS[0]
-    out = wrpkit.load(rc.wrpkit_capture(name)).run()
+    out = wrpkit.load(rc.wrpkit_capture(name)).run(outputs="*")
     want = rc.expected(name)
     for b, v in want.items():
         assert rc.same_bytes(out[b], v)
@@ -94,7 +94,7 @@ def test_load_from_bytes_with_modules():
     path = rc.wrpkit_capture(name)
     p = wrpkit.load(path.read_bytes(), modules=_module_files(path))
     assert p.path is None
-    out = p.run(rc.fresh_inputs(name))
+    out = p.run(rc.fresh_inputs(name), outputs="*")
     for b, v in rc.expected(name).items():
         assert rc.same_bytes(out[b], v)
 
@@ -118,7 +118,7 @@ def test_load_wrpk_bundle(tmp_path):
     for src in (bundle, data):
         p = wrpkit.load(src)
         assert p.signature == wrpkit.load(path).signature
-        out = p.run(rc.fresh_inputs(name))
+        out = p.run(rc.fresh_inputs(name), outputs="*")
         for b, v in rc.expected(name).items():
             assert rc.same_bytes(out[b], v)
 
@@ -133,7 +133,7 @@ def test_save_wrpk_bundle_directly(tmp_path):
                     outputs={n: arrays[n] for n in prog.outputs})
     assert path.suffix == ".wrpk" and path.read_bytes()[:4] == b"WRPK"
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"{name}.wrpk"]  # no modules dir
-    out = wrpkit.load(path).run(rc.fresh_inputs(name))
+    out = wrpkit.load(path).run(rc.fresh_inputs(name), outputs="*")
     for b, v in rc.expected(name).items():
         assert rc.same_bytes(out[b], v)
 
@@ -162,7 +162,7 @@ def counter_file():
 def test_repeat_accumulates(counter_file):
     p = wrpkit.load(counter_file)
     x = np.linspace(0, 1, 6, dtype=np.float32)
-    out = p.run({"x": x, "acc": np.zeros(6, np.float32)}, repeat=5)
+    out = p.run({"x": x, "acc": np.zeros(6, np.float32)}, repeat=5, outputs="*")
     expect = np.zeros(6, np.float32)
     for _ in range(5):
         expect = expect + x
@@ -170,7 +170,7 @@ def test_repeat_accumulates(counter_file):
     assert out["v"].shape == (6, 3) and out["v"].dtype == np.float32
     assert np.array_equal(out["v"][:, 1], np.full(6, 5, np.float32))
     # repeat=0: only set and read
-    out0 = p.run({"acc": np.ones(6, np.float32)}, repeat=0)
+    out0 = p.run({"acc": np.ones(6, np.float32)}, repeat=0, outputs="*")
     assert np.array_equal(out0["acc"], np.ones(6, np.float32))
 
 
@@ -398,10 +398,10 @@ def test_many_launch_graph_repeat():
     path = rec.save(rc.tmpdir("runtime") / "big", inputs={n: arrays[n] for n in prog.inputs},
                     outputs={n: arrays[n] for n in prog.outputs})
     p = wrpkit.load(path)
-    once = p.run()
+    once = p.run(outputs="*")
     live = rc.programs.run_live(prog, "cpu")
     assert rc.same_bytes(once["counter"], live["counter"]) and rc.same_bytes(once["big"], live["big"])
-    twice = p.run(repeat=1)
+    twice = p.run(repeat=1, outputs="*")
     assert twice["counter"][0] == 2 * live["counter"][0]
 
 
@@ -428,7 +428,7 @@ def test_cuda_program_run_matches_live(name, tmp_path):
         pytest.skip(f"not capturable on CUDA: {e}")
     path = rec.save(tmp_path / name, inputs={n: arrays[n] for n in prog.inputs},
                     outputs={n: arrays[n] for n in prog.outputs})
-    out = wrpkit.load(path, device="cuda:0").run(rc.fresh_inputs(name))
+    out = wrpkit.load(path, device="cuda:0").run(rc.fresh_inputs(name), outputs="*")
     live = rc.programs.run_live(prog, "cuda:0")
     for b in prog.bindings:
         assert out[b].shape == live[b].shape and out[b].dtype == live[b].dtype
@@ -445,7 +445,7 @@ def test_cuda_file_refused_on_cpu(tmp_path):
     path = rec.save(tmp_path / "z", inputs={"x": x})
     with pytest.raises(WrpDeviceError, match="captured for CUDA"):
         wrpkit.load(path, device="cpu")
-    assert wrpkit.load(path, device="cuda:0").run()["x"].shape == (4,)
+    assert wrpkit.load(path, device="cuda:0").run(outputs="*")["x"].shape == (4,)
 
 
 def test_a_module_no_kernel_uses_need_not_be_present(tmp_path):

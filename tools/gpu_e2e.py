@@ -121,7 +121,7 @@ def cmd_capture(out_dir: pathlib.Path, device: str) -> int:
 
         # wrpkit.load(...).run(...) against the live run
         t0 = time.perf_counter()
-        out = wrpkit.load(path, device=device).run(inputs)
+        out = wrpkit.load(path, device=device).run(inputs, outputs="*")
         if not _compare(expected, out, f"{name}: wrpkit.load().run"):
             return 1
         print(f"{name}: wrpkit.load().run matches live in {time.perf_counter() - t0:.2f} s")

@@ -24,6 +24,7 @@ from .errors import (  # noqa: E402
     WrpIntegrityError,
     WrpKernelsError,
     WrpModuleError,
+    WrpOutOfMemoryError,
     WrpUsageError,
     WrpRuntimeError,
     WrpValidationError,
@@ -63,6 +64,6 @@ def __getattr__(name):
 
 __all__ = [
     "__version__", "Capture", "open_capture", "WrpError", "WrpFormatError", "WrpVersionError", "WrpIntegrityError",
-    "WrpValidationError", "WrpModuleError", "WrpDeviceError", "WrpBindingError", "WrpRuntimeError", "WrpCrashError",
+    "WrpValidationError", "WrpModuleError", "WrpOutOfMemoryError", "WrpDeviceError", "WrpBindingError", "WrpRuntimeError", "WrpCrashError",
     "WrpKernelsError", "WrpUsageError", *_LAZY,
 ]

@@ -119,7 +119,9 @@ def init_warp(cpu_only: bool = False):
     except (OSError, ValueError):
         wp.init()
         return wp
-    with tempfile.TemporaryFile() as tmp:
+    # A memory file where the system has one: nothing is written to disk.
+    memfd = getattr(os, "memfd_create", None)
+    with (os.fdopen(memfd("wrpkit-warp-init", os.MFD_CLOEXEC), "w+b") if memfd else tempfile.TemporaryFile()) as tmp:
         try:
             os.dup2(tmp.fileno(), 2)
             wp.init()

@@ -28,7 +28,9 @@ EXIT_FAILED = 1
 #: the file was not captured for (or that this machine does not have).
 EXIT_USAGE = 2
 #: The file cannot be used: invalid, corrupted, unsafe, incomplete (missing
-#: or altered module files), or written by another format or Warp version.
+#: or altered module files), written by another format or Warp version, or
+#: needing more memory than the device has (checked before anything is
+#: allocated; an allocation that fails anyway is the same status).
 EXIT_INVALID = 3
 #: The replay itself crashed (a fatal signal in kernel code or in Warp's
 #: runtime: SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) and was contained.
@@ -49,7 +51,7 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_FAILED: "a check or replay failed, or an I/O error (cannot read/write a file)",
     EXIT_USAGE: "usage: bad option, path not found, unknown binding, bad input, device",
-    EXIT_INVALID: "file invalid, corrupted, unsafe, incomplete, or of another Warp version",
+    EXIT_INVALID: "file invalid, corrupted, unsafe, incomplete, of another version, or too big for memory",
     EXIT_CRASH: "the replay crashed (a fatal signal); contained, nothing was written",
     EXIT_INTERNAL: "internal error (a bug)",
     EXIT_TIMEOUT: "--timeout ran out; nothing was written",
@@ -207,6 +209,27 @@ class WrpCrashError(WrpRuntimeError):
         self.kernel = kernel
         self.module = module
         self.digest_verified = digest_verified
+
+
+class WrpOutOfMemoryError(WrpError):
+    """The capture needs more memory than the device has: refused before anything is allocated
+    (its declared memory against the device's free memory), or an allocation failed (a mapping,
+    wrpkit's own, or Warp's).  One status everywhere: exit 3, ``WRP_ERR_OUT_OF_MEMORY`` in the C API.
+
+    Attributes:
+        requested: Bytes asked for (the capture's declared total, or the failed allocation).
+        device: The device (``"cpu"``, ``"cuda:0"``).
+        available: Bytes the device had free when checked, or None when unknown.
+    """
+
+    exit_code = EXIT_INVALID
+
+    def __init__(self, message: str, hint: Optional[str] = None, *, requested: Optional[int] = None,
+                 device: Optional[str] = None, available: Optional[int] = None):
+        super().__init__(message, hint)
+        self.requested = requested
+        self.device = device
+        self.available = available
 
 
 class WrpTimeoutError(WrpError):

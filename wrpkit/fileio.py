@@ -21,7 +21,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping, Optional, Union
 
 from .errors import WrpError, WrpIOError, WrpModuleError, WrpNotFoundError
 
@@ -35,10 +35,12 @@ class MappedFile:
     in use.  Empty files get an empty ``bytes`` buffer (mmap cannot map 0 bytes).
     """
 
-    def __init__(self, path: Path, mm, size: int):
+    def __init__(self, path: Path, mm, size: int, st: Optional[os.stat_result] = None):
         self.path = path
         self._mmap = mm
         self.size = size
+        #: ``os.fstat`` of the file as it was mapped (who it is: device, inode, mtime).
+        self.stat = st
         self.buffer = memoryview(mm) if mm is not None else memoryview(b"")
 
     def close(self) -> None:
@@ -128,7 +130,8 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False,
     """
     fd = open_regular(path, what, follow_symlinks=follow_symlinks)
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
         if not size:
             mm = None
         elif prefetch and hasattr(mmap, "MAP_POPULATE"):
@@ -139,7 +142,7 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False,
         raise WrpError(f"cannot map {what} {path}: {e}") from None
     finally:
         os.close(fd)
-    return MappedFile(Path(path), mm, size)
+    return MappedFile(Path(path), mm, size, st)
 
 
 def read_file(path: PathLike, what: str = "file", max_size: int = 1 << 34, *,

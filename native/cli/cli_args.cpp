@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 
 #include "cli_error.h"
@@ -12,7 +13,7 @@ namespace wrpcli {
 
 const char* const kUsage =
     "usage: wrp-replay FILE [--device cpu|cuda:N] [--input NAME=x.npy]... [--output NAME=y.npy]...\n"
-    "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json [--raw-times]]\n"
+    "                  [--repeat N] [--warmup N] [--timeout SECONDS] [--json [--raw-times] [--stats]]\n"
     "                  [--warp-lib-dir DIR] [--list]\n"
     "                  [--modules-dir DIR]\n"
     "\n"
@@ -30,9 +31,13 @@ const char* const kUsage =
     "  --input NAME=PATH    set binding NAME from a .npy file before replaying; its byte size must\n"
     "                       equal the binding's (and its dtype match the binding's signature, if any)\n"
     "  --output NAME=PATH   write binding NAME to a .npy file after replaying (atomically); typed when\n"
-    "                       the file carries a signature for it, else raw uint8 bytes\n"
+    "                       the file carries a signature for it, else raw uint8 bytes.  /dev/fd/N\n"
+    "                       writes into an open file N (a memory file a caller passed) in place\n"
     "  --repeat N           timed replays (default 1)\n"
     "  --warmup N           untimed replays before the timed ones (default 0)\n"
+    "  --max-memory SIZE    memory the load may allocate (e.g. 64G); by default the file's declared\n"
+    "                       memory is checked against the device's free memory before anything is\n"
+    "                       allocated, and a file that does not fit exits 3 (out of memory)\n"
     "  --timeout SECONDS    give up when loading and replaying take longer than SECONDS of wall\n"
     "                       time (fractional allowed): exit status 124, no output written.  Bounds\n"
     "                       a WHILE loop that does not end (nested loops multiply Warp's\n"
@@ -41,6 +46,8 @@ const char* const kUsage =
     "                       prints {\"error\": ..., \"exit_code\": ...}.  Timings are summary statistics\n"
     "                       (count, mean, min, p5, median, p95, max, in ms)\n"
     "  --raw-times          with --json, also every replay's time (timings.replays_ms)\n"
+    "  --stats              with --json, also every binding's shape, dtype, min, max, mean, NaN and\n"
+    "                       Inf counts (\"stats\"), computed over the program's memory in place\n"
     "  --warp-lib-dir DIR   directory holding warp.so / warp-clang.so (warp-lang's warp/bin);\n"
     "                       default: $WRP_WARP_LIB_DIR, then the warp-lang installed beside wrp-replay\n"
     "  --modules-dir DIR    a .wrp's module files (default: <stem>_modules/ beside FILE, or beside\n"
@@ -64,7 +71,7 @@ const char* const kUsage =
     "  0    success\n"
     "  1    a check or replay failed, or an I/O error (cannot read/write a file)\n"
     "  2    usage: bad option, path not found, unknown binding, bad input, device\n"
-    "  3    file invalid, corrupted, unsafe, incomplete, or of another Warp version or format\n"
+    "  3    file invalid, corrupted, unsafe, incomplete, of another version, or too big for memory\n"
     "  4    the replay crashed (a fatal signal); contained, nothing was written\n"
     "  70   internal error (a bug)\n"
     "  124  --timeout ran out; nothing was written\n"
@@ -83,6 +90,32 @@ uint32_t parse_count(const std::string& flag, const std::string& text, uint32_t 
     if (text.empty() || text[0] == '-' || *end || errno || v < min || v > 1000000000ull)
         usage_error(flag + " needs an integer between " + std::to_string(min) + " and 1000000000, got \"" + text + "\"");
     return static_cast<uint32_t>(v);
+}
+
+// "512M", "16G", "1.5GiB", "1000000": bytes (powers of 1024), as wrpkit's parse_size.
+uint64_t parse_size(const std::string& flag, const std::string& text)
+{
+    char* end = nullptr;
+    errno = 0;
+    double v = std::strtod(text.c_str(), &end);
+    std::string unit = end ? std::string(end) : "";
+    while (!unit.empty() && unit.back() == ' ')
+        unit.pop_back();
+    std::string lower;
+    for (char c : unit)
+        lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string units = "kmgtp";
+    double scale = 1;
+    if (!lower.empty()) {
+        size_t k = units.find(lower[0]);
+        std::string rest = lower.substr(1);
+        if (k == std::string::npos || !(rest.empty() || rest == "b" || rest == "ib"))
+            usage_error(flag + " needs a size such as 512M or 16G, got \"" + text + "\"");
+        scale = std::ldexp(1.0, 10 * static_cast<int>(k + 1));
+    }
+    if (text.empty() || text[0] == '-' || errno || !std::isfinite(v) || v < 0 || v * scale >= 1.8e19)
+        usage_error(flag + " needs a size such as 512M or 16G, got \"" + text + "\"");
+    return static_cast<uint64_t>(v * scale);
 }
 
 double parse_seconds(const std::string& flag, const std::string& text)
@@ -141,6 +174,9 @@ CliArgs parse_args(int argc, char** argv)
         } else if (arg == "--raw-times") {
             no_value();
             a.raw_times = true;
+        } else if (arg == "--stats") {
+            no_value();
+            a.stats = true;
         } else if (arg == "--list") {
             no_value();
             a.list = true;
@@ -163,6 +199,10 @@ CliArgs parse_args(int argc, char** argv)
             a.repeat = parse_count(arg, next(), 1);
         } else if (arg == "--warmup") {
             a.warmup = parse_count(arg, next(), 0);
+        } else if (arg == "--max-memory") {
+            a.max_memory = parse_size(arg, next());
+            if (!a.max_memory)
+                usage_error("--max-memory needs a size above 0");
         } else if (arg == "--timeout") {
             a.timeout_s = parse_seconds(arg, next());
         } else if (arg == "--modules-dir") {

@@ -19,9 +19,11 @@ struct CliArgs {
     std::vector<NamedPath> outputs;
     uint32_t repeat = 1;
     uint32_t warmup = 0;
+    uint64_t max_memory = 0;  // --max-memory: bytes the load may allocate, 0 = the device's free memory
     double timeout_s = 0;  // --timeout: wall-time limit of loading + replaying, 0 = none
     bool json = false;
     bool raw_times = false;  // --raw-times: every replay's time in the --json report
+    bool stats = false;  // --stats: every binding's summary (min, max, mean, NaN, Inf) in the --json report
     bool list = false;
     bool help = false;
     bool version = false;

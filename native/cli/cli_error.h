@@ -13,7 +13,7 @@ enum ExitCode {
     kExitOk = 0,            // success
     kExitRuntime = 1,       // replay/runtime failed, or an I/O error (cannot read or write a file)
     kExitUsage = 2,         // bad option, path not found, unknown binding, wrong input, wrong device
-    kExitInvalidFile = 3,   // invalid, corrupted, unsafe, incomplete, or another Warp/format version
+    kExitInvalidFile = 3,   // invalid, corrupted, unsafe, incomplete, another Warp/format version, or out of memory
     kExitCrash = 4,         // the replay crashed (a fatal signal); nothing written
     kExitInternal = 70,     // a bug
     kExitTimeout = 124,     // --timeout ran out; nothing written

@@ -19,6 +19,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "binding_stats.h"
 #include "cli_args.h"
 #include "cli_error.h"
 #include "crash_guard.h"
@@ -313,6 +314,30 @@ int run(const CliArgs& args)
     // Read the outputs, then release Warp's memory, still guarded: a replay that wrote outside its
     // arrays may have corrupted the heap, which free() then detects (SIGABRT, malloc's "invalid
     // pointer"): that is reported as the crash it is, before any output exists.
+    // --stats: each binding summarised where it is (a CPU program's memory in place; a CUDA one's copied
+    // to the host one binding at a time), before anything is released.
+    std::string stats_json;
+    if (args.stats) {
+        stats_json = "{";
+        for (size_t i = 0; i < bindings.size(); i++) {
+            const wrp_binding_info& b = bindings[i];
+            void* ptr = nullptr;
+            size_t size = 0;
+            std::vector<uint8_t> host;
+            const uint8_t* data = nullptr;
+            if (std::string(wrp_program_device(prog.p)).compare(0, 3, "cpu") == 0 && b.size) {
+                check(wrp_program_data_ptr(prog.p, b.name, &ptr, &size));
+                data = static_cast<const uint8_t*>(ptr);
+            } else {
+                host.resize(static_cast<size_t>(b.size));
+                if (b.size)
+                    check(wrp_program_get(prog.p, b.name, host.data(), host.size()));
+                data = host.data();
+            }
+            stats_json += std::string(i ? ", " : "") + json_string(b.name) + ": " + binding_stats_json(b, data);
+        }
+        stats_json += "}";
+    }
     struct PendingOutput {
         std::string name, path;
         NpyDtype dtype;
@@ -365,6 +390,8 @@ int run(const CliArgs& args)
                 json_string(done[i].path) + ", \"dtype\": " + json_string(done[i].dtype) + ", \"shape\": " +
                 json_shape(done[i].shape) + "}";
         outs += "]";
+        if (args.stats)
+            outs += ", \"stats\": " + stats_json;
         std::printf("%s, \"inputs\": %s, \"timings\": %s, \"outputs\": %s}\n", head.c_str(), inputs_json.c_str(),
                     t.c_str(), outs.c_str());
     } else {

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <cstdlib>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -362,6 +363,16 @@ void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std:
         head += static_cast<char>((len >> (8 * i)) & 0xff);
     head += dict;
 
+    // /dev/fd/N: an open file the caller passed (a memory file): written in place, from its start.
+    if (path.compare(0, 8, "/dev/fd/") == 0 && path.size() > 8 &&
+        path.find_first_not_of("0123456789", 8) == std::string::npos) {
+        int fd = std::atoi(path.c_str() + 8);
+        bool ok = ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 && write_all(fd, head.data(), head.size()) &&
+            write_all(fd, data, size);
+        if (!ok)
+            throw CliError(kExitRuntime, "cannot write " + path + ": " + std::strerror(errno));
+        return;
+    }
     size_t slash = path.find_last_of('/');
     std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
     std::string base = slash == std::string::npos ? path : path.substr(slash + 1);

@@ -18,6 +18,7 @@ int exit_code_for(wrp_status s)
     case WRP_OK: return kExitOk;
     case WRP_ERR_INVALID_FILE: return kExitInvalidFile;
     case WRP_ERR_INCOMPATIBLE: return kExitInvalidFile;
+    case WRP_ERR_OUT_OF_MEMORY: return kExitInvalidFile;  // too big for this device: exit 3, as wrp's
     case WRP_ERR_INVALID_ARGUMENT: return kExitUsage;
     case WRP_ERR_NO_DEVICE: return kExitUsage;
     case WRP_ERR_INTERNAL: return kExitInternal;
@@ -92,6 +93,8 @@ wrp_options options_for(const CliArgs& args)
     opts.modules_optional = args.list;  // --list works without modules, as `wrp inspect` does
     opts.modules_dir = args.modules_dir.empty() ? nullptr : args.modules_dir.c_str();
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
+    if (args.max_memory)
+        opts.max_memory_bytes = args.max_memory;
     return opts;
 }
 

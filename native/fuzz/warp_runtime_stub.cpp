@@ -10,9 +10,9 @@
 
 namespace wrp {
 
-std::mutex& warp_mutex()
+FairMutex& warp_mutex()
 {
-    static std::mutex m;
+    static FairMutex m;
     return m;
 }
 

@@ -53,10 +53,16 @@
  *     own last failing call.
  *   - Warp's runtime keeps process-global state (its error buffer, its mesh
  *     registry, warp-clang's JIT session, the CPU tile scratch storage), so
- *     every call that enters Warp (open, run, set, get, destroy) takes one
- *     process-wide lock inside this library.  Distinct programs may therefore
- *     be used from distinct threads without external locking, but their
- *     replays are serialized, not parallel.
+ *     every call that enters Warp (wrp_program_open, wrp_program_open_memory,
+ *     wrp_program_run, wrp_program_set, wrp_program_get,
+ *     wrp_program_destroy) takes one process-wide lock inside this library.
+ *     Distinct programs may therefore be used from distinct threads without
+ *     external locking, but those calls are serialized, not parallel.  The
+ *     lock is fair: it is handed over in the order it was asked for (FIFO),
+ *     so a thread waits at most for the calls queued ahead of it (with T
+ *     threads each running one replay at a time: about T - 1 replays).
+ *     Calls that only read what the open recorded (device, versions, ops,
+ *     bindings, warnings, wrp_program_data_ptr) take no lock.
  *   - One program is NOT thread-safe: calls on the same wrp_program must be
  *     externally synchronized, and memory obtained from
  *     wrp_program_data_ptr() must not be accessed while that program runs.
@@ -112,7 +118,11 @@ typedef enum wrp_status {
     WRP_ERR_RUNTIME = 3,
     /* The requested CUDA device does not exist (or no CUDA driver). */
     WRP_ERR_NO_DEVICE = 4,
-    /* An allocation failed. */
+    /* Out of memory, wherever it happens, with the size asked for and the
+     * device in the message: the file's declared memory does not fit the
+     * device's free memory (or max_memory_bytes), mapping the file failed for
+     * lack of address space or memory, this library's own allocation failed,
+     * or Warp's did (its stderr reason is read back).  wrp-replay exits 3. */
     WRP_ERR_OUT_OF_MEMORY = 5,
     /* A bug in this library. */
     WRP_ERR_INTERNAL = 6,
@@ -147,10 +157,18 @@ typedef struct wrp_options {
     /* Nonzero: redirect the process's stderr while calling into Warp and
      * append what Warp prints there to error messages (see Thread safety). */
     int capture_warp_stderr;
-    /* Largest .wrp accepted, in bytes; 0 = default (16 GiB). */
+    /* Largest file accepted, in bytes; 0 = no fixed cap (a file is bounded
+     * by 64-bit sizes and by what can be mapped; a region with data by the
+     * file's own size). */
     uint64_t max_file_bytes;
-    /* Largest total size of all memory regions, in bytes; 0 = default
-     * (16 GiB).  Warp allocates every region when the program opens. */
+    /* Memory the open may allocate, in bytes.  Warp allocates (and zeroes)
+     * every memory region when the program opens, so before anything is
+     * allocated the total of the file's regions is compared with this, or,
+     * when 0 (the default), with the device's free memory (CPU: the host's
+     * available memory, bounded by the process's cgroup; CUDA: the device's
+     * free memory).  A file that does not fit fails with
+     * WRP_ERR_OUT_OF_MEMORY, naming the total, the largest regions and the
+     * device's figure. */
     uint64_t max_memory_bytes;
     /* .wrpk bundles only: nonzero (the default set by wrp_options_init) to
      * verify the SHA-256 of every blob (region data, module binaries and

@@ -43,7 +43,7 @@ template <typename F> wrp_status guarded(F&& body)
     } catch (const wrp::Error& e) {
         return set_error(e.status(), e.what());
     } catch (const std::bad_alloc&) {
-        return set_error(WRP_ERR_OUT_OF_MEMORY, "out of memory");
+        return set_error(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: an allocation of this library failed");
     } catch (const std::exception& e) {
         return set_error(WRP_ERR_INTERNAL, std::string("internal error: ") + e.what());
     } catch (...) {

@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <fstream>
 #include <cstring>
 #include <mutex>
 
@@ -36,6 +38,33 @@
 
 namespace wrp {
 namespace {
+
+// Bytes a new host allocation can take: MemAvailable, bounded by the cgroup's limit; 0 when unknown
+// (as wrpkit.checks.memory.host_available).
+uint64_t host_available_bytes()
+{
+    uint64_t avail = 0;
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    uint64_t kb = 0;
+    std::string unit;
+    while (meminfo >> key >> kb >> unit)
+        if (key == "MemAvailable:") {
+            avail = kb * 1024;
+            break;
+        }
+    std::ifstream limit_file("/sys/fs/cgroup/memory.max"), used_file("/sys/fs/cgroup/memory.current");
+    std::string limit;
+    uint64_t used = 0;
+    if (limit_file >> limit && used_file >> used && !limit.empty() &&
+        limit.find_first_not_of("0123456789") == std::string::npos) {
+        uint64_t cap = std::stoull(limit);
+        uint64_t room = cap > used ? cap - used : 0;
+        if (cap < (uint64_t(1) << 60))
+            avail = avail ? std::min(avail, room) : room;
+    }
+    return avail;
+}
 
 // JITDylib names must be unique in the process; one counter serves all loads.
 std::atomic<uint64_t> g_jit_serial{0};
@@ -145,6 +174,7 @@ std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, 
     WrpkOptions wo;
     wo.verify_checksums = opts.verify_checksums;
     wo.max_image_bytes = opts.limits.max_file_bytes;
+    wo.copy_region_data = !opts.validate_only;
     WrpkBundle bundle = decode_wrpk(data, size, wo);
 
     std::unique_ptr<Program> p(new Program(opts));
@@ -277,11 +307,18 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         image = prefix.data();
         size = prefix.size();
     }
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    if (file_cpu)
+        check_memory(host_available_bytes(), "cpu");  // before Warp allocates anything
+    std::lock_guard<FairMutex> lock(warp_mutex());
     rt_ = &WarpRuntime::acquire(opts_.warp_lib_dir, file_cpu, !file_cpu);
     if (rt_->version() != graph_.producer_version)
         fail(WRP_ERR_INCOMPATIBLE, "the file was recorded with Warp %s, but the Warp runtime in %s is %s; recapture with %s",
              graph_.producer_version.c_str(), rt_->dir().c_str(), rt_->version().c_str(), rt_->version().c_str());
+    if (!file_cpu && opts_.cuda_ordinal < rt_->api().wp_cuda_device_get_count()) {
+        size_t free_bytes = 0, total_bytes = 0;
+        rt_->api().wp_cuda_device_get_memory_info(opts_.cuda_ordinal, &free_bytes, &total_bytes);
+        check_memory(total_bytes ? free_bytes : 0, opts_.device_name);
+    }
     if (file_cpu)
         start_cpu(image, size, modules);
     else
@@ -291,6 +328,44 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         if (rt_->api().wp_apic_get_param_size(handle_, b.name) != b.size)
             fail(WRP_ERR_INTERNAL, "Warp reports a different size for binding %s than the file's region %u",
                  quoted(b.name).c_str(), b.region_id);
+}
+
+uint64_t Program::declared_memory(std::string* largest) const
+{
+    uint64_t total = 0;
+    std::vector<const RegionRecord*> by_size;
+    for (const RegionRecord& r : graph_.regions) {
+        total += r.size;  // the validator checked the sum fits 64 bits
+        by_size.push_back(&r);
+    }
+    std::sort(by_size.begin(), by_size.end(), [](const RegionRecord* a, const RegionRecord* b) { return a->size > b->size; });
+    if (largest) {
+        largest->clear();
+        for (size_t i = 0; i < by_size.size() && i < 3; i++)
+            *largest += (i ? ", region " : "region ") + std::to_string(by_size[i]->id) + " " +
+                std::to_string(by_size[i]->size) + " bytes";
+    }
+    return total;
+}
+
+void Program::check_memory(uint64_t available, const std::string& device) const
+{
+    std::string largest;
+    uint64_t need = declared_memory(&largest);
+    const bool explicit_budget = opts_.limits.max_memory_bytes != ~uint64_t(0);
+    uint64_t budget = explicit_budget ? opts_.limits.max_memory_bytes : available;
+    if (!explicit_budget && available == 0)
+        return;  // unknown: nothing to compare with
+    if (need <= budget)
+        return;
+    if (explicit_budget)
+        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory: the capture declares %llu bytes of memory (largest: %s), but the "
+             "budget max_memory_bytes (--max-memory) is %llu bytes on %s; nothing was allocated",
+             static_cast<unsigned long long>(need), largest.c_str(), static_cast<unsigned long long>(budget),
+             device.c_str());
+    fail(WRP_ERR_OUT_OF_MEMORY, "out of memory: the capture declares %llu bytes of memory (largest: %s), but device "
+         "%s has %llu bytes free; nothing was allocated (max_memory_bytes / --max-memory SIZE replays it anyway)",
+         static_cast<unsigned long long>(need), largest.c_str(), device.c_str(), static_cast<unsigned long long>(available));
 }
 
 void Program::warp_failed(const std::string& what, const std::string& before_error, const std::string& captured) const
@@ -303,6 +378,18 @@ void Program::warp_failed(const std::string& what, const std::string& before_err
         msg += (now.empty() || now == before_error ? ": " : "\nWarp printed: ") + captured;
     else if (now.empty() || now == before_error)
         msg += " (Warp printed its reason on stderr; set capture_warp_stderr to include it here)";
+    // Warp's allocation failures are one status here as everywhere: out of memory, with the size.
+    std::string lower = msg;
+    for (char& c : lower)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.find("out of memory") != std::string::npos || lower.find("failed to allocate") != std::string::npos ||
+        lower.find("cannot allocate") != std::string::npos) {
+        std::string largest;
+        uint64_t need = declared_memory(&largest);
+        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on %s: %s (the capture declares %llu bytes; largest: %s)",
+             opts_.device_name.empty() ? "cpu" : opts_.device_name.c_str(), msg.c_str(),
+             static_cast<unsigned long long>(need), largest.c_str());
+    }
     fail(WRP_ERR_RUNTIME, "%s", msg.c_str());
 }
 
@@ -371,7 +458,7 @@ void Program::release() noexcept
 {
     if (!rt_)
         return;
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     const WarpApi& api = rt_->api();
     if (cuda_stream_)
         api.wp_cuda_stream_destroy(cuda_context_, cuda_stream_);
@@ -427,7 +514,7 @@ void Program::set(const char* name, const void* data, size_t size)
     const wrp_binding_info& b = checked_binding(name, size);
     if (!data && size)
         fail(WRP_ERR_INVALID_ARGUMENT, "data is NULL");
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     std::string before = rt_->error_string();
     StderrCapture capture(opts_.capture_stderr);
     if (!rt_->api().wp_apic_set_param(handle_, b.name, data, size))
@@ -444,7 +531,7 @@ void Program::get(const char* name, void* data, size_t size)
     const wrp_binding_info& b = checked_binding(name, size);
     if (!data && size)
         fail(WRP_ERR_INVALID_ARGUMENT, "data is NULL");
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     std::string before = rt_->error_string();
     StderrCapture capture(opts_.capture_stderr);
     if (!rt_->api().wp_apic_get_param(handle_, b.name, data, size))
@@ -455,7 +542,7 @@ void* Program::data_ptr(const char* name, size_t* size)
 {
     require_started("map a binding");
     const wrp_binding_info& b = bindings_[find_binding(name)];
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     void* p = rt_->api().wp_apic_get_param_ptr(handle_, b.name);
     if (!p && b.size)
         fail(WRP_ERR_RUNTIME, "Warp returned no memory for binding %s", quoted(name).c_str());
@@ -467,7 +554,7 @@ void* Program::data_ptr(const char* name, size_t* size)
 void Program::run(uint32_t count)
 {
     require_started("run");
-    std::lock_guard<std::mutex> lock(warp_mutex());
+    std::lock_guard<FairMutex> lock(warp_mutex());
     const WarpApi& api = rt_->api();
     std::string before = rt_->error_string();
     StderrCapture capture(opts_.capture_stderr);

@@ -65,9 +65,9 @@ std::string locate(const std::string& explicit_dir)
 
 }  // namespace
 
-std::mutex& warp_mutex()
+FairMutex& warp_mutex()
 {
-    static std::mutex m;
+    static FairMutex m;
     return m;
 }
 
@@ -117,6 +117,7 @@ void WarpRuntime::load_core(const std::string& dir)
     bind(core_, n, "wp_apic_cpu_replay_graph", api_.wp_apic_cpu_replay_graph);
     bind(core_, n, "wp_apic_launch", api_.wp_apic_launch);
     bind(core_, n, "wp_cuda_device_get_count", api_.wp_cuda_device_get_count);
+    bind(core_, n, "wp_cuda_device_get_memory_info", api_.wp_cuda_device_get_memory_info);
     bind(core_, n, "wp_cuda_device_get_primary_context", api_.wp_cuda_device_get_primary_context);
     bind(core_, n, "wp_cuda_stream_create", api_.wp_cuda_stream_create);
     bind(core_, n, "wp_cuda_stream_destroy", api_.wp_cuda_stream_destroy);

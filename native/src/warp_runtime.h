@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "fair_mutex.h"
+
 namespace wrp {
 
 // APICModuleBytes of apic.h (natural alignment, 24 bytes).
@@ -40,6 +42,7 @@ struct WarpApi {
     bool (*wp_apic_cpu_replay_graph)(void* graph);
     bool (*wp_apic_launch)(void* graph, void* stream);
     int (*wp_cuda_device_get_count)();
+    void (*wp_cuda_device_get_memory_info)(int ordinal, size_t* free_mem, size_t* total_mem);
     void* (*wp_cuda_device_get_primary_context)(int ordinal);
     void* (*wp_cuda_stream_create)(void* context, int priority);
     void (*wp_cuda_stream_destroy)(void* context, void* stream);
@@ -53,8 +56,9 @@ struct WarpApi {
     int (*wp_unload_obj)(const char* module_name);
 };
 
-// Every call into Warp holds this lock (see "Thread safety" in wrp_replay.h).
-std::mutex& warp_mutex();
+// Every call into Warp holds this lock (see "Thread safety" in wrp_replay.h); it is
+// handed over first come, first served (fair_mutex.h).
+FairMutex& warp_mutex();
 
 // Directories searched for Warp when no explicit one is given, derived from
 // where this binary is installed.  Implemented twice, one per target: next to

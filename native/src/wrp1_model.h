@@ -194,8 +194,11 @@ struct Wrp1Graph {
 // Caps applied while validating.  Counts are also bounded by the bytes left
 // in their section, so a huge count can never cause a huge allocation.
 struct ValidationLimits {
-    uint64_t max_file_bytes = uint64_t(16) << 30;
-    uint64_t max_memory_bytes = uint64_t(16) << 30;
+    // No fixed caps: a file is bounded by 64-bit arithmetic and its mapping, a region with data by
+    // the file's own size, and the memory a load allocates by the device's free memory (checked
+    // in Program::start before Warp allocates anything; max_memory_bytes replaces that figure).
+    uint64_t max_file_bytes = ~uint64_t(0);
+    uint64_t max_memory_bytes = ~uint64_t(0);
     bool semantic_checks = true;
 };
 

@@ -552,9 +552,8 @@ void read_memory(const uint8_t* image, const Section& s, Wrp1Graph& g, const Val
                             rec.id, g.regions.back().id);
         if (has_data > 1)
             fail_invalid_at(where + ".has_initial_data", rec.at + 16, "flag must be 0 or 1, found %u", has_data);
-        if (!add_ok(total, rec.size, &total) || total > limits.max_memory_bytes)
-            fail_invalid_at(where + ".size", rec.at + 8, "regions add up to more than the limit of %llu bytes",
-                            static_cast<unsigned long long>(limits.max_memory_bytes));
+        if (!add_ok(total, rec.size, &total))
+            fail_invalid_at(where + ".size", rec.at + 8, "regions add up to more than 2^64 bytes");
         rec.has_initial_data = has_data == 1;
         rec.data_offset = r.pos();
         if (rec.has_initial_data)

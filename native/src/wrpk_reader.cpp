@@ -1030,16 +1030,24 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
         off += sizes[i];
     }
     put(meta.data(), meta.size());
+    // validate_only: a mesh's triangle indices are still checked against its points, so they are copied.
+    std::vector<uint32_t> mesh_indices;
+    for (uint32_t i = 0; i < count_of(prog->meshes()); i++)
+        mesh_indices.push_back(prog->meshes()->Get(i)->indices_region_id());
     put32(static_cast<uint32_t>(dec.regions.size()));
     for (const RegionOut& r : dec.regions) {
+        const bool copy = options.copy_region_data ||
+            std::find(mesh_indices.begin(), mesh_indices.end(), r.id) != mesh_indices.end();
         put32(r.id);
         put32(r.element_size);
         put64(r.size);
         uint8_t has = r.has_data ? 1 : 0;
         put(&has, 1);
         zeros(7);
-        if (r.has_data)
+        if (r.has_data && copy)
             put(r.data, r.data_size);  // the one copy of region data
+        else if (r.has_data)
+            w += r.data_size;  // left as allocated: never read (validate_only)
     }
     put32(dec.top_level_ops);
     put(ops.data(), ops.size());

@@ -43,7 +43,11 @@ struct WrpkOptions {
     // Verify each blob's SHA-256 (step 6).  Steps 1-5 always run.
     bool verify_checksums = true;
     // Largest WRP1 image to build (ValidationLimits::max_file_bytes).
-    uint64_t max_image_bytes = uint64_t(16) << 30;
+    uint64_t max_image_bytes = ~uint64_t(0);
+    // Copy region data into the image.  False for a program that is only validated and
+    // listed (--list, validate_only): the image's data bytes are then left untouched (never
+    // read: the validator skips them), so listing a bundle costs its records, not its data.
+    bool copy_region_data = true;
 };
 
 // One Module record of the bundle and its binary blob, if it carries one.

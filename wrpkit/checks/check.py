@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .. import model as m
-from ..errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from ..errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE, WrpError
 from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
 from ..environment import installed_warp_version, parse_device
@@ -306,6 +306,28 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
         out.append(Finding("structure", OK, "every reference and byte range checks out"))
     out.extend(lint_program(prog))
     out.extend(extent_findings(prog))
+    out.extend(memory_findings(prog, kind))
+    return out
+
+
+def memory_findings(prog: m.Program, kind: str) -> list:
+    """``memory`` findings: the declared memory against the host's available memory (CPU captures;
+    a CUDA device's free memory is checked when the replay loads), and ``lint-memory`` warnings for
+    regions far larger than any op reaches."""
+    from .memory import check_budget, declared_memory, host_available, unreached_regions  # noqa: PLC0415
+
+    out = []
+    need = declared_memory(prog)
+    if kind == "cpu":
+        try:
+            check_budget(prog, "cpu", host_available())
+            out.append(Finding("memory", OK, f"declares {need.describe()}, which fits the host's available memory"))
+        except WrpError as e:
+            out.append(Finding("memory", FAIL, e.message, e.hint))
+    for u in unreached_regions(prog):
+        out.append(Finding("lint-memory", WARN, u.message(),
+                           "wrp replay refuses such a file above 1 GiB unreached unless --allow-unreached; "
+                           "recapture it."))
     return out
 
 

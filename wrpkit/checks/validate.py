@@ -793,6 +793,13 @@ def validate_program(prog: m.Program, annotations=None) -> list:
 
     for w, op, largest in exceeded_launches(prog.ops):
         c.err(w, exceeded_message(op, largest), op.at, severity="warning")
+    if not any(p.severity == "error" for p in c.problems):
+        from .memory import unreached_regions  # noqa: PLC0415
+
+        regions = {r.region_id: i for i, r in enumerate(prog.regions)}
+        for u in unreached_regions(prog):  # loading allocates what no op uses: an edited file?
+            i = regions[u.region_id]
+            c.err(f"regions[{i}].size", u.message(), getattr(prog.regions[i], "at", None), severity="warning")
     return c.problems
 
 

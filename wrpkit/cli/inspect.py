@@ -15,12 +15,16 @@ from .output import console, dump_json, plural, size, table
               help="List every op with its key fields (and the binding each launch argument points to), "
                    "nested bodies indented.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stable keys) instead of tables.")
-@click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification (trusted files only).")
+@click.option("--verify", is_flag=True,
+              help="For .wrpk: also hash every blob (region data, modules) against its SHA-256, as wrp validate "
+                   "does; by default inspect reads the records only.")
+@click.option("--no-verify", is_flag=True, hidden=True, help="Kept for old scripts: blobs are not hashed anyway.")
 @kernels_option
-def inspect(file, with_ops, as_json, no_verify, kernels):
+def inspect(file, with_ops, as_json, verify, no_verify, kernels):
     """Summarize a capture: versions, device, sections, ops, kernels, bindings, regions, modules.
 
-    Reads only the file's records (region and module contents are not read)
+    Reads only the file's records (region and module contents are not read,
+    and a .wrpk's blobs are not hashed: `wrp validate` or --verify does that)
     and never imports Warp, so it is fast on large files.
 
     \b
@@ -39,7 +43,7 @@ def inspect(file, with_ops, as_json, no_verify, kernels):
     from ..checks.summary import (binding_signature_rows, iter_op_lines, kernel_signatures,  # noqa: PLC0415
                                   region_names, summarize)
 
-    with open_capture(file, verify_checksums=not no_verify) as cap:
+    with open_capture(file, verify_checksums=verify and not no_verify) as cap:
         typing = type_program(cap.program, kernels)
         info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program))
         if as_json:

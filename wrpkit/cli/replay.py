@@ -21,14 +21,14 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import click
 import numpy as np
 
-from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpRuntimeError,
+from ..checks.binding_stats import raw_stats, stats, with_warp_shape  # noqa: F401  (stats, raw_stats: re-exported)
+from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError,  # noqa: F401
                       WrpTimeoutError, timeout_hint, timeout_message)
 
 NATIVE_EXE = "wrp-replay"
@@ -213,33 +213,6 @@ def _parse_items(items) -> list:
 # ---------------------------------------------------------------------------
 
 
-def stats(arr: np.ndarray, sig=None) -> dict:
-    """shape, dtype, min, max, mean (over finite values), NaN and Inf counts (:func:`wrpkit.checks.compare.array_stats`).
-
-    With the binding's signature, ``shape`` and ``dtype`` are Warp's (a vec3f
-    array of 8 is ``[8]``, ``"vec3f"``: the one shape convention, see
-    docs/op-table.md) and ``numpy_shape`` the numpy view's (``[8, 3]``).
-    """
-    from ..checks.compare import array_stats  # noqa: PLC0415
-
-    out = array_stats(arr)
-    if sig is not None and tuple(sig.numpy_shape()) == tuple(arr.shape):
-        out["shape"], out["dtype"] = list(sig.shape), sig.dtype.name
-    out["numpy_shape"] = list(arr.shape)
-    return out
-
-
-def raw_stats(arr: np.ndarray) -> dict:
-    """The stats of an untyped binding (raw bytes): its size only; min/max/mean of bytes mean nothing."""
-    return {"shape": list(arr.shape), "dtype": "raw bytes", "min": None, "max": None, "mean": None,
-            "nan": None, "inf": None, "raw": True}
-
-
-def _is_typed(arr: np.ndarray, sig) -> bool:
-    """Whether a result has a meaningful type: a signature, or a dtype taken from an input or golden array."""
-    return sig is not None or arr.dtype != np.uint8
-
-
 def compare(got: np.ndarray, want: np.ndarray, rtol: float, atol: float, equal_nan: bool = False) -> dict:
     """Compare one binding with its golden value (:func:`wrpkit.checks.compare.compare_arrays`).
 
@@ -279,10 +252,15 @@ def _timing_summary(values) -> dict | None:
 
 
 def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool,
-                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None) -> tuple:
+                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None, read_back=(),
+                stats_specs=None, max_memory=None) -> tuple:
     """Replay in a child process (a crash there is contained: WrpCrashError, exit 4).
 
-    Returns ``(results, host_ms, device_ms or None)``.
+    The child maps the file itself; inputs and the ``read_back`` bindings pass
+    through shared memory, and the outputs' statistics are computed in the
+    child (``stats_specs``: ``{binding: spec}``).
+
+    Returns ``(results, stats, host_ms, device_ms or None)``.
     """
     from ..run.isolate import replay_in_child  # noqa: PLC0415
 
@@ -293,14 +271,60 @@ def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: 
         remaining = watchdog.remaining()
     try:
         run = replay_in_child(prep, device, inputs, repeat, warmup, verify_checksums=verify_checksums,
-                              timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds)
-    except WrpTimeoutError as e:
+                              timeout=remaining, timeout_total=None if watchdog is None else watchdog.seconds,
+                              read_back=list(read_back), stats=stats_specs, max_memory=max_memory)
+    except WrpTimeoutError:
         if watchdog is None or repeat + warmup <= 1:
             raise
         # Many replays asked for: the count is a cause too, not only a WHILE loop (as wrp-replay says).
         raise WrpTimeoutError(timeout_message(watchdog.seconds, repeat + warmup),
                               hint=timeout_hint(repeat + warmup)) from None
-    return run.results, run.host_ms, run.device_ms
+    return run.results, run.stats, run.host_ms, run.device_ms
+
+
+
+def _check_memory(prep, device: str, max_memory, allow_unreached: bool) -> list:
+    """Refuse, before anything is allocated, what cannot fit; return the warnings (unreached regions).
+
+    The host's free memory is checked here (a CUDA device's by the replay's process, which asks Warp).
+
+    Raises:
+        WrpOutOfMemoryError: The declared memory exceeds the host's available memory or ``max_memory``.
+        WrpValidationError: Regions nothing reaches hold more than the refusal threshold.
+    """
+    from ..checks.memory import (UNREACHED_REFUSE_BYTES, check_budget, format_size, host_available,  # noqa: PLC0415
+                                 unreached_regions)
+    from ..errors import WrpValidationError  # noqa: PLC0415
+
+    unreached = unreached_regions(prep.model)
+    wasted = sum(u.unreached for u in unreached)
+    if unreached and wasted > UNREACHED_REFUSE_BYTES and not allow_unreached:
+        raise WrpValidationError(
+            [u.message() for u in unreached],
+            hint=f"Together {format_size(wasted)} that no op reaches (over the {format_size(UNREACHED_REFUSE_BYTES)} "
+                 "a replay allocates without asking). Recapture the file, or pass --allow-unreached to replay "
+                 "it anyway.")
+    if device.strip().lower() == "cpu" or device.strip().lower().startswith("cpu"):
+        check_budget(prep.model, "cpu", host_available() if max_memory is None else None, max_memory)
+    return [u.message() for u in unreached]
+
+
+def _stats_spec(prep, name: str, raw_inputs: dict, golden_arrays) -> dict | None:
+    """How the replay's process types binding ``name`` for the outputs table: per its signature (or
+    --dtype), else like the input or golden array given for it when the sizes agree, else raw bytes."""
+    from ..checks.binding_stats import like_spec, view_spec  # noqa: PLC0415
+
+    sig = prep.signature.get(name)
+    if sig is not None:
+        return view_spec(sig)
+    hint = raw_inputs.get(name)
+    if hint is None and golden_arrays is not None:
+        hint = golden_arrays.get(name)
+    if hint is not None:
+        hint = np.asarray(hint)
+        if not hint.dtype.hasobject and hint.nbytes == prep.sizes[name]:
+            return like_spec(hint)
+    return None
 
 
 def find_native() -> Path:
@@ -315,10 +339,10 @@ def _typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
     from ..formats import annotations as ann  # noqa: PLC0415
 
     raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
-    if raw.nbytes == size:
+    if raw.nbytes == size:  # views, no copies: the data stays where wrp-replay wrote it
         if sig is None:
-            return raw.copy()
-        return np.array(ann.view_region(raw, sig), copy=True)
+            return raw
+        return ann.view_region(raw, sig)
     if sig is not None and arr.shape == sig.numpy_shape():
         return np.asarray(arr)
     return np.asarray(arr)
@@ -379,46 +403,86 @@ def _native_crash(prep, returncode: int, said: str, device: str, inputs: dict, r
                        verify_checksums=verify_checksums)
 
 
+def _npy_memory_file(arr: np.ndarray, name: str) -> int:
+    """A memory file (no name on disk) holding ``arr`` as ``.npy``; its fd, at offset 0."""
+    from ..run.shared import memory_file  # noqa: PLC0415
+
+    fd = memory_file(name)
+    with os.fdopen(os.dup(fd), "wb") as f:
+        np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _read_npy_fd(fd: int, what: str) -> np.ndarray:
+    """The array a ``.npy`` memory file holds, mapped (no copy)."""
+    try:
+        return np.load(f"/proc/self/fd/{fd}", mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise WrpRuntimeError(f"cannot read {what}: {e}") from None
+
+
 def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
                 verify_checksums: bool = True, watchdog: "_Watchdog | None" = None,
-                allow_raw_pointers: bool = False) -> tuple:
+                allow_raw_pointers: bool = False, read_back=(), stats_specs=None, max_memory=None) -> tuple:
+    """Replay with ``wrp-replay`` in a child process.
+
+    wrp-replay maps the file itself; inputs and the ``read_back`` bindings pass
+    through memory files (``/dev/fd/N``), and the outputs' statistics come
+    from its ``--stats`` (computed over its memory in place), except for
+    bindings this process types itself (``--dtype``, or like an input or
+    golden array), which are read back and summarised here.
+
+    Returns ``(results, stats, host_ms, device_ms or None)``.
+    """
+    from ..checks.binding_stats import region_stats  # noqa: PLC0415
     from ..errors import WrpFormatError  # noqa: PLC0415
 
     exe = find_native()
     remaining = None
     if watchdog is not None:
         # From here on wrp-replay keeps the time (its own --timeout): this process must not be ended
-        # while its temporary directory exists or its child runs.
+        # while its child runs.
         watchdog.disarm()
         remaining = watchdog.remaining()
-    with tempfile.TemporaryDirectory(prefix="wrp-replay-") as d:
-        d = Path(d)
+    stats_specs = dict(stats_specs or {})
+    recorded = prep.annotations.signature_map() if prep.annotations is not None else {}
+    # wrp-replay types a binding by the file's own signature; the others are summarised here.
+    here = [n for n, spec in stats_specs.items() if spec is not None and n not in recorded]
+    wanted = list(dict.fromkeys(list(read_back) + here))
+    fds = []
+    try:
         args = [os.fspath(exe), os.fspath(file), "--device", device, "--repeat", str(repeat),
-                "--warmup", str(warmup), "--json", "--raw-times"]
+                "--warmup", str(warmup), "--json", "--raw-times", "--stats"]
         if prep.modules_dir is not None:
             args += ["--modules-dir", os.fspath(prep.modules_dir)]  # the folder the checks ran on
         if not verify_checksums:
             args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
         if allow_raw_pointers:
             args.append("--allow-raw-pointers")
+        if max_memory is not None:
+            args += ["--max-memory", str(max_memory)]
         if remaining is not None:
             args += ["--timeout", repr(remaining)]
-        for i, (name, arr) in enumerate(inputs.items()):
-            p = d / f"in{i}.npy"
-            np.save(p, np.ascontiguousarray(arr), allow_pickle=False)
-            args += ["--input", f"{name}={p}"]
+        for name, arr in inputs.items():
+            fd = _npy_memory_file(arr, "wrpkit-input")
+            fds.append(fd)
+            args += ["--input", f"{name}=/dev/fd/{fd}"]
         outs = {}
-        for i, name in enumerate(prep.sizes):
-            p = d / f"out{i}.npy"
-            outs[name] = p
-            args += ["--output", f"{name}={p}"]
         from ..run.native import native_env  # noqa: PLC0415
+        from ..run.shared import memory_file  # noqa: PLC0415
+
+        for name in wanted:
+            fd = memory_file("wrpkit-result")
+            fds.append(fd)
+            outs[name] = fd
+            args += ["--output", f"{name}=/dev/fd/{fd}"]
 
         env = native_env()  # WRP_WARP_LIB_DIR: the warp-lang this Python uses
         t0 = time.perf_counter()
         try:
             # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
-            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env,
+            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=env, pass_fds=tuple(fds),
                                   timeout=None if remaining is None else remaining + 30)
         except subprocess.TimeoutExpired:
             proc = subprocess.CompletedProcess(args, EXIT_TIMEOUT, "", "")
@@ -441,16 +505,32 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
                 raise _native_crash(prep, proc.returncode, msg or proc.stderr, device, inputs, repeat + warmup,
                                     verify_checksums, report.get("crash") if isinstance(report, dict) else None)
             msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
+            if proc.returncode == 3 and ("out of memory" in msg.lower() or " free; " in msg.lower()):
+                from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+                raise WrpOutOfMemoryError(msg, hint="Free memory or replay on a larger device; --max-memory SIZE "
+                                                    "replays it anyway if you know it fits.", device=device)
             cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
             raise cls(msg, hint="Rerun with --engine python to compare.")
         results = {}
-        for name, p in outs.items():
-            if not p.is_file():
+        for name, fd in outs.items():
+            if not os.fstat(fd).st_size:
                 raise WrpRuntimeError(f"{NATIVE_EXE} did not write binding {name!r}")
-            arr = load_npy(p, "native engine output")
+            arr = _read_npy_fd(fd, "native engine output")
             results[name] = _typed_like(arr, prep.sizes[name], prep.signature.get(name))
+    finally:
+        for fd in fds:
+            os.close(fd)  # the results' mappings stay until they go
+    summary = dict(report.get("stats") or {}) if isinstance(report, dict) else {}
+    for name in here:
+        raw = np.ascontiguousarray(results[name]).reshape(-1).view(np.uint8)
+        summary[name] = region_stats(raw, stats_specs[name])
+    for name in stats_specs:
+        if name not in summary:
+            summary[name] = region_stats(np.zeros(0, np.uint8), None) | {"shape": [prep.sizes[name]]}
+    results = {n: results[n] for n in read_back}
     host = _native_timings(report) or [wall_ms / max(1, repeat)]
-    return results, host, None
+    return results, summary, host, None
 
 
 # ---------------------------------------------------------------------------
@@ -480,6 +560,8 @@ def _print_report(report: dict) -> None:
 
     for line in kernel_match_lines(report.get("kernels")):
         err.print(line)
+    for text in report.get("warnings") or []:
+        err.print(f"warning: {text}")
     t = report["timings"]
     tt = table(f"{report['file']} on {report['device']} ({report['engine']} engine, "
                f"{plural(report['repeat'], 'replay')}, {report['warmup']} warmup)",
@@ -541,7 +623,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                 warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6, engine: str = "python",
                 as_json: bool = False, progress: bool = True, verify_checksums: bool = True,
                 timeout: float | None = None, allow_raw_pointers: bool = False, modules_dir=None,
-                dtype_items=(), equal_nan: bool = False, kernels=()) -> tuple:
+                dtype_items=(), equal_nan: bool = False, kernels=(), max_memory=None,
+                allow_unreached: bool = False) -> tuple:
     """Everything ``wrp replay`` does, minus printing.
 
     The replay runs in a child process (either engine): a fatal signal there
@@ -556,6 +639,14 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
     ``equal_nan`` makes ``--check`` count NaN against NaN as equal.
+
+    Memory is checked before anything is allocated: the capture's declared
+    memory against the device's free memory, or against ``max_memory``
+    (bytes, or a size such as ``"64G"``): :class:`~wrpkit.errors.WrpOutOfMemoryError`
+    (exit 3).  A file whose regions are far larger than any op reaches, by
+    more than :data:`~wrpkit.checks.memory.UNREACHED_REFUSE_BYTES` in all, is
+    refused (exit 3) unless ``allow_unreached``; below that it is a warning
+    (``report["warnings"]``).
 
     ``timeout`` (seconds) bounds the wall time of preparing, loading and
     replaying: when it runs out, the process prints an ``error:`` line and
@@ -587,6 +678,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         # Warp is imported only where the replay runs (the child; wrp-replay loads its own), which
         # checks the device too: this process starts fast and holds no Warp runtime.
         runtime.check_runnable(prep.model, device, what=str(file))
+        warnings = _check_memory(prep, device, max_memory, allow_unreached)
 
         typed_here = set()  # bindings typed by --dtype: the replay (child, or wrp-replay) returns their bytes
         for name, type_name in _parse_dtypes(dtype_items):
@@ -636,12 +728,19 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             if output.exists() and output.is_dir():
                 raise WrpError(f"output {output} is a directory")
 
+        outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
+        # Only what is asked for comes back: every binding for --output, the golden's for --check;
+        # the outputs table is computed where the data is (the replay's process).
+        read_back = list(prep.sizes) if output is not None else list(golden_arrays or ())
+        specs = {n: _stats_spec(prep, n, raw_inputs, golden_arrays) for n in outputs}
         if engine == "native":
-            results, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup, verify_checksums,
-                                                      watchdog, allow_raw_pointers)
+            results, summary, host_ms, device_ms = _run_native(prep, file, device, inputs, repeat, warmup,
+                                                               verify_checksums, watchdog, allow_raw_pointers,
+                                                               read_back, specs, max_memory)
         else:
-            results, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup, progress and not as_json,
-                                                      verify_checksums, watchdog)
+            results, summary, host_ms, device_ms = _run_python(prep, device, inputs, repeat, warmup,
+                                                               progress and not as_json, verify_checksums, watchdog,
+                                                               read_back, specs, max_memory)
     finally:
         if watchdog is not None:
             watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
@@ -660,7 +759,6 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         elif name in typed_here and arr.dtype == np.uint8 and arr.nbytes == prep.sizes[name]:
             results[name] = _typed_like(arr, prep.sizes[name], prep.signature[name])  # typed by --dtype
 
-    outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
     report = {
         "file": str(file),
         "device": device,
@@ -669,9 +767,9 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         "repeat": repeat,
         "warmup": warmup,
         "timings": {"host_ms": _timing_summary(host_ms), "device_ms": _timing_summary(device_ms)},
-        "outputs": {n: (stats(results[n], prep.signature.get(n)) if _is_typed(results[n], prep.signature.get(n)) else raw_stats(results[n]))
-                    for n in outputs},
+        "outputs": {n: with_warp_shape(summary[n], prep.signature.get(n)) for n in outputs},
         "unset_inputs": unset_inputs(prep, inputs),
+        "warnings": warnings,
         "check": None,
         "output": None,
         "ok": True,
@@ -723,6 +821,11 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                    "ids), refused by default: they dangle in a new process.")
 @click.option("--modules-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
+@click.option("--max-memory", "max_memory", metavar="SIZE", default=None,
+              help="Memory the replay may allocate (e.g. 64G), instead of the device's free memory, which the "
+                   "capture's declared memory is checked against before anything is allocated (exit 3).")
+@click.option("--allow-unreached", is_flag=True,
+              help="Replay a file whose regions are far larger than any op reaches (refused above 1 GiB in all).")
 @click.option("--dtype", "dtype_items", multiple=True, metavar="NAME=TYPE",
               help="Type a binding the file records no signature for, as a 1-D array of a Warp type "
                    "(float32, vec3f, mat33f, ...). Repeatable.")
@@ -732,7 +835,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
                    "matching kernel is passed (imported as a script, without its __main__ block).")
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, equal_nan, engine,
-           as_json, no_verify, timeout, allow_raw_pointers, modules_dir, dtype_items, kernels):
+           as_json, no_verify, timeout, allow_raw_pointers, modules_dir, max_memory, allow_unreached, dtype_items,
+           kernels):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
@@ -743,7 +847,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
     captured value, and a notice says so.
     Exit codes (wrp --help has the table): 0 ok; 1 check mismatch, replay
     failure or I/O error; 2 usage error, bad input, wrong device; 3 invalid,
-    incomplete, incompatible or unsafe file (e.g. stale process pointers);
+    incomplete, incompatible or unsafe file (e.g. stale process pointers), or
+    one needing more memory than the device has free (--max-memory);
     4 the replay crashed (a fatal signal in kernel code or Warp's runtime,
     contained in a child process: the message names the op); 124 --timeout
     ran out; 130 Ctrl-C.  Nothing is written on any error.
@@ -758,6 +863,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay renamed.wrp --modules-dir old_name_modules
       wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
       wrp replay stock.wrp --kernels sim.py --output out.npz
+      wrp replay h200.wrp --device cuda:0 --max-memory 120G
     """
     from .output import reported_errors  # noqa: PLC0415
 
@@ -766,10 +872,14 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         # With --json, stdout carries exactly one JSON object: anything printed
         # on the way (Warp's messages) goes to stderr.
         with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+            from ..checks.memory import parse_size  # noqa: PLC0415
+
+            budget = parse_size(max_memory) if max_memory is not None else None
             report, ok = replay_file(file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol,
                                      atol, engine, as_json, verify_checksums=not no_verify, timeout=timeout,
                                      allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
-                                     dtype_items=dtype_items, equal_nan=equal_nan, kernels=kernels)
+                                     dtype_items=dtype_items, equal_nan=equal_nan, kernels=kernels,
+                                     max_memory=budget, allow_unreached=allow_unreached)
     if as_json:
         click.echo(json.dumps(_json_safe(report), indent=2, allow_nan=False))
     else:

@@ -41,7 +41,7 @@ path, inp, outp, device = sys.argv[1:5]
 prog = wrpkit.load(path, device=device)
 with np.load(inp) as z:
     inputs = {k: z[k] for k in z.files}
-out = prog.run(inputs)
+out = prog.run(inputs, outputs="*")
 np.savez(outp, **out)
 """
 

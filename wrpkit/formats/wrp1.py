@@ -70,7 +70,11 @@ class Limits:
     files.
     """
 
-    max_file_size: int = 16 << 30
+    # Files, regions and their total are bounded by 64-bit arithmetic, a
+    # region with data by the file's own size, and the memory a load would
+    # allocate by the device's free memory (wrpkit.checks.memory.check_budget),
+    # not by a fixed cap: an H200 capture holds over 100 GiB.
+    max_file_size: int = (1 << 63) - 1
     max_string: int = 4096
     max_modules: int = 1 << 16
     max_kernels: int = 1 << 20
@@ -78,8 +82,8 @@ class Limits:
     max_meshes: int = 1 << 16
     max_pointer_locations: int = 1 << 20
     max_regions: int = 1 << 20
-    max_region_size: int = 16 << 30
-    max_memory: int = 16 << 30
+    max_region_size: int = (1 << 63) - 1
+    max_memory: int = (1 << 63) - 1
     max_ops: int = 1 << 26
     max_depth: int = 64
     max_annotations: int = 64 << 20

@@ -2,11 +2,14 @@
 
 A file can pass every record check and still crash the process that replays
 it: it runs machine code on data (a stale HashGrid pointer, a launch past its
-arrays, flipped bits in a kernel's code).  :func:`replay_in_child` loads and
-replays a prepared capture in a fresh ``python -m wrpkit.run.isolate``
-process: the child loads a private copy of the bytes this process validated
-(without validating them again), and inputs and results pass through ``.npz``
-files in the same private temporary directory.  When the child dies of a fatal signal (SIGSEGV, SIGBUS,
+arrays, flipped bits in a kernel's code).  :class:`ReplayWorker` loads and
+replays a prepared capture in a ``python -m wrpkit.run.isolate`` child.  The
+child maps the user's file itself (the very file this process validated,
+checked by inode and modification time; no private copy), and loads it without
+validating it again.  Inputs and results pass through anonymous shared memory
+(``memfd``), requests over a Unix socket (:mod:`wrpkit.run.shared`), and the
+outputs' statistics are computed in the child over Warp's memory: nothing is
+written to disk.  When the child dies of a fatal signal (SIGSEGV, SIGBUS,
 SIGILL, SIGFPE, SIGABRT), the parent raises :class:`~wrpkit.errors.WrpCrashError`
 (exit code :data:`~wrpkit.errors.EXIT_CRASH`) and has written nothing.
 
@@ -19,10 +22,12 @@ verified before it ran.  When the budget for that search runs out, or no
 prefix reproduces the crash, the message says so.
 
 Cost: :func:`replay_in_child` starts one child process per call (Python start,
-``import warp``, load); :class:`ReplayWorker`, which ``load(isolate=True)``
-uses, keeps one child per program and pays that once.  See the README's
-benchmark table.  The in-process path (:meth:`Program.run`) is unchanged.
+``import warp``, load); :class:`~wrpkit.run.runtime.IsolatedProgram` keeps one
+:class:`ReplayWorker` per program and pays that once.  ``wrp trace`` keeps its
+own child (:mod:`wrpkit.debug.trace_isolate`, through :func:`write_source` and
+:func:`run_module`).
 """
+
 
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -64,11 +69,14 @@ class ChildRun:
         results: ``{binding: np.ndarray}`` read back after the last replay.
         host_ms: Host wall time of each timed replay, in ms.
         device_ms: CUDA event time of each timed replay, or None on CPU.
+        stats: ``{binding: summary}`` computed in the child, where the data is
+            (:func:`wrpkit.checks.binding_stats.region_stats`).
     """
 
     results: dict
     host_ms: list
     device_ms: Optional[list]
+    stats: dict = field(default_factory=dict)
 
 
 class ChildCrashed(Exception):
@@ -178,23 +186,6 @@ def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
                            hint="Warp's own diagnostic, if any, is quoted above.")
 
 
-def _run_child(d: Path, job: dict, inputs: Mapping, timeout: Optional[float]) -> ChildRun:
-    """Run one child on ``job``; raise what it raised, :class:`ChildCrashed` or :class:`WrpTimeoutError`."""
-    for name in ("result.npz", "result.json"):
-        (d / name).unlink(missing_ok=True)
-    (d / "job.json").write_text(json.dumps(job))
-    np.savez(d / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
-    proc = run_module("wrpkit.run.isolate", d, timeout, job["timeout_total"])
-    if proc.returncode != 0 or not (d / "result.json").is_file():
-        raise no_result_error(proc)
-    info = json.loads((d / "result.json").read_text())
-    results = {}
-    if job["read_back"]:
-        with np.load(d / "result.npz", allow_pickle=False) as z:
-            results = {k: z[k] for k in z.files}
-    return ChildRun(results, info["host_ms"], info["device_ms"])
-
-
 def _error_from(info: dict) -> WrpError:
     from .. import errors  # noqa: PLC0415
 
@@ -209,27 +200,385 @@ def _error_from(info: dict) -> WrpError:
     return err
 
 
-def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int = 1, warmup: int = 0, *,
-                    verify_checksums: bool = True, timeout: Optional[float] = None, read_back: bool = True,
-                    identify: bool = True, raw: bool = False, timeout_total: Optional[float] = None) -> ChildRun:
-    """Load and replay a prepared capture in a child process.
+# ---------------------------------------------------------------------------
+# Parent side: a replay child fed through shared memory
+# ---------------------------------------------------------------------------
+
+
+class ChildSource:
+    """What a replay child loads, as descriptors: nothing is copied to disk.
+
+    The capture is the user's own file, opened again here and checked to be
+    the very file that was validated (device, inode, size and modification
+    time), so the child maps the same pages and makes no copy.  Bytes given
+    by a caller (no path) and a decoded ``.json`` go into one shared memory
+    file.  Module files travel in another (they are small).
+
+    Raises:
+        WrpError: The file changed after it was validated.
+    """
+
+    def __init__(self, prep):
+        from .shared import SharedArea, layout  # noqa: PLC0415
+
+        self.capture_fd = self._capture_fd(prep)
+        self.modules, size = layout({name: memoryview(data).nbytes for name, data in prep.modules.items()})
+        self.modules_area = SharedArea(size, "wrpkit-modules")
+        for name, (off, n) in self.modules.items():
+            if n:
+                self.modules_area.view(off, n)[:] = np.frombuffer(memoryview(prep.modules[name]).cast("B"),
+                                                                  dtype=np.uint8)
+
+    @staticmethod
+    def _capture_fd(prep) -> int:
+        from .shared import memory_file  # noqa: PLC0415
+
+        if prep.path is not None and prep.kind in ("wrp", "wrpk") and prep.source_stat is not None:
+            try:
+                fd = os.open(prep.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError as e:
+                raise WrpError(f"cannot open {prep.path} again for the replay process: {e.strerror}") from None
+            st, was = os.fstat(fd), prep.source_stat
+            if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (was.st_dev, was.st_ino, was.st_size,
+                                                                      was.st_mtime_ns):
+                os.close(fd)
+                raise WrpError(f"{prep.path} changed after it was validated; nothing was replayed",
+                               hint="Run the command again once the file is no longer being written.")
+            return fd
+        if prep.kind in ("wrp", "wrpk") and prep.source_buffer is not None:
+            data = memoryview(prep.source_buffer).cast("B")
+        else:
+            data = memoryview(prep.image()).cast("B")
+        fd = memory_file("wrpkit-capture")
+        try:
+            view = memoryview(data)
+            done = 0
+            while done < view.nbytes:
+                done += os.write(fd, view[done:done + (1 << 30)])
+        except OSError as e:
+            os.close(fd)
+            raise WrpError(f"cannot hand the capture to the replay process: {e.strerror}") from None
+        return fd
+
+    def close(self) -> None:
+        if self.capture_fd >= 0:
+            os.close(self.capture_fd)
+            self.capture_fd = -1
+        self.modules_area.close()
+
+
+def whole_region(prep, name: str, arr: np.ndarray) -> np.ndarray:
+    """The ``uint8`` bytes of binding ``name``'s whole region with input ``arr`` written in.
+
+    An input of the whole region (no signature, or a signature covering it in
+    C order) is its own bytes; a view binding's input is written through the
+    signature over the region's captured bytes.
+    """
+    from ..formats import annotations as ann  # noqa: PLC0415
+    from .runtime import writes_whole_region  # noqa: PLC0415
+
+    size, sig = prep.sizes[name], prep.signature.get(name)
+    arr = np.asarray(arr)
+    if writes_whole_region(sig, arr.nbytes, size):
+        return np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    raw = initial_region(prep.model, name)
+    ann.view_region(raw, sig)[...] = arr
+    return raw
+
+
+def initial_region(model, name: str) -> np.ndarray:
+    """A copy of binding ``name``'s captured bytes (zeros where the file records none)."""
+    rid = next(b.region_id for b in model.bindings if b.name == name)
+    region = model.region_map()[rid]
+    data = getattr(region, "data", None)
+    if data is not None and region.has_initial_data and memoryview(data).nbytes == region.size:
+        return np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8).copy()
+    return np.zeros(region.size, dtype=np.uint8)
+
+
+class ReplayWorker:
+    """A child process that loads a prepared capture once and replays it on request.
+
+    Used for every contained replay: ``wrp replay`` (one request, then it
+    ends), :class:`~wrpkit.run.runtime.IsolatedProgram` (one child per
+    program, kept between runs), and the search for a crashing op (a child per
+    prefix).  The child maps the capture itself (:class:`ChildSource`),
+    inputs and results pass through shared memory files (one per request,
+    sized to what is asked), statistics are computed in the child over Warp's
+    memory, and requests go over a Unix socket pair.  Nothing is written to
+    disk.  Warp's own output goes to a memory file of which an error quotes
+    the tail.  A child that dies (a crash, a timeout, Ctrl-C, a Warp error)
+    is gone: the next request starts a new one, from the file's data.
 
     Args:
-        prep: A :class:`wrpkit.run.runtime.Prepared` (validated; its source
-            file, or its bytes and modules, are handed to the child).
+        prep: The :class:`~wrpkit.run.runtime.Prepared` capture (validated here).
+        device: The device string.
+        prefix: Replay only the first ``prefix`` top-level ops (the crash search).
+        source: A :class:`ChildSource` to share (not closed by :meth:`close`).
+        max_memory: Bytes the child's load may allocate (None: the device's free memory).
+    """
+
+    def __init__(self, prep, device, prefix: Optional[int] = None, source: Optional[ChildSource] = None,
+                 max_memory: Optional[int] = None):
+        self.prep = prep
+        self.device = str(device)
+        self.prefix = prefix
+        self.max_memory = max_memory
+        verify_deferred(prep)
+        self._own_source = source is None
+        self.source = source
+        self.proc: Optional[subprocess.Popen] = None
+        self._sock = None
+        self._out_fd = -1
+        self._stage = None
+        self._loaded = False  # the child was sent the current capture (``load``)
+        self._warm = False  # the child answered ``warm``: Warp is imported
+        self.closed = False
+        #: End the child when the thread that started it ends (Linux): a killed ``wrp regress``
+        #: worker leaves no replay running on its own.
+        self.die_with_parent = False
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _spawn(self) -> None:
+        import socket  # noqa: PLC0415
+
+        from .shared import SharedArea, memory_file  # noqa: PLC0415
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._out_fd = memory_file("wrpkit-child-output")
+        self._stage = SharedArea(64, "wrpkit-stage")
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.isolate", "--serve",
+                                          str(theirs.fileno())] + (["--die-with-parent"] if self.die_with_parent
+                                                                   else []),
+                                         stdin=subprocess.DEVNULL, stdout=self._out_fd,
+                                         stderr=self._out_fd, env=child_env(), pass_fds=(theirs.fileno(),))
+        except OSError as e:
+            ours.close()
+            raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
+        finally:
+            theirs.close()
+        self._sock = ours
+        self._loaded = self._warm = False
+
+    def _send_load(self) -> None:
+        """Hand the child the current capture (it releases the one it held, if any)."""
+        from .shared import send  # noqa: PLC0415
+
+        if self.source is None:
+            self.source = ChildSource(self.prep)
+        src = self.source
+        self._loaded = True
+        try:
+            send(self._sock, {"op": "load", "device": self.device, "prefix": self.prefix,
+                              "max_memory": self.max_memory, "modules": src.modules,
+                              "modules_size": src.modules_area.size, "stage_size": self._stage.size},
+                 [src.capture_fd, src.modules_area.fd, self._stage.fd])
+        except OSError:
+            pass  # the child ended at once: the first request says why
+
+    def _start(self) -> None:
+        self._spawn()
+        self._send_load()
+
+    def retarget(self, prep, device) -> None:
+        """Replay another prepared capture from now on, in the same child if it is alive.
+
+        The child keeps Warp imported and loads the new capture at the next
+        run (releasing the previous one), so a run over many captures pays the
+        process start and ``import warp`` once (``wrp regress``).
+        """
+        verify_deferred(prep)
+        if self._own_source and self.source is not None:
+            self.source.close()
+        self.source, self._own_source = None, True
+        self.prep, self.device = prep, str(device)
+        self._loaded = False
+
+    def warm(self, timeout: Optional[float] = 300.0) -> None:
+        """Start the child if it is not running, and wait until it has imported Warp.
+
+        A run's ``timeout`` then bounds loading and replaying only, not the
+        process start (``wrp regress --timeout``).
+
+        Raises:
+            WrpTimeoutError: It was not ready within ``timeout`` seconds (it is stopped).
+            WrpRuntimeError: It ended first.
+        """
+        from .shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
+
+        if self.alive and self._warm:
+            return
+        self.stop()
+        self._spawn()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            send(self._sock, {"op": "warm", "device": self.device})
+            answer, _ = receive(self._sock, deadline)
+        except ChannelTimeout:
+            self.stop()
+            raise WrpTimeoutError(f"the replay process did not start within {timeout:g} s",
+                                  hint="The machine may be overloaded; retry, or raise the timeout.") from None
+        except (ChannelClosed, OSError):
+            tail, returncode = self._output_tail(), self.proc.wait()
+            self.stop()
+            raise ended_without_result(returncode, tail) from None
+        except BaseException:
+            self.stop()
+            raise
+        if "error" in (answer or {}):
+            self.stop()
+            raise _error_from(answer["error"])
+        self._warm = True
+
+    def stage(self) -> str:
+        """What the child was doing last (``"starting"``, ``"loading"``, ``"replaying"``, ``"reading"``, ``"idle"``)."""
+        if self._stage is None:
+            return "starting"
+        text = bytes(self._stage.view()).rstrip(b"\0").decode("ascii", "replace")
+        return text or "starting"
+
+    def stop(self) -> None:
+        """End the child (if any) and forget it."""
+        proc, self.proc = self.proc, None
+        self._loaded = self._warm = False
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        for area in (self._stage,):
+            if area is not None:
+                area.close()
+        self._stage = None
+        if self._out_fd >= 0:
+            os.close(self._out_fd)
+            self._out_fd = -1
+
+    def close(self) -> None:
+        """End the child and release what it was handed."""
+        self.closed = True
+        self.stop()
+        if self._own_source and self.source is not None:
+            self.source.close()
+            self.source = None
+
+    def _output_tail(self) -> str:
+        if self._out_fd < 0:
+            return ""
+        try:
+            size = os.fstat(self._out_fd).st_size
+            return os.pread(self._out_fd, 4000, max(0, size - 4000)).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None, *,
+            read_back=None, stats: Optional[Mapping] = None) -> ChildRun:
+        """Replay in the child: set ``inputs`` (whole bindings as ``uint8``), replay, answer.
+
+        Args:
+            inputs: ``{binding: uint8 bytes of its whole region}``.
+            repeat: Timed replays.
+            warmup: Untimed replays first.
+            timeout: Seconds for the request, loading included (None: no limit).
+            read_back: Names of the bindings to return (None: every binding).
+            stats: ``{binding: spec}`` (:func:`wrpkit.checks.binding_stats.view_spec`)
+                to summarise in the child.
+
+        Returns:
+            A :class:`ChildRun` whose ``results`` are ``uint8`` views of a
+            shared mapping (no copy), one per name of ``read_back``.
+
+        Raises:
+            ChildCrashed: The child died of a signal (it is gone).
+            WrpTimeoutError: ``timeout`` ran out (the child was killed).
+            WrpError: What the child reported (it is gone).
+        """
+        from .shared import ChannelClosed, ChannelTimeout, SharedArea, layout, receive, send  # noqa: PLC0415
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self.alive:
+            self.stop()
+            self._start()
+        elif not self._loaded:
+            self._send_load()  # warmed, or retargeted to another capture
+        names = list(self.prep.sizes) if read_back is None else list(read_back)
+        in_at, in_size = layout({n: np.asarray(a).nbytes for n, a in inputs.items()})
+        out_at, out_size = layout({n: self.prep.sizes[n] for n in names})
+        in_area = SharedArea(in_size, "wrpkit-inputs")
+        out_area = SharedArea(out_size, "wrpkit-results")
+        try:
+            for n, (off, size) in in_at.items():
+                if size:
+                    in_area.view(off, size)[:] = np.ascontiguousarray(inputs[n]).reshape(-1).view(np.uint8)
+            message = {"op": "run", "repeat": int(repeat), "warmup": int(warmup), "inputs": in_at,
+                       "in_size": in_size, "outputs": out_at, "out_size": out_size, "stats": dict(stats or {})}
+            try:
+                try:
+                    send(self._sock, message, [in_area.fd, out_area.fd])
+                except OSError:
+                    pass  # the child ended: the answer (none) says why
+                answer, _ = receive(self._sock, deadline)
+            except ChannelTimeout:
+                self.stop()
+                raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
+            except ChannelClosed:
+                answer = None
+            except BaseException:
+                self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
+                raise
+            if answer is not None and "error" not in answer:
+                results = {n: out_area.view(off, size) for n, (off, size) in out_at.items()}
+                return ChildRun(results, answer["host_ms"], answer["device_ms"], answer.get("stats", {}))
+        finally:
+            in_area.close()
+            out_area.close()  # the results' views keep its mapping
+        proc = self.proc
+        stage = self.stage()
+        try:
+            proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        tail = self._output_tail()
+        returncode = proc.poll()
+        self.stop()
+        if returncode is not None and returncode < 0:
+            raise ChildCrashed(-returncode, stage, tail)
+        if answer is not None:
+            raise _error_from(answer["error"])
+        raise ended_without_result(returncode if returncode is not None else -1, tail)
+
+
+def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int = 1, warmup: int = 0, *,
+                    verify_checksums: bool = True, timeout: Optional[float] = None, read_back=True,
+                    identify: bool = True, raw: bool = False, timeout_total: Optional[float] = None,
+                    stats: Optional[Mapping] = None, max_memory: Optional[int] = None) -> ChildRun:
+    """Load and replay a prepared capture in a child process (one request, then it ends).
+
+    Args:
+        prep: A :class:`wrpkit.run.runtime.Prepared` (validated; the child
+            maps its source file itself, see :class:`ChildSource`).
         device: The device string.
         inputs: ``{binding: np.ndarray}``, already checked against the bindings.
         repeat: Timed replays.
         warmup: Untimed replays first.
         verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
         timeout: Seconds for the whole child run (None: no limit).
-        read_back: Return every binding after the last replay.
+        read_back: True: every binding; False: none; or the names to return.
         identify: On a crash, search for the op that crashed (more children).
-        raw: Inputs and results are whole bindings as ``uint8`` bytes.
+        raw: Inputs are whole bindings as ``uint8`` bytes, and so are the results.
         timeout_total: The timeout to name in a timeout's message (default ``timeout``).
+        stats: ``{binding: spec}`` to summarise in the child (``ChildRun.stats``).
+        max_memory: Bytes the child's load may allocate (None: the device's free memory).
 
     Returns:
-        A :class:`ChildRun`.
+        A :class:`ChildRun`; its results are views of shared memory, typed per
+        the signature unless ``raw``.
 
     Raises:
         WrpCrashError: The replay died of a fatal signal; the message names
@@ -237,31 +586,40 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
         WrpTimeoutError: ``timeout`` ran out (the child was killed).
         WrpError: Whatever the child raised (the same class and message).
     """
-    inputs = dict(inputs or {})
+    from ..formats import annotations as ann  # noqa: PLC0415
+
     t0 = time.monotonic()
-    verify_deferred(prep)
-    with tempfile.TemporaryDirectory(prefix="wrpkit-isolate-") as tmp:
-        d = Path(tmp)
-        source, modules_dir = write_source(prep, d)
-        job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(repeat),
-               "warmup": int(warmup), "prefix": None, "read_back": read_back, "raw": raw,
-               "timeout_total": timeout_total if timeout_total is not None else timeout}
+    whole = {n: (np.asarray(a) if raw else whole_region(prep, n, a)) for n, a in dict(inputs or {}).items()}
+    names = list(prep.sizes) if read_back is True else [] if read_back is False else list(read_back)
+    worker = ReplayWorker(prep, device, max_memory=max_memory)
+    try:
         try:
-            return _run_child(d, job, inputs, timeout)
+            run = worker.run(whole, repeat, warmup, timeout, read_back=names, stats=stats)
+        except WrpTimeoutError:
+            raise WrpTimeoutError(timeout_message(timeout_total or timeout), hint=TIMEOUT_HINT) from None
         except ChildCrashed as crash:
-            raise _located_crash(prep, crash, d, job, inputs, timeout, t0, identify, verify_checksums) from None
+            raise _located_crash(prep, crash, device, whole, repeat + warmup, timeout, t0, identify,
+                                 verify_checksums, worker.source) from None
+    finally:
+        worker.close()
+    if not raw:
+        for n, arr in list(run.results.items()):
+            sig = prep.signature.get(n)
+            if sig is not None:
+                run.results[n] = ann.view_region(arr, sig)
+    return run
 
 
-def _located_crash(prep, crash: ChildCrashed, d: Path, job: dict, inputs: Mapping, timeout: Optional[float],
-                   t0: float, identify: bool, verify_checksums: bool) -> WrpCrashError:
+def _located_crash(prep, crash: ChildCrashed, device, inputs: Mapping, replays: int, timeout: Optional[float],
+                   t0: float, identify: bool, verify_checksums: bool, source=None) -> WrpCrashError:
     """The :class:`WrpCrashError` of a crashed child; a crash while replaying is located by bisecting on
-    prefixes (one-shot children on ``job`` and ``inputs``), within what is left of ``timeout``."""
+    prefixes (a child per prefix, on the same inputs), within what is left of ``timeout``."""
     left = None if timeout is None else timeout - (time.monotonic() - t0)
     op_index, searched = None, False
     n = len(prep.model.ops)
     if identify and crash.stage == "replaying" and n > 0:
         budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
-        op_index, searched = _identify_op(d, job, inputs, n, budget)
+        op_index, searched = _identify_op(prep, device, inputs, replays, n, budget, source)
     return crash_error(prep, crash.signum, crash.stage, op_index, searched, verify_checksums=verify_checksums)
 
 
@@ -275,16 +633,16 @@ def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *, ver
     n = len(prep.model.ops)
     if n == 0:
         return None, False
-    with tempfile.TemporaryDirectory(prefix="wrpkit-isolate-") as tmp:
-        d = Path(tmp)
-        source, modules_dir = write_source(prep, d)
-        job = {"source": source, "modules_dir": modules_dir, "device": str(device), "repeat": int(replays),
-               "warmup": 0, "prefix": None, "read_back": False, "raw": False,
-               "timeout_total": None}
-        return _identify_op(d, job, dict(inputs or {}), n, budget)
+    verify_deferred(prep)
+    whole = {name: whole_region(prep, name, a) for name, a in dict(inputs or {}).items()}
+    source = ChildSource(prep)
+    try:
+        return _identify_op(prep, device, whole, replays, n, budget, source)
+    finally:
+        source.close()
 
 
-def _identify_op(d: Path, job: dict, inputs, n: int, budget: float) -> tuple:
+def _identify_op(prep, device, inputs: Mapping, replays: int, n: int, budget: float, source=None) -> tuple:
     """Bisect on op prefixes: ``(index of the first op whose prefix crashes, whether the search finished)``.
 
     The full graph is known to crash; the empty prefix is known not to.
@@ -296,15 +654,42 @@ def _identify_op(d: Path, job: dict, inputs, n: int, budget: float) -> tuple:
         if left <= 1:
             return None, False
         mid = (lo + hi) // 2
-        probe = dict(job, prefix=mid, read_back=False, timeout_total=None)
+        probe = ReplayWorker(prep, device, prefix=mid, source=source)
         try:
-            _run_child(d, probe, inputs, left)
+            probe.run(inputs, max(1, replays), 0, left, read_back=[])
             lo = mid
         except ChildCrashed:
             hi = mid
         except WrpError:
             return None, False  # the prefix did not run for another reason: no proof either way
+        finally:
+            probe.close()
     return hi - 1, True
+
+
+def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, verify_checksums: bool = True,
+                     timeout: Optional[float] = None, full_state: Optional[Mapping] = None,
+                     read_back=None) -> ChildRun:
+    """Replay in ``worker``; on a crash, find the op (children from ``full_state``) and raise it.
+
+    Args:
+        worker: The program's :class:`ReplayWorker`.
+        inputs: Whole bindings (``uint8``) to set before the replay.
+        repeat: Replays.
+        verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
+        timeout: Seconds for the request (None: no limit).
+        full_state: Every binding the program holds (what a new child needs to replay the same run).
+        read_back: Names of the bindings to return (None: every binding).
+
+    Raises:
+        WrpCrashError, WrpTimeoutError, WrpError: As :func:`replay_in_child`.
+    """
+    t0 = time.monotonic()
+    try:
+        return worker.run(inputs, repeat, 0, timeout, read_back=read_back)
+    except ChildCrashed as crash:
+        raise _located_crash(worker.prep, crash, worker.device, dict(full_state or inputs), repeat, timeout, t0,
+                             True, verify_checksums, worker.source) from None
 
 
 def module_verification(prep, verify_checksums: bool = True) -> dict:
@@ -419,328 +804,10 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
 # ---------------------------------------------------------------------------
 
 
-class ReplayWorker:
-    """A child process that loads a prepared capture once and replays it on request.
-
-    :class:`~wrpkit.run.runtime.IsolatedProgram` keeps one, so that a replay in
-    isolation costs a request and the bindings' bytes, not a process start,
-    ``import warp`` and a load per call.  The child holds the loaded graph, so
-    its memory persists between runs as in a :class:`~wrpkit.run.runtime.Program`.
-    Requests go through files in a private temporary directory (``job.json``,
-    ``inputs.npz``; ``result.*`` or ``error.json`` back), a line on the child's
-    stdin says "go", and a line on a pipe of its own says "done" (Warp prints on
-    stdout, which goes to ``d/output.txt``).  A child that dies (a crash, a
-    timeout, Ctrl-C, a Warp error) is gone: the next request starts a new one,
-    from the file's data.
-    """
-
-    def __init__(self, prep, device):
-        self.prep = prep
-        self.device = str(device)
-        self._tmp = tempfile.TemporaryDirectory(prefix="wrpkit-isolate-")
-        self.d = Path(self._tmp.name)
-        verify_deferred(prep)
-        self.source, self.modules_dir = write_source(prep, self.d)
-        self.proc: Optional[subprocess.Popen] = None
-        self._done_fd: Optional[int] = None
-        self._targets = 0  # captures given by retarget (wrp regress: one warm child for many captures)
-        self._warm = False
-        #: End the child when the thread that started it ends (Linux): a killed ``wrp regress`` worker
-        #: leaves no replay running on its own.
-        self.die_with_parent = False
-
-    def retarget(self, prep, device) -> None:
-        """Replay another prepared capture from now on, in the same child if it is alive.
-
-        The child keeps Warp imported and loads the new capture at the next
-        run (releasing the previous one), so a run over many captures pays the
-        process start and ``import warp`` once (``wrp regress``).
-        """
-        import shutil  # noqa: PLC0415
-
-        verify_deferred(prep)
-        old = Path(self.source).parent
-        self._targets += 1
-        sub = self.d / f"capture{self._targets}"
-        sub.mkdir()
-        self.prep, self.device = prep, str(device)
-        self.source, self.modules_dir = write_source(prep, sub)
-        if old != self.d:
-            shutil.rmtree(old, ignore_errors=True)
-
-    def warm(self, timeout: Optional[float] = 300.0) -> None:
-        """Start the child if it is not running, and wait until it has imported Warp.
-
-        A run's ``timeout`` then bounds loading and replaying only, not the
-        process start (``wrp regress --timeout``).
-
-        Raises:
-            WrpTimeoutError: It was not ready within ``timeout`` seconds (it is stopped).
-            WrpRuntimeError: It ended first.
-        """
-        import select  # noqa: PLC0415
-
-        if self.alive and self._warm:
-            return
-        self.stop()
-        self._start()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            self.proc.stdin.write(b"warm\n")
-            self.proc.stdin.flush()
-            line = b""
-            while not line.endswith(b"\n"):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise WrpTimeoutError(f"the replay process did not start within {timeout:g} s",
-                                          hint="The machine may be overloaded; retry, or raise the timeout.")
-                ready, _, _ = select.select([self._done_fd], [], [], left)
-                if ready:
-                    chunk = os.read(self._done_fd, 64)
-                    if not chunk:
-                        raise ended_without_result(self.proc.wait(), self._output_tail())
-                    line += chunk
-        except BaseException:
-            self.stop()
-            raise
-        self._warm = True
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def job(self, repeat: int, warmup: int, timeout_total: Optional[float]) -> dict:
-        """The job of a one-shot child (:func:`_run_child`) replaying the same source (for the op search)."""
-        return {"source": self.source, "modules_dir": self.modules_dir, "device": self.device, "repeat": int(repeat),
-                "warmup": int(warmup), "prefix": None, "read_back": False, "raw": True,
-                "timeout_total": timeout_total}
-
-    def _start(self) -> None:
-        for name in ("error.json", "stage"):
-            (self.d / name).unlink(missing_ok=True)
-        (self.d / "job.json").write_text(json.dumps(self.job(0, 0, None)))
-        done_r, done_w = os.pipe()
-        out = open(self.d / "output.txt", "wb")  # noqa: SIM115  (the child's stdout and stderr)
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.isolate", "--serve", os.fspath(self.d),
-                                          str(done_w)] + (["--die-with-parent"] if self.die_with_parent else []),
-                                         stdin=subprocess.PIPE, stdout=out, stderr=out, env=child_env(),
-                                         pass_fds=(done_w,))
-        except OSError as e:
-            os.close(done_r)
-            raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
-        finally:
-            os.close(done_w)
-            out.close()
-        self._done_fd = done_r
-
-    def stop(self) -> None:
-        """End the child (if any) and forget it."""
-        proc, self.proc = self.proc, None
-        self._warm = False
-        if self._done_fd is not None:
-            os.close(self._done_fd)
-            self._done_fd = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            if proc.stdin:
-                proc.stdin.close()
-
-    def close(self) -> None:
-        """End the child and remove the temporary directory."""
-        self.stop()
-        self._tmp.cleanup()
-
-    def _output_tail(self) -> str:
-        try:
-            return (self.d / "output.txt").read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None) -> ChildRun:
-        """Replay in the child: set ``inputs`` (whole bindings as ``uint8``), replay, read every binding back.
-
-        Raises:
-            ChildCrashed: The child died of a signal (it is gone).
-            WrpTimeoutError: ``timeout`` ran out (the child was killed).
-            WrpError: What the child reported (it is gone).
-        """
-        import select  # noqa: PLC0415
-
-        started = not self.alive
-        if started:
-            self.stop()
-            self._start()
-        d = self.d
-        for name in ("result.npz", "result.json", "error.json"):
-            (d / name).unlink(missing_ok=True)
-        np.savez(d / "inputs.npz", **{k: np.asarray(v) for k, v in inputs.items()})
-        (d / "job.json").write_text(json.dumps(dict(self.job(repeat, warmup, timeout), read_back=True)))
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            try:
-                self.proc.stdin.write(b"run\n")
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError):
-                pass  # the child ended: its status says why (below)
-            line = b""
-            while not line.endswith(b"\n"):
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    self.stop()
-                    raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT)
-                ready, _, _ = select.select([self._done_fd], [], [], left)
-                if not ready:
-                    continue
-                chunk = os.read(self._done_fd, 64)
-                if not chunk:
-                    break  # the child ended
-                line += chunk
-        except BaseException:
-            if self.alive and not line.endswith(b"\n"):
-                self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
-            raise
-        if line.endswith(b"\n") and (d / "result.json").is_file():
-            info = json.loads((d / "result.json").read_text())
-            with np.load(d / "result.npz", allow_pickle=False) as z:
-                results = {k: z[k] for k in z.files}
-            return ChildRun(results, info["host_ms"], info["device_ms"])
-        proc = self.proc
-        proc.wait()  # it answered with an error, or ended without answering: either way it is ending
-        stage = (d / "stage").read_text() if (d / "stage").is_file() else "starting"
-        self.stop()
-        if proc.returncode < 0:
-            raise ChildCrashed(-proc.returncode, stage, self._output_tail())
-        if (d / "error.json").is_file():
-            raise _error_from(json.loads((d / "error.json").read_text()))
-        raise ended_without_result(proc.returncode, self._output_tail())
-
-
-def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, verify_checksums: bool = True,
-                     timeout: Optional[float] = None, full_state: Optional[Mapping] = None) -> ChildRun:
-    """Replay in ``worker``; on a crash, find the op (one-shot children from ``full_state``) and raise it.
-
-    Args:
-        worker: The program's :class:`ReplayWorker`.
-        inputs: Whole bindings (``uint8``) to set before the replay.
-        repeat: Replays.
-        verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
-        timeout: Seconds for the request (None: no limit).
-        full_state: Every binding the program holds (what a new child needs to replay the same run).
-
-    Raises:
-        WrpCrashError, WrpTimeoutError, WrpError: As :func:`replay_in_child`.
-    """
-    t0 = time.monotonic()
-    try:
-        return worker.run(inputs, repeat, 0, timeout)
-    except ChildCrashed as crash:
-        raise _located_crash(worker.prep, crash, worker.d, worker.job(repeat, 0, None), dict(full_state or inputs),
-                             timeout, t0, True, verify_checksums) from None
-
-
 def write_stage(d: Path, text: str) -> None:
     """Record the child's stage (``"loading"``, ``"replaying"``, ...) for a crash report."""
     with open(d / "stage", "w") as f:
         f.write(text)
-
-
-def _load_job(d: Path, job: dict) -> tuple:
-    """``(warp, Program)``: the job's private copy loaded (a prefix of it when ``job["prefix"]`` is set)."""
-    from ..environment import init_warp  # noqa: PLC0415
-
-    # No banner, and on the CPU no "could not find the CUDA driver" warning.
-    wp = init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
-    from . import runtime  # noqa: PLC0415
-
-    modules = None
-    if job["modules_dir"]:
-        modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
-    # A private copy of bytes the parent validated (and refused what it must refuse, raw pointers
-    # included): decoded, not validated again.
-    prep = runtime.prepare(job["source"], modules, verify_checksums=False, allow_raw_pointers=True,
-                           _validated=True)
-    if job["prefix"] is not None:
-        from ..formats import wrp1  # noqa: PLC0415
-
-        prep.model.ops = prep.model.ops[:job["prefix"]]
-        prep.wrp_bytes = wrp1.build_image(prep.model)[0]
-        prep.modules_given, prep.deferred = True, []
-    write_stage(d, "loading")
-    return wp, runtime.load_prepared(prep, job["device"])
-
-
-def _replay_job(d: Path, wp, prog, job: dict) -> None:
-    """Set ``d/inputs.npz``, replay as the job says, and write ``d/result.json`` (and ``result.npz``)."""
-    from ..fileio import atomic_write  # noqa: PLC0415
-
-    with np.load(d / "inputs.npz", allow_pickle=False) as z:
-        for name in z.files:
-            if job["raw"]:  # whole regions as bytes, already checked by the parent's Program
-                prog._write_raw(prog._slot(name), np.ascontiguousarray(z[name]).reshape(-1).view(np.uint8))
-            else:
-                prog.set(name, z[name])
-    write_stage(d, "replaying")
-    host_ms, device_ms = _timed_replays(wp, prog, job["warmup"], job["repeat"])
-    write_stage(d, "reading")
-    if job["read_back"]:
-        import io  # noqa: PLC0415
-
-        buf = io.BytesIO()
-        read = (lambda n: prog._read_raw(prog._slot(n))) if job["raw"] else prog.get  # noqa: E731
-        np.savez(buf, **{name: read(name) for name in prog.bindings})
-        atomic_write(d / "result.npz", [buf.getvalue()])
-    atomic_write(d / "result.json", [json.dumps({"host_ms": host_ms, "device_ms": device_ms}).encode()])
-
-
-def _child_main(d: Path) -> int:
-    job = json.loads((d / "job.json").read_text())
-    try:
-        wp, prog = _load_job(d, job)
-        _replay_job(d, wp, prog, job)
-        return 0
-    except WrpError as e:
-        return write_child_error(d, e)
-
-
-def _serve_main(d: Path, done_fd: int) -> int:
-    """The :class:`ReplayWorker` child: load once, then replay on every line of stdin until it closes.
-
-    ``warm`` imports Warp and answers; a ``run`` whose job names another
-    source (:meth:`ReplayWorker.retarget`) releases the loaded capture and
-    loads that one.
-    """
-    done = os.fdopen(done_fd, "wb", buffering=0)
-    wp = prog = None
-    loaded = None
-    try:
-        for line in sys.stdin.buffer:
-            if line.strip() == b"warm":
-                from ..environment import init_warp  # noqa: PLC0415
-
-                job = json.loads((d / "job.json").read_text())
-                init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
-                done.write(b"done\n")
-                continue
-            if line.strip() != b"run":
-                return 0
-            job = json.loads((d / "job.json").read_text())
-            if prog is not None and loaded != (job["source"], job["device"]):
-                prog.close()
-                prog = None
-            if prog is None:
-                wp, prog = _load_job(d, job)
-                loaded = (job["source"], job["device"])
-            _replay_job(d, wp, prog, job)
-            write_stage(d, "idle")
-            done.write(b"done\n")
-        return 0
-    except WrpError as e:
-        code = write_child_error(d, e)
-        done.write(b"done\n")
-        return code
 
 
 def write_child_error(d: Path, e: WrpError) -> int:
@@ -784,16 +851,145 @@ def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
     return host_ms, None
 
 
+# ---------------------------------------------------------------------------
+# Child side (python -m wrpkit.run.isolate --serve FD)
+# ---------------------------------------------------------------------------
+
+
+def _error_info(e: WrpError) -> dict:
+    return {"class": type(e).__name__, "message": e.message, "hint": e.hint,
+            "problems": list(getattr(e, "problems", []))}
+
+
+def _load_served(message: dict, fds: list):
+    """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says."""
+    from ..environment import init_warp  # noqa: PLC0415
+    from . import runtime  # noqa: PLC0415
+    from .shared import SharedArea, map_readonly  # noqa: PLC0415
+
+    capture_fd, modules_fd, stage_fd = fds[:3]
+    stage = SharedArea(message["stage_size"], fd=stage_fd)
+    # No banner, and on the CPU no "could not find the CUDA driver" warning.
+    wp = init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+    mm, _ = map_readonly(capture_fd)
+    os.close(capture_fd)
+    modules_area = SharedArea(message["modules_size"], fd=modules_fd)
+    modules = {name: modules_area.view(off, n) for name, (off, n) in message["modules"].items()}
+    # The bytes the parent validated (and refused what it must refuse, raw pointers included):
+    # decoded, not validated again.
+    prep = runtime.prepare(memoryview(mm) if mm is not None else b"", modules, verify_checksums=False,
+                           allow_raw_pointers=True, _validated=True)
+    prep._keep.append(modules_area)
+    if message["prefix"] is not None:
+        from ..formats import wrp1  # noqa: PLC0415
+
+        prep.model.ops = prep.model.ops[:message["prefix"]]
+        prep.wrp_bytes = wrp1.build_image(prep.model)[0]
+        prep.modules_given, prep.deferred = True, []
+    _set_stage(stage, "loading")
+    prog = runtime.load_prepared(prep, message["device"], message.get("max_memory"))
+    if prep.kind != "wrp" or message["prefix"] is not None:
+        prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
+    return wp, prog, stage
+
+
+def _set_stage(stage, text: str) -> None:
+    """Record the child's stage for a crash report (the parent reads the shared page after the child died)."""
+    data = text.encode("ascii")[:stage.size]
+    view = stage.view()
+    view[:] = 0
+    view[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+
+def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
+    """One request: inputs from the shared inputs area, replays, statistics, results into the results area."""
+    from ..checks.binding_stats import region_stats  # noqa: PLC0415
+    from .shared import SharedArea  # noqa: PLC0415
+
+    in_area = SharedArea(message["in_size"], fd=fds[0])
+    out_area = SharedArea(message["out_size"], fd=fds[1])
+    try:
+        for name, (off, n) in message["inputs"].items():
+            prog._write_raw(prog._slot(name), in_area.view(off, n))
+        _set_stage(stage, "replaying")
+        host_ms, device_ms = _timed_replays(wp, prog, message["warmup"], message["repeat"])
+        _set_stage(stage, "reading")
+        summary = {}
+        for name, spec in message["stats"].items():
+            slot = prog._slot(name)
+            region = slot.region if prog._is_cpu else prog._read_raw(slot)  # CPU: Warp's memory itself
+            summary[name] = region_stats(region, spec)
+        for name, (off, n) in message["outputs"].items():
+            if n:
+                slot = prog._slot(name)
+                out_area.view(off, n)[:] = slot.region if prog._is_cpu else prog._read_raw(slot)
+    finally:
+        in_area.close()
+        out_area.close()
+    return {"host_ms": host_ms, "device_ms": device_ms, "stats": summary}
+
+
+def _serve_main(sock_fd: int) -> int:
+    """The :class:`ReplayWorker` child: answer every request until the socket closes.
+
+    ``warm`` imports Warp and answers; ``load`` loads the capture it hands
+    over (releasing the one loaded before: :meth:`ReplayWorker.retarget`);
+    ``run`` replays the loaded one and answers.  An error is answered, then
+    the child ends.
+    """
+    import gc  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    from .shared import ChannelClosed, receive, send  # noqa: PLC0415
+
+    sock = socket.socket(fileno=sock_fd)
+    wp = prog = stage = None
+    while True:
+        if stage is not None:
+            _set_stage(stage, "idle")
+        try:
+            message, fds = receive(sock)
+        except ChannelClosed:
+            return 0
+        op = message.get("op")
+        try:
+            if op == "warm":
+                from ..environment import init_warp  # noqa: PLC0415
+
+                init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+                send(sock, {"ok": True})
+            elif op == "load":
+                if prog is not None:
+                    prog.close()
+                    prog = None
+                    gc.collect()  # the previous capture's memory goes before the next one's is taken
+                wp, prog, stage = _load_served(message, fds)
+            elif op == "run" and prog is not None:
+                send(sock, _serve_run(wp, prog, message, fds, stage))
+            else:
+                return 0
+        except WrpError as e:
+            send(sock, {"error": _error_info(e)})
+            return e.exit_code
+
+
+def _die_with_parent() -> None:
+    """Be killed when the thread that started this process ends (Linux ``PR_SET_PDEATHSIG``)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        sys.exit(1)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--serve":
-        if "--die-with-parent" in sys.argv[4:] and sys.platform.startswith("linux"):
-            import ctypes  # noqa: PLC0415
-
-            try:
-                ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-            except (OSError, AttributeError):
-                pass
-            if os.getppid() == 1:  # the parent died before prctl took effect
-                sys.exit(1)
-        sys.exit(_serve_main(Path(sys.argv[2]), int(sys.argv[3])))
-    sys.exit(_child_main(Path(sys.argv[1])))
+        if "--die-with-parent" in sys.argv[3:]:
+            _die_with_parent()
+        sys.exit(_serve_main(int(sys.argv[2])))
+    sys.exit(2)

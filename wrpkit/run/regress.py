@@ -451,7 +451,7 @@ def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> 
     from .isolate import CRASH_SIGNALS, ChildCrashed, ReplayWorker, _located_crash  # noqa: PLC0415
 
     w = _replayers.worker
-    if w is None or not w.d.is_dir():  # none yet in this thread, or closed after a run
+    if w is None or w.closed:  # none yet in this thread, or closed after a run
         w = _replayers.worker = ReplayWorker(prep, device)
         w.die_with_parent = True
         with _started_lock:
@@ -473,7 +473,7 @@ def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> 
                                 f"while {crash.stage}; the run went on",
                                 hint="Something outside the replay ended it (the OOM killer, a person); rerun "
                                      "the case alone with `wrp replay`.") from None
-        raise _located_crash(w.prep, crash, w.d, w.job(1, 0, None), state, timeout, t1, True, True) from None
+        raise _located_crash(w.prep, crash, w.device, state, 1, timeout, t1, True, True, w.source) from None
     return run.results, (run.host_ms[0] if run.host_ms else None), started
 
 

@@ -21,6 +21,8 @@ once, at load; :meth:`Program.run` adds nothing per launch to
 from __future__ import annotations
 
 import os
+import re
+import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +58,9 @@ class Prepared:
 
     Attributes:
         model: The program (:class:`wrpkit.model.Program`).
-        wrp_bytes: The WRP1 bytes to hand to Warp (a view of the mapped file
-            for a ``.wrp``; re-encoded for a ``.wrpk``).
+        wrp_bytes: The WRP1 bytes to hand to Warp: a view of the mapped file
+            for a ``.wrp``; None for a ``.wrpk`` or ``.json`` until
+            :meth:`image` re-encodes it (only a load in this process does).
         modules: ``{filename: bytes}`` of every module file the graph names.
         path: The source file, or None when loaded from bytes.
         kind: ``"wrp"`` or ``"wrpk"``.
@@ -78,9 +81,19 @@ class Prepared:
     #: The folder the module files were read from (a ``.wrp`` path only).
     modules_dir: Optional[Path] = None
     _keep: list = field(default_factory=list, repr=False)
-    # (DeferredChecksum, view of the region's data in wrp_bytes): checksums
+    # (DeferredChecksum, view of the region's data in the source): checksums
     # still to verify; load_prepared does so while Warp loads the image.
     deferred: list = field(default_factory=list, repr=False)
+    #: ``os.stat_result`` of the source file as it was validated (None for bytes).
+    source_stat: Optional[os.stat_result] = None
+    #: The whole source (the mapped file, or the caller's bytes).
+    source_buffer: object = field(default=None, repr=False)
+
+    def image(self):
+        """The WRP1 bytes Warp loads: :attr:`wrp_bytes`, encoded from the model the first time."""
+        if self.wrp_bytes is None:
+            self.wrp_bytes = wrp1.build_image(self.model)[0]
+        return self.wrp_bytes
 
 
 def device_family(device) -> str:
@@ -186,6 +199,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                            modules_dir=modules_dir)
         keep.append(cap)
         model, kind = cap.program, cap.kind
+        source_buffer, source_stat = cap.mapped.buffer, cap.mapped.stat
         if kind == "wrp":
             wrp_bytes = cap.mapped.buffer
         else:
@@ -201,6 +215,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             raise WrpError(f"cannot load a {type(source).__name__}: pass a path or the bytes of a .wrp/.wrpk") \
                 from None
         buf = buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
+        source_buffer, source_stat = buf, None
         kind = wrp1.sniff(buf)
         if kind == "wrp":
             model = wrp1.decode_wrp1(buf)
@@ -290,19 +305,12 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                 raise WrpFormatError(e.message, field="annotations.signature", hint=e.hint) from None
         signature[b.name] = sig
 
-    checks = []
-    if wrp_bytes is None:
-        wrp_bytes, offsets = wrp1.build_image(model)
-        region_sizes = {r.region_id: r.size for r in model.regions}
-        for d in deferred:
-            at = offsets[d.region_id]
-            checks.append((d, memoryview(wrp_bytes)[at:at + region_sizes[d.region_id]]))
-        if path is not None:
-            # The image now holds the region data; let the mapped bundle's
-            # pages go so the file is not resident twice while Warp copies it.
-            cap.mapped.drop_pages()
+    # Region checksums deferred by the .wrpk decoder are verified on the blobs in the
+    # source itself (no image is built here: a contained replay's child maps the file).
+    region_sizes = {r.region_id: r.size for r in model.regions}
+    checks = [(d, source_buffer[d.offset:d.offset + region_sizes[d.region_id]]) for d in deferred]
     return Prepared(model, wrp_bytes, files, path, kind, annotations, signature, sizes, modules_given,
-                    cap.modules_dir if path is not None else None, keep, checks)
+                    cap.modules_dir if path is not None else None, keep, checks, source_stat, source_buffer)
 
 
 def refuse_raw_pointers(model) -> None:
@@ -459,6 +467,18 @@ def unknown_binding(name, known) -> WrpBindingError:
 # ---------------------------------------------------------------------------
 
 
+def _serialised(method):
+    """Run ``method`` holding its program's lock (see :class:`Program`, "Threads")."""
+    import functools  # noqa: PLC0415
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return locked
+
+
 class _HostMemory:
     """Exposes ``size`` bytes at ``ptr`` to numpy while keeping ``owner`` (the graph) alive."""
 
@@ -481,6 +501,17 @@ class _Slot:
 class Program:
     """A loaded, runnable captured program.
 
+    Threads: a Program is safe to share between threads.  Every call that
+    touches its graph or bindings (``run``, ``launch``, ``set``, ``get``,
+    ``numpy``, ``array``, ``reset``, ``close``) holds the program's lock, so
+    runs on one Program are serialised: each ``run`` sets its inputs, replays
+    and reads its outputs back before another thread's ``run`` starts (two
+    threads get two programs' worth of throughput only from two Programs).
+    The lock costs about a microsecond per call uncontended; a waiting thread
+    waits for the runs ahead of it.  Views (``numpy()`` on CPU, ``array()``,
+    ``run(copy=False)``) alias the graph's memory, which a later replay
+    changes: read them before another thread runs, or take copies.
+
     Attributes:
         model: The decoded program (:class:`wrpkit.model.Program`).
         graph: Warp's loaded ``wp.Graph``.
@@ -498,6 +529,7 @@ class Program:
         self._prepared = prepared
         self._closed = False
         self._bundle = None
+        self._lock = threading.RLock()
         self._sig = dict(prepared.signature)
         self._sizes = dict(prepared.sizes)
         self._is_cpu = bool(device.is_cpu)
@@ -554,6 +586,7 @@ class Program:
 
     # -- running --------------------------------------------------------------
 
+    @_serialised
     def launch(self) -> None:
         """Replay the graph once (``wp.capture_launch``); asynchronous on CUDA."""
         import warp as wp  # noqa: PLC0415
@@ -561,6 +594,7 @@ class Program:
         self._check_open()
         wp.capture_launch(self.graph)
 
+    @_serialised
     def reset(self) -> None:
         """Restore every binding to the bytes it held when the graph was captured.
 
@@ -617,9 +651,17 @@ class Program:
             self._bundle = wrpk.encode_wrpk(self.model, self._prepared.modules)
         return self._bundle
 
-    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, isolate: bool = False,
-            timeout: Optional[float] = None) -> dict:
-        """Set inputs, replay ``repeat`` times, and read every binding back.
+    @_serialised
+    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
+            isolate: bool = False, timeout: Optional[float] = None) -> dict:
+        """Set inputs, replay ``repeat`` times, and read the outputs back.
+
+        Only what is asked for is read back: by default the outputs of the
+        signature (every binding when the file records none), or the bindings
+        named in ``outputs``.  With ``copy=False`` the results are read in
+        place: on CPU, numpy views of the graph's memory (no copy at all; the
+        next replay changes them, and they keep the memory alive); on CUDA,
+        ``wp.array`` views of the device memory (:meth:`array`).
 
         With ``isolate=True`` the replays run in a child process that starts
         from this program's current bindings; its results are written back
@@ -629,15 +671,21 @@ class Program:
         (seconds) bounds the child.  It costs a process start and a load per
         call (see the README's benchmarks).
 
+        Runs on one Program from several threads are serialised (see the
+        class's "Threads").
+
         Args:
             inputs: ``{name: array}`` (numpy arrays, ``wp.array`` or
                 bytes-like).  With a recorded signature each must have exactly
                 its numpy shape and dtype (a view binding takes the view's
                 shape); without one, exactly the binding's bytes.
             repeat: Number of replays (0 only sets inputs and reads back).
+            outputs: Names of the bindings to return (None: :attr:`outputs`;
+                ``"*"``: every binding; ``[]``: none, the fastest run).
+            copy: False: return views of the graph's memory instead of copies.
 
         Returns:
-            ``{name: np.ndarray}`` for every binding, typed and shaped per its
+            ``{name: np.ndarray}`` per name asked for, typed and shaped per its
             signature, or raw ``uint8`` bytes when it has none.
 
         Raises:
@@ -650,8 +698,10 @@ class Program:
         import warp as wp  # noqa: PLC0415
 
         self._check_open()
+        names = self._asked(outputs)
         if isolate:
-            return self._run_isolated(inputs, repeat, timeout)
+            self._run_isolated(inputs, repeat, timeout)
+            return self._results(names, copy)
         if inputs:
             if not isinstance(inputs, Mapping):
                 raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
@@ -670,7 +720,28 @@ class Program:
             raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
         if not self._is_cpu:
             wp.synchronize_device(self.device)
-        return {name: self.get(name) for name in self._slots}
+        return self._results(names, copy)
+
+    def _asked(self, outputs) -> list:
+        """The binding names ``run(outputs=...)`` returns, checked."""
+        if outputs is None:
+            return self.outputs
+        if outputs == "*":
+            return list(self._sizes)
+        if isinstance(outputs, str):
+            outputs = [outputs]
+        names = list(outputs)
+        for n in names:
+            if n not in self._sizes:
+                raise unknown_binding(n, self._sizes)
+        return names
+
+    def _results(self, names: list, copy: bool) -> dict:
+        if copy:
+            return {name: self.get(name) for name in names}
+        if self._is_cpu:
+            return {name: self._slots[name].view for name in names}
+        return {name: self.array(name) for name in names}
 
     def _run_isolated(self, inputs, repeat, timeout) -> dict:
         from .isolate import replay_in_child  # noqa: PLC0415
@@ -692,8 +763,7 @@ class Program:
             raise WrpError(f"repeat must be >= 0, got {repeat}")
         run = replay_in_child(self._prepared, str(self.device), state, repeat, timeout=timeout, raw=True)
         for name, slot in self._slots.items():
-            self._write(slot, run.results[name])
-        return {name: self.get(name) for name in self._slots}
+            self._write_raw(slot, run.results[name])
 
     # -- bindings ---------------------------------------------------------------
 
@@ -746,11 +816,13 @@ class Program:
             raise WrpRuntimeError(f"cannot read binding {slot.name!r}: {e}") from None
         return tmp.numpy()
 
+    @_serialised
     def set(self, name: str, value) -> None:
         """Write one binding (same rules as ``run``'s inputs)."""
         slot = self._slot(name)
         self._write(slot, self._as_input(name, value))
 
+    @_serialised
     def get(self, name: str) -> np.ndarray:
         """A copy of one binding, typed per its signature (raw ``uint8`` without one)."""
         slot = self._slot(name)
@@ -761,6 +833,7 @@ class Program:
             return raw
         return np.array(ann.view_region(raw, slot.sig), copy=True)
 
+    @_serialised
     def numpy(self, name: str) -> np.ndarray:
         """One binding as a numpy array: a zero-copy view on CPU, a copy on CUDA.
 
@@ -772,6 +845,7 @@ class Program:
             return slot.view
         return self.get(name)
 
+    @_serialised
     def array(self, name: str):
         """One binding as a zero-copy ``wp.array`` over the graph's memory.
 
@@ -802,6 +876,7 @@ class Program:
         arr._wrpkit_owner = self.graph  # the graph owns the memory
         return arr
 
+    @_serialised
     def close(self) -> None:
         """Release the graph and the source mapping (views become invalid).
 
@@ -824,9 +899,55 @@ def _release(prepared) -> None:
                 pass
 
 
+#: Programs unpickled in this process: {(bundle header, size, device): [Program, ...]}.
+_unpickled: dict = {}
+_unpickled_lock = threading.Lock()
+#: Graphs kept per bundle and device (one per task that held one at the same time).
+_UNPICKLED_PER_BUNDLE = 8
+
+
+def _reusable(prog: Program) -> bool:
+    """Whether :meth:`Program.reset` restores all of ``prog``'s state: every region is bound
+    (memory no binding names keeps what the last run left, so such a graph is loaded afresh)."""
+    bound = {b.region_id for b in prog.model.bindings}
+    return all(r.region_id in bound for r in prog.model.regions)
+
+
 def _program_from_bundle(bundle: bytes, device: str) -> Program:
-    """Unpickle a :class:`Program`: load its bundle bytes from memory on ``device``."""
-    return load(bundle, device=device)
+    """Unpickle a :class:`Program`: load its bundle bytes from memory on ``device``.
+
+    A worker that unpickles the same bundle again (Ray and Dask ship a task's
+    arguments with every task) gets a graph it loaded before, reset to its
+    captured values, instead of a second load (unpickling is a full load) --
+    but only a graph nobody holds any more: a Program is never handed to two
+    holders at once, so tasks running side by side (threads) each have their
+    own graph, whichever thread unpickled their arguments.  Only graphs whose
+    every region is bound are reused (:meth:`Program.reset` restores all of
+    their state); others load afresh.  Warp's banner is off.
+    """
+    import sys  # noqa: PLC0415
+
+    from ..environment import init_warp  # noqa: PLC0415
+
+    view = memoryview(bundle).cast("B")
+    # The header holds the manifest's SHA-256, which covers every blob's: it names the content.
+    key = (bytes(view[:128]), view.nbytes, str(device))
+    with _unpickled_lock:
+        pool = _unpickled.setdefault(key, [])
+        pool[:] = [p for p in pool if not p.closed]
+        for prog in pool:
+            # Held by the pool, this loop and getrefcount's argument only: nobody uses it now.
+            if sys.getrefcount(prog) <= 3:
+                prog.reset()
+                return prog
+    init_warp(cpu_only=str(device).strip().lower() == "cpu")
+    prog = load(bundle, device=device)
+    if _reusable(prog):
+        with _unpickled_lock:
+            pool = _unpickled.setdefault(key, [])
+            if len(pool) < _UNPICKLED_PER_BUNDLE:
+                pool.append(prog)
+    return prog
 
 
 def resolve_device(device):
@@ -850,13 +971,91 @@ def resolve_device(device):
                              hint=f"Available devices: {', '.join(str(d) for d in wp.get_devices())}.") from None
 
 
-def load_prepared(prep: Prepared, device="cpu") -> Program:
+def device_free_memory(dev) -> Optional[int]:
+    """Bytes a new allocation on ``dev`` (a ``wp.Device``) can take: CUDA's free memory, or the host's
+    available memory (:func:`wrpkit.checks.memory.host_available`); None when unknown."""
+    from ..checks.memory import host_available  # noqa: PLC0415
+
+    if dev.is_cuda:
+        try:
+            return int(dev.free_memory)
+        except Exception:  # noqa: BLE001  (an old Warp, or no driver answer: unknown)
+            return None
+    return host_available()
+
+
+def check_memory(model, dev, max_memory: Optional[int] = None) -> None:
+    """Refuse a capture whose regions would not fit the device's free memory (or ``max_memory``).
+
+    Raises:
+        WrpOutOfMemoryError: It does not fit; nothing was allocated.
+    """
+    from ..checks.memory import check_budget  # noqa: PLC0415
+
+    check_budget(model, str(dev), device_free_memory(dev) if max_memory is None else None, max_memory)
+
+
+def _warp_load_error(e, what: str, dev, model) -> WrpError:
+    """The error for Warp's failure to load: out of memory (one status, with the size) when Warp says so."""
+    text = str(e)
+    said = _stderr_tail()  # Warp prints its reason on stderr; a replay child's stderr is a memory file
+    oom = re.compile(r"out of memory|failed to allocate|cannot allocate|std::bad_alloc|ENOMEM", re.IGNORECASE)
+    reason = next((ln.strip() for ln in reversed(said.splitlines()) if oom.search(ln)), "")
+    if reason and not oom.search(text):
+        text = f"{text.rstrip(': ')}: {reason}"
+    if not oom.search(text) and not _can_reserve(model):
+        text = f"{text.rstrip(': ')}: the memory its regions declare cannot even be reserved"
+    if oom.search(text) or "cannot even be reserved" in text:
+        from ..checks.memory import declared_memory  # noqa: PLC0415
+        from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+        need = declared_memory(model)
+        return WrpOutOfMemoryError(f"Warp ran out of memory loading {what} on {dev} (the capture declares "
+                                   f"{need.describe()}): {text}", requested=need.total, device=str(dev),
+                                   hint="Free memory or replay on a larger device.")
+    return WrpRuntimeError(f"Warp could not load {what}: {text}",
+                           hint="Warp's own diagnostic, if any, is printed on stderr above.")
+
+
+def _stderr_tail(limit: int = 4096) -> str:
+    """The end of what this process wrote on stderr when fd 2 is a file (a replay child's memory file)."""
+    import stat as st  # noqa: PLC0415
+
+    try:
+        info = os.fstat(2)
+        if not st.S_ISREG(info.st_mode):
+            return ""
+        return os.pread(2, limit, max(0, info.st_size - limit)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _can_reserve(model) -> bool:
+    """Whether address space for every region could be reserved now (a failed Warp load with no reason:
+    was it memory?).  The reservation is never touched, so it costs no memory."""
+    import mmap  # noqa: PLC0415
+
+    from ..checks.memory import declared_memory  # noqa: PLC0415
+
+    total = declared_memory(model).total
+    if not total:
+        return True
+    try:
+        mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0),
+                  prot=mmap.PROT_READ).close()
+        return True
+    except (OSError, ValueError, OverflowError, MemoryError):
+        return False
+
+
+def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None) -> Program:
     """Load a :class:`Prepared` capture into Warp (see :func:`load`)."""
     import warp as wp  # noqa: PLC0415
 
     what = str(prep.path) if prep.path is not None else "the capture"
     check_runnable(prep.model, device, what=what)
     dev = resolve_device(device)
+    check_memory(prep.model, dev, max_memory)  # before anything is allocated
     # prepare() picked exactly the files Warp needs (and .cu sources when present).
     binaries = prep.modules
     # Region data holds no code and has passed validation, so its checksums
@@ -874,12 +1073,28 @@ def load_prepared(prep: Prepared, device="cpu") -> Program:
             # capture_load can also compile the packaged source fallback.
             graph = wp.capture_load(os.fspath(prep.path), device=dev)
         elif hasattr(wp, "capture_load_from_bytes"):
-            graph = wp.capture_load_from_bytes(prep.wrp_bytes, modules=binaries, device=dev)
+            built = prep.wrp_bytes is None
+            image = prep.image()
+            if built and prep.path is not None:
+                # The image now holds the region data; let the mapped bundle's
+                # pages go so the file is not resident twice while Warp copies it.
+                for k in prep._keep:
+                    mapped = getattr(k, "mapped", None)
+                    if mapped is not None:
+                        mapped.drop_pages()
+            graph = wp.capture_load_from_bytes(image, modules=binaries, device=dev)
         else:  # pragma: no cover  (older Warp)
             graph = _load_via_dir(prep, binaries, dev)
+    except MemoryError:
+        from ..checks.memory import declared_memory  # noqa: PLC0415
+        from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+        need = declared_memory(prep.model)
+        raise WrpOutOfMemoryError(f"out of memory while loading {what} on {dev} (the capture declares "
+                                  f"{need.describe()})", requested=need.total, device=str(dev),
+                                  hint="Free memory or replay on a larger device.") from None
     except (RuntimeError, TypeError, ValueError) as e:
-        raise WrpRuntimeError(f"Warp could not load {what}: {e}",
-                              hint="Warp's own diagnostic, if any, is printed on stderr above.") from None
+        raise _warp_load_error(e, what, dev, prep.model) from None
     finally:
         if verification is not None:
             try:
@@ -898,7 +1113,7 @@ def _load_via_dir(prep: Prepared, binaries: dict, dev):  # pragma: no cover
 
     with tempfile.TemporaryDirectory(prefix="wrpkit-load-") as d:
         p = Path(d) / "capture.wrp"
-        p.write_bytes(bytes(prep.wrp_bytes))
+        p.write_bytes(bytes(prep.image()))
         (Path(d) / "capture_modules").mkdir()
         for name, data in binaries.items():
             (Path(d) / "capture_modules" / name).write_bytes(bytes(data))
@@ -915,6 +1130,9 @@ class IsolatedProgram:
     gone and the next run starts a new one from the file's data and the
     bindings as the last successful run left them.  :meth:`close` (or the
     program's garbage collection) ends the child.
+
+    Threads: safe to share, like :class:`Program`: requests to the child are
+    serialised by the program's lock.
 
     Attributes:
         model: The decoded program.
@@ -934,6 +1152,8 @@ class IsolatedProgram:
         self._state = {}  # {name: uint8 bytes of the binding}; absent: the file's initial data
         self._dirty = set()  # names set since the child last saw them
         self._worker = None  # its ReplayWorker, started by the first run
+        self._lock = threading.RLock()
+        self._max_memory = None  # load(max_memory=): the child's budget
 
     signature = Program.signature
     bindings = Program.bindings
@@ -949,6 +1169,9 @@ class IsolatedProgram:
         if name not in self._sizes:
             raise unknown_binding(name, self._sizes)
 
+    _asked = Program._asked
+
+    @_serialised
     def set(self, name: str, value) -> None:
         """Set one binding for the next run (same rules as ``run``'s inputs)."""
         self._check(name)
@@ -972,6 +1195,7 @@ class IsolatedProgram:
             return np.frombuffer(bytes(memoryview(data)), dtype=np.uint8).copy()
         return np.zeros(region.size, dtype=np.uint8)
 
+    @_serialised
     def get(self, name: str) -> np.ndarray:
         """A copy of one binding after the last run, typed per its signature."""
         self._check(name)
@@ -983,13 +1207,19 @@ class IsolatedProgram:
 
     numpy = get
 
-    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, isolate: bool = True,
-            timeout: Optional[float] = None) -> dict:
-        """Set inputs, replay ``repeat`` times in a child process, and read every binding back.
+    @_serialised
+    def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
+            isolate: bool = True, timeout: Optional[float] = None) -> dict:
+        """Set inputs, replay ``repeat`` times in a child process, and return the outputs.
+
+        Every binding comes back from the child (through shared memory: a new
+        child after a crash starts from them); only ``outputs`` are returned.
 
         Args:
             inputs: As for :meth:`Program.run`.
             repeat: Number of replays.
+            outputs: As for :meth:`Program.run` (None: the signature's outputs).
+            copy: False: views of this program's copy of the bindings (valid until the next run).
             isolate: Must be True (an isolated program has no graph in this process).
             timeout: Seconds for the child (None: no limit).
 
@@ -1001,6 +1231,7 @@ class IsolatedProgram:
         """
         from .isolate import ReplayWorker, replay_in_worker  # noqa: PLC0415
 
+        names = self._asked(outputs)
         if not isolate:
             raise WrpError("this program was loaded with isolate=True; load it again without to run in-process")
         before, dirty = dict(self._state), set(self._dirty)
@@ -1018,19 +1249,24 @@ class IsolatedProgram:
         if repeat < 0:
             raise WrpError(f"repeat must be >= 0, got {repeat}")
         if self._worker is None:
-            self._worker = ReplayWorker(self._prepared, self.device)
+            self._worker = ReplayWorker(self._prepared, self.device, max_memory=self._max_memory)
             weakref.finalize(self, self._worker.close)
         # A new child starts from the file's data: it gets every binding this program holds.
         send = self._state if not self._worker.alive else {n: self._state[n] for n in self._dirty}
         try:
+            # Every binding comes back (in shared memory): a new child after a crash starts from them.
             run = replay_in_worker(self._worker, send, repeat, timeout=timeout, full_state=self._state)
         except BaseException:
             self._state, self._dirty = before, dirty  # a failed run changes nothing here (its child is gone)
             raise
         self._dirty.clear()
-        self._state = {n: np.ascontiguousarray(a).reshape(-1).view(np.uint8) for n, a in run.results.items()}
-        return {name: self.get(name) for name in self._sizes}
+        self._state = dict(run.results)
+        if copy:
+            return {name: self.get(name) for name in names}
+        return {name: (self._state[name] if self._sig.get(name) is None else
+                       ann.view_region(self._state[name], self._sig[name])) for name in names}
 
+    @_serialised
     def close(self) -> None:
         """End the replay child and release the source mapping."""
         if self._worker is not None:
@@ -1040,7 +1276,7 @@ class IsolatedProgram:
 
 
 def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isolate: bool = False,
-         allow_raw_pointers: bool = False, modules_dir=None):
+         allow_raw_pointers: bool = False, modules_dir=None, max_memory=None):
     """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`Program`.
 
     Checks, in order: the container decodes and validates with wrpkit's codec;
@@ -1065,6 +1301,10 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
         modules_dir: For a ``.wrp`` path: the folder of its module files
             (default: ``<stem>_modules/`` beside the path, or beside a
             symbolic link's target).
+        max_memory: Bytes (or a size such as ``"64G"``) the load may
+            allocate, replacing the check against the device's free memory
+            (host: available memory; CUDA: free device memory) that runs
+            before anything is allocated.
 
     A path may be a symbolic link, or a stem to which ``.wrp`` is added (as
     ``wp.capture_load`` does).
@@ -1076,14 +1316,22 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
         WrpDeviceError: Wrong device family, or the device is unavailable.
         WrpVersionError: Recorded with another Warp version (recapture needed).
         WrpRuntimeError: Warp failed to load it.
+        WrpOutOfMemoryError: Its memory does not fit the device (or ``max_memory``), or an allocation failed.
     """
+    from ..checks.memory import parse_size  # noqa: PLC0415
+
+    max_memory = parse_size(max_memory) if max_memory is not None else None
     prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir)
     if isolate:
         check_runnable(prep.model, device, what=str(prep.path) if prep.path is not None else "the capture")
-        if prep.kind == "wrp" and prep.path is None:
-            prep.wrp_bytes = bytes(memoryview(prep.wrp_bytes).cast("B"))  # the caller's buffer may change
-        return IsolatedProgram(prep, str(device))
-    prog = load_prepared(prep, device)
+        if prep.path is None and prep.kind in ("wrp", "wrpk"):
+            prep.source_buffer = bytes(memoryview(prep.source_buffer).cast("B"))  # the caller's buffer may change
+            if prep.kind == "wrp":
+                prep.wrp_bytes = prep.source_buffer
+        iso = IsolatedProgram(prep, str(device))
+        iso._max_memory = max_memory
+        return iso
+    prog = load_prepared(prep, device, max_memory)
     if prep.kind == "wrpk":
         prep.wrp_bytes = None  # Warp copied what it needs; the rebuilt image is no longer used
     return prog

@@ -1,0 +1,72 @@
+"""The C API's process-wide lock hands itself over first come, first served (issue 24).
+
+A small C++ program takes ``wrp::FairMutex`` (native/src/fair_mutex.h, the lock
+every Warp-entering call of the C API holds) in one thread, lets three more
+threads queue for it one after the other, then releases it: they must get it in
+the order they asked, and a thread that releases and asks again at once must
+queue behind them (what ``std::mutex`` does not promise: there one thread's
+loop can take the lock again before a waiter is scheduled).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROGRAM = r"""
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+#include <vector>
+#include "fair_mutex.h"
+
+int main()
+{
+    wrp::FairMutex m;
+    std::vector<int> order;
+    std::mutex order_m;
+    auto record = [&](int who) { std::lock_guard<std::mutex> g(order_m); order.push_back(who); };
+    m.lock();  // the holder: thread 0
+    std::vector<std::thread> ts;
+    for (int k = 1; k <= 3; k++) {
+        ts.emplace_back([&, k] {
+            m.lock();
+            record(k);
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            m.unlock();
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // k has taken its ticket
+    }
+    m.unlock();
+    m.lock();  // asking again at once: behind 1, 2 and 3
+    record(0);
+    m.unlock();
+    for (auto& t : ts)
+        t.join();
+    for (int v : order)
+        std::printf("%d ", v);
+    std::printf("\n");
+    return 0;
+}
+"""
+
+
+def test_the_lock_is_handed_over_in_the_order_it_was_asked_for(tmp_path):
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "fair.cpp"
+    src.write_text(PROGRAM)
+    exe = tmp_path / "fair"
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{ROOT / 'native' / 'src'}", str(src), "-o", str(exe), "-lpthread"],
+                   check=True, capture_output=True, text=True, timeout=300)
+    for _ in range(3):
+        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60, check=True).stdout.split()
+        assert out == ["1", "2", "3", "0"], out

@@ -1,0 +1,362 @@
+"""Replays that scale with the capture (issue 24).
+
+Containment without copies: a contained replay (``wrp replay``, either
+engine, ``.wrp`` or ``.wrpk``) writes no file unless ``--output`` asks (seen
+with strace), its child maps the user's file itself, and the outputs table is
+computed where the data is, with the same figures in both engines as numpy
+computes over an in-process replay.  Every capture is made with stock Warp
+(or ``wrpkit.capture``) at test time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import warp as wp
+
+import wrpkit
+from wrpkit.checks.binding_stats import stats
+
+wp.config.quiet = True
+N = 4096
+
+
+@wp.kernel
+def k_spin(pos: wp.array(dtype=wp.vec3), count: wp.array(dtype=wp.int32), scale: wp.float32):
+    i = wp.tid()
+    p = pos[i]
+    pos[i] = wp.vec3(p[1], -p[0], p[2] * scale)
+    wp.atomic_add(count, i % 7, 1)
+
+
+@wp.kernel
+def k_poison(pos: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    if i == 5:
+        pos[i] = wp.vec3(wp.nan, wp.inf, 1.0)  # a planted bug: the table must count it
+
+
+def _typed_capture(path: Path) -> Path:
+    """A capture with a signature: vec3 positions (input/output) and an int32 counter."""
+    rng = np.random.default_rng(7)
+    pos = wp.array(rng.standard_normal((N, 3)).astype(np.float32), dtype=wp.vec3, device="cpu")
+    count = wp.zeros(7, dtype=wp.int32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_spin, dim=N, inputs=[pos, count, 1.5], device="cpu")
+        wp.launch(k_poison, dim=N, inputs=[pos], device="cpu")
+    rec.save(path, inputs={"pos": pos}, outputs={"pos": pos, "count": count})
+    return path
+
+
+def _stock_capture(path: Path) -> Path:
+    """A stock capture_save (no signature): the outputs are raw bytes."""
+    pos = wp.array(np.ones((N, 3), np.float32), dtype=wp.vec3, device="cpu")
+    count = wp.zeros(7, dtype=wp.int32, device="cpu")
+    wp.capture_begin(device="cpu", apic=True)
+    wp.launch(k_spin, dim=N, inputs=[pos, count, 2.0], device="cpu")
+    graph = wp.capture_end(device="cpu")
+    wp.capture_save(graph, str(path), inputs={"pos": pos}, outputs={"count": count})
+    return path
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("typed")
+    wrp = _typed_capture(d / "typed.wrp")
+    wrpk = d / "typed.wrpk"
+    assert _cli("convert", wrp, wrpk).returncode == 0
+    return {"wrp": wrp, "wrpk": wrpk}
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("stock")
+    wrp = _stock_capture(d / "stock.wrp")
+    wrpk = d / "stock.wrpk"
+    assert _cli("convert", wrp, wrpk).returncode == 0
+    return {"wrp": wrp, "wrpk": wrpk}
+
+
+def _wrp_exe() -> str:
+    exe = Path(sys.executable).parent / "wrp"
+    return str(exe) if exe.is_file() else "wrp"
+
+
+def _cli(*args, cwd=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([_wrp_exe(), *map(str, args)], capture_output=True, text=True, timeout=300, cwd=cwd)
+    return proc
+
+
+def _native_or_skip():
+    try:
+        from wrpkit.cli.replay import find_native  # noqa: PLC0415
+
+        find_native()
+    except wrpkit.WrpError:
+        pytest.skip("wrp-replay is not built")
+
+
+#: A system call that makes, changes or removes a file (as strace -f prints it).
+_WRITES = re.compile(r"(open(at)?\(.*(O_WRONLY|O_RDWR|O_CREAT|O_TRUNC))|\b(creat|rename(at2?)?|unlink(at)?|"
+                     r"mkdir(at)?|link(at)?|truncate)\(")
+
+
+def _file_writes(trace: str) -> list:
+    """The successful calls of ``trace`` that made, changed or removed a file on disk."""
+    out = []
+    for line in trace.splitlines():
+        if not _WRITES.search(line) or re.search(r"= -1 E", line):
+            continue
+        if re.search(r'"/dev/(null|tty|pts/\d+)"', line):
+            continue
+        out.append(line)
+    return out
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+@pytest.mark.parametrize("kind", ["wrp", "wrpk"])
+def test_contained_replay_writes_no_file(typed, engine, kind, tmp_path):
+    """No temp folder, no private copy of the capture, no outputs file: bindings pass through memory."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    if engine == "native":
+        _native_or_skip()
+    log = tmp_path / "strace.txt"
+    proc = subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e",
+                           "trace=open,openat,creat,rename,renameat,renameat2,unlink,unlinkat,mkdir,mkdirat,"
+                           "link,linkat,truncate", _wrp_exe(), "replay", str(typed[kind]), "--engine", engine,
+                           "--json", "--repeat", "3"], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["outputs"]["pos"]["nan"] == 1 and report["outputs"]["pos"]["inf"] == 1
+    writes = _file_writes(log.read_text())
+    assert writes == [], "\n".join(writes[:10])
+    assert sorted(os.listdir(tmp_path)) == ["strace.txt"]
+
+
+def test_output_is_the_only_file_written(typed, tmp_path):
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    log = tmp_path / "strace.txt"
+    out = tmp_path / "out.npz"
+    proc = subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=openat,rename,renameat2,mkdir",
+                           _wrp_exe(), "replay", str(typed["wrp"]), "--output", str(out)], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    writes = _file_writes(log.read_text())
+    assert writes and all(str(tmp_path) in w for w in writes), "\n".join(writes[:10])
+    with np.load(out) as z:
+        assert z["pos"].shape == (N, 3)
+
+
+@pytest.mark.parametrize("kind", ["wrp", "wrpk"])
+def test_outputs_table_is_the_same_in_both_engines_and_matches_numpy(typed, kind):
+    """The child (or wrp-replay) summarises Warp's memory in place: the figures are numpy's over a replay."""
+    _native_or_skip()
+    want = wrpkit.load(typed[kind]).run()
+    reports = {}
+    for engine in ("python", "native"):
+        proc = _cli("replay", typed[kind], "--engine", engine, "--json")
+        assert proc.returncode == 0, proc.stderr
+        reports[engine] = json.loads(proc.stdout)["outputs"]
+    for name in ("pos", "count"):
+        expect = stats(want[name])
+        for engine, outs in reports.items():
+            got = outs[name]
+            assert got["shape"] == expect["shape"] and got["dtype"] == expect["dtype"], (engine, got)
+            assert (got["nan"], got["inf"]) == (expect["nan"], expect["inf"]), (engine, got)
+            assert got["min"] == expect["min"] and got["max"] == expect["max"], (engine, got)
+            assert got["mean"] == pytest.approx(expect["mean"], rel=1e-12), (engine, got)
+    assert reports["python"]["pos"]["nan"] == 1
+
+
+def test_stock_outputs_are_raw_unless_typed(stock):
+    """A stock file records no dtype: raw bytes, unless --dtype types the binding (then the numbers agree)."""
+    _native_or_skip()
+    for engine in ("python", "native"):
+        proc = _cli("replay", stock["wrp"], "--engine", engine, "--json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["outputs"]["count"]["raw"] is True
+    want = np.frombuffer(wrpkit.load(stock["wrp"]).run()["count"].tobytes(), np.int32)
+    for engine in ("python", "native"):
+        proc = _cli("replay", stock["wrpk"], "--engine", engine, "--json", "--dtype", "count=int32")
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout)["outputs"]["count"]
+        assert got["dtype"] == "int32" and got["min"] == int(want.min()) and got["max"] == int(want.max())
+
+
+# ---------------------------------------------------------------------------
+# Memory checked before it is spent; one out-of-memory status
+# ---------------------------------------------------------------------------
+
+
+@wp.kernel
+def k_twice(a: wp.array(dtype=wp.float32), s: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    s[i] = a[i] * 2.0
+    a[i] = s[i] + 1.0
+
+
+def _small_stock(d: Path) -> Path:
+    a = wp.array(np.arange(1024, dtype=np.float32), device="cpu")
+    s = wp.zeros(1024, dtype=wp.float32, device="cpu")
+    wp.capture_begin(device="cpu", apic=True)
+    wp.launch(k_twice, dim=1024, inputs=[a, s], device="cpu")
+    graph = wp.capture_end(device="cpu")
+    path = d / "small.wrp"
+    wp.capture_save(graph, str(path), inputs={"a": a})
+    return path
+
+
+def _edit_region(src: Path, dst: Path, region_index: int, size: int) -> Path:
+    """``src`` with one region declared ``size`` bytes and no initial data (edited as JSON)."""
+    js = dst.with_suffix(".json")
+    assert _cli("convert", src, js).returncode == 0
+    doc = json.loads(js.read_text())
+    r = doc["regions"][region_index]
+    r["size"], r["has_initial_data"] = size, False
+    r.pop("data", None)
+    js.write_text(json.dumps(doc))
+    proc = _cli("convert", js, dst)
+    assert proc.returncode == 0, proc.stderr
+    return dst
+
+
+@pytest.fixture(scope="module")
+def edited(tmp_path_factory) -> dict:
+    d = tmp_path_factory.mktemp("edited")
+    small = _small_stock(d)
+    return {"small": small,
+            # the scratch array (unbound) declared 8 GiB: the kernel reaches 4 KiB of it
+            "unreached": _edit_region(small, d / "unreached.wrp", 1, 8 << 30),
+            # the bound input declared 1 TiB: more than any machine has free
+            "huge": _edit_region(small, d / "huge.wrp", 0, 1 << 40),
+            # the bound input declared 1 GiB of zeros: fits, unless the address space is limited
+            "gig": _edit_region(small, d / "gig.wrp", 0, 1 << 30)}
+
+
+def _wrp_replay_exe() -> str:
+    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+
+    return str(find_native())
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_an_edited_unreachable_region_is_refused_in_under_5_s(edited, engine):
+    import time  # noqa: PLC0415
+
+    if engine == "native":
+        _native_or_skip()
+    t0 = time.monotonic()
+    proc = _cli("replay", edited["unreached"], "--engine", engine, "--json")
+    took = time.monotonic() - t0
+    assert proc.returncode == 3, proc.stderr
+    err = json.loads(proc.stdout)
+    assert "region 2 declares 8.0 GiB" in err["error"] and "--allow-unreached" in err["hint"]
+    assert took < 5, took
+
+
+def test_validators_and_check_warn_of_an_unreachable_region(edited):
+    v = _cli("validate", edited["unreached"])
+    assert v.returncode == 0 and "region 2 declares 8.0 GiB" in v.stdout + v.stderr
+    c = _cli("check", edited["unreached"])
+    assert "lint-memory" in c.stdout and "region 2 declares 8.0 GiB" in c.stdout
+    for f in ("small", "gig"):  # what ops or bindings reach is never flagged
+        assert "declares" not in _cli("validate", edited[f]).stdout
+
+
+def _assert_oom(proc, *words):
+    assert proc.returncode == 3, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    text = (proc.stdout + proc.stderr).lower()
+    assert "out of memory" in text or "nothing was allocated" in text, text[-2000:]
+    for w in words:
+        assert w.lower() in text, (w, text[-2000:])
+
+
+@pytest.mark.parametrize("budget", [None, "1K"])
+def test_an_over_budget_capture_is_refused_in_every_route(edited, budget):
+    """1 TiB declared: refused against the host's free memory (or a --max-memory of 1 KiB), before any allocation."""
+    _native_or_skip()
+    extra = [] if budget is None else ["--max-memory", budget]
+    figure = "free" if budget is None else "1024"
+    for engine in ("python", "native"):
+        _assert_oom(_cli("replay", edited["huge"], "--engine", engine, *extra), "1099511627776", figure)
+    _assert_oom(subprocess.run([_wrp_replay_exe(), str(edited["huge"]), *extra], capture_output=True, text=True,
+                               timeout=120), "1099511627776", figure)
+    with pytest.raises(wrpkit.WrpOutOfMemoryError) as e:
+        wrpkit.load(edited["huge"], max_memory=budget)
+    assert e.value.requested >= 1 << 40 and e.value.device == "cpu" and e.value.exit_code == 3
+    iso = wrpkit.load(edited["huge"], isolate=True, max_memory=budget)
+    try:
+        with pytest.raises(wrpkit.WrpOutOfMemoryError, match="1099511627776"):
+            iso.run()
+    finally:
+        iso.close()
+
+
+_IN_PROCESS = """
+import sys, wrpkit
+try:
+    wrpkit.load(sys.argv[1], max_memory="100G", isolate=sys.argv[2] == "1").run()
+except wrpkit.WrpOutOfMemoryError as e:
+    print("OOM", e.requested, e.device, e)
+    sys.exit(3)
+"""
+
+
+def _limited(limit_mb: int, *cmd) -> subprocess.CompletedProcess:
+    import resource  # noqa: PLC0415
+
+    def pre():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_mb << 20, limit_mb << 20))
+
+    return subprocess.run([str(c) for c in cmd], preexec_fn=pre, capture_output=True, text=True, timeout=300)
+
+
+def test_out_of_memory_injected_with_rlimit_as_is_one_status_in_every_route(edited):
+    """The address space is capped below the 1 GiB region (--max-memory lets the check pass): Warp's
+    allocation fails, and every route says so the same way: exit 3, out of memory, the size."""
+    _native_or_skip()
+    limit = 1000  # MiB: room for Python, Warp and LLVM, not for the region too
+    if _limited(limit, _wrp_exe(), "replay", edited["small"]).returncode != 0:
+        pytest.skip("this interpreter needs more than 1000 MiB of address space to replay at all")
+    size = "1073741824"
+    for engine in ("python", "native"):
+        _assert_oom(_limited(limit, _wrp_exe(), "replay", edited["gig"], "--engine", engine, "--max-memory", "100G"),
+                    size)
+    _assert_oom(_limited(limit, _wrp_replay_exe(), edited["gig"], "--max-memory", "100G"), size)
+    for isolate in ("0", "1"):
+        proc = _limited(limit, sys.executable, "-c", _IN_PROCESS, edited["gig"], isolate)
+        said = [ln for ln in proc.stdout.splitlines() if ln.startswith("OOM ")]
+        assert proc.returncode == 3 and said and size in said[0], (proc.stdout, proc.stderr[-2000:])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("WRPKIT_BIG_TESTS") != "1", reason="opt-in: WRPKIT_BIG_TESTS=1 (needs ~10 GiB "
+                    "of memory and 9 GiB of disk)")
+def test_a_capture_over_4_gib_replays_in_every_route(tmp_path):
+    """Over 4 GiB (past any 32-bit size and the old 16 GiB caps' neighbourhood): both engines and wrp-replay."""
+    _native_or_skip()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from bench_scale import make_capture  # noqa: PLC0415
+
+    big = tmp_path / "big.wrp"
+    make_capture(big, 4608)  # 4.5 GiB of float32 data
+    for engine in ("python", "native"):
+        proc = _cli("replay", big, "--engine", engine, "--json", "--dtype", "a=float32")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got = json.loads(proc.stdout)["outputs"]["a"]
+        assert got["shape"] == [4608 << 18] and (got["min"], got["max"]) == (1.0, 1999.0), got
+    proc = subprocess.run([_wrp_replay_exe(), str(big), "--json", "--stats"], capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["stats"]["a"]["shape"] == [4608 << 20]
