@@ -40,6 +40,8 @@ class Case:
             ``"<release>/<case>"`` under tests/fixtures/legacy/ (``program`` is then unused).
         direct_bundle: Encode the edited model straight to a ``.wrpk``: for what a bundle can
             say but the program's own WRP1 format cannot (the edit would not survive a ``.wrp``).
+        raw_bundle: ``raw_bundle(bytes) -> bytes`` applied to the ``.wrpk`` (with ``bundle``); the
+            manifest's SHA-256 in the header is re-stamped afterwards.
     """
 
     name: str
@@ -54,6 +56,7 @@ class Case:
     bundle: bool = False
     legacy: str = ""
     direct_bundle: bool = False
+    raw_bundle: Optional[Callable] = None
 
 
 def launches(prog, key=None):
@@ -298,6 +301,40 @@ def step_loop(times: int):
     return edit
 
 
+def _root_vtable(data: bytes) -> tuple:
+    """``(manifest offset, root table position, its vtable position)`` in a .wrpk's bytes."""
+    moff = struct.unpack_from("<Q", data, 16)[0]
+    root = moff + struct.unpack_from("<I", data, moff)[0]
+    return moff, root, root - struct.unpack_from("<i", data, root)[0]
+
+
+def restamp(data: bytes) -> bytes:
+    import hashlib  # noqa: PLC0415
+
+    moff, msize = struct.unpack_from("<QQ", data, 16)
+    return data[:48] + hashlib.sha256(data[moff:moff + msize]).digest() + data[80:]
+
+
+def root_table_size(size: int):
+    """The Program table's vtable declares ``size`` bytes (its fields lie where they lie)."""
+    def raw(data: bytes) -> bytes:
+        _, _, vt = _root_vtable(data)
+        out = bytearray(data)
+        struct.pack_into("<H", out, vt + 2, size)
+        return bytes(out)
+    return raw
+
+
+def root_vtable_size(size: int):
+    """The Program table's vtable says it is ``size`` bytes long: under 4, it holds no field slot."""
+    def raw(data: bytes) -> bytes:
+        _, _, vt = _root_vtable(data)
+        out = bytearray(data)
+        struct.pack_into("<H", out, vt, size)
+        return bytes(out)
+    return raw
+
+
 def binding_name(name):
     def edit(prog):
         prog.bindings[0] = m.Binding(name, prog.bindings[0].region_id)
@@ -356,6 +393,15 @@ CASES = [
     Case("mesh_duplicate_id", "mesh", mesh_duplicate, "appears twice", "appears twice"),
     Case("mesh_triangles_without_points", "mesh", mesh_field(num_points=0), "triangles but no points",
          "triangles but no points"),
+    # -- FlatBuffers table shapes (Python refused them, flatbuffers::Verifier in wrp-replay accepts
+    # -- them and bounds-checks every field read; both now apply the Verifier's rules) -----------
+    Case("bundle_table_size_below_its_fields", "views", lambda prog: None, accept=True, bundle=True,
+         raw_bundle=root_table_size(4)),
+    Case("bundle_table_size_past_the_manifest", "views", lambda prog: None, accept=True, bundle=True,
+         raw_bundle=root_table_size(0xFFF0)),
+    # A vtable under 4 bytes: a Program with every field absent, refused by both for what it lacks.
+    Case("bundle_vtable_under_4_bytes", "views", lambda prog: None, "producer Warp version", "blob", bundle=True,
+         raw_bundle=root_vtable_size(2)),
     # -- strings of a bundle (Python checked only UTF-8; the WRP1 rules ran only on a .wrp, so a
     # -- bundle passed `wrp validate`, failed `wrp-replay --list`, and converted to a refused .wrp) --
     Case("bundle_binding_name_with_nul", "views", binding_name("x\0y"), "NUL byte", "NUL byte",
@@ -673,6 +719,8 @@ def build(case: Case, dst_dir: Path) -> Path:
 
         bundled = path.with_suffix(".wrpk")
         convert(path, bundled)
+        if case.raw_bundle is not None:
+            bundled.write_bytes(restamp(case.raw_bundle(bundled.read_bytes())))
         return bundled
     return path
 

@@ -62,6 +62,7 @@ assert HEADER.size == HEADER_SIZE
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
 _HH = struct.Struct("<HH")
+_H = struct.Struct("<H")
 _PARAM = struct.Struct("<HHIII")
 _RELOC = struct.Struct("<IiQB7s")
 _LEGACY = struct.Struct("<BBHiQ4q4qI4s")  # LegacyArg: format 3's 88-byte argument descriptor
@@ -908,15 +909,17 @@ class _Reader:
 
     def plan(self, spec: _DecSpec, vt: int, mod8: int, pos: int) -> _DecPlan:
         buf, n = self.buf, self.n
-        if vt < 0 or vt & 1 or vt + 4 > n:
+        # The rules of flatbuffers::Verifier, which wrp-replay's reader applies (one verdict per
+        # file): the vtable's size field and the whole vtable lie in the buffer, at an even
+        # offset; a vtable too short to hold a field slot has no fields (every field absent); the
+        # table size a vtable declares bounds nothing, each field is bounds-checked on its own.
+        if vt < 0 or vt & 1 or vt + 2 > n:
             raise _Bad(f"{spec.name} table's vtable at manifest offset {vt} is out of bounds or misaligned", pos)
-        vsize, tsize = _HH.unpack_from(buf, vt)
-        if vsize < 4 or vsize & 1 or vt + vsize > n:
+        vsize = _H.unpack_from(buf, vt)[0]
+        if vsize & 1 or vt + vsize > n:
             raise _Bad(f"{spec.name} vtable size {vsize} is invalid or runs past the manifest", vt)
-        if tsize < 4:
-            raise _Bad(f"{spec.name} table size {tsize} is below 4", vt + 2)
-        nslots = (vsize - 4) // 2
-        offs = struct.unpack_from(f"<{nslots}H", buf, vt + 4)
+        nslots = max(0, (vsize - 4) // 2)
+        offs = struct.unpack_from(f"<{nslots}H", buf, vt + 4) if nslots else ()
         present = []
         for i, (fname, kind, _) in enumerate(spec.fields):
             off = offs[i] if i < nslots else 0
@@ -924,8 +927,8 @@ class _Reader:
                 continue
             code = "I" if _is_offset(kind) else _SCALARS[kind]
             size = _SIZES[code]
-            if off < 4 or off + size > tsize:
-                raise _Bad(f"field lies outside its {tsize}-byte {spec.name} table", vt + 4 + 2 * i, fname)
+            if off < 4:
+                raise _Bad(f"field lies inside its {spec.name} table's vtable offset", vt + 4 + 2 * i, fname)
             if (mod8 + off) % _ALIGNS[code]:
                 raise _Bad(f"field is misaligned for its {size}-byte type", vt + 4 + 2 * i, fname)
             present.append((off, i, code, kind))
@@ -945,7 +948,7 @@ class _Reader:
         p.getter = _tuple_getter([where.get(i, nraw + i) for i in range(len(spec.fields))])
         rel = {i: off for off, i, _, _ in present}
         p.children = [(i, f, k, rel.get(i, 0)) for i, f, k in spec.children]
-        p.size = tsize
+        p.size = max(4, cur)  # the table's own offset and its fields: what is read, bounds-checked below
         return p
 
     def table(self, pos: int, spec: _DecSpec) -> list:
@@ -964,7 +967,7 @@ class _Reader:
         if plan is None:
             plan = self.plans[key] = self.plan(spec, vt, pos & 7, pos)
         if pos + plan.size > self.n:
-            raise _Bad(f"{spec.name} table of {plan.size} bytes runs past the manifest", pos)
+            raise _Bad(f"{spec.name} table's fields ({plan.size} bytes) run past the manifest", pos)
         vals = list(plan.getter(plan.struct.unpack_from(self.buf, pos) + spec.defaults))
         for i in spec.bools:
             v = vals[i]
