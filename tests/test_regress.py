@@ -468,11 +468,10 @@ def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
     killed = None
     deadline = time.monotonic() + 120
     while killed is None and time.monotonic() < deadline and t.is_alive():
-        for child, d in _serve_children():
-            job = d / "job.json"
-            if (d / "stage").is_file() and (d / "stage").read_text() == "replaying" and job.is_file():
+        for child, stage in _serve_children():
+            if stage() == "replaying":
                 time.sleep(1.0)  # the never-ending case keeps replaying; a quick one is done by now
-                if (d / "stage").is_file() and (d / "stage").read_text() == "replaying":
+                if stage() == "replaying":
                     os.kill(child, signal.SIGKILL)
                     killed = child
                     break
@@ -496,7 +495,23 @@ def _serve_children():
         except OSError:
             continue
         if b"wrpkit.run.isolate" in argv and b"--serve" in argv and b"--die-with-parent" in argv:
-            yield int(p.name), Path(argv[argv.index(b"--serve") + 1].decode())
+            yield int(p.name), _stage_reader(p)
+
+
+def _stage_reader(proc: Path):
+    """A function reading what a replay child says it is doing: its shared stage page, found among
+    its open files (the memory file the parent named ``wrpkit-stage``), as the parent reads it."""
+
+    def stage() -> str:
+        try:
+            for fd in (proc / "fd").iterdir():
+                if "wrpkit-stage" in os.readlink(fd):
+                    return fd.read_bytes().rstrip(b"\0").decode("ascii", "replace")
+        except OSError:
+            pass
+        return ""
+
+    return stage
 
 
 # ---------------------------------------------------------------------------

@@ -162,7 +162,8 @@ def test_output_is_the_only_file_written(typed, tmp_path):
 def test_outputs_table_is_the_same_in_both_engines_and_matches_numpy(typed, kind):
     """The child (or wrp-replay) summarises Warp's memory in place: the figures are numpy's over a replay."""
     _native_or_skip()
-    want = wrpkit.load(typed[kind]).run()
+    prog = wrpkit.load(typed[kind])
+    want, sigs = prog.run(), prog.signature
     reports = {}
     for engine in ("python", "native"):
         proc = _cli("replay", typed[kind], "--engine", engine, "--json")
@@ -172,7 +173,9 @@ def test_outputs_table_is_the_same_in_both_engines_and_matches_numpy(typed, kind
         expect = stats(want[name])
         for engine, outs in reports.items():
             got = outs[name]
-            assert got["shape"] == expect["shape"] and got["dtype"] == expect["dtype"], (engine, got)
+            # The one shape convention (docs/op-table.md): the numpy view's shape is numpy_shape.
+            assert got["numpy_shape"] == expect["shape"], (engine, got)
+            assert got["dtype"] == sigs[name].dtype.name, (engine, got)
             assert (got["nan"], got["inf"]) == (expect["nan"], expect["inf"]), (engine, got)
             assert got["min"] == expect["min"] and got["max"] == expect["max"], (engine, got)
             assert got["mean"] == pytest.approx(expect["mean"], rel=1e-12), (engine, got)

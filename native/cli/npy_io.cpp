@@ -313,8 +313,24 @@ NpyArray read_npy(const std::string& path, uint64_t expected_bytes,
     return a;
 }
 
+// /dev/fd/N: an open file the caller passed (wrp replay hands a memory file), not a path to create.
+static int passed_fd(const std::string& path)
+{
+    if (path.compare(0, 8, "/dev/fd/") != 0 || path.size() <= 8 ||
+        path.find_first_not_of("0123456789", 8) != std::string::npos)
+        return -1;
+    return std::atoi(path.c_str() + 8);
+}
+
 void prepare_output(const std::string& path)
 {
+    int passed = passed_fd(path);
+    if (passed >= 0) {
+        if (fcntl(passed, F_GETFD) == -1)
+            throw CliError(kExitRuntime, "cannot write " + path + ": file descriptor " + std::to_string(passed) +
+                                             " is not open");
+        return;  // written in place by write_npy_atomic: no folder to make, nothing to probe
+    }
     size_t slash = path.find_last_of('/');
     std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
     // Missing parent folders are created, as wrp's commands create them (mkdir -p).
@@ -364,9 +380,7 @@ void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std:
     head += dict;
 
     // /dev/fd/N: an open file the caller passed (a memory file): written in place, from its start.
-    if (path.compare(0, 8, "/dev/fd/") == 0 && path.size() > 8 &&
-        path.find_first_not_of("0123456789", 8) == std::string::npos) {
-        int fd = std::atoi(path.c_str() + 8);
+    if (int fd = passed_fd(path); fd >= 0) {
         bool ok = ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 && write_all(fd, head.data(), head.size()) &&
             write_all(fd, data, size);
         if (!ok)

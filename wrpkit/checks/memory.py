@@ -148,88 +148,32 @@ def _raise(e):
 INF = float("inf")
 
 
-def _op_reach(op, reach: dict, m) -> None:
-    """Record in ``reach`` ({region id: first byte no op reaches}) the bytes ``op`` can touch.
-
-    Kernel launches, copies, fills, tiles and conditions are bounded by their
-    records; any other kind of op counts every region it names as reached in full.
-    """
-    from ..formats.launch_arrays import argument_arrays, descriptor_view  # noqa: PLC0415
-
-    def touch(rid, end):
-        if isinstance(rid, int) and rid >= 0:
-            reach[rid] = max(reach.get(rid, 0), end)
-
-    if isinstance(op, m.KernelLaunch):
-        cursor = 0
-        for p in list(op.params) + list(op.adjoint_params):
-            rels = op.relocations[cursor:cursor + p.num_relocs]
-            cursor += p.num_relocs
-            try:
-                descs = list(argument_arrays(p, rels))
-            except Exception:  # noqa: BLE001  (a layout validate reports: count these regions in full)
-                descs = None
-            if descs is None:
-                for r in rels:
-                    touch(r.region_id, INF)
-                continue
-            in_desc = set()
-            for d in descs:
-                ndim, shape, strides = descriptor_view(op.value_data, p.value_offset + d.offset)
-                for k, r in enumerate(d.relocations):
-                    in_desc.add(id(r))
-                    if r.kind != m.RelocKind.DATA_PTR:
-                        continue
-                    if k >= 2 or not 1 <= ndim <= 4:  # index arrays, odd descriptors: in full
-                        touch(r.region_id, INF)
-                        continue
-                    dims, steps = shape[:ndim], strides[:ndim]
-                    if 0 in dims:
-                        continue
-                    hi = sum((int(n) - 1) * int(s) for n, s in zip(dims, steps) if int(s) > 0)
-                    # the last element's first byte plus its size, bounded by the largest stride (or 64 bytes)
-                    touch(r.region_id, r.region_offset + hi + max([abs(int(s)) for s in steps] + [64]))
-            for r in rels:
-                if id(r) not in in_desc and r.kind == m.RelocKind.DATA_PTR:
-                    touch(r.region_id, INF)
-        return
-    if isinstance(op, m.MemcpyH2D):
-        touch(op.dst_region_id, op.dst_offset + memoryview(op.data).nbytes)
-    elif isinstance(op, m.MemcpyD2D):
-        touch(op.dst_region_id, op.dst_offset + op.size)
-        touch(op.src_region_id, op.src_offset + op.size)
-    elif isinstance(op, m.Memset):
-        touch(op.region_id, op.offset + op.size)
-    elif isinstance(op, m.Memtile):
-        touch(op.region_id, op.offset + op.count * memoryview(op.value).nbytes)
-    elif isinstance(op, (m.If, m.While)):
-        touch(op.cond_region_id, op.cond_offset + 8)
-        for sub in (list(op.then_ops) + list(op.else_ops)) if isinstance(op, m.If) else list(op.body):
-            _op_reach(sub, reach, m)
-    else:
-        for k in dir(op):
-            if k.endswith("region_id") and not k.startswith("_"):
-                touch(getattr(op, k, None), INF)
-
-
 def region_reach(model) -> dict:
     """``{region id: bytes from its start that some op or binding can touch}`` (inf: the whole region).
 
-    Ops reach what their records say: an array argument its descriptor's
-    shape and strides from its pointer's offset, a copy or fill its byte
-    range, a condition its flag.  A binding, a mesh, a pointer location or an
-    op of a kind this does not model makes its region reached in full.
+    Ops reach the byte ranges :func:`wrpkit.checks.effects.effects` gives them
+    (the one answer to what an op reads and writes: an array argument its
+    descriptor's shape and strides from its pointer's offset, a copy or fill
+    its byte range, a condition its flag).  A binding, a mesh or a pointer
+    location makes its region reached in full, and so does an op whose record
+    cannot be measured.
     """
     from .. import model as m  # noqa: PLC0415
+    from .effects import effects, kernel_signatures  # noqa: PLC0415
 
     reach: dict = {}
-    for op in model.ops:
+    sigs = kernel_signatures(model)
+    for _, op in m.walk_ops(model.ops):
         try:
-            _op_reach(op, reach, m)
-        except Exception:  # noqa: BLE001  (a record this does not model: count its regions as reached)
+            accesses = effects(op, model, sigs).accesses
+        except Exception:  # noqa: BLE001  (a record validate reports: count its regions as reached)
             for k in dir(op):
                 if k.endswith("region_id") and isinstance(getattr(op, k, None), int):
                     reach[getattr(op, k)] = INF
+            continue
+        for acc in accesses:
+            if acc.region_id >= 0:
+                reach[acc.region_id] = max(reach.get(acc.region_id, 0), acc.offset + acc.nbytes)
     full = {b.region_id for b in model.bindings}
     for me in getattr(model, "meshes", []) or []:
         full.update(rid for rid in (getattr(me, "points_region_id", -1), getattr(me, "indices_region_id", -1),
