@@ -159,13 +159,15 @@ def region_reach(model) -> dict:
     cannot be measured.
     """
     from .. import model as m  # noqa: PLC0415
-    from .effects import effects, kernel_signatures  # noqa: PLC0415
+    from .effects import effects  # noqa: PLC0415
 
     reach: dict = {}
-    sigs = kernel_signatures(model)
+    # No kernel signatures: a byte range needs only the descriptors (an element is its innermost
+    # stride), and decoding the annotations would cost `wrp upgrade` its light imports.
+    no_signatures: dict = {}
     for _, op in m.walk_ops(model.ops):
         try:
-            accesses = effects(op, model, sigs).accesses
+            accesses = effects(op, model, no_signatures).accesses
         except Exception:  # noqa: BLE001  (a record validate reports: count its regions as reached)
             for k in dir(op):
                 if k.endswith("region_id") and isinstance(getattr(op, k, None), int):
