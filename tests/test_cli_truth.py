@@ -34,16 +34,6 @@ def wrp(*args, cwd=None, env=None, timeout=300):
                           env=env, cwd=cwd, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def replayer() -> Path:
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
-
-    try:
-        return find_native()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"wrp-replay is not installed: {e}")
-
-
 def native(exe, *args, env=None, timeout=300):
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, env=env, timeout=timeout)
 

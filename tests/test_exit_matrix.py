@@ -339,16 +339,6 @@ def test_matrix(name, files):
     assert not failures, "\n".join(failures)
 
 
-@pytest.fixture(scope="module")
-def replayer() -> Path:
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
-
-    try:
-        return find_native()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"wrp-replay is not installed: {e}")
-
-
 def test_matrix_wrp_replay(files, replayer):
     """wrp-replay meets the same classes with the same codes."""
     good = files["ok"]

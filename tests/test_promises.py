@@ -34,16 +34,6 @@ def wrp(*args, env=None, timeout=600):
                           env=env, timeout=timeout)
 
 
-@pytest.fixture(scope="module")
-def replayer() -> Path:
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
-
-    try:
-        return find_native()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"wrp-replay is not installed: {e}")
-
-
 @wp.kernel
 def _energy_k(x: wp.array(dtype=wp.vec3), energy: wp.array(dtype=float)):
     i = wp.tid()

@@ -33,16 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES_FILE = ROOT / "tests" / "warp_compat_cases.txt"
 
 
-@pytest.fixture(scope="module")
-def replayer() -> Path:
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
-
-    try:
-        return find_native()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"wrp-replay is not installed: {e}")
-
-
 def _script(*args, cwd=None, timeout=3000):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, str(ROOT / "tests" / "warp_compat.py"), *map(str, args)],
