@@ -75,6 +75,42 @@ def kernel_argument_access(kernel) -> tuple:
     return out
 
 
+def kernel_signature(kernel, key: str, module_hash: str, launch=None):
+    """The :class:`~wrpkit.formats.annotations.KernelSignature` of a Warp kernel object.
+
+    Each argument's name, type text, dtype and ndim from the kernel's own
+    code, its access from :func:`kernel_argument_access`, and its value size
+    from ``launch`` (a :class:`~wrpkit.model.KernelLaunch` of it; 0 without one).
+    Used by ``wrpkit.capture`` (the kernels it recorded) and by ``--kernels``
+    (the user's kernels matched to a stock capture).
+    """
+    from warp._src import types as wt  # noqa: PLC0415
+
+    from ..formats import annotations as ann  # noqa: PLC0415
+
+    access = kernel_argument_access(kernel)
+    params = launch.params if launch is not None else []
+    args = []
+    for i, var in enumerate(kernel.adj.args):
+        t = var.type
+        dtype, ndim = None, 0
+        try:
+            if wt.is_array(t):
+                dtype, ndim = ann.dtype_from_warp(t.dtype), int(t.ndim)
+            else:
+                dtype = ann.dtype_from_warp(t)
+        except TypeError:
+            pass
+        try:
+            tname = wt.type_repr(t)
+        except Exception:  # noqa: BLE001
+            tname = str(t)
+        size = params[i].value_size if i < len(params) else 0
+        args.append(ann.KernelArgument(var.label, tname, int(size), dtype, ndim,
+                                       int(access[i]) if i < len(access) else 0))
+    return ann.KernelSignature(key, module_hash, tuple(args))
+
+
 def _analyse_kernel(kernel) -> tuple:
     from warp._src import types as wt  # noqa: PLC0415
 
@@ -417,4 +453,4 @@ def _fdef(adj):
     return tree.body[0] if isinstance(tree, ast.Module) else tree
 
 
-__all__ = ["kernel_argument_access"]
+__all__ = ["kernel_argument_access", "kernel_signature"]

@@ -33,7 +33,7 @@ from typing import Mapping, Optional
 import warp as wp
 
 from ..formats import annotations as ann
-from .access import kernel_argument_access
+from .access import kernel_signature
 from ..formats import wrp1
 from ..errors import WrpBindingError, WrpError, WrpRuntimeError
 from ..fileio import map_file, modules_dir_for, publish_wrp, read_file
@@ -337,8 +337,6 @@ def _byte_offset(apic_capture, arr) -> int:
 
 def _kernel_signatures(graph, prog) -> list:
     """Argument signatures of the captured kernels, from Warp's kernel objects."""
-    from warp._src import types as wt  # noqa: PLC0415
-
     cap = graph._apic_capture
     collected = getattr(cap, "collected_modules", {}) or {}
     first_launch = {}
@@ -358,27 +356,8 @@ def _kernel_signatures(graph, prog) -> list:
                 break
         if kernel is None:
             continue
-        launch = first_launch.get((k.module_hash, k.kernel_key))
-        access = kernel_argument_access(kernel)
-        args = []
-        for i, var in enumerate(kernel.adj.args):
-            t = var.type
-            value_size = launch.params[i].value_size if launch is not None and i < len(launch.params) else 0
-            dtype, ndim = None, 0
-            try:
-                if wt.is_array(t):
-                    dtype, ndim = ann.dtype_from_warp(t.dtype), int(t.ndim)
-                else:
-                    dtype = ann.dtype_from_warp(t)
-            except TypeError:
-                pass
-            try:
-                tname = wt.type_repr(t)
-            except Exception:  # noqa: BLE001
-                tname = str(t)
-            args.append(ann.KernelArgument(var.label, tname, int(value_size), dtype, ndim,
-                                           int(access[i]) if i < len(access) else 0))
-        out.append(ann.KernelSignature(k.kernel_key, k.module_hash, tuple(args)))
+        out.append(kernel_signature(kernel, k.kernel_key, k.module_hash,
+                                    first_launch.get((k.module_hash, k.kernel_key))))
     return out
 
 

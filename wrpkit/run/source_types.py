@@ -137,34 +137,6 @@ def _kernel_hash(k, block_dim: int) -> Optional[str]:
         return None
 
 
-def _signature(k, key: str, module_hash: str, op: Optional[m.KernelLaunch]) -> ann.KernelSignature:
-    from warp._src import types as wt  # noqa: PLC0415
-
-    from .access import kernel_argument_access  # noqa: PLC0415
-
-    access = kernel_argument_access(k)
-    params = op.params if op is not None else []
-    args = []
-    for i, var in enumerate(k.adj.args):
-        t = var.type
-        dtype, ndim = None, 0
-        try:
-            if wt.is_array(t):
-                dtype, ndim = ann.dtype_from_warp(t.dtype), int(t.ndim)
-            else:
-                dtype = ann.dtype_from_warp(t)
-        except TypeError:
-            pass
-        try:
-            tname = wt.type_repr(t)
-        except Exception:  # noqa: BLE001
-            tname = str(t)
-        size = params[i].value_size if i < len(params) else 0
-        args.append(ann.KernelArgument(var.label, tname, int(size), dtype, ndim,
-                                       int(access[i]) if i < len(access) else 0))
-    return ann.KernelSignature(key, module_hash, tuple(args))
-
-
 def _module_fits(recorded: str, k, stem: str) -> bool:
     if recorded == "__main__":
         return True  # a capture made by running the script
@@ -252,7 +224,9 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
             continue
         p, k, _ = good[0]
         match.file = str(p)
-        match.signature = _signature(k, rk.kernel_key, rk.module_hash, op)
+        from .access import kernel_signature  # noqa: PLC0415
+
+        match.signature = kernel_signature(k, rk.kernel_key, rk.module_hash, op)
         mangled = _kernel_hash(k, int(rk.block_dim) if rk.block_dim else 256)
         if mangled is not None and rk.forward_name:
             match.code = "same" if rk.forward_name.startswith(mangled + "_") else "changed"
