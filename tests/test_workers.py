@@ -51,6 +51,11 @@ def _step(prog, x):
     return prog.run({"pos": x})["pos"]
 
 
+def _shared_step(prog, x):
+    """A task on a Program other tasks share: from the captured state, atomically."""
+    return prog.run({"pos": x}, reset=True)["pos"]
+
+
 def test_unpickling_again_in_a_thread_reuses_the_graph_reset(sim):
     prog = wrpkit.load(sim)
     blob = pickle.dumps(prog)
@@ -82,6 +87,59 @@ def test_a_local_dask_cluster_with_two_threads_per_worker(sim, capfd):
                                   silence_logs=50) as cluster, distributed.Client(cluster) as client:
         futures = [client.submit(_step, prog, x, pure=False) for x in inputs]
         got = client.gather(futures)
+        # The faster recipe (docs/scale.md): the Program sent to each worker once.
+        # Tasks share a worker's copy, so each resets it to the captured state as it runs.
+        shared = client.scatter(prog, broadcast=True)
+        scattered = client.gather([client.submit(_shared_step, shared, x, pure=False) for x in inputs])
     assert [g.tobytes() for g in got] == [s.tobytes() for s in serial]
+    assert [g.tobytes() for g in scattered] == [s.tobytes() for s in serial]
     out = capfd.readouterr()
     assert "initialized" not in out.out + out.err and "Warp 1.19" not in out.out + out.err
+
+
+def test_ray_actors_and_tasks_give_the_serial_results(sim, capfd):
+    """docs/scale.md's Ray recipes: actors holding the Program, and tasks taking a ray.put reference."""
+    ray = pytest.importorskip("ray", reason="ray does not install in this environment (pip install 'wrpkit[ray]')")
+    prog = wrpkit.load(sim)
+    rng = np.random.default_rng(6)
+    inputs = [rng.standard_normal((N, 3)).astype(np.float32) for _ in range(16)]
+    serial = [wrpkit.load(sim).run({"pos": x})["pos"] for x in inputs]
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
+    try:
+        ref = ray.put(prog)
+
+        @ray.remote
+        class Stepper:
+            def __init__(self, program):
+                self.program = program
+
+            def step(self, x):  # pickled by value: Ray's workers cannot import this test module
+                return self.program.run({"pos": x}, reset=True)["pos"]
+
+        def step(prog, x):
+            return prog.run({"pos": x})["pos"]
+
+        actors = [Stepper.remote(ref) for _ in range(2)]
+        by_actor = ray.get([actors[i % 2].step.remote(x) for i, x in enumerate(inputs)])
+        by_task = ray.get([ray.remote(step).remote(ref, x) for x in inputs])
+    finally:
+        ray.shutdown()
+    assert [g.tobytes() for g in by_actor] == [s.tobytes() for s in serial]
+    assert [g.tobytes() for g in by_task] == [s.tobytes() for s in serial]
+    out = capfd.readouterr()
+    assert "Warp 1.19" not in out.out + out.err
+
+
+@pytest.mark.parametrize("isolate", [False, True], ids=["in-process", "isolated"])
+def test_run_with_reset_starts_from_the_captured_state(sim, isolate):
+    """State carries from run to run (velocities here); run(reset=True) restores the capture first."""
+    x = np.random.default_rng(7).standard_normal((N, 3)).astype(np.float32)
+    fresh = wrpkit.load(sim).run({"pos": x})["pos"]
+    prog = wrpkit.load(sim, isolate=isolate)
+    try:
+        assert prog.run({"pos": x})["pos"].tobytes() == fresh.tobytes()
+        assert prog.run({"pos": x})["pos"].tobytes() != fresh.tobytes()  # velocities moved on
+        assert prog.run({"pos": x}, reset=True)["pos"].tobytes() == fresh.tobytes()
+        assert prog.run({"pos": x}, reset=True)["pos"].tobytes() == fresh.tobytes()
+    finally:
+        prog.close()

@@ -653,7 +653,7 @@ class Program:
 
     @_serialised
     def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
-            isolate: bool = False, timeout: Optional[float] = None) -> dict:
+            isolate: bool = False, timeout: Optional[float] = None, reset: bool = False) -> dict:
         """Set inputs, replay ``repeat`` times, and read the outputs back.
 
         Only what is asked for is read back: by default the outputs of the
@@ -672,7 +672,10 @@ class Program:
         call (see the README's benchmarks).
 
         Runs on one Program from several threads are serialised (see the
-        class's "Threads").
+        class's "Threads").  A run starts from the bindings the previous run
+        left; ``reset=True`` restores the captured bindings first, under the
+        same lock, so that tasks sharing one Program (a Dask ``scatter``, a
+        Ray actor) each run from the captured state.
 
         Args:
             inputs: ``{name: array}`` (numpy arrays, ``wp.array`` or
@@ -683,6 +686,8 @@ class Program:
             outputs: Names of the bindings to return (None: :attr:`outputs`;
                 ``"*"``: every binding; ``[]``: none, the fastest run).
             copy: False: return views of the graph's memory instead of copies.
+            reset: True: :meth:`reset` before the inputs are set, atomically
+                with the run.
 
         Returns:
             ``{name: np.ndarray}`` per name asked for, typed and shaped per its
@@ -699,6 +704,8 @@ class Program:
 
         self._check_open()
         names = self._asked(outputs)
+        if reset:
+            self.reset()
         if isolate:
             self._run_isolated(inputs, repeat, timeout)
             return self._results(names, copy)
@@ -1208,8 +1215,14 @@ class IsolatedProgram:
     numpy = get
 
     @_serialised
+    def reset(self) -> None:
+        """Restore every binding to the bytes it held when the graph was captured (as :meth:`Program.reset`)."""
+        self._state = {name: self._initial(name) for name in self._sizes}
+        self._dirty = set(self._sizes)  # the child's memory still holds the last run's bytes
+
+    @_serialised
     def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
-            isolate: bool = True, timeout: Optional[float] = None) -> dict:
+            isolate: bool = True, timeout: Optional[float] = None, reset: bool = False) -> dict:
         """Set inputs, replay ``repeat`` times in a child process, and return the outputs.
 
         Every binding comes back from the child (through shared memory: a new
@@ -1222,6 +1235,7 @@ class IsolatedProgram:
             copy: False: views of this program's copy of the bindings (valid until the next run).
             isolate: Must be True (an isolated program has no graph in this process).
             timeout: Seconds for the child (None: no limit).
+            reset: True: :meth:`reset` before the inputs are set, atomically with the run.
 
         Raises:
             WrpBindingError: An unknown name, a size or dtype mismatch.
@@ -1235,6 +1249,8 @@ class IsolatedProgram:
         if not isolate:
             raise WrpError("this program was loaded with isolate=True; load it again without to run in-process")
         before, dirty = dict(self._state), set(self._dirty)
+        if reset:
+            self.reset()
         if inputs:
             if not isinstance(inputs, Mapping):
                 raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
