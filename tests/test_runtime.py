@@ -1,4 +1,4 @@
-"""wrpkit.load / wrpkit.run.runtime.Program: replays of real Warp captures."""
+"""wrpkit.load / wrpkit.run.program.Program: replays of real Warp captures."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from wrpkit.errors import (
     WrpValidationError,
     WrpVersionError,
 )
-from wrpkit.run.runtime import Program
+from wrpkit.run.program import Program
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()

@@ -300,8 +300,8 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     if clock not in ("wall", "cpu"):
         raise WrpBindingError(f"unknown clock {clock!r}", hint="Use 'wall' or 'cpu'.")
     opened = open_program(source, modules)
-    from ..run.isolate import verify_deferred  # noqa: PLC0415
-    from ..run.runtime import check_runnable  # noqa: PLC0415
+    from ..run.worker import verify_deferred  # noqa: PLC0415
+    from ..run.prepare import check_runnable  # noqa: PLC0415
     from .trace import default_device  # noqa: PLC0415
 
     device = str(device) if device is not None else default_device(opened.program)
@@ -646,7 +646,7 @@ def check_profile_matches(profile: dict, program: m.Program) -> None:
     Raises:
         WrpBindingError: A path the program lacks, or another op kind or kernel there.
     """
-    from ..run.isolate import op_at_path  # noqa: PLC0415
+    from ..run.crash import op_at_path  # noqa: PLC0415
 
     for path, p in profile["paths"].items():
         op = op_at_path(program.ops, path)

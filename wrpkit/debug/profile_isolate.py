@@ -25,7 +25,9 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import WrpError
-from ..run import isolate as iso
+from ..run.child import write_child_error, write_stage
+from ..run.crash import crash_error
+from ..run.worker import ChildCrashed, no_result_error, run_module, write_source
 from .trace_isolate import SLOT, _as_array
 
 _FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "timer", "repeat", "warmup",
@@ -60,7 +62,7 @@ def profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mappi
     input_bytes(opened, inputs, lambda rid: np.zeros(opened.program.region(rid).size, np.uint8))  # check only
     with tempfile.TemporaryDirectory(prefix="wrpkit-profile-") as tmp:
         d = Path(tmp)
-        source, modules_dir = iso.write_source(opened.prepared, d)
+        source, modules_dir = write_source(opened.prepared, d)
         np.savez(d / "inputs.npz", **{k: _as_array(v) for k, v in inputs.items()})
         (d / "op").write_bytes(SLOT.pack(-1, -1, -1, b""))
         job = {"source": source, "modules_dir": modules_dir, "device": device, "engine": engine,
@@ -71,16 +73,16 @@ def profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mappi
         if timeout is not None:
             left = max(1e-3, timeout - (time.perf_counter() - started))
         try:
-            proc = iso.run_module("wrpkit.debug.profile_isolate", d, left, timeout)
-        except iso.ChildCrashed as crash:
+            proc = run_module("wrpkit.debug.profile_isolate", d, left, timeout)
+        except ChildCrashed as crash:
             seq, index, iteration, path = SLOT.unpack((d / "op").read_bytes()[:SLOT.size])
             ran = crash.stage == "replaying" and seq >= 0
-            raise iso.crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
+            raise crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
                                   index if ran else None, True,
                                   path=path.rstrip(b"\0").decode("utf-8", "replace") if ran else None,
                                   iteration=iteration if ran and iteration >= 0 else None) from None
         if proc.returncode != 0 or not (d / "result.json").is_file():
-            raise iso.no_result_error(proc)
+            raise no_result_error(proc)
         data = json.loads((d / "result.json").read_text())
     result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
                            data["device"], **{k: data[k] for k in _FIELDS}, load_seconds=data["load_seconds"])
@@ -119,14 +121,14 @@ def _child_main(d: Path) -> int:
 
         result = run_profile(opened, device=job["device"], engine=job["engine"], inputs=inputs,
                              repeat=job["repeat"], warmup=job["warmup"], nvtx=job["nvtx"], clock=job["clock"],
-                             before=before, stage=lambda text: iso.write_stage(d, text))
-        iso.write_stage(d, "writing")
+                             before=before, stage=lambda text: write_stage(d, text))
+        write_stage(d, "writing")
         data = {"engine": result.engine, "device": result.device, "load_seconds": result.load_seconds,
                 **{k: getattr(result, k) for k in _FIELDS}}
         atomic_write(d / "result.json", [json.dumps(data).encode()])
         return 0
     except WrpError as e:
-        return iso.write_child_error(d, e)
+        return write_child_error(d, e)
 
 
 if __name__ == "__main__":

@@ -276,8 +276,8 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
 
     typing = type_capture(opened, list(kernels or ()))
     device = str(device) if device is not None else default_device(opened.program)
-    from ..run.isolate import verify_deferred  # noqa: PLC0415
-    from ..run.runtime import check_runnable  # noqa: PLC0415
+    from ..run.worker import verify_deferred  # noqa: PLC0415
+    from ..run.prepare import check_runnable  # noqa: PLC0415
 
     if engine not in ("python", "native"):
         raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")

@@ -3,7 +3,7 @@
 The parent validates the capture and the inputs (:func:`wrpkit.debug.trace.trace`),
 then :func:`trace_in_child` hands a private copy of the validated bytes to a fresh
 ``python -m wrpkit.debug.trace_isolate`` process, as
-:func:`wrpkit.run.isolate.replay_in_child` does for a replay.  The child loads and
+:func:`wrpkit.run.isolation.replay_in_child` does for a replay.  The child loads and
 steps the capture; the trace (and ``dump`` files) come back through files in a
 private temporary directory, and the parent moves the dump files to their folder
 only after the child succeeded.
@@ -12,7 +12,7 @@ The child runs one op per launch, so it knows which op a crash happens in: just
 before each op runs it overwrites a small fixed-size slot of a shared file mapping
 (:data:`SLOT`: the op's sequence number, top-level index, innermost WHILE iteration
 and path).  The kernel keeps the page when the child dies of a signal, and the
-parent reads it back to name the op with :func:`wrpkit.run.isolate.crash_error`.
+parent reads it back to name the op with :func:`wrpkit.run.crash.crash_error`.
 No bisection is needed.
 
 Nothing here prints.
@@ -34,7 +34,9 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import WrpError
-from ..run import isolate as iso
+from ..run.child import write_child_error, write_stage
+from ..run.crash import crash_error
+from ..run.worker import ChildCrashed, no_result_error, run_module, write_source
 
 #: Layout of the op slot: seq, index, iteration (-1: none), path (NUL-padded UTF-8).
 SLOT = struct.Struct("<qqq104s")
@@ -92,7 +94,7 @@ def trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping
     input_bytes(opened, inputs, lambda rid: np.zeros(opened.program.region(rid).size, np.uint8))  # check only
     with tempfile.TemporaryDirectory(prefix="wrpkit-trace-") as tmp:
         d = Path(tmp)
-        source, modules_dir = iso.write_source(opened.prepared, d)
+        source, modules_dir = write_source(opened.prepared, d)
         np.savez(d / "inputs.npz", **{k: _as_array(v) for k, v in inputs.items()})
         (d / "op").write_bytes(SLOT.pack(-1, -1, -1, b""))
         if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
@@ -104,16 +106,16 @@ def trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping
         if timeout is not None:
             left = max(1e-3, timeout - (time.perf_counter() - started))
         try:
-            proc = iso.run_module("wrpkit.debug.trace_isolate", d, left, timeout)
-        except iso.ChildCrashed as crash:
+            proc = run_module("wrpkit.debug.trace_isolate", d, left, timeout)
+        except ChildCrashed as crash:
             seq, index, iteration, path = SLOT.unpack((d / "op").read_bytes()[:SLOT.size])
             ran = crash.stage == "replaying" and seq >= 0
-            raise iso.crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
+            raise crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
                                   index if ran else None, True,
                                   path=path.rstrip(b"\0").decode("utf-8", "replace") if ran else None,
                                   iteration=iteration if ran and iteration >= 0 else None) from None
         if proc.returncode != 0 or not (d / "result.json").is_file():
-            raise iso.no_result_error(proc)
+            raise no_result_error(proc)
         data = json.loads((d / "result.json").read_text())
         result = TraceResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
                              data["device"], data["ops"], data["first_nonfinite"], None, data["unknown_dtypes"],
@@ -160,14 +162,14 @@ def _child_main(d: Path) -> int:
         dump = d / "dump" if job["dump"] else None
         result = run_trace(opened, device=job["device"], engine=job["engine"], inputs=inputs,
                            stop_at_nonfinite=job["stop_at_nonfinite"], dump=dump, before=before,
-                           stage=lambda text: iso.write_stage(d, text))
-        iso.write_stage(d, "writing")
+                           stage=lambda text: write_stage(d, text))
+        write_stage(d, "writing")
         data = result.to_json()
         data.update({k: getattr(result, k) for k in _TIMINGS})
         atomic_write(d / "result.json", [json.dumps(data).encode()])
         return 0
     except WrpError as e:
-        return iso.write_child_error(d, e)
+        return write_child_error(d, e)
 
 
 if __name__ == "__main__":
