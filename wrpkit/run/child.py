@@ -133,19 +133,17 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
     out_area = SharedArea(message["out_size"], fd=fds[1])
     try:
         for name, (off, n) in message["inputs"].items():
-            prog._write_raw(prog._slot(name), in_area.view(off, n))
+            prog.write_bytes(name, in_area.view(off, n))
         _set_stage(stage, "replaying")
         host_ms, device_ms = _timed_replays(wp, prog, message["warmup"], message["repeat"])
         _set_stage(stage, "reading")
         summary = {}
         for name, spec in message["stats"].items():
-            slot = prog._slot(name)
-            region = slot.region if prog._is_cpu else prog._read_raw(slot)  # CPU: Warp's memory itself
+            region = prog.region_bytes(name)  # CPU: Warp's memory itself
             summary[name] = region_stats(region, spec)
         for name, (off, n) in message["outputs"].items():
             if n:
-                slot = prog._slot(name)
-                out_area.view(off, n)[:] = slot.region if prog._is_cpu else prog._read_raw(slot)
+                out_area.view(off, n)[:] = prog.region_bytes(name)
     finally:
         in_area.close()
         out_area.close()

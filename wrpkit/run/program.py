@@ -386,6 +386,56 @@ class Program:
             raise WrpRuntimeError(f"cannot read binding {slot.name!r}: {e}") from None
         return tmp.numpy()
 
+    # -- whole regions as bytes (what a contained replay's child moves through shared memory) --
+
+    @_serialised
+    def write_bytes(self, name: str, data) -> None:
+        """Write a binding's whole region from raw bytes, with no typing or conversion.
+
+        Args:
+            name: The binding.
+            data: ``uint8`` array of exactly the binding's size in bytes.
+
+        Raises:
+            WrpBindingError: Unknown binding, or ``data`` is not the binding's size.
+            WrpError: The program is closed.
+            WrpRuntimeError: Warp refused the write.
+        """
+        slot = self._slot(name)
+        host = np.asarray(data, dtype=np.uint8).reshape(-1)
+        if host.size != slot.size:
+            raise WrpBindingError(f"binding {name!r} holds {slot.size} bytes, not {host.size}",
+                                  hint="Pass the binding's whole region as uint8 bytes.")
+        self._write_raw(slot, host)
+
+    @_serialised
+    def read_bytes(self, name: str) -> np.ndarray:
+        """A copy of a binding's whole region as ``uint8`` bytes.
+
+        Raises:
+            WrpBindingError: Unknown binding.
+            WrpError: The program is closed.
+            WrpRuntimeError: Warp refused the read.
+        """
+        return self._read_raw(self._slot(name))
+
+    @_serialised
+    def region_bytes(self, name: str) -> np.ndarray:
+        """A binding's whole region as ``uint8`` bytes, without a copy where there can be none.
+
+        Returns:
+            On CPU, a live view of Warp's memory (it changes with every replay
+            and is valid only while the program is open); on CUDA, a copy read
+            from the device, as :meth:`read_bytes`.
+
+        Raises:
+            WrpBindingError: Unknown binding.
+            WrpError: The program is closed.
+            WrpRuntimeError: Warp refused the read.
+        """
+        slot = self._slot(name)
+        return slot.region if self._is_cpu else self._read_raw(slot)
+
     @_serialised
     def set(self, name: str, value) -> None:
         """Write one binding (same rules as ``run``'s inputs)."""
