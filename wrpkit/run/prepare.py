@@ -239,7 +239,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                                  hint="Copy the module files again from where the capture was made, or recapture.")
 
     # wrpkit's own validation, before Warp sees anything.
-    from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
+    from ..checks.validate import check_module_digests, check_module_symbols, validate_program  # noqa: PLC0415
 
     problems = [] if _validated else [p for p in validate_program(model)
                                        if getattr(p, "severity", "error") == "error"]
@@ -251,15 +251,11 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         refuse_raw_pointers(model)
 
     annotations = ann.read_annotations(model)
-    if annotations is not None:
-        digests = annotations.digest_map()
-        for fname, data in files.items():
-            d = digests.get(fname)
-            if d is not None and not d.matches(data):
-                raise WrpModuleError(
-                    f"module file {fname!r} does not match the SHA-256 recorded when the capture was saved",
-                    hint="The module file was altered or belongs to another capture; copy the original "
-                         "<stem>_modules/ or recapture.")
+    digest_problems = [] if annotations is None else check_module_digests(model, files, annotations)
+    if digest_problems:
+        raise WrpModuleError(digest_problems[0].message,
+                             hint="The module file was altered or belongs to another capture; copy the original "
+                                  "<stem>_modules/ or recapture.")
 
     # Pin the code: every kernel symbol must be defined in its own module object.
     symbol_problems = [] if _validated else check_module_symbols(model, files)
