@@ -33,7 +33,7 @@ def write_stage(d: Path, text: str) -> None:
 
 
 def write_child_error(d: Path, e: WrpError) -> int:
-    """Report ``e`` to the parent (``d/error.json``, read back by :func:`run_module`); return its exit code."""
+    """Report ``e`` to the parent (``d/error.json``, read back by :func:`wrpkit.run.worker.run_module`); return its exit code."""
     from ..fileio import atomic_write  # noqa: PLC0415
 
     info = {"class": type(e).__name__, "message": e.message, "hint": e.hint,
@@ -151,7 +151,7 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
 
 
 def _serve_main(sock_fd: int) -> int:
-    """The :class:`ReplayWorker` child: answer every request until the socket closes.
+    """The :class:`~wrpkit.run.worker.ReplayWorker` child: answer every request until the socket closes.
 
     ``warm`` imports Warp and answers; ``load`` loads the capture it hands
     over (releasing the one loaded before: :meth:`ReplayWorker.retarget`);

@@ -26,7 +26,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
 
     Args:
         prep: A :class:`wrpkit.run.prepare.Prepared` (validated; the child
-            maps its source file itself, see :class:`ChildSource`).
+            maps its source file itself, see :class:`~wrpkit.run.worker.ChildSource`).
         device: The device string.
         inputs: ``{binding: np.ndarray}``, already checked against the bindings.
         repeat: Timed replays.
@@ -81,7 +81,7 @@ def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, veri
     """Replay in ``worker``; on a crash, find the op (children from ``full_state``) and raise it.
 
     Args:
-        worker: The program's :class:`ReplayWorker`.
+        worker: The program's :class:`~wrpkit.run.worker.ReplayWorker`.
         inputs: Whole bindings (``uint8``) to set before the replay.
         repeat: Replays.
         verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).

@@ -1,6 +1,6 @@
 """Load a captured program and run it through Warp.
 
-:func:`load` decodes and validates a ``.wrp`` or ``.wrpk`` with wrpkit's own
+:func:`wrpkit.run.runtime.load` decodes and validates a ``.wrp`` or ``.wrpk`` with wrpkit's own
 codec before any byte reaches Warp, checks that it can run here (device
 family, Warp version, module files present, unaltered and non-empty), then
 loads it with ``wp.capture_load_from_bytes`` (so only the named modules load
@@ -169,7 +169,7 @@ class Program:
         """Restore every binding to the bytes it held when the graph was captured.
 
         After ``reset()``, a replay with the same inputs gives what the first
-        replay after :func:`load` gave.  Memory that is not bound to a name
+        replay after :func:`~wrpkit.run.runtime.load` gave.  Memory that is not bound to a name
         (scratch buffers of the graph) is not reachable by name and keeps its
         bytes; a graph that carries state there from one replay to the next
         must be loaded again instead.
@@ -661,7 +661,7 @@ def _can_reserve(model) -> bool:
 
 
 def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None) -> Program:
-    """Load a :class:`Prepared` capture into Warp (see :func:`load`)."""
+    """Load a :class:`Prepared` capture into Warp (see :func:`wrpkit.run.runtime.load`)."""
     import warp as wp  # noqa: PLC0415
 
     what = str(prep.path) if prep.path is not None else "the capture"

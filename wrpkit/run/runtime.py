@@ -24,12 +24,12 @@ class IsolatedProgram:
     Nothing of Warp runs in this process.  The child starts at the first
     :meth:`run`, loads the graph once and stays, so a later run costs a
     request and the bindings' bytes; its memory persists between runs as in a
-    :class:`Program`.  When a run crashes, times out or fails, that child is
+    :class:`~wrpkit.run.program.Program`.  When a run crashes, times out or fails, that child is
     gone and the next run starts a new one from the file's data and the
     bindings as the last successful run left them.  :meth:`close` (or the
     program's garbage collection) ends the child.
 
-    Threads: safe to share, like :class:`Program`: requests to the child are
+    Threads: safe to share, like :class:`~wrpkit.run.program.Program`: requests to the child are
     serialised by the program's lock.
 
     Attributes:
@@ -176,7 +176,7 @@ class IsolatedProgram:
 
 def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isolate: bool = False,
          allow_raw_pointers: bool = False, modules_dir=None, max_memory=None):
-    """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`Program`.
+    """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`~wrpkit.run.program.Program`.
 
     Checks, in order: the container decodes and validates with wrpkit's codec;
     the module files are present, non-empty and match their recorded
@@ -196,7 +196,7 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
             instead of ending the caller.  The first run costs a process
             start and a load; later runs a request and the bindings' bytes.
         allow_raw_pointers: Accept kernel arguments holding live process
-            pointers (refused by default: see :func:`prepare`).
+            pointers (refused by default: see :func:`~wrpkit.run.prepare.prepare`).
         modules_dir: For a ``.wrp`` path: the folder of its module files
             (default: ``<stem>_modules/`` beside the path, or beside a
             symbolic link's target).

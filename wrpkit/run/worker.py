@@ -22,7 +22,7 @@ Cost: :func:`~wrpkit.run.isolation.replay_in_child` starts one child process per
 ``import warp``, load); :class:`~wrpkit.run.runtime.IsolatedProgram` keeps one
 :class:`ReplayWorker` per program and pays that once.  ``wrp trace`` keeps its
 own child (:mod:`wrpkit.debug.isolation`, through :func:`write_source` and
-:func:`run_module`).
+:func:`run_module`; its child reports with :mod:`wrpkit.run.child`).
 """
 
 
@@ -135,7 +135,7 @@ def run_module(module: str, d: Path, timeout: Optional[float], timeout_total: Op
     """Run ``python -m module d`` in a child process with wrpkit importable; stdout and stderr are captured.
 
     The child reports a :class:`WrpError` by writing ``d/error.json``
-    (:func:`write_child_error`) and its progress in ``d/stage``
+    (:func:`wrpkit.run.child.write_child_error`) and its progress in ``d/stage``
     (``"loading"``, ``"replaying"``, ...).
 
     Returns:
