@@ -505,7 +505,7 @@ def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
         kids = []
         for _ in range(600):  # the child starts once the parent has validated the file
             kids = [k for k in _children(proc.pid)
-                    if b"trace_isolate" in Path(f"/proc/{k}/cmdline").read_bytes()] if proc.poll() is None else []
+                    if b"wrpkit.debug.child" in Path(f"/proc/{k}/cmdline").read_bytes()] if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)
@@ -525,8 +525,8 @@ def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
 
 def test_crash_message_names_a_nested_op_by_path_and_iteration(tmp_path):
     import debug_programs as dp  # noqa: PLC0415
-    from wrpkit.run.isolate import crash_error  # noqa: PLC0415
-    from wrpkit.run.runtime import prepare  # noqa: PLC0415
+    from wrpkit.run.crash import crash_error  # noqa: PLC0415
+    from wrpkit.run.prepare import prepare  # noqa: PLC0415
 
     prep = prepare(dp.capture_while_nan(tmp_path / "w.wrp"))  # op 1 is a WHILE: [k_decrement, k_sqrt]
     e = crash_error(prep, signal.SIGSEGV, "replaying", 1, True, path="1.1", iteration=2)

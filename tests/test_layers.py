@@ -73,6 +73,88 @@ def test_the_layer_check_finds_an_upward_import(tmp_path):
     assert _upward_imports(pkg) == ["wrpkit/formats/bad.py:2 imports wrpkit.run"]
 
 
+def _module_name(path: Path, pkg: Path) -> str:
+    parts = list(path.relative_to(pkg.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: Path, pkg: Path = PKG):
+    """What :func:`_imports` yields, and for ``from package import name`` also ``package.name``
+    (a submodule when there is one: ``from .run import regress`` imports ``run.regress``)."""
+    for imported, _ in _imports(path, pkg):
+        yield imported
+    package = list(path.relative_to(pkg.parent).parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            base = package[: len(package) - node.level + 1] if node.level else []
+            mod = ".".join(base + [node.module])
+            if mod.startswith("wrpkit"):
+                yield from (f"{mod}.{a.name}" for a in node.names)
+
+
+def _import_cycles(pkg: Path = PKG) -> list:
+    """Every import cycle among ``pkg``'s modules: the strongly connected components of more than one
+    module (Tarjan) of the static import graph, lazy imports inside functions included."""
+    modules = {_module_name(p, pkg): p for p in _sources(pkg)}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in _imported_modules(path, pkg):
+            while imported and imported not in modules:  # ``from .x import f`` names x.f: x is the module
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = sorted(targets)
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def connect(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return sorted(cycles)
+
+
+def test_no_import_cycle():
+    # A cycle inside one layer passes the direction check; it is still two modules that cannot be
+    # understood, tested or moved apart.  Lazy imports count: they are cycles all the same.
+    cycles = _import_cycles()
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+    # Inside one layer, through a lazy import, through ``from . import``, and three modules long.
+    pkg = tmp_path / "wrpkit"
+    (pkg / "run").mkdir(parents=True)
+    (pkg / "run" / "__init__.py").write_text("")
+    (pkg / "run" / "a.py").write_text("from .b import f\n")
+    (pkg / "run" / "b.py").write_text("def f():\n    from . import a\n")
+    (pkg / "run" / "c.py").write_text("from .a import g\n")
+    (pkg / "x.py").write_text("from .run import d\n")
+    (pkg / "run" / "d.py").write_text("from ..y import z\n")
+    (pkg / "y.py").write_text("import wrpkit.x\n")
+    assert _import_cycles(pkg) == [["wrpkit.run.a", "wrpkit.run.b"], ["wrpkit.run.d", "wrpkit.x", "wrpkit.y"]]
+
+
 def test_public_api_is_unchanged():
     import wrpkit  # noqa: PLC0415
 

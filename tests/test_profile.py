@@ -357,7 +357,7 @@ def test_ctrl_c_exits_130_and_kills_the_child(caps, tmp_path):
         kids = []
         for _ in range(600):
             kids = [k for k in _children(proc.pid)
-                    if b"profile_isolate" in Path(f"/proc/{k}/cmdline").read_bytes()] if proc.poll() is None else []
+                    if b"wrpkit.debug.child" in Path(f"/proc/{k}/cmdline").read_bytes()] if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)

@@ -494,7 +494,7 @@ def _serve_children():
             argv = (p / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"wrpkit.run.isolate" in argv and b"--serve" in argv and b"--die-with-parent" in argv:
+        if b"wrpkit.run.child" in argv and b"--serve" in argv and b"--die-with-parent" in argv:
             yield int(p.name), _stage_reader(p)
 
 

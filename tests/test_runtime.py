@@ -1,4 +1,4 @@
-"""wrpkit.load / wrpkit.run.runtime.Program: replays of real Warp captures."""
+"""wrpkit.load / wrpkit.run.program.Program: replays of real Warp captures."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from wrpkit.errors import (
     WrpValidationError,
     WrpVersionError,
 )
-from wrpkit.run.runtime import Program
+from wrpkit.run.program import Program
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()
@@ -210,6 +210,32 @@ def test_set_get_and_wp_array_inputs(counter_file):
     assert np.array_equal(p.get("acc"), np.full(6, 4.0, np.float32))
     assert p.bindings == {"x": 24, "acc": 24, "v": 72}
     assert p.inputs == ["x", "acc"] and p.outputs == ["acc", "v"]
+
+
+def test_whole_regions_as_bytes(counter_file):
+    # The byte-level interface the contained replay's child uses: no typing, whole regions.
+    p = wrpkit.load(counter_file)
+    vec = np.arange(18, dtype=np.float32).reshape(6, 3)
+    p.write_bytes("v", vec.view(np.uint8).reshape(-1))
+    p.write_bytes("x", np.full(6, 0.5, np.float32).view(np.uint8))
+    assert np.array_equal(p.get("v"), vec)  # typed read of what was written as bytes
+    live = p.region_bytes("v")  # CPU: Warp's memory itself, no copy
+    assert live.dtype == np.uint8 and live.ctypes.data == p.graph.get_param_ptr("v")
+    copy = p.read_bytes("v")
+    p.launch()
+    vec[:, 0] += 0.5
+    vec[:, 1] += 1.0
+    vec[:, 2] += 2.0
+    assert np.array_equal(live.view(np.float32).reshape(6, 3), vec)  # the view sees the replay
+    assert np.array_equal(copy.view(np.float32).reshape(6, 3), vec - [0.5, 1.0, 2.0])  # the copy does not
+    assert np.array_equal(p.read_bytes("v"), live)
+    with pytest.raises(WrpBindingError, match="holds 72 bytes, not 71"):
+        p.write_bytes("v", np.zeros(71, np.uint8))
+    with pytest.raises(WrpBindingError, match="unknown binding"):
+        p.read_bytes("nope")
+    p.close()
+    with pytest.raises(WrpError, match="closed"):
+        p.region_bytes("v")
 
 
 # ---------------------------------------------------------------------------

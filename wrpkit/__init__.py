@@ -42,7 +42,7 @@ _LAZY = {
     "Recording": "wrpkit.run.recording",
     "save": "wrpkit.run.recording",
     "load": "wrpkit.run.runtime",
-    "Program": "wrpkit.run.runtime",
+    "Program": "wrpkit.run.program",
     "upgrade": "wrpkit.run.upgrade",
     "annotate": "wrpkit.run.source_types",
     "trace": "wrpkit.debug.trace",

@@ -26,7 +26,7 @@ namespace wrpcli {
 
 namespace {
 
-// Without --timeout the search gets as long as `wrp replay` gives it (isolate.IDENTIFY_BUDGET_S).
+// Without --timeout the search gets as long as `wrp replay` gives it (wrpkit.run.crash.IDENTIFY_BUDGET_S).
 constexpr double kSearchBudgetS = 120.0;
 
 enum class Probe { Ran, Crashed, Failed, OutOfTime };

@@ -7,7 +7,7 @@
 // each probe is a child that opens the program with wrp_options.op_limit = k,
 // sets the same inputs and runs the same number of replays.  The first
 // prefix that crashes ends with the op that crashed (log2(ops) children).
-// The same search as `wrp replay` (wrpkit.run.isolate.identify_crash).
+// The same search as `wrp replay` (wrpkit.run.crash.identify_crash).
 #pragma once
 
 #include "cli_args.h"

@@ -228,7 +228,7 @@ def raw_pointer_findings(prog: m.Program) -> list:
     """The ``lint-pointer`` findings of ``prog``: kernel arguments holding live process pointers.
 
     A replay refuses such a file unless told to allow raw pointers
-    (:func:`wrpkit.run.runtime.prepare`); ``wrp check`` fails on it.
+    (:func:`wrpkit.run.prepare.prepare`); ``wrp check`` fails on it.
     """
     return [f for f in lint_program(prog) if f.check == "lint-pointer"]
 

@@ -920,15 +920,29 @@ def validate_modules(capture) -> list:
             + unused_backward_problems(prog, files))
 
 
-def check_module_digests(prog: m.Program, files) -> list:
-    """Module files must match the SHA-256 wrpkit recorded in the annotations, when it recorded one."""
+def check_module_digests(prog: m.Program, files, annotations=None) -> list:
+    """Module files must match the SHA-256 wrpkit recorded in the annotations, when it recorded one.
+
+    The one statement of this rule: ``wrp validate`` and the loader
+    (:func:`wrpkit.run.prepare.prepare`) both apply it.
+
+    Args:
+        prog: The program.
+        files: ``{binary_filename: bytes}`` of the module files there are.
+        annotations: ``prog``'s decoded annotations, when the caller has them (read here otherwise).
+
+    Returns:
+        A list of :class:`Problem`, one per module file that does not match.
+    """
     from ..formats.annotations import read_annotations  # noqa: PLC0415
     from ..errors import WrpError  # noqa: PLC0415
 
-    try:
-        ann = read_annotations(prog)
-    except WrpError:
-        return []  # reported by validate_program
+    ann = annotations
+    if ann is None:
+        try:
+            ann = read_annotations(prog)
+        except WrpError:
+            return []  # reported by validate_program
     if ann is None:
         return []
     digests = ann.digest_map()

@@ -262,7 +262,7 @@ def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: 
 
     Returns ``(results, stats, host_ms, device_ms or None)``.
     """
-    from ..run.isolate import replay_in_child  # noqa: PLC0415
+    from ..run.isolation import replay_in_child  # noqa: PLC0415
 
     remaining = None
     if watchdog is not None:
@@ -385,7 +385,7 @@ def _native_crash(prep, returncode: int, said: str, device: str, inputs: dict, r
     import re  # noqa: PLC0415
     import signal as sig  # noqa: PLC0415
 
-    from ..run.isolate import crash_error, identify_crash  # noqa: PLC0415
+    from ..run.crash import crash_error, identify_crash  # noqa: PLC0415
 
     signum = -returncode if returncode < 0 else 0
     named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
@@ -635,7 +635,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     ``modules_dir`` is the folder of a ``.wrp``'s module files (default
     ``<stem>_modules/`` beside it, or beside a symbolic link's target).
     ``dtype_items`` (``"NAME=TYPE"``) type bindings the file records no
-    signature for (:func:`wrpkit.run.runtime.signature_for_type`).
+    signature for (:func:`wrpkit.run.prepare.signature_for_type`).
 
     ``verify_checksums=False`` skips a ``.wrpk``'s blob checksums (trusted files only).
     ``equal_nan`` makes ``--check`` count NaN against NaN as equal.
@@ -661,14 +661,14 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         WrpError: Any problem found before or while replaying; nothing is
             written in that case.
     """
-    from ..run import runtime  # noqa: PLC0415
+    from ..run import prepare as preparation  # noqa: PLC0415
     from ..fileio import atomic_write, check_output_path  # noqa: PLC0415
 
     file = Path(file)
     watchdog = _Watchdog(timeout, repeat + warmup) if timeout is not None else None
     try:
-        file = runtime.resolve_capture_path(file)
-        prep = runtime.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
+        file = preparation.resolve_capture_path(file)
+        prep = preparation.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
                                modules_dir=modules_dir)
     except BaseException:
         if watchdog is not None:
@@ -677,19 +677,19 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     try:
         # Warp is imported only where the replay runs (the child; wrp-replay loads its own), which
         # checks the device too: this process starts fast and holds no Warp runtime.
-        runtime.check_runnable(prep.model, device, what=str(file))
+        preparation.check_runnable(prep.model, device, what=str(file))
         warnings = _check_memory(prep, device, max_memory, allow_unreached)
 
         typed_here = set()  # bindings typed by --dtype: the replay (child, or wrp-replay) returns their bytes
         for name, type_name in _parse_dtypes(dtype_items):
             if name not in prep.sizes:
-                raise runtime.unknown_binding(name, prep.sizes)
+                raise preparation.unknown_binding(name, prep.sizes)
             if prep.signature.get(name) is not None:
                 sig = prep.signature[name]
                 raise WrpBindingError(f"--dtype {name}={type_name}: the file already records binding {name!r} as "
                                       f"{sig.dtype.name} of shape {tuple(sig.shape)}",
                                       hint="--dtype is for bindings without a recorded signature; leave it out.")
-            prep.signature[name] = runtime.signature_for_type(name, type_name, prep.sizes[name])
+            prep.signature[name] = preparation.signature_for_type(name, type_name, prep.sizes[name])
             typed_here.add(name)
         kernel_typing = None
         if kernels:
@@ -713,8 +713,8 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
         inputs = {}
         for name, value in raw_inputs.items():
             if name not in prep.sizes:
-                raise runtime.unknown_binding(name, prep.sizes)
-            inputs[name] = runtime.coerce_input(name, value, prep.sizes[name], prep.signature.get(name))
+                raise preparation.unknown_binding(name, prep.sizes)
+            inputs[name] = preparation.coerce_input(name, value, prep.sizes[name], prep.signature.get(name))
 
         golden_arrays = None
         if golden is not None:
@@ -722,7 +722,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
             golden_arrays = load_npz(Path(golden), "golden file")
             for name in golden_arrays:
                 if name not in prep.sizes:
-                    raise runtime.unknown_binding(name, prep.sizes)
+                    raise preparation.unknown_binding(name, prep.sizes)
         if output is not None:
             output = check_output_path(output, sources)
             if output.exists() and output.is_dir():

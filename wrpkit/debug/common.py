@@ -34,7 +34,7 @@ def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool 
     Raises:
         WrpFormatError, WrpValidationError, WrpModuleError: The capture is invalid.
     """
-    from ..run.runtime import prepare  # noqa: PLC0415
+    from ..run.prepare import prepare  # noqa: PLC0415
 
     prep = prepare(source, modules, verify_checksums=not _validated, allow_raw_pointers=_validated,
                    _validated=_validated)
@@ -54,7 +54,7 @@ def input_bytes(opened: Opened, inputs: Optional[Mapping], read_raw) -> dict:
     Raises:
         WrpBindingError: Unknown name, wrong size or dtype.
     """
-    from ..run.runtime import coerce_input, unknown_binding  # noqa: PLC0415
+    from ..run.prepare import coerce_input, unknown_binding  # noqa: PLC0415
 
     if not inputs:
         return {}

@@ -45,10 +45,14 @@ from ..fileio import atomic_write
 from ..formats import wrp1
 from . import stepper as st
 from .common import open_program
+from .isolation import run_in_child
 
 PROFILE_FORMAT = "wrpkit-profile/1"
 #: Empty steps timed per round (their median over all rounds is the floor).
 EMPTY_STEPS = 16
+#: What a profile child reports (beside its engine, device and load time).
+CHILD_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "timer", "repeat", "warmup",
+                "step_ms", "replay_rounds_ms")
 
 
 @dataclass
@@ -277,7 +281,7 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
             engine) or the wall clock (native engine).
         modules: ``{filename: bytes}`` of module files (for bytes input).
         isolate: Validate here, then load and step in a child process
-            (:mod:`wrpkit.debug.profile_isolate`): a crash raises
+            (:mod:`wrpkit.debug.child`): a crash raises
             :class:`~wrpkit.errors.WrpCrashError` naming the op; the default.
             ``False`` profiles in this process.
         timeout: Seconds of wall time for the whole profile (implies ``isolate``).
@@ -300,8 +304,8 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     if clock not in ("wall", "cpu"):
         raise WrpBindingError(f"unknown clock {clock!r}", hint="Use 'wall' or 'cpu'.")
     opened = open_program(source, modules)
-    from ..run.isolate import verify_deferred  # noqa: PLC0415
-    from ..run.runtime import check_runnable  # noqa: PLC0415
+    from ..run.worker import verify_deferred  # noqa: PLC0415
+    from ..run.prepare import check_runnable  # noqa: PLC0415
     from .trace import default_device  # noqa: PLC0415
 
     device = str(device) if device is not None else default_device(opened.program)
@@ -314,12 +318,24 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     if nvtx:
         Nvtx()  # refuse here, before the child starts, when there is no NVTX library
     if isolate or timeout is not None:
-        from .profile_isolate import profile_in_child  # noqa: PLC0415
-
-        return profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
+        return _profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
                                 nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
     return run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
                        nvtx=nvtx, clock=clock, started=t0)
+
+
+def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
+                      nvtx: bool = False, clock: str = "wall", timeout: Optional[float] = None,
+                      started: Optional[float] = None) -> ProfileResult:
+    """Profile a validated capture in a child process (:mod:`wrpkit.debug.isolation`); the body of
+    ``profile(..., isolate=True)``.  The child times everything; its start counts in no figure."""
+    job = {"device": device, "engine": engine, "repeat": int(repeat), "warmup": int(warmup), "nvtx": bool(nvtx),
+           "clock": clock}
+    data = run_in_child(opened, "profile", job, inputs, timeout=timeout, started=started)
+    result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
+                           data["device"], **{k: data[k] for k in CHILD_FIELDS}, load_seconds=data["load_seconds"])
+    result.program = opened.program
+    return result
 
 
 def _rounds(repeat, warmup) -> tuple:
@@ -646,7 +662,7 @@ def check_profile_matches(profile: dict, program: m.Program) -> None:
     Raises:
         WrpBindingError: A path the program lacks, or another op kind or kernel there.
     """
-    from ..run.isolate import op_at_path  # noqa: PLC0415
+    from ..run.crash import op_at_path  # noqa: PLC0415
 
     for path, p in profile["paths"].items():
         op = op_at_path(program.ops, path)

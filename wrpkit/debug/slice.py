@@ -166,7 +166,8 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
     # The device is checked even when no op runs before A (a slice from 0): a device this
     # machine lacks, or of the other family, is refused as every command refuses it (exit 2).
     from ..environment import init_warp  # noqa: PLC0415
-    from ..run.runtime import check_runnable, resolve_device  # noqa: PLC0415
+    from ..run.prepare import check_runnable  # noqa: PLC0415
+    from ..run.program import resolve_device  # noqa: PLC0415
 
     check_runnable(prog, str(device))
     init_warp(cpu_only=str(device).strip().lower() == "cpu")  # no banner, no CUDA-driver warning on the CPU

@@ -21,6 +21,7 @@ import gc
 import io
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +36,11 @@ from ..fileio import atomic_write
 from ..formats import wrp1
 from . import stepper as st
 from .common import input_bytes, open_program
+from .isolation import run_in_child
 
 TRACE_FORMAT = "wrpkit-trace/1"
+#: Timings a trace child reports beside its trace.
+CHILD_TIMINGS = ("digest_seconds", "step_seconds", "load_seconds", "digest_cpu_seconds", "step_cpu_seconds")
 
 
 @dataclass
@@ -238,7 +242,7 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             compare with; sets :attr:`TraceResult.first_divergence`.
         modules: ``{filename: bytes}`` of module files (for bytes input).
         isolate: Validate here, then load and step in a child process
-            (:mod:`wrpkit.debug.trace_isolate`), so that a crash in kernel code
+            (:mod:`wrpkit.debug.child`), so that a crash in kernel code
             or in Warp's runtime raises :class:`~wrpkit.errors.WrpCrashError`
             naming the op that was running instead of killing the caller, and
             nothing is written to ``dump``.  Costs a process start,
@@ -276,8 +280,8 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
 
     typing = type_capture(opened, list(kernels or ()))
     device = str(device) if device is not None else default_device(opened.program)
-    from ..run.isolate import verify_deferred  # noqa: PLC0415
-    from ..run.runtime import check_runnable  # noqa: PLC0415
+    from ..run.worker import verify_deferred  # noqa: PLC0415
+    from ..run.prepare import check_runnable  # noqa: PLC0415
 
     if engine not in ("python", "native"):
         raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
@@ -285,9 +289,7 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         check_runnable(opened.program, device)
     verify_deferred(opened.prepared)
     if isolate or timeout is not None:
-        from .trace_isolate import trace_in_child  # noqa: PLC0415
-
-        result = trace_in_child(opened, device=device, engine=engine, inputs=inputs,
+        result = _trace_in_child(opened, device=device, engine=engine, inputs=inputs,
                                 stop_at_nonfinite=stop_at_nonfinite, dump=dump, timeout=timeout, started=t0)
     else:
         result = run_trace(opened, device=device, engine=engine, inputs=inputs,
@@ -299,6 +301,34 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
         result.first_divergence = compare_traces(result.ops, other)
         result.against_warning = program_mismatch(result.program, other_program, result.ops, other)
     return result
+
+
+def _trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], stop_at_nonfinite: bool,
+                    dump=None, timeout: Optional[float] = None, started: Optional[float] = None) -> TraceResult:
+    """Step a validated capture in a child process (:mod:`wrpkit.debug.isolation`); the body of
+    ``trace(..., isolate=True)``.  The dump files move to ``dump`` only after the child succeeded."""
+    files = {}
+    if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
+        files["annotations.bin"] = bytes(opened.program.annotations)
+    job = {"device": device, "engine": engine, "stop_at_nonfinite": bool(stop_at_nonfinite), "dump": dump is not None}
+    collect = None if dump is None else (lambda d: _publish_dump(d / "dump", Path(dump)))
+    data = run_in_child(opened, "trace", job, inputs, timeout=timeout, started=started, files=files, collect=collect)
+    return TraceResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
+                       data["device"], data["ops"], data["first_nonfinite"], None, data["unknown_dtypes"],
+                       data.get("unchecked") or [], **{k: data[k] for k in CHILD_TIMINGS})
+
+
+def _publish_dump(src: Path, dst: Path) -> None:
+    """Move the child's dump files into ``dst`` (each file replaced atomically)."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        target = dst / f.name
+        try:
+            os.replace(f, target)
+        except OSError:  # another file system: copy next to the target, then rename
+            tmp = dst / f".{f.name}.wrpkit-tmp"
+            shutil.copyfile(f, tmp)
+            os.replace(tmp, target)
 
 
 def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], stop_at_nonfinite: bool, dump,

@@ -8,7 +8,7 @@ the suite, without the extension (``cloth/step``).  An optional
 ``wrp-suite.toml`` at the suite's root sets tolerances, devices, timeouts,
 skips and expected failures (:func:`read_suite_config`).
 
-Each case is validated (:func:`wrpkit.run.runtime.prepare` on its bytes),
+Each case is validated (:func:`wrpkit.run.prepare.prepare` on its bytes),
 then replayed contained, in a child process (the ``ReplayWorker`` of
 ``load(isolate=True)``; one warm child per worker, which loads each case in
 turn, so Warp is imported once per worker, not once per case; or
@@ -448,7 +448,8 @@ def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> 
     """
     import signal as sig  # noqa: PLC0415
 
-    from .isolate import CRASH_SIGNALS, ChildCrashed, ReplayWorker, _located_crash  # noqa: PLC0415
+    from .crash import located_crash  # noqa: PLC0415
+    from .worker import CRASH_SIGNALS, ChildCrashed, ReplayWorker  # noqa: PLC0415
 
     w = _replayers.worker
     if w is None or w.closed:  # none yet in this thread, or closed after a run
@@ -473,7 +474,7 @@ def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> 
                                 f"while {crash.stage}; the run went on",
                                 hint="Something outside the replay ended it (the OOM killer, a person); rerun "
                                      "the case alone with `wrp replay`.") from None
-        raise _located_crash(w.prep, crash, w.device, state, 1, timeout, t1, True, True, w.source) from None
+        raise located_crash(w.prep, crash, w.device, state, 1, timeout, t1, True, True, w.source) from None
     return run.results, (run.host_ms[0] if run.host_ms else None), started
 
 
@@ -590,7 +591,8 @@ def run_case(job: dict) -> CaseResult:
 
 def _run_case(job: dict, s: dict, res: CaseResult) -> None:
     from ..formats.container import open_capture  # noqa: F401,PLC0415  (warm the import before timing)
-    from . import runtime  # noqa: PLC0415
+    from . import prepare as preparation  # noqa: PLC0415
+    from ..model import DeviceType  # noqa: PLC0415
 
     payload = _read_payload(job)
     modules = payload["modules"]
@@ -601,12 +603,12 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
                              f"{Path(job['capture']).name} is missing",
                              hint="Copy the capture's <stem>_modules/ folder into the suite beside it, or bundle "
                                   "it into one file (wrp convert NAME.wrp NAME.wrpk).")
-    prep = runtime.prepare(payload["capture"], modules if job["modules_dir"] is not None else None)
+    prep = preparation.prepare(payload["capture"], modules if job["modules_dir"] is not None else None)
     try:
-        family = "cpu" if prep.model.device_type == runtime.DeviceType.CPU else "cuda"
+        family = "cpu" if prep.model.device_type == DeviceType.CPU else "cuda"
         device = s.get("device") or ("cpu" if family == "cpu" else "cuda:0")
         res.device = device
-        asked = runtime.device_family(device)
+        asked = preparation.device_family(device)
         if asked != family:
             raise WrpDeviceError(f"captured for {family.upper()}, the case runs on {device}",
                                  hint=f"Set device for it in {SUITE_FILE}, or run the suite with --device.")
@@ -618,14 +620,14 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
             if index >= n:
                 raise WrpDeviceError(f"needs {device}, and this machine has "
                                      f"{'no CUDA device' if n == 0 else f'{n} CUDA device(s)'}")
-        runtime.check_runnable(prep.model, device, what=res.name)
+        preparation.check_runnable(prep.model, device, what=res.name)
 
         inputs = _npz(payload["inputs"], f"{Path(job['inputs']).name}") if payload["inputs"] is not None else {}
         state, given = {}, {}  # whole bindings as bytes (the python engine's child); as given (wrp-replay)
         for name, value in inputs.items():
             if name not in prep.sizes:
-                raise runtime.unknown_binding(name, prep.sizes)
-            arr = runtime.coerce_input(name, value, prep.sizes[name], prep.signature.get(name))
+                raise preparation.unknown_binding(name, prep.sizes)
+            arr = preparation.coerce_input(name, value, prep.sizes[name], prep.signature.get(name))
             given[name] = arr
             if arr.nbytes == prep.sizes[name]:
                 state[name] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
@@ -665,7 +667,7 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
         else:
             raw, res.replay_ms, res.worker_start_s = _replay_python(prep, device, state, s.get("timeout"))
     finally:
-        runtime._release(prep)
+        preparation.release(prep)
 
     results = {n: _typed(raw[n], prep.signature.get(n), (golden or {}).get(n)) for n in raw}
     if job["update"]:

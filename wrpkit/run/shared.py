@@ -1,6 +1,6 @@
 """Shared memory and a control socket between wrpkit and its replay children.
 
-A contained replay (:mod:`wrpkit.run.isolate`) hands its child everything
+A contained replay (:mod:`wrpkit.run.worker`) hands its child everything
 through memory, never through files: the capture is the user's own file
 (an open descriptor of the very file that was validated), module files and
 bindings travel in anonymous shared memory files (``memfd_create``), and

@@ -379,7 +379,7 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
     from ..checks.validate import validate_program  # noqa: PLC0415
     from ..fileio import check_output_path, publish_wrp  # noqa: PLC0415
     from ..formats import wrp1  # noqa: PLC0415
-    from .runtime import prepare  # noqa: PLC0415
+    from .prepare import prepare  # noqa: PLC0415
 
     src, dst = Path(src), Path(dst)
     if not kernels:

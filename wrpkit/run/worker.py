@@ -3,7 +3,7 @@
 A file can pass every record check and still crash the process that replays
 it: it runs machine code on data (a stale HashGrid pointer, a launch past its
 arrays, flipped bits in a kernel's code).  :class:`ReplayWorker` loads and
-replays a prepared capture in a ``python -m wrpkit.run.isolate`` child.  The
+replays a prepared capture in a ``python -m wrpkit.run.child`` child.  The
 child maps the user's file itself (the very file this process validated,
 checked by inode and modification time; no private copy), and loads it without
 validating it again.  Inputs and results pass through anonymous shared memory
@@ -13,20 +13,18 @@ written to disk.  When the child dies of a fatal signal (SIGSEGV, SIGBUS,
 SIGILL, SIGFPE, SIGABRT), the parent raises :class:`~wrpkit.errors.WrpCrashError`
 (exit code :data:`~wrpkit.errors.EXIT_CRASH`) and has written nothing.
 
-Warp runs the whole graph in one native call (``capture_launch``), so the op
-that crashed cannot be seen from outside.  :func:`replay_in_child` finds it by
-experiment: it replays prefixes of the top-level op list in further children
-(a bisection, ``log2(ops)`` children) and names the first op whose prefix
-crashes, with its kind, kernel, module, and whether the module's SHA-256 was
-verified before it ran.  When the budget for that search runs out, or no
-prefix reproduces the crash, the message says so.
+This module is the parent side of that protocol; the child is
+:mod:`wrpkit.run.child`, one contained replay is
+:func:`wrpkit.run.isolation.replay_in_child`, and the op a crash came from is
+found and named by :mod:`wrpkit.run.crash`.
 
-Cost: :func:`replay_in_child` starts one child process per call (Python start,
+Cost: :func:`~wrpkit.run.isolation.replay_in_child` starts one child process per call (Python start,
 ``import warp``, load); :class:`~wrpkit.run.runtime.IsolatedProgram` keeps one
 :class:`ReplayWorker` per program and pays that once.  ``wrp trace`` keeps its
-own child (:mod:`wrpkit.debug.trace_isolate`, through :func:`write_source` and
-:func:`run_module`).
+own child (:mod:`wrpkit.debug.isolation`, through :func:`write_source` and
+:func:`run_module`; its child reports with :mod:`wrpkit.run.child`).
 """
+
 
 
 from __future__ import annotations
@@ -36,7 +34,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,21 +41,14 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import (
-    TIMEOUT_HINT,
-    WrpCrashError,
-    WrpError,
-    WrpRuntimeError,
-    WrpTimeoutError,
-    timeout_message,
-)
+from ..errors import TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError, timeout_message
+
 
 #: The fatal signals a contained replay turns into :class:`WrpCrashError`.
 CRASH_SIGNALS = {getattr(signal, n): n for n in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
                  if hasattr(signal, n)}
 
-#: Seconds the search for the crashing op may take (bounded further by a --timeout).
-IDENTIFY_BUDGET_S = 120.0
+
 
 
 @dataclass
@@ -87,7 +77,7 @@ class ChildCrashed(Exception):
         self.signum, self.stage, self.stderr = signum, stage, stderr
 
 
-def _signal_name(signum: int) -> str:
+def signal_name(signum: int) -> str:
     return CRASH_SIGNALS.get(signum) or (signal.Signals(signum).name if signum in signal.Signals.__members__.values()
                                          else f"signal {signum}")
 
@@ -116,7 +106,7 @@ def write_source(prep, d: Path) -> tuple:
 
 
 def verify_deferred(prep) -> None:
-    """Verify the region checksums of a ``.wrpk`` that :func:`~wrpkit.run.runtime.prepare` deferred.
+    """Verify the region checksums of a ``.wrpk`` that :func:`~wrpkit.run.prepare.prepare` deferred.
 
     In-process, they are verified while Warp loads; the child loads a copy it
     does not verify again, so they are verified here first.
@@ -145,7 +135,7 @@ def run_module(module: str, d: Path, timeout: Optional[float], timeout_total: Op
     """Run ``python -m module d`` in a child process with wrpkit importable; stdout and stderr are captured.
 
     The child reports a :class:`WrpError` by writing ``d/error.json``
-    (:func:`write_child_error`) and its progress in ``d/stage``
+    (:func:`wrpkit.run.child.write_child_error`) and its progress in ``d/stage``
     (``"loading"``, ``"replaying"``, ...).
 
     Returns:
@@ -275,7 +265,7 @@ def whole_region(prep, name: str, arr: np.ndarray) -> np.ndarray:
     signature over the region's captured bytes.
     """
     from ..formats import annotations as ann  # noqa: PLC0415
-    from .runtime import writes_whole_region  # noqa: PLC0415
+    from .prepare import writes_whole_region  # noqa: PLC0415
 
     size, sig = prep.sizes[name], prep.signature.get(name)
     arr = np.asarray(arr)
@@ -311,7 +301,7 @@ class ReplayWorker:
     is gone: the next request starts a new one, from the file's data.
 
     Args:
-        prep: The :class:`~wrpkit.run.runtime.Prepared` capture (validated here).
+        prep: The :class:`~wrpkit.run.prepare.Prepared` capture (validated here).
         device: The device string.
         prefix: Replay only the first ``prefix`` top-level ops (the crash search).
         source: A :class:`ChildSource` to share (not closed by :meth:`close`).
@@ -351,7 +341,7 @@ class ReplayWorker:
         self._out_fd = memory_file("wrpkit-child-output")
         self._stage = SharedArea(64, "wrpkit-stage")
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.isolate", "--serve",
+            self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.child", "--serve",
                                           str(theirs.fileno())] + (["--die-with-parent"] if self.die_with_parent
                                                                    else []),
                                          stdin=subprocess.DEVNULL, stdout=self._out_fd,
@@ -552,444 +542,3 @@ class ReplayWorker:
         if answer is not None:
             raise _error_from(answer["error"])
         raise ended_without_result(returncode if returncode is not None else -1, tail)
-
-
-def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int = 1, warmup: int = 0, *,
-                    verify_checksums: bool = True, timeout: Optional[float] = None, read_back=True,
-                    identify: bool = True, raw: bool = False, timeout_total: Optional[float] = None,
-                    stats: Optional[Mapping] = None, max_memory: Optional[int] = None) -> ChildRun:
-    """Load and replay a prepared capture in a child process (one request, then it ends).
-
-    Args:
-        prep: A :class:`wrpkit.run.runtime.Prepared` (validated; the child
-            maps its source file itself, see :class:`ChildSource`).
-        device: The device string.
-        inputs: ``{binding: np.ndarray}``, already checked against the bindings.
-        repeat: Timed replays.
-        warmup: Untimed replays first.
-        verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
-        timeout: Seconds for the whole child run (None: no limit).
-        read_back: True: every binding; False: none; or the names to return.
-        identify: On a crash, search for the op that crashed (more children).
-        raw: Inputs are whole bindings as ``uint8`` bytes, and so are the results.
-        timeout_total: The timeout to name in a timeout's message (default ``timeout``).
-        stats: ``{binding: spec}`` to summarise in the child (``ChildRun.stats``).
-        max_memory: Bytes the child's load may allocate (None: the device's free memory).
-
-    Returns:
-        A :class:`ChildRun`; its results are views of shared memory, typed per
-        the signature unless ``raw``.
-
-    Raises:
-        WrpCrashError: The replay died of a fatal signal; the message names
-            the op when it could be identified.
-        WrpTimeoutError: ``timeout`` ran out (the child was killed).
-        WrpError: Whatever the child raised (the same class and message).
-    """
-    from ..formats import annotations as ann  # noqa: PLC0415
-
-    t0 = time.monotonic()
-    whole = {n: (np.asarray(a) if raw else whole_region(prep, n, a)) for n, a in dict(inputs or {}).items()}
-    names = list(prep.sizes) if read_back is True else [] if read_back is False else list(read_back)
-    worker = ReplayWorker(prep, device, max_memory=max_memory)
-    try:
-        try:
-            run = worker.run(whole, repeat, warmup, timeout, read_back=names, stats=stats)
-        except WrpTimeoutError:
-            raise WrpTimeoutError(timeout_message(timeout_total or timeout), hint=TIMEOUT_HINT) from None
-        except ChildCrashed as crash:
-            raise _located_crash(prep, crash, device, whole, repeat + warmup, timeout, t0, identify,
-                                 verify_checksums, worker.source) from None
-    finally:
-        worker.close()
-    if not raw:
-        for n, arr in list(run.results.items()):
-            sig = prep.signature.get(n)
-            if sig is not None:
-                run.results[n] = ann.view_region(arr, sig)
-    return run
-
-
-def _located_crash(prep, crash: ChildCrashed, device, inputs: Mapping, replays: int, timeout: Optional[float],
-                   t0: float, identify: bool, verify_checksums: bool, source=None) -> WrpCrashError:
-    """The :class:`WrpCrashError` of a crashed child; a crash while replaying is located by bisecting on
-    prefixes (a child per prefix, on the same inputs), within what is left of ``timeout``."""
-    left = None if timeout is None else timeout - (time.monotonic() - t0)
-    op_index, searched = None, False
-    n = len(prep.model.ops)
-    if identify and crash.stage == "replaying" and n > 0:
-        budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
-        op_index, searched = _identify_op(prep, device, inputs, replays, n, budget, source)
-    return crash_error(prep, crash.signum, crash.stage, op_index, searched, verify_checksums=verify_checksums)
-
-
-def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *, verify_checksums: bool = True,
-                   budget: float = IDENTIFY_BUDGET_S) -> tuple:
-    """Find the op of a crash seen elsewhere (e.g. in ``wrp-replay``) by replaying prefixes in children.
-
-    Returns:
-        ``(op index or None, whether the search finished)``.
-    """
-    n = len(prep.model.ops)
-    if n == 0:
-        return None, False
-    verify_deferred(prep)
-    whole = {name: whole_region(prep, name, a) for name, a in dict(inputs or {}).items()}
-    source = ChildSource(prep)
-    try:
-        return _identify_op(prep, device, whole, replays, n, budget, source)
-    finally:
-        source.close()
-
-
-def _identify_op(prep, device, inputs: Mapping, replays: int, n: int, budget: float, source=None) -> tuple:
-    """Bisect on op prefixes: ``(index of the first op whose prefix crashes, whether the search finished)``.
-
-    The full graph is known to crash; the empty prefix is known not to.
-    """
-    deadline = time.monotonic() + budget
-    lo, hi = 0, n  # prefix lo runs, prefix hi crashes
-    while hi - lo > 1:
-        left = deadline - time.monotonic()
-        if left <= 1:
-            return None, False
-        mid = (lo + hi) // 2
-        probe = ReplayWorker(prep, device, prefix=mid, source=source)
-        try:
-            probe.run(inputs, max(1, replays), 0, left, read_back=[])
-            lo = mid
-        except ChildCrashed:
-            hi = mid
-        except WrpError:
-            return None, False  # the prefix did not run for another reason: no proof either way
-        finally:
-            probe.close()
-    return hi - 1, True
-
-
-def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, verify_checksums: bool = True,
-                     timeout: Optional[float] = None, full_state: Optional[Mapping] = None,
-                     read_back=None) -> ChildRun:
-    """Replay in ``worker``; on a crash, find the op (children from ``full_state``) and raise it.
-
-    Args:
-        worker: The program's :class:`ReplayWorker`.
-        inputs: Whole bindings (``uint8``) to set before the replay.
-        repeat: Replays.
-        verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
-        timeout: Seconds for the request (None: no limit).
-        full_state: Every binding the program holds (what a new child needs to replay the same run).
-        read_back: Names of the bindings to return (None: every binding).
-
-    Raises:
-        WrpCrashError, WrpTimeoutError, WrpError: As :func:`replay_in_child`.
-    """
-    t0 = time.monotonic()
-    try:
-        return worker.run(inputs, repeat, 0, timeout, read_back=read_back)
-    except ChildCrashed as crash:
-        raise _located_crash(worker.prep, crash, worker.device, dict(full_state or inputs), repeat, timeout, t0,
-                             True, verify_checksums, worker.source) from None
-
-
-def module_verification(prep, verify_checksums: bool = True) -> dict:
-    """``{binary_filename: how its bytes were verified, or ""}`` for every module of ``prep``.
-
-    A module counts as verified when the SHA-256 that wrpkit recorded at save
-    time was checked against it before it ran, or when it came from a
-    ``.wrpk`` whose blob checksums were verified.
-    """
-    digests = prep.annotations.digest_map() if prep.annotations is not None else {}
-    out = {}
-    for mod in prep.model.modules:
-        name = mod.binary_filename
-        if name in digests:
-            out[name] = "its SHA-256 recorded at save time was verified before it ran"
-        elif prep.kind == "wrpk" and verify_checksums and not prep.modules_given:
-            out[name] = "its SHA-256 recorded in the bundle was verified before it ran"
-        else:
-            out[name] = ""
-    return out
-
-
-NO_DIGEST_HINT = ("corrupt or mismatched kernel code cannot be caught before it runs; save the capture with "
-                  "wrpkit (wrpkit.save or wrpkit.capture) or bundle it (wrp convert FILE out.wrpk) to record "
-                  "module digests")
-
-
-def op_at_path(ops, path: str):
-    """The op at ``path`` as ``wrp inspect --ops`` writes it (``"1"``, ``"1.2"``, ``"1.e0"``), or None."""
-    from .. import model as m  # noqa: PLC0415
-
-    op = None
-    try:
-        for k, part in enumerate(str(path).split(".")):
-            if k:
-                if isinstance(op, m.If):
-                    ops = op.else_ops if part.startswith("e") else op.then_ops
-                elif isinstance(op, m.While):
-                    ops = op.body
-                else:
-                    return None
-            op = ops[int(part.lstrip("e"))]
-    except (ValueError, IndexError):
-        return None
-    return op
-
-
-def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched: bool, *,
-                verify_checksums: bool = True, path: Optional[str] = None,
-                iteration: Optional[int] = None) -> WrpCrashError:
-    """The :class:`WrpCrashError` for a replay that died of ``signum``.
-
-    Args:
-        prep: The :class:`~wrpkit.run.runtime.Prepared` capture.
-        signum: The fatal signal.
-        stage: ``"replaying"`` when ops were running, else the crash came while loading.
-        op_index: The top-level op that crashed, or None.
-        searched: Whether a search for the op finished (said when ``op_index`` is None).
-        verify_checksums: Whether a ``.wrpk``'s blob checksums were verified.
-        path: Where the op was seen running (``wrp trace``): its path inside
-            IF/WHILE bodies; it names the nested op rather than the top-level one.
-        iteration: The innermost WHILE iteration of that op, if any.
-    """
-    from .. import model as m  # noqa: PLC0415
-
-    sig = _signal_name(signum)
-    verified = module_verification(prep, verify_checksums)
-    modules = {mod.module_hash: mod.binary_filename for mod in prep.model.modules}
-    kind = kernel = module = None
-    digest_ok = None
-    if stage != "replaying":
-        where = "while Warp loaded the capture (before any op ran)"
-    elif op_index is None:
-        where = ("in an op that could not be identified (" +
-                 ("no prefix of the graph reproduced the crash" if searched else
-                  "the search for it ran out of time") + ")")
-    else:
-        op = (op_at_path(prep.model.ops, path) if path is not None else None) or prep.model.ops[op_index]
-        kind = op.op_type.name
-        where = f"in op {op_index} ({kind}"
-        if isinstance(op, m.KernelLaunch):
-            kernel, module = op.kernel_key, modules.get(op.module_hash)
-            where += f" of kernel {kernel!r}, module {module!r}"
-        where += ")"
-        if path is not None:
-            if path != str(op_index) or iteration is not None:
-                where += f" at path {path}" + (f", WHILE iteration {iteration}" if iteration is not None else "")
-            where += " (the op the trace was running)"
-        elif op_index > 0:
-            where += f" (found by replaying prefixes of the graph: ops 0..{op_index - 1} replay without crashing)"
-    msg = f"the replay crashed with {sig} {where}; nothing was written"
-    if module is not None:
-        how = verified.get(module, "")
-        digest_ok = bool(how)
-        msg += f". Module {module!r}: " + (how if how else "no digest was recorded, so " + NO_DIGEST_HINT)
-        hint = ("The kernel code is as saved, so the crash comes from the data it was given: run `wrp check` "
-                "for stale pointers and launches past their arrays." if how else
-                "Run `wrp check` for stale pointers and launches past their arrays; recapture if the module "
-                "files may have been altered.")
-    else:
-        unverified = sorted(n for n, how in verified.items() if not how)
-        if unverified:
-            msg += (f". Modules without a recorded digest ({', '.join(repr(n) for n in unverified[:3])}"
-                    f"{', ...' if len(unverified) > 3 else ''}): " + NO_DIGEST_HINT)
-        hint = "Run `wrp check` for stale pointers and launches past their arrays."
-    return WrpCrashError(msg, hint=hint, signal_name=sig, op_index=op_index, op_kind=kind, kernel=kernel,
-                         module=module, digest_verified=digest_ok, path=path, iteration=iteration)
-
-
-# ---------------------------------------------------------------------------
-# Child side
-# ---------------------------------------------------------------------------
-
-
-def write_stage(d: Path, text: str) -> None:
-    """Record the child's stage (``"loading"``, ``"replaying"``, ...) for a crash report."""
-    with open(d / "stage", "w") as f:
-        f.write(text)
-
-
-def write_child_error(d: Path, e: WrpError) -> int:
-    """Report ``e`` to the parent (``d/error.json``, read back by :func:`run_module`); return its exit code."""
-    from ..fileio import atomic_write  # noqa: PLC0415
-
-    info = {"class": type(e).__name__, "message": e.message, "hint": e.hint,
-            "problems": list(getattr(e, "problems", []))}
-    atomic_write(d / "error.json", [json.dumps(info).encode()])
-    return e.exit_code
-
-
-def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
-    """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, device_ms or None)``."""
-    graph, launch = prog.graph, wp.capture_launch
-    perf = time.perf_counter
-    host_ms, device_ms = [], []
-    try:
-        for _ in range(warmup):
-            launch(graph)
-        if prog.device.is_cuda:
-            wp.synchronize_device(prog.device)
-            stream = prog.device.stream
-            start = wp.Event(prog.device, enable_timing=True)
-            end = wp.Event(prog.device, enable_timing=True)
-            for _ in range(repeat):
-                t0 = perf()
-                stream.record_event(start)
-                launch(graph)
-                stream.record_event(end)
-                wp.synchronize_device(prog.device)
-                host_ms.append((perf() - t0) * 1e3)
-                device_ms.append(float(wp.get_event_elapsed_time(start, end)))
-            return host_ms, device_ms
-        for _ in range(repeat):
-            t0 = perf()
-            launch(graph)
-            host_ms.append((perf() - t0) * 1e3)
-    except RuntimeError as e:
-        raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
-    return host_ms, None
-
-
-# ---------------------------------------------------------------------------
-# Child side (python -m wrpkit.run.isolate --serve FD)
-# ---------------------------------------------------------------------------
-
-
-def _error_info(e: WrpError) -> dict:
-    return {"class": type(e).__name__, "message": e.message, "hint": e.hint,
-            "problems": list(getattr(e, "problems", []))}
-
-
-def _load_served(message: dict, fds: list):
-    """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says."""
-    from ..environment import init_warp  # noqa: PLC0415
-    from . import runtime  # noqa: PLC0415
-    from .shared import SharedArea, map_readonly  # noqa: PLC0415
-
-    capture_fd, modules_fd, stage_fd = fds[:3]
-    stage = SharedArea(message["stage_size"], fd=stage_fd)
-    # No banner, and on the CPU no "could not find the CUDA driver" warning.
-    wp = init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
-    mm, _ = map_readonly(capture_fd)
-    os.close(capture_fd)
-    modules_area = SharedArea(message["modules_size"], fd=modules_fd)
-    modules = {name: modules_area.view(off, n) for name, (off, n) in message["modules"].items()}
-    # The bytes the parent validated (and refused what it must refuse, raw pointers included):
-    # decoded, not validated again.
-    prep = runtime.prepare(memoryview(mm) if mm is not None else b"", modules, verify_checksums=False,
-                           allow_raw_pointers=True, _validated=True)
-    prep._keep.append(modules_area)
-    if message["prefix"] is not None:
-        from ..formats import wrp1  # noqa: PLC0415
-
-        prep.model.ops = prep.model.ops[:message["prefix"]]
-        prep.wrp_bytes = wrp1.build_image(prep.model)[0]
-        prep.modules_given, prep.deferred = True, []
-    _set_stage(stage, "loading")
-    prog = runtime.load_prepared(prep, message["device"], message.get("max_memory"))
-    if prep.kind != "wrp" or message["prefix"] is not None:
-        prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
-    return wp, prog, stage
-
-
-def _set_stage(stage, text: str) -> None:
-    """Record the child's stage for a crash report (the parent reads the shared page after the child died)."""
-    data = text.encode("ascii")[:stage.size]
-    view = stage.view()
-    view[:] = 0
-    view[:len(data)] = np.frombuffer(data, dtype=np.uint8)
-
-
-def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
-    """One request: inputs from the shared inputs area, replays, statistics, results into the results area."""
-    from ..checks.binding_stats import region_stats  # noqa: PLC0415
-    from .shared import SharedArea  # noqa: PLC0415
-
-    in_area = SharedArea(message["in_size"], fd=fds[0])
-    out_area = SharedArea(message["out_size"], fd=fds[1])
-    try:
-        for name, (off, n) in message["inputs"].items():
-            prog._write_raw(prog._slot(name), in_area.view(off, n))
-        _set_stage(stage, "replaying")
-        host_ms, device_ms = _timed_replays(wp, prog, message["warmup"], message["repeat"])
-        _set_stage(stage, "reading")
-        summary = {}
-        for name, spec in message["stats"].items():
-            slot = prog._slot(name)
-            region = slot.region if prog._is_cpu else prog._read_raw(slot)  # CPU: Warp's memory itself
-            summary[name] = region_stats(region, spec)
-        for name, (off, n) in message["outputs"].items():
-            if n:
-                slot = prog._slot(name)
-                out_area.view(off, n)[:] = slot.region if prog._is_cpu else prog._read_raw(slot)
-    finally:
-        in_area.close()
-        out_area.close()
-    return {"host_ms": host_ms, "device_ms": device_ms, "stats": summary}
-
-
-def _serve_main(sock_fd: int) -> int:
-    """The :class:`ReplayWorker` child: answer every request until the socket closes.
-
-    ``warm`` imports Warp and answers; ``load`` loads the capture it hands
-    over (releasing the one loaded before: :meth:`ReplayWorker.retarget`);
-    ``run`` replays the loaded one and answers.  An error is answered, then
-    the child ends.
-    """
-    import gc  # noqa: PLC0415
-    import socket  # noqa: PLC0415
-
-    from .shared import ChannelClosed, receive, send  # noqa: PLC0415
-
-    sock = socket.socket(fileno=sock_fd)
-    wp = prog = stage = None
-    while True:
-        if stage is not None:
-            _set_stage(stage, "idle")
-        try:
-            message, fds = receive(sock)
-        except ChannelClosed:
-            return 0
-        op = message.get("op")
-        try:
-            if op == "warm":
-                from ..environment import init_warp  # noqa: PLC0415
-
-                init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
-                send(sock, {"ok": True})
-            elif op == "load":
-                if prog is not None:
-                    prog.close()
-                    prog = None
-                    gc.collect()  # the previous capture's memory goes before the next one's is taken
-                wp, prog, stage = _load_served(message, fds)
-            elif op == "run" and prog is not None:
-                send(sock, _serve_run(wp, prog, message, fds, stage))
-            else:
-                return 0
-        except WrpError as e:
-            send(sock, {"error": _error_info(e)})
-            return e.exit_code
-
-
-def _die_with_parent() -> None:
-    """Be killed when the thread that started this process ends (Linux ``PR_SET_PDEATHSIG``)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes  # noqa: PLC0415
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the parent died before prctl took effect
-        sys.exit(1)
-
-
-if __name__ == "__main__":
-    if sys.argv[1] == "--serve":
-        if "--die-with-parent" in sys.argv[3:]:
-            _die_with_parent()
-        sys.exit(_serve_main(int(sys.argv[2])))
-    sys.exit(2)

@@ -1,0 +1,216 @@
+"""The child side of a contained replay: ``python -m wrpkit.run.child --serve FD``.
+
+It loads the capture its parent validated (:mod:`wrpkit.run.worker`) and serves
+requests over the socket ``FD``; ``wrp trace`` and ``wrp profile`` children report
+through :func:`write_stage` and :func:`write_child_error`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import WrpError, WrpRuntimeError
+
+
+
+
+# ---------------------------------------------------------------------------
+# Child side
+# ---------------------------------------------------------------------------
+
+
+def write_stage(d: Path, text: str) -> None:
+    """Record the child's stage (``"loading"``, ``"replaying"``, ...) for a crash report."""
+    with open(d / "stage", "w") as f:
+        f.write(text)
+
+
+def write_child_error(d: Path, e: WrpError) -> int:
+    """Report ``e`` to the parent (``d/error.json``, read back by :func:`wrpkit.run.worker.run_module`); return its exit code."""
+    from ..fileio import atomic_write  # noqa: PLC0415
+
+    info = {"class": type(e).__name__, "message": e.message, "hint": e.hint,
+            "problems": list(getattr(e, "problems", []))}
+    atomic_write(d / "error.json", [json.dumps(info).encode()])
+    return e.exit_code
+
+
+def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
+    """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, device_ms or None)``."""
+    graph, launch = prog.graph, wp.capture_launch
+    perf = time.perf_counter
+    host_ms, device_ms = [], []
+    try:
+        for _ in range(warmup):
+            launch(graph)
+        if prog.device.is_cuda:
+            wp.synchronize_device(prog.device)
+            stream = prog.device.stream
+            start = wp.Event(prog.device, enable_timing=True)
+            end = wp.Event(prog.device, enable_timing=True)
+            for _ in range(repeat):
+                t0 = perf()
+                stream.record_event(start)
+                launch(graph)
+                stream.record_event(end)
+                wp.synchronize_device(prog.device)
+                host_ms.append((perf() - t0) * 1e3)
+                device_ms.append(float(wp.get_event_elapsed_time(start, end)))
+            return host_ms, device_ms
+        for _ in range(repeat):
+            t0 = perf()
+            launch(graph)
+            host_ms.append((perf() - t0) * 1e3)
+    except RuntimeError as e:
+        raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
+    return host_ms, None
+
+
+# ---------------------------------------------------------------------------
+# Child side (python -m wrpkit.run.child --serve FD)
+# ---------------------------------------------------------------------------
+
+
+def _error_info(e: WrpError) -> dict:
+    return {"class": type(e).__name__, "message": e.message, "hint": e.hint,
+            "problems": list(getattr(e, "problems", []))}
+
+
+def _load_served(message: dict, fds: list):
+    """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says."""
+    from ..environment import init_warp  # noqa: PLC0415
+    from .prepare import prepare  # noqa: PLC0415
+    from .program import load_prepared  # noqa: PLC0415
+    from .shared import SharedArea, map_readonly  # noqa: PLC0415
+
+    capture_fd, modules_fd, stage_fd = fds[:3]
+    stage = SharedArea(message["stage_size"], fd=stage_fd)
+    # No banner, and on the CPU no "could not find the CUDA driver" warning.
+    wp = init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+    mm, _ = map_readonly(capture_fd)
+    os.close(capture_fd)
+    modules_area = SharedArea(message["modules_size"], fd=modules_fd)
+    modules = {name: modules_area.view(off, n) for name, (off, n) in message["modules"].items()}
+    # The bytes the parent validated (and refused what it must refuse, raw pointers included):
+    # decoded, not validated again.
+    prep = prepare(memoryview(mm) if mm is not None else b"", modules, verify_checksums=False,
+                           allow_raw_pointers=True, _validated=True)
+    prep._keep.append(modules_area)
+    if message["prefix"] is not None:
+        from ..formats import wrp1  # noqa: PLC0415
+
+        prep.model.ops = prep.model.ops[:message["prefix"]]
+        prep.wrp_bytes = wrp1.build_image(prep.model)[0]
+        prep.modules_given, prep.deferred = True, []
+    _set_stage(stage, "loading")
+    prog = load_prepared(prep, message["device"], message.get("max_memory"))
+    if prep.kind != "wrp" or message["prefix"] is not None:
+        prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
+    return wp, prog, stage
+
+
+def _set_stage(stage, text: str) -> None:
+    """Record the child's stage for a crash report (the parent reads the shared page after the child died)."""
+    data = text.encode("ascii")[:stage.size]
+    view = stage.view()
+    view[:] = 0
+    view[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+
+def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
+    """One request: inputs from the shared inputs area, replays, statistics, results into the results area."""
+    from ..checks.binding_stats import region_stats  # noqa: PLC0415
+    from .shared import SharedArea  # noqa: PLC0415
+
+    in_area = SharedArea(message["in_size"], fd=fds[0])
+    out_area = SharedArea(message["out_size"], fd=fds[1])
+    try:
+        for name, (off, n) in message["inputs"].items():
+            prog.write_bytes(name, in_area.view(off, n))
+        _set_stage(stage, "replaying")
+        host_ms, device_ms = _timed_replays(wp, prog, message["warmup"], message["repeat"])
+        _set_stage(stage, "reading")
+        summary = {}
+        for name, spec in message["stats"].items():
+            region = prog.region_bytes(name)  # CPU: Warp's memory itself
+            summary[name] = region_stats(region, spec)
+        for name, (off, n) in message["outputs"].items():
+            if n:
+                out_area.view(off, n)[:] = prog.region_bytes(name)
+    finally:
+        in_area.close()
+        out_area.close()
+    return {"host_ms": host_ms, "device_ms": device_ms, "stats": summary}
+
+
+def _serve_main(sock_fd: int) -> int:
+    """The :class:`~wrpkit.run.worker.ReplayWorker` child: answer every request until the socket closes.
+
+    ``warm`` imports Warp and answers; ``load`` loads the capture it hands
+    over (releasing the one loaded before: :meth:`ReplayWorker.retarget`);
+    ``run`` replays the loaded one and answers.  An error is answered, then
+    the child ends.
+    """
+    import gc  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    from .shared import ChannelClosed, receive, send  # noqa: PLC0415
+
+    sock = socket.socket(fileno=sock_fd)
+    wp = prog = stage = None
+    while True:
+        if stage is not None:
+            _set_stage(stage, "idle")
+        try:
+            message, fds = receive(sock)
+        except ChannelClosed:
+            return 0
+        op = message.get("op")
+        try:
+            if op == "warm":
+                from ..environment import init_warp  # noqa: PLC0415
+
+                init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+                send(sock, {"ok": True})
+            elif op == "load":
+                if prog is not None:
+                    prog.close()
+                    prog = None
+                    gc.collect()  # the previous capture's memory goes before the next one's is taken
+                wp, prog, stage = _load_served(message, fds)
+            elif op == "run" and prog is not None:
+                send(sock, _serve_run(wp, prog, message, fds, stage))
+            else:
+                return 0
+        except WrpError as e:
+            send(sock, {"error": _error_info(e)})
+            return e.exit_code
+
+
+def _die_with_parent() -> None:
+    """Be killed when the thread that started this process ends (Linux ``PR_SET_PDEATHSIG``)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        if "--die-with-parent" in sys.argv[3:]:
+            _die_with_parent()
+        sys.exit(_serve_main(int(sys.argv[2])))
+    sys.exit(2)
