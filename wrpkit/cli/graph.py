@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .debugopts import kernels_option, type_program
+from .options import kernels_option, type_program
 
 from .output import console, dump_json, size
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..checks.summary import shape_text
-from .debugopts import kernel_match_lines, kernels_option, type_program
+from .options import kernel_match_lines, kernels_option, type_program
 from .output import console, dump_json, plural, size, table
 
 

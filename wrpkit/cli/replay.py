@@ -28,6 +28,8 @@ import click
 import numpy as np
 
 from ..checks.binding_stats import raw_stats, stats, with_warp_shape  # noqa: F401  (stats, raw_stats: re-exported)
+from ..fileio import load_npy, load_npz
+from .options import Seconds, Watchdog
 from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError,  # noqa: F401
                       WrpTimeoutError, timeout_hint, timeout_message)
 
@@ -37,127 +39,8 @@ CRASH_SIGNALS = {11, 7, 4, 8, 6}
 
 
 # ---------------------------------------------------------------------------
-# --timeout
-# ---------------------------------------------------------------------------
-
-
-class _Watchdog:
-    """Ends the process with :data:`~wrpkit.errors.EXIT_TIMEOUT` when a replay runs past its deadline.
-
-    Warp replays through ctypes calls, which release the GIL, so a timer
-    thread runs while Warp's native code loops (a WHILE that does not end)
-    and can only stop it with ``os._exit``.  The watchdog covers preparing,
-    loading and replaying; it is disarmed before any output is written, and
-    nothing before that point writes a file (outputs are written atomically
-    after the last replay; the native engine's temporary directory is made
-    after the watchdog is disarmed), so no output or temporary file is left.
-    A lock makes :meth:`disarm` final: once it returns, the process is never
-    ended by the watchdog.
-    """
-
-    def __init__(self, seconds, replays: int = 1):
-        self.replays = replays
-        import threading  # noqa: PLC0415
-
-        self.seconds = seconds
-        self.deadline = None if seconds is None else time.monotonic() + seconds
-        self._lock = threading.Lock()
-        self._armed = seconds is not None
-        self._timer = None
-        if self._armed:
-            self._timer = threading.Timer(seconds, self._fire)
-            self._timer.daemon = True
-            self._timer.start()
-
-    def _fire(self):
-        with self._lock:
-            if not self._armed:
-                return
-            text = (f"error: {timeout_message(self.seconds, self.replays)}\n"
-                    f"hint: {timeout_hint(self.replays)}\n").encode()
-            with contextlib.suppress(OSError):
-                os.write(2, text)
-            os._exit(EXIT_TIMEOUT)
-
-    def remaining(self):
-        """Seconds left (at least 1 ms), or None without a timeout."""
-        return None if self.deadline is None else max(1e-3, self.deadline - time.monotonic())
-
-    def disarm(self):
-        with self._lock:
-            self._armed = False
-        if self._timer is not None:
-            self._timer.cancel()
-
-
-class _Seconds(click.ParamType):
-    """A finite number of seconds above 0 (fractional allowed)."""
-
-    name = "seconds"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            v = float(value)
-        else:
-            try:
-                v = float(str(value).strip())
-            except ValueError:
-                v = math.nan
-        if not math.isfinite(v) or v <= 0 or v > 1e9:
-            self.fail(f"{value!r} is not a number of seconds above 0 (at most 1e9)", param, ctx)
-        return v
-
-
-# ---------------------------------------------------------------------------
 # Reading inputs
 # ---------------------------------------------------------------------------
-
-
-def _read_npy_bytes(path: Path, what: str) -> bytes:
-    from ..fileio import read_file  # noqa: PLC0415
-
-    return read_file(path, what, follow_symlinks=True)  # the user's path
-
-
-def load_npz(path: Path, what: str = "inputs file") -> dict:
-    """``{key: array}`` of an ``.npz`` (no pickles).
-
-    Raises:
-        WrpBindingError: The file is missing or not a readable ``.npz``.
-    """
-    try:
-        data = _read_npy_bytes(path, what)
-    except WrpError as e:
-        raise WrpBindingError(e.message, hint=e.hint) from None
-    try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise ValueError("it holds a single array (.npy), not an archive")
-            return {k: z[k] for k in z.files}
-    except Exception as e:  # noqa: BLE001  (any failure: a bad npz)
-        raise WrpBindingError(f"cannot read {what} {path}: not a valid .npz ({type(e).__name__}: {e})",
-                              hint="Write it with numpy.savez(path, name=array, ...).") from None
-
-
-def load_npy(path: Path, what: str = "input file") -> np.ndarray:
-    """The array of an ``.npy`` (no pickles).
-
-    Raises:
-        WrpBindingError: The file is missing or not a readable ``.npy``.
-    """
-    try:
-        data = _read_npy_bytes(path, what)
-    except WrpError as e:
-        raise WrpBindingError(e.message, hint=e.hint) from None
-    try:
-        arr = np.load(io.BytesIO(data), allow_pickle=False)
-        if not isinstance(arr, np.ndarray):
-            arr.close()
-            raise ValueError("it is an .npz archive, not a single array")
-        return arr
-    except Exception as e:  # noqa: BLE001
-        raise WrpBindingError(f"cannot read {what} {path}: not a valid .npy ({type(e).__name__}: {e})",
-                              hint="Write it with numpy.save(path, array).") from None
 
 
 def _parse_dtypes(items) -> list:
@@ -252,7 +135,7 @@ def _timing_summary(values) -> dict | None:
 
 
 def _run_python(prep, device, inputs: dict, repeat: int, warmup: int, progress: bool,
-                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None, read_back=(),
+                verify_checksums: bool = True, watchdog: "Watchdog | None" = None, read_back=(),
                 stats_specs=None, max_memory=None) -> tuple:
     """Replay in a child process (a crash there is contained: WrpCrashError, exit 4).
 
@@ -423,7 +306,7 @@ def _read_npy_fd(fd: int, what: str) -> np.ndarray:
 
 
 def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup: int,
-                verify_checksums: bool = True, watchdog: "_Watchdog | None" = None,
+                verify_checksums: bool = True, watchdog: "Watchdog | None" = None,
                 allow_raw_pointers: bool = False, read_back=(), stats_specs=None, max_memory=None) -> tuple:
     """Replay with ``wrp-replay`` in a child process.
 
@@ -556,7 +439,7 @@ def _print_report(report: dict) -> None:
     err = stderr_console()
     for name, what in (report.get("unset_inputs") or {}).items():
         err.print(f"notice: binding {name!r} was not given as an input: it holds {what}")
-    from .debugopts import kernel_match_lines  # noqa: PLC0415
+    from .options import kernel_match_lines  # noqa: PLC0415
 
     for line in kernel_match_lines(report.get("kernels")):
         err.print(line)
@@ -665,7 +548,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
     from ..fileio import atomic_write, check_output_path  # noqa: PLC0415
 
     file = Path(file)
-    watchdog = _Watchdog(timeout, repeat + warmup) if timeout is not None else None
+    watchdog = Watchdog(timeout, repeat + warmup) if timeout is not None else None
     try:
         file = runtime.resolve_capture_path(file)
         prep = runtime.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
@@ -813,7 +696,7 @@ def replay_file(file: Path, device: str = "cpu", inputs_npz=None, input_items=()
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--no-verify", is_flag=True, help="For a .wrpk: skip blob checksums (trusted files only).")
-@click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
+@click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
               help="Give up when loading and replaying take longer than SECONDS of wall time (fractional "
                    "allowed): exit 124, nothing written. Bounds WHILE loops that do not end.")
 @click.option("--allow-raw-pointers", is_flag=True,
@@ -892,4 +775,4 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
         ctx.exit(1)
 
 
-__all__ = ["replay", "replay_file", "find_native", "compare", "stats", "load_npz", "load_npy"]
+__all__ = ["replay", "replay_file", "find_native", "compare", "stats"]

@@ -1,12 +1,87 @@
-"""Options and output shared by the debugging commands (``wrp trace``, ``wrp slice``)."""
+"""Option types and helpers the commands share: ``--timeout`` seconds and its watchdog, the inputs and
+``--kernels`` options, and the lines that say what ``--kernels`` typed."""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
+import threading
+import time
 from pathlib import Path
 
 import click
 
-from ..errors import WrpBindingError
+from ..errors import EXIT_TIMEOUT, WrpBindingError, timeout_hint, timeout_message
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds above 0 (fractional allowed), at most 1e9."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            v = float(value)
+        else:
+            try:
+                v = float(str(value).strip())
+            except ValueError:
+                v = math.nan
+        if not math.isfinite(v) or v <= 0 or v > 1e9:
+            self.fail(f"{value!r} is not a number of seconds above 0 (at most 1e9)", param, ctx)
+        return v
+
+
+class Watchdog:
+    """Ends the process with :data:`~wrpkit.errors.EXIT_TIMEOUT` when a command runs past its ``--timeout``.
+
+    Warp replays through ctypes calls, which release the GIL, so a timer
+    thread runs while native code loops (a WHILE that does not end) and can
+    only stop it with ``os._exit``: a command line's tool, never the
+    library's.  The library is handed it (``disarm``, ``remaining``,
+    ``seconds``, ``replays``) and disarms it before it starts a child process
+    that keeps the time itself, and before anything is written, so no output
+    or temporary file is left.  A lock makes :meth:`disarm` final: once it
+    returns, the process is never ended by the watchdog.
+
+    Args:
+        seconds: The deadline from now, or None for none.
+        replays: Replays asked for, named in the timeout's message.
+    """
+
+    def __init__(self, seconds, replays: int = 1):
+        self.replays = replays
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._armed = seconds is not None
+        self._timer = None
+        if self._armed:
+            self._timer = threading.Timer(seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self):
+        with self._lock:
+            if not self._armed:
+                return
+            text = (f"error: {timeout_message(self.seconds, self.replays)}\n"
+                    f"hint: {timeout_hint(self.replays)}\n").encode()
+            with contextlib.suppress(OSError):
+                os.write(2, text)
+            os._exit(EXIT_TIMEOUT)
+
+    def remaining(self):
+        """Seconds left (at least 1 ms), or None without a timeout."""
+        return None if self.deadline is None else max(1e-3, self.deadline - time.monotonic())
+
+    def disarm(self):
+        """Stop the timer for good (idempotent)."""
+        with self._lock:
+            self._armed = False
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def input_options(fn):
@@ -63,7 +138,7 @@ def gather_inputs(inputs_npz, input_items) -> dict:
     Raises:
         WrpBindingError: A file cannot be read, or an item is not NAME=FILE.
     """
-    from .replay import load_npy, load_npz  # noqa: PLC0415
+    from ..fileio import load_npy, load_npz  # noqa: PLC0415
 
     out = {}
     if inputs_npz is not None:
