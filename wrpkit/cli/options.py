@@ -84,6 +84,28 @@ class Watchdog:
             self._timer.cancel()
 
 
+def name_items(items, option: str, value_name: str, example: str) -> dict:
+    """``{NAME: VALUE}`` of repeated ``NAME=VALUE`` options (later ones win).
+
+    Args:
+        items: The option's values as given.
+        option: The option, for messages (``--input``).
+        value_name: What the value is, for messages (``FILE.npy``).
+        example: An example of the option, for the hint.
+
+    Raises:
+        WrpBindingError: An item is not of the form NAME=VALUE.
+    """
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise WrpBindingError(f"{option} {item!r} is not of the form NAME={value_name}",
+                                  hint=f"For example {example}.")
+        out[name] = value
+    return out
+
+
 def input_options(fn):
     """``--inputs IN.npz`` and ``--input NAME=X.npy`` (repeatable), as ``wrp replay`` has them."""
     fn = click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy",
@@ -143,11 +165,7 @@ def gather_inputs(inputs_npz, input_items) -> dict:
     out = {}
     if inputs_npz is not None:
         out.update(load_npz(Path(inputs_npz)))
-    for item in input_items:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise WrpBindingError(f"--input {item!r} is not of the form NAME=FILE.npy",
-                                  hint="For example --input x=x.npy.")
+    for name, path in name_items(input_items, "--input", "FILE.npy", "--input x=x.npy").items():
         out[name] = load_npy(Path(path))
     return out
 
