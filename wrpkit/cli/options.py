@@ -138,22 +138,6 @@ def kernel_match_lines(typing: dict) -> list:
     return out
 
 
-def type_program(program, kernels) -> dict | None:
-    """Type a decoded program from ``--kernels`` files, in memory; ``SourceTyping.to_json()`` or None.
-
-    Raises:
-        WrpKernelsError: A file fails to import, or no kernel matches.
-    """
-    if not kernels:
-        return None
-    from ..formats.annotations import encode_annotations, read_annotations  # noqa: PLC0415
-    from ..run.source_types import type_from_source  # noqa: PLC0415
-
-    typing = type_from_source(program, read_annotations(program), list(kernels))
-    program.annotations = encode_annotations(typing.annotations)
-    return typing.to_json()
-
-
 def gather_inputs(inputs_npz, input_items) -> dict:
     """``{binding name: np.ndarray}`` from ``--inputs`` and ``--input`` (later ones win).
 
