@@ -37,10 +37,10 @@ def small_capture(captures) -> Path:
 @pytest.fixture(scope="session")
 def replayer() -> Path:
     """The installed ``wrp-replay``; a test that needs it skips, saying why, where it is not installed."""
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
     try:
-        return find_native()
+        return native_paths().require_replayer()
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"wrp-replay is not installed: {e}")
 

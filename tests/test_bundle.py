@@ -97,10 +97,10 @@ def test_skipping_checksums_needs_the_explicit_flag(captures, tmp_path):
 @pytest.mark.parametrize("name", rc.sample_names())
 def test_moved_bundle_replays_through_the_native_engine(tmp_path, name):
     from wrpkit.errors import WrpError  # noqa: PLC0415
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
     try:
-        find_native()
+        native_paths().require_replayer()
     except WrpError:
         pytest.skip("wrp-replay is not built (pip install . builds it)")
     src, inputs, expected = rc.sample_capture(name)

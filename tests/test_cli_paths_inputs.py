@@ -21,7 +21,7 @@ from click.testing import CliRunner
 import warp as wp
 import wrpkit
 from wrpkit.cli import main as wrp_main
-from wrpkit.cli.replay import find_native
+from wrpkit.run.engines import native_paths
 from wrpkit.errors import WrpBindingError, WrpError, WrpModuleError
 
 N = 256
@@ -76,7 +76,7 @@ def wrp(*args):
 
 
 def native(*args):
-    return subprocess.run([str(find_native()), *[str(a) for a in args]], capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(native_paths().require_replayer()), *[str(a) for a in args]], capture_output=True, text=True, timeout=120)
 
 
 def inputs():

@@ -28,7 +28,7 @@ import wrpkit
 from test_check import _stock_grid_capture, run_check
 from wrpkit.checks.elf import symbol_bytes
 from wrpkit.cli import main
-from wrpkit.cli.replay import find_native
+from wrpkit.run.engines import native_paths
 from wrpkit.errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpRuntimeError, WrpTimeoutError,
                            WrpValidationError, timeout_message)
 from wrpkit.formats import jsonform, wrp1
@@ -79,7 +79,7 @@ def wrp(*args):
 
 def native_exe():
     try:
-        return find_native()
+        return native_paths().require_replayer()
     except wrpkit.WrpError:
         pytest.skip("wrp-replay is not built")
 
@@ -426,10 +426,10 @@ def test_flipped_bits_in_kernel_code_are_contained_everywhere(corrupt_code, tmp_
 
 
 def _native_lib_or_skip():
-    from wrpkit.debug import native_api  # noqa: PLC0415
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
     try:
-        native_api.find_library()
+        native_paths().require_library()
     except wrpkit.WrpError as e:
         pytest.skip(str(e))
 

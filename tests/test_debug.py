@@ -27,10 +27,10 @@ def wrp(*args):
 
 def _native_or_skip(engine):
     if engine == "native":
-        from wrpkit.debug import native_api  # noqa: PLC0415
+        from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
         try:
-            native_api.find_library()
+            native_paths().require_library()
         except wrpkit.WrpError as e:
             pytest.skip(str(e))
 
@@ -318,7 +318,7 @@ def test_native_api_mirrors_the_c_options_struct():
     # heap, and the test process later crashed in the garbage collector.
     import ctypes  # noqa: PLC0415
 
-    from wrpkit.debug import native_api  # noqa: PLC0415
+    from wrpkit.run import native_api  # noqa: PLC0415
 
     lib = native_api.library()
     scratch = ctypes.create_string_buffer(4096)

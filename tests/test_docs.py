@@ -75,10 +75,10 @@ def test_every_command_has_a_page_naming_every_option(name):
 
 
 def test_wrp_replay_has_a_page_naming_every_option():
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
     try:
-        exe = find_native()
+        exe = native_paths().require_replayer()
     except Exception as e:  # noqa: BLE001
         pytest.skip(f"wrp-replay is not installed: {e}")
     help_text = subprocess.run([str(exe), "--help"], capture_output=True, text=True).stdout

@@ -39,10 +39,10 @@ def wrp(*args):
 
 def _native_or_skip(engine):
     if engine == "native":
-        from wrpkit.debug import native_api  # noqa: PLC0415
+        from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
         try:
-            native_api.find_library()
+            native_paths().require_library()
         except wrpkit.WrpError as e:
             pytest.skip(str(e))
 
@@ -289,10 +289,10 @@ def test_a_crash_inside_a_profiled_op_names_it_and_writes_nothing(caps, tmp_path
 
 
 def _has_native() -> bool:
-    from wrpkit.debug import native_api  # noqa: PLC0415
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
     try:
-        native_api.find_library()
+        native_paths().require_library()
         return True
     except wrpkit.WrpError:
         return False

@@ -16,7 +16,10 @@ from click.testing import CliRunner
 import replay_cases as rc
 import warp as wp
 from wrpkit.errors import WrpBindingError, WrpDeviceError, WrpModuleError, WrpVersionError
-from wrpkit.cli.replay import compare, find_native, replay, stats
+from wrpkit.checks.binding_stats import stats
+from wrpkit.checks.compare import compare_binding
+from wrpkit.cli.replay import replay
+from wrpkit.run.engines import native_paths
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()
@@ -217,15 +220,15 @@ def test_check_mismatch_exits_1_with_errors_per_binding(tmp_path):
 
 def test_check_tolerances():
     a = np.array([1.0, 2.0, np.nan], np.float32)
-    same = compare(a, a.copy(), 0, 0)  # NaN == NaN only with --equal-nan
+    same = compare_binding(a, a.copy(), 0, 0)  # NaN == NaN only with --equal-nan
     assert not same["ok"] and same["nan_both"] == 1 and same["first_index"] == 2 and same["max_abs"] == 0
-    assert compare(a, a.copy(), 0, 0, equal_nan=True)["ok"]
-    res = compare(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-5, 0, equal_nan=True)
+    assert compare_binding(a, a.copy(), 0, 0, equal_nan=True)["ok"]
+    res = compare_binding(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-5, 0, equal_nan=True)
     assert not res["ok"] and res["max_abs"] == pytest.approx(0.001, rel=1e-2)
     assert res["max_rel"] == pytest.approx(0.0005, rel=1e-2)
-    assert compare(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-3, 0, equal_nan=True)["ok"]
-    assert not compare(np.arange(3), np.arange(3) + 1, 1, 1)["ok"]  # integers compare exactly
-    assert not compare(np.arange(3), np.arange(4), 0, 0)["ok"]
+    assert compare_binding(a, np.array([1.0, 2.001, np.nan], np.float32), 1e-3, 0, equal_nan=True)["ok"]
+    assert not compare_binding(np.arange(3), np.arange(3) + 1, 1, 1)["ok"]  # integers compare exactly
+    assert not compare_binding(np.arange(3), np.arange(4), 0, 0)["ok"]
 
 
 def test_stats_and_compare_of_a_large_binding_match_numpy():
@@ -246,14 +249,14 @@ def test_stats_and_compare_of_a_large_binding_match_numpy():
     assert stats(np.array([True, False, True]))["mean"] == pytest.approx(2 / 3)
 
     b = a.copy()
-    assert compare(a, b, 0, 0, equal_nan=True)["ok"]
+    assert compare_binding(a, b, 0, 0, equal_nan=True)["ok"]
     b[2_500_000] += 1.0  # in the third slice
-    res = compare(a, b, 1e-6, 0, equal_nan=True)
+    res = compare_binding(a, b, 1e-6, 0, equal_nan=True)
     assert res["mismatches"] == 1 and res["first_index"] == 2_500_000
     assert not res["ok"] and res["max_abs"] == pytest.approx(1.0, rel=1e-6)
     c = ints.copy()
     c[-1] ^= 1
-    res = compare(ints, c, 0, 0)
+    res = compare_binding(ints, c, 0, 0)
     assert not res["ok"] and res["max_abs"] == 1.0
 
 
@@ -439,7 +442,7 @@ def test_output_is_written_atomically_as_npz(tmp_path):
 
 def _native_available() -> bool:
     try:
-        find_native()
+        native_paths().require_replayer()
         return True
     except Exception:  # noqa: BLE001
         return False
@@ -575,3 +578,38 @@ def test_timeout_must_be_a_positive_number(value, tmp_path):
     r = CliRunner().invoke(replay, [str(rc.wrpkit_capture(PROGRAMS[0])), "--timeout", value, "--output", str(out)])
     assert r.exit_code == 2, (r.exit_code, r.output)
     assert "--timeout" in r.stderr and not out.exists()
+
+
+# ---------------------------------------------------------------------------
+# The library function under the command
+# ---------------------------------------------------------------------------
+
+
+def test_replay_file_returns_a_report_and_prints_nothing(tmp_path, capfd):
+    """`wrpkit.run.replay.replay_file` is `wrp replay` without printing: the same report, as data."""
+    from wrpkit.run.replay import ReplayReport, replay_file  # noqa: PLC0415
+
+    name = _kernel_program()
+    path = rc.wrpkit_capture(name)
+    inputs = write_npz(tmp_path / "in.npz", **rc.fresh_inputs(name))
+    first = replay_file(path, inputs_npz=inputs, output=tmp_path / "out.npz", repeat=2)
+    assert isinstance(first, ReplayReport) and first.ok and first.exit_code == 0 and first.check is None
+    assert first.timings["host_ms"]["count"] == 2 and first.output == str(tmp_path / "out.npz")
+    golden = read_npz(tmp_path / "out.npz")
+    wrong = {k: v.copy() for k, v in golden.items()}
+    target = next(k for k, v in wrong.items() if v.size and v.dtype.kind == "f")
+    wrong[target].reshape(-1)[0] += 1.0
+    write_npz(tmp_path / "wrong.npz", **wrong)
+    bad = replay_file(path, inputs_npz=inputs, golden=tmp_path / "wrong.npz")
+    assert not bad.ok and bad.exit_code == 1 and bad.mismatched() == [target]
+    assert bad.check["bindings"][target]["first_index"] == 0
+    good = replay_file(path, inputs_npz=inputs, golden=tmp_path / "out.npz")
+    assert good.ok and good.mismatched() == []
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # the library never prints
+    # The command prints this same report.
+    r = invoke(path, "--inputs", inputs, "--check", tmp_path / "wrong.npz", "--json")
+    assert r.exit_code == 1
+    rep = json.loads(r.stdout)
+    assert list(rep) == list(bad.to_json())
+    assert rep["check"]["bindings"] == bad.to_json()["check"]["bindings"]

@@ -97,9 +97,9 @@ def _cli(*args, cwd=None) -> subprocess.CompletedProcess:
 
 def _native_or_skip():
     try:
-        from wrpkit.cli.replay import find_native  # noqa: PLC0415
+        from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
-        find_native()
+        native_paths().require_replayer()
     except wrpkit.WrpError:
         pytest.skip("wrp-replay is not built")
 
@@ -248,9 +248,9 @@ def edited(tmp_path_factory) -> dict:
 
 
 def _wrp_replay_exe() -> str:
-    from wrpkit.cli.replay import find_native  # noqa: PLC0415
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
-    return str(find_native())
+    return str(native_paths().require_replayer())
 
 
 @pytest.mark.parametrize("engine", ["python", "native"])

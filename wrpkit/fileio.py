@@ -634,9 +634,88 @@ def check_output_dir(path: PathLike) -> Path:
     return out
 
 
+def npz_arrays(data) -> dict:
+    """``{key: array}`` of the bytes of an ``.npz`` (no pickles), read into memory.
+
+    Raises:
+        ValueError: The bytes are not a readable ``.npz`` (the message says why).
+    """
+    import io  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            if not hasattr(z, "files"):
+                raise ValueError("it holds a single array (.npy), not an archive")
+            return {k: z[k] for k in z.files}
+    except Exception as e:  # noqa: BLE001  (any failure: a bad npz)
+        raise ValueError(f"{type(e).__name__}: {e}") from None
+
+
+def _npy_array(data):
+    import io  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    try:
+        arr = np.load(io.BytesIO(data), allow_pickle=False)
+        if not isinstance(arr, np.ndarray):
+            arr.close()
+            raise ValueError("it is an .npz archive, not a single array")
+        return arr
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"{type(e).__name__}: {e}") from None
+
+
+_NUMPY_FILES = {"npz": (npz_arrays, "Write it with numpy.savez(path, name=array, ...)."),
+                "npy": (_npy_array, "Write it with numpy.save(path, array).")}
+
+
+def _load_numpy_file(path: PathLike, what: str, kind: str):
+    from .errors import WrpBindingError  # noqa: PLC0415
+
+    parse, hint = _NUMPY_FILES[kind]
+    try:
+        data = read_file(path, what, follow_symlinks=True)  # the user's path
+    except WrpError as e:
+        raise WrpBindingError(e.message, hint=e.hint) from None
+    try:
+        return parse(data)
+    except ValueError as e:
+        raise WrpBindingError(f"cannot read {what} {path}: not a valid .{kind} ({e})", hint=hint) from None
+
+
+def load_npz(path: PathLike, what: str = "inputs file") -> dict:
+    """``{key: array}`` of an ``.npz`` the user names (no pickles; a symbolic link is followed).
+
+    Args:
+        path: The ``.npz``.
+        what: What the file is, for messages ("inputs file", "golden file").
+
+    Raises:
+        WrpBindingError: The file is missing or not a readable ``.npz``.
+    """
+    return _load_numpy_file(path, what, "npz")
+
+
+def load_npy(path: PathLike, what: str = "input file"):
+    """The array (``np.ndarray``) of an ``.npy`` the user names (no pickles; a symbolic link is followed).
+
+    Args:
+        path: The ``.npy``.
+        what: What the file is, for messages.
+
+    Raises:
+        WrpBindingError: The file is missing or not a readable ``.npy``.
+    """
+    return _load_numpy_file(path, what, "npy")
+
+
 __all__ = [
     "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
     "find_modules_dir", "sibling_modules_dirs",
-    "is_plain_basename", "check_output_path", "check_output_dir", "make_parents", "pwrite_all",
+    "is_plain_basename", "check_output_path", "check_output_dir", "make_parents", "pwrite_all", "load_npz",
+    "load_npy", "npz_arrays",
 ]
 

@@ -99,4 +99,44 @@ def region_stats(region: np.ndarray, spec) -> dict:
     return stats(arr)
 
 
-__all__ = ["stats", "raw_stats", "region_stats", "view_spec", "like_spec", "with_warp_shape"]
+def stats_spec(sig, size: int, hint=None):
+    """How to type a binding for the outputs table: per its signature ``sig``, else like ``hint`` (an
+    input or golden array given for it) when the byte sizes agree, else None (raw bytes).
+
+    Args:
+        sig: The binding's ``ArraySignature``, or None.
+        size: The binding's region size in bytes.
+        hint: An array given for it, or None.
+
+    Returns:
+        A spec for :func:`region_stats`, or None.
+    """
+    if sig is not None:
+        return view_spec(sig)
+    if hint is not None:
+        hint = np.asarray(hint)
+        if not hint.dtype.hasobject and hint.nbytes == size:
+            return like_spec(hint)
+    return None
+
+
+def _percentile(v: list, q: float) -> float:
+    """The q-quantile of sorted ``v``, interpolated between ranks (numpy's default; wrp-replay's too)."""
+    pos = q * (len(v) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+
+def timing_summary(values) -> dict | None:
+    """``{"min", "p5", "median", "p95", "max", "mean", "count"}`` of per-replay times, or None without any."""
+    if not values:
+        return None
+    v = sorted(values)
+    n = len(v)
+    return {"min": v[0], "p5": _percentile(v, 0.05), "median": _percentile(v, 0.5), "p95": _percentile(v, 0.95),
+            "max": v[-1], "mean": sum(v) / n, "count": n}
+
+
+__all__ = ["stats", "raw_stats", "region_stats", "view_spec", "like_spec", "with_warp_shape", "stats_spec",
+           "timing_summary"]

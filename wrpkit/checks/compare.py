@@ -316,4 +316,60 @@ def _compare_slice(res: Comparison, g: np.ndarray, w: np.ndarray, start: int, fl
             res.first_index = _first(all_bad, start)
 
 
-__all__ = ["array_stats", "compare_arrays", "Comparison", "describe", "SLICE"]
+def typed_as(raw: np.ndarray, hint) -> np.ndarray:
+    """``raw`` bytes (``uint8``) viewed with the dtype and shape of ``hint`` when the byte sizes agree.
+
+    Args:
+        raw: An untyped binding's bytes.
+        hint: An array the user gave for it (an input, a golden value), or None.
+
+    Returns:
+        The view, or ``raw`` itself when it cannot be typed like ``hint``.
+    """
+    if hint is None:
+        return raw
+    hint = np.asarray(hint)
+    if hint.dtype.hasobject or hint.nbytes != raw.nbytes or raw.dtype != np.uint8:
+        return raw
+    try:
+        return np.ascontiguousarray(raw).view(hint.dtype).reshape(hint.shape)
+    except (ValueError, TypeError):
+        return raw
+
+
+def compare_binding(got: np.ndarray, want, rtol: float, atol: float, equal_nan: bool = False) -> dict:
+    """Compare one replayed binding with its golden value (:func:`compare_arrays`).
+
+    Args:
+        got: The binding after the replay; raw bytes of an untyped binding are
+            compared as the golden's type.
+        want: The golden value.
+        rtol: Relative tolerance.
+        atol: Absolute tolerance.
+        equal_nan: NaN against NaN at the same element is equal.
+
+    Returns:
+        The :meth:`Comparison.to_json`: ``ok``, ``reason``, ``max_abs``,
+        ``max_rel``, ``mismatches``, ``first_index``, the NaN/Inf disagreements.
+    """
+    want = np.asarray(want)
+    if got.dtype == np.uint8 and want.dtype != np.uint8:
+        got = typed_as(got, want)
+    return compare_arrays(got, want, rtol, atol, equal_nan=equal_nan).to_json()
+
+
+def json_safe(obj):
+    """``obj`` with non-finite floats (an infinite relative error) as None and numpy scalars as Python
+    ones, so that its JSON stays standard (``allow_nan=False``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, (np.integer, np.floating, np.bool_)):
+        return json_safe(obj.item())
+    return obj
+
+
+__all__ = ["array_stats", "compare_arrays", "Comparison", "describe", "SLICE", "typed_as", "compare_binding", "json_safe"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .debugopts import kernel_match_lines, quiet_warp
+from .options import kernel_match_lines, quiet_warp
 from .output import console, dump_json, size
 
 

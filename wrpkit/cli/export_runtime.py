@@ -26,9 +26,9 @@ def export_runtime(directory, overwrite, as_json):
       scp -r dist/replayer host: && ssh host replayer/wrp-replay sim.wrpk --json
     """
     from ..run.export import export_runtime as do_export  # noqa: PLC0415
-    from .replay import find_native  # noqa: PLC0415
+    from ..run.engines import native_paths  # noqa: PLC0415
 
-    res = do_export(directory, find_native(), overwrite=overwrite)
+    res = do_export(directory, native_paths().require_replayer(), overwrite=overwrite)
     if as_json:
         dump_json({"directory": str(res.directory), "files": res.files, "warp_version": res.warp_version,
                    "bytes_written": res.bytes_written})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .debugopts import kernels_option, type_program
+from .options import kernels_option
 
 from .output import console, dump_json, size
 
@@ -63,7 +63,10 @@ def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
 
     with open_capture(file, verify_checksums=not no_verify) as cap:
         check_output_path(dest, [src])
-        type_program(cap.program, kernels)
+        if kernels:  # imports the user's kernels, and so Warp: only when asked
+            from ..run.source_types import type_program  # noqa: PLC0415
+
+            type_program(cap.program, kernels)
         if profile is not None:
             from ..debug.profile import check_profile_matches  # noqa: PLC0415
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..checks.summary import shape_text
-from .debugopts import kernel_match_lines, kernels_option, type_program
+from .options import kernel_match_lines, kernels_option
 from .output import console, dump_json, plural, size, table
 
 
@@ -44,7 +44,11 @@ def inspect(file, with_ops, as_json, verify, no_verify, kernels):
                                   region_names, summarize)
 
     with open_capture(file, verify_checksums=verify and not no_verify) as cap:
-        typing = type_program(cap.program, kernels)
+        typing = None
+        if kernels:  # imports the user's kernels, and so Warp: only when asked
+            from ..run.source_types import type_program  # noqa: PLC0415
+
+            typing = type_program(cap.program, kernels).to_json()
         info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program))
         if as_json:
             if typing is not None:

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import click
 
-from .debugopts import gather_inputs, input_options, quiet_warp
+from .options import Seconds, gather_inputs, input_options, quiet_warp
 from .output import console, dump_json, table
-from .replay import _Seconds
 
 #: Top-level ops shown in the table (the --json and -o outputs have them all).
 TOP_ROWS = 15
@@ -46,7 +45,7 @@ def _pct(share: float) -> str:
 @click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
               help="CPU devices: the wall clock, or the thread's CPU time (leaves out waits for a core on a busy "
                    "machine).")
-@click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
+@click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
               help="Give up when the profile takes longer than SECONDS of wall time: exit 124, nothing written.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"kernels", "top_level", "ops", "total_ms", '
               '"replay_ms", ...}.')

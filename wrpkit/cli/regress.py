@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .replay import _Seconds
+from .options import Seconds
 
 _WIDTH = 80
 
@@ -99,7 +99,7 @@ def _print_summary(report) -> None:
 @click.option("--device", default=None, metavar="D",
               help="Device for cases that name none in wrp-suite.toml (default: each capture's own: cpu or cuda:0).")
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
-@click.option("--timeout", type=_Seconds(), default=None, metavar="S",
+@click.option("--timeout", type=Seconds(), default=None, metavar="S",
               help="Seconds per case for loading and replaying where the suite sets none (default 300).")
 @click.option("--update", is_flag=True, help="Write missing or changed goldens from the replays (atomically) "
               "and say what changed.")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .debugopts import gather_inputs, input_options, kernels_option, quiet_warp
+from .options import gather_inputs, input_options, kernels_option, quiet_warp
 from .output import console, dump_json, size
 
 

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import click
 
-from .debugopts import gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp
-from .replay import _Seconds
+from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp
 from .output import console, dump_json, table
 
 
@@ -91,7 +90,7 @@ def _fmt(v) -> str:
               help="Write the trace (JSON) for a later --against.")
 @click.option("--against", type=click.Path(dir_okay=False, path_type=Path), metavar="TRACE",
               help="Compare with a saved trace; report the first op whose digests differ (exit 1).")
-@click.option("--timeout", type=_Seconds(), default=None, metavar="SECONDS",
+@click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
               help="Give up when the trace takes longer than SECONDS of wall time (fractional allowed): "
                    "exit 124, nothing written. Bounds WHILE loops that do not end.")
 @kernels_option

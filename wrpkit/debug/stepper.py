@@ -332,7 +332,7 @@ class NativeEngine:
     name = "native"
 
     def __init__(self, wrp_bytes, modules: dict, device: str):
-        from . import native_api  # noqa: PLC0415
+        from ..run import native_api  # noqa: PLC0415
 
         self.api = native_api.NativeProgram(wrp_bytes, modules, device)
         self.is_cpu = self.api.device.startswith("cpu")

@@ -44,12 +44,12 @@ def installed_warp_bin() -> Path:
     Raises:
         WrpError: warp-lang is not installed or its libraries are missing.
     """
-    import importlib.util  # noqa: PLC0415
+    from .engines import native_paths  # noqa: PLC0415
 
-    spec = importlib.util.find_spec("warp")
-    if spec is None or not spec.origin:
+    found = native_paths().warp_lib_dir
+    if found is None:
         raise WrpError("warp-lang is not installed in this Python", hint="pip install warp-lang==1.19.0")
-    return Path(spec.origin).parent / "bin"
+    return Path(found)
 
 
 def _warp_version() -> str:

@@ -46,6 +46,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..checks.compare import json_safe
 from ..errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, WrpDeviceError, WrpError, WrpNotFoundError
 
 #: The suite's settings file, at the suite's root.
@@ -326,19 +327,7 @@ class CaseResult:
 
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "replayed"}
-        return _json_safe(d)
-
-
-def _json_safe(obj):
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, (np.integer, np.floating, np.bool_)):
-        return _json_safe(obj.item())
-    return obj
+        return json_safe(d)
 
 
 # ---------------------------------------------------------------------------
@@ -382,13 +371,12 @@ def read_case_files(job: dict) -> dict:
 
 
 def _npz(data: bytes, what: str) -> dict:
+    from ..fileio import npz_arrays  # noqa: PLC0415
+
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise ValueError("it holds a single array (.npy), not an archive")
-            return {k: z[k] for k in z.files}
-    except Exception as e:  # noqa: BLE001  (any failure: a bad npz)
-        raise WrpError(f"{what} is not a valid .npz ({type(e).__name__}: {e})",
+        return npz_arrays(data)
+    except ValueError as e:
+        raise WrpError(f"{what} is not a valid .npz ({e})",
                        hint="Write it with numpy.savez(path, name=array, ...), or rewrite it with --update.") \
             from None
 
@@ -478,64 +466,18 @@ def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> 
     return run.results, (run.host_ms[0] if run.host_ms else None), started
 
 
-def _replay_native(prep, payload: dict, device: str, state: dict, timeout: Optional[float]) -> tuple:
-    """Replay once with ``wrp-replay`` (its own crash containment and ``--timeout``)."""
-    import json  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
+def _replay_native(prep, device: str, given: dict, timeout: Optional[float]) -> tuple:
+    """Replay once with ``wrp-replay`` (:class:`~wrpkit.run.engines.NativeEngine`: its own crash
+    containment and ``--timeout``; the capture, inputs and results pass through memory files):
+    ``({binding: uint8 bytes}, host_ms)``."""
+    from .engines import NativeEngine, ReplayRequest  # noqa: PLC0415
 
-    from ..errors import EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpCrashError, WrpRuntimeError, WrpTimeoutError  # noqa: PLC0415
-    from ..errors import timeout_message  # noqa: PLC0415
-    from .native import find_native, native_env  # noqa: PLC0415
-
-    exe = find_native()
-    with tempfile.TemporaryDirectory(prefix="wrp-regress-") as tmp:
-        d = Path(tmp)
-        src = d / ("case.wrpk" if prep.kind == "wrpk" else "case.wrp")
-        src.write_bytes(payload["capture"])
-        args = [os.fspath(exe), os.fspath(src), "--device", device, "--json"]
-        if prep.kind == "wrp":
-            mdir = d / "case_modules"
-            mdir.mkdir()
-            for name, data in (payload["modules"] or {}).items():
-                (mdir / name).write_bytes(data)
-        if timeout is not None:
-            args += ["--timeout", repr(float(timeout))]
-        for i, (name, arr) in enumerate(state.items()):
-            p = d / f"in{i}.npy"
-            np.save(p, np.ascontiguousarray(arr), allow_pickle=False)
-            args += ["--input", f"{name}={p}"]
-        outs = {}
-        for i, name in enumerate(prep.sizes):
-            outs[name] = d / f"out{i}.npy"
-            args += ["--output", f"{name}={outs[name]}"]
-        try:
-            proc = subprocess.run(args, capture_output=True, text=True, check=False, env=native_env(),
-                                  timeout=None if timeout is None else timeout + 30)
-        except subprocess.TimeoutExpired:
-            raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
-        try:
-            report = json.loads(proc.stdout) if proc.stdout.strip() else {}
-        except json.JSONDecodeError:
-            report = {}
-        if proc.returncode != 0:
-            msg = report.get("error") if isinstance(report, dict) else None
-            msg = msg or " | ".join((proc.stderr or "").strip().splitlines()[-5:]) or f"exit {proc.returncode}"
-            if proc.returncode == EXIT_TIMEOUT:
-                raise WrpTimeoutError(msg, hint=TIMEOUT_HINT)
-            if proc.returncode == EXIT_CRASH or proc.returncode < 0:
-                raise WrpCrashError(msg, hint="Run `wrp check` for stale pointers and launches past their arrays.")
-            err = WrpRuntimeError(f"wrp-replay failed (exit code {proc.returncode}): {msg}",
-                                  hint="Rerun with --engine python to compare.")
-            err.exit_code = proc.returncode if proc.returncode in (2, 3) else EXIT_FAILED
-            raise err
-        results = {}
-        for name, p in outs.items():
-            arr = np.load(p, allow_pickle=False)
-            results[name] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8).copy()
-        timings = report.get("timings") if isinstance(report, dict) else None
-        ms = timings.get("median_ms") if isinstance(timings, dict) else None
-    return results, (float(ms) if isinstance(ms, (int, float)) else None)
+    request = ReplayRequest(device=device, inputs=given, timeout=timeout, read_back=list(prep.sizes), raw=True,
+                            identify=False)
+    run = NativeEngine().replay(prep, request)
+    # Copies: the results are mappings of memory files, and a remote worker pickles them.
+    results = {n: np.ascontiguousarray(a).reshape(-1).view(np.uint8).copy() for n, a in run.results.items()}
+    return results, (run.host_ms[0] if run.host_ms else None)
 
 
 def _typed(raw: np.ndarray, sig, hint) -> np.ndarray:
@@ -663,7 +605,7 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
                                hint="Add it, or rewrite the golden with `wrp regress SUITE --update`.")
 
         if job["engine"] == "native":
-            raw, res.replay_ms = _replay_native(prep, payload, device, given, s.get("timeout"))
+            raw, res.replay_ms = _replay_native(prep, device, given, s.get("timeout"))
         else:
             raw, res.replay_ms, res.worker_start_s = _replay_python(prep, device, state, s.get("timeout"))
     finally:
@@ -968,7 +910,7 @@ class RegressReport:
 
     def to_json(self) -> dict:
         """The report as JSON-able data: run fields, counts, and one record per case."""
-        return _json_safe({"suite": self.suite, "engine": self.engine, "device": self.device,
+        return json_safe({"suite": self.suite, "engine": self.engine, "device": self.device,
                            "warp_version": self.warp_version, "ran_on": self.ran_on, "started": self.started,
                            "seconds": self.seconds, "update": self.update, "ok": self.ok,
                            "exit_code": self.exit_code, "counts": self.counts(),
@@ -1036,9 +978,9 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         except WrpError as e:
             raise _usage(e) from None
     if engine == "native":
-        from .native import find_native  # noqa: PLC0415
+        from .engines import native_paths  # noqa: PLC0415
 
-        find_native()  # refuse now, not once per case
+        native_paths().require_replayer()  # refuse now, not once per case
     overrides = {"device": device, "timeout": timeout, "rtol": rtol, "atol": atol, "equal_nan": equal_nan}
     cases = discover(suite, keyword=keyword, overrides=overrides)
     if update:

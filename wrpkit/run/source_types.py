@@ -331,6 +331,23 @@ def type_capture(target, kernels: Sequence) -> Optional[SourceTyping]:
     return typing
 
 
+def type_program(program: m.Program, kernels: Sequence) -> Optional[SourceTyping]:
+    """Type a decoded program from ``--kernels`` files, in memory: its encoded annotations become the
+    typed ones (what ``wrp inspect`` and ``wrp graph`` read); nothing is written.
+
+    Returns:
+        The :class:`SourceTyping`, or None without ``kernels``.
+
+    Raises:
+        WrpKernelsError: A file fails to import, or no kernel matches.
+    """
+    if not kernels:
+        return None
+    typing = type_from_source(program, ann.read_annotations(program), list(kernels))
+    program.annotations = ann.encode_annotations(typing.annotations)
+    return typing
+
+
 
 @dataclass
 class AnnotateResult:
@@ -422,5 +439,5 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
     return AnnotateResult(src, dst, typing, int(n or dst.stat().st_size))
 
 
-__all__ = ["annotate", "AnnotateResult", "type_from_source", "type_capture", "retype", "SourceTyping", "KernelMatch", "import_kernels",
+__all__ = ["annotate", "AnnotateResult", "type_from_source", "type_capture", "type_program", "retype", "SourceTyping", "KernelMatch", "import_kernels",
            "binding_signatures"]

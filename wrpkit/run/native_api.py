@@ -1,6 +1,6 @@
 """The C++ replayer's C API (``native/include/wrp_replay.h``) through ctypes, in this process.
 
-Used by the debugging tools to step a rewritten program with the native
+Used by the debugging tools (:mod:`wrpkit.debug.stepper`) to step a rewritten program with the native
 engine without spawning a process per op.  Only what they need is bound.
 """
 
@@ -9,14 +9,11 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import WrpError, WrpFormatError, WrpRuntimeError, WrpVersionError
-
-LIB = "libwrp_replay.so" if sys.platform != "darwin" else "libwrp_replay.dylib"
+from .engines import native_paths
 
 
 class _Options(ctypes.Structure):
@@ -32,28 +29,14 @@ class _Module(ctypes.Structure):
     _fields_ = [("filename", ctypes.c_char_p), ("data", ctypes.c_void_p), ("size", ctypes.c_size_t)]
 
 
-def find_library() -> Path:
-    """Path of ``libwrp_replay`` (``$WRP_REPLAY_LIB``, else ``wrpkit/_native/lib/``).
-
-    Raises:
-        WrpError: The library is not built.
-    """
-    env = os.environ.get("WRP_REPLAY_LIB")
-    cands = [Path(env)] if env else []
-    here = Path(__file__).resolve().parent.parent / "_native"
-    cands += [here / "lib" / LIB, here / LIB]
-    # An editable install puts the built library in site-packages, beside the source tree.
-    cands += [Path(p) / "wrpkit" / "_native" / "lib" / LIB for p in sys.path if p]
-    for c in cands:
-        if c.is_file():
-            return c
-    raise WrpError(f"the native replayer library {LIB} is not built (looked in {here})",
-                   hint="Reinstall wrpkit (`pip install .`) to build native/, or use --engine python.")
-
-
 @functools.lru_cache(maxsize=None)
 def library():
-    lib = ctypes.CDLL(os.fspath(find_library()))
+    """``libwrp_replay`` loaded, its functions typed (once per process).
+
+    Raises:
+        WrpError: It is not built, or is from another build than this package.
+    """
+    lib = ctypes.CDLL(os.fspath(native_paths().require_library()))
     lib.wrp_options_init.argtypes = [ctypes.POINTER(_Options)]
     lib.wrp_last_error.restype = ctypes.c_char_p
     lib.wrp_program_open_memory.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_Module),
@@ -83,7 +66,7 @@ def _check_options_layout(lib) -> None:
     lib.wrp_options_init(ctypes.cast(scratch, ctypes.POINTER(_Options)))
     native = ctypes.c_uint32.from_buffer(scratch).value
     if native != ctypes.sizeof(_Options):
-        raise WrpError(f"{find_library()} has a wrp_options of {native} bytes, but wrpkit's mirror of it has "
+        raise WrpError(f"{native_paths().require_library()} has a wrp_options of {native} bytes, but wrpkit's mirror of it has "
                        f"{ctypes.sizeof(_Options)}: the library and the Python package are from different builds",
                        hint="Reinstall wrpkit (`pip install .`) so that both come from one build, or use "
                             "--engine python.")

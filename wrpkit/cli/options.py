@@ -1,0 +1,171 @@
+"""Option types and helpers the commands share: ``--timeout`` seconds and its watchdog, the inputs and
+``--kernels`` options, and the lines that say what ``--kernels`` typed."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import EXIT_TIMEOUT, WrpBindingError, timeout_hint, timeout_message
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds above 0 (fractional allowed), at most 1e9."""
+
+    name = "seconds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            v = float(value)
+        else:
+            try:
+                v = float(str(value).strip())
+            except ValueError:
+                v = math.nan
+        if not math.isfinite(v) or v <= 0 or v > 1e9:
+            self.fail(f"{value!r} is not a number of seconds above 0 (at most 1e9)", param, ctx)
+        return v
+
+
+class Watchdog:
+    """Ends the process with :data:`~wrpkit.errors.EXIT_TIMEOUT` when a command runs past its ``--timeout``.
+
+    Warp replays through ctypes calls, which release the GIL, so a timer
+    thread runs while native code loops (a WHILE that does not end) and can
+    only stop it with ``os._exit``: a command line's tool, never the
+    library's.  The library is handed it (``disarm``, ``remaining``,
+    ``seconds``, ``replays``) and disarms it before it starts a child process
+    that keeps the time itself, and before anything is written, so no output
+    or temporary file is left.  A lock makes :meth:`disarm` final: once it
+    returns, the process is never ended by the watchdog.
+
+    Args:
+        seconds: The deadline from now, or None for none.
+        replays: Replays asked for, named in the timeout's message.
+    """
+
+    def __init__(self, seconds, replays: int = 1):
+        self.replays = replays
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._armed = seconds is not None
+        self._timer = None
+        if self._armed:
+            self._timer = threading.Timer(seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self):
+        with self._lock:
+            if not self._armed:
+                return
+            text = (f"error: {timeout_message(self.seconds, self.replays)}\n"
+                    f"hint: {timeout_hint(self.replays)}\n").encode()
+            with contextlib.suppress(OSError):
+                os.write(2, text)
+            os._exit(EXIT_TIMEOUT)
+
+    def remaining(self):
+        """Seconds left (at least 1 ms), or None without a timeout."""
+        return None if self.deadline is None else max(1e-3, self.deadline - time.monotonic())
+
+    def disarm(self):
+        """Stop the timer for good (idempotent)."""
+        with self._lock:
+            self._armed = False
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+def name_items(items, option: str, value_name: str, example: str) -> dict:
+    """``{NAME: VALUE}`` of repeated ``NAME=VALUE`` options (later ones win).
+
+    Args:
+        items: The option's values as given.
+        option: The option, for messages (``--input``).
+        value_name: What the value is, for messages (``FILE.npy``).
+        example: An example of the option, for the hint.
+
+    Raises:
+        WrpBindingError: An item is not of the form NAME=VALUE.
+    """
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise WrpBindingError(f"{option} {item!r} is not of the form NAME={value_name}",
+                                  hint=f"For example {example}.")
+        out[name] = value
+    return out
+
+
+def input_options(fn):
+    """``--inputs IN.npz`` and ``--input NAME=X.npy`` (repeatable), as ``wrp replay`` has them."""
+    fn = click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy",
+                      help="One input (repeatable).")(fn)
+    return click.option("--inputs", "inputs_npz", type=click.Path(path_type=Path), metavar="IN.npz",
+                        help="Inputs keyed by binding name.")(fn)
+
+
+def kernels_option(fn):
+    """``--kernels FILE.py`` (repeatable): type a stock capture's kernels from the user's source."""
+    return click.option("--kernels", "kernels", multiple=True, metavar="FILE.py",
+                        type=click.Path(dir_okay=False, path_type=Path),
+                        help="The .py file that defines the capture's kernels (repeatable): imported as a script "
+                             "without its __main__ block; every matching kernel types the arrays it is passed.")(fn)
+
+
+def kernel_match_lines(typing: dict) -> list:
+    """A line saying how many kernels ``--kernels`` typed, then each that did not match, with the reason."""
+    if not typing:
+        return []
+    n = sum(1 for k in typing["kernels"] if k["matched"])
+    names = ", ".join(Path(f).name for f in typing["files"])
+    out = [f"--kernels: {n} of {len(typing['kernels'])} kernel(s) typed from {names}"]
+    for k in typing["kernels"]:
+        if not k["matched"]:
+            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']} (module {k['module']}) not typed: {k['reason']}")
+        elif k["code"] == "changed":
+            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']}: its code in {k['file']} differs from the "
+                       "captured one (types taken from the file; its argument layout matches)")
+    return out
+
+
+def gather_inputs(inputs_npz, input_items) -> dict:
+    """``{binding name: np.ndarray}`` from ``--inputs`` and ``--input`` (later ones win).
+
+    Raises:
+        WrpBindingError: A file cannot be read, or an item is not NAME=FILE.
+    """
+    from ..fileio import load_npy, load_npz  # noqa: PLC0415
+
+    out = {}
+    if inputs_npz is not None:
+        out.update(load_npz(Path(inputs_npz)))
+    for name, path in name_items(input_items, "--input", "FILE.npy", "--input x=x.npy").items():
+        out[name] = load_npy(Path(path))
+    return out
+
+
+def quiet_warp(device=None) -> None:
+    """Start Warp without its banner, and on the CPU without the "no CUDA driver" warning.
+
+    Args:
+        device: The device the command will use; ``None`` means the capture's own
+            family, which is not known yet, so only the banner is turned off.
+    """
+    if device is None:
+        import warp as wp  # noqa: PLC0415  (started later, by the library, on the capture's device)
+
+        wp.config.quiet = True
+        return
+    from ..environment import init_warp  # noqa: PLC0415
+
+    init_warp(cpu_only=str(device).strip().lower() == "cpu")

@@ -1,0 +1,458 @@
+"""The two replay engines behind one interface, and where the native artefacts are.
+
+:class:`PythonEngine` replays through Warp in a child process
+(:func:`wrpkit.run.isolation.replay_in_child`); :class:`NativeEngine` runs the
+C++ ``wrp-replay``.  Both take a :class:`~wrpkit.run.prepare.Prepared` and a
+:class:`ReplayRequest` and return an :class:`EngineRun`, so ``wrp replay``
+and ``wrp regress`` choose an engine and nothing else.  A crash in either is
+contained in its child and raised as :class:`~wrpkit.errors.WrpCrashError`.
+
+:func:`native_paths` is the one lookup of ``wrp-replay``, ``libwrp_replay``
+and the warp-lang libraries they load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFormatError, WrpOutOfMemoryError,
+                      WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
+
+NATIVE_EXE = "wrp-replay"
+NATIVE_LIB = "libwrp_replay.so" if sys.platform != "darwin" else "libwrp_replay.dylib"
+_PACKAGE_NATIVE = Path(__file__).resolve().parents[1] / "_native"
+
+
+# ---------------------------------------------------------------------------
+# Where the native artefacts are
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NativePaths:
+    """The native replayer's files as found now (None where absent).
+
+    Attributes:
+        replayer: The ``wrp-replay`` executable.
+        library: ``libwrp_replay`` (the C API).
+        warp_lib_dir: The ``bin/`` folder of the warp-lang this Python uses
+            (``warp.so``, ``warp-clang.so``), or None when Warp is not installed.
+    """
+
+    replayer: Optional[Path]
+    library: Optional[Path]
+    warp_lib_dir: Optional[str]
+
+    def require_replayer(self) -> Path:
+        """The ``wrp-replay`` path.
+
+        Raises:
+            WrpError: It is not built or installed.
+        """
+        if self.replayer is None:
+            raise WrpError(
+                f"the native replayer `{NATIVE_EXE}` is not built or installed (looked next to {sys.executable}, "
+                "on PATH and in wrpkit/_native/bin/)",
+                hint="Install wrpkit with `pip install .` from the source tree, which builds it with CMake, "
+                     "or use --engine python.")
+        return self.replayer
+
+    def require_library(self) -> Path:
+        """The ``libwrp_replay`` path.
+
+        Raises:
+            WrpError: The library is not built.
+        """
+        if self.library is None:
+            raise WrpError(f"the native replayer library {NATIVE_LIB} is not built (looked in {_PACKAGE_NATIVE})",
+                           hint="Reinstall wrpkit (`pip install .`) to build native/, or use --engine python.")
+        return self.library
+
+    def env(self) -> dict:
+        """The environment for ``wrp-replay``: this one, with ``WRP_WARP_LIB_DIR`` set to :attr:`warp_lib_dir`
+        unless already set."""
+        env = dict(os.environ)
+        if not env.get("WRP_WARP_LIB_DIR") and self.warp_lib_dir is not None:
+            env["WRP_WARP_LIB_DIR"] = self.warp_lib_dir
+        return env
+
+
+def _find_replayer() -> Optional[Path]:
+    # $WRP_REPLAY, next to the Python executable, on PATH, in wrpkit/_native/bin/: the first that runs.
+    exe = NATIVE_EXE + (".exe" if os.name == "nt" else "")
+    candidates = []
+    if os.environ.get("WRP_REPLAY"):
+        candidates.append(Path(os.environ["WRP_REPLAY"]))
+    candidates.append(Path(sys.executable).parent / exe)
+    which = shutil.which(exe)
+    if which:
+        candidates.append(Path(which))
+    candidates.append(_PACKAGE_NATIVE / "bin" / exe)
+    return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+
+
+def _find_library() -> Optional[Path]:
+    # $WRP_REPLAY_LIB, else wrpkit/_native/lib/; an editable install puts the built library in
+    # site-packages, beside the source tree, hence the sys.path entries.
+    candidates = [Path(os.environ["WRP_REPLAY_LIB"])] if os.environ.get("WRP_REPLAY_LIB") else []
+    candidates += [_PACKAGE_NATIVE / "lib" / NATIVE_LIB, _PACKAGE_NATIVE / NATIVE_LIB]
+    candidates += [Path(p) / "wrpkit" / "_native" / "lib" / NATIVE_LIB for p in sys.path if p]
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def _warp_lib_dir() -> Optional[str]:
+    import importlib.util  # noqa: PLC0415  (found without importing Warp)
+
+    spec = importlib.util.find_spec("warp")
+    return os.path.join(os.path.dirname(spec.origin), "bin") if spec is not None and spec.origin else None
+
+
+def native_paths() -> NativePaths:
+    """Where ``wrp-replay``, ``libwrp_replay`` and Warp's libraries are, looked up now (the environment
+    variables ``WRP_REPLAY`` and ``WRP_REPLAY_LIB`` override the search).
+
+    Returns:
+        A :class:`NativePaths`; ask it with :meth:`~NativePaths.require_replayer` or
+        :meth:`~NativePaths.require_library` for an error that says what to do.
+    """
+    return NativePaths(_find_replayer(), _find_library(), _warp_lib_dir())
+
+
+# ---------------------------------------------------------------------------
+# The interface
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class ReplayRequest:
+    """What to replay and what to bring back, for either engine.
+
+    Attributes:
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        inputs: ``{binding: np.ndarray}``, already checked against the bindings.
+        repeat: Timed replays.
+        warmup: Untimed replays first.
+        verify_checksums: Verify a ``.wrpk``'s blob checksums.
+        allow_raw_pointers: Replay kernel arguments that hold live process pointers.
+        timeout: Seconds left for the whole run (None: no limit); the child keeps the time.
+        timeout_total: The timeout to name when it runs out (default ``timeout``).
+        read_back: The bindings whose values come back.
+        stats: ``{binding: spec or None}`` to summarise where the data is (:mod:`wrpkit.checks.binding_stats`).
+        max_memory: Bytes the load may allocate (None: the device's free memory).
+        raw: Results as the bindings' ``uint8`` bytes instead of typed per their signature.
+        identify: On a crash wrp-replay could not place, search for the op (more children).
+    """
+
+    device: str = "cpu"
+    inputs: Mapping = field(default_factory=dict)
+    repeat: int = 1
+    warmup: int = 0
+    verify_checksums: bool = True
+    allow_raw_pointers: bool = False
+    timeout: Optional[float] = None
+    timeout_total: Optional[float] = None
+    read_back: list = field(default_factory=list)
+    stats: Mapping = field(default_factory=dict)
+    max_memory: Optional[int] = None
+    raw: bool = False
+    identify: bool = True
+
+    @property
+    def replays(self) -> int:
+        return self.repeat + self.warmup
+
+    def timeout_error(self) -> WrpTimeoutError:
+        """The error of a run that ran past its timeout (the replay count named when many were asked for)."""
+        seconds = self.timeout_total if self.timeout_total is not None else self.timeout
+        return WrpTimeoutError(timeout_message(seconds, self.replays), hint=timeout_hint(self.replays))
+
+
+@dataclass
+class EngineRun:
+    """What an engine brings back.
+
+    Attributes:
+        results: ``{binding: np.ndarray}`` of :attr:`ReplayRequest.read_back`.
+        stats: ``{binding: summary}`` of :attr:`ReplayRequest.stats`.
+        host_ms: Host wall time of each timed replay.
+        device_ms: Device time of each timed replay, or None where not measured.
+    """
+
+    results: dict
+    stats: dict
+    host_ms: list
+    device_ms: Optional[list] = None
+
+
+class PythonEngine:
+    """Replays through Warp in a child process that maps the file itself."""
+
+    name = "python"
+
+    def replay(self, prep, request: ReplayRequest) -> EngineRun:
+        """Replay ``prep`` as ``request`` asks.
+
+        Raises:
+            WrpCrashError: The child died of a fatal signal (the op named where found).
+            WrpTimeoutError: ``request.timeout`` ran out.
+            WrpError: Whatever the child raised.
+        """
+        from .isolation import replay_in_child  # noqa: PLC0415
+
+        try:
+            run = replay_in_child(prep, request.device, dict(request.inputs), request.repeat, request.warmup,
+                                  verify_checksums=request.verify_checksums, timeout=request.timeout,
+                                  timeout_total=request.timeout_total, read_back=list(request.read_back),
+                                  stats=dict(request.stats), max_memory=request.max_memory,
+                                  raw=request.raw, identify=request.identify)
+        except WrpTimeoutError:
+            if request.timeout_total is None or request.replays <= 1:
+                raise
+            # Many replays asked for: the count is a cause too, not only a WHILE loop (as wrp-replay says).
+            raise request.timeout_error() from None
+        return EngineRun(run.results, dict(run.stats or {}), list(run.host_ms), run.device_ms)
+
+
+class NativeEngine:
+    """Replays with the C++ ``wrp-replay`` in a child process.
+
+    wrp-replay maps the file itself (a capture read from bytes is handed to it
+    as a memory file, a bundle where it has module files); inputs and results
+    pass through memory files (``/dev/fd/N``), nothing is written on disk.
+    The outputs' statistics come from its ``--stats``, except for bindings
+    the file does not type, which are read back and summarised here.
+    """
+
+    name = "native"
+
+    def replay(self, prep, request: ReplayRequest) -> EngineRun:
+        """Replay ``prep`` as ``request`` asks.
+
+        Raises:
+            WrpError: wrp-replay is not installed, or refused the file (its exit code's class).
+            WrpCrashError: It died of a fatal signal (the op named where found).
+            WrpTimeoutError: ``request.timeout`` ran out.
+        """
+        from ..checks.binding_stats import region_stats  # noqa: PLC0415
+        from .shared import memory_file  # noqa: PLC0415
+
+        paths = native_paths()
+        exe = paths.require_replayer()
+        recorded = prep.annotations.signature_map() if prep.annotations is not None else {}
+        # wrp-replay types a binding by the file's own signature; the others are summarised here.
+        here = [n for n, spec in request.stats.items() if spec is not None and n not in recorded]
+        wanted = list(dict.fromkeys(list(request.read_back) + here))
+        fds = []
+        try:
+            source = self._source(prep, fds)
+            args = [os.fspath(exe), source, "--device", request.device, "--repeat", str(request.repeat),
+                    "--warmup", str(request.warmup), "--json", "--raw-times", "--stats"]
+            if prep.path is not None and prep.modules_dir is not None:
+                args += ["--modules-dir", os.fspath(prep.modules_dir)]  # the folder the checks ran on
+            if not request.verify_checksums:
+                args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
+            if request.allow_raw_pointers:
+                args.append("--allow-raw-pointers")
+            if request.max_memory is not None:
+                args += ["--max-memory", str(request.max_memory)]
+            if request.timeout is not None:
+                args += ["--timeout", repr(float(request.timeout))]
+            for name, arr in request.inputs.items():
+                fd = _npy_memory_file(arr, "wrpkit-input")
+                fds.append(fd)
+                args += ["--input", f"{name}=/dev/fd/{fd}"]
+            outs = {}
+            for name in wanted:
+                fd = memory_file("wrpkit-result")
+                fds.append(fd)
+                outs[name] = fd
+                args += ["--output", f"{name}=/dev/fd/{fd}"]
+            t0 = time.perf_counter()
+            try:
+                # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
+                proc = subprocess.run(args, capture_output=True, text=True, check=False, env=paths.env(),
+                                      pass_fds=tuple(fds),
+                                      timeout=None if request.timeout is None else request.timeout + 30)
+            except subprocess.TimeoutExpired:
+                proc = subprocess.CompletedProcess(args, EXIT_TIMEOUT, "", "")
+            except OSError as e:
+                raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
+            wall_ms = (time.perf_counter() - t0) * 1e3
+            try:
+                report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+            except json.JSONDecodeError:
+                report = {}
+            report = report if isinstance(report, dict) else {}
+            if proc.returncode != 0:
+                raise self._failure(prep, proc, report, request)
+            results = {}
+            for name, fd in outs.items():
+                if not os.fstat(fd).st_size:
+                    raise WrpRuntimeError(f"{NATIVE_EXE} did not write binding {name!r}")
+                arr = _read_npy_fd(fd, "native engine output")
+                sig = None if request.raw else prep.signature.get(name)
+                results[name] = typed_like(arr, prep.sizes[name], sig)
+        finally:
+            for fd in fds:
+                os.close(fd)  # the results' mappings stay until they go
+        summary = dict(report.get("stats") or {})
+        for name in here:
+            raw = np.ascontiguousarray(results[name]).reshape(-1).view(np.uint8)
+            summary[name] = region_stats(raw, request.stats[name])
+        for name in request.stats:
+            if name not in summary:
+                summary[name] = region_stats(np.zeros(0, np.uint8), None) | {"shape": [prep.sizes[name]]}
+        results = {n: results[n] for n in request.read_back}
+        host = _native_timings(report) or [wall_ms / max(1, request.repeat)]
+        return EngineRun(results, summary, host, None)
+
+    @staticmethod
+    def _source(prep, fds: list) -> str:
+        """The path wrp-replay opens: the file, or a memory file holding the capture read from bytes."""
+        if prep.path is not None:
+            return os.fspath(prep.path)
+        from .shared import memory_file  # noqa: PLC0415
+
+        fd = memory_file("wrpkit-capture")
+        fds.append(fd)
+        if prep.kind == "wrp" and prep.modules:
+            # A .wrp finds its module files in a folder; a bundle carries them (the same program and bytes).
+            from ..formats.wrpk import iter_wrpk_chunks  # noqa: PLC0415
+
+            chunks = iter_wrpk_chunks(prep.model, prep.modules)
+        else:
+            chunks = [prep.source_buffer]
+        from ..fileio import pwrite_all  # noqa: PLC0415
+
+        offset = 0
+        for chunk in chunks:
+            pwrite_all(fd, chunk, offset)
+            offset += memoryview(chunk).nbytes
+        return f"/dev/fd/{fd}"
+
+    @staticmethod
+    def _failure(prep, proc, report: dict, request: ReplayRequest) -> WrpError:
+        """The error of a wrp-replay that exited non-zero."""
+        from .worker import CRASH_SIGNALS  # noqa: PLC0415
+
+        if proc.returncode == EXIT_TIMEOUT and request.timeout is not None:
+            return request.timeout_error()
+        msg = report.get("error")
+        if not msg:
+            msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
+        if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNALS:
+            return _native_crash(prep, proc.returncode, msg or proc.stderr, request, report.get("crash"))
+        msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
+        if proc.returncode == 3 and ("out of memory" in msg.lower() or " free; " in msg.lower()):
+            return WrpOutOfMemoryError(msg, hint="Free memory or replay on a larger device; --max-memory SIZE "
+                                                 "replays it anyway if you know it fits.", device=request.device)
+        cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
+        return cls(msg, hint="Rerun with --engine python to compare.")
+
+
+#: The engines by their ``--engine`` name.
+ENGINES = {"python": PythonEngine, "native": NativeEngine}
+
+
+def engine(name: str):
+    """The engine called ``name`` (``python`` or ``native``).
+
+    Raises:
+        WrpError: No engine has that name.
+    """
+    try:
+        return ENGINES[name]()
+    except KeyError:
+        raise WrpError(f"no engine {name!r} (engines: {', '.join(ENGINES)})") from None
+
+
+# ---------------------------------------------------------------------------
+# Native engine helpers
+# ---------------------------------------------------------------------------
+
+
+def typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
+    """A native engine output as ``sig`` types it (raw ``uint8`` bytes without one); views, no copies."""
+    from ..formats import annotations as ann  # noqa: PLC0415
+
+    raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
+    if raw.nbytes == size:  # the data stays where wrp-replay wrote it
+        return raw if sig is None else ann.view_region(raw, sig)
+    return np.asarray(arr)
+
+
+def _native_timings(report: dict) -> Optional[list]:
+    """Per-replay host times in ms from ``wrp-replay --json`` (``timings.replays_ms``)."""
+    t = report.get("timings")
+    if not isinstance(t, dict):
+        return None
+    v = t.get("replays_ms")
+    if isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v):
+        return [float(x) for x in v]
+    if isinstance(t.get("median_ms"), (int, float)):
+        return [float(t.get("min_ms", t["median_ms"])), float(t["median_ms"]), float(t.get("max_ms", t["median_ms"]))]
+    return None
+
+
+def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, crash=None):
+    """The WrpCrashError for a ``wrp-replay`` that crashed.
+
+    wrp-replay finds the op itself (its ``--json`` error carries ``crash.op_index``);
+    only when it could not (killed before it reported) is the op searched for
+    here, by replaying prefixes in children (unless ``request.identify`` is off).
+    """
+    import re  # noqa: PLC0415
+    import signal as sig  # noqa: PLC0415
+
+    from .crash import crash_error, identify_crash  # noqa: PLC0415
+
+    signum = -returncode if returncode < 0 else 0
+    named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
+    if not signum and named and hasattr(sig, named.group(1)):
+        signum = int(getattr(sig, named.group(1)))
+    loading = "while Warp loaded" in (said or "")
+    found = crash.get("op_index") if isinstance(crash, dict) else None
+    if loading:
+        op_index, searched = None, False
+    elif isinstance(found, int) and 0 <= found < len(prep.model.ops):
+        op_index, searched = found, True
+    elif request.identify:
+        op_index, searched = identify_crash(prep, request.device, dict(request.inputs), request.replays,
+                                            verify_checksums=request.verify_checksums)
+    else:
+        op_index, searched = None, False
+    return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", op_index, searched,
+                       verify_checksums=request.verify_checksums)
+
+
+def _npy_memory_file(arr: np.ndarray, name: str) -> int:
+    """A memory file (no name on disk) holding ``arr`` as ``.npy``; its fd, at offset 0."""
+    from .shared import memory_file  # noqa: PLC0415
+
+    fd = memory_file(name)
+    with os.fdopen(os.dup(fd), "wb") as f:
+        np.lib.format.write_array(f, np.ascontiguousarray(arr), allow_pickle=False)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _read_npy_fd(fd: int, what: str) -> np.ndarray:
+    """The array a ``.npy`` memory file holds, mapped (no copy)."""
+    try:
+        return np.load(f"/proc/self/fd/{fd}", mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise WrpRuntimeError(f"cannot read {what}: {e}") from None
+
+
+__all__ = ["native_paths", "NativePaths", "NATIVE_EXE", "NATIVE_LIB", "ReplayRequest", "EngineRun", "PythonEngine",
+           "NativeEngine", "ENGINES", "engine", "typed_like"]

@@ -1,0 +1,345 @@
+"""Replay a captured graph file, time it, summarise and check its outputs: ``wrp replay`` without printing.
+
+Everything that can be checked is checked before anything runs or is
+written: the file decodes and validates, its module files are present,
+non-empty and unaltered, the device family and the Warp version match, every
+input names a binding and fits it (size, and dtype when the file carries a
+signature), the memory fits, and the golden file and output path are usable.
+The replay runs in a child process with either engine
+(:mod:`wrpkit.run.engines`); :func:`replay_file` returns a
+:class:`ReplayReport` and never prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import numpy as np
+
+from ..errors import EXIT_FAILED, WrpBindingError, WrpError
+
+
+@dataclass
+class ReplayReport:
+    """What a replay found: everything ``wrp replay`` prints, as data.
+
+    Attributes:
+        file: The capture replayed.
+        device: The device string.
+        engine: ``python`` or ``native``.
+        warp_version: The Warp version the file was captured with.
+        repeat: Timed replays.
+        warmup: Untimed replays first.
+        timings: ``{"host_ms", "device_ms"}``, each a
+            :func:`~wrpkit.checks.binding_stats.timing_summary` or None.
+        outputs: ``{binding: stats}`` of every output binding after the last replay.
+        unset_inputs: ``{binding: what it holds}`` of each input binding no input was given for.
+        warnings: Warnings found before the replay (regions nothing reaches).
+        check: The comparison with the golden file, or None without one.
+        output: The ``.npz`` written, or None.
+        kernels: What ``--kernels`` typed (``SourceTyping.to_json()``), or None.
+    """
+
+    file: str
+    device: str
+    engine: str
+    warp_version: str
+    repeat: int
+    warmup: int
+    timings: dict
+    outputs: dict
+    unset_inputs: dict
+    warnings: list
+    check: Optional[dict] = None
+    output: Optional[str] = None
+    kernels: Optional[dict] = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the check passed (True without one)."""
+        return self.check is None or bool(self.check["ok"])
+
+    @property
+    def exit_code(self) -> int:
+        """0, or :data:`~wrpkit.errors.EXIT_FAILED` when a binding differs from the golden."""
+        return 0 if self.ok else EXIT_FAILED
+
+    def mismatched(self) -> list:
+        """The bindings that differ from the golden file."""
+        return [n for n, r in (self.check or {}).get("bindings", {}).items() if not r["ok"]]
+
+    def to_json(self) -> dict:
+        """The report as ``wrp replay --json`` prints it (non-finite floats as null; ``kernels`` only
+        with ``--kernels``)."""
+        from ..checks.compare import json_safe  # noqa: PLC0415
+
+        out = {"file": self.file, "device": self.device, "engine": self.engine, "warp_version": self.warp_version,
+               "repeat": self.repeat, "warmup": self.warmup, "timings": self.timings, "outputs": self.outputs,
+               "unset_inputs": self.unset_inputs, "warnings": self.warnings, "check": self.check,
+               "output": self.output, "ok": self.ok}
+        if self.kernels is not None:
+            out["kernels"] = self.kernels
+        return json_safe(out)
+
+
+def unset_inputs(prep, inputs) -> dict:
+    """``{binding name: what it holds}`` for each input binding no input was given for.
+
+    A binding left unset keeps the value captured with the graph (the
+    region's initial bytes recorded in the file, or zeros when none were).
+
+    Args:
+        prep: The :class:`~wrpkit.run.prepare.Prepared` capture.
+        inputs: The binding names given.
+
+    Returns:
+        ``{name: text}``.
+    """
+    from ..model import binding_roles  # noqa: PLC0415
+
+    regions = prep.model.region_map()
+    region_of = prep.model.binding_map()
+    # Roles as capture_save's inputs-then-outputs order tells them (a signature, where
+    # present, says it outright): an output-only binding gets no input notice.
+    roles = binding_roles([b.name for b in prep.model.bindings])
+    out = {}
+    for name, size in prep.sizes.items():
+        sig = prep.signature.get(name)
+        is_input = sig.is_input if sig is not None else roles.get(name, (None, None))[0]
+        if name in inputs or is_input is False:
+            continue
+        region = regions.get(region_of.get(name))
+        recorded = region is not None and region.has_initial_data
+        out[name] = (f"the captured value ({size} bytes recorded in the file)" if recorded else
+                     f"zeros ({size} bytes; the file records no initial value)")
+        if is_input is None:
+            out[name] += "; the file does not record whether it is an input"
+    return out
+
+
+def check_memory(prep, device: str, max_memory, allow_unreached: bool) -> list:
+    """Refuse, before anything is allocated, what cannot fit; return the warnings (unreached regions).
+
+    The host's free memory is checked here (a CUDA device's by the replay's process, which asks Warp).
+
+    Raises:
+        WrpOutOfMemoryError: The declared memory exceeds the host's available memory or ``max_memory``.
+        WrpValidationError: Regions nothing reaches hold more than the refusal threshold.
+    """
+    from ..checks.memory import (UNREACHED_REFUSE_BYTES, check_budget, format_size, host_available,  # noqa: PLC0415
+                                 unreached_regions)
+    from ..errors import WrpValidationError  # noqa: PLC0415
+
+    unreached = unreached_regions(prep.model)
+    wasted = sum(u.unreached for u in unreached)
+    if unreached and wasted > UNREACHED_REFUSE_BYTES and not allow_unreached:
+        raise WrpValidationError(
+            [u.message() for u in unreached],
+            hint=f"Together {format_size(wasted)} that no op reaches (over the {format_size(UNREACHED_REFUSE_BYTES)} "
+                 "a replay allocates without asking). Recapture the file, or pass --allow-unreached to replay "
+                 "it anyway.")
+    if device.strip().lower().startswith("cpu"):
+        check_budget(prep.model, "cpu", host_available() if max_memory is None else None, max_memory)
+    return [u.message() for u in unreached]
+
+
+def _type_bindings(prep, dtypes: Mapping, kernels) -> tuple:
+    """Type the bindings ``--dtype`` and ``--kernels`` name; ``(names typed here, SourceTyping or None)``."""
+    from . import prepare as preparation  # noqa: PLC0415
+
+    typed_here = set()  # the replay (child, or wrp-replay) returns their bytes
+    for name, type_name in dtypes.items():
+        if name not in prep.sizes:
+            raise preparation.unknown_binding(name, prep.sizes)
+        if prep.signature.get(name) is not None:
+            sig = prep.signature[name]
+            raise WrpBindingError(f"--dtype {name}={type_name}: the file already records binding {name!r} as "
+                                  f"{sig.dtype.name} of shape {tuple(sig.shape)}",
+                                  hint="--dtype is for bindings without a recorded signature; leave it out.")
+        prep.signature[name] = preparation.signature_for_type(name, type_name, prep.sizes[name])
+        typed_here.add(name)
+    kernel_typing = None
+    if kernels:
+        from .source_types import type_from_source  # noqa: PLC0415
+
+        kernel_typing = type_from_source(prep.model, prep.annotations, list(kernels))
+        for sig in kernel_typing.annotations.signature:
+            if prep.signature.get(sig.name) is None and sig.name not in typed_here:
+                prep.signature[sig.name] = sig
+                typed_here.add(sig.name)
+    return typed_here, kernel_typing
+
+
+def _savez_bytes(results: dict) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **results)
+    return buf.getvalue()
+
+
+@dataclass
+class _Given:
+    """The user's arrays: inputs (raw and coerced to their bindings) and the golden values."""
+
+    raw: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)
+    golden: Optional[dict] = None
+    sources: list = field(default_factory=list)
+
+    def hint(self, name: str):
+        """The array given for ``name`` (an input, else a golden value), or None."""
+        h = self.raw.get(name)
+        return h if h is not None or self.golden is None else self.golden.get(name)
+
+
+def _read_given(prep, file: Path, inputs_npz, inputs: Mapping, golden) -> _Given:
+    from ..fileio import load_npy, load_npz  # noqa: PLC0415
+    from . import prepare as preparation  # noqa: PLC0415
+
+    g = _Given(sources=[file])
+    if inputs_npz is not None:
+        g.sources.append(Path(inputs_npz))
+        g.raw.update(load_npz(Path(inputs_npz)))
+    for name, p in inputs.items():
+        g.sources.append(Path(p))
+        g.raw[name] = load_npy(Path(p))
+    for name, value in g.raw.items():
+        if name not in prep.sizes:
+            raise preparation.unknown_binding(name, prep.sizes)
+        g.inputs[name] = preparation.coerce_input(name, value, prep.sizes[name], prep.signature.get(name))
+    if golden is not None:
+        g.sources.append(Path(golden))
+        g.golden = load_npz(Path(golden), "golden file")
+        for name in g.golden:
+            if name not in prep.sizes:
+                raise preparation.unknown_binding(name, prep.sizes)
+    return g
+
+
+def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[Mapping] = None, output=None,
+                repeat: int = 1, warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6,
+                equal_nan: bool = False, engine: str = "python", verify_checksums: bool = True, watchdog=None,
+                allow_raw_pointers: bool = False, modules_dir=None, dtypes: Optional[Mapping] = None, kernels=(),
+                max_memory: Optional[int] = None, allow_unreached: bool = False) -> ReplayReport:
+    """Replay a ``.wrp`` or ``.wrpk`` and report timings and outputs; compare with a golden file, write every
+    binding to an ``.npz``.
+
+    The replay runs in a child process (either engine): a fatal signal there
+    raises :class:`~wrpkit.errors.WrpCrashError` (exit 4) naming the op that
+    crashed, and nothing is written.
+
+    Args:
+        file: The capture.
+        device: ``cpu``, ``cuda`` or ``cuda:N`` (the capture's device family).
+        inputs_npz: An ``.npz`` of inputs keyed by binding name.
+        inputs: ``{binding: path of an .npy}`` (after ``inputs_npz``; they win).
+        output: An ``.npz`` to write every binding to after the last replay.
+        repeat: Timed replays.
+        warmup: Untimed replays first.
+        golden: An ``.npz`` to compare bindings with.
+        rtol: Relative tolerance of the comparison.
+        atol: Absolute tolerance of the comparison.
+        equal_nan: NaN in the output equals NaN in the golden at the same element.
+        engine: ``python`` or ``native`` (:mod:`wrpkit.run.engines`).
+        verify_checksums: Verify a ``.wrpk``'s blob checksums (False: trusted files only).
+        watchdog: An armed deadline (``disarm()``, ``remaining()``, ``seconds``,
+            ``replays``; ``wrp replay --timeout``'s :class:`wrpkit.cli.options.Watchdog`)
+            covering preparation; it is disarmed before the replay's child starts,
+            which keeps the rest of the time itself, and before anything is written.
+        allow_raw_pointers: Replay kernel arguments that hold live process pointers.
+        modules_dir: Folder of a ``.wrp``'s module files (default ``<stem>_modules/`` beside it).
+        dtypes: ``{binding: Warp type name}`` for bindings the file records no
+            signature for (:func:`wrpkit.run.prepare.signature_for_type`).
+        kernels: ``.py`` files defining the capture's kernels, which type the bindings they are passed.
+        max_memory: Bytes the replay may allocate instead of the device's free memory.
+        allow_unreached: Replay a file whose regions are far larger than any op reaches.
+
+    Returns:
+        The :class:`ReplayReport`; its ``exit_code`` is 1 when a binding differs from the golden.
+
+    Raises:
+        WrpError: Any problem found before or while replaying; nothing is written in that case.
+    """
+    from ..checks.binding_stats import stats_spec, timing_summary, with_warp_shape  # noqa: PLC0415
+    from ..checks.compare import compare_binding, typed_as  # noqa: PLC0415
+    from ..fileio import atomic_write, check_output_path  # noqa: PLC0415
+    from . import prepare as preparation  # noqa: PLC0415
+    from .engines import ReplayRequest, engine as engine_named, typed_like  # noqa: PLC0415
+
+    chosen = engine_named(engine)
+    file = Path(file)
+    try:
+        file = preparation.resolve_capture_path(file)
+        prep = preparation.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
+                               modules_dir=modules_dir)
+    except BaseException:
+        if watchdog is not None:
+            watchdog.disarm()
+        raise
+    try:
+        # Warp is imported only where the replay runs (the child; wrp-replay loads its own), which
+        # checks the device too: this process starts fast and holds no Warp runtime.
+        preparation.check_runnable(prep.model, device, what=str(file))
+        warnings = check_memory(prep, device, max_memory, allow_unreached)
+        typed_here, kernel_typing = _type_bindings(prep, dict(dtypes or {}), kernels)
+        given = _read_given(prep, file, inputs_npz, dict(inputs or {}), golden)
+        if output is not None:
+            output = check_output_path(output, given.sources)
+            if output.exists() and output.is_dir():
+                raise WrpError(f"output {output} is a directory")
+
+        outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
+        # Only what is asked for comes back: every binding for --output, the golden's for --check;
+        # the outputs table is computed where the data is (the replay's process).
+        request = ReplayRequest(
+            device=device, inputs=given.inputs, repeat=repeat, warmup=warmup, verify_checksums=verify_checksums,
+            allow_raw_pointers=allow_raw_pointers, max_memory=max_memory,
+            read_back=list(prep.sizes) if output is not None else list(given.golden or ()),
+            stats={n: stats_spec(prep.signature.get(n), prep.sizes[n], given.hint(n)) for n in outputs})
+        if watchdog is not None:
+            # From here on the child keeps the time (it is killed, or wrp-replay stops itself): this
+            # process must not be ended while its child runs.
+            watchdog.disarm()
+            request.timeout, request.timeout_total = watchdog.remaining(), watchdog.seconds
+        run = chosen.replay(prep, request)
+    finally:
+        if watchdog is not None:
+            watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
+        for k in prep._keep:
+            with contextlib.suppress(Exception):
+                k.close()
+
+    # Bindings without a signature come back as raw bytes; type them like the
+    # input or golden array given for them when the sizes agree.
+    results = run.results
+    for name, arr in list(results.items()):
+        if prep.signature.get(name) is None:
+            results[name] = typed_as(arr, given.hint(name))
+        elif name in typed_here and arr.dtype == np.uint8 and arr.nbytes == prep.sizes[name]:
+            results[name] = typed_like(arr, prep.sizes[name], prep.signature[name])  # typed by --dtype
+
+    report = ReplayReport(
+        file=str(file), device=device, engine=engine, warp_version=prep.model.warp_version, repeat=repeat,
+        warmup=warmup, timings={"host_ms": timing_summary(run.host_ms), "device_ms": timing_summary(run.device_ms)},
+        outputs={n: with_warp_shape(run.stats[n], prep.signature.get(n)) for n in outputs},
+        unset_inputs=unset_inputs(prep, given.inputs), warnings=warnings,
+        kernels=kernel_typing.to_json() if kernel_typing is not None else None)
+    if given.golden is not None:
+        per = {n: compare_binding(results[n], w, rtol, atol, equal_nan) for n, w in given.golden.items()}
+        total = warmup + repeat
+        report.check = {"golden": str(golden), "rtol": rtol, "atol": atol, "equal_nan": equal_nan,
+                        "ok": all(r["ok"] for r in per.values()), "bindings": per,
+                        "not_compared": [n for n in outputs if n not in given.golden],
+                        "compared": f"values after the last of {total} replay{'s' if total != 1 else ''} "
+                                    f"({warmup} warmup + {repeat} timed; inputs set once before the first, "
+                                    "each replay starting from the state the previous one left)"}
+    if output is not None:
+        atomic_write(output, [_savez_bytes(results)])
+        report.output = str(output)
+    return report
+
+
+__all__ = ["replay_file", "ReplayReport", "unset_inputs", "check_memory"]
