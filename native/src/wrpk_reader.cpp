@@ -1,6 +1,7 @@
-// wrpk_reader.cpp -- see wrpk_reader.h.  The checks mirror wrpkit/wrpk.py
-// (read_header, decode_wrpk, _check_blobs) and schema/WRPK-FORMAT.md; the
-// WRP1 encoding mirrors wrpkit/wrp1.py (encode_wrp1) byte for byte.
+// wrpk_reader.cpp -- see wrpk_reader.h.  The checks mirror wrpkit/formats/wrpk/
+// (blobs.read_header, reader.decode_wrpk, blobs.check_blobs) and
+// schema/WRPK-FORMAT.md; the WRP1 encoding mirrors wrpkit/formats/wrp1.py
+// (encode_wrp1) byte for byte.
 #include "wrpk_reader.h"
 
 #include <algorithm>

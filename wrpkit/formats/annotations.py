@@ -567,7 +567,7 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
     Returns:
         The buffer's bytes, for :attr:`wrpkit.model.Program.annotations`.
     """
-    from .wrpk import encode_annotations_buffer  # noqa: PLC0415
+    from .annotations_codec import encode_annotations_buffer  # noqa: PLC0415
 
     if annotations is None:
         if producer is None:
@@ -629,7 +629,7 @@ def decode_annotations(data) -> Annotations:
     from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
     from .fbs.Annotations import AnnotationsT  # noqa: PLC0415
 
-    from .wrpk import verify_annotations  # noqa: PLC0415
+    from .wrpk.reader import verify_annotations  # noqa: PLC0415
 
     buf = bytes(data)
     if len(buf) < 8 or not FbAnnotations.AnnotationsBufferHasIdentifier(buf, 0):

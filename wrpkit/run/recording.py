@@ -455,7 +455,7 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
         prog, mapped, modules = _export(graph, Path(d), dict(inputs or {}), dict(outputs or {}))
         try:
             if bundle:
-                from ..formats.wrpk import write_wrpk  # noqa: PLC0415
+                from ..formats.wrpk.builder import write_wrpk  # noqa: PLC0415
 
                 write_wrpk(dest, prog, modules)
             else:

@@ -221,9 +221,9 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             model = wrp1.decode_wrp1(buf)
             wrp_bytes = buf
         elif kind == "wrpk":
-            from ..formats import wrpk  # noqa: PLC0415
+            from ..formats.wrpk import reader  # noqa: PLC0415
 
-            model = wrpk.decode_wrpk(buf, verify_checksums=verify_checksums, deferred=deferred)
+            model = reader.decode_wrpk(buf, verify_checksums=verify_checksums, deferred=deferred)
             wrp_bytes = None
         else:
             raise WrpFormatError(f"the data is not a Warp capture: it starts with {bytes(buf[:4])!r}",
@@ -232,7 +232,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         files = None
         if modules is None:
             if kind == "wrpk":
-                from ..formats.wrpk import module_files  # noqa: PLC0415
+                from ..formats.wrpk.builder import module_files  # noqa: PLC0415
 
                 modules = module_files(model)
             else:
@@ -646,9 +646,9 @@ class Program:
         """The program as ``.wrpk`` bundle bytes (module binaries inside), made once and kept."""
         self._check_open()
         if self._bundle is None:
-            from ..formats import wrpk  # noqa: PLC0415
+            from ..formats.wrpk import builder  # noqa: PLC0415
 
-            self._bundle = wrpk.encode_wrpk(self.model, self._prepared.modules)
+            self._bundle = builder.encode_wrpk(self.model, self._prepared.modules)
         return self._bundle
 
     @_serialised
@@ -1064,7 +1064,7 @@ def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None
     # blobs were verified before this point.
     verification = None
     if prep.deferred:
-        from ..formats.wrpk import BackgroundVerification  # noqa: PLC0415
+        from ..formats.wrpk.blobs import BackgroundVerification  # noqa: PLC0415
 
         verification = BackgroundVerification(prep.deferred)
     try:
