@@ -33,6 +33,7 @@ from typing import Mapping, Optional
 import warp as wp
 
 from ..formats import annotations as ann
+from .warp_dtypes import signature_of_array
 from .access import kernel_signature
 from ..formats import wrp1
 from ..errors import WrpBindingError, WrpError, WrpRuntimeError
@@ -392,7 +393,7 @@ def _export(graph, tmp: Path, inputs: Mapping, outputs: Mapping):
             if name in sigs:
                 sigs[name] = dataclasses.replace(sigs[name], is_output=True)
                 continue
-            sigs[name] = ann.signature_of_array(name, arr, _byte_offset(cap, arr), is_input=role == "input",
+            sigs[name] = signature_of_array(name, arr, _byte_offset(cap, arr), is_input=role == "input",
                                                 is_output=role == "output")
     for b in prog.bindings:
         sig = sigs.get(b.name)

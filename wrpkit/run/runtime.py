@@ -31,6 +31,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..formats import annotations as ann
+from .warp_dtypes import dtype_from_warp, warp_dtype
 from ..formats import wrp1
 from ..formats.wrp1_layout import CURRENT_FORMAT, upgrade_message
 from ..environment import installed_warp_version, parse_device
@@ -426,7 +427,7 @@ def signature_for_type(name: str, type_name: str, size: int) -> ann.ArraySignatu
 
     t = getattr(wp, type_name, None) if type_name.isidentifier() and not type_name.startswith("_") else None
     try:
-        dt = ann.dtype_from_warp(t) if t is not None else None
+        dt = dtype_from_warp(t) if t is not None else None
         ann.element_layout(dt) if dt is not None else None
     except (TypeError, WrpError):
         dt = None
@@ -862,7 +863,7 @@ class Program:
             arr = wp.array(ptr=slot.ptr, dtype=wp.uint8, shape=(slot.size,), capacity=slot.size,
                            device=self.device)
         else:
-            wdt = ann.warp_dtype(sig.dtype)
+            wdt = warp_dtype(sig.dtype)
             ptr = slot.ptr + int(sig.byte_offset)
             cap = slot.size - int(sig.byte_offset)
             if wdt is None:
