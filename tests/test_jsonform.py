@@ -1,4 +1,4 @@
-"""Tests of the JSON form (wrpkit/jsonform.py) on real captures."""
+"""Tests of the JSON form (wrpkit/formats/jsonform.py) on real captures."""
 
 from __future__ import annotations
 

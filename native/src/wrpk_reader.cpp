@@ -400,7 +400,7 @@ private:
         if (depth > kMaxBodyDepth + 1)
             bad(where, list, "IF/WHILE bodies are nested deeper than %u levels", kMaxBodyDepth);
         // A body vector shared by many IF/WHILE tables is walked once per
-        // table: bound the entries walked in all, as wrpkit.wrpk does.
+        // table: bound the entries walked in all, as wrpkit/formats/wrpk/reader.py does.
         if (n > op_refs_left_)
             bad(where, list,
                 "the operation lists hold more than %llu entries in all (a quarter of the manifest's size; a body "
