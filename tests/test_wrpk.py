@@ -871,3 +871,22 @@ def test_write_wrpk_writes_exactly_the_encoded_bytes(wrp_inputs, tmp_path):
             builder.write_wrpk(out, shared, files, hasher=hasher)
         assert out.read_bytes() == expected, name
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_schema_tables_are_generated_from_the_schema():
+    """wrpkit/formats/wrpk/schema_tables.py is what tools/gen_wrpk_tables.py makes of schema/wrp.fbs."""
+    import importlib.util  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gen_wrpk_tables", root / "tools" / "gen_wrpk_tables.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    schema = (root / "schema" / "wrp.fbs").read_text()
+    assert gen.render(schema) == (root / "wrpkit" / "formats" / "wrpk" / "schema_tables.py").read_text(), \
+        "run: python tools/gen_wrpk_tables.py"
+    # The generator reads the schema: a new field shows up in its slot, with its kind and default.
+    grown = schema.replace("table Binding {", "table Binding {\n  weight:double = 0.5;", 1)
+    ns: dict = {}
+    exec(gen.render(grown), ns)  # noqa: S102  (our own generator's output)
+    assert ns["TABLES"]["Binding"][0] == ("weight", "f64", 0.5)
+    assert ns["TABLES"]["Binding"][1:] == tables.TABLES["Binding"]

@@ -16,8 +16,8 @@ The FlatBuffer is written and read directly with ``struct`` (no FlatBuffers
 runtime needed), so a 10,000-launch program encodes and decodes in about
 0.1 s each.  The modules, each one job:
 
-- :mod:`.tables`: the schema's tables mirrored by hand, and the header's
-  constants (``tests/test_wrpk.py`` checks them against the ``flatc`` code);
+- :mod:`.tables`: the schema's tables (generated into :mod:`.schema_tables`
+  by ``tools/gen_wrpk_tables.py``) and the header's constants;
 - :mod:`.builder`: writing (:func:`~.builder.encode_wrpk`,
   :func:`~.builder.write_wrpk`, :func:`~.builder.iter_wrpk_chunks`);
 - :mod:`.reader`: the verifying reader (:func:`~.reader.decode_wrpk`), which
