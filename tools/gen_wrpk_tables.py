@@ -90,9 +90,17 @@ def render(text: str) -> str:
            "TABLES: dict = {"]
     for name, fields in tables.items():
         rows = [k for f, t, d in fields for k in _kinds(f, t, d, enums, unions, tables)]
-        out.append(f"    {name!r}: [")
-        out += [f"        ({f!r}, {k!r}, {d})," for f, k, d in rows]
-        out.append("    ],")
+        # Fields packed into lines of at most 100 characters, as a person would write them.
+        items = [f"({f!r}, {k!r}, {d})" for f, k, d in rows]
+        line = f"    {name!r}: ["
+        for i, item in enumerate(items):
+            item += "," if i < len(items) - 1 else ""
+            if len(line) + 1 + len(item) > 98:  # room for the closing "],"
+                out.append(line)
+                line = "        " + item
+            else:
+                line += ("" if line.endswith("[") else " ") + item
+        out.append(line + "],")
     out.append("}")
     return "\n".join(out) + "\n"
 
