@@ -698,7 +698,7 @@ def base_capture(case: Case) -> Path:
 def build(case: Case, dst_dir: Path) -> Path:
     """Write the case's variant (``.wrp`` and ``<stem>_modules/``, or a ``.wrpk``) into ``dst_dir``."""
     if case.direct_bundle:
-        from wrpkit.formats import wrp1
+        from wrpkit.formats import wrp1  # noqa: PLC0415
         from wrpkit.formats.wrpk import builder  # noqa: PLC0415
 
         src = base_capture(case)

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import wrpk_helpers as H  # noqa: E402
 
-from wrpkit.formats import jsonform, wrp1
+from wrpkit.formats import jsonform, wrp1  # noqa: E402
 from wrpkit.formats.wrpk import builder, reader, tables  # noqa: E402
 from wrpkit import model as m  # noqa: E402
 from wrpkit.errors import WrpFormatError  # noqa: E402

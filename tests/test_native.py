@@ -1690,7 +1690,7 @@ def test_asan_hostile_set(asan_exe, caps, tmp_path):
 def test_wrpk_with_shared_operation_tables_rebuilds_the_wrp(native, caps, tmp_path):
     """wrpkit's writer shares one table among identical ops (a step loop); the C++ reader must expand
     every reference, giving back exactly the WRP1 bytes of the looped program."""
-    from wrpkit.formats import wrp1
+    from wrpkit.formats import wrp1  # noqa: PLC0415
     from wrpkit.formats.wrpk import builder, reader  # noqa: PLC0415
     from wrpkit.formats.container import open_capture  # noqa: PLC0415
 

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wrpk_helpers as H  # noqa: E402
 
 from wrpkit import model as m  # noqa: E402
-from wrpkit.formats import wrp1
+from wrpkit.formats import wrp1  # noqa: E402
 from wrpkit.formats.wrpk import blobs, builder, reader, tables  # noqa: E402
 from wrpkit.formats.container import open_capture  # noqa: E402
 from wrpkit.errors import WrpFormatError, WrpIntegrityError, WrpModuleError, WrpVersionError  # noqa: E402
