@@ -23,7 +23,8 @@ import atheris
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 with atheris.instrument_imports(include=["wrpkit"]):
-    from wrpkit.formats import jsonform, wrpk
+    from wrpkit.formats import jsonform
+    from wrpkit.formats.wrpk import reader
     from wrpkit.errors import WrpError
     from wrpkit.checks.validate import validate_program
     from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1
@@ -51,7 +52,7 @@ def fuzz_wrp1(data: bytes) -> None:
 
 def fuzz_wrpk(data: bytes) -> None:
     try:
-        prog = wrpk.decode_wrpk(data)
+        prog = reader.decode_wrpk(data)
     except WrpError:
         return
     validate_program(prog)

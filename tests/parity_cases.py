@@ -698,7 +698,8 @@ def base_capture(case: Case) -> Path:
 def build(case: Case, dst_dir: Path) -> Path:
     """Write the case's variant (``.wrp`` and ``<stem>_modules/``, or a ``.wrpk``) into ``dst_dir``."""
     if case.direct_bundle:
-        from wrpkit.formats import wrp1, wrpk  # noqa: PLC0415
+        from wrpkit.formats import wrp1  # noqa: PLC0415
+        from wrpkit.formats.wrpk import builder  # noqa: PLC0415
 
         src = base_capture(case)
         prog = wrp1.decode_wrp1(src.read_bytes())
@@ -707,7 +708,7 @@ def build(case: Case, dst_dir: Path) -> Path:
         files = {f.name: f.read_bytes() for f in mdir.iterdir()} if mdir.is_dir() else {}
         dst_dir.mkdir(parents=True, exist_ok=True)
         path = dst_dir / f"{src.stem}.wrpk"
-        path.write_bytes(wrpk.encode_wrpk(prog, files))
+        path.write_bytes(builder.encode_wrpk(prog, files))
         return path
     path = rc.rewrite_capture(base_capture(case), dst_dir, case.edit)
     if case.raw is not None:

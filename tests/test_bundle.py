@@ -80,7 +80,8 @@ def test_skipping_checksums_needs_the_explicit_flag(captures, tmp_path):
     wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
     data = bytearray(wrpk.read_bytes())
     # Flip a byte of the first region's data: harmless to run, but no longer what was bundled.
-    from wrpkit.formats.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk.blobs import read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk.reader import decode_wrpk  # noqa: PLC0415
 
     prog = decode_wrpk(bytes(data))
     region = next(r for r in prog.regions if r.has_initial_data and r.size)
@@ -115,7 +116,8 @@ def test_tampered_region_data_fails_the_load_not_later(captures, tmp_path):
     """Region checksums are verified on the image handed to Warp, before load() returns."""
     wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
     data = bytearray(wrpk.read_bytes())
-    from wrpkit.formats.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk.blobs import read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk.reader import decode_wrpk  # noqa: PLC0415
 
     prog = decode_wrpk(bytes(data))
     region = next(r for r in prog.regions if r.has_initial_data and r.size)
@@ -134,7 +136,8 @@ def test_unpacking_a_bundle_with_altered_region_data_writes_nothing(captures, tm
     """Region checksums are checked while the .wrp is written; a mismatch publishes no .wrp."""
     wrpk = bundle_alone(captures["scalars"], tmp_path, "scalars")
     data = bytearray(wrpk.read_bytes())
-    from wrpkit.formats.wrpk import decode_wrpk, read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk.blobs import read_header  # noqa: PLC0415
+    from wrpkit.formats.wrpk.reader import decode_wrpk  # noqa: PLC0415
 
     region = next(r for r in decode_wrpk(bytes(data)).regions if r.has_initial_data and r.size)
     start = bytes(data).find(bytes(region.data), read_header(bytes(data)).blob_area_offset)

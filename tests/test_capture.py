@@ -14,6 +14,7 @@ from wrpkit.formats import wrp1
 from wrpkit.formats.container import open_capture
 from wrpkit.errors import WrpBindingError, WrpError, WrpFormatError
 from wrpkit.formats.wrp1_layout import SECTION_ANNOTATIONS
+from wrpkit.run.warp_dtypes import dtype_from_warp, warp_dtype
 
 # ---------------------------------------------------------------------------
 # Kernels and arrays local to these tests
@@ -355,7 +356,7 @@ def test_typed_signatures_round_trip(typed_file):
     for name, arr in arrays.items():
         sig = p.signature[name]
         assert sig is not None, name
-        assert sig.dtype == ann.dtype_from_warp(arr.dtype), name
+        assert sig.dtype == dtype_from_warp(arr.dtype), name
         assert sig.shape == tuple(arr.shape), name
         assert sig.strides == tuple(arr.strides), name
         assert sig.is_input == (name in dict(_TYPED_NAMES, view_strided=1, view_block=1)), name
@@ -400,18 +401,18 @@ def test_typed_program_runs_like_live(typed_file):
 
 def test_dtype_mapping_to_warp_and_back():
     for _, dt, _ in _TYPED:
-        d = ann.dtype_from_warp(dt)
+        d = dtype_from_warp(dt)
         assert d.size == wp.types.type_size_in_bytes(dt)
-        w = ann.warp_dtype(d)
+        w = warp_dtype(d)
         if d.fields:
             assert w is None
         else:
             assert wp.types.type_size_in_bytes(w) == d.size
-            assert ann.dtype_from_warp(w) == d or ann.dtype_from_warp(w).shape == d.shape
-    assert ann.dtype_from_warp(float).name == "float32"
-    assert ann.numpy_dtype(ann.dtype_from_warp(wp.vec3)) == np.dtype(("<f4", (3,)))
+            assert dtype_from_warp(w) == d or dtype_from_warp(w).shape == d.shape
+    assert dtype_from_warp(float).name == "float32"
+    assert ann.numpy_dtype(dtype_from_warp(wp.vec3)) == np.dtype(("<f4", (3,)))
     with pytest.raises(TypeError):
-        ann.dtype_from_warp(wp.array(dtype=wp.float32))
+        dtype_from_warp(wp.array(dtype=wp.float32))
 
 
 # ---------------------------------------------------------------------------
@@ -420,14 +421,14 @@ def test_dtype_mapping_to_warp_and_back():
 
 
 def test_annotations_codec_round_trip():
-    body = ann.dtype_from_warp(Body)
+    body = dtype_from_warp(Body)
     a = ann.Annotations(
         producer="wrpkit test",
         signature=(ann.ArraySignature("b", body, (2, 3), (216, 72), 8, True, False),
-                   ann.ArraySignature("v", ann.dtype_from_warp(wp.vec3d), (4,), (24,), 0, False, True)),
+                   ann.ArraySignature("v", dtype_from_warp(wp.vec3d), (4,), (24,), 0, False, True)),
         kernel_signatures=(ann.KernelSignature("k", "ab" * 32, (
-            ann.KernelArgument("x", "array(ndim=1, dtype=float32)", 56, ann.dtype_from_warp(wp.float32), 1),
-            ann.KernelArgument("s", "float32", 4, ann.dtype_from_warp(wp.float32), 0),
+            ann.KernelArgument("x", "array(ndim=1, dtype=float32)", 56, dtype_from_warp(wp.float32), 1),
+            ann.KernelArgument("s", "float32", 4, dtype_from_warp(wp.float32), 0),
             ann.KernelArgument("h", "opaque", 8, None, 0))),),
         module_digests=(ann.ModuleDigest.of("m.o", b"abc"),),
     )
@@ -447,12 +448,12 @@ def test_annotations_decode_rejects_garbage(junk):
 
 def test_view_region_respects_offset_and_strides():
     region = np.arange(40, dtype=np.uint8)
-    sig = ann.ArraySignature("v", ann.dtype_from_warp(wp.uint16), (3, 2), (12, 2), 2)
+    sig = ann.ArraySignature("v", dtype_from_warp(wp.uint16), (3, 2), (12, 2), 2)
     v = ann.view_region(region, sig)
     assert v.shape == (3, 2) and v.dtype == np.uint16
     assert np.array_equal(v, region.view(np.uint16)[1:].reshape(-1)[:18].reshape(3, 6)[:, :2])
     with pytest.raises(WrpBindingError):
-        ann.view_region(region, ann.ArraySignature("v", ann.dtype_from_warp(wp.uint16), (5,), (8,), 8))
+        ann.view_region(region, ann.ArraySignature("v", dtype_from_warp(wp.uint16), (5,), (8,), 8))
 
 
 # ---------------------------------------------------------------------------

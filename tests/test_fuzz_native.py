@@ -121,7 +121,7 @@ def _capture_annotated(out: Path) -> dict:
 def _deep_bundle(base_prog, depth: int) -> bytes:
     """A bundle whose ops sit inside ``depth`` nested IFs (wrpkit's decoder stops at 64, so build it directly)."""
     from wrpkit import model as m  # noqa: PLC0415
-    from wrpkit.formats.wrpk import encode_wrpk  # noqa: PLC0415
+    from wrpkit.formats.wrpk.builder import encode_wrpk  # noqa: PLC0415
 
     ops = list(base_prog.ops)
     for _ in range(depth):
@@ -143,7 +143,7 @@ def write_seeds(out: Path, work: Path) -> tuple:
     from wrpkit.formats.container import open_capture  # noqa: PLC0415
     from wrpkit.errors import WrpError  # noqa: PLC0415
     from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
-    from wrpkit.formats.wrpk import encode_wrpk  # noqa: PLC0415
+    from wrpkit.formats.wrpk.builder import encode_wrpk  # noqa: PLC0415
 
     d1, dk = out / "wrp1", out / "wrpk"
     d1.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Tests of the JSON form (wrpkit/jsonform.py) on real captures."""
+"""Tests of the JSON form (wrpkit/formats/jsonform.py) on real captures."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import wrpk_helpers as H  # noqa: E402
 
-from wrpkit.formats import jsonform, wrp1, wrpk  # noqa: E402
+from wrpkit.formats import jsonform, wrp1  # noqa: E402
+from wrpkit.formats.wrpk import builder, reader, tables  # noqa: E402
 from wrpkit import model as m  # noqa: E402
 from wrpkit.errors import WrpFormatError  # noqa: E402
 
@@ -46,11 +47,11 @@ def test_wrp_json_wrp_roundtrip(wrp_inputs, name):
 @pytest.mark.parametrize("name", H.program_names())
 def test_wrpk_json_wrpk_roundtrip(wrp_inputs, name):
     raw, files = wrp_inputs[name]
-    b = wrpk.encode_wrpk(wrp1.decode_wrp1(raw), files)
-    prog = wrpk.decode_wrpk(b)
-    back, mods = jsonform.loads(jsonform.dumps(prog, wrpk.module_files(prog)))
-    assert wrpk.encode_wrpk(back, mods) == b
-    assert wrpk.encode_wrpk(back) == b  # the binaries are also on the model's modules
+    b = builder.encode_wrpk(wrp1.decode_wrp1(raw), files)
+    prog = reader.decode_wrpk(b)
+    back, mods = jsonform.loads(jsonform.dumps(prog, builder.module_files(prog)))
+    assert builder.encode_wrpk(back, mods) == b
+    assert builder.encode_wrpk(back) == b  # the binaries are also on the model's modules
 
 
 def test_synthetic_all_ops(synthetic):
@@ -60,7 +61,7 @@ def test_synthetic_all_ops(synthetic):
     back, mods = jsonform.program_from_json(json.loads(json.dumps(d)))
     assert back == prog and mods == files
     assert wrp1.encode_wrp1(back) == wrp1.encode_wrp1(prog)
-    assert wrpk.encode_wrpk(back, mods) == wrpk.encode_wrpk(prog, files)
+    assert builder.encode_wrpk(back, mods) == builder.encode_wrpk(prog, files)
     assert back.annotations == prog.annotations
 
 
@@ -68,11 +69,11 @@ def test_readable_shape(synthetic):
     prog, files = synthetic
     d = jsonform.program_to_json(prog, files)
     assert d["wrpkit_json"] == 1
-    assert list(d)[1:] == wrpk.field_names("Program")
+    assert list(d)[1:] == tables.field_names("Program")
     assert d["device_type"] == "CUDA"
     launch = d["ops"][0]
     # format 3's legacy_args/handle_offsets are written only when non-empty
-    assert list(launch) == ["op"] + [f for f in wrpk.field_names("KernelLaunch")
+    assert list(launch) == ["op"] + [f for f in tables.field_names("KernelLaunch")
                                      if f not in ("legacy_args", "handle_offsets")]
     assert launch["op"] == "KERNEL_LAUNCH"
     assert launch["shape"] == [7, 3, 0, 0]

@@ -161,3 +161,117 @@ def test_public_api_is_unchanged():
     for name in ("load", "capture", "save", "open_capture", "Program", "Recording", "WrpError", "WrpFormatError",
                  "WrpValidationError", "WrpRuntimeError"):
         assert getattr(wrpkit, name) is not None
+
+
+def _warp_imports(folders=("formats", "checks"), pkg: Path = PKG) -> list:
+    """``path:line imports warp...`` for every Warp import, at any depth, in ``folders``."""
+    bad = []
+    for folder in folders:
+        for path in sorted((pkg / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                else:
+                    continue
+                for name in names:
+                    if name == "warp" or name.startswith("warp."):
+                        bad.append(f"{path.relative_to(pkg.parent)}:{node.lineno} imports {name}")
+    return bad
+
+
+# A user's program the layer rule was not written around: a vector type, a
+# @wp.func helper, a struct argument and an unbound scratch array.  Captured
+# in its own process with stock Warp, then read without Warp.
+_CAPTURE = r"""
+import sys
+import numpy as np
+import warp as wp
+
+wp.config.log_level = wp.LOG_WARNING
+
+
+@wp.struct
+class Params:
+    gain: float
+    bias: wp.vec3
+
+
+@wp.func
+def shade(v: wp.vec3, p: Params) -> wp.vec3:
+    return v * p.gain + p.bias
+
+
+@wp.kernel
+def k_shade(src: wp.array(dtype=wp.vec3), scratch: wp.array(dtype=wp.vec3), dst: wp.array(dtype=float), p: Params):
+    i = wp.tid()
+    scratch[i] = shade(src[i], p)
+    dst[i] = wp.length(scratch[i])
+
+
+src = wp.array(np.arange(24, dtype=np.float32).reshape(8, 3), dtype=wp.vec3, device="cpu")
+scratch = wp.zeros(8, dtype=wp.vec3, device="cpu")
+dst = wp.zeros(8, dtype=float, device="cpu")
+p = Params()
+p.gain, p.bias = 2.0, wp.vec3(1.0, 0.0, -1.0)
+wp.capture_begin(device="cpu", apic=True)
+try:
+    wp.launch(k_shade, dim=8, inputs=[src, scratch, dst, p], device="cpu")
+finally:
+    graph = wp.capture_end(device="cpu")
+wp.capture_save(graph, sys.argv[1], inputs={"src": src}, outputs={"dst": dst})
+"""
+
+_WITHOUT_WARP = r"""
+import importlib, sys
+from pathlib import Path
+sys.modules["warp"] = None  # `import warp` now raises ImportError, anywhere
+pkg = Path(sys.argv[1])
+names = []
+for folder in ("formats", "checks"):
+    for path in sorted((pkg / folder).rglob("*.py")):
+        rel = path.relative_to(pkg.parent).with_suffix("")
+        names.append(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
+for name in names:
+    importlib.import_module(name)
+from wrpkit.checks.check import preflight
+from wrpkit.checks.validate import validate_capture
+from wrpkit.formats.container import open_capture
+from wrpkit.formats.convert import convert
+src, out = Path(sys.argv[2]), Path(sys.argv[3])
+cap = open_capture(src)
+problems = validate_capture(cap)
+assert not [p for p in problems if p.severity == "error"], problems
+convert(src, out / "c.wrpk")
+convert(out / "c.wrpk", out / "c.json")
+convert(out / "c.json", out / "back.wrp")
+assert open_capture(out / "back.wrp").program == cap.program
+findings = preflight(cap, "cpu")  # `wrp check` without Warp: findings, no crash
+print(len(names), "modules,", sum(1 for op in cap.program.ops if op.op_type == 1), "launch")
+print({f.check: f.status for f in findings})
+"""
+
+
+def test_formats_and_checks_never_import_warp(tmp_path):
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    bad = _warp_imports()
+    assert not bad, "Warp imports below run/ (ask through wrpkit/environment.py):\n" + "\n".join(bad)
+    # The static check can fail: a planted import inside a function is found.
+    (tmp_path / "wrpkit" / "checks").mkdir(parents=True)
+    (tmp_path / "wrpkit" / "checks" / "bad.py").write_text("def f():\n    from warp._src import context\n")
+    assert _warp_imports(("checks",), tmp_path / "wrpkit") == ["wrpkit/checks/bad.py:2 imports warp._src"]
+
+    # And dynamically: every formats/ and checks/ module imports, and a real
+    # capture opens, validates, converts through every form and is checked,
+    # in a process where Warp cannot be imported.
+    wrp, script = tmp_path / "shade.wrp", tmp_path / "shade.py"  # Warp reads kernel source from a file
+    script.write_text(_CAPTURE)
+    made = subprocess.run([sys.executable, str(script), str(wrp)], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0 and wrp.exists(), made.stderr
+    res = subprocess.run([sys.executable, "-c", _WITHOUT_WARP, str(PKG), str(wrp), str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "modules, 1 launch" in res.stdout, res.stdout

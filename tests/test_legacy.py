@@ -27,7 +27,8 @@ import pytest
 from wrpkit.errors import WrpError
 from wrpkit.formats.jsonform import dumps, loads
 from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1
-from wrpkit.formats.wrpk import decode_wrpk, encode_wrpk
+from wrpkit.formats.wrpk.builder import encode_wrpk
+from wrpkit.formats.wrpk.reader import decode_wrpk
 from wrpkit.checks.validate import validate_program
 from wrpkit.model import OpType
 

@@ -107,7 +107,7 @@ def test_load_from_bytes_without_modules_fails():
 
 def test_load_wrpk_bundle(tmp_path):
     from wrpkit.formats.container import open_capture
-    from wrpkit.formats.wrpk import encode_wrpk
+    from wrpkit.formats.wrpk.builder import encode_wrpk
 
     name = "copy" if "copy" in PROGRAMS else PROGRAMS[0]
     path = rc.wrpkit_capture(name)

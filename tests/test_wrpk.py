@@ -1,4 +1,4 @@
-"""Tests of the .wrpk bundle codec (wrpkit/formats/wrpk.py) on real captures.
+"""Tests of the .wrpk bundle codec (wrpkit/formats/wrpk/) on real captures.
 
 Round trips on every program of tests/programs.py, conformance with the
 flatc-generated code (and the C++ FlatBuffers verifier when a compiler is
@@ -26,7 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wrpk_helpers as H  # noqa: E402
 
 from wrpkit import model as m  # noqa: E402
-from wrpkit.formats import wrp1, wrpk  # noqa: E402
+from wrpkit.formats import wrp1  # noqa: E402
+from wrpkit.formats.wrpk import blobs, builder, reader, tables  # noqa: E402
 from wrpkit.formats.container import open_capture  # noqa: E402
 from wrpkit.errors import WrpFormatError, WrpIntegrityError, WrpModuleError, WrpVersionError  # noqa: E402
 
@@ -42,12 +43,12 @@ def wrp_inputs(request, tmp_path_factory):
 @pytest.fixture(scope="session")
 def synthetic():
     prog, files = H.synthetic_program()
-    return prog, files, wrpk.encode_wrpk(prog, files)
+    return prog, files, builder.encode_wrpk(prog, files)
 
 
 def _header(b):
     return dict(zip(["magic", "version", "flags", "moff", "msize", "boff", "bsize", "sha", "reserved"],
-                    wrpk.HEADER.unpack_from(b, 0)))
+                    tables.HEADER.unpack_from(b, 0)))
 
 
 def _rehash(b: bytearray) -> bytearray:
@@ -86,9 +87,9 @@ def _find_view(buf: bytes, view: memoryview) -> int:
 def test_roundtrip_every_program(wrp_inputs, name):
     raw, files = wrp_inputs[name]
     prog = wrp1.decode_wrp1(raw)
-    b = wrpk.encode_wrpk(prog, files)
-    assert len(b) == wrpk.bundle_size(prog, files)
-    back = wrpk.decode_wrpk(b)
+    b = builder.encode_wrpk(prog, files)
+    assert len(b) == builder.bundle_size(prog, files)
+    back = reader.decode_wrpk(b)
     assert back == prog
     assert back.annotations == prog.annotations
     # Blob fields are zero-copy views of the input.
@@ -98,11 +99,11 @@ def test_roundtrip_every_program(wrp_inputs, name):
             assert isinstance(r.data, memoryview) and r.data.obj is b
             assert r.data == r0.data
     assert wrp1.encode_wrp1(back) == raw
-    assert {k: bytes(v) for k, v in wrpk.module_files(back).items()} == files
+    assert {k: bytes(v) for k, v in builder.module_files(back).items()} == files
     # Deterministic: the decoded program re-encodes (from its own blobs) to the same bytes.
-    assert wrpk.encode_wrpk(back) == b
+    assert builder.encode_wrpk(back) == b
     # Chunked output is the same as the joined bytes and passes region data through uncopied.
-    chunks = list(wrpk.iter_wrpk_chunks(prog, files))
+    chunks = list(builder.iter_wrpk_chunks(prog, files))
     assert b"".join(chunks) == b
     datas = {id(r.data) for r in prog.regions if r.data is not None and len(r.data)}
     assert datas <= {id(c) for c in chunks}
@@ -111,7 +112,7 @@ def test_roundtrip_every_program(wrp_inputs, name):
 def test_roundtrip_synthetic_all_ops(synthetic):
     prog, files, b = synthetic
     assert {op.op_type for _, op in m.walk_ops(prog.ops)} == set(m.OP_CLASSES)
-    back = wrpk.decode_wrpk(b)
+    back = reader.decode_wrpk(b)
     assert back == prog
     for (_, op), (_, op0) in zip(m.walk_ops(back.ops), m.walk_ops(prog.ops)):
         assert type(op) is type(op0)
@@ -121,8 +122,8 @@ def test_roundtrip_synthetic_all_ops(synthetic):
                 assert bytes(getattr(op, f)) == bytes(getattr(op0, f))
     w = wrp1.encode_wrp1(prog)
     assert wrp1.encode_wrp1(back) == w
-    assert wrpk.encode_wrpk(wrp1.decode_wrp1(w), files) == b
-    assert {k: bytes(v) for k, v in wrpk.module_files(back).items()} == files
+    assert builder.encode_wrpk(wrp1.decode_wrp1(w), files) == b
+    assert {k: bytes(v) for k, v in builder.module_files(back).items()} == files
     assert back.annotations == prog.annotations
     assert back.modules[0].source == files[prog.modules[0].source_filename]
     assert back.modules[1].source is None
@@ -131,7 +132,7 @@ def test_roundtrip_synthetic_all_ops(synthetic):
 def test_model_field_order_matches_schema():
     """Decoding builds op objects positionally: model fields must be the schema's, in order."""
     for t, cls in m.OP_CLASSES.items():
-        assert m.op_fields(cls) == wrpk.field_names(wrpk.OP_TABLES[t]), cls.__name__
+        assert m.op_fields(cls) == tables.field_names(tables.OP_TABLES[t]), cls.__name__
 
 
 def test_wrpkit_capture_with_annotations(tmp_path):
@@ -157,9 +158,9 @@ def test_wrpkit_capture_with_annotations(tmp_path):
         files = {k: bytes(v) for k, v in cap.module_files().items()}
         prog = cap.program
         assert prog.annotations
-        wrpk.verify_annotations(prog.annotations)
-        b_ = wrpk.encode_wrpk(prog, files)
-    back = wrpk.decode_wrpk(b_)
+        reader.verify_annotations(prog.annotations)
+        b_ = builder.encode_wrpk(prog, files)
+    back = reader.decode_wrpk(b_)
     assert back.annotations == prog.annotations
     assert wrp1.encode_wrp1(back) == raw
     # Saving straight to a bundle gives the same program.
@@ -174,8 +175,8 @@ def test_write_wrpk_and_open_capture(tmp_path, wrp_inputs):
     prog = wrp1.decode_wrp1(raw)
     seen = []
     out = tmp_path / "x.wrpk"
-    n = wrpk.write_wrpk(out, prog, files, progress=seen.append)
-    assert n == out.stat().st_size == sum(seen) == wrpk.bundle_size(prog, files)
+    n = builder.write_wrpk(out, prog, files, progress=seen.append)
+    assert n == out.stat().st_size == sum(seen) == builder.bundle_size(prog, files)
     with open_capture(out) as cap:
         assert cap.kind == "wrpk"
         assert cap.program == prog
@@ -193,7 +194,7 @@ def test_layout(synthetic):
     assert h["reserved"] == bytes(48)
     assert b[132:136] == b"WRPK"  # the FlatBuffer's file identifier
     assert not any(b[128 + h["msize"]:h["boff"]])
-    back = wrpk.decode_wrpk(b)
+    back = reader.decode_wrpk(b)
     ends = []
     for _, view in _blobs(back):
         start = _find_view(b, view)
@@ -204,10 +205,10 @@ def test_layout(synthetic):
 
 def test_empty_program_and_modules_from_model():
     prog = m.Program(18, "1.19.0", m.DeviceType.CPU, 0)
-    b = wrpk.encode_wrpk(prog)
+    b = builder.encode_wrpk(prog)
     assert len(b) == 128 + 64 or len(b) % 64 == 0
-    assert wrpk.decode_wrpk(b) == prog
-    assert wrp1.encode_wrp1(wrpk.decode_wrpk(b)) == wrp1.encode_wrp1(prog)
+    assert reader.decode_wrpk(b) == prog
+    assert wrp1.encode_wrp1(reader.decode_wrpk(b)) == wrp1.encode_wrp1(prog)
 
 
 def test_missing_module_file_is_refused(synthetic):
@@ -215,21 +216,21 @@ def test_missing_module_file_is_refused(synthetic):
     partial = dict(files)
     del partial[prog.modules[0].source_filename]
     with pytest.raises(WrpModuleError, match="source"):
-        wrpk.iter_wrpk_chunks(prog, partial)  # raised by the call, before anything is written
+        builder.iter_wrpk_chunks(prog, partial)  # raised by the call, before anything is written
     with pytest.raises(WrpModuleError, match=prog.modules[1].binary_filename):
-        wrpk.encode_wrpk(prog, {f: d for f, d in files.items() if f != prog.modules[1].binary_filename})
+        builder.encode_wrpk(prog, {f: d for f, d in files.items() if f != prog.modules[1].binary_filename})
 
 
 def test_bad_region_data_is_refused():
     prog = m.Program(18, "1.19.0", 1, 0, regions=[m.Region(1, 1, 8, True, b"1234")])
     with pytest.raises(WrpFormatError, match="4 of its 8 bytes"):
-        wrpk.encode_wrpk(prog)
+        builder.encode_wrpk(prog)
 
 
 def test_invalid_annotations_are_refused_at_encode():
     prog = m.Program(18, "1.19.0", 1, 0, annotations=b"\xff" * 16)
     with pytest.raises(WrpFormatError, match="annotations"):
-        wrpk.encode_wrpk(prog)
+        builder.encode_wrpk(prog)
 
 
 def test_large_program_speed():
@@ -243,9 +244,9 @@ def test_large_program_speed():
     prog = m.Program(18, "1.19.0", 1, 0, modules=[m.Module(H.MOD_HASH, "__main__", "x.o", binary=b"o" * 1000)],
                      regions=[m.Region(1, 4, 1 << 16, True, bytes(1 << 16))], ops=ops)
     t0 = time.perf_counter()
-    b = wrpk.encode_wrpk(prog)
+    b = builder.encode_wrpk(prog)
     t1 = time.perf_counter()
-    back = wrpk.decode_wrpk(b)
+    back = reader.decode_wrpk(b)
     t2 = time.perf_counter()
     assert back == prog
     print(f"10k launches: encode {t1 - t0:.3f}s decode {t2 - t1:.3f}s, {len(b)} bytes")
@@ -274,14 +275,14 @@ def _camel(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in name.split("_"))
 
 
-@pytest.mark.parametrize("table", sorted(wrpk.TABLES))
+@pytest.mark.parametrize("table", sorted(tables.TABLES))
 def test_table_specs_match_generated_code(table):
     import importlib  # noqa: PLC0415
 
     mod = importlib.import_module(f"wrpkit.formats.fbs.{table}")
     # Field order and defaults as the object API declares them.
     params = list(inspect.signature(getattr(mod, table + "T").__init__).parameters.values())[1:]
-    fields = wrpk.TABLES[table]
+    fields = tables.TABLES[table]
     assert [p.name for p in params] == [_camel(f)[0].lower() + _camel(f)[1:] for f, _, _ in fields]
     for slot, (name, kind, default) in enumerate(fields):
         rec = _Recorder()
@@ -324,9 +325,9 @@ def _to_object_api(prog: m.Program, module_refs, region_refs):
     def ops(lst):
         out = []
         for op in lst:
-            table = wrpk.OP_TABLES[op.op_type]
+            table = tables.OP_TABLES[op.op_type]
             kw = {}
-            for f, kind, _ in wrpk.TABLES[table]:
+            for f, kind, _ in tables.TABLES[table]:
                 v = getattr(op, f)
                 if kind == "ops":
                     v = ops(v)
@@ -347,11 +348,11 @@ def _to_object_api(prog: m.Program, module_refs, region_refs):
         r = CudaCompileRecipeT()
         for f in ("debug", "optimization_level", "verify_fp", "fast_math", "fuse_fp", "lineinfo", "arch_suffix"):
             setattr(r, f[0].lower() + _camel(f)[1:], getattr(mod.recipe, f))
-        kw = {f: getattr(mod, f) for f, k, _ in wrpk.TABLES["Module"] if k not in ("recipe", "blob")}
+        kw = {f: getattr(mod, f) for f, k, _ in tables.TABLES["Module"] if k not in ("recipe", "blob")}
         mods.append(T("Module", recipe=r, binary=blob(bref), source=blob(sref), **kw))
 
     def plain(table, x):
-        return T(table, **{f: getattr(x, f) for f, _, _ in wrpk.TABLES[table]})
+        return T(table, **{f: getattr(x, f) for f, _, _ in tables.TABLES[table]})
 
     return T("Program", format_version=prog.format_version, warp_version=prog.warp_version,
              device_type=prog.device_type, target_arch=prog.target_arch, modules=mods,
@@ -367,16 +368,16 @@ def _to_object_api(prog: m.Program, module_refs, region_refs):
 def test_decoder_reads_flatc_builder_output(synthetic):
     """A manifest built by the official flatbuffers Builder (object API) decodes to the same program."""
     prog, files, ours = synthetic
-    layout = wrpk._Layout(prog, files)
+    layout = builder._Layout(prog, files)
     pt = _to_object_api(prog, layout.module_refs, layout.region_refs)
     b = flatbuffers.Builder(4096)
     b.Finish(pt.Pack(b), file_identifier=b"WRPK")
     manifest = bytes(b.Output())
-    head = wrpk._header(manifest, layout.end)
+    head = builder._header(manifest, layout.end)
     pad = bytes(-(128 + len(manifest)) % 64)
     rest = bytes(ours[_header(ours)["boff"]:])
     theirs = head + manifest + pad + rest
-    assert wrpk.decode_wrpk(theirs) == prog
+    assert reader.decode_wrpk(theirs) == prog
 
 
 def test_generated_reader_reads_our_manifest(synthetic):
@@ -397,8 +398,8 @@ def test_generated_reader_reads_our_manifest(synthetic):
         assert len(ts) == len(ops)
         for t, op in zip(ts, ops):
             assert t.opType == op.op_type
-            table = wrpk.OP_TABLES[op.op_type]
-            for f, kind, _ in wrpk.TABLES[table]:
+            table = tables.OP_TABLES[op.op_type]
+            for f, kind, _ in tables.TABLES[table]:
                 v = getattr(t.op, f[0].lower() + _camel(f)[1:])
                 want = getattr(op, f)
                 if kind == "ops":
@@ -461,7 +462,7 @@ def test_cpp_verifier_accepts_our_manifests(tmp_path, wrp_inputs, synthetic):
     if exe is None:
         pytest.skip("flatc, a C++ compiler or the FlatBuffers headers are not available")
     paths = []
-    bundles = {name: wrpk.encode_wrpk(wrp1.decode_wrp1(raw), files) for name, (raw, files) in wrp_inputs.items()}
+    bundles = {name: builder.encode_wrpk(wrp1.decode_wrp1(raw), files) for name, (raw, files) in wrp_inputs.items()}
     bundles["synthetic"] = synthetic[2]
     for name, b in bundles.items():
         h = _header(b)
@@ -489,7 +490,7 @@ def test_annotations_builder_agrees_with_generated_code(tmp_path):
     ours = ann.encode_annotations(a)
     assert "flatbuffers" not in ann.encode_annotations.__code__.co_names
     assert ours[4:8] == b"WRPK"
-    wrpk.verify_annotations(ours)
+    reader.verify_annotations(ours)
     assert ann.decode_annotations(ours) == a
 
     def fields(t):  # an empty vector or string and an absent one read alike; ours leaves them out
@@ -524,7 +525,7 @@ def test_header_tampering(synthetic):
     for i in range(128):
         for x in (0x01, 0x80):
             with pytest.raises(WrpFormatError) as ei:
-                wrpk.decode_wrpk(_flip(b, i, x))
+                reader.decode_wrpk(_flip(b, i, x))
             msg = str(ei.value)
             if 48 <= i < 80:
                 assert isinstance(ei.value, WrpIntegrityError) and "manifest" in msg
@@ -539,7 +540,7 @@ def test_header_tampering(synthetic):
                 assert "header." in msg
             # The header and manifest are verified even without blob checksums.
             with pytest.raises(WrpFormatError):
-                wrpk.decode_wrpk(_flip(b, i, x), verify_checksums=False)
+                reader.decode_wrpk(_flip(b, i, x), verify_checksums=False)
 
 
 def test_manifest_tampering(synthetic):
@@ -547,12 +548,12 @@ def test_manifest_tampering(synthetic):
     h = _header(b)
     for i in range(128, 128 + h["msize"], 3):
         with pytest.raises(WrpIntegrityError, match="manifest"):
-            wrpk.decode_wrpk(_flip(b, i))
+            reader.decode_wrpk(_flip(b, i))
         with pytest.raises(WrpIntegrityError, match="manifest"):
-            wrpk.decode_wrpk(_flip(b, i), verify_checksums=False)
+            reader.decode_wrpk(_flip(b, i), verify_checksums=False)
     for i in range(128 + h["msize"], h["boff"]):
         with pytest.raises(WrpFormatError, match="padding"):
-            wrpk.decode_wrpk(_flip(b, i))
+            reader.decode_wrpk(_flip(b, i))
 
 
 @pytest.mark.parametrize("name", ["synthetic", *H.program_names()[:3]])
@@ -561,8 +562,8 @@ def test_blob_tampering(synthetic, wrp_inputs, name):
         b = synthetic[2]
     else:
         raw, files = wrp_inputs[name]
-        b = wrpk.encode_wrpk(wrp1.decode_wrp1(raw), files)
-    prog = wrpk.decode_wrpk(b)
+        b = builder.encode_wrpk(wrp1.decode_wrp1(raw), files)
+    prog = reader.decode_wrpk(b)
     blobs = _blobs(prog)
     assert blobs
     covered = set()
@@ -572,10 +573,10 @@ def test_blob_tampering(synthetic, wrp_inputs, name):
         positions = sorted({start, start + n // 2, start + n - 1, *range(start, start + n, max(1, n // 16))})
         for i in positions:
             with pytest.raises(WrpIntegrityError) as ei:
-                wrpk.decode_wrpk(_flip(b, i))
+                reader.decode_wrpk(_flip(b, i))
             assert label in str(ei.value)
             # verify_checksums=False is an explicit opt-out for blob hashes only.
-            back = wrpk.decode_wrpk(_flip(b, i), verify_checksums=False)
+            back = reader.decode_wrpk(_flip(b, i), verify_checksums=False)
             assert back == prog
         covered.update(range(start, start + n))
     # Padding between blobs is checked even without checksums.
@@ -584,7 +585,7 @@ def test_blob_tampering(synthetic, wrp_inputs, name):
         if i not in covered:
             for verify in (True, False):
                 with pytest.raises(WrpFormatError, match="padding"):
-                    wrpk.decode_wrpk(_flip(b, i), verify_checksums=verify)
+                    reader.decode_wrpk(_flip(b, i), verify_checksums=verify)
 
 
 def test_truncation_and_trailing_bytes(synthetic):
@@ -592,11 +593,11 @@ def test_truncation_and_trailing_bytes(synthetic):
     cuts = sorted({*range(0, 300), *range(0, len(b), 37), len(b) - 1, len(b) - 64})
     for n in cuts:
         with pytest.raises(WrpFormatError):
-            wrpk.decode_wrpk(b[:n])
+            reader.decode_wrpk(b[:n])
     with pytest.raises(WrpFormatError, match="trailing"):
-        wrpk.decode_wrpk(b + b"\0")
+        reader.decode_wrpk(b + b"\0")
     with pytest.raises(WrpFormatError, match="truncated"):
-        wrpk.decode_wrpk(b[:-1])
+        reader.decode_wrpk(b[:-1])
 
 
 def test_version_and_identity_errors(synthetic):
@@ -604,20 +605,20 @@ def test_version_and_identity_errors(synthetic):
     t = bytearray(b)
     t[8:12] = struct.pack("<I", 2)
     with pytest.raises(WrpVersionError, match="container version 2"):
-        wrpk.decode_wrpk(t)
+        reader.decode_wrpk(t)
     with pytest.raises(WrpFormatError, match="WRP1"):
-        wrpk.decode_wrpk(b"WRP1" + bytes(200))
+        reader.decode_wrpk(b"WRP1" + bytes(200))
     t = bytearray(b)
     t[132:136] = b"XXXX"
     with pytest.raises(WrpFormatError, match="identifier"):
-        wrpk.decode_wrpk(_rehash(t))
+        reader.decode_wrpk(_rehash(t))
 
 
 def test_format_version_checked(synthetic):
     prog, files, _ = synthetic
     p = m.Program(17, "1.18.0", 1, 0)
     with pytest.raises(WrpVersionError, match="format version 17"):
-        wrpk.decode_wrpk(wrpk.encode_wrpk(p))
+        reader.decode_wrpk(builder.encode_wrpk(p))
 
 
 @pytest.mark.parametrize("name", ["synthetic", *H.program_names()[:4]])
@@ -631,7 +632,7 @@ def test_hostile_manifests_fail_cleanly(synthetic, wrp_inputs, name):
         b = synthetic[2]
     else:
         raw, files = wrp_inputs[name]
-        b = wrpk.encode_wrpk(wrp1.decode_wrp1(raw), files)
+        b = builder.encode_wrpk(wrp1.decode_wrp1(raw), files)
     h = _header(b)
     step = max(1, h["msize"] // 1500)
     failures = 0
@@ -640,48 +641,48 @@ def test_hostile_manifests_fail_cleanly(synthetic, wrp_inputs, name):
             t = bytearray(b)
             t[i] = value
             try:
-                wrpk.decode_wrpk(_rehash(t))
+                reader.decode_wrpk(_rehash(t))
             except WrpFormatError:
                 failures += 1
     assert failures
 
 
 def _wrap(manifest: bytes, blob_area: bytes = b"") -> bytes:
-    return wrpk._header(manifest, len(blob_area)) + manifest + bytes(-(128 + len(manifest)) % 64) + blob_area
+    return builder._header(manifest, len(blob_area)) + manifest + bytes(-(128 + len(manifest)) % 64) + blob_area
 
 
 def _program_with_ops(enc, ops_e) -> bytes:
-    root = enc.b.table(wrpk._ENC["Program"], [18, enc.b.string("1.19.0"), 1, 0, None, None, None, None, None,
+    root = enc.b.table(builder._ENC["Program"], [18, enc.b.string("1.19.0"), 1, 0, None, None, None, None, None,
                                               None, ops_e, None])
     return enc.b.finish(root)
 
 
 def test_aliased_tables_cannot_blow_up():
     """A manifest whose op vectors point 2^40 times at one table is rejected quickly."""
-    enc = wrpk._Encoder()
-    leaf = enc.b.table(wrpk._ENC["Memset"], [1, 0, 0, 8])
-    e = enc.b.table(wrpk._ENC["Operation"], [int(m.OpType.MEMSET), leaf])
+    enc = builder._Encoder()
+    leaf = enc.b.table(builder._ENC["Memset"], [1, 0, 0, 8])
+    e = enc.b.table(builder._ENC["Operation"], [int(m.OpType.MEMSET), leaf])
     for _ in range(40):
         vec = enc.offsets_vector([e, e])
-        if_e = enc.b.table(wrpk._ENC["If"], [1, 0, vec, None])
-        e = enc.b.table(wrpk._ENC["Operation"], [int(m.OpType.IF), if_e])
+        if_e = enc.b.table(builder._ENC["If"], [1, 0, vec, None])
+        e = enc.b.table(builder._ENC["Operation"], [int(m.OpType.IF), if_e])
     b = _wrap(_program_with_ops(enc, enc.offsets_vector([e])))
     t0 = time.perf_counter()
     with pytest.raises(WrpFormatError, match="aliased|more tables|entries in all"):
-        wrpk.decode_wrpk(b)
+        reader.decode_wrpk(b)
     assert time.perf_counter() - t0 < 2
 
 
 def test_deep_nesting_is_refused():
-    enc = wrpk._Encoder()
+    enc = builder._Encoder()
     e = None
-    for _ in range(wrpk.MAX_DEPTH + 5):
+    for _ in range(tables.MAX_DEPTH + 5):
         vec = enc.offsets_vector([e]) if e is not None else None
-        w = enc.b.table(wrpk._ENC["While"], [1, 0, vec])
-        e = enc.b.table(wrpk._ENC["Operation"], [int(m.OpType.WHILE), w])
+        w = enc.b.table(builder._ENC["While"], [1, 0, vec])
+        e = enc.b.table(builder._ENC["Operation"], [int(m.OpType.WHILE), w])
     b = _wrap(_program_with_ops(enc, enc.offsets_vector([e])))
     with pytest.raises(WrpFormatError, match="nested deeper"):
-        wrpk.decode_wrpk(b)
+        reader.decode_wrpk(b)
 
 
 def _nested(levels: int) -> m.Program:
@@ -696,45 +697,45 @@ def test_nesting_limit_matches_wrp1():
     ok = _nested(wrp1.DEFAULT_LIMITS.max_depth)
     raw = wrp1.encode_wrp1(ok)
     assert wrp1.decode_wrp1(raw) == ok
-    assert wrp1.encode_wrp1(wrpk.decode_wrpk(wrpk.encode_wrpk(ok))) == raw
+    assert wrp1.encode_wrp1(reader.decode_wrpk(builder.encode_wrpk(ok))) == raw
     deeper = _nested(wrp1.DEFAULT_LIMITS.max_depth + 1)
     with pytest.raises(WrpFormatError, match="nest"):
         wrp1.decode_wrp1(wrp1.encode_wrp1(deeper))
     with pytest.raises(WrpFormatError, match="nested deeper"):
-        wrpk.decode_wrpk(wrpk.encode_wrpk(deeper))
+        reader.decode_wrpk(builder.encode_wrpk(deeper))
 
 
 def test_structural_errors_name_the_field():
     # An op of the reserved type MEMCPY_D2H.
-    enc = wrpk._Encoder()
-    t = enc.b.table(wrpk._ENC["MemcpyD2H"], [])
-    e = enc.b.table(wrpk._ENC["Operation"], [int(m.OpType.MEMCPY_D2H), t])
+    enc = builder._Encoder()
+    t = enc.b.table(builder._ENC["MemcpyD2H"], [])
+    e = enc.b.table(builder._ENC["Operation"], [int(m.OpType.MEMCPY_D2H), t])
     b = _wrap(_program_with_ops(enc, enc.offsets_vector([e])))
     with pytest.raises(WrpFormatError, match=r"manifest\.ops\[0\]\.op_type.*reserved"):
-        wrpk.decode_wrpk(b)
+        reader.decode_wrpk(b)
     # A launch whose shape is not 4 long.
     prog = m.Program(18, "1.19.0", 1, 0, ops=[H._launch("k", H.MOD_HASH)])
     prog.ops[0].shape = (1, 2, 3)
     with pytest.raises(WrpFormatError, match="4 entries"):
-        wrpk.encode_wrpk(prog)
+        builder.encode_wrpk(prog)
     # Region data blob that disagrees with has_initial_data.
-    enc = wrpk._Encoder()
+    enc = builder._Encoder()
     blob = enc.blob((0, 8, hashlib.sha256(bytes(8)).digest()))
-    reg = enc.b.table(wrpk._ENC["Region"], [1, 1, 8, False, blob])
+    reg = enc.b.table(builder._ENC["Region"], [1, 1, 8, False, blob])
     regs = enc.offsets_vector([reg])
-    root = enc.b.table(wrpk._ENC["Program"], [18, enc.b.string("1.19.0"), 1, 0, None, None, None, None, None,
+    root = enc.b.table(builder._ENC["Program"], [18, enc.b.string("1.19.0"), 1, 0, None, None, None, None, None,
                                               regs, None, None])
     b = _wrap(enc.b.finish(root), bytes(8))
     with pytest.raises(WrpFormatError, match=r"manifest\.regions\[0\]\.data"):
-        wrpk.decode_wrpk(b)
+        reader.decode_wrpk(b)
 
 
 def test_overlapping_and_misplaced_blobs_are_refused():
     def bundle(refs, area):
-        enc = wrpk._Encoder()
-        regs = [enc.b.table(wrpk._ENC["Region"], [i + 1, 1, ref[1], True, enc.blob(ref)])
+        enc = builder._Encoder()
+        regs = [enc.b.table(builder._ENC["Region"], [i + 1, 1, ref[1], True, enc.blob(ref)])
                 for i, ref in enumerate(refs)]
-        root = enc.b.table(wrpk._ENC["Program"], [18, enc.b.string("1.19.0"), 1, 0, None, None, None, None,
+        root = enc.b.table(builder._ENC["Program"], [18, enc.b.string("1.19.0"), 1, 0, None, None, None, None,
                                                   None, enc.offsets_vector(regs), None, None])
         return _wrap(enc.b.finish(root), area)
 
@@ -742,23 +743,23 @@ def test_overlapping_and_misplaced_blobs_are_refused():
     sha = hashlib.sha256(a).digest()
     area = a + bytes(28) + a
     ok = bundle([(0, 100, sha), (128, 100, sha)], area)
-    assert len(wrpk.decode_wrpk(ok).regions) == 2
+    assert len(reader.decode_wrpk(ok).regions) == 2
     with pytest.raises(WrpFormatError, match="overlaps"):
-        wrpk.decode_wrpk(bundle([(0, 100, sha), (0, 100, sha)], a))
+        reader.decode_wrpk(bundle([(0, 100, sha), (0, 100, sha)], a))
     with pytest.raises(WrpFormatError, match="multiple of 64"):
-        wrpk.decode_wrpk(bundle([(0, 100, sha), (100, 100, sha)], a + a))
+        reader.decode_wrpk(bundle([(0, 100, sha), (100, 100, sha)], a + a))
     with pytest.raises(WrpFormatError, match="gap"):
-        wrpk.decode_wrpk(bundle([(0, 100, sha), (192, 100, sha)], a + bytes(92) + a))
+        reader.decode_wrpk(bundle([(0, 100, sha), (192, 100, sha)], a + bytes(92) + a))
     with pytest.raises(WrpFormatError, match="runs past"):
-        wrpk.decode_wrpk(bundle([(0, 100, sha), (128, 100, sha)], area[:-1]))
+        reader.decode_wrpk(bundle([(0, 100, sha), (128, 100, sha)], area[:-1]))
     with pytest.raises(WrpFormatError, match="32 bytes"):
-        wrpk.decode_wrpk(bundle([(0, 100, sha[:31])], a))
+        reader.decode_wrpk(bundle([(0, 100, sha[:31])], a))
 
 
 def test_non_wrpk_inputs():
     for data in (b"", b"WRPK", b"\0" * 128, b"WRPK\r\n\x1a\n" + bytes(120), bytes(range(256)) * 4):
         with pytest.raises(WrpFormatError):
-            wrpk.decode_wrpk(data)
+            reader.decode_wrpk(data)
 
 
 @pytest.mark.skipif(not os.environ.get("WRPKIT_BIG_TESTS"), reason="writes a 4.3 GB file; set WRPKIT_BIG_TESTS=1")
@@ -774,7 +775,7 @@ def test_bundle_over_4_gib(tmp_path):
     prog = m.Program(18, "1.19.0", 1, 0, modules=[m.Module(H.MOD_HASH, "__main__", "x.o")],
                      regions=[m.Region(1, 1, size, True, memoryview(mm))])
     out = tmp_path / "big.wrpk"
-    wrpk.write_wrpk(out, prog, {"x.o": b"object file"})
+    builder.write_wrpk(out, prog, {"x.o": b"object file"})
     del prog
     mm.close()
     src.unlink()
@@ -800,7 +801,7 @@ def _looped(wrp_inputs, times):
 def test_identical_ops_share_one_table_and_decode_once(wrp_inputs):
     """A step loop's repeated launches are written once; the round trip stays byte-identical."""
     prog, files, n = _looped(wrp_inputs, 3)
-    back = wrpk.decode_wrpk(wrpk.encode_wrpk(prog, files))
+    back = reader.decode_wrpk(builder.encode_wrpk(prog, files))
     leaf = [i for i in range(n) if not isinstance(prog.ops[i], (m.If, m.While))]
     assert leaf
     for i in leaf:  # one table in the manifest, one object in the model
@@ -810,9 +811,9 @@ def test_identical_ops_share_one_table_and_decode_once(wrp_inputs):
 
 def test_sharing_keeps_a_long_loop_small(wrp_inputs):
     prog, files, n = _looped(wrp_inputs, 1)
-    one = wrpk.read_header(wrpk.encode_wrpk(prog, files)).manifest_size
+    one = blobs.read_header(builder.encode_wrpk(prog, files)).manifest_size
     prog, files, n = _looped(wrp_inputs, 50)
-    many = wrpk.read_header(wrpk.encode_wrpk(prog, files)).manifest_size
+    many = blobs.read_header(builder.encode_wrpk(prog, files)).manifest_size
     # 49 more rounds cost one 4-byte offset per op, not 49 more copies of the tables.
     assert many - one <= 4 * 49 * n + 64
 
@@ -824,9 +825,9 @@ def test_manifest_that_expands_past_the_limit_is_refused():
     hostile = wrap_manifest(program_manifest(ops=[shared_launch], op_count=12000))
     assert len(hostile) < 200_000
     with pytest.raises(WrpFormatError, match="referenced over and over"):
-        wrpk.decode_wrpk(hostile)
+        reader.decode_wrpk(hostile)
     # Below the limit the same construction decodes (the limit, not sharing, is refused).
-    fine = wrpk.decode_wrpk(wrap_manifest(program_manifest(ops=[shared_launch], op_count=100)))
+    fine = reader.decode_wrpk(wrap_manifest(program_manifest(ops=[shared_launch], op_count=100)))
     assert len(fine.ops) == 100 and all(op is fine.ops[0] for op in fine.ops)
 
 
@@ -838,18 +839,18 @@ def test_ifs_sharing_one_body_are_refused_before_the_walk(n_ifs, body_len):
     from wrpk_manifests import shared_if_bodies  # noqa: PLC0415
 
     with pytest.raises(WrpFormatError, match="operation lists hold more than .* entries in all"):
-        wrpk.decode_wrpk(shared_if_bodies(n_ifs, body_len))
+        reader.decode_wrpk(shared_if_bodies(n_ifs, body_len))
 
 
 def test_a_long_step_loop_is_within_the_entry_bound(wrp_inputs):
     """A step loop's bundle has one 4-byte entry per launch, so its entries always fit the bound."""
     prog, files, n = _looped(wrp_inputs, 2000)
-    back = wrpk.decode_wrpk(wrpk.encode_wrpk(prog, files))
+    back = reader.decode_wrpk(builder.encode_wrpk(prog, files))
     assert len(back.ops) == 2000 * n
 
 
 def test_expansion_limit_matches_wrp_replays():
-    assert (wrpk.EXPANSION_FLOOR, wrpk.EXPANSION_FACTOR) == (64 << 20, 64)
+    assert (tables.EXPANSION_FLOOR, tables.EXPANSION_FACTOR) == (64 << 20, 64)
     src = (Path(__file__).resolve().parents[1] / "native" / "src" / "wrpk_reader.cpp").read_text()
     assert "kExpansionFactor = 64;" in src and "kExpansionFloor = uint64_t(64) << 20;" in src
 
@@ -859,14 +860,33 @@ def test_write_wrpk_writes_exactly_the_encoded_bytes(wrp_inputs, tmp_path):
     for name, (data, files) in wrp_inputs.items():
         prog = wrp1.decode_wrp1(data)
         out = tmp_path / f"{name}.wrpk"
-        n = wrpk.write_wrpk(out, prog, files)
-        expected = wrpk.encode_wrpk(prog, files)
+        n = builder.write_wrpk(out, prog, files)
+        expected = builder.encode_wrpk(prog, files)
         assert out.read_bytes() == expected, name
         assert n == out.stat().st_size
         # As `wrp convert` writes it: ops decoded shared, region data hashed
         # by a BlobHasher started before the ops were decoded.
-        with wrpk.BlobHasher() as hasher:
+        with builder.BlobHasher() as hasher:
             shared = wrp1.decode_wrp1(data, share_ops=True, on_regions=hasher.start_regions)
-            wrpk.write_wrpk(out, shared, files, hasher=hasher)
+            builder.write_wrpk(out, shared, files, hasher=hasher)
         assert out.read_bytes() == expected, name
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_schema_tables_are_generated_from_the_schema():
+    """wrpkit/formats/wrpk/schema_tables.py is what tools/gen_wrpk_tables.py makes of schema/wrp.fbs."""
+    import importlib.util  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("gen_wrpk_tables", root / "tools" / "gen_wrpk_tables.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    schema = (root / "schema" / "wrp.fbs").read_text()
+    assert gen.render(schema) == (root / "wrpkit" / "formats" / "wrpk" / "schema_tables.py").read_text(), \
+        "run: python tools/gen_wrpk_tables.py"
+    # The generator reads the schema: a new field shows up in its slot, with its kind and default.
+    grown = schema.replace("table Binding {", "table Binding {\n  weight:double = 0.5;", 1)
+    ns: dict = {}
+    exec(gen.render(grown), ns)  # noqa: S102  (our own generator's output)
+    assert ns["TABLES"]["Binding"][0] == ("weight", "f64", 0.5)
+    assert ns["TABLES"]["Binding"][1:] == tables.TABLES["Binding"]

@@ -1,4 +1,8 @@
-"""What this environment can run: device names and the installed Warp version.
+"""What this environment can run: device names, the installed Warp version,
+and what its Warp reports about the host (CPU object tags, CUDA archs).
+
+The one place below ``run/`` that asks the installed Warp anything: ``checks/``
+goes through it, and only its functions import Warp, on call.
 
 Shared by ``wrp check`` (which must not import Warp just to read a version)
 and the runtime (which loads captures into Warp).
@@ -135,3 +139,44 @@ def init_warp(cpu_only: bool = False):
         sys.stderr.write("".join(kept))
         sys.stderr.flush()
     return wp
+
+
+def _quiet_warp(cpu_only: bool = False):
+    """:func:`init_warp`, with Warp's log level kept at warnings afterwards, so that
+    nothing but warnings reaches stdout (``wrp check --json`` must print JSON only)."""
+    wp = init_warp(cpu_only)
+    wp.config.log_level = getattr(wp, "LOG_WARNING", 30)
+    return wp
+
+
+def host_cpu_tags() -> Optional[set]:
+    """The ``.cpu<hash>`` tags this host's Warp would give CPU objects.
+
+    Returns:
+        The set of tags, or None when Warp is absent or its private API for
+        them has changed (``warp._src.context._get_cpu_target_hash``): unknown.
+    """
+    try:
+        from warp._src import context as ctx  # noqa: PLC0415
+
+        _quiet_warp(cpu_only=True)
+        tags = {ctx._get_cpu_target_hash(""), ctx._get_cpu_target_hash("-march=native")}
+        return {t for t in tags if t}
+    except Exception:  # noqa: BLE001  (private API; absence just means "unknown")
+        return None
+
+
+def cuda_device_arch(ordinal: int) -> Optional[int]:
+    """The compute capability (e.g. 90) of CUDA device ``ordinal`` as Warp sees it.
+
+    Returns:
+        The arch, or None when Warp is absent, finds no such device or fails
+        to initialize CUDA.
+    """
+    try:
+        wp = _quiet_warp()
+        if ordinal >= wp.get_cuda_device_count():
+            return None
+        return wp.get_device(f"cuda:{ordinal}").arch
+    except Exception:  # noqa: BLE001
+        return None

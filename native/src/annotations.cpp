@@ -247,7 +247,7 @@ void read_annotations(const uint8_t* image, uint64_t begin, uint64_t end, Wrp1Gr
     std::vector<uint8_t> buf(image + begin, image + end);
     if (!flatbuffers::BufferHasIdentifier(buf.data(), "WRPK"))
         fail_invalid_at("annotations", begin + 4, "FlatBuffer identifier is not \"WRPK\"");
-    // The same bounds as wrpkit's Python reader (wrpk._verify_nested): at most
+    // The same bounds as wrpkit's Python reader (wrpkit/formats/wrpk/reader.py, _verify_nested): at most
     // 64 nested tables, root included, and at most one table visit per 4 bytes,
     // so that shared tables cannot turn a small buffer into a long walk.
     flatbuffers::Verifier::Options options;

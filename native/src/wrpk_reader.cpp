@@ -1,6 +1,7 @@
-// wrpk_reader.cpp -- see wrpk_reader.h.  The checks mirror wrpkit/wrpk.py
-// (read_header, decode_wrpk, _check_blobs) and schema/WRPK-FORMAT.md; the
-// WRP1 encoding mirrors wrpkit/wrp1.py (encode_wrp1) byte for byte.
+// wrpk_reader.cpp -- see wrpk_reader.h.  The checks mirror wrpkit/formats/wrpk/
+// (blobs.read_header, reader.decode_wrpk, blobs.check_blobs) and
+// schema/WRPK-FORMAT.md; the WRP1 encoding mirrors wrpkit/formats/wrp1.py
+// (encode_wrp1) byte for byte.
 #include "wrpk_reader.h"
 
 #include <algorithm>
@@ -399,7 +400,7 @@ private:
         if (depth > kMaxBodyDepth + 1)
             bad(where, list, "IF/WHILE bodies are nested deeper than %u levels", kMaxBodyDepth);
         // A body vector shared by many IF/WHILE tables is walked once per
-        // table: bound the entries walked in all, as wrpkit.wrpk does.
+        // table: bound the entries walked in all, as wrpkit/formats/wrpk/reader.py does.
         if (n > op_refs_left_)
             bad(where, list,
                 "the operation lists hold more than %llu entries in all (a quarter of the manifest's size; a body "

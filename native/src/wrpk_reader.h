@@ -2,7 +2,7 @@
 // then rebuild the WRP1 image Warp's loader takes.
 //
 // decode_wrpk() performs every check of WRPK-FORMAT.md "What a reader checks"
-// in its order, as wrpkit/wrpk.py does:
+// in its order, as wrpkit/formats/wrpk/reader.py (decode_wrpk) does:
 //   1. the 128-byte header and the zero padding after the manifest;
 //   2. the manifest's SHA-256 (always);
 //   3. the FlatBuffer: identifier "WRPK", flatbuffers::Verifier (bounds,

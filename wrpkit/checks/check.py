@@ -21,7 +21,7 @@ from .. import model as m
 from ..errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE, WrpError
 from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
-from ..environment import installed_warp_version, parse_device
+from ..environment import cuda_device_arch, host_cpu_tags, installed_warp_version, parse_device
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS, describe_format
 from .validate import kernel_symbols, validate_program
 
@@ -47,38 +47,6 @@ class Finding:
     message: str
     fix: str = ""
     exit_code: Optional[int] = None
-
-
-def _init_warp(cpu_only: bool = False):
-    from ..environment import init_warp  # noqa: PLC0415
-
-    # Keep Warp's start-up banner off stdout (`wrp check --json` must print JSON only), and its
-    # no-CUDA-driver warning off a CPU-only check.
-    wp = init_warp(cpu_only)
-    wp.config.log_level = getattr(wp, "LOG_WARNING", 30)
-    return wp
-
-
-def _host_cpu_tags() -> Optional[set]:
-    """The ``.cpu<hash>`` tags this host's Warp would give CPU objects, or None if unknown."""
-    try:
-        from warp._src import context as ctx  # noqa: PLC0415
-
-        _init_warp(cpu_only=True)
-        tags = {ctx._get_cpu_target_hash(""), ctx._get_cpu_target_hash("-march=native")}
-        return {t for t in tags if t}
-    except Exception:  # noqa: BLE001  (private API; absence just means "unknown")
-        return None
-
-
-def _cuda_device_arch(ordinal: int) -> Optional[int]:
-    try:
-        wp = _init_warp()
-        if ordinal >= wp.get_cuda_device_count():
-            return None
-        return wp.get_device(f"cuda:{ordinal}").arch
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def _annotation_digests(prog: m.Program) -> dict:
@@ -332,7 +300,7 @@ def memory_findings(prog: m.Program, kind: str) -> list:
 
 
 def _cuda_arch_findings(prog: m.Program, ordinal: int) -> list:
-    arch = _cuda_device_arch(ordinal)
+    arch = cuda_device_arch(ordinal)
     if arch is None:
         return [Finding("cuda-arch", FAIL, f"no CUDA device cuda:{ordinal} is available here",
                         "Run on a machine with a CUDA GPU, or recapture on CPU.")]
@@ -362,7 +330,7 @@ def _module_findings(cap: Capture, kind: str) -> list:
     prog = cap.program
     out = []
     digests = _annotation_digests(prog)
-    host_tags = _host_cpu_tags() if prog.device == "cpu" and kind == "cpu" else None
+    host_tags = host_cpu_tags() if prog.device == "cpu" and kind == "cpu" else None
     host_machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
     symbols = kernel_symbols(prog)
     required = set(prog.required_module_files())

@@ -19,7 +19,7 @@ left untyped and the conflict said.  Nothing is guessed.
 Shapes are written one way everywhere: Warp's array shape, outermost first,
 with the element's own dims in its dtype.  A ``wp.array(dtype=wp.vec3f)`` of
 8 elements is ``vec3f (8,)``; its numpy view (:meth:`RegionType.numpy_shape`)
-is ``(8, 3)``.  See ``docs/regions.md``.
+is ``(8, 3)``.  See ``docs/op-table.md`` ("One shape convention").
 
 Nothing here imports Warp or numpy.
 """

@@ -28,7 +28,7 @@ def _sections(cap: Capture) -> list:
             t, _, off, size, _ = SECTION_ENTRY.unpack_from(buf, FILE_HEADER_SIZE + i * SECTION_ENTRY_SIZE)
             out.append({"name": _SECTION_NAMES.get(t, str(t)), "offset": off, "size": size})
         return out
-    from ..formats.wrpk import read_header  # noqa: PLC0415
+    from ..formats.wrpk.blobs import read_header  # noqa: PLC0415
 
     h = read_header(buf)
     return [{"name": "HEADER", "offset": 0, "size": h.manifest_offset},

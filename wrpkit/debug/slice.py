@@ -187,9 +187,9 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
     if suffix == ".wrp":
         n = publish_wrp(out, wrp1.iter_wrp1_chunks(sliced), files)
     else:
-        from ..formats import wrpk  # noqa: PLC0415
+        from ..formats.wrpk import builder  # noqa: PLC0415
 
-        n = wrpk.write_wrpk(out, sliced, files)
+        n = builder.write_wrpk(out, sliced, files)
     res = SliceResult(out, start, stop, len(cut), sum(1 for r in sliced.regions if r.has_initial_data),
                       int(n or out.stat().st_size), prefix_seconds)
     res.unit = "steps" if steps is not None else "ops"

@@ -8,9 +8,9 @@ identifier ``"WRPK"``), stored as raw bytes in :attr:`wrpkit.model.Program.annot
 
 This module maps that FlatBuffer to small frozen dataclasses
 (:class:`DataType`, :class:`ArraySignature`, ...), and maps data types to
-numpy (:func:`numpy_dtype`, :func:`element_layout`, :func:`view_region`) and
-from/to Warp (:func:`dtype_from_warp`, :func:`warp_dtype`).  Warp is imported
-only by the functions that take or return Warp types.
+numpy (:func:`numpy_dtype`, :func:`element_layout`, :func:`view_region`).
+Nothing here imports Warp: the mapping from and to Warp types is
+:mod:`wrpkit.run.warp_dtypes`.
 """
 
 from __future__ import annotations
@@ -99,7 +99,6 @@ SCALAR_NAMES = {
     ScalarKind.FLOAT32: "float32",
     ScalarKind.FLOAT64: "float64",
 }
-_KIND_BY_NAME = {v: k for k, v in SCALAR_NAMES.items()}
 
 
 # ---------------------------------------------------------------------------
@@ -398,162 +397,6 @@ def check_fits(sig: ArraySignature, region_size: int) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Warp mapping (imports Warp)
-# ---------------------------------------------------------------------------
-
-
-def _kind_of_numpy(npd: np.dtype) -> int:
-    npd = np.dtype(npd)
-    for k, v in scalar_numpy().items():
-        if v.kind == npd.kind and v.itemsize == npd.itemsize:
-            return k
-    return ScalarKind.UNKNOWN
-
-
-def _dtype_from_ctype(ctype, name: str) -> DataType:
-    """DataType of a plain ctypes type (the array_t/indexedarray_t fields of structs)."""
-    import ctypes  # noqa: PLC0415
-
-    if isinstance(ctype, type) and issubclass(ctype, ctypes.Structure):
-        fields = []
-        for fname, ftype in ctype._fields_:
-            off = getattr(ctype, fname).offset
-            fields.append(StructField(fname, off, _dtype_from_ctype(ftype, fname)))
-        return DataType(name, ScalarKind.UNKNOWN, (), ctypes.sizeof(ctype), tuple(fields))
-    if isinstance(ctype, type) and issubclass(ctype, ctypes.Array):
-        inner = _dtype_from_ctype(ctype._type_, name)
-        if inner.fields or inner.shape:
-            # arrays of structs / nested arrays: keep them opaque
-            return DataType(f"{inner.name}[{ctype._length_}]", ScalarKind.UNKNOWN, (), ctypes.sizeof(ctype))
-        return DataType(f"{inner.name}[{ctype._length_}]", inner.scalar, (ctype._length_,), ctypes.sizeof(ctype))
-    if ctype is ctypes.c_void_p:
-        return DataType("uint64", ScalarKind.UINT64, (), 8)
-    kind = _kind_of_numpy(np.dtype(ctype))
-    return DataType(SCALAR_NAMES.get(kind, name), kind, (), ctypes.sizeof(ctype))
-
-
-def _warp_name(t) -> str:
-    from warp._src import types as wt  # noqa: PLC0415
-
-    name = getattr(t, "__name__", None)
-    if name in (None, "vec_t", "mat_t", "quat_t", "transform_t"):
-        return wt.type_repr(t)
-    return name
-
-
-def dtype_from_warp(t) -> DataType:
-    """The DataType of a Warp element type.
-
-    Args:
-        t: A Warp scalar type (``wp.float32``), vector, matrix, quaternion,
-            transform or spatial type, a ``@wp.struct``, or an array type
-            (as found among struct fields).
-
-    Raises:
-        TypeError: ``t`` is not a Warp data type.
-    """
-    import warp as wp  # noqa: PLC0415
-    from warp._src import codegen  # noqa: PLC0415
-    from warp._src import types as wt  # noqa: PLC0415
-
-    if t is float:
-        t = wp.float32
-    elif t is int:
-        t = wp.int32
-    elif t is bool:
-        t = wp.bool
-    if isinstance(t, codegen.Struct):
-        qual = getattr(getattr(t, "cls", None), "__qualname__", None) or t.key
-        mod = getattr(getattr(t, "cls", None), "__module__", None)
-        name = f"{mod}.{qual}" if mod else qual
-        fields = []
-        for fname, var in t.vars.items():
-            off = getattr(t.ctype, fname).offset
-            fields.append(StructField(fname, off, _field_dtype(var.type)))
-        return DataType(name, ScalarKind.UNKNOWN, (), wt.type_size_in_bytes(t), tuple(fields))
-    if wt.is_array(t):
-        raise TypeError(f"{wt.type_repr(t)} is an array type, not an element type")
-    if hasattr(t, "_wp_scalar_type_") and hasattr(t, "_shape_"):
-        scalar = dtype_from_warp(t._wp_scalar_type_)
-        return DataType(_warp_name(t), scalar.scalar, tuple(int(d) for d in t._shape_), wt.type_size_in_bytes(t))
-    if t in wt.warp_type_to_np_dtype:
-        name = t.__name__
-        if name == "handle":
-            return DataType("handle", ScalarKind.UINT64, (), 8)
-        if name == "bfloat16":
-            return DataType("bfloat16", ScalarKind.UNKNOWN, (), 2)
-        return DataType(name, _KIND_BY_NAME[name], (), wt.type_size_in_bytes(t))
-    raise TypeError(f"{t!r} is not a Warp data type")
-
-
-def _field_dtype(t) -> DataType:
-    """DataType of a struct field: element types, or the C layout of array fields."""
-    from warp._src import types as wt  # noqa: PLC0415
-
-    if wt.is_array(t):
-        if isinstance(t, wt.indexedarray):
-            ctype = wt.indexedarray_t
-        elif hasattr(wt, "fabricarray") and isinstance(t, (wt.fabricarray, getattr(wt, "indexedfabricarray", ()))):
-            ctype = wt.fabricarray_t if isinstance(t, wt.fabricarray) else wt.indexedfabricarray_t
-        else:
-            ctype = wt.array_t
-        return _dtype_from_ctype(ctype, wt.type_repr(t))
-    return dtype_from_warp(t)
-
-
-def warp_dtype(dt: DataType):
-    """The Warp element type of a DataType, or None for structs and opaque types."""
-    import warp as wp  # noqa: PLC0415
-    from warp._src import types as wt  # noqa: PLC0415
-
-    if dt.fields:
-        return None
-    if dt.name == "bfloat16":
-        return getattr(wt, "bfloat16", None)
-    known = getattr(wt, dt.name, None)
-    if isinstance(known, type) and known in wt.warp_type_to_np_dtype and not dt.shape:
-        if dt.name == "handle":
-            return wp.uint64
-        return known
-    if isinstance(known, type) and hasattr(known, "_shape_") and tuple(known._shape_) == tuple(dt.shape):
-        return known
-    if dt.scalar == ScalarKind.UNKNOWN:
-        return None
-    scalar = getattr(wt, SCALAR_NAMES[ScalarKind(dt.scalar)])
-    if not dt.shape:
-        return scalar
-    if dt.name.startswith("quat") and len(dt.shape) == 1:
-        return wt.quaternion(dtype=scalar)
-    if dt.name.startswith("transform") and len(dt.shape) == 1:
-        return wt.transformation(dtype=scalar)
-    if len(dt.shape) == 1:
-        return wt.vector(length=int(dt.shape[0]), dtype=scalar)
-    if len(dt.shape) == 2:
-        return wt.matrix(shape=tuple(int(d) for d in dt.shape), dtype=scalar)
-    return None
-
-
-def signature_of_array(name: str, arr, byte_offset: int = 0, is_input: bool = False,
-                       is_output: bool = False) -> ArraySignature:
-    """The ArraySignature of a ``wp.array`` (its element type, shape and byte strides).
-
-    Args:
-        name: Binding name.
-        arr: The array (a view or a whole allocation).
-        byte_offset: Offset of ``arr``'s first element in its base allocation.
-    """
-    return ArraySignature(
-        name=name,
-        dtype=dtype_from_warp(arr.dtype),
-        shape=tuple(int(d) for d in arr.shape),
-        strides=tuple(int(s) for s in arr.strides),
-        byte_offset=int(byte_offset),
-        is_input=bool(is_input),
-        is_output=bool(is_output),
-    )
-
-
-# ---------------------------------------------------------------------------
 # FlatBuffers codec
 # ---------------------------------------------------------------------------
 
@@ -567,7 +410,7 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
     Returns:
         The buffer's bytes, for :attr:`wrpkit.model.Program.annotations`.
     """
-    from .wrpk import encode_annotations_buffer  # noqa: PLC0415
+    from .annotations_codec import encode_annotations_buffer  # noqa: PLC0415
 
     if annotations is None:
         if producer is None:
@@ -629,7 +472,7 @@ def decode_annotations(data) -> Annotations:
     from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
     from .fbs.Annotations import AnnotationsT  # noqa: PLC0415
 
-    from .wrpk import verify_annotations  # noqa: PLC0415
+    from .wrpk.reader import verify_annotations  # noqa: PLC0415
 
     buf = bytes(data)
     if len(buf) < 8 or not FbAnnotations.AnnotationsBufferHasIdentifier(buf, 0):
@@ -715,6 +558,6 @@ def argument_access(program) -> dict:
 __all__ = [
     "ArgumentAccess", "ACCESS_WORDS", "argument_access", "ScalarKind", "DataType", "StructField", "ArraySignature", "KernelArgument", "KernelSignature",
     "ModuleDigest", "Annotations", "element_layout", "numpy_dtype", "dtype_matches", "view_region", "check_fits",
-    "dtype_from_warp", "warp_dtype", "signature_of_array", "encode_annotations", "decode_annotations",
+    "encode_annotations", "decode_annotations",
     "read_annotations", "FILE_IDENTIFIER", "scalar_numpy",
 ]

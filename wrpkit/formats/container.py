@@ -2,7 +2,7 @@
 
 This is the one place that turns a path into a typed program: it maps the
 file, sniffs its magic, hands the buffer to the right codec (:mod:`wrpkit.formats.wrp1`
-for ``.wrp``, :mod:`wrpkit.formats.wrpk` for ``.wrpk``) and knows where the module
+for ``.wrp``, :mod:`wrpkit.formats.wrpk.reader` for ``.wrpk``) and knows where the module
 binaries live (``<stem>_modules/`` beside a ``.wrp``, blobs inside a ``.wrpk``).
 """
 
@@ -189,7 +189,7 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
             Skip only when the bundle is trusted and speed matters.
         prefetch: Map every page up front; for callers that read the whole
             file (see :func:`wrpkit.fileio.map_file`).
-        deferred: For ``.wrpk``: see :func:`wrpkit.formats.wrpk.decode_wrpk`.
+        deferred: For ``.wrpk``: see :func:`wrpkit.formats.wrpk.reader.decode_wrpk`.
         share_ops, on_regions: For ``.wrp``: see :func:`wrpkit.formats.wrp1.decode_wrp1`
             (a ``.wrpk`` always decodes shared operation tables into shared objects).
         modules_dir: For ``.wrp``: the folder of module files, instead of
@@ -218,9 +218,9 @@ def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_chec
         if bytes(mapped.buffer[:64]).lstrip().startswith(b"{"):
             return Capture(p, "json", _decode_json(p, mapped.buffer), None, mapped)
         if kind == "wrpk":
-            from . import wrpk  # noqa: PLC0415  (the FlatBuffers runtime is only needed here)
+            from .wrpk import reader  # noqa: PLC0415  (the FlatBuffers runtime is only needed here)
 
-            prog = wrpk.decode_wrpk(mapped.buffer, verify_checksums=verify_checksums, deferred=deferred)
+            prog = reader.decode_wrpk(mapped.buffer, verify_checksums=verify_checksums, deferred=deferred)
             return Capture(p, "wrpk", prog, None, mapped)
         raise WrpFormatError(
             f"{p} is not a Warp capture: it starts with {bytes(mapped.buffer[:4])!r}, not b'WRP1' or b'WRPK'",

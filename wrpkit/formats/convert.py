@@ -145,7 +145,7 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
     with contextlib.ExitStack() as stack:
         hasher = on_regions = None
         if form == "wrpk":
-            from .wrpk import BlobHasher  # noqa: PLC0415
+            from .wrpk.builder import BlobHasher  # noqa: PLC0415
 
             # A .wrp's region data is hashed while its ops are decoded.
             hasher = BlobHasher()
@@ -167,7 +167,7 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
 def _write(prog, modules, src, dst, src_form, form, progress, deferred=None, hasher=None) -> ConvertResult:
     verification = finish = None
     if deferred:
-        from .wrpk import BackgroundVerification  # noqa: PLC0415
+        from .wrpk.blobs import BackgroundVerification  # noqa: PLC0415
 
         data = {r.region_id: r.data for r in prog.regions}
         verification = BackgroundVerification((d, data[d.region_id]) for d in deferred)
@@ -188,9 +188,9 @@ def _write_form(prog, modules, src, dst, src_form, form, progress, finish, hashe
     if form == "wrp":
         n = publish_wrp(dst, wrp1.iter_wrp1_chunks(prog), modules or {}, progress, finish)
     elif form == "wrpk":
-        from . import wrpk  # noqa: PLC0415
+        from .wrpk import builder  # noqa: PLC0415
 
-        n = wrpk.write_wrpk(dst, prog, modules, progress, finish, hasher)
+        n = builder.write_wrpk(dst, prog, modules, progress, finish, hasher)
     else:
         from . import jsonform  # noqa: PLC0415
 

@@ -46,7 +46,7 @@ from typing import Mapping, Optional
 from .. import model as m
 from ..errors import WrpFormatError
 from ..model import OpType
-from .wrpk import MAX_DEPTH, OP_TABLES, TABLES
+from .wrpk.tables import MAX_DEPTH, OP_TABLES, TABLES
 
 JSON_VERSION = 1
 

@@ -214,7 +214,7 @@ def decode_wrp1(data, *, limits: Limits = DEFAULT_LIMITS, share_ops: bool = Fals
      reserved) = FILE_HEADER.unpack_from(buf, 0)
     if magic != MAGIC:
         kind = sniff(buf)
-        hint = ("This is a .wrpk bundle; open it with wrpkit.formats.wrpk.decode_wrpk or `wrp inspect`."
+        hint = ("This is a .wrpk bundle; open it with wrpkit.formats.wrpk.reader.decode_wrpk or `wrp inspect`."
                 if kind == "wrpk" else "Pass a .wrp file written by wp.capture_save.")
         raise WrpFormatError(f"bad magic {magic!r}, expected {MAGIC!r}: not a WRP1 file",
                              field="header.magic", offset=0, hint=hint)

@@ -87,6 +87,7 @@ def kernel_signature(kernel, key: str, module_hash: str, launch=None):
     from warp._src import types as wt  # noqa: PLC0415
 
     from ..formats import annotations as ann  # noqa: PLC0415
+    from .warp_dtypes import dtype_from_warp  # noqa: PLC0415
 
     access = kernel_argument_access(kernel)
     params = launch.params if launch is not None else []
@@ -96,9 +97,9 @@ def kernel_signature(kernel, key: str, module_hash: str, launch=None):
         dtype, ndim = None, 0
         try:
             if wt.is_array(t):
-                dtype, ndim = ann.dtype_from_warp(t.dtype), int(t.ndim)
+                dtype, ndim = dtype_from_warp(t.dtype), int(t.ndim)
             else:
-                dtype = ann.dtype_from_warp(t)
+                dtype = dtype_from_warp(t)
         except TypeError:
             pass
         try:

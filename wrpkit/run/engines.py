@@ -327,7 +327,7 @@ class NativeEngine:
         fds.append(fd)
         if prep.kind == "wrp" and prep.modules:
             # A .wrp finds its module files in a folder; a bundle carries them (the same program and bytes).
-            from ..formats.wrpk import iter_wrpk_chunks  # noqa: PLC0415
+            from ..formats.wrpk.builder import iter_wrpk_chunks  # noqa: PLC0415
 
             chunks = iter_wrpk_chunks(prep.model, prep.modules)
         else:

@@ -201,9 +201,9 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
             model = wrp1.decode_wrp1(buf)
             wrp_bytes = buf
         elif kind == "wrpk":
-            from ..formats import wrpk  # noqa: PLC0415
+            from ..formats.wrpk import reader  # noqa: PLC0415
 
-            model = wrpk.decode_wrpk(buf, verify_checksums=verify_checksums, deferred=deferred)
+            model = reader.decode_wrpk(buf, verify_checksums=verify_checksums, deferred=deferred)
             wrp_bytes = None
         else:
             raise WrpFormatError(f"the data is not a Warp capture: it starts with {bytes(buf[:4])!r}",
@@ -212,7 +212,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         files = None
         if modules is None:
             if kind == "wrpk":
-                from ..formats.wrpk import module_files  # noqa: PLC0415
+                from ..formats.wrpk.builder import module_files  # noqa: PLC0415
 
                 modules = module_files(model)
             else:
@@ -400,9 +400,11 @@ def signature_for_type(name: str, type_name: str, size: int) -> ann.ArraySignatu
     """
     import warp as wp  # noqa: PLC0415
 
+    from .warp_dtypes import dtype_from_warp  # noqa: PLC0415
+
     t = getattr(wp, type_name, None) if type_name.isidentifier() and not type_name.startswith("_") else None
     try:
-        dt = ann.dtype_from_warp(t) if t is not None else None
+        dt = dtype_from_warp(t) if t is not None else None
         ann.element_layout(dt) if dt is not None else None
     except (TypeError, WrpError):
         dt = None

@@ -32,6 +32,7 @@ import numpy as np
 from ..formats import annotations as ann
 from ..errors import WrpBindingError, WrpDeviceError, WrpError, WrpRuntimeError
 from ..fileio import modules_dir_for
+from .warp_dtypes import warp_dtype
 
 
 from .prepare import (Prepared, check_runnable, coerce_input, device_family, prepare, release, unknown_binding,
@@ -216,9 +217,9 @@ class Program:
         """The program as ``.wrpk`` bundle bytes (module binaries inside), made once and kept."""
         self._check_open()
         if self._bundle is None:
-            from ..formats import wrpk  # noqa: PLC0415
+            from ..formats.wrpk import builder  # noqa: PLC0415
 
-            self._bundle = wrpk.encode_wrpk(self.model, self._prepared.modules)
+            self._bundle = builder.encode_wrpk(self.model, self._prepared.modules)
         return self._bundle
 
     @_serialised
@@ -489,7 +490,7 @@ class Program:
             arr = wp.array(ptr=slot.ptr, dtype=wp.uint8, shape=(slot.size,), capacity=slot.size,
                            device=self.device)
         else:
-            wdt = ann.warp_dtype(sig.dtype)
+            wdt = warp_dtype(sig.dtype)
             ptr = slot.ptr + int(sig.byte_offset)
             cap = slot.size - int(sig.byte_offset)
             if wdt is None:
@@ -683,7 +684,7 @@ def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None
     # blobs were verified before this point.
     verification = None
     if prep.deferred:
-        from ..formats.wrpk import BackgroundVerification  # noqa: PLC0415
+        from ..formats.wrpk.blobs import BackgroundVerification  # noqa: PLC0415
 
         verification = BackgroundVerification(prep.deferred)
     try:

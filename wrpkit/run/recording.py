@@ -33,6 +33,7 @@ from typing import Mapping, Optional
 import warp as wp
 
 from ..formats import annotations as ann
+from .warp_dtypes import signature_of_array
 from .access import kernel_signature
 from ..formats import wrp1
 from ..errors import WrpBindingError, WrpError, WrpRuntimeError
@@ -392,7 +393,7 @@ def _export(graph, tmp: Path, inputs: Mapping, outputs: Mapping):
             if name in sigs:
                 sigs[name] = dataclasses.replace(sigs[name], is_output=True)
                 continue
-            sigs[name] = ann.signature_of_array(name, arr, _byte_offset(cap, arr), is_input=role == "input",
+            sigs[name] = signature_of_array(name, arr, _byte_offset(cap, arr), is_input=role == "input",
                                                 is_output=role == "output")
     for b in prog.bindings:
         sig = sigs.get(b.name)
@@ -455,7 +456,7 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
         prog, mapped, modules = _export(graph, Path(d), dict(inputs or {}), dict(outputs or {}))
         try:
             if bundle:
-                from ..formats.wrpk import write_wrpk  # noqa: PLC0415
+                from ..formats.wrpk.builder import write_wrpk  # noqa: PLC0415
 
                 write_wrpk(dest, prog, modules)
             else:

@@ -431,9 +431,9 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
                        + "; ".join(str(p) for p in problems[:5]))
     dst.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".wrpk":
-        from ..formats import wrpk  # noqa: PLC0415
+        from ..formats.wrpk import builder  # noqa: PLC0415
 
-        n = wrpk.write_wrpk(dst, program, files)
+        n = builder.write_wrpk(dst, program, files)
     else:
         n = publish_wrp(dst, wrp1.iter_wrp1_chunks(program), files)
     return AnnotateResult(src, dst, typing, int(n or dst.stat().st_size))

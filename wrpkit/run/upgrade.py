@@ -24,7 +24,7 @@ from ..formats.annotations import Annotations, ModuleDigest, encode_annotations
 from ..formats.container import open_capture
 from ..formats.upgrade import COLLISION_POLICIES, ArgSpec, RebuiltKernel, UpgradeReport, upgrade_program
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS
-from ..formats.wrpk import verify_annotations
+from ..formats.wrpk.reader import verify_annotations
 
 
 @dataclass
@@ -366,9 +366,9 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
 
         form = output_form(dst)
         if form == "wrpk":
-            from ..formats import wrpk  # noqa: PLC0415
+            from ..formats.wrpk import builder  # noqa: PLC0415
 
-            n = wrpk.write_wrpk(dst, new, out_files, progress, check, durable=durable)
+            n = builder.write_wrpk(dst, new, out_files, progress, check, durable=durable)
         else:
             # With writeback hints (the default): the disk starts on the data
             # while the rest is written and checked (bench/bench_upgrade.py).

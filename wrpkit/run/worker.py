@@ -115,7 +115,7 @@ def verify_deferred(prep) -> None:
         WrpIntegrityError: A region's data does not match its SHA-256.
     """
     if prep.deferred:
-        from ..formats.wrpk import BackgroundVerification  # noqa: PLC0415
+        from ..formats.wrpk.blobs import BackgroundVerification  # noqa: PLC0415
 
         BackgroundVerification(prep.deferred).wait()
         prep.deferred = []
