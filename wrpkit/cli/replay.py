@@ -28,12 +28,10 @@ import click
 import numpy as np
 
 from ..checks.binding_stats import raw_stats, stats, with_warp_shape  # noqa: F401  (stats, raw_stats: re-exported)
-from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError, WrpError, WrpRuntimeError,  # noqa: F401
-                      WrpTimeoutError, timeout_hint, timeout_message)
+from ..errors import (CRASH_SIGNAL_NUMBERS, EXIT_CRASH, EXIT_TIMEOUT, TIMEOUT_HINT, WrpBindingError,  # noqa: F401
+                      WrpError, WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
 
 NATIVE_EXE = "wrp-replay"
-#: Signal numbers of a crash (a wrp-replay killed before its handler could report).
-CRASH_SIGNALS = {11, 7, 4, 8, 6}
 
 
 # ---------------------------------------------------------------------------
@@ -501,7 +499,7 @@ def _run_native(prep, file: Path, device: str, inputs: dict, repeat: int, warmup
             msg = report.get("error") if isinstance(report, dict) else None
             if not msg:
                 msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
-            if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNALS:
+            if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNAL_NUMBERS:
                 raise _native_crash(prep, proc.returncode, msg or proc.stderr, device, inputs, repeat + warmup,
                                     verify_checksums, report.get("crash") if isinstance(report, dict) else None)
             msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"

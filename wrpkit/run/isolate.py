@@ -45,6 +45,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import (
+    CRASH_SIGNAL_NUMBERS,
     TIMEOUT_HINT,
     WrpCrashError,
     WrpError,
@@ -53,9 +54,6 @@ from ..errors import (
     timeout_message,
 )
 
-#: The fatal signals a contained replay turns into :class:`WrpCrashError`.
-CRASH_SIGNALS = {getattr(signal, n): n for n in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
-                 if hasattr(signal, n)}
 
 #: Seconds the search for the crashing op may take (bounded further by a --timeout).
 IDENTIFY_BUDGET_S = 120.0
@@ -88,7 +86,7 @@ class ChildCrashed(Exception):
 
 
 def _signal_name(signum: int) -> str:
-    return CRASH_SIGNALS.get(signum) or (signal.Signals(signum).name if signum in signal.Signals.__members__.values()
+    return CRASH_SIGNAL_NUMBERS.get(signum) or (signal.Signals(signum).name if signum in signal.Signals.__members__.values()
                                          else f"signal {signum}")
 
 
