@@ -116,8 +116,8 @@ def op_records() -> list:
 
 
 def _argument_records() -> list:
-    """The launch parameter record (formats 10+; its fields are the model's LaunchParam) and the
-    relocation record, each field's offset from the record's start."""
+    """The launch parameter record (formats 10+; its fields are the model's LaunchParam), the
+    relocation record and the two array descriptors, each field's offset from the record's start."""
     from wrpkit.model import LaunchParam  # noqa: PLC0415
 
     params = {L.LAYOUTS[v].launch_param.format for v in L.LAYOUTS if not L.LAYOUTS[v].legacy_args}
@@ -125,9 +125,12 @@ def _argument_records() -> list:
     codes = _TOKEN.findall(params.pop().lstrip("<"))
     assert len(codes) == len(LaunchParam._fields)
     param = L.RecordLayout("launch_param", [(n, c + k) for n, (c, k) in zip(LaunchParam._fields, codes)])
-    out = ["// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:",
-           "// field offsets from the start of each record.", ""]
-    for rl, cname in ((param, "LaunchParamRecord"), (L.LAYOUT_18.reloc, "RelocationRecord")):
+    out = ["// APICLaunchParamRecord (formats 10+, the model's LaunchParam), APICLaunchPtrLocation, and",
+           "// the array_t / indexedarray_t descriptors inside a launch argument's value bytes (formats",
+           "// 10+; wrp1_layout.py ARRAY_RECORD): field offsets from the start of each record.", ""]
+    records = ((param, "LaunchParamRecord"), (L.LAYOUT_18.reloc, "RelocationRecord"),
+               (L.ARRAY_RECORD, "ArrayRecord"), (L.INDEXED_ARRAY_RECORD, "IndexedArrayRecord"))
+    for rl, cname in records:
         off = field_offsets(rl)
         out += [f"struct {cname} {{",
                 "    uint32_t record_size;",

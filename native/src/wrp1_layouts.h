@@ -238,8 +238,9 @@ constexpr HashGridUpdate kHashGridUpdate = {64,
 
 }  // namespace op_record
 
-// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:
-// field offsets from the start of each record.
+// APICLaunchParamRecord (formats 10+, the model's LaunchParam), APICLaunchPtrLocation, and
+// the array_t / indexedarray_t descriptors inside a launch argument's value bytes (formats
+// 10+; wrp1_layout.py ARRAY_RECORD): field offsets from the start of each record.
 
 struct LaunchParamRecord {
     uint32_t record_size;
@@ -254,6 +255,20 @@ struct RelocationRecord {
 };
 constexpr RelocationRecord kRelocationRecord = {24,
     {0, 4, false}, {4, 4, true}, {8, 8, false}, {16, 1, false}, {17, 7, false}};
+
+struct ArrayRecord {
+    uint32_t record_size;
+    FieldAt data, grad, shape, strides, ndim, flags, pad;
+};
+constexpr ArrayRecord kArrayRecord = {56,
+    {0, 8, false}, {8, 8, false}, {16, 4, true}, {32, 4, true}, {48, 2, false}, {50, 2, false}, {52, 4, false}};
+
+struct IndexedArrayRecord {
+    uint32_t record_size;
+    FieldAt data, grad, shape, strides, ndim, flags, pad, indices, index_shape;
+};
+constexpr IndexedArrayRecord kIndexedArrayRecord = {104,
+    {0, 8, false}, {8, 8, false}, {16, 4, true}, {32, 4, true}, {48, 2, false}, {50, 2, false}, {52, 4, false}, {56, 8, false}, {88, 4, true}};
 
 // The layout of `version`, or nullptr for a format no Warp release wrote.
 constexpr const FormatLayout* find_format_layout(uint32_t version)

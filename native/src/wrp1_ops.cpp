@@ -33,8 +33,12 @@ namespace {
 // fields with these C++ types, so a change of wrp1_layout.py that breaks it fails the build.
 namespace rec = op_record;  // every op record's field offsets (generated: wrp1_layouts.h)
 
-constexpr uint32_t kParamRecord = 16;
-constexpr uint32_t kRelocRecord = 24;
+constexpr uint32_t kParamRecord = kLaunchParamRecord.record_size;
+constexpr uint32_t kRelocRecord = kRelocationRecord.record_size;
+// A launch argument's array descriptors (generated from wrp1_layout.py ARRAY_RECORD).
+constexpr const ArrayRecord& kArr = kArrayRecord;
+constexpr const IndexedArrayRecord& kIdx = kIndexedArrayRecord;
+constexpr uint32_t kRelocKind = kRelocationRecord.kind.offset;
 
 constexpr bool layouts_fit_this_code()
 {
@@ -52,7 +56,11 @@ constexpr bool layouts_fit_this_code()
     }
     return kLegacyArg.is_array.size == 1 && kLegacyArg.ndim.size == 1 && kLegacyArg.param_index.size == 2
         && kLegacyArg.region_id.size == 4 && kLegacyArg.byte_offset.size == 8 && kLegacyArg.shape.size == 8
-        && kLegacyArg.strides.size == 8 && kLegacyArg.element_size.size == 4;
+        && kLegacyArg.strides.size == 8 && kLegacyArg.element_size.size == 4
+        && kArrayRecord.shape.size == 4 && kArrayRecord.strides.size == 4 && kArrayRecord.ndim.size == 2
+        && kIndexedArrayRecord.indices.size == 8 && kIndexedArrayRecord.index_shape.size == 4
+        && kIndexedArrayRecord.shape.offset == kArrayRecord.shape.offset
+        && kIndexedArrayRecord.indices.offset == kArrayRecord.record_size && kRelocationRecord.kind.size == 1;
 }
 static_assert(layouts_fit_this_code(), "wrp1_layouts.h changed a field width that wrp1_ops.cpp reads with a fixed type");
 
@@ -553,7 +561,7 @@ private:
             covered = slots;
             for (uint32_t o : slots)
                 if (slots.count(o + 8)) {
-                    uint32_t span = slots.count(o + 56) ? 104 : 56;
+                    uint32_t span = slots.count(o + kIdx.indices.offset) ? kIdx.record_size : kArr.record_size;
                     for (uint32_t b = o; b < o + span; b += 8)
                         covered.insert(b);
                 }
@@ -606,15 +614,15 @@ private:
             if (a.value_size != 0 && vsize != a.value_size)
                 fail_invalid_at(op.label, op.at + po, "param %u: argument %s is %u bytes; its type %s takes %u", j,
                                 quoted(a.name).c_str(), vsize, quoted(a.type).c_str(), a.value_size);
-            if (a.ndim == 0 || !a.has_dtype || vsize < 56 || n == 0)
+            if (a.ndim == 0 || !a.has_dtype || vsize < kArr.record_size || n == 0)
                 continue;
             const uint8_t* rel = op.p + relocs_off + first * kRelocRecord;
-            if (rel[16] != kRelocDataPtr || load<uint32_t>(rel) != 0)
+            if (rel[kRelocKind] != kRelocDataPtr || load<uint32_t>(rel) != 0)
                 continue;
             const uint8_t* desc = op.p + values_off + voff;
-            uint16_t ndim = load<uint16_t>(desc + 48);
+            uint16_t ndim = load<uint16_t>(desc + kArr.ndim.offset);
             if (ndim != a.ndim)
-                fail_invalid_at(op.label, op.at + values_off + voff + 48,
+                fail_invalid_at(op.label, op.at + values_off + voff + kArr.ndim.offset,
                                 "param %u: array argument %s has ndim %u; the kernel declares %u", j, quoted(a.name).c_str(),
                                 ndim, a.ndim);
             if (ndim > 4)
@@ -622,18 +630,18 @@ private:
             StridedReach reach;
             bool skip = false;
             for (int d = 0; d < ndim; d++) {
-                int32_t extent = load<int32_t>(desc + 16 + 4 * d);
+                int32_t extent = load<int32_t>(desc + kArr.shape.offset + 4 * d);
                 if (extent <= 0)
                     skip = true;  // empty, or negative (reported with the descriptor)
                 else
-                    reach.add(extent, load<int32_t>(desc + 32 + 4 * d));
+                    reach.add(extent, load<int32_t>(desc + kArr.strides.offset + 4 * d));
             }
             const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
             uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (skip || !region || base > region->size)
                 continue;
             if (-reach.lo > __int128(base) || __int128(base) + reach.hi + a.dtype_size > __int128(region->size))
-                fail_invalid_at(op.label, op.at + values_off + voff + 16,
+                fail_invalid_at(op.label, op.at + values_off + voff + kArr.shape.offset,
                                 "param %u: array argument %s (%s, shape and strides at this offset) spans past the end "
                                 "of region %u (%llu bytes) from offset %llu", j, quoted(a.name).c_str(),
                                 printable(a.dtype_name).c_str(), region->id, static_cast<unsigned long long>(region->size),
@@ -697,7 +705,7 @@ private:
                            uint32_t first_reloc, uint32_t n)
     {
         auto slot = [&](uint32_t r) { return op.get<uint32_t>(relocs_off + r * kRelocRecord); };
-        auto kind = [&](uint32_t r) { return op.p[relocs_off + r * kRelocRecord + 16]; };
+        auto kind = [&](uint32_t r) { return op.p[relocs_off + r * kRelocRecord + kRelocKind]; };
         auto pointer = [&](uint32_t r) { return r < n && (kind(r) == kRelocDataPtr || kind(r) == kRelocNull); };
         uint64_t next_free = 0;
         for (uint32_t r = 0; r < n;) {
@@ -717,8 +725,8 @@ private:
                                 "grad pointer at slot %u", j, first_reloc + r, o + 8);
             bool indexed = true;
             for (uint32_t d = 0; d < 4; d++)
-                indexed = indexed && pointer(r + 2 + d) && slot(r + 2 + d) == uint64_t(o) + 56 + 8 * d;
-            uint32_t group = indexed ? 104 : 56;
+                indexed = indexed && pointer(r + 2 + d) && slot(r + 2 + d) == uint64_t(o) + kIdx.indices.offset + kIdx.indices.size * d;
+            uint32_t group = indexed ? kIdx.record_size : kArr.record_size;
             if (uint64_t(o) + group > blob_size)
                 fail_invalid_at(op.label, at, "param %u relocation %u: a %u-byte %s at byte %u does not fit in the %u-byte "
                                 "argument", j, first_reloc + r, group, indexed ? "indexedarray" : "array", o, blob_size);
@@ -734,7 +742,7 @@ private:
     // as launch_arrays.array_extents counts them.
     void count_elements(const uint8_t* a, bool indexed, uint16_t ndim)
     {
-        const uint8_t* shape = a + (indexed ? 88 : 16);
+        const uint8_t* shape = a + (indexed ? kIdx.index_shape.offset : kArr.shape.offset);
         if (indexed) {
             ndim = 0;
             for (int d = 0; d < 4; d++)
@@ -760,21 +768,21 @@ private:
     void array_extent(const Op& op, uint32_t j, uint32_t blob, uint32_t reloc0, bool indexed, bool forward)
     {
         const uint8_t* a = op.p + blob;
-        bool has_data = op.p[reloc0 + 16] == kRelocDataPtr || op.p[reloc0 + kRelocRecord + 16] == kRelocDataPtr;
-        uint16_t ndim = load<uint16_t>(a + 48);
+        bool has_data = op.p[reloc0 + kRelocKind] == kRelocDataPtr || op.p[reloc0 + kRelocRecord + kRelocKind] == kRelocDataPtr;
+        uint16_t ndim = load<uint16_t>(a + kArr.ndim.offset);
         if (!has_data)
             return;  // a None array
         if (ndim < 1 || ndim > 4)
-            fail_invalid_at(op.label, op.at + blob + 48, "param %u: array argument has ndim %u (1..4)", j, ndim);
+            fail_invalid_at(op.label, op.at + blob + kArr.ndim.offset, "param %u: array argument has ndim %u (1..4)", j, ndim);
         if (forward)
             count_elements(a, indexed, ndim);
         StridedReach reach;
         bool empty = false;
         for (int d = 0; d < ndim; d++) {
-            int32_t extent = load<int32_t>(a + 16 + 4 * d);
-            int64_t stride = load<int32_t>(a + 32 + 4 * d);
+            int32_t extent = load<int32_t>(a + kArr.shape.offset + 4 * d);
+            int64_t stride = load<int32_t>(a + kArr.strides.offset + 4 * d);
             if (extent < 0)
-                fail_invalid_at(op.label, op.at + blob + 16 + 4 * d, "param %u: array shape[%d] is negative (%d)", j, d,
+                fail_invalid_at(op.label, op.at + blob + kArr.shape.offset + 4 * d, "param %u: array shape[%d] is negative (%d)", j, d,
                                 extent);
             empty = empty || extent == 0;
             if (extent > 0)
@@ -782,14 +790,14 @@ private:
         }
         for (uint32_t r = 0; r < 2 && !empty; r++) {
             const uint8_t* rel = op.p + reloc0 + r * kRelocRecord;
-            if (rel[16] != kRelocDataPtr)
+            if (rel[kRelocKind] != kRelocDataPtr)
                 continue;
             const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
             uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (!region || base > region->size)
                 continue;  // reported by relocation()
             if (-reach.lo > __int128(base) || reach.hi >= __int128(region->size - base))
-                fail_invalid_at(op.label, op.at + blob + 16,
+                fail_invalid_at(op.label, op.at + blob + kArr.shape.offset,
                                 "param %u: array %s (shape and strides at this offset) reaches outside region %u of %llu "
                                 "bytes from offset %llu",
                                 j, r ? "grad" : "data", region->id, static_cast<unsigned long long>(region->size),
@@ -801,13 +809,13 @@ private:
         // shape, at +88).
         for (uint32_t d = 0; d < 4; d++) {
             const uint8_t* rel = op.p + reloc0 + (2 + d) * kRelocRecord;
-            if (rel[16] != kRelocDataPtr)
+            if (rel[kRelocKind] != kRelocDataPtr)
                 continue;
-            int32_t count = load<int32_t>(a + 88 + 4 * d);
+            int32_t count = load<int32_t>(a + kIdx.index_shape.offset + 4 * d);
             const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
             uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (count < 0 || (region && base <= region->size && uint64_t(count) * 4 > region->size - base))
-                fail_invalid_at(op.label, op.at + blob + 88 + 4 * d,
+                fail_invalid_at(op.label, op.at + blob + kIdx.index_shape.offset + 4 * d,
                                 "param %u: index array %u of %d entries does not fit its region", j, d, count);
         }
     }
