@@ -6,13 +6,10 @@ those are the offsets of Warp's own ctypes array_t / indexedarray_t."""
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from header_printer import needs_cxx, printed_lines
 from wrpkit.formats.wrp1_layout import ARRAY_RECORD, INDEXED_ARRAY_RECORD
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,14 +44,9 @@ def _python_rows() -> list:
     return rows
 
 
-@pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
+@needs_cxx
 def test_compiled_array_descriptors_match_python(tmp_path):
-    src = tmp_path / "p.cpp"
-    src.write_text(PRINTER)
-    exe = tmp_path / "p"
-    subprocess.run(["c++", "-std=c++17", "-I", str(ROOT / "native" / "src"), str(src), "-o", str(exe)], check=True)
-    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out == _python_rows()
+    assert printed_lines(PRINTER, ROOT / "native" / "src", tmp_path) == _python_rows()
 
 
 def test_array_descriptors_are_warps_ctypes_layout():

@@ -14,20 +14,15 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-HEADER = ROOT / "native" / "cli" / "crash_signals.h"
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gen_layout import ROOT, _c_string, write_or_check  # noqa: E402
 from wrpkit.errors import CRASH_SIGNALS  # noqa: E402
 
-
-def _c_string(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+HEADER = ROOT / "native" / "cli" / "crash_signals.h"
 
 
 def render() -> str:
@@ -63,19 +58,7 @@ def render() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HEADER, help="file to write (default: %(default)s)")
-    ap.add_argument("--check", action="store_true", help="only compare; exit 1 if the file differs")
-    a = ap.parse_args()
-    text = render()
-    if a.check:
-        if (a.out.read_text() if a.out.is_file() else "") != text:
-            print(f"{a.out} is stale: run python tools/gen_crash_signals.py", file=sys.stderr)
-            return 1
-        return 0
-    a.out.write_text(text)
-    print(a.out)
-    return 0
+    return write_or_check(render, HEADER, __doc__, "python tools/gen_crash_signals.py")
 
 
 if __name__ == "__main__":

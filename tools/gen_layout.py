@@ -250,21 +250,27 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HEADER, help="file to write (default: %(default)s)")
+def write_or_check(render_text, default_out: Path, doc: str, regenerate: str) -> int:
+    """The command line of a header generator: write ``render_text()`` to ``--out`` (default
+    ``default_out``), or with ``--check`` exit 1 if the file differs (``regenerate``: what to run)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=default_out, help="file to write (default: %(default)s)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 if the file differs")
     a = ap.parse_args()
-    text = render()
+    text = render_text()
     if a.check:
         current = a.out.read_text() if a.out.is_file() else ""
         if current != text:
-            print(f"{a.out} is stale: run python tools/gen_layout.py", file=sys.stderr)
+            print(f"{a.out} is stale: run {regenerate}", file=sys.stderr)
             return 1
         return 0
     a.out.write_text(text)
     print(a.out)
     return 0
+
+
+def main() -> int:
+    return write_or_check(render, HEADER, __doc__, "python tools/gen_layout.py")
 
 
 if __name__ == "__main__":
