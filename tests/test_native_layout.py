@@ -62,3 +62,29 @@ def test_array_descriptors_are_warps_ctypes_layout():
     assert wt.indexedarray_t.data.offset == 0 and ioffs["data"][0] == 0
     assert ioffs["indices"][0] == wt.indexedarray_t.indices.offset
     assert ioffs["index_shape"][0] == wt.indexedarray_t.shape.offset
+
+
+def _region_reference_printer() -> str:
+    from wrpkit.model import OP_CLASSES
+
+    calls = "".join(f'    r("{cls.__name__}", op_regions::k{cls.__name__}_{ref.role});\n'
+                    for t, cls in sorted(OP_CLASSES.items()) for ref in cls.REGIONS or ())
+    return ('#include <cstdio>\n#include "wrp1_layouts.h"\nusing namespace wrp;\n'
+            'static void r(const char* op, const RegionRefAt& x) { std::printf("%s %s %d %d %d\\n", op, x.role, '
+            'x.region_id.offset, x.offset.offset, x.optional); }\nint main() {\n' + calls + "}\n")
+
+
+@needs_cxx
+def test_compiled_region_references_are_the_op_tables(tmp_path):
+    """Every REGIONS entry of wrpkit/model.py is in the header, at its record fields' offsets."""
+    from wrpkit.formats import wrp1_layout as L
+    from wrpkit.model import OP_CLASSES
+
+    want = []
+    for t, cls in sorted(OP_CLASSES.items()):
+        for ref in cls.REGIONS or ():
+            offs = gen_layout.field_offsets(L.LAYOUT_18.ops[t], 8)
+            off = offs[ref.offset][0] if ref.offset else -1
+            want.append(f"{cls.__name__} {ref.role} {offs[ref.region][0]} {off} {int(ref.optional)}")
+    assert len(want) >= 40
+    assert printed_lines(_region_reference_printer(), ROOT / "native" / "src", tmp_path) == want

@@ -111,7 +111,35 @@ def op_records() -> list:
                   f"constexpr {name} k{name} = {{{8 + rl.size},",
                   "    " + ", ".join(_field(off, f) for f in rl.names) + "};", ""]
     lines += ["}  // namespace op_record", ""]
+    lines += _region_references()
     lines += _argument_records()
+    return lines
+
+
+def _region_references() -> list:
+    """Every region reference of the op table (wrpkit/model.py REGIONS), per op record: the role, its
+    region-id and offset fields and whether region -1 means absent.  How many bytes it spans is the op's
+    own rule (model.py's ``nbytes``), written once more in wrp1_ops.cpp and held to it by
+    tests/test_parity_region_ranges.py."""
+    from wrpkit.model import OP_CLASSES  # noqa: PLC0415
+
+    lines = ["// Each op record's region references, as wrpkit/model.py's op table (REGIONS) declares them:",
+             "// role, the region-id field, the offset field (offset -1: none, the range starts at 0) and",
+             "// whether region -1 means the reference is absent.  wrp1_ops.cpp's range() takes them.",
+             "struct RegionRefAt {",
+             "    const char* role;",
+             "    FieldAt region_id, offset;",
+             "    bool optional;",
+             "};",
+             "namespace op_regions {", ""]
+    for t, rl in sorted(L.LAYOUT_18.ops.items()):
+        cls = OP_CLASSES[t]
+        off = field_offsets(rl, 8)
+        for ref in cls.REGIONS or ():
+            lines.append(f"constexpr RegionRefAt k{cls.__name__}_{ref.role} = {{{_c_string(ref.role)}, "
+                         f"{_field(off, ref.region)}, {_field(off, ref.offset or '')}, "
+                         f"{'true' if ref.optional else 'false'}}};")
+    lines += ["", "}  // namespace op_regions", ""]
     return lines
 
 

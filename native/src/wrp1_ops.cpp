@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdarg>
+#include <cstring>
 #include <string>
 #include <set>
 #include <tuple>
@@ -32,6 +33,7 @@ namespace {
 // Record sizes and field widths that are the same in every format; the code below reads those
 // fields with these C++ types, so a change of wrp1_layout.py that breaks it fails the build.
 namespace rec = op_record;  // every op record's field offsets (generated: wrp1_layouts.h)
+namespace reg = op_regions;  // and its region references (the op table's REGIONS)
 
 constexpr uint32_t kParamRecord = kLaunchParamRecord.record_size;
 constexpr uint32_t kRelocRecord = kRelocationRecord.record_size;
@@ -166,20 +168,17 @@ private:
         case kOpMemcpyH2D: return memcpy_h2d(op);
         case kOpMemcpyD2D:
             exact(op);
-            range(op, "dst", op.field<int32_t>(rec::kMemcpyD2D.dst_region_id),
-                op.field<uint64_t>(rec::kMemcpyD2D.dst_offset), op.field<uint64_t>(rec::kMemcpyD2D.size));
-            range(op, "src", op.field<int32_t>(rec::kMemcpyD2D.src_region_id),
-                op.field<uint64_t>(rec::kMemcpyD2D.src_offset), op.field<uint64_t>(rec::kMemcpyD2D.size));
+            range(op, reg::kMemcpyD2D_dst, op.field<uint64_t>(rec::kMemcpyD2D.size));
+            range(op, reg::kMemcpyD2D_src, op.field<uint64_t>(rec::kMemcpyD2D.size));
             return;
         case kOpMemset:
             exact(op);
-            range(op, "", op.field<int32_t>(rec::kMemset.region_id), op.field<uint64_t>(rec::kMemset.offset),
-                op.field<uint64_t>(rec::kMemset.size));
+            range(op, reg::kMemset_region, op.field<uint64_t>(rec::kMemset.size));
             return;
         case kOpAlloc:
             exact(op);
             op.require_zero(rec::kAlloc.pad, "_pad");
-            range(op, "", op.field<int32_t>(rec::kAlloc.region_id), 0, op.field<uint64_t>(rec::kAlloc.size));
+            range(op, reg::kAlloc_region, op.field<uint64_t>(rec::kAlloc.size));
             return;
         case kOpIf:
         case kOpWhile: return conditional(op, depth);
@@ -222,6 +221,14 @@ private:
         if (op.total != expected)
             op.fail("total_size %u, but a %s record is exactly %llu bytes", op.total, op_name(op.type),
                     static_cast<unsigned long long>(expected));
+    }
+
+    // The same for one region reference of the op table (wrp1_layouts.h op_regions): its fields, its
+    // name in messages ("region_id" for a record's only region) and whether -1 means absent.
+    void range(const Op& op, const RegionRefAt& ref, uint64_t length)
+    {
+        range(op, std::strcmp(ref.role, "region") == 0 ? "" : ref.role, op.field<int32_t>(ref.region_id),
+              ref.offset.present() ? op.field<uint64_t>(ref.offset) : 0, length, ref.optional);
     }
 
     // The region bytes [offset, offset + length) the op touches must exist.
@@ -855,7 +862,7 @@ private:
             op.fail("a WHILE record has an empty second branch, found %u bytes", b);
         if (depth + 1 > kMaxNestingDepth)
             op.fail("conditionals nest deeper than %u levels", kMaxNestingDepth);
-        range(op, "cond", op.field<int32_t>(rec::kIf.cond_region_id), op.field<uint64_t>(rec::kIf.cond_offset), 4);
+        range(op, reg::kIf_cond, 4);  // IF and WHILE share the record
         uint64_t body = op.at + head;
         if (op.type == kOpWhile) {
             // A body that touches no byte of the condition's region can never
@@ -909,7 +916,7 @@ private:
         if (op.total < fixed || srcsize == 0 || uint64_t(srcsize) + fixed != op.total)
             op.fail("total_size %u does not equal %u + a nonzero value size (%u)", op.total, fixed, srcsize);
         uint64_t bytes = mul(op, op.field<uint64_t>(rec::kMemtile.count), srcsize, "count * value size");
-        range(op, "", op.field<int32_t>(rec::kMemtile.region_id), op.field<uint64_t>(rec::kMemtile.offset), bytes);
+        range(op, reg::kMemtile_region, bytes);
     }
 
     void segmented_sort(const Op& op)
@@ -993,26 +1000,25 @@ private:
             op.fail("negative block size, scalar size, row, column or nnz count");
         if (op.p[rec::kBsrFromTriplets.masked_topology.offset] > 1)
             op.fail("masked_topology must be 0 or 1, found %u", op.p[rec::kBsrFromTriplets.masked_topology.offset]);
-        auto id = [&](int i) { return op.get<int32_t>(rec::kBsrFromTriplets.tpl_nnz_region_id.offset + 4 * i); };
-        auto off = [&](int i) { return op.get<uint64_t>(rec::kBsrFromTriplets.tpl_nnz_offset.offset + 8 * i); };
         // Formats 13-15 may name the region the replay writes the count into; from 16 on Warp writes
         // -1/0 there and ignores it.
         if (layout_.bsr_nnz_region)
-            range(op, "bsr_nnz", id(9), off(9), 4, true);
-        else if (id(9) != -1 || off(9) != 0)
+            range(op, reg::kBsrFromTriplets_bsr_nnz, 4);
+        else if (op.field<int32_t>(reg::kBsrFromTriplets_bsr_nnz.region_id) != -1
+                 || op.field<uint64_t>(reg::kBsrFromTriplets_bsr_nnz.offset) != 0)
             op.fail("legacy bsr_nnz region must be -1 with offset 0");
         uint64_t int_bytes = uint64_t(nnz) * 4;
         uint64_t values_bytes = mul(op, mul(op, uint64_t(nnz), uint64_t(block_size), "values span"), uint64_t(scalar_size),
                                     "values span");
-        range(op, "tpl_nnz", id(0), off(0), 4, true);
-        range(op, "tpl_rows", id(1), off(1), int_bytes);
-        range(op, "tpl_columns", id(2), off(2), int_bytes);
-        range(op, "tpl_values", id(3), off(3), values_bytes, true);
-        range(op, "summed_block_offsets", id(4), off(4), int_bytes);
-        range(op, "summed_block_indices", id(5), off(5), int_bytes);
-        range(op, "bsr_offsets", id(6), off(6), (uint64_t(rows) + 1) * 4);
-        range(op, "bsr_row_counts", id(7), off(7), uint64_t(rows) * 4, true);
-        range(op, "bsr_columns", id(8), off(8), int_bytes);
+        range(op, reg::kBsrFromTriplets_tpl_nnz, 4);
+        range(op, reg::kBsrFromTriplets_tpl_rows, int_bytes);
+        range(op, reg::kBsrFromTriplets_tpl_columns, int_bytes);
+        range(op, reg::kBsrFromTriplets_tpl_values, values_bytes);
+        range(op, reg::kBsrFromTriplets_summed_block_offsets, int_bytes);
+        range(op, reg::kBsrFromTriplets_summed_block_indices, int_bytes);
+        range(op, reg::kBsrFromTriplets_bsr_offsets, (uint64_t(rows) + 1) * 4);
+        range(op, reg::kBsrFromTriplets_bsr_row_counts, uint64_t(rows) * 4);
+        range(op, reg::kBsrFromTriplets_bsr_columns, int_bytes);
     }
 
     void bsr_transpose(const Op& op)
@@ -1027,12 +1033,10 @@ private:
             nnz = op.field<int32_t>(rec::kBsrTranspose.nnz_upper_bound);
         if (rows < 0 || cols < 0 || nnz < 0)
             op.fail("negative row, column or nnz count");
-        auto id = [&](int i) { return op.get<int32_t>(rec::kBsrTranspose.bsr_offsets_region_id.offset + 4 * i); };
-        auto off = [&](int i) { return op.get<uint64_t>(rec::kBsrTranspose.bsr_offsets_offset.offset + 8 * i); };
         // From format 14 a padded destination (transposed row counts given) carries its capacity
         // offsets; in format 13 it carries none (Warp 1.15-1.18 read them from the live offsets), so
         // its columns are bounded by nnz_upper_bound, as an unpadded one's.
-        bool has_tail = id(4) >= 0 && layout_.bsr_transpose_tail;
+        bool has_tail = op.field<int32_t>(reg::kBsrTranspose_transposed_row_counts.region_id) >= 0 && layout_.bsr_transpose_tail;
         uint64_t colp1 = (uint64_t(cols) + 1) * 4;
         uint64_t expected = fixed + (has_tail ? colp1 : 0);
         if (op.total != expected)
@@ -1052,14 +1056,14 @@ private:
             }
             capacity_bytes = uint64_t(prev) * 4;
         }
-        range(op, "bsr_offsets", id(0), off(0), (uint64_t(rows) + 1) * 4);
-        range(op, "bsr_row_counts", id(1), off(1), uint64_t(rows) * 4, true);
-        range(op, "bsr_columns", id(2), off(2), int_bytes);
-        range(op, "transposed_offsets", id(3), off(3), colp1);
-        range(op, "transposed_row_counts", id(4), off(4), uint64_t(cols) * 4, true);
-        range(op, "transposed_columns", id(5), off(5), capacity_bytes);
-        range(op, "block_indices", id(6), off(6), std::max(int_bytes, capacity_bytes));
-        range(op, "status", id(7), off(7), 4, true);
+        range(op, reg::kBsrTranspose_bsr_offsets, (uint64_t(rows) + 1) * 4);
+        range(op, reg::kBsrTranspose_bsr_row_counts, uint64_t(rows) * 4);
+        range(op, reg::kBsrTranspose_bsr_columns, int_bytes);
+        range(op, reg::kBsrTranspose_transposed_offsets, colp1);
+        range(op, reg::kBsrTranspose_transposed_row_counts, uint64_t(cols) * 4);
+        range(op, reg::kBsrTranspose_transposed_columns, capacity_bytes);
+        range(op, reg::kBsrTranspose_block_indices, std::max(int_bytes, capacity_bytes));
+        range(op, reg::kBsrTranspose_status, 4);
     }
 
     void reduction(const Op& op)
