@@ -838,8 +838,7 @@ private:
         if (g_.device == Device::Cpu)
             op.fail("MEMCPY_H2D is not replayed by Warp's CPU runtime (it would be skipped silently); Warp 1.19 never "
                     "records it");
-        range(op, "dst", op.field<int32_t>(rec::kMemcpyH2D.dst_region_id),
-            op.field<uint64_t>(rec::kMemcpyH2D.dst_offset), op.field<uint64_t>(rec::kMemcpyH2D.size));
+        range(op, reg::kMemcpyH2D_dst, op.field<uint64_t>(rec::kMemcpyH2D.size));
     }
 
     void conditional(const Op& op, uint32_t depth)
@@ -903,10 +902,8 @@ private:
             in_bytes = add(op, mul(op, length - 1, uint64_t(in_stride), "scan span"), lanes, "scan span");
             out_bytes = add(op, mul(op, length - 1, uint64_t(out_stride), "scan span"), lanes, "scan span");
         }
-        range(op, "dst", op.field<int32_t>(rec::kScan.dst_region_id), op.field<uint64_t>(rec::kScan.dst_offset),
-            out_bytes);
-        range(op, "src", op.field<int32_t>(rec::kScan.src_region_id), op.field<uint64_t>(rec::kScan.src_offset),
-            in_bytes);
+        range(op, reg::kScan_dst, out_bytes);
+        range(op, reg::kScan_src, in_bytes);
     }
 
     void memtile(const Op& op)
@@ -936,10 +933,8 @@ private:
             end_off = op.field<uint64_t>(rec::kSegmentedSort.segend_offset);
         // As at replay: ends inferred from starts alias the start array one int32 later.
         bool inferred = start_id == end_id && end_off >= start_off && end_off - start_off == 4;
-        range(op, "keys", op.field<int32_t>(rec::kSegmentedSort.keys_region_id),
-            op.field<uint64_t>(rec::kSegmentedSort.keys_offset), uint64_t(count) * 8);
-        range(op, "values", op.field<int32_t>(rec::kSegmentedSort.values_region_id),
-            op.field<uint64_t>(rec::kSegmentedSort.values_offset), uint64_t(count) * 8);
+        range(op, reg::kSegmentedSort_keys, uint64_t(count) * 8);
+        range(op, reg::kSegmentedSort_values, uint64_t(count) * 8);
         range(op, "segstart", start_id, start_off, (uint64_t(segments) + (inferred ? 1 : 0)) * 4);
         range(op, "segend", end_id, end_off, uint64_t(segments) * 4);
     }
@@ -963,10 +958,8 @@ private:
                     static_cast<unsigned long long>(key_size));
         if (count > INT_MAX)
             op.fail("count %u exceeds INT_MAX", count);
-        range(op, "keys", op.field<int32_t>(rec::kRadixSort.keys_region_id),
-            op.field<uint64_t>(rec::kRadixSort.keys_offset), uint64_t(count) * 2 * key_size);
-        range(op, "values", op.field<int32_t>(rec::kRadixSort.values_region_id),
-            op.field<uint64_t>(rec::kRadixSort.values_offset), uint64_t(count) * 2 * uint64_t(value_size));
+        range(op, reg::kRadixSort_keys, uint64_t(count) * 2 * key_size);
+        range(op, reg::kRadixSort_values, uint64_t(count) * 2 * uint64_t(value_size));
     }
 
     void runlength_encode(const Op& op)
@@ -977,14 +970,10 @@ private:
         if (count > INT_MAX)
             op.fail("value_count %u exceeds INT_MAX", count);
         uint64_t bytes = uint64_t(count) * 4;
-        range(op, "values", op.field<int32_t>(rec::kRunlengthEncode.values_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.values_offset), bytes);
-        range(op, "run_values", op.field<int32_t>(rec::kRunlengthEncode.run_values_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.run_values_offset), bytes);
-        range(op, "run_lengths", op.field<int32_t>(rec::kRunlengthEncode.run_lengths_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.run_lengths_offset), bytes);
-        range(op, "run_count", op.field<int32_t>(rec::kRunlengthEncode.run_count_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.run_count_offset), 4);
+        range(op, reg::kRunlengthEncode_values, bytes);
+        range(op, reg::kRunlengthEncode_run_values, bytes);
+        range(op, reg::kRunlengthEncode_run_lengths, bytes);
+        range(op, reg::kRunlengthEncode_run_count, 4);
     }
 
     void bsr_from_triplets(const Op& op)
