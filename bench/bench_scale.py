@@ -180,6 +180,7 @@ def rows_for(wrp: Path, wrpk: Path) -> list:
         ("wrp-replay big.wrp", [native, str(wrp)]),
         ("wrp-replay big.wrpk", [native, str(wrpk)]),
         ("wrp-replay big.wrpk --list", [native, str(wrpk), "--list"]),
+        ("wrp-replay big.wrpk --list --verify", [native, str(wrpk), "--list", "--verify"]),
         ("wrpkit.load(.wrp).run()", [PY, "-c", LOAD_RUN, str(wrp)]),
         ("wrp replay big.wrp (python)", [wrp_cmd, "replay", str(wrp)]),
         ("wrp replay big.wrpk (python)", [wrp_cmd, "replay", str(wrpk)]),

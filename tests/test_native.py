@@ -966,7 +966,7 @@ def test_wrpk_tampering_is_an_integrity_error_naming_the_blob(native, bundles, t
         b[pos] ^= 1 << (i % 8)
         path = tmp_path / f"t{i}.wrpk"
         path.write_bytes(bytes(b))
-        res = run(native.exe, path, "--list")
+        res = run(native.exe, path, "--list", "--verify")  # --list alone does not hash the blobs
         msg = f"{kind} byte {pos}: rc {res.returncode}\n{res.stderr}"
         assert res.returncode == 3, msg
         assert res.stderr.startswith("wrp-replay: error: ") and " at byte " in res.stderr, msg

@@ -111,13 +111,41 @@ def op_records() -> list:
                   f"constexpr {name} k{name} = {{{8 + rl.size},",
                   "    " + ", ".join(_field(off, f) for f in rl.names) + "};", ""]
     lines += ["}  // namespace op_record", ""]
+    lines += _region_references()
     lines += _argument_records()
     return lines
 
 
+def _region_references() -> list:
+    """Every region reference of the op table (wrpkit/model.py REGIONS), per op record: the role, its
+    region-id and offset fields and whether region -1 means absent.  How many bytes it spans is the op's
+    own rule (model.py's ``nbytes``), written once more in wrp1_ops.cpp and held to it by
+    tests/test_parity_region_ranges.py."""
+    from wrpkit.model import OP_CLASSES  # noqa: PLC0415
+
+    lines = ["// Each op record's region references, as wrpkit/model.py's op table (REGIONS) declares them:",
+             "// role, the region-id field, the offset field (offset -1: none, the range starts at 0) and",
+             "// whether region -1 means the reference is absent.  wrp1_ops.cpp's range() takes them.",
+             "struct RegionRefAt {",
+             "    const char* role;",
+             "    FieldAt region_id, offset;",
+             "    bool optional;",
+             "};",
+             "namespace op_regions {", ""]
+    for t, rl in sorted(L.LAYOUT_18.ops.items()):
+        cls = OP_CLASSES[t]
+        off = field_offsets(rl, 8)
+        for ref in cls.REGIONS or ():
+            lines.append(f"constexpr RegionRefAt k{cls.__name__}_{ref.role} = {{{_c_string(ref.role)}, "
+                         f"{_field(off, ref.region)}, {_field(off, ref.offset or '')}, "
+                         f"{'true' if ref.optional else 'false'}}};")
+    lines += ["", "}  // namespace op_regions", ""]
+    return lines
+
+
 def _argument_records() -> list:
-    """The launch parameter record (formats 10+; its fields are the model's LaunchParam) and the
-    relocation record, each field's offset from the record's start."""
+    """The launch parameter record (formats 10+; its fields are the model's LaunchParam), the
+    relocation record and the two array descriptors, each field's offset from the record's start."""
     from wrpkit.model import LaunchParam  # noqa: PLC0415
 
     params = {L.LAYOUTS[v].launch_param.format for v in L.LAYOUTS if not L.LAYOUTS[v].legacy_args}
@@ -125,9 +153,12 @@ def _argument_records() -> list:
     codes = _TOKEN.findall(params.pop().lstrip("<"))
     assert len(codes) == len(LaunchParam._fields)
     param = L.RecordLayout("launch_param", [(n, c + k) for n, (c, k) in zip(LaunchParam._fields, codes)])
-    out = ["// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:",
-           "// field offsets from the start of each record.", ""]
-    for rl, cname in ((param, "LaunchParamRecord"), (L.LAYOUT_18.reloc, "RelocationRecord")):
+    out = ["// APICLaunchParamRecord (formats 10+, the model's LaunchParam), APICLaunchPtrLocation, and",
+           "// the array_t / indexedarray_t descriptors inside a launch argument's value bytes (formats",
+           "// 10+; wrp1_layout.py ARRAY_RECORD): field offsets from the start of each record.", ""]
+    records = ((param, "LaunchParamRecord"), (L.LAYOUT_18.reloc, "RelocationRecord"),
+               (L.ARRAY_RECORD, "ArrayRecord"), (L.INDEXED_ARRAY_RECORD, "IndexedArrayRecord"))
+    for rl, cname in records:
         off = field_offsets(rl)
         out += [f"struct {cname} {{",
                 "    uint32_t record_size;",
@@ -247,21 +278,27 @@ def render() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HEADER, help="file to write (default: %(default)s)")
+def write_or_check(render_text, default_out: Path, doc: str, regenerate: str) -> int:
+    """The command line of a header generator: write ``render_text()`` to ``--out`` (default
+    ``default_out``), or with ``--check`` exit 1 if the file differs (``regenerate``: what to run)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=default_out, help="file to write (default: %(default)s)")
     ap.add_argument("--check", action="store_true", help="only compare; exit 1 if the file differs")
     a = ap.parse_args()
-    text = render()
+    text = render_text()
     if a.check:
         current = a.out.read_text() if a.out.is_file() else ""
         if current != text:
-            print(f"{a.out} is stale: run python tools/gen_layout.py", file=sys.stderr)
+            print(f"{a.out} is stale: run {regenerate}", file=sys.stderr)
             return 1
         return 0
     a.out.write_text(text)
     print(a.out)
     return 0
+
+
+def main() -> int:
+    return write_or_check(render, HEADER, __doc__, "python tools/gen_layout.py")
 
 
 if __name__ == "__main__":

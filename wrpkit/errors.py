@@ -8,6 +8,7 @@ class to an exit code (see :data:`EXIT_CODES`).
 
 from __future__ import annotations
 
+import signal
 from typing import Optional
 
 # ---------------------------------------------------------------------------
@@ -45,6 +46,22 @@ EXIT_INTERRUPTED = 130
 #: stops quietly, as a Unix tool that SIGPIPE ends (128 + SIGPIPE, as a shell
 #: reports it; wrp-replay keeps SIGPIPE's default action, so it ends the same way).
 EXIT_PIPE = 141
+
+#: The fatal signals a contained replay reports as a crash (:data:`EXIT_CRASH`),
+#: each with what it usually means in a replay.  The one table of them: the
+#: Python replay routes read it, and tools/gen_crash_signals.py writes its C++
+#: twin native/cli/crash_signals.h (``wrp-replay``'s guard) from it.
+CRASH_SIGNALS = {
+    "SIGSEGV": "invalid memory access: an index past an array's end, or a stale pointer",
+    "SIGBUS": "a misaligned or unmapped memory access",
+    "SIGILL": "an illegal instruction: code built for another CPU, or a trap",
+    "SIGFPE": "an arithmetic fault: integer division by zero",
+    "SIGABRT": "an abort: a failed assertion in Warp's runtime or the C++ library",
+}
+
+#: ``{signal number: name}`` of :data:`CRASH_SIGNALS` on this platform (SIGBUS
+#: is 7 on Linux, 10 on macOS).
+CRASH_SIGNAL_NUMBERS = {int(getattr(signal, name)): name for name in CRASH_SIGNALS if hasattr(signal, name)}
 
 #: Every exit code with its meaning, in the order the README lists them.
 EXIT_CODES = {

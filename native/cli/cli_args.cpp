@@ -20,7 +20,8 @@ const char* const kUsage =
     "Replay a Warp captured graph without Python: a .wrp written by wp.capture_save (with the\n"
     "module files in <stem>_modules/ beside it) or a single-file .wrpk bundle (wrp convert X.wrp\n"
     "X.wrpk), told apart by their magic bytes.  Everything is validated before Warp sees it; a\n"
-    ".wrpk's header, manifest and every blob's SHA-256 are checked, and it is read in place.\n"
+    ".wrpk's header and manifest are checked, and before a replay every blob's SHA-256 (not by\n"
+    "--list without --verify); it is read in place.\n"
     "Captures of Warp 1.13-1.18 (formats 3, 10, 14-16) are validated under their own format's\n"
     "rules and listed with --list; a replay of one exits 3 and names the `wrp upgrade IN OUT`\n"
     "command that converts it to format 18.\n"
@@ -54,7 +55,9 @@ const char* const kUsage =
     "                       the target when FILE is a symbolic link)\n"
     "  --list               validate the file and list its format, who wrote it and its bindings\n"
     "                       without loading Warp (a .wrp whose modules directory is absent is still\n"
-    "                       listed, as wrp inspect does)\n"
+    "                       listed, as wrp inspect does); a .wrpk's records only: its blobs are\n"
+    "                       not read or hashed (--verify hashes them)\n"
+    "  --verify             with --list, also check every .wrpk blob's SHA-256 (a replay always does)\n"
     "  --skip-checks        skip semantic validation (trusted files only)\n"
     "  --no-verify          .wrpk only: skip the blobs' SHA-256 checks (trusted files only); the\n"
     "                       header, the manifest's checksum and all structure are still checked\n"
@@ -186,6 +189,9 @@ CliArgs parse_args(int argc, char** argv)
         } else if (arg == "--no-verify") {
             no_value();
             a.no_verify = true;
+        } else if (arg == "--verify") {
+            no_value();
+            a.verify = true;
         } else if (arg == "--allow-raw-pointers") {
             no_value();
             a.allow_raw_pointers = true;
@@ -223,6 +229,8 @@ CliArgs parse_args(int argc, char** argv)
     }
     if (!a.help && !a.version && a.file.empty())
         usage_error("no FILE given");
+    if (a.verify && a.no_verify)
+        usage_error("--verify and --no-verify contradict each other: give one");
     for (size_t i = 0; i < a.outputs.size(); i++)
         for (size_t j = 0; j < i; j++)
             if (a.outputs[i].path == a.outputs[j].path)

@@ -29,6 +29,7 @@ struct CliArgs {
     bool version = false;
     bool skip_checks = false;
     bool no_verify = false;
+    bool verify = false;  // --verify: --list of a .wrpk also checks every blob's SHA-256
     bool allow_raw_pointers = false;
     std::string warp_lib_dir;
     std::string modules_dir;  // --modules-dir: a .wrp's module files ("" = <stem>_modules/)

@@ -11,15 +11,14 @@
 #include <unistd.h>
 
 #include "cli_error.h"
+#include "crash_signals.h"
 #include "json_writer.h"
 
 namespace wrpcli {
 
 namespace {
 
-const int kSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
-const char* const kNames[] = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"};
-
+// The signals caught: kCrashSignals (crash_signals.h, generated from wrpkit/errors.py).
 // Prepared before the replay: "<prefix>" + signal name + "<suffix>".
 char g_err_prefix[64];
 char g_err_suffix[2048];
@@ -29,7 +28,7 @@ size_t g_err_suffix_len = 0, g_json_suffix_len = 0;
 int g_fd = 2;
 bool g_json = false;
 bool g_armed = false;
-struct sigaction g_old[5];
+struct sigaction g_old[kNumCrashSignals];
 char g_altstack[64 * 1024];
 // The locator: argv to exec, prepared before arming; g_sig_arg gets the signal number.
 std::vector<std::string> g_locator_args;
@@ -96,9 +95,9 @@ const char* const kLocateCrashFlag = "--locate-crash=";
 
 const char* crash_signal_name(int sig)
 {
-    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
-        if (kSignals[i] == sig)
-            return kNames[i];
+    for (const CrashSignal& s : kCrashSignals)
+        if (s.number == sig)
+            return s.name;
     return nullptr;
 }
 
@@ -141,8 +140,8 @@ void arm_crash_guard(const std::string& stage, const std::string& context, bool 
     sa.sa_handler = on_crash;
     sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
-        sigaction(kSignals[i], &sa, g_armed ? nullptr : &g_old[i]);
+    for (size_t i = 0; i < kNumCrashSignals; i++)
+        sigaction(kCrashSignals[i].number, &sa, g_armed ? nullptr : &g_old[i]);
     g_armed = true;
 }
 
@@ -150,8 +149,8 @@ void disarm_crash_guard()
 {
     if (!g_armed)
         return;
-    for (size_t i = 0; i < sizeof(kSignals) / sizeof(kSignals[0]); i++)
-        sigaction(kSignals[i], &g_old[i], nullptr);
+    for (size_t i = 0; i < kNumCrashSignals; i++)
+        sigaction(kCrashSignals[i].number, &g_old[i], nullptr);
     g_armed = false;
 }
 

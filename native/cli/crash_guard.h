@@ -1,8 +1,8 @@
 // crash_guard.h -- contain a replay that dies of a fatal signal.
 //
 // A file can pass every record check and still crash the process that
-// replays it: it runs machine code on data.  While armed, SIGSEGV, SIGBUS,
-// SIGILL, SIGFPE and SIGABRT (in kernel code or in Warp's runtime) end
+// replays it: it runs machine code on data.  While armed, the signals of
+// crash_signals.h (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT: in kernel code or in Warp's runtime) end
 // wrp-replay with a message prepared in advance, written with async-signal-safe
 // calls only (write, then _exit(kExitCrash)), on an alternate signal stack so
 // that a stack overflow is reported too.  It is armed only while Warp replays:

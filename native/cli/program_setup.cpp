@@ -87,7 +87,9 @@ wrp_options options_for(const CliArgs& args)
     opts.device = args.device.c_str();
     opts.warp_lib_dir = args.warp_lib_dir.empty() ? nullptr : args.warp_lib_dir.c_str();
     opts.skip_checks = args.skip_checks;
-    opts.verify_checksums = args.no_verify ? 0 : 1;
+    // --list reads a .wrpk's records only (as wrp inspect does): its blobs are hashed with --verify
+    // and before every replay, so a 1 GiB bundle is listed without reading its data.
+    opts.verify_checksums = args.no_verify || (args.list && !args.verify) ? 0 : 1;
     opts.allow_raw_pointers = args.allow_raw_pointers ? 1 : 0;
     opts.validate_only = args.list;
     opts.modules_optional = args.list;  // --list works without modules, as `wrp inspect` does

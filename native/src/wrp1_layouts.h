@@ -238,8 +238,65 @@ constexpr HashGridUpdate kHashGridUpdate = {64,
 
 }  // namespace op_record
 
-// APICLaunchParamRecord (formats 10+, the model's LaunchParam) and APICLaunchPtrLocation:
-// field offsets from the start of each record.
+// Each op record's region references, as wrpkit/model.py's op table (REGIONS) declares them:
+// role, the region-id field, the offset field (offset -1: none, the range starts at 0) and
+// whether region -1 means the reference is absent.  wrp1_ops.cpp's range() takes them.
+struct RegionRefAt {
+    const char* role;
+    FieldAt region_id, offset;
+    bool optional;
+};
+namespace op_regions {
+
+constexpr RegionRefAt kMemcpyH2D_dst = {"dst", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kMemcpyD2D_dst = {"dst", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kMemcpyD2D_src = {"src", {12, 4, true}, {24, 8, false}, false};
+constexpr RegionRefAt kMemset_region = {"region", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kAlloc_region = {"region", {8, 4, true}, {-1, 0, false}, false};
+constexpr RegionRefAt kIf_cond = {"cond", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kWhile_cond = {"cond", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kScan_src = {"src", {12, 4, true}, {24, 8, false}, false};
+constexpr RegionRefAt kScan_dst = {"dst", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kMemtile_region = {"region", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kSegmentedSort_keys = {"keys", {8, 4, true}, {24, 8, false}, false};
+constexpr RegionRefAt kSegmentedSort_values = {"values", {12, 4, true}, {32, 8, false}, false};
+constexpr RegionRefAt kSegmentedSort_segstart = {"segstart", {16, 4, true}, {40, 8, false}, false};
+constexpr RegionRefAt kSegmentedSort_segend = {"segend", {20, 4, true}, {48, 8, false}, false};
+constexpr RegionRefAt kRadixSort_keys = {"keys", {8, 4, true}, {16, 8, false}, false};
+constexpr RegionRefAt kRadixSort_values = {"values", {12, 4, true}, {24, 8, false}, false};
+constexpr RegionRefAt kRunlengthEncode_values = {"values", {8, 4, true}, {24, 8, false}, false};
+constexpr RegionRefAt kRunlengthEncode_run_values = {"run_values", {12, 4, true}, {32, 8, false}, false};
+constexpr RegionRefAt kRunlengthEncode_run_lengths = {"run_lengths", {16, 4, true}, {40, 8, false}, false};
+constexpr RegionRefAt kRunlengthEncode_run_count = {"run_count", {20, 4, true}, {48, 8, false}, false};
+constexpr RegionRefAt kBsrFromTriplets_tpl_nnz = {"tpl_nnz", {40, 4, true}, {80, 8, false}, true};
+constexpr RegionRefAt kBsrFromTriplets_tpl_rows = {"tpl_rows", {44, 4, true}, {88, 8, false}, false};
+constexpr RegionRefAt kBsrFromTriplets_tpl_columns = {"tpl_columns", {48, 4, true}, {96, 8, false}, false};
+constexpr RegionRefAt kBsrFromTriplets_tpl_values = {"tpl_values", {52, 4, true}, {104, 8, false}, true};
+constexpr RegionRefAt kBsrFromTriplets_summed_block_offsets = {"summed_block_offsets", {56, 4, true}, {112, 8, false}, false};
+constexpr RegionRefAt kBsrFromTriplets_summed_block_indices = {"summed_block_indices", {60, 4, true}, {120, 8, false}, false};
+constexpr RegionRefAt kBsrFromTriplets_bsr_offsets = {"bsr_offsets", {64, 4, true}, {128, 8, false}, false};
+constexpr RegionRefAt kBsrFromTriplets_bsr_row_counts = {"bsr_row_counts", {68, 4, true}, {136, 8, false}, true};
+constexpr RegionRefAt kBsrFromTriplets_bsr_columns = {"bsr_columns", {72, 4, true}, {144, 8, false}, false};
+constexpr RegionRefAt kBsrFromTriplets_bsr_nnz = {"bsr_nnz", {76, 4, true}, {152, 8, false}, true};
+constexpr RegionRefAt kBsrTranspose_bsr_offsets = {"bsr_offsets", {20, 4, true}, {52, 8, false}, false};
+constexpr RegionRefAt kBsrTranspose_bsr_row_counts = {"bsr_row_counts", {24, 4, true}, {60, 8, false}, true};
+constexpr RegionRefAt kBsrTranspose_bsr_columns = {"bsr_columns", {28, 4, true}, {68, 8, false}, false};
+constexpr RegionRefAt kBsrTranspose_transposed_offsets = {"transposed_offsets", {32, 4, true}, {76, 8, false}, false};
+constexpr RegionRefAt kBsrTranspose_transposed_row_counts = {"transposed_row_counts", {36, 4, true}, {84, 8, false}, true};
+constexpr RegionRefAt kBsrTranspose_transposed_columns = {"transposed_columns", {40, 4, true}, {92, 8, false}, false};
+constexpr RegionRefAt kBsrTranspose_block_indices = {"block_indices", {44, 4, true}, {100, 8, false}, false};
+constexpr RegionRefAt kBsrTranspose_status = {"status", {48, 4, true}, {108, 8, false}, true};
+constexpr RegionRefAt kReduction_input_a = {"input_a", {8, 4, true}, {24, 8, false}, false};
+constexpr RegionRefAt kReduction_input_b = {"input_b", {12, 4, true}, {32, 8, false}, true};
+constexpr RegionRefAt kReduction_output = {"output", {16, 4, true}, {40, 8, false}, false};
+constexpr RegionRefAt kHashGridUpdate_points = {"points", {24, 4, true}, {32, 8, false}, false};
+constexpr RegionRefAt kHashGridUpdate_groups = {"groups", {28, 4, true}, {40, 8, false}, true};
+
+}  // namespace op_regions
+
+// APICLaunchParamRecord (formats 10+, the model's LaunchParam), APICLaunchPtrLocation, and
+// the array_t / indexedarray_t descriptors inside a launch argument's value bytes (formats
+// 10+; wrp1_layout.py ARRAY_RECORD): field offsets from the start of each record.
 
 struct LaunchParamRecord {
     uint32_t record_size;
@@ -254,6 +311,20 @@ struct RelocationRecord {
 };
 constexpr RelocationRecord kRelocationRecord = {24,
     {0, 4, false}, {4, 4, true}, {8, 8, false}, {16, 1, false}, {17, 7, false}};
+
+struct ArrayRecord {
+    uint32_t record_size;
+    FieldAt data, grad, shape, strides, ndim, flags, pad;
+};
+constexpr ArrayRecord kArrayRecord = {56,
+    {0, 8, false}, {8, 8, false}, {16, 4, true}, {32, 4, true}, {48, 2, false}, {50, 2, false}, {52, 4, false}};
+
+struct IndexedArrayRecord {
+    uint32_t record_size;
+    FieldAt data, grad, shape, strides, ndim, flags, pad, indices, index_shape;
+};
+constexpr IndexedArrayRecord kIndexedArrayRecord = {104,
+    {0, 8, false}, {8, 8, false}, {16, 4, true}, {32, 4, true}, {48, 2, false}, {50, 2, false}, {52, 4, false}, {56, 8, false}, {88, 4, true}};
 
 // The layout of `version`, or nullptr for a format no Warp release wrote.
 constexpr const FormatLayout* find_format_layout(uint32_t version)

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdarg>
+#include <cstring>
 #include <string>
 #include <set>
 #include <tuple>
@@ -32,9 +33,14 @@ namespace {
 // Record sizes and field widths that are the same in every format; the code below reads those
 // fields with these C++ types, so a change of wrp1_layout.py that breaks it fails the build.
 namespace rec = op_record;  // every op record's field offsets (generated: wrp1_layouts.h)
+namespace reg = op_regions;  // and its region references (the op table's REGIONS)
 
-constexpr uint32_t kParamRecord = 16;
-constexpr uint32_t kRelocRecord = 24;
+constexpr uint32_t kParamRecord = kLaunchParamRecord.record_size;
+constexpr uint32_t kRelocRecord = kRelocationRecord.record_size;
+// A launch argument's array descriptors (generated from wrp1_layout.py ARRAY_RECORD).
+constexpr const ArrayRecord& kArr = kArrayRecord;
+constexpr const IndexedArrayRecord& kIdx = kIndexedArrayRecord;
+constexpr uint32_t kRelocKind = kRelocationRecord.kind.offset;
 
 constexpr bool layouts_fit_this_code()
 {
@@ -52,7 +58,11 @@ constexpr bool layouts_fit_this_code()
     }
     return kLegacyArg.is_array.size == 1 && kLegacyArg.ndim.size == 1 && kLegacyArg.param_index.size == 2
         && kLegacyArg.region_id.size == 4 && kLegacyArg.byte_offset.size == 8 && kLegacyArg.shape.size == 8
-        && kLegacyArg.strides.size == 8 && kLegacyArg.element_size.size == 4;
+        && kLegacyArg.strides.size == 8 && kLegacyArg.element_size.size == 4
+        && kArrayRecord.shape.size == 4 && kArrayRecord.strides.size == 4 && kArrayRecord.ndim.size == 2
+        && kIndexedArrayRecord.indices.size == 8 && kIndexedArrayRecord.index_shape.size == 4
+        && kIndexedArrayRecord.shape.offset == kArrayRecord.shape.offset
+        && kIndexedArrayRecord.indices.offset == kArrayRecord.record_size && kRelocationRecord.kind.size == 1;
 }
 static_assert(layouts_fit_this_code(), "wrp1_layouts.h changed a field width that wrp1_ops.cpp reads with a fixed type");
 
@@ -158,20 +168,17 @@ private:
         case kOpMemcpyH2D: return memcpy_h2d(op);
         case kOpMemcpyD2D:
             exact(op);
-            range(op, "dst", op.field<int32_t>(rec::kMemcpyD2D.dst_region_id),
-                op.field<uint64_t>(rec::kMemcpyD2D.dst_offset), op.field<uint64_t>(rec::kMemcpyD2D.size));
-            range(op, "src", op.field<int32_t>(rec::kMemcpyD2D.src_region_id),
-                op.field<uint64_t>(rec::kMemcpyD2D.src_offset), op.field<uint64_t>(rec::kMemcpyD2D.size));
+            range(op, reg::kMemcpyD2D_dst, op.field<uint64_t>(rec::kMemcpyD2D.size));
+            range(op, reg::kMemcpyD2D_src, op.field<uint64_t>(rec::kMemcpyD2D.size));
             return;
         case kOpMemset:
             exact(op);
-            range(op, "", op.field<int32_t>(rec::kMemset.region_id), op.field<uint64_t>(rec::kMemset.offset),
-                op.field<uint64_t>(rec::kMemset.size));
+            range(op, reg::kMemset_region, op.field<uint64_t>(rec::kMemset.size));
             return;
         case kOpAlloc:
             exact(op);
             op.require_zero(rec::kAlloc.pad, "_pad");
-            range(op, "", op.field<int32_t>(rec::kAlloc.region_id), 0, op.field<uint64_t>(rec::kAlloc.size));
+            range(op, reg::kAlloc_region, op.field<uint64_t>(rec::kAlloc.size));
             return;
         case kOpIf:
         case kOpWhile: return conditional(op, depth);
@@ -214,6 +221,14 @@ private:
         if (op.total != expected)
             op.fail("total_size %u, but a %s record is exactly %llu bytes", op.total, op_name(op.type),
                     static_cast<unsigned long long>(expected));
+    }
+
+    // The same for one region reference of the op table (wrp1_layouts.h op_regions): its fields, its
+    // name in messages ("region_id" for a record's only region) and whether -1 means absent.
+    void range(const Op& op, const RegionRefAt& ref, uint64_t length)
+    {
+        range(op, std::strcmp(ref.role, "region") == 0 ? "" : ref.role, op.field<int32_t>(ref.region_id),
+              ref.offset.present() ? op.field<uint64_t>(ref.offset) : 0, length, ref.optional);
     }
 
     // The region bytes [offset, offset + length) the op touches must exist.
@@ -553,7 +568,7 @@ private:
             covered = slots;
             for (uint32_t o : slots)
                 if (slots.count(o + 8)) {
-                    uint32_t span = slots.count(o + 56) ? 104 : 56;
+                    uint32_t span = slots.count(o + kIdx.indices.offset) ? kIdx.record_size : kArr.record_size;
                     for (uint32_t b = o; b < o + span; b += 8)
                         covered.insert(b);
                 }
@@ -606,15 +621,15 @@ private:
             if (a.value_size != 0 && vsize != a.value_size)
                 fail_invalid_at(op.label, op.at + po, "param %u: argument %s is %u bytes; its type %s takes %u", j,
                                 quoted(a.name).c_str(), vsize, quoted(a.type).c_str(), a.value_size);
-            if (a.ndim == 0 || !a.has_dtype || vsize < 56 || n == 0)
+            if (a.ndim == 0 || !a.has_dtype || vsize < kArr.record_size || n == 0)
                 continue;
             const uint8_t* rel = op.p + relocs_off + first * kRelocRecord;
-            if (rel[16] != kRelocDataPtr || load<uint32_t>(rel) != 0)
+            if (rel[kRelocKind] != kRelocDataPtr || load<uint32_t>(rel) != 0)
                 continue;
             const uint8_t* desc = op.p + values_off + voff;
-            uint16_t ndim = load<uint16_t>(desc + 48);
+            uint16_t ndim = load<uint16_t>(desc + kArr.ndim.offset);
             if (ndim != a.ndim)
-                fail_invalid_at(op.label, op.at + values_off + voff + 48,
+                fail_invalid_at(op.label, op.at + values_off + voff + kArr.ndim.offset,
                                 "param %u: array argument %s has ndim %u; the kernel declares %u", j, quoted(a.name).c_str(),
                                 ndim, a.ndim);
             if (ndim > 4)
@@ -622,18 +637,18 @@ private:
             StridedReach reach;
             bool skip = false;
             for (int d = 0; d < ndim; d++) {
-                int32_t extent = load<int32_t>(desc + 16 + 4 * d);
+                int32_t extent = load<int32_t>(desc + kArr.shape.offset + 4 * d);
                 if (extent <= 0)
                     skip = true;  // empty, or negative (reported with the descriptor)
                 else
-                    reach.add(extent, load<int32_t>(desc + 32 + 4 * d));
+                    reach.add(extent, load<int32_t>(desc + kArr.strides.offset + 4 * d));
             }
             const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
             uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (skip || !region || base > region->size)
                 continue;
             if (-reach.lo > __int128(base) || __int128(base) + reach.hi + a.dtype_size > __int128(region->size))
-                fail_invalid_at(op.label, op.at + values_off + voff + 16,
+                fail_invalid_at(op.label, op.at + values_off + voff + kArr.shape.offset,
                                 "param %u: array argument %s (%s, shape and strides at this offset) spans past the end "
                                 "of region %u (%llu bytes) from offset %llu", j, quoted(a.name).c_str(),
                                 printable(a.dtype_name).c_str(), region->id, static_cast<unsigned long long>(region->size),
@@ -697,7 +712,7 @@ private:
                            uint32_t first_reloc, uint32_t n)
     {
         auto slot = [&](uint32_t r) { return op.get<uint32_t>(relocs_off + r * kRelocRecord); };
-        auto kind = [&](uint32_t r) { return op.p[relocs_off + r * kRelocRecord + 16]; };
+        auto kind = [&](uint32_t r) { return op.p[relocs_off + r * kRelocRecord + kRelocKind]; };
         auto pointer = [&](uint32_t r) { return r < n && (kind(r) == kRelocDataPtr || kind(r) == kRelocNull); };
         uint64_t next_free = 0;
         for (uint32_t r = 0; r < n;) {
@@ -717,8 +732,8 @@ private:
                                 "grad pointer at slot %u", j, first_reloc + r, o + 8);
             bool indexed = true;
             for (uint32_t d = 0; d < 4; d++)
-                indexed = indexed && pointer(r + 2 + d) && slot(r + 2 + d) == uint64_t(o) + 56 + 8 * d;
-            uint32_t group = indexed ? 104 : 56;
+                indexed = indexed && pointer(r + 2 + d) && slot(r + 2 + d) == uint64_t(o) + kIdx.indices.offset + kIdx.indices.size * d;
+            uint32_t group = indexed ? kIdx.record_size : kArr.record_size;
             if (uint64_t(o) + group > blob_size)
                 fail_invalid_at(op.label, at, "param %u relocation %u: a %u-byte %s at byte %u does not fit in the %u-byte "
                                 "argument", j, first_reloc + r, group, indexed ? "indexedarray" : "array", o, blob_size);
@@ -734,7 +749,7 @@ private:
     // as launch_arrays.array_extents counts them.
     void count_elements(const uint8_t* a, bool indexed, uint16_t ndim)
     {
-        const uint8_t* shape = a + (indexed ? 88 : 16);
+        const uint8_t* shape = a + (indexed ? kIdx.index_shape.offset : kArr.shape.offset);
         if (indexed) {
             ndim = 0;
             for (int d = 0; d < 4; d++)
@@ -760,21 +775,21 @@ private:
     void array_extent(const Op& op, uint32_t j, uint32_t blob, uint32_t reloc0, bool indexed, bool forward)
     {
         const uint8_t* a = op.p + blob;
-        bool has_data = op.p[reloc0 + 16] == kRelocDataPtr || op.p[reloc0 + kRelocRecord + 16] == kRelocDataPtr;
-        uint16_t ndim = load<uint16_t>(a + 48);
+        bool has_data = op.p[reloc0 + kRelocKind] == kRelocDataPtr || op.p[reloc0 + kRelocRecord + kRelocKind] == kRelocDataPtr;
+        uint16_t ndim = load<uint16_t>(a + kArr.ndim.offset);
         if (!has_data)
             return;  // a None array
         if (ndim < 1 || ndim > 4)
-            fail_invalid_at(op.label, op.at + blob + 48, "param %u: array argument has ndim %u (1..4)", j, ndim);
+            fail_invalid_at(op.label, op.at + blob + kArr.ndim.offset, "param %u: array argument has ndim %u (1..4)", j, ndim);
         if (forward)
             count_elements(a, indexed, ndim);
         StridedReach reach;
         bool empty = false;
         for (int d = 0; d < ndim; d++) {
-            int32_t extent = load<int32_t>(a + 16 + 4 * d);
-            int64_t stride = load<int32_t>(a + 32 + 4 * d);
+            int32_t extent = load<int32_t>(a + kArr.shape.offset + 4 * d);
+            int64_t stride = load<int32_t>(a + kArr.strides.offset + 4 * d);
             if (extent < 0)
-                fail_invalid_at(op.label, op.at + blob + 16 + 4 * d, "param %u: array shape[%d] is negative (%d)", j, d,
+                fail_invalid_at(op.label, op.at + blob + kArr.shape.offset + 4 * d, "param %u: array shape[%d] is negative (%d)", j, d,
                                 extent);
             empty = empty || extent == 0;
             if (extent > 0)
@@ -782,14 +797,14 @@ private:
         }
         for (uint32_t r = 0; r < 2 && !empty; r++) {
             const uint8_t* rel = op.p + reloc0 + r * kRelocRecord;
-            if (rel[16] != kRelocDataPtr)
+            if (rel[kRelocKind] != kRelocDataPtr)
                 continue;
             const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
             uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (!region || base > region->size)
                 continue;  // reported by relocation()
             if (-reach.lo > __int128(base) || reach.hi >= __int128(region->size - base))
-                fail_invalid_at(op.label, op.at + blob + 16,
+                fail_invalid_at(op.label, op.at + blob + kArr.shape.offset,
                                 "param %u: array %s (shape and strides at this offset) reaches outside region %u of %llu "
                                 "bytes from offset %llu",
                                 j, r ? "grad" : "data", region->id, static_cast<unsigned long long>(region->size),
@@ -801,13 +816,13 @@ private:
         // shape, at +88).
         for (uint32_t d = 0; d < 4; d++) {
             const uint8_t* rel = op.p + reloc0 + (2 + d) * kRelocRecord;
-            if (rel[16] != kRelocDataPtr)
+            if (rel[kRelocKind] != kRelocDataPtr)
                 continue;
-            int32_t count = load<int32_t>(a + 88 + 4 * d);
+            int32_t count = load<int32_t>(a + kIdx.index_shape.offset + 4 * d);
             const RegionRecord* region = g_.find_region(load<int32_t>(rel + kRelocationRecord.region_id.offset));
             uint64_t base = load<uint64_t>(rel + kRelocationRecord.region_offset.offset);
             if (count < 0 || (region && base <= region->size && uint64_t(count) * 4 > region->size - base))
-                fail_invalid_at(op.label, op.at + blob + 88 + 4 * d,
+                fail_invalid_at(op.label, op.at + blob + kIdx.index_shape.offset + 4 * d,
                                 "param %u: index array %u of %d entries does not fit its region", j, d, count);
         }
     }
@@ -823,8 +838,7 @@ private:
         if (g_.device == Device::Cpu)
             op.fail("MEMCPY_H2D is not replayed by Warp's CPU runtime (it would be skipped silently); Warp 1.19 never "
                     "records it");
-        range(op, "dst", op.field<int32_t>(rec::kMemcpyH2D.dst_region_id),
-            op.field<uint64_t>(rec::kMemcpyH2D.dst_offset), op.field<uint64_t>(rec::kMemcpyH2D.size));
+        range(op, reg::kMemcpyH2D_dst, op.field<uint64_t>(rec::kMemcpyH2D.size));
     }
 
     void conditional(const Op& op, uint32_t depth)
@@ -847,7 +861,7 @@ private:
             op.fail("a WHILE record has an empty second branch, found %u bytes", b);
         if (depth + 1 > kMaxNestingDepth)
             op.fail("conditionals nest deeper than %u levels", kMaxNestingDepth);
-        range(op, "cond", op.field<int32_t>(rec::kIf.cond_region_id), op.field<uint64_t>(rec::kIf.cond_offset), 4);
+        range(op, reg::kIf_cond, 4);  // IF and WHILE share the record
         uint64_t body = op.at + head;
         if (op.type == kOpWhile) {
             // A body that touches no byte of the condition's region can never
@@ -888,10 +902,8 @@ private:
             in_bytes = add(op, mul(op, length - 1, uint64_t(in_stride), "scan span"), lanes, "scan span");
             out_bytes = add(op, mul(op, length - 1, uint64_t(out_stride), "scan span"), lanes, "scan span");
         }
-        range(op, "dst", op.field<int32_t>(rec::kScan.dst_region_id), op.field<uint64_t>(rec::kScan.dst_offset),
-            out_bytes);
-        range(op, "src", op.field<int32_t>(rec::kScan.src_region_id), op.field<uint64_t>(rec::kScan.src_offset),
-            in_bytes);
+        range(op, reg::kScan_dst, out_bytes);
+        range(op, reg::kScan_src, in_bytes);
     }
 
     void memtile(const Op& op)
@@ -901,7 +913,7 @@ private:
         if (op.total < fixed || srcsize == 0 || uint64_t(srcsize) + fixed != op.total)
             op.fail("total_size %u does not equal %u + a nonzero value size (%u)", op.total, fixed, srcsize);
         uint64_t bytes = mul(op, op.field<uint64_t>(rec::kMemtile.count), srcsize, "count * value size");
-        range(op, "", op.field<int32_t>(rec::kMemtile.region_id), op.field<uint64_t>(rec::kMemtile.offset), bytes);
+        range(op, reg::kMemtile_region, bytes);
     }
 
     void segmented_sort(const Op& op)
@@ -921,10 +933,8 @@ private:
             end_off = op.field<uint64_t>(rec::kSegmentedSort.segend_offset);
         // As at replay: ends inferred from starts alias the start array one int32 later.
         bool inferred = start_id == end_id && end_off >= start_off && end_off - start_off == 4;
-        range(op, "keys", op.field<int32_t>(rec::kSegmentedSort.keys_region_id),
-            op.field<uint64_t>(rec::kSegmentedSort.keys_offset), uint64_t(count) * 8);
-        range(op, "values", op.field<int32_t>(rec::kSegmentedSort.values_region_id),
-            op.field<uint64_t>(rec::kSegmentedSort.values_offset), uint64_t(count) * 8);
+        range(op, reg::kSegmentedSort_keys, uint64_t(count) * 8);
+        range(op, reg::kSegmentedSort_values, uint64_t(count) * 8);
         range(op, "segstart", start_id, start_off, (uint64_t(segments) + (inferred ? 1 : 0)) * 4);
         range(op, "segend", end_id, end_off, uint64_t(segments) * 4);
     }
@@ -948,10 +958,8 @@ private:
                     static_cast<unsigned long long>(key_size));
         if (count > INT_MAX)
             op.fail("count %u exceeds INT_MAX", count);
-        range(op, "keys", op.field<int32_t>(rec::kRadixSort.keys_region_id),
-            op.field<uint64_t>(rec::kRadixSort.keys_offset), uint64_t(count) * 2 * key_size);
-        range(op, "values", op.field<int32_t>(rec::kRadixSort.values_region_id),
-            op.field<uint64_t>(rec::kRadixSort.values_offset), uint64_t(count) * 2 * uint64_t(value_size));
+        range(op, reg::kRadixSort_keys, uint64_t(count) * 2 * key_size);
+        range(op, reg::kRadixSort_values, uint64_t(count) * 2 * uint64_t(value_size));
     }
 
     void runlength_encode(const Op& op)
@@ -962,14 +970,10 @@ private:
         if (count > INT_MAX)
             op.fail("value_count %u exceeds INT_MAX", count);
         uint64_t bytes = uint64_t(count) * 4;
-        range(op, "values", op.field<int32_t>(rec::kRunlengthEncode.values_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.values_offset), bytes);
-        range(op, "run_values", op.field<int32_t>(rec::kRunlengthEncode.run_values_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.run_values_offset), bytes);
-        range(op, "run_lengths", op.field<int32_t>(rec::kRunlengthEncode.run_lengths_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.run_lengths_offset), bytes);
-        range(op, "run_count", op.field<int32_t>(rec::kRunlengthEncode.run_count_region_id),
-            op.field<uint64_t>(rec::kRunlengthEncode.run_count_offset), 4);
+        range(op, reg::kRunlengthEncode_values, bytes);
+        range(op, reg::kRunlengthEncode_run_values, bytes);
+        range(op, reg::kRunlengthEncode_run_lengths, bytes);
+        range(op, reg::kRunlengthEncode_run_count, 4);
     }
 
     void bsr_from_triplets(const Op& op)
@@ -985,26 +989,25 @@ private:
             op.fail("negative block size, scalar size, row, column or nnz count");
         if (op.p[rec::kBsrFromTriplets.masked_topology.offset] > 1)
             op.fail("masked_topology must be 0 or 1, found %u", op.p[rec::kBsrFromTriplets.masked_topology.offset]);
-        auto id = [&](int i) { return op.get<int32_t>(rec::kBsrFromTriplets.tpl_nnz_region_id.offset + 4 * i); };
-        auto off = [&](int i) { return op.get<uint64_t>(rec::kBsrFromTriplets.tpl_nnz_offset.offset + 8 * i); };
         // Formats 13-15 may name the region the replay writes the count into; from 16 on Warp writes
         // -1/0 there and ignores it.
         if (layout_.bsr_nnz_region)
-            range(op, "bsr_nnz", id(9), off(9), 4, true);
-        else if (id(9) != -1 || off(9) != 0)
+            range(op, reg::kBsrFromTriplets_bsr_nnz, 4);
+        else if (op.field<int32_t>(reg::kBsrFromTriplets_bsr_nnz.region_id) != -1
+                 || op.field<uint64_t>(reg::kBsrFromTriplets_bsr_nnz.offset) != 0)
             op.fail("legacy bsr_nnz region must be -1 with offset 0");
         uint64_t int_bytes = uint64_t(nnz) * 4;
         uint64_t values_bytes = mul(op, mul(op, uint64_t(nnz), uint64_t(block_size), "values span"), uint64_t(scalar_size),
                                     "values span");
-        range(op, "tpl_nnz", id(0), off(0), 4, true);
-        range(op, "tpl_rows", id(1), off(1), int_bytes);
-        range(op, "tpl_columns", id(2), off(2), int_bytes);
-        range(op, "tpl_values", id(3), off(3), values_bytes, true);
-        range(op, "summed_block_offsets", id(4), off(4), int_bytes);
-        range(op, "summed_block_indices", id(5), off(5), int_bytes);
-        range(op, "bsr_offsets", id(6), off(6), (uint64_t(rows) + 1) * 4);
-        range(op, "bsr_row_counts", id(7), off(7), uint64_t(rows) * 4, true);
-        range(op, "bsr_columns", id(8), off(8), int_bytes);
+        range(op, reg::kBsrFromTriplets_tpl_nnz, 4);
+        range(op, reg::kBsrFromTriplets_tpl_rows, int_bytes);
+        range(op, reg::kBsrFromTriplets_tpl_columns, int_bytes);
+        range(op, reg::kBsrFromTriplets_tpl_values, values_bytes);
+        range(op, reg::kBsrFromTriplets_summed_block_offsets, int_bytes);
+        range(op, reg::kBsrFromTriplets_summed_block_indices, int_bytes);
+        range(op, reg::kBsrFromTriplets_bsr_offsets, (uint64_t(rows) + 1) * 4);
+        range(op, reg::kBsrFromTriplets_bsr_row_counts, uint64_t(rows) * 4);
+        range(op, reg::kBsrFromTriplets_bsr_columns, int_bytes);
     }
 
     void bsr_transpose(const Op& op)
@@ -1019,12 +1022,10 @@ private:
             nnz = op.field<int32_t>(rec::kBsrTranspose.nnz_upper_bound);
         if (rows < 0 || cols < 0 || nnz < 0)
             op.fail("negative row, column or nnz count");
-        auto id = [&](int i) { return op.get<int32_t>(rec::kBsrTranspose.bsr_offsets_region_id.offset + 4 * i); };
-        auto off = [&](int i) { return op.get<uint64_t>(rec::kBsrTranspose.bsr_offsets_offset.offset + 8 * i); };
         // From format 14 a padded destination (transposed row counts given) carries its capacity
         // offsets; in format 13 it carries none (Warp 1.15-1.18 read them from the live offsets), so
         // its columns are bounded by nnz_upper_bound, as an unpadded one's.
-        bool has_tail = id(4) >= 0 && layout_.bsr_transpose_tail;
+        bool has_tail = op.field<int32_t>(reg::kBsrTranspose_transposed_row_counts.region_id) >= 0 && layout_.bsr_transpose_tail;
         uint64_t colp1 = (uint64_t(cols) + 1) * 4;
         uint64_t expected = fixed + (has_tail ? colp1 : 0);
         if (op.total != expected)
@@ -1044,14 +1045,14 @@ private:
             }
             capacity_bytes = uint64_t(prev) * 4;
         }
-        range(op, "bsr_offsets", id(0), off(0), (uint64_t(rows) + 1) * 4);
-        range(op, "bsr_row_counts", id(1), off(1), uint64_t(rows) * 4, true);
-        range(op, "bsr_columns", id(2), off(2), int_bytes);
-        range(op, "transposed_offsets", id(3), off(3), colp1);
-        range(op, "transposed_row_counts", id(4), off(4), uint64_t(cols) * 4, true);
-        range(op, "transposed_columns", id(5), off(5), capacity_bytes);
-        range(op, "block_indices", id(6), off(6), std::max(int_bytes, capacity_bytes));
-        range(op, "status", id(7), off(7), 4, true);
+        range(op, reg::kBsrTranspose_bsr_offsets, (uint64_t(rows) + 1) * 4);
+        range(op, reg::kBsrTranspose_bsr_row_counts, uint64_t(rows) * 4);
+        range(op, reg::kBsrTranspose_bsr_columns, int_bytes);
+        range(op, reg::kBsrTranspose_transposed_offsets, colp1);
+        range(op, reg::kBsrTranspose_transposed_row_counts, uint64_t(cols) * 4);
+        range(op, reg::kBsrTranspose_transposed_columns, capacity_bytes);
+        range(op, reg::kBsrTranspose_block_indices, std::max(int_bytes, capacity_bytes));
+        range(op, reg::kBsrTranspose_status, 4);
     }
 
     void reduction(const Op& op)

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Iterator, Optional
 
 from .. import model as m
+from .wrp1_layout import ARRAY_RECORD, INDEXED_ARRAY_RECORD
 
 #: Bytes of an ``array_t`` and of an ``indexedarray_t``.
-ARRAY_BYTES = 56
-INDEXED_ARRAY_BYTES = 104
+ARRAY_BYTES = ARRAY_RECORD.size
+INDEXED_ARRAY_BYTES = INDEXED_ARRAY_RECORD.size
 _I32X4 = struct.Struct("<4i")
 _U16 = struct.Struct("<H")
 

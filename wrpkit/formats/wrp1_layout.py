@@ -276,6 +276,16 @@ LEGACY_ARG_RECORD = _rec("legacy_arg", [
     ("shape", "4q"), ("strides", "4q"), ("element_size", _U), ("_pad", "4s")])
 LEGACY_ARG = LEGACY_ARG_RECORD.struct
 
+#: Warp's ``array_t`` (``warp/native/array.h``, 64-bit hosts) as a launch
+#: argument's value bytes hold it: data and grad pointers (relocated slots),
+#: ``int32 shape[4]``, ``int32 strides[4]``, ``uint16 ndim``, ``uint16 flags``.
+ARRAY_RECORD = _rec("array_t", [
+    ("data", _Q), ("grad", _Q), ("shape", "4i"), ("strides", "4i"), ("ndim", _H), ("flags", _H), ("_pad", "4s")])
+#: ``indexedarray_t``: that ``array_t``, four index-array pointers and the view's own ``int32 shape[4]``.
+INDEXED_ARRAY_RECORD = _rec("indexedarray_t", [
+    ("data", _Q), ("grad", _Q), ("shape", "4i"), ("strides", "4i"), ("ndim", _H), ("flags", _H), ("_pad", "4s"),
+    ("indices", "4Q"), ("index_shape", "4i")])
+
 #: Layouts by format version: every format a Warp release wrote (3, 10, 14,
 #: 15, 16, 18) and 13, which 1.15 to 1.18 load.  Warp 1.19.0 loads only 18.
 LAYOUTS = {3: LAYOUT_3, 10: LAYOUT_10, 13: LAYOUT_13, 14: LAYOUT_14, 15: LAYOUT_15, 16: LAYOUT_16, 18: LAYOUT_18}

@@ -343,14 +343,14 @@ class NativeEngine:
     @staticmethod
     def _failure(prep, proc, report: dict, request: ReplayRequest) -> WrpError:
         """The error of a wrp-replay that exited non-zero."""
-        from .worker import CRASH_SIGNALS  # noqa: PLC0415
+        from ..errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
 
         if proc.returncode == EXIT_TIMEOUT and request.timeout is not None:
             return request.timeout_error()
         msg = report.get("error")
         if not msg:
             msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
-        if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNALS:
+        if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNAL_NUMBERS:
             return _native_crash(prep, proc.returncode, msg or proc.stderr, request, report.get("crash"))
         msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
         if proc.returncode == 3 and ("out of memory" in msg.lower() or " free; " in msg.lower()):

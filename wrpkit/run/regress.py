@@ -437,7 +437,8 @@ def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> 
     import signal as sig  # noqa: PLC0415
 
     from .crash import located_crash  # noqa: PLC0415
-    from .worker import CRASH_SIGNALS, ChildCrashed, ReplayWorker  # noqa: PLC0415
+    from ..errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
+    from .worker import ChildCrashed, ReplayWorker  # noqa: PLC0415
 
     w = _replayers.worker
     if w is None or w.closed:  # none yet in this thread, or closed after a run
@@ -455,7 +456,7 @@ def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> 
     try:
         run = w.run(state, 1, 0, timeout)
     except ChildCrashed as crash:
-        if crash.signum not in CRASH_SIGNALS:
+        if crash.signum not in CRASH_SIGNAL_NUMBERS:
             name = sig.Signals(crash.signum).name if crash.signum in sig.Signals._value2member_map_ else \
                 f"signal {crash.signum}"
             raise WrpWorkerDied(f"the worker process replaying it was killed ({name}, signal {crash.signum}) "

@@ -41,12 +41,10 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError, timeout_message
+from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError,
+                      timeout_message)
 
 
-#: The fatal signals a contained replay turns into :class:`WrpCrashError`.
-CRASH_SIGNALS = {getattr(signal, n): n for n in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
-                 if hasattr(signal, n)}
 
 
 
@@ -78,8 +76,11 @@ class ChildCrashed(Exception):
 
 
 def signal_name(signum: int) -> str:
-    return CRASH_SIGNALS.get(signum) or (signal.Signals(signum).name if signum in signal.Signals.__members__.values()
-                                         else f"signal {signum}")
+    """The name of a signal number (``SIGSEGV``), from the one crash-signal table where it is one."""
+    if signum in CRASH_SIGNAL_NUMBERS:
+        return CRASH_SIGNAL_NUMBERS[signum]
+    known = signum in signal.Signals.__members__.values()
+    return signal.Signals(signum).name if known else f"signal {signum}"
 
 
 # ---------------------------------------------------------------------------
