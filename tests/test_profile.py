@@ -574,3 +574,68 @@ def test_browser_heat_legend_times_and_details(browser, caps, repeated, tmp_path
     assert "<img src=x" in page.js("() => document.getElementById('heat').textContent")
     assert page.js("() => document.querySelectorAll('#heat img').length") == 0
     page.check_clean()
+
+
+STOCK_SCRIPT = Path(__file__).with_name("profile_stock_program.py")
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory) -> Path:
+    """A capture of tests/profile_stock_program.py made by stock Warp alone (kernels under __main__, no types)."""
+    path = tmp_path_factory.mktemp("profile_stock") / "stock.wrp"
+    r = subprocess.run([sys.executable, str(STOCK_SCRIPT), str(path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def _stock_order(steps: int) -> list:
+    """The kernels the step launches for ``steps``: integrate, then per WHILE iteration count_down and the IF's pick."""
+    out = ["integrate"]
+    for left in range(steps - 1, -1, -1):
+        out += ["count_down", "relax" if left % 2 else "damp"]
+    return out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_kernels_types_a_stock_capture_from_the_users_script(stock, engine):
+    _native_or_skip(engine)
+    import profile_stock_program as sp  # noqa: PLC0415
+
+    plain = wrpkit.profile(stock, engine=engine, repeat=1, warmup=0)
+    assert plain.typing is None
+    typed = wrpkit.profile(stock, engine=engine, repeat=2, warmup=0, kernels=[STOCK_SCRIPT],
+                           inputs={"steps": np.array([5], np.int32)})
+    assert {k["kernel"] for k in typed.typing["kernels"]} == {"integrate", "count_down", "relax", "damp"}
+    assert all(k["matched"] and k["code"] == "same" for k in typed.typing["kernels"]), typed.typing
+    assert [o["kernel"] for o in plain.ops] == _stock_order(sp.STEPS)
+    assert [o["kernel"] for o in typed.ops] == _stock_order(5)
+    assert typed.to_json()["typing"] == typed.typing
+    # relax runs RELAX inner steps per thread, damp one: relax has more of the time
+    per = {k["name"]: k for k in typed.kernels}
+    assert per["relax"]["median_ms"] > per["damp"]["median_ms"]
+    # Untyped, an int32 array of the right byte size passes as raw bytes; typed, the vec3 binding refuses it.
+    wrong = np.zeros((sp.N, 3), np.int32)
+    assert len(wrpkit.profile(stock, engine=engine, repeat=1, warmup=0, inputs={"pos": wrong}).ops) == 7
+    with pytest.raises(wrpkit.WrpError, match="vec3"):
+        wrpkit.profile(stock, engine=engine, repeat=1, warmup=0, inputs={"pos": wrong}, kernels=[STOCK_SCRIPT])
+
+
+def test_kernels_cli_reports_the_matches_and_refuses_a_bad_file(stock, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", str(stock), "--repeat", "1", "--kernels",
+                        str(STOCK_SCRIPT)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"},
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "--kernels: 4 of 4 kernel(s) typed from profile_stock_program.py" in r.stdout
+    assert max(len(x) for x in r.stdout.splitlines()) <= 80
+    r = wrp("profile", stock, "--repeat", "1", "--kernels", STOCK_SCRIPT, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["typing"]["kernels"] and {"kernels", "ops", "total_ms", "replay_ms"} <= set(d)
+    assert wrp("profile", stock, "--kernels", tmp_path / "missing.py").exit_code == 2
+    broken = tmp_path / "broken.py"
+    broken.write_text("import warp as wp\nthis is not python\n")
+    r = wrp("profile", stock, "--kernels", broken, "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["exit_code"] == 2
+    other = tmp_path / "other.py"
+    other.write_text("import warp as wp\n\n@wp.kernel\ndef unrelated(a: wp.array(dtype=float)):\n    a[0] = 1.0\n")
+    assert wrp("profile", stock, "--kernels", other).exit_code == 2  # none of its kernels matches

@@ -74,6 +74,8 @@ class ProfileResult:
         repeat, warmup: Rounds timed / run untimed first.
         step_ms: Per timed round, the wall time of stepping it (profiling included).
         replay_rounds_ms: Per timed round, the whole replay's time.
+        typing: With ``kernels=``: how each recorded kernel matched the
+            user's files (``SourceTyping.to_json()``); None without.
     """
 
     file: str
@@ -91,6 +93,7 @@ class ProfileResult:
     step_ms: list = field(default_factory=list)
     replay_rounds_ms: list = field(default_factory=list)
     load_seconds: float = 0.0
+    typing: Optional[dict] = None
     #: The profiled program (not serialized): the Chrome trace's IF/WHILE events come from it.
     program: Optional[m.Program] = field(default=None, repr=False, compare=False)
 
@@ -117,7 +120,7 @@ class ProfileResult:
                 "timer": self.timer, "repeat": self.repeat, "warmup": self.warmup,
                 "total_ms": self.total_ms, "replay_ms": self.replay_ms, "floor_ms": self.floor_ms,
                 "coverage": self.coverage, "kernels": self.kernels, "top_level": self.top_level, "ops": self.ops,
-                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms}
+                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms, "typing": self.typing}
 
     def chrome_trace(self, program: Optional[m.Program] = None) -> dict:
         """The profile in Chrome's trace-event format (see :func:`chrome_trace`)."""
@@ -258,7 +261,7 @@ class _TimedMachine(st.Machine):
 
 def profile(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None, repeat: int = 5,
             warmup: int = 1, nvtx: bool = False, clock: str = "wall", modules: Optional[Mapping] = None,
-            isolate: bool = True, timeout: Optional[float] = None) -> ProfileResult:
+            isolate: bool = True, timeout: Optional[float] = None, kernels=()) -> ProfileResult:
     """Time every leaf op of a capture, per op run, per kernel and per top-level op.
 
     Args:
@@ -281,6 +284,11 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
             :class:`~wrpkit.errors.WrpCrashError` naming the op; the default.
             ``False`` profiles in this process.
         timeout: Seconds of wall time for the whole profile (implies ``isolate``).
+        kernels: ``.py`` files defining the capture's kernels (a stock
+            capture carries no types): imported as scripts, as ``wrp trace
+            --kernels`` does; every matching kernel types the arrays it is
+            passed, so that ``inputs`` are checked against those types.
+            :attr:`ProfileResult.typing` says how each matched.
 
     Returns:
         A :class:`ProfileResult`.
@@ -289,6 +297,7 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
         WrpFormatError, WrpValidationError, WrpModuleError: Invalid capture.
         WrpBindingError: Bad inputs, or a bad ``repeat``/``warmup``.
         WrpNotFoundError: ``nvtx`` without an NVTX library.
+        WrpKernelsError: (``kernels``) A file fails to import, or no kernel matches.
         WrpRuntimeError: Warp failed to run an op.
         WrpCrashError: (``isolate``) The child died of a fatal signal.
         WrpTimeoutError: (``timeout``) The profile did not finish in time.
@@ -302,7 +311,10 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     opened = open_program(source, modules)
     from ..run.isolate import verify_deferred  # noqa: PLC0415
     from ..run.runtime import check_runnable  # noqa: PLC0415
+    from ..run.source_types import type_capture  # noqa: PLC0415
     from .trace import default_device  # noqa: PLC0415
+
+    typing = type_capture(opened, list(kernels or ()))
 
     device = str(device) if device is not None else default_device(opened.program)
     if engine == "python":
@@ -316,10 +328,13 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     if isolate or timeout is not None:
         from .profile_isolate import profile_in_child  # noqa: PLC0415
 
-        return profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                                nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
-    return run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                       nvtx=nvtx, clock=clock, started=t0)
+        result = profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat,
+                                  warmup=warmup, nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
+    else:
+        result = run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
+                             nvtx=nvtx, clock=clock, started=t0)
+    result.typing = typing.to_json() if typing is not None else None
+    return result
 
 
 def _rounds(repeat, warmup) -> tuple:

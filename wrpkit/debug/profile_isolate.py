@@ -63,6 +63,8 @@ def profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mappi
         source, modules_dir = iso.write_source(opened.prepared, d)
         np.savez(d / "inputs.npz", **{k: _as_array(v) for k, v in inputs.items()})
         (d / "op").write_bytes(SLOT.pack(-1, -1, -1, b""))
+        if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
+            (d / "annotations.bin").write_bytes(bytes(opened.program.annotations))
         job = {"source": source, "modules_dir": modules_dir, "device": device, "engine": engine,
                "repeat": int(repeat), "warmup": int(warmup), "nvtx": bool(nvtx),
                "clock": clock}
@@ -106,6 +108,11 @@ def _child_main(d: Path) -> int:
 
         modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
         opened = open_program(job["source"], modules, _validated=True)
+        if (d / "annotations.bin").is_file():
+            from ..formats.annotations import decode_annotations  # noqa: PLC0415
+            from ..run.source_types import retype  # noqa: PLC0415
+
+            retype(opened, decode_annotations((d / "annotations.bin").read_bytes()))
         with np.load(d / "inputs.npz", allow_pickle=False) as z:
             inputs = {k: z[k] for k in z.files}
         with open(d / "op", "r+b") as f:
