@@ -29,7 +29,6 @@ Usage: python bench/bench_profile.py [--dir DIR] [--launches N] [--region-mib M]
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -42,36 +41,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from bench_inspect import capture_bench_args, run_measured  # noqa: E402
+from trace_event_rules import check_trace_event_file  # noqa: E402
 
 
 def _shares(ms: dict) -> dict:
     total = sum(ms.values())
     return {k: v / total for k, v in ms.items()}
-
-
-def check_trace_events(path: Path) -> dict:
-    """Check a ``-o`` file against the trace-event format; return ``{"events", "ops", "bytes"}``.
-
-    Raises:
-        AssertionError: A rule of the format is broken.
-    """
-    data = json.loads(path.read_text())
-    assert isinstance(data, dict) and isinstance(data["traceEvents"], list), "not the JSON object form"
-    xs = []
-    for e in data["traceEvents"]:
-        assert e["ph"] in ("X", "M"), e
-        assert isinstance(e["name"], str) and isinstance(e["pid"], int) and isinstance(e["tid"], int), e
-        if e["ph"] == "X":
-            assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
-            xs.append(e)
-    stack: list = []
-    for e in sorted(xs, key=lambda e: (round(e["ts"] * 1000), -round(e["dur"] * 1000))):
-        start, end = round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)
-        while stack and stack[-1] <= start and not (stack[-1] == start and end == start):
-            stack.pop()
-        assert not stack or end <= stack[-1], f"{e['name']} overlaps its enclosing event"
-        stack.append(end)
-    return {"events": len(xs), "ops": sum(1 for e in xs if "seq" in e.get("args", {})), "bytes": path.stat().st_size}
 
 
 def main() -> int:
@@ -157,9 +132,10 @@ def main() -> int:
         ratio = statistics.median(w) / t
         print(f"  {k:<42} {statistics.median(w):6.2f} s  {ratio:4.2f}x" + (
             "" if k == "trace" else f"  {'met' if ratio <= 3 else 'NOT met'}"))
-    info = check_trace_events(out)
+    info = check_trace_event_file(out)
     print(f"  -o file: {info['bytes'] / 2**20:.1f} MiB, {info['events']} complete events ({info['ops']} op runs): "
-          "valid trace-event JSON (object form, complete events nested on one thread)")
+          "valid trace-event JSON (tests/trace_event_rules.py: object form, strict JSON, "
+          "complete events nested on one thread)")
     return 0
 
 

@@ -24,6 +24,7 @@ import pytest
 warp = pytest.importorskip("warp")
 
 import profile_programs as pp  # noqa: E402
+from trace_event_rules import check_trace_event_file  # noqa: E402
 import warp as wp  # noqa: E402
 import wrpkit  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
@@ -192,35 +193,14 @@ def test_cli_table_fits_80_columns_and_json_has_the_documented_keys(caps):
     assert d["kernels"][0]["total_ms"] == max(k["total_ms"] for k in d["kernels"])  # sorted by total
 
 
-def _x_events(trace: dict) -> list:
-    evs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    for e in evs:  # the trace-event format's complete event: name, ph, ts, dur (µs), pid, tid
-        assert isinstance(e["name"], str) and e["name"]
-        assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0
-        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
-    return evs
-
-
-def _check_nesting(evs: list) -> None:
-    """Complete events on one thread must nest or be disjoint (the format's rule for "X" on one tid):
-    checked exactly, in whole nanoseconds, in file order as a viewer's stack would take them."""
-    stack: list = []
-    for e in sorted(evs, key=lambda e: (round(e["ts"] * 1000), -round(e["dur"] * 1000))):
-        start, end = round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)
-        while stack and stack[-1] <= start and not (stack[-1] == start and end == start):
-            stack.pop()
-        assert not stack or end <= stack[-1], f"{e['name']} at {e['ts']} overlaps its enclosing event"
-        stack.append(end)
-
-
 def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, tmp_path):
     out = tmp_path / "deep" / "er" / "p.json"  # missing folders are made
     r = wrp("profile", caps["while_if"], "-o", out, "--json", "--repeat", "2")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    trace = json.loads(out.read_text())
+    trace = check_trace_event_file(out)["data"]  # the format's rules, nesting on one thread included
     assert trace["displayTimeUnit"] == "ms" and trace["otherData"]["wrpkit"]["total_ms"] == d["total_ms"]
-    evs = _x_events(trace)
+    evs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     ops = [e for e in evs if "seq" in e["args"]]
     assert [e["args"]["seq"] for e in ops] == list(range(len(d["ops"])))
     for e, o in zip(ops, d["ops"]):
@@ -245,7 +225,6 @@ def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, 
             assert not any(inside(e, i) and i["dur"] > 0 for i in ifs)
     assert whiles[0]["dur"] == pytest.approx(sum(e["dur"] for e in ops if e["args"]["path"].startswith("1.")),
                                              abs=0.01)
-    _check_nesting(evs)
     # parents come before their children at the same timestamp (the order viewers nest them in)
     first_in_loop = next(i for i, e in enumerate(evs) if e is whiles[0])
     assert evs[first_in_loop + 1] is iters[0]
@@ -639,3 +618,52 @@ def test_kernels_cli_reports_the_matches_and_refuses_a_bad_file(stock, tmp_path)
     other = tmp_path / "other.py"
     other.write_text("import warp as wp\n\n@wp.kernel\ndef unrelated(a: wp.array(dtype=float)):\n    a[0] = 1.0\n")
     assert wrp("profile", stock, "--kernels", other).exit_code == 2  # none of its kernels matches
+
+
+def test_trace_event_file_of_a_stock_while_with_if_keeps_the_formats_rules(stock, tmp_path):
+    out = tmp_path / "stock.trace.json"
+    r = wrp("profile", stock, "--kernels", STOCK_SCRIPT, "--input", f"steps={_npy(tmp_path, [4])}", "--repeat", "2",
+            "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    info = check_trace_event_file(out)
+    assert info["ops"] == len(d["ops"]) == len(_stock_order(4))
+    evs = [e for e in info["data"]["traceEvents"] if e["ph"] == "X"]
+    # microseconds: each op event is its median in ms times 1000; end to end, in run order
+    ops = [e for e in evs if "seq" in e["args"]]
+    assert [e["name"] for e in ops] == _stock_order(4)
+    t = 0.0
+    for e, o in zip(ops, d["ops"]):
+        assert e["ts"] == pytest.approx(t, abs=1e-3) and e["dur"] == pytest.approx(o["ms"] * 1e3, abs=1e-3)
+        t = e["ts"] + e["dur"]
+    assert [e["args"]["iteration"] for e in evs if e["cat"] == "WHILE iteration"] == [0, 1, 2, 3]
+    assert [e["args"]["branch"] for e in evs if e["cat"] == "IF"] == ["then", "else", "then", "else"]
+    names = {e["name"]: e["args"]["name"] for e in info["data"]["traceEvents"] if e["ph"] == "M"}
+    assert set(names) == {"process_name", "thread_name"} and "stock.wrp" in names["process_name"]
+
+
+def _npy(d: Path, values) -> Path:
+    path = d / "steps.npy"
+    np.save(path, np.array(values, np.int32))
+    return path
+
+
+@pytest.mark.parametrize("bad, rule", [
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": NaN, "pid": 1, "tid": 1}]}', "NaN"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "pid": 1, "tid": 1},'
+     ' {"name": "b", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}', "overlaps"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "tid": 1}]}', "pid"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "pid": 1, "tid": 1}]}', "dur"),
+    ('{"traceEvents": [], "displayTimeUnit": "us"}', "displayTimeUnit"),
+    ('[{"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]', "object form"),
+])
+def test_trace_event_rules_refuse_what_viewers_refuse(tmp_path, bad, rule):
+    path = tmp_path / "bad.json"
+    path.write_text(bad)
+    with pytest.raises(AssertionError, match=rule):
+        check_trace_event_file(path)
+    # the same events on two threads, or nested, are fine
+    path.write_text('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "pid": 1, "tid": 1},'
+                    ' {"name": "b", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 2},'
+                    ' {"name": "c", "ph": "X", "ts": 0.5, "dur": 1.5, "pid": 1, "tid": 1}]}')
+    assert check_trace_event_file(path)["events"] == 3
