@@ -416,6 +416,26 @@ def test_cuda_profile_times_with_events_and_matches_trace_numbering(tmp_path):
         assert n.timer == "host" and [_key(o) for o in n.ops] == [_key(o) for o in t.ops]
 
 
+@pytest.mark.cuda
+def test_cuda_profile_with_nvtx_and_trace_events(tmp_path):
+    """On a GPU: --nvtx with the real NVTX library (no stub), CUDA events, and an -o file that keeps the rules."""
+    import ctypes.util  # noqa: PLC0415
+
+    if not wp.is_cuda_available():
+        pytest.skip("no CUDA device")
+    path = pp.capture_while_if(tmp_path / "wif_cuda.wrp", device="cuda:0")
+    out = tmp_path / "cuda.trace.json"
+    args = ["profile", path, "--device", "cuda:0", "--repeat", "2", "-o", out, "--json"]
+    if ctypes.util.find_library("nvToolsExt"):
+        args.append("--nvtx")
+    r = wrp(*args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["timer"] == "cuda-events" and d["floor_ms"] >= 0
+    assert check_trace_event_file(out)["ops"] == len(d["ops"])
+    assert [o["kernel"] for o in d["ops"]][:2] == ["k_light", "k_count_down"]
+
+
 # ---------------------------------------------------------------------------
 # wrp graph --profile
 # ---------------------------------------------------------------------------
