@@ -96,8 +96,10 @@ def test_profile_numbers_ops_as_trace_does_inside_while_and_if(caps, engine):
     assert sum(k["total_ms"] for k in p.kernels) == pytest.approx(p.total_ms)
     assert sum(r["total_ms"] for r in p.top_level) == pytest.approx(p.total_ms)
     assert sum(k["share"] for k in p.kernels) == pytest.approx(1.0)
-    for o in p.ops:
-        assert o["ms"] == pytest.approx(max(0.0, o["raw_ms"] - p.floor_ms), abs=2e-6)  # whole ns
+    for o in p.ops:  # kernel launches less the launch floor (on the CPU), other ops less the empty step
+        base = p.launch_floor_ms if o["op"] == "KERNEL_LAUNCH" else p.floor_ms
+        assert o["ms"] == pytest.approx(max(0.0, o["raw_ms"] - base), abs=2e-6)  # whole ns
+    assert p.launch_floor_ms >= p.floor_ms > 0
     assert p.floor_ms > 0 and p.replay_ms > 0 and p.coverage == pytest.approx(p.total_ms / p.replay_ms)
     # k_heavy runs 4000 multiply-adds per thread, k_light one add: the profile must see it
     assert p.kernels[0]["name"] == "k_heavy" and p.top(1)[0]["name"] == "k_heavy"
@@ -162,7 +164,7 @@ def test_cli_table_fits_80_columns_and_json_has_the_documented_keys(caps):
     lines = r.stdout.splitlines()
     assert max(len(x) for x in lines) <= 80, r.stdout
     assert any(x.startswith("k_heavy") for x in lines) and "coverage" in r.stdout and "by kernel" in r.stdout
-    assert "WHILE" in r.stdout and "empty step" in r.stdout
+    assert "WHILE" in r.stdout and "ms per launch" in r.stdout and "ms per other op" in r.stdout
     # the table and the -o file of one run agree, kernel by kernel
     out = path.parent / "table_run.json"
     r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", path.name, "--repeat", "2", "-o", out.name],
@@ -386,10 +388,12 @@ def test_nvtx_pushes_one_named_range_per_op(caps, tmp_path):
     ops = json.loads(r.stdout)["ops"]
     lines = record.read_text().splitlines()
     assert lines.count("-") == sum(1 for x in lines if x.startswith("+"))  # every push popped
-    names = [x[1:] for x in lines if x.startswith("+") and x not in ("+empty step", "+whole graph replay")]
+    extra = ("+empty step", "+whole graph replay", "+launch floor", "+launch calibration")
+    names = [x[1:] for x in lines if x.startswith("+") and x not in extra]
     per_round = [f"{o['seq']} {o['kernel'] or o['op']}" for o in ops]
     assert names == per_round * 3  # warmup and timed rounds alike: "SEQ KERNEL" per op run
     assert lines.count("+whole graph replay") == 3 and lines.count("+empty step") == 3 * 16
+    assert lines.count("+launch floor") == 3 * 16 and lines.count("+launch calibration") == 3  # CPU: launch floor
 
 
 def test_nvtx_without_the_library_is_refused_before_profiling(caps):

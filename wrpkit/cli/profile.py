@@ -62,7 +62,9 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     times timed, each round from the same memory (the state after the
     inputs are set); figures are medians over the rounds. The cost of an
     empty step, timed in the same run, is subtracted from every op (the
-    "floor"). A plain replay of the whole graph is timed between rounds:
+    "floor"); on the CPU, kernel launches less what stepping a launch
+    costs beyond the launch (a launch of no thread, stepped and in a
+    graph). A plain replay of the whole graph is timed between rounds:
     "coverage" is the sum of the per-op medians against it. On CUDA with
     the python engine, ops are timed with CUDA events.
     A stock capture (saved by wp.capture_save) carries no types:
@@ -135,8 +137,12 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     cov = result.coverage
     con.print(f"sum of ops {fmt_ms(result.total_ms)} ms; whole replay {fmt_ms(result.replay_ms)} ms"
               + (f" (coverage {100 * cov:.0f}%)" if cov is not None else ""), highlight=False, markup=False)
-    con.print(f"empty step {fmt_ms(result.floor_ms)} ms subtracted from each op ({result.timer} timer)",
-              highlight=False, markup=False)
+    if result.launch_floor_ms != result.floor_ms:
+        con.print(f"subtracted: {fmt_ms(result.launch_floor_ms)} ms per launch, "
+                  f"{fmt_ms(result.floor_ms)} ms per other op ({result.timer} timer)", highlight=False, markup=False)
+    else:
+        con.print(f"empty step {fmt_ms(result.floor_ms)} ms subtracted from each op ({result.timer} timer)",
+                  highlight=False, markup=False)
     if out is not None:
         con.print(f"trace events written to {out} (Perfetto UI, chrome://tracing, wrp graph --profile)",
                   highlight=False, markup=False)

@@ -28,8 +28,8 @@ from ..errors import WrpError
 from ..run import isolate as iso
 from .trace_isolate import SLOT, _as_array
 
-_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "timer", "repeat", "warmup",
-           "step_ms", "replay_rounds_ms")
+_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "launch_floor_ms", "timer", "repeat",
+           "warmup", "step_ms", "replay_rounds_ms")
 
 
 def profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
