@@ -393,14 +393,26 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
     if stage is not None:
         stage("loading")
     zero = _zero_launch(prog) if device.strip().lower().startswith("cpu") else None
+    calib = None
+    if zero is not None:
+        try:
+            calib = st.open_engine(engine, wrp1.encode_wrp1(_calibration_program(prog, zero)), opened.modules,
+                                   device)
+        except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
+            zero = None
     stepped = prog if zero is None else dataclasses.replace(prog, ops=list(prog.ops) + [zero])
     stepper = st.build_stepper(stepped, empty_leaf=True)
     image = wrp1.encode_wrp1(stepper.program)
-    eng = st.open_engine(engine, image, opened.modules, device)
+    try:
+        eng = st.open_engine(engine, image, opened.modules, device)
+    except BaseException:
+        if calib is not None:
+            calib.close()
+        raise
     del image
     timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(clock)
     machine = _TimedMachine(stepper, eng, timer, Nvtx() if nvtx else None)
-    whole = calib = None
+    whole = None
     result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device,
                            timer=timer.name, repeat=repeat, warmup=warmup)
     try:
@@ -410,8 +422,6 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         del image
         whole_launch = _engine_launch(whole)
         if zero is not None:
-            calib = st.open_engine(engine, wrp1.encode_wrp1(_calibration_program(prog, zero)), opened.modules,
-                                   device)
             calib_launch, zero_leaf = _engine_launch(calib), stepper.leaf_of[id(zero)]
         apply_inputs(machine, opened, inputs)
         region_ids = [r.region_id for r in prog.regions]
