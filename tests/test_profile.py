@@ -24,6 +24,7 @@ import pytest
 warp = pytest.importorskip("warp")
 
 import profile_programs as pp  # noqa: E402
+from trace_event_rules import check_trace_event_file  # noqa: E402
 import warp as wp  # noqa: E402
 import wrpkit  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
@@ -94,9 +95,11 @@ def test_profile_numbers_ops_as_trace_does_inside_while_and_if(caps, engine):
     assert p.total_ms == pytest.approx(sum(o["ms"] for o in p.ops))
     assert sum(k["total_ms"] for k in p.kernels) == pytest.approx(p.total_ms)
     assert sum(r["total_ms"] for r in p.top_level) == pytest.approx(p.total_ms)
-    assert sum(k["share"] for k in p.kernels) == pytest.approx(1.0)
-    for o in p.ops:
-        assert o["ms"] == pytest.approx(max(0.0, o["raw_ms"] - p.floor_ms), abs=2e-6)  # whole ns
+    assert sum(k["share"] for k in p.kernels) == pytest.approx(1.0, abs=1e-5)  # each share rounded to 1e-6
+    for o in p.ops:  # kernel launches less the launch floor (on the CPU), other ops less the empty step
+        base = p.launch_floor_ms if o["op"] == "KERNEL_LAUNCH" else p.floor_ms
+        assert o["ms"] == pytest.approx(max(0.0, o["raw_ms"] - base), abs=2e-6)  # whole ns
+    assert p.launch_floor_ms >= p.floor_ms > 0
     assert p.floor_ms > 0 and p.replay_ms > 0 and p.coverage == pytest.approx(p.total_ms / p.replay_ms)
     # k_heavy runs 4000 multiply-adds per thread, k_light one add: the profile must see it
     assert p.kernels[0]["name"] == "k_heavy" and p.top(1)[0]["name"] == "k_heavy"
@@ -161,7 +164,7 @@ def test_cli_table_fits_80_columns_and_json_has_the_documented_keys(caps):
     lines = r.stdout.splitlines()
     assert max(len(x) for x in lines) <= 80, r.stdout
     assert any(x.startswith("k_heavy") for x in lines) and "coverage" in r.stdout and "by kernel" in r.stdout
-    assert "WHILE" in r.stdout and "empty step" in r.stdout
+    assert "WHILE" in r.stdout and "ms per launch" in r.stdout and "ms per other op" in r.stdout
     # the table and the -o file of one run agree, kernel by kernel
     out = path.parent / "table_run.json"
     r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", path.name, "--repeat", "2", "-o", out.name],
@@ -192,35 +195,14 @@ def test_cli_table_fits_80_columns_and_json_has_the_documented_keys(caps):
     assert d["kernels"][0]["total_ms"] == max(k["total_ms"] for k in d["kernels"])  # sorted by total
 
 
-def _x_events(trace: dict) -> list:
-    evs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
-    for e in evs:  # the trace-event format's complete event: name, ph, ts, dur (µs), pid, tid
-        assert isinstance(e["name"], str) and e["name"]
-        assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0
-        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
-    return evs
-
-
-def _check_nesting(evs: list) -> None:
-    """Complete events on one thread must nest or be disjoint (the format's rule for "X" on one tid):
-    checked exactly, in whole nanoseconds, in file order as a viewer's stack would take them."""
-    stack: list = []
-    for e in sorted(evs, key=lambda e: (round(e["ts"] * 1000), -round(e["dur"] * 1000))):
-        start, end = round(e["ts"] * 1000), round(e["ts"] * 1000) + round(e["dur"] * 1000)
-        while stack and stack[-1] <= start and not (stack[-1] == start and end == start):
-            stack.pop()
-        assert not stack or end <= stack[-1], f"{e['name']} at {e['ts']} overlaps its enclosing event"
-        stack.append(end)
-
-
 def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, tmp_path):
     out = tmp_path / "deep" / "er" / "p.json"  # missing folders are made
     r = wrp("profile", caps["while_if"], "-o", out, "--json", "--repeat", "2")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    trace = json.loads(out.read_text())
+    trace = check_trace_event_file(out)["data"]  # the format's rules, nesting on one thread included
     assert trace["displayTimeUnit"] == "ms" and trace["otherData"]["wrpkit"]["total_ms"] == d["total_ms"]
-    evs = _x_events(trace)
+    evs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     ops = [e for e in evs if "seq" in e["args"]]
     assert [e["args"]["seq"] for e in ops] == list(range(len(d["ops"])))
     for e, o in zip(ops, d["ops"]):
@@ -245,7 +227,6 @@ def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, 
             assert not any(inside(e, i) and i["dur"] > 0 for i in ifs)
     assert whiles[0]["dur"] == pytest.approx(sum(e["dur"] for e in ops if e["args"]["path"].startswith("1.")),
                                              abs=0.01)
-    _check_nesting(evs)
     # parents come before their children at the same timestamp (the order viewers nest them in)
     first_in_loop = next(i for i, e in enumerate(evs) if e is whiles[0])
     assert evs[first_in_loop + 1] is iters[0]
@@ -407,10 +388,12 @@ def test_nvtx_pushes_one_named_range_per_op(caps, tmp_path):
     ops = json.loads(r.stdout)["ops"]
     lines = record.read_text().splitlines()
     assert lines.count("-") == sum(1 for x in lines if x.startswith("+"))  # every push popped
-    names = [x[1:] for x in lines if x.startswith("+") and x not in ("+empty step", "+whole graph replay")]
+    extra = ("+empty step", "+whole graph replay", "+launch floor", "+launch calibration")
+    names = [x[1:] for x in lines if x.startswith("+") and x not in extra]
     per_round = [f"{o['seq']} {o['kernel'] or o['op']}" for o in ops]
     assert names == per_round * 3  # warmup and timed rounds alike: "SEQ KERNEL" per op run
     assert lines.count("+whole graph replay") == 3 and lines.count("+empty step") == 3 * 16
+    assert lines.count("+launch floor") == 3 * 16 and lines.count("+launch calibration") == 3  # CPU: launch floor
 
 
 def test_nvtx_without_the_library_is_refused_before_profiling(caps):
@@ -435,6 +418,26 @@ def test_cuda_profile_times_with_events_and_matches_trace_numbering(tmp_path):
     if _has_native():
         n = wrpkit.profile(path, device="cuda:0", engine="native", repeat=2)
         assert n.timer == "host" and [_key(o) for o in n.ops] == [_key(o) for o in t.ops]
+
+
+@pytest.mark.cuda
+def test_cuda_profile_with_nvtx_and_trace_events(tmp_path):
+    """On a GPU: --nvtx with the real NVTX library (no stub), CUDA events, and an -o file that keeps the rules."""
+    import ctypes.util  # noqa: PLC0415
+
+    if not wp.is_cuda_available():
+        pytest.skip("no CUDA device")
+    path = pp.capture_while_if(tmp_path / "wif_cuda.wrp", device="cuda:0")
+    out = tmp_path / "cuda.trace.json"
+    args = ["profile", path, "--device", "cuda:0", "--repeat", "2", "-o", out, "--json"]
+    if ctypes.util.find_library("nvToolsExt"):
+        args.append("--nvtx")
+    r = wrp(*args)
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["timer"] == "cuda-events" and d["floor_ms"] >= 0
+    assert check_trace_event_file(out)["ops"] == len(d["ops"])
+    assert [o["kernel"] for o in d["ops"]][:2] == ["k_light", "k_count_down"]
 
 
 # ---------------------------------------------------------------------------
@@ -574,3 +577,117 @@ def test_browser_heat_legend_times_and_details(browser, caps, repeated, tmp_path
     assert "<img src=x" in page.js("() => document.getElementById('heat').textContent")
     assert page.js("() => document.querySelectorAll('#heat img').length") == 0
     page.check_clean()
+
+
+STOCK_SCRIPT = Path(__file__).with_name("profile_stock_program.py")
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory) -> Path:
+    """A capture of tests/profile_stock_program.py made by stock Warp alone (kernels under __main__, no types)."""
+    path = tmp_path_factory.mktemp("profile_stock") / "stock.wrp"
+    r = subprocess.run([sys.executable, str(STOCK_SCRIPT), str(path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return path
+
+
+def _stock_order(steps: int) -> list:
+    """The kernels the step launches for ``steps``: integrate, then per WHILE iteration count_down and the IF's pick."""
+    out = ["integrate"]
+    for left in range(steps - 1, -1, -1):
+        out += ["count_down", "relax" if left % 2 else "damp"]
+    return out
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_kernels_types_a_stock_capture_from_the_users_script(stock, engine):
+    _native_or_skip(engine)
+    import profile_stock_program as sp  # noqa: PLC0415
+
+    plain = wrpkit.profile(stock, engine=engine, repeat=1, warmup=0)
+    assert plain.typing is None
+    typed = wrpkit.profile(stock, engine=engine, repeat=2, warmup=0, kernels=[STOCK_SCRIPT],
+                           inputs={"steps": np.array([5], np.int32)})
+    assert {k["kernel"] for k in typed.typing["kernels"]} == {"integrate", "count_down", "relax", "damp"}
+    assert all(k["matched"] and k["code"] == "same" for k in typed.typing["kernels"]), typed.typing
+    assert [o["kernel"] for o in plain.ops] == _stock_order(sp.STEPS)
+    assert [o["kernel"] for o in typed.ops] == _stock_order(5)
+    assert typed.to_json()["typing"] == typed.typing
+    # relax runs RELAX inner steps per thread, damp one: relax has more of the time
+    per = {k["name"]: k for k in typed.kernels}
+    assert per["relax"]["median_ms"] > per["damp"]["median_ms"]
+    # Untyped, an int32 array of the right byte size passes as raw bytes; typed, the vec3 binding refuses it.
+    wrong = np.zeros((sp.N, 3), np.int32)
+    assert len(wrpkit.profile(stock, engine=engine, repeat=1, warmup=0, inputs={"pos": wrong}).ops) == 7
+    with pytest.raises(wrpkit.WrpError, match="vec3"):
+        wrpkit.profile(stock, engine=engine, repeat=1, warmup=0, inputs={"pos": wrong}, kernels=[STOCK_SCRIPT])
+
+
+def test_kernels_cli_reports_the_matches_and_refuses_a_bad_file(stock, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", str(stock), "--repeat", "1", "--kernels",
+                        str(STOCK_SCRIPT)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"},
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "--kernels: 4 of 4 kernel(s) typed from profile_stock_program.py" in r.stdout
+    assert max(len(x) for x in r.stdout.splitlines()) <= 80
+    r = wrp("profile", stock, "--repeat", "1", "--kernels", STOCK_SCRIPT, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["typing"]["kernels"] and {"kernels", "ops", "total_ms", "replay_ms"} <= set(d)
+    assert wrp("profile", stock, "--kernels", tmp_path / "missing.py").exit_code == 2
+    broken = tmp_path / "broken.py"
+    broken.write_text("import warp as wp\nthis is not python\n")
+    r = wrp("profile", stock, "--kernels", broken, "--json")
+    assert r.exit_code == 2 and json.loads(r.stdout)["exit_code"] == 2
+    other = tmp_path / "other.py"
+    other.write_text("import warp as wp\n\n@wp.kernel\ndef unrelated(a: wp.array(dtype=float)):\n    a[0] = 1.0\n")
+    assert wrp("profile", stock, "--kernels", other).exit_code == 2  # none of its kernels matches
+
+
+def test_trace_event_file_of_a_stock_while_with_if_keeps_the_formats_rules(stock, tmp_path):
+    out = tmp_path / "stock.trace.json"
+    r = wrp("profile", stock, "--kernels", STOCK_SCRIPT, "--input", f"steps={_npy(tmp_path, [4])}", "--repeat", "2",
+            "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    info = check_trace_event_file(out)
+    assert info["ops"] == len(d["ops"]) == len(_stock_order(4))
+    evs = [e for e in info["data"]["traceEvents"] if e["ph"] == "X"]
+    # microseconds: each op event is its median in ms times 1000; end to end, in run order
+    ops = [e for e in evs if "seq" in e["args"]]
+    assert [e["name"] for e in ops] == _stock_order(4)
+    t = 0.0
+    for e, o in zip(ops, d["ops"]):
+        assert e["ts"] == pytest.approx(t, abs=1e-3) and e["dur"] == pytest.approx(o["ms"] * 1e3, abs=1e-3)
+        t = e["ts"] + e["dur"]
+    assert [e["args"]["iteration"] for e in evs if e["cat"] == "WHILE iteration"] == [0, 1, 2, 3]
+    assert [e["args"]["branch"] for e in evs if e["cat"] == "IF"] == ["then", "else", "then", "else"]
+    names = {e["name"]: e["args"]["name"] for e in info["data"]["traceEvents"] if e["ph"] == "M"}
+    assert set(names) == {"process_name", "thread_name"} and "stock.wrp" in names["process_name"]
+
+
+def _npy(d: Path, values) -> Path:
+    path = d / "steps.npy"
+    np.save(path, np.array(values, np.int32))
+    return path
+
+
+@pytest.mark.parametrize("bad, rule", [
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": NaN, "pid": 1, "tid": 1}]}', "NaN"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "pid": 1, "tid": 1},'
+     ' {"name": "b", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 1}]}', "overlaps"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "tid": 1}]}', "pid"),
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "pid": 1, "tid": 1}]}', "dur"),
+    ('{"traceEvents": [], "displayTimeUnit": "us"}', "displayTimeUnit"),
+    ('[{"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]', "object form"),
+])
+def test_trace_event_rules_refuse_what_viewers_refuse(tmp_path, bad, rule):
+    path = tmp_path / "bad.json"
+    path.write_text(bad)
+    with pytest.raises(AssertionError, match=rule):
+        check_trace_event_file(path)
+    # the same events on two threads, or nested, are fine
+    path.write_text('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "dur": 2, "pid": 1, "tid": 1},'
+                    ' {"name": "b", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 2},'
+                    ' {"name": "c", "ph": "X", "ts": 0.5, "dur": 1.5, "pid": 1, "tid": 1}]}')
+    assert check_trace_event_file(path)["events"] == 3

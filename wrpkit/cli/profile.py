@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, gather_inputs, input_options, quiet_warp
+from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp
 from .output import console, dump_json, table
 
 #: Top-level ops shown in the table (the --json and -o outputs have them all).
@@ -47,9 +47,11 @@ def _pct(share: float) -> str:
                    "machine).")
 @click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
               help="Give up when the profile takes longer than SECONDS of wall time: exit 124, nothing written.")
+@kernels_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"kernels", "top_level", "ops", "total_ms", '
               '"replay_ms", ...}.')
-def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, nvtx, clock, timeout, as_json):
+def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, nvtx, clock, timeout, kernels,
+            as_json):
     """Time every op of FILE: per op run, per kernel and per top-level op.
 
     \b
@@ -59,14 +61,20 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     times timed, each round from the same memory (the state after the
     inputs are set); figures are medians over the rounds. The cost of an
     empty step, timed in the same run, is subtracted from every op (the
-    "floor"). A plain replay of the whole graph is timed between rounds:
+    "floor"); on the CPU, kernel launches less what stepping a launch
+    costs beyond the launch (a launch of no thread, stepped and in a
+    graph). A plain replay of the whole graph is timed between rounds:
     "coverage" is the sum of the per-op medians against it. On CUDA with
     the python engine, ops are timed with CUDA events.
+    A stock capture (saved by wp.capture_save) carries no types:
+    --kernels FILE.py types the arrays its kernels are passed, so that
+    --inputs are checked against those types.
     The file is validated here, then profiled in a child process: a crash
     there ends with exit 4 and names the op; nothing is written.
-    Exit codes: 0 ok; 1 an output cannot be written; 2 bad input; 3
-    invalid file; 4 the profile crashed (contained); 124 --timeout ran
-    out; 130 Ctrl-C.
+    Exit codes: 0 ok; 1 an output cannot be written; 2 bad input (a
+    --kernels file that fails to import, or none of whose kernels
+    matches); 3 invalid file; 4 the profile crashed (contained); 124
+    --timeout ran out; 130 Ctrl-C.
 
     \b
     Examples:
@@ -74,6 +82,7 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
       wrp profile sim.wrp --repeat 20 --warmup 3 -o sim.trace.json
       wrp graph sim.wrp --profile sim.trace.json      heat colours by share
       wrp profile sim.wrp --json | jq '.kernels[0]'
+      wrp profile stock.wrp --kernels sim.py --inputs in.npz
       wrp profile sim.wrp --device cuda:0 --nvtx      (under nsys profile)
     """
     from ..debug.profile import profile as run_profile  # noqa: PLC0415
@@ -95,13 +104,15 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_profile(file, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                             nvtx=nvtx, clock=clock, isolate=True, timeout=timeout)
+                             nvtx=nvtx, clock=clock, isolate=True, timeout=timeout, kernels=kernels)
     if out is not None:
         result.save_chrome_trace(out)
     if as_json:
         dump_json(result.to_json())
         return
     con = console()
+    for line in kernel_match_lines(result.typing):
+        con.print(line, highlight=False)
     runs = len(result.ops)
     con.print(f"{file} ({result.engine} engine, {result.device})", highlight=False, markup=False)
     con.print(f"{runs} op run{'s' if runs != 1 else ''} per step; medians of {result.repeat} "
@@ -125,8 +136,12 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     cov = result.coverage
     con.print(f"sum of ops {fmt_ms(result.total_ms)} ms; whole replay {fmt_ms(result.replay_ms)} ms"
               + (f" (coverage {100 * cov:.0f}%)" if cov is not None else ""), highlight=False, markup=False)
-    con.print(f"empty step {fmt_ms(result.floor_ms)} ms subtracted from each op ({result.timer} timer)",
-              highlight=False, markup=False)
+    if result.launch_floor_ms != result.floor_ms:
+        con.print(f"subtracted: {fmt_ms(result.launch_floor_ms)} ms per launch, "
+                  f"{fmt_ms(result.floor_ms)} ms per other op ({result.timer} timer)", highlight=False, markup=False)
+    else:
+        con.print(f"empty step {fmt_ms(result.floor_ms)} ms subtracted from each op ({result.timer} timer)",
+                  highlight=False, markup=False)
     if out is not None:
         con.print(f"trace events written to {out} (Perfetto UI, chrome://tracing, wrp graph --profile)",
                   highlight=False, markup=False)

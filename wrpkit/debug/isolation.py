@@ -46,7 +46,7 @@ def as_array(value) -> np.ndarray:
 
 
 def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, timeout: Optional[float] = None,
-                 started: Optional[float] = None, files: Optional[Mapping] = None,
+                 started: Optional[float] = None,
                  collect: Optional[Callable[[Path], None]] = None) -> dict:
     """Run the child of ``kind`` (``"trace"`` or ``"profile"``) on a validated capture; return its result.
 
@@ -57,7 +57,6 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         inputs: ``{binding: value}``; checked here before the child starts.
         timeout: Seconds for the whole run, counted from ``started``
             (a :func:`time.perf_counter` value; default now).
-        files: ``{name: bytes}`` more files for the child's directory.
         collect: Called with the child's directory after the child succeeded,
             before the directory is removed (e.g. to move dump files out).
 
@@ -82,8 +81,8 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         source, modules_dir = write_source(opened.prepared, d)
         np.savez(d / "inputs.npz", **{k: as_array(v) for k, v in inputs.items()})
         (d / "op").write_bytes(SLOT.pack(-1, -1, -1, b""))
-        for name, data in (files or {}).items():
-            (d / name).write_bytes(data)
+        if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
+            (d / "annotations.bin").write_bytes(bytes(opened.program.annotations))
         (d / "job.json").write_text(json.dumps({**job, "kind": kind, "source": source, "modules_dir": modules_dir}))
         left = None
         if timeout is not None:

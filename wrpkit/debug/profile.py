@@ -15,7 +15,8 @@ stepped launch is timed (host clock on the CPU; CUDA events around the
 launch with the python engine on a GPU).  A launch costs more than its op
 (the control values, the IF tree, Warp's launch call), so the same run also
 times an *empty* step, a leaf that runs nothing, and subtracts its median
-(the *floor*, reported) from every op.  The whole step is repeated ``repeat``
+(the *floor*, reported) from every op; on a CPU device kernel launches get
+the *launch floor* instead (see :func:`_zero_launch`).  The whole step is repeated ``repeat``
 times after ``warmup`` untimed rounds, each round starting from the same
 memory (the state after ``inputs`` were set), and every figure is a median
 over the rounds.  Between rounds, a plain replay of the whole graph (the
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import gc
 import json
 import statistics
@@ -51,8 +53,10 @@ PROFILE_FORMAT = "wrpkit-profile/1"
 #: Empty steps timed per round (their median over all rounds is the floor).
 EMPTY_STEPS = 16
 #: What a profile child reports (beside its engine, device and load time).
-CHILD_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "timer", "repeat", "warmup",
-                "step_ms", "replay_rounds_ms")
+CHILD_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "launch_floor_ms", "timer",
+                "repeat", "warmup", "step_ms", "replay_rounds_ms")
+#: Zero-size launches in the graph that calibrates the launch floor (CPU), replayed once per round.
+CALIBRATION_LAUNCHES = 2000
 
 
 @dataclass
@@ -72,12 +76,20 @@ class ProfileResult:
             ``name`` (kernel key or op kind), ``calls``, ``total_ms``, ``share``.
         total_ms: Sum of the per-op medians (``ms``).
         replay_ms: Median time of a plain replay of the whole graph, from the same state.
-        floor_ms: Median time of an empty step (subtracted from every op).
+        floor_ms: Median time of an empty step (subtracted from every op
+            that launches no kernel).
+        launch_floor_ms: Subtracted from every kernel launch instead: on a
+            CPU device, what stepping a launch costs beyond the launch itself
+            (a zero-size launch of the first kernel stepped alone, less the
+            same launch inside a graph of many; never below ``floor_ms``);
+            elsewhere ``floor_ms``.
         timer: ``"host"`` (the wall clock around each launch), ``"host-cpu"``
             (the thread's CPU time, ``clock="cpu"``) or ``"cuda-events"``.
         repeat, warmup: Rounds timed / run untimed first.
         step_ms: Per timed round, the wall time of stepping it (profiling included).
         replay_rounds_ms: Per timed round, the whole replay's time.
+        typing: With ``kernels=``: how each recorded kernel matched the
+            user's files (``SourceTyping.to_json()``); None without.
     """
 
     file: str
@@ -89,12 +101,14 @@ class ProfileResult:
     total_ms: float = 0.0
     replay_ms: float = 0.0
     floor_ms: float = 0.0
+    launch_floor_ms: float = 0.0
     timer: str = "host"
     repeat: int = 1
     warmup: int = 0
     step_ms: list = field(default_factory=list)
     replay_rounds_ms: list = field(default_factory=list)
     load_seconds: float = 0.0
+    typing: Optional[dict] = None
     #: The profiled program (not serialized): the Chrome trace's IF/WHILE events come from it.
     program: Optional[m.Program] = field(default=None, repr=False, compare=False)
 
@@ -120,8 +134,9 @@ class ProfileResult:
         return {"format": PROFILE_FORMAT, "file": self.file, "engine": self.engine, "device": self.device,
                 "timer": self.timer, "repeat": self.repeat, "warmup": self.warmup,
                 "total_ms": self.total_ms, "replay_ms": self.replay_ms, "floor_ms": self.floor_ms,
-                "coverage": self.coverage, "kernels": self.kernels, "top_level": self.top_level, "ops": self.ops,
-                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms}
+                "launch_floor_ms": self.launch_floor_ms, "coverage": self.coverage, "kernels": self.kernels,
+                "top_level": self.top_level, "ops": self.ops,
+                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms, "typing": self.typing}
 
     def chrome_trace(self, program: Optional[m.Program] = None) -> dict:
         """The profile in Chrome's trace-event format (see :func:`chrome_trace`)."""
@@ -262,7 +277,7 @@ class _TimedMachine(st.Machine):
 
 def profile(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None, repeat: int = 5,
             warmup: int = 1, nvtx: bool = False, clock: str = "wall", modules: Optional[Mapping] = None,
-            isolate: bool = True, timeout: Optional[float] = None) -> ProfileResult:
+            isolate: bool = True, timeout: Optional[float] = None, kernels=()) -> ProfileResult:
     """Time every leaf op of a capture, per op run, per kernel and per top-level op.
 
     Args:
@@ -285,6 +300,11 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
             :class:`~wrpkit.errors.WrpCrashError` naming the op; the default.
             ``False`` profiles in this process.
         timeout: Seconds of wall time for the whole profile (implies ``isolate``).
+        kernels: ``.py`` files defining the capture's kernels (a stock
+            capture carries no types): imported as scripts, as ``wrp trace
+            --kernels`` does; every matching kernel types the arrays it is
+            passed, so that ``inputs`` are checked against those types.
+            :attr:`ProfileResult.typing` says how each matched.
 
     Returns:
         A :class:`ProfileResult`.
@@ -293,6 +313,7 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
         WrpFormatError, WrpValidationError, WrpModuleError: Invalid capture.
         WrpBindingError: Bad inputs, or a bad ``repeat``/``warmup``.
         WrpNotFoundError: ``nvtx`` without an NVTX library.
+        WrpKernelsError: (``kernels``) A file fails to import, or no kernel matches.
         WrpRuntimeError: Warp failed to run an op.
         WrpCrashError: (``isolate``) The child died of a fatal signal.
         WrpTimeoutError: (``timeout``) The profile did not finish in time.
@@ -306,7 +327,10 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     opened = open_program(source, modules)
     from ..run.worker import verify_deferred  # noqa: PLC0415
     from ..run.prepare import check_runnable  # noqa: PLC0415
+    from ..run.source_types import type_capture  # noqa: PLC0415
     from .trace import default_device  # noqa: PLC0415
+
+    typing = type_capture(opened, list(kernels or ()))
 
     device = str(device) if device is not None else default_device(opened.program)
     if engine == "python":
@@ -318,10 +342,13 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     if nvtx:
         Nvtx()  # refuse here, before the child starts, when there is no NVTX library
     if isolate or timeout is not None:
-        return _profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                                nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
-    return run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                       nvtx=nvtx, clock=clock, started=t0)
+        result = _profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat,
+                                   warmup=warmup, nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
+    else:
+        result = run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
+                             nvtx=nvtx, clock=clock, started=t0)
+    result.typing = typing.to_json() if typing is not None else None
+    return result
 
 
 def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
@@ -381,9 +408,23 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
     prog = opened.program
     if stage is not None:
         stage("loading")
-    stepper = st.build_stepper(prog, empty_leaf=True)
+    zero = _zero_launch(prog) if device.strip().lower().startswith("cpu") else None
+    calib = None
+    if zero is not None:
+        try:
+            calib = st.open_engine(engine, wrp1.encode_wrp1(_calibration_program(prog, zero)), opened.modules,
+                                   device)
+        except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
+            zero = None
+    stepped = prog if zero is None else dataclasses.replace(prog, ops=list(prog.ops) + [zero])
+    stepper = st.build_stepper(stepped, empty_leaf=True)
     image = wrp1.encode_wrp1(stepper.program)
-    eng = st.open_engine(engine, image, opened.modules, device)
+    try:
+        eng = st.open_engine(engine, image, opened.modules, device)
+    except BaseException:
+        if calib is not None:
+            calib.close()
+        raise
     del image
     timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(clock)
     machine = _TimedMachine(stepper, eng, timer, Nvtx() if nvtx else None)
@@ -396,6 +437,8 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         whole = st.open_engine(engine, image, opened.modules, device)
         del image
         whole_launch = _engine_launch(whole)
+        if zero is not None:
+            calib_launch, zero_leaf = _engine_launch(calib), stepper.leaf_of[id(zero)]
         apply_inputs(machine, opened, inputs)
         region_ids = [r.region_id for r in prog.regions]
         snap = _snapshot(machine, region_ids)
@@ -403,6 +446,8 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         samples: dict = {}  # (path, iterations) -> raw ms per timed round
         order: list = []  # (path, iterations, index, op) of the first timed round, in run order
         floor: list = []
+        zero_stepped: list = []  # ms of a zero-size launch stepped alone
+        zero_in_graph: list = []  # ms per zero-size launch inside the calibration graph
         empty = stepper.empty_leaf
 
         if stage is not None:
@@ -419,6 +464,19 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
                     machine.run_leaf(empty)
                     if timed:
                         floor.append(machine.last_ms)
+                if zero is not None:
+                    for _ in range(EMPTY_STEPS):
+                        machine.label = b"launch floor"
+                        machine.run_leaf(zero_leaf)
+                        if timed:
+                            zero_stepped.append(machine.last_ms)
+                    if nvtx:
+                        machine.nvtx.push(b"launch calibration")
+                    per_launch = timer(calib_launch) / CALIBRATION_LAUNCHES
+                    if nvtx:
+                        machine.nvtx.pop()
+                    if timed:
+                        zero_in_graph.append(per_launch)
 
                 def visit(op, index, path, iterations, timed=timed):
                     if timed:
@@ -454,23 +512,57 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
             if gc_was_enabled:
                 gc.enable()
         result.floor_ms = _ns(statistics.median(floor)) if floor else 0.0
+        result.launch_floor_ms = result.floor_ms
+        if zero_stepped and zero_in_graph:
+            result.launch_floor_ms = _ns(max(result.floor_ms, statistics.median(zero_stepped)
+                                             - statistics.median(zero_in_graph)))
         result.replay_ms = _ns(statistics.median(result.replay_rounds_ms)) if result.replay_rounds_ms else 0.0
         result.step_ms = [_ns(v) for v in result.step_ms]
         result.replay_rounds_ms = [_ns(v) for v in result.replay_rounds_ms]
         for seq, (path, iterations, index, op) in enumerate(order):
             raw = statistics.median(samples[(path, iterations)])
+            base = result.launch_floor_ms if isinstance(op, m.KernelLaunch) else result.floor_ms
             result.ops.append({"seq": seq, "index": index, "path": path,
                                "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
                                "op": op.op_type.name,
                                "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None,
-                               "ms": _ns(max(0.0, raw - result.floor_ms)), "raw_ms": _ns(raw)})
+                               "ms": _ns(max(0.0, raw - base)), "raw_ms": _ns(raw)})
     finally:
         machine.close()
         if whole is not None:
             whole.close()
+        if calib is not None:
+            calib.close()
     summarize(result, prog)
     result.program = prog
     return result
+
+
+def _zero_launch(program: m.Program) -> Optional[m.KernelLaunch]:
+    """A copy of the program's first kernel launch that runs no thread (shape 0); None without launches.
+
+    Why: stepping a launch costs more than stepping nothing, beyond the
+    launch's own cost in a graph (Warp's CPU replayer, ``apic.cpp``
+    ``apic_cpu_replay_stream``, allocates its argument scratch once per
+    stream it replays, so a stepped launch pays that every time, and an
+    empty step not at all).  A launch of no thread costs what a launch
+    costs without its kernel's work, stepped and inside a graph alike, so
+    the difference of the two is that cost of stepping.
+    """
+    for _, op in m.walk_ops(program.ops):
+        if isinstance(op, m.KernelLaunch):
+            return dataclasses.replace(op, shape=tuple(0 for _ in op.shape), size=0, dim=0)
+    return None
+
+
+def _calibration_program(program: m.Program, zero: m.KernelLaunch) -> m.Program:
+    """:data:`CALIBRATION_LAUNCHES` copies of ``zero`` over the program's regions, none with initial data.
+
+    A launch of no thread touches no memory, so the regions are never paged in.
+    """
+    regions = [dataclasses.replace(r, has_initial_data=False, data=None) for r in program.regions]
+    return dataclasses.replace(program, ops=[zero] * CALIBRATION_LAUNCHES, regions=regions, bindings=[],
+                               annotations=b"")
 
 
 def _ns(ms: float) -> float:
@@ -530,7 +622,8 @@ def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> 
     """
     meta = {"format": PROFILE_FORMAT, "file": result.file, "engine": result.engine, "device": result.device,
             "timer": result.timer, "repeat": result.repeat, "warmup": result.warmup, "total_ms": result.total_ms,
-            "replay_ms": result.replay_ms, "floor_ms": result.floor_ms, "coverage": result.coverage}
+            "replay_ms": result.replay_ms, "floor_ms": result.floor_ms, "launch_floor_ms": result.launch_floor_ms,
+            "coverage": result.coverage}
     pid, tid = 1, 1
     events = [{"name": "process_name", "ph": "M", "pid": pid, "tid": tid,
                "args": {"name": f"wrp profile {Path(result.file).name}"}},

@@ -307,12 +307,9 @@ def _trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mappin
                     dump=None, timeout: Optional[float] = None, started: Optional[float] = None) -> TraceResult:
     """Step a validated capture in a child process (:mod:`wrpkit.debug.isolation`); the body of
     ``trace(..., isolate=True)``.  The dump files move to ``dump`` only after the child succeeded."""
-    files = {}
-    if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
-        files["annotations.bin"] = bytes(opened.program.annotations)
     job = {"device": device, "engine": engine, "stop_at_nonfinite": bool(stop_at_nonfinite), "dump": dump is not None}
     collect = None if dump is None else (lambda d: _publish_dump(d / "dump", Path(dump)))
-    data = run_in_child(opened, "trace", job, inputs, timeout=timeout, started=started, files=files, collect=collect)
+    data = run_in_child(opened, "trace", job, inputs, timeout=timeout, started=started, collect=collect)
     return TraceResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
                        data["device"], data["ops"], data["first_nonfinite"], None, data["unknown_dtypes"],
                        data.get("unchecked") or [], **{k: data[k] for k in CHILD_TIMINGS})
