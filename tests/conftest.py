@@ -18,11 +18,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 
 @pytest.fixture(scope="session")
-def captures(tmp_path_factory) -> dict:
-    """``{program name: Path of its .wrp}`` for every program in ``programs.PROGRAMS``."""
+def captures() -> dict:
+    """``{program name: Path of its .wrp}`` for every program in ``programs.PROGRAMS``.
+
+    From the run's one capture cache (``programs.cached_capture``): shared
+    files, so copy one before editing it.
+    """
     import programs  # noqa: PLC0415
 
-    return programs.capture_all(tmp_path_factory.mktemp("captures"))
+    return programs.cached_captures()
 
 
 @pytest.fixture(scope="session")

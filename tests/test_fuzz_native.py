@@ -150,7 +150,7 @@ def write_seeds(out: Path, work: Path) -> tuple:
     dk.mkdir(parents=True, exist_ok=True)
     import programs  # noqa: PLC0415
 
-    caps = programs.capture_all(work / "captures")
+    caps = programs.cached_captures()
     (work / "annotated").mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

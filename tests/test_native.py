@@ -2,8 +2,8 @@
 
 The project is built with CMake into a temporary directory once per session
 (and once more with WRP_SANITIZE=ON for the AddressSanitizer test).  Captures
-are made with stock Warp at test time, from tests/programs.py when it is
-there (else from two small programs defined here), and every replay through
+are made with stock Warp at test time (tests/programs.py's one capture
+cache, and two small programs defined here), and every replay through
 wrp-replay is compared bit for bit with stock ``wp.capture_load`` +
 ``wp.capture_launch`` of the same file.  Replays run with ``env -i
 PATH=/usr/bin:/bin`` to show that no Python is involved.
@@ -40,6 +40,7 @@ import warp as wp
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+import parity_cases  # noqa: E402
 from conftest import cmake_python_args  # noqa: E402
 from wrpk_manifests import program_manifest, shared_if_bodies, shared_launch, wrap_manifest  # noqa: E402
 
@@ -47,19 +48,15 @@ ROOT = Path(__file__).resolve().parents[1]
 WARP_BIN = Path(wp.__file__).resolve().parent / "bin"
 CLEAN_ENV = {"PATH": "/usr/bin:/bin"}  # what `env -i PATH=/usr/bin:/bin` leaves
 
-try:  # the shared registry of real Warp programs (tests/programs.py)
-    import programs
+import programs  # noqa: E402 - the shared registry of real Warp programs (tests/programs.py)
 
-    PROGRAMS, capture_to_file = dict(programs.PROGRAMS), programs.capture_to_file
-except ImportError:  # pragma: no cover - exercised only without tests/programs.py
-    PROGRAMS, capture_to_file = {}, None
+PROGRAMS = dict(programs.PROGRAMS)
 
 wp.init()
 
 
 # ---------------------------------------------------------------------------
-# Programs of this file (used when tests/programs.py is absent, and for the
-# typed-signature tests, which need a known layout)
+# Programs of this file (the typed-signature and CUDA tests need a known layout)
 # ---------------------------------------------------------------------------
 
 
@@ -130,9 +127,6 @@ def local_capture(prog, path, device="cpu"):
     return arrays
 
 
-ALL_PROGRAMS = PROGRAMS or LOCAL
-CAPTURE = capture_to_file if PROGRAMS else local_capture
-
 
 # ---------------------------------------------------------------------------
 # Build and capture fixtures
@@ -181,12 +175,9 @@ def asan_exe(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def caps(tmp_path_factory) -> dict:
-    """``{name: Path of a fresh .wrp}`` for every program, captured with stock Warp."""
+    """``{name: Path of its .wrp}`` for every program (the run's one capture cache) and this file's own."""
     d = tmp_path_factory.mktemp("native-captures")
-    out = {}
-    for name, prog in ALL_PROGRAMS.items():
-        CAPTURE(prog, d / f"{name}.wrp")
-        out[name] = d / f"{name}.wrp"
+    out = programs.cached_captures()
     for name, prog in LOCAL.items():
         local_capture(prog, d / f"local_{name}.wrp")
         out[f"local_{name}"] = d / f"local_{name}.wrp"
@@ -372,9 +363,9 @@ def stock_replay(path: Path, inputs: dict, names: list, device="cpu") -> dict:
     return {n: ctypes.string_at(graph.get_param_ptr(n), graph.params[n]["size"]) for n in names}
 
 
-@pytest.mark.parametrize("name", sorted(ALL_PROGRAMS))
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_replay_matches_stock_warp(native, caps, tmp_path, name):
-    prog = ALL_PROGRAMS[name]
+    prog = PROGRAMS[name]
     path = caps[name]
     fresh = prog.make_arrays("cpu")
     inputs = {n: npy_input(fresh[n]) for n in prog.inputs}
@@ -896,9 +887,9 @@ def test_wrpk_image_is_the_wrp_and_modules_come_from_the_bundle(native, caps, bu
         assert got == want, name
 
 
-@pytest.mark.parametrize("name", sorted(ALL_PROGRAMS))
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_wrpk_replay_is_bit_identical_to_wrp(native, caps, bundles, tmp_path, name):
-    prog = ALL_PROGRAMS[name]
+    prog = PROGRAMS[name]
     fresh = prog.make_arrays("cpu")
     inputs = {n: npy_input(fresh[n]) for n in prog.inputs}
     common = []
@@ -1145,16 +1136,7 @@ def test_timeout_must_be_a_positive_number(native, caps, value, tmp_path):
     assert not out.exists()
 
 
-def _parity_cases():
-    try:
-        import parity_cases  # noqa: PLC0415
-
-        return parity_cases.CASES
-    except ImportError:  # pragma: no cover - tests/programs.py absent
-        return []
-
-
-@pytest.mark.parametrize("case", _parity_cases(), ids=lambda c: c.name)
+@pytest.mark.parametrize("case", parity_cases.CASES, ids=lambda c: c.name)
 def test_rule_parity_native(native, case, tmp_path):
     """wrp-replay gives the verdict ``wrp validate`` gives on every variant of tests/parity_cases.py (each
     breaks one rule that once lived on one side only; test_validate.py checks the Python side)."""
