@@ -16,6 +16,9 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The session fixtures of the native tests (tests/test_native_*.py), defined once for every file that uses them.
+pytest_plugins = ["native_fixtures"]
+
 
 @pytest.fixture(scope="session")
 def captures() -> dict:

@@ -254,7 +254,7 @@ def test_fuzz_targets_never_load_warp(fuzzers):
 # against (a naive decoder crashes, reads out of bounds or allocates without
 # limit on them).  Each is fed to its fuzz binary (which must run it cleanly
 # under ASan + UBSan) with WRP_FUZZ_VERBOSE=1, and the library's verdict is
-# checked; tests/test_native.py also feeds the crasher to wrp-replay.
+# checked; tests/test_native_annotations.py also feeds the crasher to wrp-replay.
 # ---------------------------------------------------------------------------
 
 
