@@ -50,8 +50,6 @@ def caps(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def annotations(native):
     """``annotations(signatures, digests) -> bytes`` of an Annotations FlatBuffer."""
-    pytest.importorskip("flatbuffers")
-
     def make(signatures, digests=()):
         spec = {"signatures": signatures, "digests": [(f, sha.hex(), n) for f, sha, n in digests]}
         env = {**os.environ, "PYTHONPATH": str(native.dir / "python_fbs")}

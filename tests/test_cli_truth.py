@@ -260,8 +260,6 @@ def test_capture_saved_twice_is_a_warning_and_resolves_as_warp_does(tmp_path, re
 
 
 def test_ctrl_c_stops_a_long_python_replay_within_a_second(tmp_path):
-    if "capture_while" not in rc.programs.PROGRAMS:
-        pytest.skip("tests/programs.py has no capture_while")
     path = rc.rewrite_capture(rc.stock_capture("capture_while"), tmp_path / "f", rc.endless_while)
     work = tmp_path / "o"
     work.mkdir()

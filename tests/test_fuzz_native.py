@@ -185,10 +185,10 @@ def write_seeds(out: Path, work: Path) -> tuple:
     for i, case in enumerate(parity_cases.LEGACY_CASES):
         path = parity_cases.build(case, work / "legacy" / str(i))
         seed(dk if path.suffix == ".wrpk" else d1, path.read_bytes())
-    base = caps.get("views") or next(iter(caps.values()))
+    base = caps["views"]
     for depth in (64, 65, 66, 140):
         seed(dk, _deep_bundle(decode_wrp1(base.read_bytes()), depth))
-    for v in hostile.generate(caps.get("tape") or base, work / "hostile"):
+    for v in hostile.generate(caps["tape"], work / "hostile"):
         if v.path.is_symlink() or not v.path.is_file():
             continue
         data = v.path.read_bytes()
@@ -202,7 +202,6 @@ def write_seeds(out: Path, work: Path) -> tuple:
 
 @pytest.fixture(scope="session")
 def seeds(tmp_path_factory) -> tuple:
-    pytest.importorskip("warp")
     root = tmp_path_factory.mktemp("fuzz-seeds")
     return write_seeds(root / "seeds", root / "work")
 
@@ -389,14 +388,10 @@ def _aligned(shifted: bytes) -> bytes:
 
 
 @pytest.fixture(scope="session")
-def regressions(tmp_path_factory) -> dict:
-    pytest.importorskip("warp")
+def regressions() -> dict:
     import programs  # noqa: PLC0415
 
-    if "views" not in programs.PROGRAMS:
-        pytest.skip("tests/programs.py has no 'views' program")
-    path = tmp_path_factory.mktemp("fuzz-regression") / "base.wrp"
-    programs.capture_to_file(programs.PROGRAMS["views"], path)
+    path = programs.cached_capture("views")
     return regression_inputs(path.read_bytes(), "a")  # binding "a" holds 16 float32 values
 
 

@@ -94,8 +94,6 @@ def test_misaligned_annotation_vectors_are_refused(native, asan_exe, caps, tmp_p
     in place, undefined behaviour that UBSan reports; they are refused now, cleanly."""
     from test_fuzz_native import misaligned_annotations, with_annotations  # noqa: PLC0415
 
-    if "views" not in caps:
-        pytest.skip("tests/programs.py has no 'views' program")
     src = caps["views"]
     path = copy_capture(src, tmp_path / "m", data=with_annotations(src.read_bytes(), misaligned_annotations("a")))
     env = {**CLEAN_ENV, "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1:exitcode=87",

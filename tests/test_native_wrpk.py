@@ -305,7 +305,6 @@ def test_wrpk_shared_tables_cannot_blow_up(native, tmp_path):
     """One 64 KiB launch referenced 12000 times from a 112 KB manifest would be 790 MB as WRP1: refused
     up front, quickly, instead of allocated.  (The 12000 entries are within the entry bound, a quarter
     of the manifest's size, and the 24001 table visits within the Verifier's, 2 x its size + 8.)"""
-    pytest.importorskip("flatbuffers")
     manifest = program_manifest(ops=[shared_launch], op_count=12000)
     path = tmp_path / "bomb.wrpk"
     path.write_bytes(wrap_manifest(manifest))
@@ -320,7 +319,6 @@ def test_wrpk_shared_tables_cannot_blow_up(native, tmp_path):
 def test_wrpk_ifs_sharing_one_body_are_refused_quickly(native, tmp_path, n_ifs, body_len, message):
     """IF tables sharing one body vector are walked once per IF; both readers bound the entries walked
     (tests/test_wrpk.py checks the Python side with the same files)."""
-    pytest.importorskip("flatbuffers")
     path = tmp_path / "dag.wrpk"
     path.write_bytes(shared_if_bodies(n_ifs, body_len))
     res = run(native.exe, path, "--list", check_rc=3, timeout=20)

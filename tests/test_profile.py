@@ -21,8 +21,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-warp = pytest.importorskip("warp")
-
 import profile_programs as pp  # noqa: E402
 import warp as wp  # noqa: E402
 import wrpkit  # noqa: E402
