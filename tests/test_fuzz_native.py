@@ -41,6 +41,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import cmake_python_args  # noqa: E402
 from wrpk_manifests import program_manifest, shared_launch, wrap_manifest  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds the libFuzzer targets with clang and fuzzes
+
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ_SECONDS = int(os.environ.get("WRP_FUZZ_SECONDS", "5"))
 

@@ -605,6 +605,7 @@ def test_options_are_checked_before_any_case_runs(suite, tmp_path):
         ro.chmod(0o700)
 
 
+@pytest.mark.slow  # drives Chromium
 def test_html_page_opens_offline_in_a_browser(suite, serial, tmp_path):
     """The page in Chromium: no request but the page itself, no console error, every case in the table."""
     try:
