@@ -25,6 +25,9 @@ import warp as wp
 
 from conftest import cmake_python_args
 import programs  # the shared registry of real Warp programs (tests/programs.py)
+from wrpkit import model as m
+from wrpkit.formats import wrp1_layout
+from wrpkit.formats.wrp1 import decode_wrp1
 
 wp.init()
 
@@ -163,32 +166,45 @@ def npy_input(arr: wp.array) -> np.ndarray:
 
 
 def sections(buf):
-    n = struct.unpack_from("<I", buf, 12)[0]
-    return [struct.unpack_from("<IIQQQ", buf, 64 + 32 * i) for i in range(n)]
+    """The section table: ``[(type, flags, offset, size, uncompressed_size)]``, in file order."""
+    header = dict(zip(("magic", "version", "flags", "num_sections", "section_table_offset"),
+                      wrp1_layout.FILE_HEADER.unpack_from(buf)))
+    return [wrp1_layout.SECTION_ENTRY.unpack_from(buf, header["section_table_offset"]
+                                                  + wrp1_layout.SECTION_ENTRY_SIZE * i)
+            for i in range(header["num_sections"])]
+
+
+def _string_size(text: str) -> int:
+    return 4 + len(text.encode())  # a u32 length, then the bytes (wrp1._Cursor.string)
 
 
 def metadata_fields(buf):
-    """File offsets of interesting metadata fields."""
-    off = sections(buf)[0][2]
-    pos = off + 4
-    vlen = struct.unpack_from("<I", buf, pos)[0]
+    """File offsets of interesting metadata fields, from the codec's decode of ``buf``.
+
+    The decoder (``wrpkit.formats.wrp1``) gives each string's length; the record
+    order and sizes are those it reads in ``_decode_metadata``, for the file's format.
+    """
+    prog = decode_wrp1(bytes(buf))
+    layout = wrp1_layout.LAYOUTS[prog.format_version]
+    pos = sections(buf)[0][2] + 4  # after the metadata's format version
     f = {"version_len": pos, "version": pos + 4}
-    pos += 4 + vlen
+    pos += _string_size(prog.warp_version)
     f["arch"] = pos
     f["num_modules"], f["num_kernels"], f["num_bindings"] = pos + 4, pos + 8, pos + 12
-    nmod = struct.unpack_from("<I", buf, pos + 4)[0]
-    pos += 24
+    pos += 4 + 5 * 4  # the arch, then five counts
     modules = []
-    for _ in range(nmod):
-        rec = {"at": pos}
-        for key in ("hash", "name", "filename"):
-            rec[key] = pos
-            pos += 4 + struct.unpack_from("<I", buf, pos)[0]
+    for mod in prog.modules:
+        rec = {"at": pos, "hash": pos}
+        pos += _string_size(mod.module_hash)
+        rec["name"] = pos
+        pos += _string_size(mod.module_name)
+        rec["filename"] = pos
+        pos += _string_size(mod.binary_filename)
         rec["arch"] = pos
         pos += 4
-        for _ in range(3):
-            pos += 4 + struct.unpack_from("<I", buf, pos)[0]
-        pos += 2 + 16
+        if layout.module_extras:
+            pos += sum(map(_string_size, (mod.binary_digest, mod.source_filename, mod.source_digest)))
+            pos += 2 + layout.recipe.size  # binary kind, fallback reason, compile recipe
         modules.append(rec)
     f["modules"] = modules
     f["kernels_at"] = pos
@@ -196,48 +212,37 @@ def metadata_fields(buf):
 
 
 def op_offsets(buf):
-    """``[(offset, type, total_size)]`` of the top-level ops."""
-    _, _, off, size, _ = sections(buf)[2]
-    count = struct.unpack_from("<I", buf, off)[0]
-    pos, out = off + 4, []
-    for _ in range(count):
-        t, n = struct.unpack_from("<II", buf, pos)
-        out.append((pos, t, n))
-        pos += n
-    return out
+    """``[(offset, type, total_size)]`` of the top-level ops, from the codec's decode of ``buf``."""
+    return [(op.at, *wrp1_layout.OP_HEADER.unpack_from(buf, op.at)) for op in decode_wrp1(bytes(buf)).ops]
 
 
 def record_bytes(buf):
     """Offsets of record bytes (no region contents and no launch argument values)."""
+    prog = decode_wrp1(bytes(buf))
+    layout = wrp1_layout.LAYOUTS[prog.format_version]
     secs = sections(buf)
     out = list(range(0, secs[0][2]))  # header and section table
     out += list(range(secs[0][2], secs[0][2] + secs[0][3]))  # metadata
     mem = secs[1][2]
-    count = struct.unpack_from("<I", buf, mem)[0]
-    pos = mem + 4
-    out += list(range(mem, pos))
-    for _ in range(count):
-        out += list(range(pos, pos + 24))
-        size, has = struct.unpack_from("<QB", buf, pos + 8)
-        pos += 24 + (size if has else 0)
+    out += list(range(mem, mem + 4))  # region count
+    for region in prog.regions:
+        out += list(range(region.at, region.at + wrp1_layout.REGION_RECORD.size))
 
-    def walk(pos, end):
+    def walk(ops):
         res = []
-        while pos < end:
-            t, n = struct.unpack_from("<II", buf, pos)
-            if t == 1:
-                kl, hl, np_, _, nr, vds = struct.unpack_from("<HHHHII", buf, pos + 64)
-                res += list(range(pos, pos + n - vds))
-            elif t in (7, 8):
-                res += list(range(pos, pos + 40))
-                res += walk(pos + 40, pos + n)
+        for op in ops:
+            _, total = wrp1_layout.OP_HEADER.unpack_from(buf, op.at)
+            if isinstance(op, m.KernelLaunch):
+                res += list(range(op.at, op.at + total - len(op.value_data)))
+            elif isinstance(op, (m.If, m.While)):
+                res += list(range(op.at, op.at + wrp1_layout.OP_HEADER.size + layout.ops[op.op_type].size))
+                res += walk([*op.then_ops, *op.else_ops] if isinstance(op, m.If) else op.body)
             else:
-                res += list(range(pos, pos + n))
-            pos += n
+                res += list(range(op.at, op.at + total))
         return res
 
     ops = secs[2][2]
-    out += list(range(ops, ops + 4)) + walk(ops + 4, ops + secs[2][3])
+    out += list(range(ops, ops + 4)) + walk(prog.ops)
     return out
 
 

@@ -32,10 +32,10 @@ def have_cuda() -> bool:
 
 def cuda_variant(buf: bytes, arch=86) -> bytes:
     """The same graph claiming to be a CUDA capture (binary-only modules)."""
+    f = metadata_fields(buf)  # before the header edit: the codec refuses a header and metadata that disagree
     b = bytearray(buf)
     b[24] = 0
     struct.pack_into("<I", b, 28, arch)
-    f = metadata_fields(b)
     struct.pack_into("<I", b, f["arch"], arch)
     for m in f["modules"]:
         struct.pack_into("<I", b, m["arch"], arch)
