@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import programs  # the shared registry of real Warp programs (tests/programs.py)
-from native_helpers import ANNOTATIONS_SCRIPT, Build, LEGACY, LOCAL, ROOT, cmake_build, convert_with_cli, local_capture, run
+from native_helpers import ANNOTATIONS_SCRIPT, Build, LEGACY, LOCAL, ROOT, cmake_build, convert_with_cli, run
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +42,7 @@ def caps(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("native-captures")
     out = programs.cached_captures()
     for name, prog in LOCAL.items():
-        local_capture(prog, d / f"local_{name}.wrp")
+        programs.capture_to_file(prog, d / f"local_{name}.wrp")
         out[f"local_{name}"] = d / f"local_{name}.wrp"
     return out
 

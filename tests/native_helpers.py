@@ -99,18 +99,6 @@ LOCAL = {
 }
 
 
-def local_capture(prog, path, device="cpu"):
-    arrays = prog.make_arrays(device)
-    wp.capture_begin(device=device, apic=True)
-    try:
-        prog.step(arrays)
-    finally:
-        graph = wp.capture_end(device=device)
-    wp.capture_save(graph, os.fspath(path), inputs={n: arrays[n] for n in prog.inputs},
-                    outputs={n: arrays[n] for n in prog.outputs})
-    return arrays
-
-
 @dataclass
 class Build:
     dir: Path

@@ -1,8 +1,5 @@
 """Typed signatures (wrpkit's ANNOTATIONS section) read by wrp-replay: shapes
 of inputs and outputs, kept through .wrpk, and bad or misaligned ones refused.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

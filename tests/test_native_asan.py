@@ -1,8 +1,5 @@
 """wrp-replay built with AddressSanitizer / UBSan (WRP_SANITIZE=ON) on the
 hostile set.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

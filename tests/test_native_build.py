@@ -1,8 +1,5 @@
 """The CMake build of native/: what the binaries link, the generated Python
 FlatBuffers, and wrp-replay's help and usage errors.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

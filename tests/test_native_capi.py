@@ -1,8 +1,5 @@
 """The C API of libwrp_replay.so, driven from a C program, and the library
 finding Warp relative to its install.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

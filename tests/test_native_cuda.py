@@ -1,8 +1,5 @@
 """wrp-replay on CUDA: a clean error without a device, and replays that match
 stock Warp where there is one.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations
@@ -16,7 +13,8 @@ import pytest
 
 import warp as wp
 
-from native_helpers import LOCAL, WARP_BIN, copy_capture, local_capture, metadata_fields, npy_input, run
+import programs
+from native_helpers import LOCAL, WARP_BIN, copy_capture, metadata_fields, npy_input, run
 
 pytestmark = pytest.mark.slow  # every test here builds native/ with CMake first
 
@@ -59,7 +57,7 @@ def test_cuda_without_a_device_is_a_clean_error(native, caps, tmp_path):
 def test_cuda_replay_matches_stock_warp(native, tmp_path, name):
     prog = LOCAL[name]
     path = tmp_path / f"{name}.wrp"
-    fresh = local_capture(prog, path, device="cuda:0")
+    fresh = programs.capture_to_file(prog, path, device="cuda:0")
     inputs = {n: npy_input(fresh[n]) for n in prog.inputs}
     args = [path, "--device", "cuda:0", "--warp-lib-dir", WARP_BIN]
     for n, a in inputs.items():

@@ -1,9 +1,6 @@
 """Hostile files (truncated, bit-flipped, lying about lengths, odd module files,
 not a regular file) must be refused by wrp-replay with a clear message and
 exit status 3 (or 1), never a signal, crash or hang.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

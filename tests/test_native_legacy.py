@@ -2,9 +2,6 @@
 their own format's rules, listed, and refused for replay with the upgrade
 command (tests/fixtures/legacy/, written by each release's capture_save).
 The rule-by-rule agreement with wrp validate is in tests/parity_cases.py.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """wrp-replay replays compared bit for bit with stock ``wp.capture_load`` +
 ``wp.capture_launch`` of the same file, run with ``env -i PATH=/usr/bin:/bin``
 to show that no Python is involved; its inputs, options and Warp errors.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

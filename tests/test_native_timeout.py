@@ -1,9 +1,6 @@
 """wrp-replay --timeout: a valid file whose WHILE loops never end in practice
 (tests/replay_cases.py endless_while) is stopped, a normal replay is not
 disturbed, and the value is checked.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations

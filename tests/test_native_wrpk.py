@@ -4,9 +4,6 @@ compared byte for byte with the .wrp (test tool ``wrpk-unpack``), every replay
 with the .wrp's, and tampering anywhere must give exit status 3 with an
 integrity message naming the blob.  Also the rule parity with ``wrp validate``
 (tests/parity_cases.py) and the C API over bundles.
-
-The build, the captures and the shared helpers are in tests/native_helpers.py
-and tests/native_fixtures.py.
 """
 
 from __future__ import annotations
