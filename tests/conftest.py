@@ -16,22 +16,26 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The session fixtures of the native tests (tests/test_native_*.py), defined once for every file that uses them.
+pytest_plugins = ["native_fixtures"]
+
 
 @pytest.fixture(scope="session")
-def captures(tmp_path_factory) -> dict:
-    """``{program name: Path of its .wrp}`` for every program in ``programs.PROGRAMS``."""
+def captures() -> dict:
+    """``{program name: Path of its .wrp}`` for every program in ``programs.PROGRAMS``.
+
+    From the run's one capture cache (``programs.cached_capture``): shared
+    files, so copy one before editing it.
+    """
     import programs  # noqa: PLC0415
 
-    return programs.capture_all(tmp_path_factory.mktemp("captures"))
+    return programs.cached_captures()
 
 
 @pytest.fixture(scope="session")
 def small_capture(captures) -> Path:
     """One small capture (a handful of kernel launches) for quick negative tests."""
-    for name in ("views", "copy", "scalars"):
-        if name in captures:
-            return captures[name]
-    return next(iter(captures.values()))
+    return captures["views"]
 
 
 @pytest.fixture(scope="session")

@@ -35,7 +35,11 @@ region). It is intentionally not part of :data:`PROGRAMS`.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -152,14 +156,43 @@ def capture_to_file(prog: WarpProgram, path: str | os.PathLike, device: str = "c
     return arrays
 
 
-def capture_all(directory: Path, device: str = "cpu") -> dict[str, Path]:
-    """Capture every program of :data:`PROGRAMS` into ``directory``; ``{name: Path of its .wrp}``."""
-    out = {}
-    for name, prog in PROGRAMS.items():
-        path = Path(directory) / f"{name}.wrp"
-        capture_to_file(prog, path, device)
-        out[name] = path
-    return out
+_CAPTURE_DIR = Path(tempfile.mkdtemp(prefix="wrpkit-captures-"))
+atexit.register(shutil.rmtree, _CAPTURE_DIR, True)
+
+
+@functools.lru_cache(maxsize=None)
+def _capture_once(name: str, device: str, warp_version: str) -> Path:
+    # Keyed by Warp version and device too: a .wrp is locked to both, so a
+    # capture must never be served to a run of another Warp or device.
+    path = _CAPTURE_DIR / warp_version / device.replace(":", "_") / f"{name}.wrp"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    capture_to_file(PROGRAMS[name], path, device)
+    return path
+
+
+def cached_capture(name: str, device: str = "cpu") -> Path:
+    """The one capture of a program for this test run, made with stock Warp on first use.
+
+    Every test file asks here (``conftest.captures``, the native tests, the
+    replay cases, the fuzz seeds), so each program is captured once per run.
+    The file is shared: copy it before editing it.
+
+    Args:
+        name: A key of :data:`PROGRAMS`.
+        device: Warp device to capture on.
+
+    Returns:
+        Path of the saved ``.wrp`` (its ``<stem>_modules/`` lies beside it).
+
+    Raises:
+        KeyError: ``name`` is not a registered program.
+    """
+    return _capture_once(name, device, wp.config.version)
+
+
+def cached_captures(device: str = "cpu") -> dict[str, Path]:
+    """``{name: Path of its .wrp}`` for every program of :data:`PROGRAMS`, from :func:`cached_capture`."""
+    return {name: cached_capture(name, device) for name in PROGRAMS}
 
 
 def run_live(prog: WarpProgram, device: str = "cpu") -> dict[str, np.ndarray]:

@@ -70,10 +70,8 @@ def wrpkit_capture(name: str) -> Path:
 
 @functools.lru_cache(maxsize=None)
 def stock_capture(name: str) -> Path:
-    """Capture a program with stock ``wp.capture_save`` (no wrpkit annotations)."""
-    path = tmpdir("stock") / f"{name}.wrp"
-    programs.capture_to_file(programs.PROGRAMS[name], path, "cpu")
-    return path
+    """A program captured with stock ``wp.capture_save`` (no wrpkit annotations), from the run's one cache."""
+    return programs.cached_capture(name, "cpu")
 
 
 @functools.lru_cache(maxsize=None)

@@ -157,8 +157,6 @@ def test_lint_leaves_floats_padded_with_zeros_alone(captures):
 
 
 def test_lint_flags_kernel_overloads_sharing_one_record(captures):
-    if "overloads" not in captures:
-        pytest.skip("no overloads program")
     code, data = run_check(captures["overloads"])
     assert any(f["check"] == "lint-overloads" for f in data["findings"])
 

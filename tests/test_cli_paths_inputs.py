@@ -196,6 +196,7 @@ def test_modules_dir_and_a_renamed_wrp(cap, tmp_path):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_inputs_are_checked_against_the_signature_everywhere(cap, stock, tmp_path):
     good = inputs()
     prog = wrpkit.load(cap)
@@ -271,6 +272,7 @@ def _sweep(prog, x):
     return prog.run({"pos": x})["pos"]
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_programs_travel_to_workers_and_other_api_details(cap, tmp_path):
     prog = wrpkit.load(cap)
     rng = np.random.default_rng(3)

@@ -64,6 +64,7 @@ def _json_error(stdout: str) -> dict:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_each_failure_class_has_one_exit_code_in_every_route(saxpy, replayer, tmp_path):
     old = _other_version(saxpy, tmp_path / "old")
     missing = tmp_path / "missing.wrp"
@@ -110,6 +111,7 @@ def test_each_failure_class_has_one_exit_code_in_every_route(saxpy, replayer, tm
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_json_failures_are_json_on_stdout_in_every_command(saxpy, tmp_path):
     missing = tmp_path / "nope.wrp"
     cases = [
@@ -175,6 +177,7 @@ def test_inspect_reads_well(saxpy, tmp_path):
     assert "arg1=touches@r1(x)" in ops and "arg2=touches@r2(y)" in ops and "dim=(1024,)" in ops
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_titles_do_not_wrap_and_numbers_are_not_cut(tmp_path):
     path = rc.wrpkit_capture(rc.program_names()[0])
     wide = wrp("replay", path, "--repeat", "3", env=dict(os.environ, COLUMNS="200")).stdout
@@ -192,6 +195,7 @@ def test_titles_do_not_wrap_and_numbers_are_not_cut(tmp_path):
     assert all(len(ln) <= 80 for ln in narrow.stdout.splitlines())
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_untyped_bytes_have_no_statistics_and_cpu_work_has_no_cuda_warning(saxpy):
     p = wrp("replay", saxpy, "--json")  # stock file, no inputs: x and y are raw bytes
     assert p.returncode == 0, p.stderr
@@ -259,9 +263,8 @@ def test_capture_saved_twice_is_a_warning_and_resolves_as_warp_does(tmp_path, re
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_ctrl_c_stops_a_long_python_replay_within_a_second(tmp_path):
-    if "capture_while" not in rc.programs.PROGRAMS:
-        pytest.skip("tests/programs.py has no capture_while")
     path = rc.rewrite_capture(rc.stock_capture("capture_while"), tmp_path / "f", rc.endless_while)
     work = tmp_path / "o"
     work.mkdir()

@@ -33,6 +33,8 @@ from wrpkit.errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpRuntimeEr
                            WrpValidationError, timeout_message)
 from wrpkit.formats import jsonform, wrp1
 
+pytestmark = pytest.mark.slow  # crashes and hangs child processes on purpose
+
 wp.config.log_level = wp.LOG_WARNING
 wp.init()
 WARP_BIN = str(Path(wp.__file__).parent / "bin")

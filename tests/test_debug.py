@@ -11,8 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-warp = pytest.importorskip("warp")
-
 import debug_programs as dp  # noqa: E402
 import wrpkit  # noqa: E402
 from click.testing import CliRunner  # noqa: E402

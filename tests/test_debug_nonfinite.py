@@ -13,8 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-warp = pytest.importorskip("warp")
+import warp
 
 import debug_programs as dp  # noqa: E402
 import nonfinite_chain as chain  # noqa: E402

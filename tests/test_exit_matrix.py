@@ -329,6 +329,7 @@ def test_every_class_has_a_documented_code():
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_matrix(name, files):
     """Every failure class of one command gives its code, with a message and no traceback."""
     if name not in wrp_commands():

@@ -41,6 +41,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import cmake_python_args  # noqa: E402
 from wrpk_manifests import program_manifest, shared_launch, wrap_manifest  # noqa: E402
 
+pytestmark = pytest.mark.slow  # builds the libFuzzer targets with clang and fuzzes
+
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ_SECONDS = int(os.environ.get("WRP_FUZZ_SECONDS", "5"))
 
@@ -150,7 +152,7 @@ def write_seeds(out: Path, work: Path) -> tuple:
     dk.mkdir(parents=True, exist_ok=True)
     import programs  # noqa: PLC0415
 
-    caps = programs.capture_all(work / "captures")
+    caps = programs.cached_captures()
     (work / "annotated").mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -185,10 +187,10 @@ def write_seeds(out: Path, work: Path) -> tuple:
     for i, case in enumerate(parity_cases.LEGACY_CASES):
         path = parity_cases.build(case, work / "legacy" / str(i))
         seed(dk if path.suffix == ".wrpk" else d1, path.read_bytes())
-    base = caps.get("views") or next(iter(caps.values()))
+    base = caps["views"]
     for depth in (64, 65, 66, 140):
         seed(dk, _deep_bundle(decode_wrp1(base.read_bytes()), depth))
-    for v in hostile.generate(caps.get("tape") or base, work / "hostile"):
+    for v in hostile.generate(caps["tape"], work / "hostile"):
         if v.path.is_symlink() or not v.path.is_file():
             continue
         data = v.path.read_bytes()
@@ -202,7 +204,6 @@ def write_seeds(out: Path, work: Path) -> tuple:
 
 @pytest.fixture(scope="session")
 def seeds(tmp_path_factory) -> tuple:
-    pytest.importorskip("warp")
     root = tmp_path_factory.mktemp("fuzz-seeds")
     return write_seeds(root / "seeds", root / "work")
 
@@ -254,7 +255,7 @@ def test_fuzz_targets_never_load_warp(fuzzers):
 # against (a naive decoder crashes, reads out of bounds or allocates without
 # limit on them).  Each is fed to its fuzz binary (which must run it cleanly
 # under ASan + UBSan) with WRP_FUZZ_VERBOSE=1, and the library's verdict is
-# checked; tests/test_native.py also feeds the crasher to wrp-replay.
+# checked; tests/test_native_annotations.py also feeds the crasher to wrp-replay.
 # ---------------------------------------------------------------------------
 
 
@@ -389,14 +390,10 @@ def _aligned(shifted: bytes) -> bytes:
 
 
 @pytest.fixture(scope="session")
-def regressions(tmp_path_factory) -> dict:
-    pytest.importorskip("warp")
+def regressions() -> dict:
     import programs  # noqa: PLC0415
 
-    if "views" not in programs.PROGRAMS:
-        pytest.skip("tests/programs.py has no 'views' program")
-    path = tmp_path_factory.mktemp("fuzz-regression") / "base.wrp"
-    programs.capture_to_file(programs.PROGRAMS["views"], path)
+    path = programs.cached_capture("views")
     return regression_inputs(path.read_bytes(), "a")  # binding "a" holds 16 float32 values
 
 

@@ -19,6 +19,8 @@ import hostile
 import programs
 from wrpkit.formats.convert import convert
 
+pytestmark = pytest.mark.slow  # fuzzes each decoder for a few seconds
+
 pytest.importorskip("atheris", reason="atheris is not installed (pip install '.[test]')")
 
 HERE = Path(__file__).resolve().parent

@@ -336,6 +336,7 @@ def sample_captures(tmp_path_factory) -> dict:
     return paths
 
 
+@pytest.mark.slow  # drives Chromium
 def test_browser_samples(browser, sample_captures, tmp_path):
     assert len(sample_captures) >= 4
     for name, path in sample_captures.items():
@@ -350,6 +351,7 @@ def test_browser_samples(browser, sample_captures, tmp_path):
         p.page.close()
 
 
+@pytest.mark.slow  # drives Chromium
 def test_browser_while_folds_unfolds_and_details(browser, sample_captures, tmp_path):
     html, gr = _html(sample_captures["while_loop"], tmp_path)
     p = Page(browser, html)
@@ -380,6 +382,7 @@ def test_browser_while_folds_unfolds_and_details(browser, sample_captures, tmp_p
     p.check_clean()
 
 
+@pytest.mark.slow  # drives Chromium
 def test_browser_10000_ops(browser, big_capture, tmp_path):
     html, gr = _html(big_capture, tmp_path)
     assert html.stat().st_size < 5 * 2**20

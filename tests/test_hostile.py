@@ -79,6 +79,7 @@ def _run_children(variants, tmp_path):
     return regular, proc
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_load_run_and_replay_refuse_cleanly_or_replay_valid_files(variants, tmp_path):
     regular, proc = _run_children(variants, tmp_path)
     lines = proc.stdout.splitlines()

@@ -20,9 +20,9 @@ from wrpkit.errors import WrpFormatError  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def wrp_inputs(request, tmp_path_factory):
-    """``{name: (wrp bytes, module files)}`` for every program, captured once per session."""
-    return H.load_inputs(request, tmp_path_factory)
+def wrp_inputs():
+    """``{name: (wrp bytes, module files)}`` for every program, from the run's one capture cache."""
+    return H.load_inputs()
 
 
 @pytest.fixture(scope="session")

@@ -33,11 +33,11 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "tools" / "make_legacy_fixtures.py"
 FIXTURES = REPO / "tests" / "fixtures" / "legacy"
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
     os.environ.get("WRP_REGEN_LEGACY") != "1",
     reason="slow, needs PyPI: set WRP_REGEN_LEGACY=1 to regenerate the legacy fixtures "
     "(WRP_REGEN_RELEASES picks the releases, default 1.18.0)",
-)
+)]
 
 
 def _releases() -> list[str]:

@@ -9,7 +9,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from wrpkit.formats import wrpk
+from wrpkit.formats.wrpk.blobs import read_header
+from wrpkit.formats.wrpk.reader import decode_wrpk
 from wrpkit.formats.convert import convert
 
 
@@ -19,7 +20,7 @@ def _bundle_with_blobs(captures, tmp_path):
         out = tmp_path / f"{name}.wrpk"
         convert(src, out)
         buf = out.read_bytes()
-        prog = wrpk.decode_wrpk(buf)
+        prog = decode_wrpk(buf)
         base = np.frombuffer(buf, np.uint8).ctypes.data
         blobs = {f"region {r.region_id} initial data": (int(np.frombuffer(r.data, np.uint8).ctypes.data - base),
                                                         len(r.data))
@@ -58,7 +59,7 @@ def test_list_still_checks_the_manifest_and_structure(captures, replayer, tmp_pa
     """Records are still checked in full: the manifest's own SHA-256, and a blob running past the blob area."""
     bundle, _ = _bundle_with_blobs(captures, tmp_path)
     data = bytearray(bundle.read_bytes())
-    header = wrpk.read_header(bytes(data))
+    header = read_header(bytes(data))
     data[128 + header.manifest_size // 2] ^= 0x01
     bad = tmp_path / "manifest.wrpk"
     bad.write_bytes(bytes(data))

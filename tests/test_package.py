@@ -20,6 +20,8 @@ import warp as wp
 
 import wrpkit
 
+pytestmark = pytest.mark.slow  # builds a C++ consumer with CMake and pkg-config
+
 wp.config.quiet = True
 NATIVE = Path(wrpkit.__file__).resolve().parent / "_native"
 INSTALLED = list(Path(sys.prefix).glob("lib/python*/site-packages/wrpkit/_native"))

@@ -21,8 +21,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-warp = pytest.importorskip("warp")
-
 import profile_programs as pp  # noqa: E402
 from trace_event_rules import check_trace_event_file  # noqa: E402
 import warp as wp  # noqa: E402

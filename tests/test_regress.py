@@ -351,6 +351,7 @@ def test_two_local_workers_give_the_serial_verdicts_in_case_order(suite, serial)
     assert len({c.worker for c in rep.cases if c.worker}) == 2
 
 
+@pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
     distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
@@ -605,6 +606,7 @@ def test_options_are_checked_before_any_case_runs(suite, tmp_path):
         ro.chmod(0o700)
 
 
+@pytest.mark.slow  # drives Chromium
 def test_html_page_opens_offline_in_a_browser(suite, serial, tmp_path):
     """The page in Chromium: no request but the page itself, no console error, every case in the table."""
     try:

@@ -539,8 +539,6 @@ def _wrp(*args, cwd, env=None, timeout=120):
 
 def endless_capture(dst_dir):
     """A valid capture whose replay never ends in practice (see ``replay_cases.endless_while``)."""
-    if "capture_while" not in rc.programs.PROGRAMS:
-        pytest.skip("tests/programs.py has no capture_while")
     return rc.rewrite_capture(rc.stock_capture("capture_while"), dst_dir, rc.endless_while)
 
 

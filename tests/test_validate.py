@@ -111,7 +111,7 @@ def test_while_whose_body_cannot_change_its_condition_is_refused():
 
 @pytest.mark.parametrize("case", pc.CASES, ids=pc.CASE_IDS)
 def test_rule_parity_python(case, tmp_path):
-    """``wrp validate`` gives the verdict wrp-replay gives (tests/test_native.py checks that side)."""
+    """``wrp validate`` gives the verdict wrp-replay gives (tests/test_native_wrpk.py checks that side)."""
     code, out = pc.python_validate(pc.base_capture(case))
     assert code == 0, out
     code, out = pc.python_validate(pc.build(case, tmp_path / "v"))

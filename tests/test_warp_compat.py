@@ -29,6 +29,8 @@ import pytest
 
 import warp_compat as wc
 
+pytestmark = pytest.mark.slow  # runs the wheel's own APIC tests, then every route on each file
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES_FILE = ROOT / "tests" / "warp_compat_cases.txt"
 

@@ -19,6 +19,8 @@ import warp as wp
 
 import wrpkit
 
+pytestmark = pytest.mark.slow  # starts a local Dask cluster
+
 wp.config.quiet = True
 N = 2048
 

@@ -1,8 +1,7 @@
 """Shared inputs of tests/test_wrpk.py and tests/test_jsonform.py.
 
-* :func:`program_names` / :func:`capture_all`: real captures of every program
-  of ``tests/programs.py`` (or, when that module is missing, of one local
-  kernel), made once per session.
+* :func:`program_names` / :func:`load_inputs`: real captures of every program
+  of ``tests/programs.py``, from its one capture cache (``cached_capture``).
 * :func:`synthetic_program`: a hand-built program that holds every op type
   with non-default values in every field (including the ones stock Warp never
   writes: MEMCPY_H2D, ALLOC, BVH_*, HASH_GRID_UPDATE, a padded BSR_TRANSPOSE
@@ -22,72 +21,21 @@ from wrpkit import model as m
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-try:  # the registry of real Warp programs (tests/programs.py)
-    import programs as _programs  # noqa: E402
+import programs  # noqa: E402
 
-    PROGRAMS = dict(_programs.PROGRAMS)
-except ImportError:  # pragma: no cover - before tests/programs.py exists
-    _programs = None
-    PROGRAMS = {}
+PROGRAMS = dict(programs.PROGRAMS)
 
 
 def program_names() -> list:
-    """Names to parametrize over: every registered program, or ``["local"]``."""
-    return sorted(PROGRAMS) or ["local"]
+    """Names to parametrize over: every registered program."""
+    return sorted(PROGRAMS)
 
 
-def _capture_local(path: Path) -> None:
-    import numpy as np  # noqa: PLC0415
-    import warp as wp  # noqa: PLC0415
-
-    wp.config.quiet = True
-    wp.init()
-
-    @wp.kernel
-    def k_scale_wrpk(a: wp.array(dtype=float), b: wp.array(dtype=float), s: float):
-        i = wp.tid()
-        b[i] = a[i] * s
-
-    a = wp.array(np.arange(8, dtype=np.float32), device="cpu")
-    b = wp.zeros(8, dtype=float, device="cpu")
-    wp.capture_begin("cpu", apic=True)
-    wp.launch(k_scale_wrpk, dim=8, inputs=[a, b, 2.0], device="cpu")
-    g = wp.capture_end()
-    wp.capture_save(g, str(path), inputs={"a": a}, outputs={"b": b})
-
-
-def capture_all(directory: Path) -> dict:
-    """Capture every program into ``directory``; return ``{name: path of the .wrp}``."""
-    out = {}
-    for name in program_names():
-        path = directory / f"{name}.wrp"
-        if _programs is None:
-            _capture_local(path)
-        else:
-            _programs.capture_to_file(PROGRAMS[name], path)
-        out[name] = path
-    return out
-
-
-def load_inputs(request, tmp_path_factory) -> dict:
-    """``{name: (wrp bytes, {module file: bytes})}`` for every program.
-
-    Reuses the session's ``captures`` fixture of ``tests/conftest.py`` when
-    there is one (so each program is captured once per session), else captures
-    into a fresh temporary folder.
-    """
+def load_inputs() -> dict:
+    """``{name: (wrp bytes, {module file: bytes})}`` for every program, from the run's one capture cache."""
     from wrpkit.formats.container import open_capture  # noqa: PLC0415
 
-    paths = None
-    try:
-        got = request.getfixturevalue("captures")
-        if isinstance(got, dict) and set(got) >= set(program_names()) and \
-                all(isinstance(v, (str, os.PathLike)) for v in got.values()):
-            paths = {name: got[name] for name in program_names()}
-    except Exception:  # noqa: BLE001 - no such fixture, or it failed: capture here
-        paths = None
-    if paths is None:
-        paths = capture_all(tmp_path_factory.mktemp("wrpk_captures"))
+    paths = programs.cached_captures()
     out = {}
     for name, path in paths.items():
         with open_capture(path) as cap:

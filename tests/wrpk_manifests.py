@@ -1,6 +1,6 @@
 """Hand-built .wrpk bundles for hostile-input tests (FlatBuffers builder, slot numbers of schema/wrp.fbs).
 
-Shared by tests/test_native.py and tests/test_fuzz_native.py.
+Shared by tests/test_native_*.py and tests/test_fuzz_native.py.
 """
 
 from __future__ import annotations
