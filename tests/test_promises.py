@@ -243,3 +243,35 @@ def test_replay_finds_wrp_replay_in_the_package_without_path(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert Path(p.stdout.strip()) == pkg_bin
+
+
+@wp.kernel
+def _doubled_k(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    b[i] = a[i] * 2.0
+
+
+def test_names_with_brackets_print_as_they_are(tmp_path):
+    """Binding names, paths and messages go to the terminal as text: rich must not read "[red]a" as a style."""
+    import wrpkit  # noqa: PLC0415
+
+    a = wp.array(np.ones(8, np.float32), device="cpu")
+    b = wp.zeros(8, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(_doubled_k, dim=8, inputs=[a, b], device="cpu")
+    folder = tmp_path / "[v2]"
+    folder.mkdir()
+    path = folder / "m.wrp"
+    rec.save(path, inputs={"[red]a": a}, outputs={"b[0]": b})
+    shown = wrp("inspect", path, env=dict(os.environ, COLUMNS="100"))
+    assert shown.returncode == 0, shown.stderr
+    assert "[red]a" in shown.stdout and "b[0]" in shown.stdout and "[v2]" in shown.stdout
+    valid = wrp("validate", path)
+    assert valid.returncode == 0 and f"valid: {path}" in valid.stdout
+    replayed = wrp("replay", path, env=dict(os.environ, COLUMNS="100"))
+    assert replayed.returncode == 0 and "b[0]" in replayed.stdout, replayed.stderr
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "wrp-suite.toml").write_text('[defaults]\nrtol = "x"\n')
+    bad = wrp("regress", suite)
+    assert bad.returncode == EXIT_USAGE and "rtol in [defaults] must be a number" in bad.stderr, bad.stderr

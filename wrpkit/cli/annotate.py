@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .options import kernel_match_lines, quiet_warp
-from .output import console, dump_json, size
+from .output import console, dump_json, escape, size
 
 
 @click.command("annotate")
@@ -49,7 +49,7 @@ def annotate(file, kernels, out, as_json):
         return
     con = console()
     t = res.typing
-    con.print(f"[green]wrote[/] {res.dst}: {len(t.matched)} of {len(t.matches)} kernel(s) typed, "
+    con.print(f"[green]wrote[/] {escape(str(res.dst))}: {len(t.matched)} of {len(t.matches)} kernel(s) typed, "
               f"{len(t.bindings_typed)} binding(s) typed, {size(res.bytes_written)}", highlight=False)
     for line in kernel_match_lines(t.to_json())[1:]:  # the count is in the line above
         con.print(line, highlight=False)

@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import WrpError
-from .output import console, dump_json, report_error, stderr_console
+from .output import console, dump_json, escape, report_error, stderr_console
 
 
 @click.command()
@@ -63,12 +63,12 @@ def check(file, device, as_json, modules_dir):
         con = console()
         style = {"ok": "[green]ok[/]  ", FAIL: "[red]FAIL[/]", WARN: "[yellow]warn[/]"}
         for f in findings:
-            con.print(f"{style[f.status]} {f.check:<15} {f.message}", highlight=False)
+            con.print(f"{style[f.status]} {f.check:<15} {escape(f.message)}", highlight=False)
             if f.fix and f.status != "ok":
-                con.print(f"     {'':<15} [dim]fix:[/] {f.fix}", highlight=False)
+                con.print(f"     {'':<15} [dim]fix:[/] {escape(f.fix)}", highlight=False)
         if loadable:
-            con.print(f"[green]loadable:[/] {file} on {device}")
+            con.print(f"[green]loadable:[/] {escape(str(file))} on {escape(str(device))}")
         else:
-            stderr_console().print(f"[bold red]not loadable:[/] {file} on {device}")
+            stderr_console().print(f"[bold red]not loadable:[/] {escape(str(file))} on {escape(str(device))}")
     if not loadable:
         sys.exit(code)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .output import console, dump_json
+from .output import console, dump_json, escape
 
 
 def _short(v, width: int = 60) -> str:
@@ -108,7 +108,7 @@ def diff(a, b, as_json):
     if res.identical:
         extra = (f" (the initial data of {len(res.overwritten)} region(s) differs but is overwritten before "
                  "it is read)") if res.overwritten else ""
-        con.print(f"[green]identical:[/] {a} and {b}{extra}", highlight=False)
+        con.print(f"[green]identical:[/] {escape(str(a))} and {escape(str(b))}{extra}", highlight=False)
         sys.exit(0)
     lines = [f"--- {a}", f"+++ {b}"]
     for k, v in res.header.items():

@@ -6,7 +6,7 @@ import click
 
 from ..checks.summary import shape_text
 from .options import kernel_match_lines, kernels_option
-from .output import console, dump_json, plural, size, table
+from .output import console, dump_json, plural, size, styled, table
 
 
 @click.command()
@@ -78,13 +78,13 @@ def _roles(b: dict) -> str:
 
 def _print_summary(info: dict) -> None:
     con = console()
-    con.print(f"[bold]{info['file']}[/]  ({info['container']}, {size(info['file_size'])})")
+    con.print(styled((info["file"], "bold"), f"  ({info['container']}, {size(info['file_size'])})"))
     con.print(f"  format {info['format_version']}   Warp {info['producer']}   device {info['device']}"
-              f"   target arch: {_arch(info)}")
+              f"   target arch: {_arch(info)}", markup=False)
     con.print(f"  {plural(info['op_total'], 'op')} ({info['top_level_ops']} top level, nesting depth "
               f"{info['max_depth']}), {plural(len(info['kernels']), 'kernel')}, "
               f"{plural(len(info['bindings']), 'binding')}, {plural(len(info['regions']), 'region')}, "
-              f"{plural(len(info['modules']), 'module')}")
+              f"{plural(len(info['modules']), 'module')}", markup=False)
     t = table("Sections", ["name", "offset", "size"])
     for s in info["sections"]:
         t.add_row(s["name"], str(s["offset"]), size(s["size"]))
@@ -112,10 +112,11 @@ def _print_summary(info: dict) -> None:
     con.print(t)
     for r in info["regions"]:
         for c in r.get("conflicts") or ():
-            con.print(f"[yellow]region {r['region_id']} ({r.get('name')}): sources disagree on its type: {c}[/]")
+            con.print(styled((f"region {r['region_id']} ({r.get('name')}): sources disagree on its type: {c}",
+                              "yellow")))
     t = table("Modules", ["module", "file", "size", "status"])
     for mod in info["modules"]:
-        status = "[green]present[/]" if mod["present"] else f"[red]{mod['state']}[/]"
+        status = styled(("present", "green")) if mod["present"] else styled((mod["state"], "red"))
         t.add_row(f"{mod['module_name']} {mod['module_hash'][:8]}", mod["binary_filename"], size(mod["size"]),
                   status)
     con.print(t)
@@ -136,6 +137,7 @@ def _print_ops(lines) -> None:
     for depth, index, name, line in lines:
         pad = "  " * depth
         if not line:
-            con.print(f"  {pad}[dim]{name}[/]")
+            con.print(styled(f"  {pad}", (name, "dim")))
         else:
-            con.print(f"  {pad}[cyan]{index:>5}[/] [bold]{name}[/] {line}", markup=True, highlight=False)
+            con.print(styled(f"  {pad}", (f"{index:>5}", "cyan"), " ", (name, "bold"), f" {line}"),
+                      highlight=False)

@@ -123,17 +123,23 @@ def kernels_option(fn):
 
 
 def kernel_match_lines(typing: dict) -> list:
-    """A line saying how many kernels ``--kernels`` typed, then each that did not match, with the reason."""
+    """A line saying how many kernels ``--kernels`` typed, then each that did not match, with the reason.
+
+    The lines are rich markup (names from the file are escaped).
+    """
+    from .output import escape  # noqa: PLC0415
+
     if not typing:
         return []
     n = sum(1 for k in typing["kernels"] if k["matched"])
     names = ", ".join(Path(f).name for f in typing["files"])
-    out = [f"--kernels: {n} of {len(typing['kernels'])} kernel(s) typed from {names}"]
+    out = [f"--kernels: {n} of {len(typing['kernels'])} kernel(s) typed from {escape(names)}"]
     for k in typing["kernels"]:
         if not k["matched"]:
-            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']} (module {k['module']}) not typed: {k['reason']}")
+            out.append(f"[yellow]--kernels:[/] kernel {escape(k['kernel'])} (module {escape(k['module'])}) not typed: "
+                       f"{escape(k['reason'])}")
         elif k["code"] == "changed":
-            out.append(f"[yellow]--kernels:[/] kernel {k['kernel']}: its code in {k['file']} differs from the "
+            out.append(f"[yellow]--kernels:[/] kernel {escape(k['kernel'])}: its code in {escape(k['file'])} differs from the "
                        "captured one (types taken from the file; its argument layout matches)")
     return out
 

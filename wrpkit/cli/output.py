@@ -45,6 +45,20 @@ def console(soft_wrap: bool = True):
     return _console_class()(highlight=False, soft_wrap=soft_wrap)
 
 
+def escape(value) -> str:
+    """``value`` as text inside rich markup: paths and names from a file ("pos[0]") print as they are."""
+    from rich.markup import escape as markup_escape  # noqa: PLC0415
+
+    return markup_escape(str(value))
+
+
+def styled(*parts):
+    """rich ``Text`` from plain strings and ``(text, style)`` pairs; no markup is parsed in them."""
+    from rich.text import Text  # noqa: PLC0415
+
+    return Text.assemble(*parts)
+
+
 def report_error(err: WrpError, as_json: bool = False) -> None:
     """Print a WrpError as ``error:`` and ``hint:`` lines on stderr; with ``as_json`` also its JSON on stdout.
 
@@ -55,12 +69,15 @@ def report_error(err: WrpError, as_json: bool = False) -> None:
     problems = [str(p) for p in getattr(err, "problems", [])]
     if as_json:
         print_json_error(err.message, err.exit_code, err.hint, problems or None)
+    from rich.text import Text  # noqa: PLC0415
+
     con = stderr_console()
-    con.print(f"[bold red]error:[/] {err.message}", markup=True, highlight=False)
+    # Text, not markup: a message quotes file contents and names ("[defaults]") rich would eat.
+    con.print(Text.assemble(("error:", "bold red"), " ", err.message), highlight=False)
     for p in problems[1:21]:
         con.print(f"       {p}", markup=False)
     if err.hint:
-        con.print(f"[yellow]hint:[/] {err.hint}", markup=True, highlight=False)
+        con.print(Text.assemble(("hint:", "yellow"), " ", err.hint), highlight=False)
 
 
 def error_object(message: str, exit_code: int, hint=None, problems=None) -> dict:
@@ -186,6 +203,10 @@ def table(title, columns, numeric=()):
     from rich.text import Text  # noqa: PLC0415
 
     class _Titled(Table):
+        def add_row(self, *cells, **kwargs):
+            # Cells are text, never markup: they hold names from inside the file ("pos[0]", "[red]").
+            super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kwargs)
+
         def __rich_console__(self, console, options):
             yield Text("")
             yield Text(title, style="bold")

@@ -28,18 +28,18 @@ def _fmt(v) -> str:
 
 def _print_report(report) -> None:
     from ..checks.summary import shape_text  # noqa: PLC0415
-    from .output import console, plural, stderr_console, table  # noqa: PLC0415
+    from .output import console, plural, stderr_console, styled, table  # noqa: PLC0415
 
     # Notices (stderr) are never broken mid-phrase, on a terminal or not; the report (stdout) keeps
     # every line within the width, its titles included.
     con = console(soft_wrap=False)
     err = stderr_console()
     for name, what in report.unset_inputs.items():
-        err.print(f"notice: binding {name!r} was not given as an input: it holds {what}")
+        err.print(f"notice: binding {name!r} was not given as an input: it holds {what}", markup=False)
     for line in kernel_match_lines(report.kernels):
         err.print(line)
     for text in report.warnings:
-        err.print(f"warning: {text}")
+        err.print(f"warning: {text}", markup=False)
     tt = table(f"{report.file} on {report.device} ({report.engine} engine, "
                f"{plural(report.repeat, 'replay')}, {report.warmup} warmup)",
                ["time per replay", "min", "median", "mean", "max"])
@@ -63,15 +63,16 @@ def _print_report(report) -> None:
         ct = table(f"check against {chk['golden']} (rtol={chk['rtol']:g}, atol={chk['atol']:g}{nan_rule})",
                    ["binding", "result", "max abs err", "max rel err", "note"])
         for name, r in chk["bindings"].items():
-            ct.add_row(name, "[green]ok[/]" if r["ok"] else "[bold red]MISMATCH[/]", _fmt(r["max_abs"]),
+            ct.add_row(name, styled(("ok", "green")) if r["ok"] else styled(("MISMATCH", "bold red")),
+                       _fmt(r["max_abs"]),
                        _fmt(r["max_rel"]), r.get("reason") or "")
         con.print(ct)
-        con.print(f"compared: {chk['compared']}")
+        con.print(f"compared: {chk['compared']}", markup=False)
         if chk.get("not_compared"):
-            con.print(f"not compared (absent from {chk['golden']}): {', '.join(chk['not_compared'])}")
+            con.print(f"not compared (absent from {chk['golden']}): {', '.join(chk['not_compared'])}", markup=False)
         con.print("[green]check passed[/]" if chk["ok"] else "[bold red]check failed[/]")
     if report.output:
-        con.print(f"wrote {report.output}")
+        con.print(f"wrote {report.output}", markup=False)
 
 
 @click.command("replay")

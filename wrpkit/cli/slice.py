@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .options import gather_inputs, input_options, kernels_option, quiet_warp
-from .output import console, dump_json, size
+from .output import console, dump_json, escape, size
 
 
 @click.command("slice")
@@ -65,10 +65,10 @@ def slice(file, ops, steps, out, inputs_npz, input_items, device, kernels, as_js
         dump_json(res.to_json())
         return
     if res.unit == "steps":
-        console().print(f"[green]wrote[/] {res.path}: steps {res.start}:{res.stop} ({res.ops} op(s), flat), "
+        console().print(f"[green]wrote[/] {escape(str(res.path))}: steps {res.start}:{res.stop} ({res.ops} op(s), flat), "
                         f"{res.regions_with_data} region(s) with initial data, {size(res.bytes_written)}",
                         highlight=False)
         return
-    console().print(f"[green]wrote[/] {res.path}: ops {res.start}:{res.stop} ({res.ops} top-level), "
+    console().print(f"[green]wrote[/] {escape(str(res.path))}: ops {res.start}:{res.stop} ({res.ops} top-level), "
                     f"{res.regions_with_data} region(s) with initial data, {size(res.bytes_written)}",
                     highlight=False)

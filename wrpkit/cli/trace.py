@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp
-from .output import console, dump_json, table
+from .output import console, dump_json, escape, table
 
 
 def wrapped(text: str, indent: str = "    ", label: str = "", style: str = "") -> str:
@@ -195,12 +195,12 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
         else:
             con.print("[green]no NaN or Inf written[/] (every written region was checked)", highlight=False)
     if result.against_warning:
-        con.print(f"[bold yellow]warning:[/] {result.against_warning}", highlight=False)
+        con.print(f"[bold yellow]warning:[/] {escape(result.against_warning)}", highlight=False)
     dv = result.first_divergence
     if dv is not None:
         con.print(divergence_line(dv), highlight=False)
     elif against is not None:
-        con.print(f"[green]same digests as {against}[/] at every op", highlight=False)
+        con.print(f"[green]same digests as {escape(str(against))}[/] at every op", highlight=False)
     if save_path is not None:
-        con.print(f"trace saved to {save_path}")
+        con.print(f"trace saved to {save_path}", markup=False)
     sys.exit(1 if bad else 0)

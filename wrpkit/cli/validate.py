@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..errors import EXIT_INVALID, WrpError
-from .output import console, dump_json, report_error, stderr_console
+from .output import console, dump_json, escape, report_error, stderr_console
 
 
 @click.command()
@@ -51,10 +51,10 @@ def validate(file, as_json, no_verify, modules_dir):
         con = console()
         for p in problems:
             tag = "[red]error[/]" if p.severity == "error" else "[yellow]warning[/]"
-            con.print(f"{tag} {p}", highlight=False)
+            con.print(f"{tag} {escape(p)}", highlight=False)
         if errors:
-            stderr_console().print(f"[bold red]invalid:[/] {file}: {len(errors)} problem(s)")
+            stderr_console().print(f"[bold red]invalid:[/] {escape(file)}: {len(errors)} problem(s)")
         else:
-            con.print(f"[green]valid:[/] {file}")
+            con.print(f"[green]valid:[/] {escape(file)}")
     if errors:
         sys.exit(EXIT_INVALID)
