@@ -163,14 +163,14 @@ def sections(buf):
 
 
 def _string_size(text: str) -> int:
-    return 4 + len(text.encode())  # a u32 length, then the bytes (wrp1._Cursor.string)
+    return 4 + len(text.encode())  # a u32 length, then the bytes (wrp1_decode.Cursor.string)
 
 
 def metadata_fields(buf):
     """File offsets of interesting metadata fields, from the codec's decode of ``buf``.
 
     The decoder (``wrpkit.formats.wrp1``) gives each string's length; the record
-    order and sizes are those it reads in ``_decode_metadata``, for the file's format.
+    order and sizes are those it reads in ``wrp1_decode.decode_metadata``, for the file's format.
     """
     prog = decode_wrp1(bytes(buf))
     layout = wrp1_layout.LAYOUTS[prog.format_version]

@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wrpk_helpers as H  # noqa: E402
 
 from wrpkit.formats import jsonform, wrp1  # noqa: E402
+from wrpkit.formats.wrp1_limits import DEFAULT_LIMITS  # noqa: E402
 from wrpkit.formats.wrpk import builder, reader, tables  # noqa: E402
 from wrpkit import model as m  # noqa: E402
 from wrpkit.errors import WrpFormatError  # noqa: E402
@@ -197,10 +198,10 @@ def _nested(levels: int) -> m.Program:
 
 
 def test_nesting_limit_matches_wrp1():
-    ok = _nested(wrp1.DEFAULT_LIMITS.max_depth)
+    ok = _nested(DEFAULT_LIMITS.max_depth)
     assert jsonform.loads(jsonform.dumps(ok))[0] == ok
     with pytest.raises(WrpFormatError, match="nested deeper"):
-        jsonform.program_from_json(jsonform.program_to_json(_nested(wrp1.DEFAULT_LIMITS.max_depth + 1)))
+        jsonform.program_from_json(jsonform.program_to_json(_nested(DEFAULT_LIMITS.max_depth + 1)))
 
 
 def test_json_file_roundtrip_through_disk(tmp_path, wrp_inputs):

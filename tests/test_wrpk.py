@@ -27,6 +27,7 @@ import wrpk_helpers as H  # noqa: E402
 
 from wrpkit import model as m  # noqa: E402
 from wrpkit.formats import wrp1  # noqa: E402
+from wrpkit.formats.wrp1_limits import DEFAULT_LIMITS  # noqa: E402
 from wrpkit.formats.wrpk import blobs, builder, reader, tables  # noqa: E402
 from wrpkit.formats.container import open_capture  # noqa: E402
 from wrpkit.errors import WrpFormatError, WrpIntegrityError, WrpModuleError, WrpVersionError  # noqa: E402
@@ -694,11 +695,11 @@ def _nested(levels: int) -> m.Program:
 
 def test_nesting_limit_matches_wrp1():
     """The deepest nesting the WRP1 decoder accepts converts; one level more is refused by both."""
-    ok = _nested(wrp1.DEFAULT_LIMITS.max_depth)
+    ok = _nested(DEFAULT_LIMITS.max_depth)
     raw = wrp1.encode_wrp1(ok)
     assert wrp1.decode_wrp1(raw) == ok
     assert wrp1.encode_wrp1(reader.decode_wrpk(builder.encode_wrpk(ok))) == raw
-    deeper = _nested(wrp1.DEFAULT_LIMITS.max_depth + 1)
+    deeper = _nested(DEFAULT_LIMITS.max_depth + 1)
     with pytest.raises(WrpFormatError, match="nest"):
         wrp1.decode_wrp1(wrp1.encode_wrp1(deeper))
     with pytest.raises(WrpFormatError, match="nested deeper"):

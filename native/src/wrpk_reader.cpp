@@ -1,7 +1,7 @@
 // wrpk_reader.cpp -- see wrpk_reader.h.  The checks mirror wrpkit/formats/wrpk/
 // (blobs.read_header, reader.decode_wrpk, blobs.check_blobs) and
-// schema/WRPK-FORMAT.md; the WRP1 encoding mirrors wrpkit/formats/wrp1.py
-// (encode_wrp1) byte for byte.
+// schema/WRPK-FORMAT.md; the WRP1 encoding mirrors wrpkit/formats/wrp1_encode.py
+// (encode_wrp1's records) byte for byte.
 #include "wrpk_reader.h"
 
 #include <algorithm>

@@ -13,7 +13,7 @@ them; the WRP1 decoder never produces them.
 from __future__ import annotations
 
 from .. import model as m
-from ..formats.wrp1 import metadata_outside_format
+from ..formats.wrp1_encode import metadata_outside_format
 from ..formats.wrp1_layout import LAYOUTS
 
 #: Warp 1.13 refuses a scalar argument larger than this (capture.py, "Scalar parameter too large").

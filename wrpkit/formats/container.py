@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import wrp1
+from .wrp1_limits import DEFAULT_LIMITS, Limits
 from ..errors import WrpError, WrpFormatError, WrpModuleError
 from ..fileio import (MappedFile, find_modules_dir, is_plain_basename, map_file, read_file,
                       sibling_modules_dirs)
@@ -175,7 +176,7 @@ class Capture:
         self.close()
 
 
-def open_capture(path, *, limits: wrp1.Limits = wrp1.DEFAULT_LIMITS, verify_checksums: bool = True,
+def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: bool = True,
                  prefetch: bool = False, deferred: Optional[list] = None, share_ops: bool = False,
                  on_regions: Optional[Callable[[list], None]] = None, modules_dir=None) -> Capture:
     """Open and decode a ``.wrp``, ``.wrpk`` or ``.json`` capture.

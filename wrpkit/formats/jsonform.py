@@ -455,9 +455,9 @@ def program_from_json(data, meta: Optional[dict] = None) -> tuple:
             prog.annotations = annotations_from_json(a, "annotations")
         else:
             prog.annotations = _bytes(a, "annotations")
-    from . import wrp1  # noqa: PLC0415
+    from .wrp1_limits import check_strings  # noqa: PLC0415
 
-    wrp1.check_strings(prog)  # the rules a .wrp's strings meet, so an edit is refused on the way in
+    check_strings(prog)  # the rules a .wrp's strings meet, so an edit is refused on the way in
     return prog, modules
 
 

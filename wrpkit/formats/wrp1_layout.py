@@ -5,7 +5,8 @@ header, the section table, the memory section and the op headers never
 changed; the launch record, argument encoding and some metadata records did.
 Everything version-specific lives in one :class:`FormatLayout` per format, so
 an older format is added as one more entry of :data:`LAYOUTS` (and, where a
-record changed shape, one more branch in :mod:`wrpkit.formats.wrp1`).
+record changed shape, one more branch in :mod:`wrpkit.formats.wrp1_decode`
+and :mod:`wrpkit.formats.wrp1_encode`).
 wrp-replay's C++ validator reads the same tables from
 ``native/src/wrp1_layouts.h``, which ``tools/gen_layout.py`` generates from
 this module (rerun it after any change here; a test fails on drift).

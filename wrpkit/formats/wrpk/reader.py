@@ -489,13 +489,14 @@ def _check_expansion(prog: m.Program, manifest_size: int) -> None:
     :data:`EXPANSION_FACTOR` times the manifest's size, the limit
     wrp-replay applies too.
     """
-    from .. import wrp1  # noqa: PLC0415
+    from ..wrp1_encode import metadata_section_size, ops_section_size  # noqa: PLC0415
+    from ..wrp1_layout import LAYOUTS  # noqa: PLC0415
 
-    layout = wrp1.LAYOUTS.get(prog.format_version)
+    layout = LAYOUTS.get(prog.format_version)
     if layout is None:  # an unsupported version is reported when it is used
         return
     limit = EXPANSION_FLOOR + EXPANSION_FACTOR * manifest_size
-    size = wrp1.metadata_section_size(prog, layout) + wrp1.ops_section_size(prog, layout)
+    size = metadata_section_size(prog, layout) + ops_section_size(prog, layout)
     if size > limit:
         raise WrpFormatError(f"the program's records would take {size} bytes as WRP1, more than {limit} "
                              f"(64 MiB + {EXPANSION_FACTOR} times the manifest's size): tables or vectors are "
@@ -535,9 +536,9 @@ def _make_program(rd: _Reader, v: list, pos: int) -> m.Program:
                      regions, ops, bytes(annotations))
     # The strings a .wrp's decoder checks, held to the same rules (wrp-replay checks them on the
     # WRP1 image it builds from a bundle): one verdict for a bundle in both routes.
-    from .. import wrp1  # noqa: PLC0415
+    from ..wrp1_limits import check_strings  # noqa: PLC0415
 
-    wrp1.check_strings(prog)
+    check_strings(prog)
     return prog
 
 
