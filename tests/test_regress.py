@@ -30,7 +30,7 @@ from click.testing import CliRunner
 
 import wrpkit
 from wrpkit.cli import main
-from wrpkit.run.regress import cuda_device_count
+from wrpkit.run.regress_case import cuda_device_count
 
 wp.config.quiet = True
 N = 64

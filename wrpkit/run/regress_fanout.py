@@ -1,0 +1,175 @@
+"""Fan-out for ``wrp regress``: a suite's jobs run serially, on local threads, on Dask or on Ray.
+
+Each runner calls ``done(k, result)`` in this thread as job ``k`` finishes
+(in completion order); a worker that dies fails only its case.  Remote
+workers get every case's files as bytes (:func:`~wrpkit.run.regress_case.with_payload`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError
+from .regress_case import CaseResult, close_replay_workers, run_case, with_payload
+from .regress_suite import usage_error
+
+
+class WrpSchedulerError(WrpError):
+    """The Dask scheduler or Ray cluster named cannot be reached (a usage error: check the address)."""
+
+    exit_code = EXIT_USAGE
+
+
+def _not_installed(package: str, option: str, extra: str) -> WrpError:
+    """The usage error for a fan-out whose optional package is missing."""
+    return usage_error(WrpError(f"{option} needs the {package} package, which is not installed",
+                                hint=f"pip install 'wrpkit[{extra}]'"))
+
+
+def _unreadable(job: dict, e: WrpError) -> CaseResult:
+    return CaseResult(job["name"], "error", message=e.message, hint=e.hint, error_class=type(e).__name__,
+                      exit_code=e.exit_code, engine=job["engine"], device=job["settings"].get("device"),
+                      file=job["capture"])
+
+
+def _died(job: dict, why: str) -> CaseResult:
+    return CaseResult(job["name"], "error", message=f"the worker running it died ({why}); the run went on",
+                      hint="Rerun the case alone with `wrp replay` to see why.", error_class="WrpWorkerDied",
+                      exit_code=EXIT_FAILED, engine=job["engine"], device=job["settings"].get("device"),
+                      file=job["capture"])
+
+
+def run_local(jobs: list, n_workers: int, done: Callable) -> None:
+    """Run ``jobs`` on ``n_workers`` threads, each driving its own warm replay child process.
+
+    The replays (loading and running the capture) happen in the children, in
+    parallel; a thread only validates, sends the bindings and compares.  A
+    child that dies fails only its case; the thread starts a new one for the next.
+    """
+    from concurrent.futures import ThreadPoolExecutor, as_completed  # noqa: PLC0415
+
+    pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="wrp-regress")
+    try:
+        futures = {pool.submit(run_case, job): i for i, job in enumerate(jobs)}
+        for fut in as_completed(futures):
+            done(futures[fut], fut.result())  # here, in this thread: one at a time
+    finally:
+        # On Ctrl-C, end the replay children first, so that no thread waits for a case to finish.
+        pool.shutdown(wait=False, cancel_futures=True)
+        close_replay_workers()
+        pool.shutdown(wait=True)
+        close_replay_workers()  # any a thread started while the first round closed
+
+
+def run_serial(jobs: list, done: Callable) -> None:
+    """Run ``jobs`` one after another in this thread (and its one warm replay child)."""
+    try:
+        for i, job in enumerate(jobs):
+            done(i, run_case(job))
+    finally:
+        close_replay_workers()
+
+
+def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
+    """Run ``jobs`` on the Dask scheduler at ``address``, a window of two per worker; say where they ran.
+
+    Raises:
+        WrpSchedulerError: The scheduler cannot be reached (exit 2).
+        WrpError: (exit 2) ``distributed`` is not installed.
+    """
+    try:
+        from distributed import Client, as_completed  # noqa: PLC0415
+    except ImportError:
+        raise _not_installed("distributed", "--dask", "dask") from None
+    try:
+        client = Client(address, timeout=f"{connect_timeout}s", set_as_default=False)
+    except (OSError, TimeoutError) as e:
+        raise WrpSchedulerError(f"cannot reach the Dask scheduler at {address}: {e}",
+                                hint="Start one (`dask scheduler` and `dask worker ADDRESS`) or check the "
+                                     "address (tcp://HOST:PORT).") from None
+    except ValueError as e:
+        raise WrpSchedulerError(f"not a Dask scheduler address: {address!r} ({e})",
+                                hint="Give it as tcp://HOST:PORT.") from None
+    try:
+        n = len(client.scheduler_info().get("workers", {}))
+        futures = {}
+        window = max(2, 2 * max(1, n))
+        it = iter(range(len(jobs)))
+        ac = as_completed(loop=client.loop)
+
+        def submit_next():
+            while True:
+                i = next(it, None)
+                if i is None:
+                    return
+                try:
+                    job = with_payload(jobs[i])
+                except WrpError as e:  # a file that cannot be read here: that case only
+                    done(i, _unreadable(jobs[i], e))
+                    continue
+                fut = client.submit(run_case, job, pure=False, key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{i}")
+                futures[fut] = i
+                ac.add(fut)
+                return
+
+        for _ in range(window):
+            submit_next()
+        for fut in ac:
+            i = futures.pop(fut)
+            try:
+                res = fut.result()
+            except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection: this case only)
+                res = _died(jobs[i], f"{type(e).__name__}: {e}")
+            done(i, res)
+            submit_next()
+        return f"dask {address} ({n} worker{'s' if n != 1 else ''})"
+    finally:
+        client.close()
+
+
+def run_ray(jobs: list, address: str, done: Callable) -> str:
+    """Run ``jobs`` on the Ray cluster at ``address`` (``auto``, ``HOST:PORT``); say where they ran.
+
+    Raises:
+        WrpSchedulerError: The cluster cannot be reached (exit 2).
+        WrpError: (exit 2) ``ray`` is not installed.
+    """
+    try:
+        import ray  # noqa: PLC0415
+    except ImportError:
+        raise _not_installed("ray", "--ray", "ray") from None
+    started_here = not ray.is_initialized()
+    try:
+        if started_here:
+            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    except Exception as e:  # noqa: BLE001  (ConnectionError, RuntimeError: Ray raises several)
+        raise WrpSchedulerError(f"cannot reach the Ray cluster at {address}: {type(e).__name__}: {e}",
+                                hint="Start one (`ray start --head`) or check the address (auto, HOST:PORT, "
+                                     "ray://HOST:PORT).") from None
+    try:
+        remote = ray.remote(max_retries=0)(run_case)
+        refs = {}
+        for i, job in enumerate(jobs):
+            try:
+                refs[remote.remote(with_payload(job))] = i
+            except WrpError as e:  # a file that cannot be read here: that case only
+                done(i, _unreadable(job, e))
+        left = list(refs)
+        while left:
+            ready, left = ray.wait(left, num_returns=1)
+            for ref in ready:
+                i = refs[ref]
+                try:
+                    res = ray.get(ref)
+                except Exception as e:  # noqa: BLE001  (a worker that died)
+                    res = _died(jobs[i], f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+                done(i, res)
+        return f"ray {address}"
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "WrpSchedulerError"]
