@@ -601,7 +601,7 @@ private:
     // launch must pass that many arguments of those byte sizes, and each array
     // argument's descriptor must have the declared ndim and fit its region
     // with the real element size (not just one byte, as without a signature).
-    // The rules of wrpkit's validate (_Checker._against_signature).
+    // The rules of wrpkit's validator (checks/launch_checks.py, LaunchChecks._against_signature).
     void against_signature(const Op& op, const std::string& key, const std::string& hash, uint32_t num_params,
                            uint32_t params_off, uint32_t relocs_off, uint32_t values_off)
     {

@@ -23,7 +23,8 @@ from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
 from ..environment import cuda_device_arch, host_cpu_tags, installed_warp_version, parse_device
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS, describe_format
-from .validate import kernel_symbols, validate_program
+from .module_files import kernel_symbols
+from .validate import validate_program
 
 OK, FAIL, WARN = "ok", "fail", "warn"
 

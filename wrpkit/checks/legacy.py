@@ -1,6 +1,7 @@
 """Validation rules that apply only to captures of older Warp releases (formats 3, 10, 13 to 16).
 
-:mod:`wrpkit.checks.validate` calls these for a program whose
+:mod:`wrpkit.checks.validate` (metadata) and :mod:`wrpkit.checks.launch_checks`
+(launches) call these for a program whose
 ``format_version`` is below 18; every rule is listed in
 ``schema/VALIDATION-RULES.md`` ("Older formats").  wrp-replay's C++
 validator applies the same rules (native/src/wrp1_validator.cpp and

@@ -12,7 +12,8 @@ from .output import console, dump_json, plural, size, stderr_console
 
 def _edit_problems(prog, modules) -> list:
     """What `wrp validate` would refuse in a program read from .json (an edit), as texts."""
-    from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
+    from ..checks.module_files import check_module_symbols  # noqa: PLC0415
+    from ..checks.validate import validate_program  # noqa: PLC0415
 
     problems = [p for p in validate_program(prog) if getattr(p, "severity", "error") == "error"]
     if modules:

@@ -8,7 +8,7 @@ index-array pointers (+56..+80) and its own ``int32 shape[4]`` (+88): 104
 bytes.  In a launch record the pointers are relocated slots, so the
 relocations of one argument come in those groups (a ``wp.handle`` is one
 HANDLE slot; a struct is its fields in order).  :func:`argument_arrays` walks
-them; the validator (:mod:`wrpkit.checks.validate`) checks each descriptor
+them; the validator (:mod:`wrpkit.checks.launch_checks`) checks each descriptor
 against its regions, and :func:`exceeded_launches` uses the element counts.
 
 A launch records its thread count but not how the kernel indexes its arrays:

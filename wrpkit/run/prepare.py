@@ -239,7 +239,8 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
                                  hint="Copy the module files again from where the capture was made, or recapture.")
 
     # wrpkit's own validation, before Warp sees anything.
-    from ..checks.validate import check_module_digests, check_module_symbols, validate_program  # noqa: PLC0415
+    from ..checks.module_files import check_module_digests, check_module_symbols  # noqa: PLC0415
+    from ..checks.validate import validate_program  # noqa: PLC0415
 
     problems = [] if _validated else [p for p in validate_program(model)
                                        if getattr(p, "severity", "error") == "error"]

@@ -282,7 +282,8 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
             validate.
         WrpFormatError: The input is not a valid capture.
     """
-    from ..checks.validate import check_module_symbols, validate_program  # noqa: PLC0415
+    from ..checks.module_files import check_module_symbols  # noqa: PLC0415
+    from ..checks.validate import validate_program  # noqa: PLC0415
 
     src, dst = Path(src), Path(dst)
     if collision not in COLLISION_POLICIES:
