@@ -208,6 +208,7 @@ def test_untyped_bytes_have_no_statistics_and_cpu_work_has_no_cuda_warning(saxpy
     assert p.returncode == 0 and CUDA_WARNING not in p.stderr + p.stdout
 
 
+@pytest.mark.slow
 def test_capture_saved_twice_is_a_warning_and_resolves_as_warp_does(tmp_path, replayer):
     """Warp's APIC state keeps every save's binding names, so a graph saved twice repeats them.
 

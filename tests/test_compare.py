@@ -114,6 +114,7 @@ def _planted(tmp_path):
     return path, xs, live
 
 
+@pytest.mark.slow
 def test_replay_table_and_check_on_a_capture_writing_nan_and_inf(tmp_path):
     path, xs, live = _planted(tmp_path)
     run = CliRunner()

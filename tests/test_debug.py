@@ -150,6 +150,7 @@ def test_trace_dump_writes_typed_npy(caps, tmp_path):
     assert arr.dtype == np.float32 and arr.shape == (dp.N,)
 
 
+@pytest.mark.slow
 def test_trace_cli_json_shape_and_exit_codes(caps, tmp_path):
     r = wrp("trace", caps["chain"], "--stop-at-nonfinite", "--json")
     assert r.exit_code == 1, r.output

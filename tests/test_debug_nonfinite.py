@@ -63,6 +63,7 @@ def _check_against_eager(nf: dict, eager: dict) -> None:
     assert seen and all(seen[a] == eager["before"][a] for a in seen), (seen, eager["before"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", chain.VARIANTS)
 def test_trace_names_the_kernel_and_iteration_an_eager_run_finds(chains, variant):
     c = chains[variant]
@@ -97,6 +98,7 @@ def test_stock_capture_is_typed_by_kernels_from_the_script(chains, variant):
         _check_against_eager(n.first_nonfinite, c["eager"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["if_in_while"])
 def test_trace_cli_summary_and_json_in_every_run(chains, variant):
     c = chains[variant]

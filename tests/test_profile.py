@@ -122,6 +122,7 @@ def test_profile_of_unequal_kernels_ranks_them_by_their_work(caps, engine):
     np.testing.assert_array_equal(got["y"], a["y"].numpy())
 
 
+@pytest.mark.slow
 def test_repeat_and_warmup_set_the_rounds_and_in_process_gives_the_same_ops(caps):
     p = wrpkit.profile(caps["while_if"], repeat=3, warmup=2, isolate=False)
     assert (p.repeat, p.warmup, len(p.step_ms), len(p.replay_rounds_ms)) == (3, 2, 3, 3)
@@ -140,6 +141,7 @@ def test_repeat_and_warmup_set_the_rounds_and_in_process_gives_the_same_ops(caps
     assert r.exit_code == 2, r.output
 
 
+@pytest.mark.slow
 def test_inputs_change_what_runs(caps, tmp_path):
     np.save(tmp_path / "counter.npy", np.array([2], np.int32))
     r = wrp("profile", caps["while_if"], "--input", f"counter={tmp_path / 'counter.npy'}", "--json",
@@ -154,6 +156,7 @@ def test_inputs_change_what_runs(caps, tmp_path):
     assert wrp("profile", caps["while_if"], "--input", "nope=x.npy").exit_code == 2
 
 
+@pytest.mark.slow
 def test_cli_table_fits_80_columns_and_json_has_the_documented_keys(caps):
     path = caps["while_if"]
     r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", path.name, "--repeat", "2"], cwd=path.parent,
@@ -251,6 +254,7 @@ def test_python_api_never_prints_and_its_outputs_round_trip(caps, tmp_path, capf
         assert back["paths"][k]["ms"] == pytest.approx(again["paths"][k]["ms"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_a_crash_inside_a_profiled_op_names_it_and_writes_nothing(caps, tmp_path):
     far = np.full(pp.N, 2**31 - 1, np.int32)  # out + 8 GiB: no memory of this process
     np.save(tmp_path / "idx.npy", far)
@@ -277,6 +281,7 @@ def _has_native() -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_timeout_kills_a_never_ending_while_and_writes_nothing(caps, tmp_path):
     np.save(tmp_path / "counter.npy", np.array([-1], np.int32))  # counts down for 2^31 iterations
     out = tmp_path / "out"
@@ -324,6 +329,7 @@ def _children(pid: int) -> list:
     return kids
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the child process")
 def test_ctrl_c_exits_130_and_kills_the_child(caps, tmp_path):
     np.save(tmp_path / "counter.npy", np.array([-1], np.int32))
@@ -367,6 +373,7 @@ int nvtxRangePop(void) { fprintf(out(), "-\n"); fflush(out()); return 0; }
 """
 
 
+@pytest.mark.slow
 def test_nvtx_pushes_one_named_range_per_op(caps, tmp_path):
     """--nvtx through a stand-in libnvToolsExt.so.1 that records its calls (the CUDA toolkit's is not here)."""
     import shutil  # noqa: PLC0415
@@ -466,6 +473,7 @@ def _items(items):
                 yield from _items(rep)
 
 
+@pytest.mark.slow
 def test_graph_times_are_the_profile_sums_and_groups_add_up(caps, repeated, tmp_path):
     from wrpkit.debug import graph as g  # noqa: PLC0415
     from wrpkit.debug.profile import load_profile  # noqa: PLC0415
@@ -514,6 +522,7 @@ def test_graph_times_are_the_profile_sums_and_groups_add_up(caps, repeated, tmp_
     assert r.exit_code == 0 and "#bd0026" in (tmp_path / "r.svg").read_text()  # the ×5 group is the heat
 
 
+@pytest.mark.slow
 def test_browser_heat_legend_times_and_details(browser, caps, repeated, tmp_path):
     prof = tmp_path / "wif.json"
     r = wrp("profile", caps["while_if"], "--json", "-o", prof, "--repeat", "2", "--clock", "cpu")
@@ -597,6 +606,7 @@ def _stock_order(steps: int) -> list:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_kernels_types_a_stock_capture_from_the_users_script(stock, engine):
     _native_or_skip(engine)
@@ -621,6 +631,7 @@ def test_kernels_types_a_stock_capture_from_the_users_script(stock, engine):
         wrpkit.profile(stock, engine=engine, repeat=1, warmup=0, inputs={"pos": wrong}, kernels=[STOCK_SCRIPT])
 
 
+@pytest.mark.slow
 def test_kernels_cli_reports_the_matches_and_refuses_a_bad_file(stock, tmp_path):
     r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "profile", str(stock), "--repeat", "1", "--kernels",
                         str(STOCK_SCRIPT)], capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"},

@@ -181,6 +181,7 @@ def test_a_misspelt_binding_gets_a_did_you_mean(energy, tmp_path, replayer):
     assert p.returncode == EXIT_USAGE and 'did you mean "x"' in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_wrp_replay_names_both_dtypes_of_a_wrong_input(tmp_path, replayer):
     """A float64 array for a float32 binding of a file with a signature (wrpkit.capture)."""
     import wrpkit  # noqa: PLC0415
@@ -206,12 +207,14 @@ def test_wrp_replay_names_both_dtypes_of_a_wrong_input(tmp_path, replayer):
     assert q.returncode == EXIT_USAGE and "float64" in q.stderr and "float32" in q.stderr, q.stderr
 
 
+@pytest.mark.slow
 def test_the_timeout_hint_names_the_replay_count(energy):
     p = wrp("replay", energy, "--repeat", "100000000", "--timeout", "2")
     assert p.returncode == 124, p.stderr
     assert "100000000 replays" in p.stderr and "--repeat" in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_wrp_replay_says_it_was_interrupted(tmp_path, replayer):
     """Ctrl-C during a long replay: one line on stderr, exit 130 (as wrp's)."""
     f = _long_capture(tmp_path)
@@ -251,6 +254,7 @@ def _doubled_k(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32)):
     b[i] = a[i] * 2.0
 
 
+@pytest.mark.slow
 def test_names_with_brackets_print_as_they_are(tmp_path):
     """Binding names, paths and messages go to the terminal as text: rich must not read "[red]a" as a style."""
     import wrpkit  # noqa: PLC0415

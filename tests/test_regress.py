@@ -37,6 +37,10 @@ N = 64
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Clusters, worker pools and whole suites: the slow lane.
+pytestmark = pytest.mark.slow
+
+
 @wp.kernel
 def k_axpy(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32), out: wp.array(dtype=wp.float32)):
     i = wp.tid()

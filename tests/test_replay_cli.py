@@ -583,6 +583,7 @@ def test_timeout_must_be_a_positive_number(value, tmp_path):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_replay_file_returns_a_report_and_prints_nothing(tmp_path, capfd):
     """`wrpkit.run.replay.replay_file` is `wrp replay` without printing: the same report, as data."""
     from wrpkit.run.replay import ReplayReport, replay_file  # noqa: PLC0415

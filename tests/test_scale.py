@@ -182,6 +182,7 @@ def test_outputs_table_is_the_same_in_both_engines_and_matches_numpy(typed, kind
     assert reports["python"]["pos"]["nan"] == 1
 
 
+@pytest.mark.slow
 def test_stock_outputs_are_raw_unless_typed(stock):
     """A stock file records no dtype: raw bytes, unless --dtype types the binding (then the numbers agree)."""
     _native_or_skip()
@@ -325,6 +326,7 @@ def _limited(limit_mb: int, *cmd) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], preexec_fn=pre, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_out_of_memory_injected_with_rlimit_as_is_one_status_in_every_route(edited):
     """The address space is capped below the 1 GiB region (--max-memory lets the check pass): Warp's
     allocation fails, and every route says so the same way: exit 3, out of memory, the size."""

@@ -78,6 +78,7 @@ def _hammer(run_one, inputs: list, threads: int) -> list:
     return results
 
 
+@pytest.mark.slow
 def test_many_threads_on_one_program_get_their_own_results_bit_for_bit(work):
     prog = wrpkit.load(work)
     rng = np.random.default_rng(3)

@@ -557,6 +557,7 @@ def test_manifest_tampering(synthetic):
             reader.decode_wrpk(_flip(b, i))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["synthetic", *H.program_names()[:3]])
 def test_blob_tampering(synthetic, wrp_inputs, name):
     if name == "synthetic":
@@ -622,6 +623,7 @@ def test_format_version_checked(synthetic):
         reader.decode_wrpk(builder.encode_wrpk(p))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["synthetic", *H.program_names()[:4]])
 def test_hostile_manifests_fail_cleanly(synthetic, wrp_inputs, name):
     """Every byte of a manifest replaced, hash fixed up: the verifier, not the hash, must catch it.
