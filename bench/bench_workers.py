@@ -1,9 +1,9 @@
 """A ``Program`` on workers: the README's Dask and Ray recipes against the best pattern.
 
 The documented recipes should run at 90% or more of the best pattern's
-throughput.  For one small stock-style capture (4 launches over 2,048
-vec3 particles, as ``tests/test_workers.py``), in one run, on 2 worker
-processes:
+throughput.  For the bundled particles sample (``samples/particles.py``:
+13 launches and a memset over 256 particles, captured with stock Warp), in
+one run, on 2 worker processes:
 
 Dask (a real ``LocalCluster`` on 127.0.0.1, 2 workers x 1 thread):
   per-task   ``client.submit(step, prog, x)``: the Program pickled into every task;
@@ -36,42 +36,28 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-import warp as wp  # noqa: E402
-
-wp.config.quiet = True
-
 import wrpkit  # noqa: E402
 
-N = 2048
+SAMPLE = ROOT / "samples" / "particles.py"
 
 
-@wp.kernel
-def k_step(pos: wp.array(dtype=wp.vec3), vel: wp.array(dtype=wp.vec3), dt: wp.float32):
-    i = wp.tid()
-    v = vel[i] + wp.vec3(0.0, -9.8, 0.0) * dt
-    vel[i] = v
-    pos[i] = pos[i] + v * dt
+def make_capture(folder: Path) -> tuple:
+    """Capture the bundled particles sample (13 launches, 1 memset) with stock Warp; return (path, positions)."""
+    import subprocess  # noqa: PLC0415
 
-
-def make_capture(path: Path) -> Path:
-    """Capture 4 launches of ``k_step`` on the CPU and save them with their bindings."""
-    pos = wp.array(np.zeros((N, 3), np.float32), dtype=wp.vec3, device="cpu")
-    vel = wp.array(np.ones((N, 3), np.float32), dtype=wp.vec3, device="cpu")
-    with wrpkit.capture(device="cpu") as rec:
-        for _ in range(4):
-            wp.launch(k_step, dim=N, inputs=[pos, vel, 0.01], device="cpu")
-    rec.save(path, inputs={"pos": pos, "vel": vel}, outputs={"pos": pos})
-    return path
+    subprocess.run([sys.executable, str(SAMPLE), str(folder)], check=True, capture_output=True)
+    with np.load(folder / "particles_inputs.npz") as z:
+        return folder / "particles.wrp", z["positions"]
 
 
 def step(prog, x):
     """One task: a run from the captured state with new positions (a Program unpickled for it)."""
-    return prog.run({"pos": x})["pos"]
+    return prog.run({"positions": x})["positions"]
 
 
 def shared_step(prog, x):
     """One task on a Program that other tasks share: reset to the captured state, atomically."""
-    return prog.run({"pos": x}, reset=True)["pos"]
+    return prog.run({"positions": x}, reset=True)["positions"]
 
 
 def rate(round_fn, tasks: int, rounds: int) -> float:
@@ -135,9 +121,10 @@ def main() -> None:
     ap.add_argument("--no-ray", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
-    inputs = [rng.standard_normal((N, 3)).astype(np.float32) for _ in range(args.tasks)]
     with tempfile.TemporaryDirectory(prefix="bench-workers-") as tmp:
-        wrp = make_capture(Path(tmp) / "sim.wrp")
+        wrp, positions = make_capture(Path(tmp))
+        inputs = [(positions + rng.standard_normal(positions.shape)).astype(positions.dtype)
+                  for _ in range(args.tasks)]
         print(f"{args.tasks} tasks per round, median of {args.rounds} rounds, 2 workers")
         results = {}
         if not args.no_dask:
