@@ -149,15 +149,14 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
                            dump=dump, against=against, isolate=True, timeout=timeout, kernels=kernels)
     if save_path is not None:
         result.save(save_path)
-    # A full trace that finds a NaN is a success (it names it); --stop-at-nonfinite makes it a failure.
-    bad = (stop_at_nonfinite and result.first_nonfinite is not None) or result.first_divergence is not None
+    code = result.exit_code(stop_at_nonfinite)
     if as_json:
         d = result.to_json()
         dump_json({"ops": d["ops"], "first_nonfinite": d["first_nonfinite"],
                    "first_divergence": d["first_divergence"], "file": d["file"], "engine": d["engine"],
                    "device": d["device"], "unknown_dtypes": d["unknown_dtypes"], "unchecked": d["unchecked"],
                    "kernels": d["kernels"], "program": d["program"], "against_warning": d["against_warning"]})
-        sys.exit(1 if bad else 0)
+        sys.exit(code)
     con = console()
     t = table(f"{file} ({result.engine} engine, {result.device}): {len(result.ops)} ops",
               ["#", "op", "it", "name", "writes", "digest", "nan/inf", "min..max"])
@@ -203,4 +202,4 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
         con.print(f"[green]same digests as {escape(str(against))}[/] at every op", highlight=False)
     if save_path is not None:
         con.print(f"trace saved to {save_path}", markup=False)
-    sys.exit(1 if bad else 0)
+    sys.exit(code)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .. import model as m
 from ..checks.effects import effects
-from ..errors import WrpError, WrpFormatError
+from ..errors import EXIT_FAILED, EXIT_OK, WrpError, WrpFormatError
 from ..fileio import atomic_write
 from ..formats import wrp1
 from . import stepper as st
@@ -89,6 +89,12 @@ class TraceResult:
     #: CPU time of this thread in the same two parts (wall time on a loaded machine is not).
     digest_cpu_seconds: float = 0.0
     step_cpu_seconds: float = 0.0
+
+    def exit_code(self, stop_at_nonfinite: bool = False) -> int:
+        """The verdict as an exit code: 1 when the trace diverged from ``against``, or found a NaN/Inf and
+        ``stop_at_nonfinite`` asked for that to fail; else 0 (a full trace that names a NaN succeeded)."""
+        bad = (stop_at_nonfinite and self.first_nonfinite is not None) or self.first_divergence is not None
+        return EXIT_FAILED if bad else EXIT_OK
 
     def to_json(self) -> dict:
         """``{"ops": [...], "first_nonfinite": ..., "first_divergence": ...}`` plus where it ran."""

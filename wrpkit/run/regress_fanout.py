@@ -22,10 +22,15 @@ class WrpSchedulerError(WrpError):
     exit_code = EXIT_USAGE
 
 
-def _not_installed(package: str, option: str, extra: str) -> WrpError:
-    """The usage error for a fan-out whose optional package is missing."""
-    return usage_error(WrpError(f"{option} needs the {package} package, which is not installed",
-                                hint=f"pip install 'wrpkit[{extra}]'"))
+def _optional_package(package: str, option: str, extra: str):
+    """Import the optional package a fan-out needs, or raise the usage error that says how to install it."""
+    import importlib  # noqa: PLC0415
+
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        raise usage_error(WrpError(f"{option} needs the {package} package, which is not installed",
+                                   hint=f"pip install 'wrpkit[{extra}]'")) from None
 
 
 def _unreadable(job: dict, e: WrpError) -> CaseResult:
@@ -79,10 +84,8 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         WrpSchedulerError: The scheduler cannot be reached (exit 2).
         WrpError: (exit 2) ``distributed`` is not installed.
     """
-    try:
-        from distributed import Client, as_completed  # noqa: PLC0415
-    except ImportError:
-        raise _not_installed("distributed", "--dask", "dask") from None
+    distributed = _optional_package("distributed", "--dask", "dask")
+    Client, as_completed = distributed.Client, distributed.as_completed
     try:
         client = Client(address, timeout=f"{connect_timeout}s", set_as_default=False)
     except (OSError, TimeoutError) as e:
@@ -136,10 +139,7 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
         WrpSchedulerError: The cluster cannot be reached (exit 2).
         WrpError: (exit 2) ``ray`` is not installed.
     """
-    try:
-        import ray  # noqa: PLC0415
-    except ImportError:
-        raise _not_installed("ray", "--ray", "ray") from None
+    ray = _optional_package("ray", "--ray", "ray")
     started_here = not ray.is_initialized()
     try:
         if started_here:
