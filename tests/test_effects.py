@@ -17,7 +17,8 @@ from wrpkit import model as m
 from wrpkit.checks.effects import effects, merge_modes
 from wrpkit.checks.region_types import dtype_from_name, region_types
 from wrpkit.checks.summary import summarize
-from wrpkit.debug.graph import build_graph, render_dot
+from wrpkit.debug.graph import build_graph
+from wrpkit.debug.graph_render import render_dot
 from wrpkit.formats.container import open_capture
 
 

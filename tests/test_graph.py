@@ -19,6 +19,7 @@ import warp as wp
 
 import wrpkit
 from wrpkit.debug import graph as g
+from wrpkit.debug import graph_render as draw
 from wrpkit.formats import annotations as ann
 from wrpkit.formats.container import open_capture
 from wrpkit.run.access import kernel_argument_access
@@ -176,10 +177,10 @@ def test_repeats_fold_into_one_group(big_capture):
 def test_svg_and_dot(captures, tmp_path):
     with open_capture(captures["capture_while"]) as cap:
         gr = g.build_graph(cap.program, title="while")
-    svg = ET.fromstring(g.render_svg(gr))
+    svg = ET.fromstring(draw.render_svg(gr))
     texts = " ".join(t.text or "" for t in svg.iter("{http://www.w3.org/2000/svg}text"))
     assert "WHILE" in texts
-    dot = g.render_dot(gr)
+    dot = draw.render_dot(gr)
     assert dot.startswith("digraph") and "cluster_" in dot
     if shutil.which("dot"):
         subprocess.run(["dot", "-Tsvg", "-o", str(tmp_path / "x.svg")], input=dot.encode(), check=True)
@@ -206,7 +207,7 @@ def test_cli_graph_formats_and_errors(captures, tmp_path):
 def test_html_is_self_contained(captures, tmp_path):
     out = tmp_path / "g.html"
     with open_capture(captures["capture_while"]) as cap:
-        g.write_graph(cap.program, out)
+        draw.write_graph(cap.program, out)
     text = out.read_text()
     for needle in ("http://", "https://", "src=", "href=", "@import", "url(http"):
         if needle == "http://":
@@ -317,13 +318,13 @@ class Page:
 def _html(path: Path, tmp_path: Path) -> tuple:
     out = tmp_path / (path.stem + ".html")
     with open_capture(path) as cap:
-        g.write_graph(cap.program, out, title=path.name)
+        draw.write_graph(cap.program, out, title=path.name)
         gr = g.build_graph(cap.program)
     return out, gr
 
 
 def _expected_rows(gr) -> list:
-    return [r.item.id for r in g.visible_rows(gr.items, g.default_expanded(gr.items))]
+    return [r.item.id for r in draw.visible_rows(gr.items, draw.default_expanded(gr.items))]
 
 
 @pytest.fixture(scope="module")
@@ -345,7 +346,7 @@ def test_browser_samples(browser, sample_captures, tmp_path):
         seen = p.seen()
         assert seen["nodes"] == _expected_rows(gr), name
         # every array with an edge in the view is drawn as a data node
-        want = {e.array for r in g.visible_rows(gr.items, g.default_expanded(gr.items)) for e in r.item.edges}
+        want = {e.array for r in draw.visible_rows(gr.items, draw.default_expanded(gr.items)) for e in r.item.edges}
         assert set(seen["arrays"]) == want, name
         p.check_clean()
         p.page.close()
@@ -393,7 +394,7 @@ def test_browser_10000_ops(browser, big_capture, tmp_path):
     # unfolding the ×9999 group lays out every op; the page draws only the rows near the viewport, so
     # wherever a user scrolls, the screen is full of the right ops in order, from the first to the last
     p.page.click(f"[data-tog='{rep.id}']")
-    want = [r.item.id for r in g.visible_rows(gr.items, g.default_expanded(gr.items) | {rep.id})]
+    want = [r.item.id for r in draw.visible_rows(gr.items, draw.default_expanded(gr.items) | {rep.id})]
     assert len(want) == 10_000 + 1
     assert p.js("() => +document.getElementById('graph').dataset.rows") == len(want)
     assert 0 < len(p.drawn()) < 1_000

@@ -46,7 +46,7 @@ def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
       wrp graph step.wrp --open
       wrp profile step.wrp -o step.profile.json && wrp graph step.wrp --profile step.profile.json
     """
-    from ..debug.graph import write_graph  # noqa: PLC0415
+    from ..debug.graph_render import write_graph  # noqa: PLC0415
     from ..formats.container import open_capture  # noqa: PLC0415
 
     src = Path(file)
