@@ -136,12 +136,9 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     cov = result.coverage
     con.print(f"sum of ops {fmt_ms(result.total_ms)} ms; whole replay {fmt_ms(result.replay_ms)} ms"
               + (f" (coverage {100 * cov:.0f}%)" if cov is not None else ""), highlight=False, markup=False)
-    if result.launch_floor_ms != result.floor_ms:
-        con.print(f"subtracted: {fmt_ms(result.launch_floor_ms)} ms per launch, "
-                  f"{fmt_ms(result.floor_ms)} ms per other op ({result.timer} timer)", highlight=False, markup=False)
-    else:
-        con.print(f"empty step {fmt_ms(result.floor_ms)} ms subtracted from each op ({result.timer} timer)",
-                  highlight=False, markup=False)
+    # Both floors always: they are equal when a stepped launch costs no more than an empty step.
+    con.print(f"subtracted: {fmt_ms(result.launch_floor_ms)} ms per launch, "
+              f"{fmt_ms(result.floor_ms)} ms per other op ({result.timer} timer)", highlight=False, markup=False)
     if out is not None:
         con.print(f"trace events written to {out} (Perfetto UI, chrome://tracing, wrp graph --profile)",
                   highlight=False, markup=False)
