@@ -233,6 +233,40 @@ def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, 
     assert evs[first_in_loop + 1] is iters[0]
 
 
+@pytest.mark.slow
+def test_chromium_devtools_performance_panel_draws_every_event_of_the_o_file(caps, tmp_path):
+    """The -o file opened in Chromium's own DevTools Performance panel ("Load profile"), offline."""
+    from test_graph import _browser  # noqa: PLC0415  (skips without playwright or Chromium)
+    from devtools_trace import DevToolsLoadError, load_in_devtools  # noqa: PLC0415
+
+    _browser()
+    out = tmp_path / "p.json"
+    r = wrp("profile", caps["while_if"], "-o", out, "--repeat", "2")
+    assert r.exit_code == 0, r.output
+    trace = json.loads(out.read_text())
+    shot = tmp_path / "devtools.png"
+    got = load_in_devtools(out, screenshot=shot)
+    assert got["raw_events"] == len(trace["traceEvents"])  # the panel's trace engine parsed every event
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    # ...and its flame chart draws every complete event (ops, IF, WHILE and its iterations), where the file
+    # puts it, at the depth its nesting gives: none dropped as improperly nested
+    assert sorted(e[0] for e in got["entries"]) == sorted(e["name"] for e in xs)
+    drawn = sorted((e[0], e[1], e[2]) for e in got["entries"])
+    want = sorted((e["name"], e["ts"] / 1e3, e["dur"] / 1e3) for e in xs)
+    for (n, t, d), (wn, wt, wd) in zip(drawn, want):
+        assert n == wn and t == pytest.approx(wt, abs=1e-9) and d == pytest.approx(wd, abs=1e-9)
+    depth = {e[0]: e[3] for e in got["entries"]}
+    assert depth["WHILE 1"] == 0 and depth["iteration 0"] == 1 and depth["k_count_down"] == 2
+    assert depth["IF 1.1 (then)"] == 2 and depth["k_heavy"] == 3
+    assert any(g.startswith(f"wrp profile {caps['while_if'].name}") for g in got["groups"])
+    assert shot.stat().st_size > 10_000
+    # the check can fail: a file cut short is reported by the panel as broken
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(out.read_bytes()[: out.stat().st_size // 2])
+    with pytest.raises(DevToolsLoadError, match="JSON"):
+        load_in_devtools(cut, timeout=20)
+
+
 def test_python_api_never_prints_and_its_outputs_round_trip(caps, tmp_path, capfd):
     p = wrpkit.profile(caps["unequal"], repeat=1)
     cap = capfd.readouterr()
@@ -689,6 +723,9 @@ def _npy(d: Path, values) -> Path:
     ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 0, "pid": 1, "tid": 1}]}', "dur"),
     ('{"traceEvents": [], "displayTimeUnit": "us"}', "displayTimeUnit"),
     ('[{"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 1}]', "object form"),
+    # a child that ends where its parent ends in decimal, but 5e-12 us later in floating point (ts + dur)
+    ('{"traceEvents": [{"name": "a", "ph": "X", "ts": 25935.084, "dur": 26696.013, "pid": 1, "tid": 1},'
+     ' {"name": "b", "ph": "X", "ts": 25936.169, "dur": 26694.928, "pid": 1, "tid": 1}]}', "overlaps"),
 ])
 def test_trace_event_rules_refuse_what_viewers_refuse(tmp_path, bad, rule):
     path = tmp_path / "bad.json"

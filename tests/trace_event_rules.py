@@ -1,10 +1,11 @@
 """The rules of Chrome's Trace Event Format that `wrp profile -o` files must keep, checked offline.
 
-No trace viewer runs on the development machine (Perfetto UI needs the
-network; Debian's Chromium no longer serves ``chrome://tracing``), so the
-files are checked against the format's documented rules instead (the "Trace
-Event Format" document, and what Perfetto's JSON importer and the catapult
-viewer require of it):
+Perfetto UI needs the network and Debian's Chromium no longer serves
+``chrome://tracing``; Chromium's DevTools Performance panel does load these
+files offline (``tests/devtools_trace.py``), but takes seconds a file, so
+every file is first checked here against the format's documented rules (the
+"Trace Event Format" document, and what Perfetto's JSON importer, the
+catapult viewer and the Performance panel require of it):
 
 * the JSON object form: ``{"traceEvents": [...]}``, plus optional
   ``displayTimeUnit`` (``"ms"`` or ``"ns"`` only) and ``otherData``;
@@ -16,7 +17,9 @@ viewer require of it):
 * a metadata event (``"ph": "M"``) named ``process_name`` or ``thread_name``
   carries ``args.name`` (a string);
 * complete events on one thread nest or are disjoint (a viewer draws them as
-  a stack; a partial overlap is "improperly nested" and mis-drawn).
+  a stack; a partial overlap is "improperly nested" and mis-drawn), with ends
+  computed as a viewer does, ``ts + dur`` in floating point: Chromium's
+  Performance panel drops a child that ends ``5e-12`` us after its parent.
 
 Used by ``tests/test_profile.py`` and ``bench/bench_profile.py``.
 """
@@ -34,9 +37,6 @@ def _no_constants(name):
     raise AssertionError(f"{name} is not JSON (JSON.parse in a browser refuses it)")
 
 
-def _ns(us: float) -> int:
-    """Microseconds as whole nanoseconds (the files' times are exact to the nanosecond)."""
-    return round(us * 1000)
 
 
 def check_trace_event_file(path) -> dict:
@@ -81,13 +81,16 @@ def check_trace_event_file(path) -> dict:
     for evs in threads.values():
         # A viewer's stack, in start order; at one start the longer (enclosing) event first, as in the file.
         stack: list = []
-        for i, e in sorted(evs, key=lambda p: (_ns(p[1]["ts"]), -_ns(p[1]["dur"]), p[0])):
-            start = _ns(e["ts"])
-            end = start + _ns(e["dur"])
+        # Ends in floating point, ts + dur, as a viewer computes them (a child that ends a rounding error
+        # after its parent is dropped by Chromium's Performance panel).
+        for i, e in sorted(evs, key=lambda p: (p[1]["ts"], -p[1]["dur"], p[0])):
+            start = e["ts"]
+            end = start + e["dur"]
             while stack and stack[-1][0] <= start and not (stack[-1][0] == start == end):
                 stack.pop()
             assert not stack or end <= stack[-1][0], (
-                f"event {i} {e['name']!r} [{start}, {end}] ns overlaps event {stack[-1][1]} that encloses its start")
+                f"event {i} {e['name']!r} [{start!r}, {end!r}] us overlaps event {stack[-1][1]} that encloses its "
+                f"start (ending at {stack[-1][0]!r})")
             stack.append((end, i))
     xs = [e for evs in threads.values() for _, e in evs]
     return {"events": len(xs), "ops": sum(1 for e in xs if "seq" in e.get("args", {})),

@@ -603,9 +603,15 @@ def summarize(result: ProfileResult, program: Optional[m.Program] = None) -> Non
 # ---------------------------------------------------------------------------
 
 
-def _us(ns: int) -> float:
-    """Integer nanoseconds as the format's microseconds (at most three decimals, exact)."""
-    return ns / 1000
+#: Trace times are whole multiples of 1/1024 us (just under a nanosecond): binary fractions, so that a
+#: viewer's ``ts + dur`` in floating point is exact and an enclosing event never ends a rounding error
+#: before its last child (Chromium's Performance panel drops such a child, and everything it holds).
+TICKS_PER_US = 1024
+
+
+def _us(ticks: int) -> float:
+    """Integer ticks (:data:`TICKS_PER_US`) as the format's microseconds (exact in binary floating point)."""
+    return ticks / TICKS_PER_US
 
 
 def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> dict:
@@ -618,7 +624,8 @@ def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> 
     iteration in ``args``.  Each op event's ``args`` hold ``seq``,
     ``index``, ``path``, ``iteration``, ``kernel`` and ``raw_ms``, so that
     ``wrp graph --profile`` can read times back.  Timestamps are in
-    microseconds, as the format says.
+    microseconds, as the format says, each a whole multiple of 1/1024 us
+    (:data:`TICKS_PER_US`), so that nesting holds in a viewer's floating point.
     """
     meta = {"format": PROFILE_FORMAT, "file": result.file, "engine": result.engine, "device": result.device,
             "timer": result.timer, "repeat": result.repeat, "warmup": result.warmup, "total_ms": result.total_ms,
@@ -630,7 +637,7 @@ def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> 
               {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                "args": {"name": f"{result.engine} engine, {result.device} (medians of {result.repeat})"}}]
     program = program if program is not None else result.program
-    # Times are whole nanoseconds here, so that an enclosing event ends exactly where its last op does.
+    # Times are whole ticks here, so that an enclosing event ends exactly where its last op does.
     open_groups: list = []  # [(key, event, start ns)], outermost first
     t = 0
     for o in result.ops:
@@ -645,7 +652,7 @@ def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> 
             ev.update({"ph": "X", "ts": _us(t), "dur": 0.0, "pid": pid, "tid": tid})
             events.append(ev)
             open_groups.append((key, ev, t))
-        dur = max(0, round(o["ms"] * 1e6))
+        dur = max(0, round(o["ms"] * 1e3 * TICKS_PER_US))
         events.append({"name": o["kernel"] or o["op"], "cat": o["op"], "ph": "X", "ts": _us(t), "dur": _us(dur),
                        "pid": pid, "tid": tid,
                        "args": {k: o[k] for k in ("seq", "index", "path", "iteration", "iterations", "kernel", "op",
