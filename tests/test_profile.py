@@ -104,6 +104,77 @@ def test_profile_numbers_ops_as_trace_does_inside_while_and_if(caps, engine):
     assert p.top(1, by="top_level")[0]["index"] == 1  # the WHILE holds both k_heavy runs
 
 
+def _capture_runs(path: Path) -> Path:
+    """Runs of consecutive ops at the top, in a WHILE body and in an IF inside it, and one lone op:
+    k_light, a memset, k_light; WHILE counter (4): k_count_down, k_light, IF flag: (k_heavy, k_light);
+    k_light."""
+    a = pp.unequal_arrays()
+    counter = wp.array([4], dtype=wp.int32, device="cpu")
+    flag = wp.zeros(1, dtype=wp.int32, device="cpu")
+
+    def launch(k, *args):
+        wp.launch(k, dim=pp.N, inputs=list(args), device="cpu")
+
+    def then():
+        launch(pp.k_heavy, a["y"], a["z"], pp.HEAVY)
+        launch(pp.k_light, a["z"], a["y"])
+
+    def body():
+        wp.launch(pp.k_count_down, dim=1, inputs=[counter, flag], device="cpu")
+        launch(pp.k_light, a["z"], a["y"])
+        wp.capture_if(flag, on_true=then)
+
+    with wrpkit.capture(device="cpu") as rec:
+        launch(pp.k_light, a["x"], a["y"])
+        a["z"].zero_()
+        launch(pp.k_light, a["y"], a["z"])
+        wp.capture_while(counter, body)
+        launch(pp.k_light, a["y"], a["d"])
+    return rec.save(path, inputs={"x": a["x"], "counter": counter}, outputs={"y": a["y"], "z": a["z"], "d": a["d"]})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_runs_of_consecutive_ops_are_timed_together_and_split_by_each_ops_own_time(tmp_path, engine):
+    _native_or_skip(engine)
+    path = _capture_runs(tmp_path / "runs.wrp")
+    p = wrpkit.profile(path, engine=engine, repeat=2, warmup=0, clock="cpu")
+    t = wrpkit.trace(path, engine=engine)
+    assert [_key(o) for o in p.ops] == [_key(o) for o in t.ops]  # the grouped walk changes no numbering
+    # counter 4 -> 3, 2, 1, 0: the IF runs its body on odd counters (iterations 0 and 2)
+    assert [(o["path"], o["iteration"], o["op"]) for o in p.ops][:5] == [
+        ("0", None, "KERNEL_LAUNCH"), ("1", None, "MEMSET"), ("2", None, "KERNEL_LAUNCH"),
+        ("3.0", 0, "KERNEL_LAUNCH"), ("3.1", 0, "KERNEL_LAUNCH")]
+    groups: dict = {}
+    for o in p.ops:
+        groups.setdefault((o["path"].rsplit(".", 1)[0] if "." in o["path"] else "", tuple(o["iterations"])),
+                          []).append(o)
+    top = groups.pop(("", ()))
+    assert [o["path"] for o in top] == ["0", "1", "2", "4"]
+    lone = top.pop()  # the last k_light follows the WHILE: a run of one, timed alone
+    assert lone["ms"] == pytest.approx(max(0.0, lone["raw_ms"] - p.launch_floor_ms), abs=2e-6)
+    groups[("", ())] = top
+    assert sorted((k, len(v)) for k, v in groups.items()) == [
+        (("", ()), 3), (("3", (0,)), 2), (("3", (1,)), 2), (("3", (2,)), 2), (("3", (3,)), 2),
+        (("3.2", (0,)), 2), (("3.2", (2,)), 2)]
+    assert p.grouped_ops == 15 == len(p.ops) - 1 and p.to_json()["grouped_ops"] == 15
+    assert p.group_floor_ms >= p.floor_ms > 0
+    for ops in groups.values():  # each run's time is split by its ops' own times above the empty step
+        weights = [max(0.0, o["raw_ms"] - p.floor_ms) for o in ops]
+        total = sum(o["ms"] for o in ops)
+        for o, w in zip(ops, weights):
+            assert o["ms"] == pytest.approx(total * w / sum(weights) if sum(weights) else total / len(ops),
+                                            abs=5e-6)
+    heavy, light = groups[("3.2", (0,))]
+    assert heavy["kernel"] == "k_heavy" and heavy["ms"] > 10 * light["ms"]  # 4000 steps per thread against 1
+    assert p.total_ms == pytest.approx(sum(o["ms"] for o in p.ops))
+    # the table says so
+    r = wrp("profile", path, "--engine", engine, "--repeat", "1", "--clock", "cpu")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("grouped: 15 of 16 op runs"))
+    assert lines[at + 1].startswith("at once, less ") and max(len(x) for x in lines[at:at + 2]) <= 80
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_profile_of_unequal_kernels_ranks_them_by_their_work(caps, engine):
     _native_or_skip(engine)

@@ -39,7 +39,8 @@ def _pct(share: float) -> str:
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, metavar="N",
               help="Untimed rounds first.")
 @click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.json",
-              help="Write Chrome trace-event JSON (Perfetto UI, chrome://tracing; wrp graph --profile).")
+              help="Write Chrome trace-event JSON (Chromium DevTools' Performance panel, Perfetto UI; "
+                   "wrp graph --profile).")
 @click.option("--nvtx", is_flag=True, help="Push one NVTX range per op, named 'SEQ KERNEL' (for nsys / Nsight "
               "Compute; needs libnvToolsExt).")
 @click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
@@ -63,7 +64,11 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     empty step, timed in the same run, is subtracted from every op (the
     "floor"); on the CPU, kernel launches less what stepping a launch
     costs beyond the launch (a launch of no thread, stepped and in a
-    graph). A plain replay of the whole graph is timed between rounds:
+    graph). Runs of consecutive ops are also stepped together, in rounds
+    of their own: each op gets its run's time (less the same cost for a
+    run of launches of no thread) split by its time stepped alone, since
+    an op stepped alone pays per-stream costs a whole replay pays once.
+    A plain replay of the whole graph is timed between rounds:
     "coverage" is the sum of the per-op medians against it. On CUDA with
     the python engine, ops are timed with CUDA events.
     A stock capture (saved by wp.capture_save) carries no types:
@@ -139,6 +144,12 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     # Both floors always: they are equal when a stepped launch costs no more than an empty step.
     con.print(f"subtracted: {fmt_ms(result.launch_floor_ms)} ms per launch, "
               f"{fmt_ms(result.floor_ms)} ms per other op ({result.timer} timer)", highlight=False, markup=False)
+    if result.grouped_ops:
+        from ..debug.profile import GROUP_OPS  # noqa: PLC0415
+
+        con.print(f"grouped: {result.grouped_ops} of {runs} op runs; a run of up to {GROUP_OPS} consecutive ops "
+                  f"stepped\nat once, less {fmt_ms(result.group_floor_ms)} ms, split by each op's time stepped alone",
+                  highlight=False, markup=False)
     if out is not None:
-        con.print(f"trace events written to {out} (Perfetto UI, chrome://tracing, wrp graph --profile)",
+        con.print(f"trace events written to {out} (Chromium DevTools, Perfetto UI, wrp graph --profile)",
                   highlight=False, markup=False)

@@ -6,7 +6,7 @@ Example::
     p.top(3)                 # the three kernels with the most time, with their share
     p.ops[5]["ms"]           # the sixth op run (numbered as `wrp trace` numbers them)
     p.coverage               # sum of per-op medians / a plain replay of the whole graph
-    p.save_chrome_trace("sim.trace.json")   # open in Perfetto UI or chrome://tracing
+    p.save_chrome_trace("sim.trace.json")   # open in Chromium DevTools' Performance panel or Perfetto UI
 
 How: the capture is rewritten once by :mod:`wrpkit.debug.stepper`, as
 ``wrp trace`` does, so that one launch runs exactly one leaf op against the
@@ -54,9 +54,11 @@ PROFILE_FORMAT = "wrpkit-profile/1"
 EMPTY_STEPS = 16
 #: What a profile child reports (beside its engine, device and load time).
 CHILD_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "launch_floor_ms", "timer",
-                "repeat", "warmup", "step_ms", "replay_rounds_ms")
+                "repeat", "warmup", "step_ms", "replay_rounds_ms", "grouped_ops", "group_floor_ms")
 #: Zero-size launches in the graph that calibrates the launch floor (CPU), replayed once per round.
 CALIBRATION_LAUNCHES = 2000
+#: Most consecutive leaf ops of one body stepped together in one launch (see :func:`_groups`).
+GROUP_OPS = 128
 
 
 @dataclass
@@ -68,7 +70,9 @@ class ProfileResult:
             ``wrp trace`` numbers them): ``seq``, ``index``, ``path``,
             ``iteration`` (None outside WHILE bodies), ``iterations``, ``op``
             (kind), ``kernel`` (key, or None), ``ms`` (median over the rounds,
-            the floor subtracted, never below 0) and ``raw_ms`` (median as timed).
+            the floor subtracted, never below 0; for an op of a group, its
+            share of the group's time, see ``grouped_ops``) and ``raw_ms``
+            (median as timed alone).
         kernels: Per kernel (or op kind, for ops that launch no kernel), most
             time first: ``name``, ``op``, ``calls`` (per step), ``total_ms``,
             ``median_ms`` (per call), ``share`` (of ``total_ms``, 0..1).
@@ -90,6 +94,18 @@ class ProfileResult:
         replay_rounds_ms: Per timed round, the whole replay's time.
         typing: With ``kernels=``: how each recorded kernel matched the
             user's files (``SourceTyping.to_json()``); None without.
+        grouped_ops: Op runs whose ``ms`` comes from a group: runs of up to
+            :data:`GROUP_OPS` consecutive leaf ops of one body are also
+            stepped together, in rounds of their own, and each op gets the
+            group's median (less the launch floor) split in proportion to its
+            own ``raw_ms`` above the empty step.  Why: an op stepped alone
+            pays Warp's per-stream costs every time, which a whole replay
+            pays once per stream; for sub-microsecond launches that dwarfs
+            the op (see :func:`_groups`).
+        group_floor_ms: Subtracted from a group's time: on a CPU device, a
+            group of :data:`GROUP_OPS` zero-size launches stepped, less as
+            many inside a graph (never below ``floor_ms``); elsewhere
+            ``launch_floor_ms``.
     """
 
     file: str
@@ -109,6 +125,8 @@ class ProfileResult:
     replay_rounds_ms: list = field(default_factory=list)
     load_seconds: float = 0.0
     typing: Optional[dict] = None
+    grouped_ops: int = 0
+    group_floor_ms: float = 0.0
     #: The profiled program (not serialized): the Chrome trace's IF/WHILE events come from it.
     program: Optional[m.Program] = field(default=None, repr=False, compare=False)
 
@@ -136,14 +154,15 @@ class ProfileResult:
                 "total_ms": self.total_ms, "replay_ms": self.replay_ms, "floor_ms": self.floor_ms,
                 "launch_floor_ms": self.launch_floor_ms, "coverage": self.coverage, "kernels": self.kernels,
                 "top_level": self.top_level, "ops": self.ops,
-                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms, "typing": self.typing}
+                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms, "typing": self.typing,
+                "grouped_ops": self.grouped_ops, "group_floor_ms": self.group_floor_ms}
 
     def chrome_trace(self, program: Optional[m.Program] = None) -> dict:
         """The profile in Chrome's trace-event format (see :func:`chrome_trace`)."""
         return chrome_trace(self, program)
 
     def save_chrome_trace(self, path, program: Optional[m.Program] = None) -> Path:
-        """Write :meth:`chrome_trace` as JSON, atomically; Perfetto UI and ``chrome://tracing`` open it."""
+        """Write :meth:`chrome_trace` as JSON, atomically; Chromium DevTools' Performance panel and Perfetto UI open it."""
         path = Path(path)
         atomic_write(path, [json.dumps(self.chrome_trace(program), separators=(",", ":")).encode()])
         return path
@@ -417,7 +436,11 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
             zero = None
     stepped = prog if zero is None else dataclasses.replace(prog, ops=list(prog.ops) + [zero])
-    stepper = st.build_stepper(stepped, empty_leaf=True)
+    groups = _groups(prog.ops)
+    # With a zero-size launch: one more group of GROUP_OPS of them calibrates the group floor.
+    stepper = st.build_stepper(stepped, empty_leaf=True,
+                               groups=groups + ([[zero] * GROUP_OPS] if zero is not None and groups else []))
+    group_at = {id(g[0]): (k, len(g)) for k, g in enumerate(groups)}
     image = wrp1.encode_wrp1(stepper.program)
     try:
         eng = st.open_engine(engine, image, opened.modules, device)
@@ -446,7 +469,10 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         samples: dict = {}  # (path, iterations) -> raw ms per timed round
         order: list = []  # (path, iterations, index, op) of the first timed round, in run order
         floor: list = []
+        group_samples: dict = {}  # (group number, iterations) -> raw ms per timed round
+        group_members: dict = {}  # (group number, iterations) -> [(path, iterations)] of its ops
         zero_stepped: list = []  # ms of a zero-size launch stepped alone
+        zero_group_stepped: list = []  # ms of a group of GROUP_OPS zero-size launches stepped
         zero_in_graph: list = []  # ms per zero-size launch inside the calibration graph
         empty = stepper.empty_leaf
 
@@ -470,6 +496,12 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
                         machine.run_leaf(zero_leaf)
                         if timed:
                             zero_stepped.append(machine.last_ms)
+                    if groups:
+                        for _ in range(EMPTY_STEPS):
+                            machine.label = b"group floor"
+                            machine.run_leaf(stepper.group_leaves[-1])
+                            if timed:
+                                zero_group_stepped.append(machine.last_ms)
                     if nvtx:
                         machine.nvtx.push(b"launch calibration")
                     per_launch = timer(calib_launch) / CALIBRATION_LAUNCHES
@@ -508,6 +540,19 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
                 if timed:
                     result.step_ms.append((w1 - w0) * 1e3)
                     result.replay_rounds_ms.append(rep)
+                if groups:
+                    # The same step again from the same memory, each group in one launch (its ops run in the
+                    # same order, so every condition reads what it read above).
+                    _restore(machine.engine, snap)
+
+                    def on_group(g, paths, iterations, timed=timed):
+                        if timed:
+                            key = (g, iterations)
+                            group_samples.setdefault(key, []).append(machine.last_ms)
+                            group_members.setdefault(key, [(p, iterations) for p in paths])
+
+                    _walk_groups(prog.ops, machine, group_at, stepper.group_leaves, on_group, before=before,
+                                 nvtx=nvtx)
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -516,17 +561,27 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         if zero_stepped and zero_in_graph:
             result.launch_floor_ms = _ns(max(result.floor_ms, statistics.median(zero_stepped)
                                              - statistics.median(zero_in_graph)))
+        result.group_floor_ms = result.launch_floor_ms
+        if zero_group_stepped and zero_in_graph:
+            result.group_floor_ms = _ns(max(result.floor_ms, statistics.median(zero_group_stepped)
+                                            - GROUP_OPS * statistics.median(zero_in_graph)))
         result.replay_ms = _ns(statistics.median(result.replay_rounds_ms)) if result.replay_rounds_ms else 0.0
         result.step_ms = [_ns(v) for v in result.step_ms]
         result.replay_rounds_ms = [_ns(v) for v in result.replay_rounds_ms]
+        raw_of = {key: statistics.median(v) for key, v in samples.items()}
+        kinds = {(path, iterations): op for path, iterations, _, op in order}
+        grouped = _split_groups(group_samples, group_members, raw_of, kinds, result.floor_ms,
+                                result.group_floor_ms)
+        result.grouped_ops = len(grouped)
         for seq, (path, iterations, index, op) in enumerate(order):
-            raw = statistics.median(samples[(path, iterations)])
+            raw = raw_of[(path, iterations)]
             base = result.launch_floor_ms if isinstance(op, m.KernelLaunch) else result.floor_ms
+            ms = grouped.get((path, iterations), max(0.0, raw - base))
             result.ops.append({"seq": seq, "index": index, "path": path,
                                "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
                                "op": op.op_type.name,
                                "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None,
-                               "ms": _ns(max(0.0, raw - base)), "raw_ms": _ns(raw)})
+                               "ms": _ns(ms), "raw_ms": _ns(raw)})
     finally:
         machine.close()
         if whole is not None:
@@ -536,6 +591,91 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
     summarize(result, prog)
     result.program = prog
     return result
+
+
+def _groups(ops, out: Optional[list] = None) -> list:
+    """Runs of up to :data:`GROUP_OPS` consecutive leaf ops of one body (at any depth), each of two or more.
+
+    Why: stepped alone, every op is the first op of its stream, and Warp's
+    CPU replayer (``apic.cpp``, ``apic_cpu_replay_stream``) sets up per
+    stream (its argument scratch) what a whole replay sets up once; stepped
+    together, a group pays that once, as the whole replay does, so the
+    group's time less the launch floor is what its ops cost inside the
+    graph, and the ops stepped alone say how it divides among them.
+    """
+    out = [] if out is None else out
+    run: list = []
+    for op in list(ops) + [None]:
+        if op is not None and not isinstance(op, (m.If, m.While)):
+            run.append(op)
+            continue
+        for k in range(0, len(run), GROUP_OPS):
+            if len(run[k:k + GROUP_OPS]) > 1:
+                out.append(run[k:k + GROUP_OPS])
+        run = []
+        if op is not None:
+            for body in m.nested_bodies(op):
+                _groups(body, out)
+    return out
+
+
+def _walk_groups(ops, machine, group_at: dict, group_leaves: list, on_group, *, top: Optional[int] = None,
+                 prefix: str = "", iterations: tuple = (), before=None, nvtx: bool = False) -> None:
+    """Run ``ops`` as :func:`~wrpkit.debug.stepper.walk_program` does, but each group in one launch.
+
+    ``on_group(group number, paths of its ops, iterations)`` is called after
+    each group's launch (``machine.last_ms`` holds its time); ops outside
+    groups are stepped alone, untimed.  ``before`` is called with a group's
+    first op.
+    """
+    i = 0
+    while i < len(ops):
+        op, index, path = ops[i], (i if top is None else top), f"{prefix}{i}"
+        if isinstance(op, m.If):
+            then = machine.cond(op.cond_region_id, op.cond_offset)
+            _walk_groups(op.then_ops if then else op.else_ops, machine, group_at, group_leaves, on_group, top=index,
+                         prefix=path + ("." if then else ".e"), iterations=iterations, before=before, nvtx=nvtx)
+        elif isinstance(op, m.While):
+            it = 0
+            while op.body and machine.cond(op.cond_region_id, op.cond_offset):
+                _walk_groups(op.body, machine, group_at, group_leaves, on_group, top=index, prefix=path + ".",
+                             iterations=iterations + (it,), before=before, nvtx=nvtx)
+                it += 1
+                if it >= st.WHILE_GUARD:
+                    raise WrpRuntimeError(f"the WHILE at op {path} ran {st.WHILE_GUARD} iterations (Warp's guard limit)")
+        else:
+            if before is not None:
+                before(op, index, path, iterations)
+            group = group_at.get(id(op))
+            if group is not None:
+                g, n = group
+                if nvtx:
+                    machine.label = f"group {path} ({n} ops)".encode()
+                machine.run_leaf(group_leaves[g])
+                on_group(g, [f"{prefix}{j}" for j in range(i, i + n)], iterations)
+                i += n
+                continue
+            machine.run_leaf(machine.stepper.leaf_of[id(op)])
+        i += 1
+
+
+def _split_groups(group_samples: dict, group_members: dict, raw_of: dict, kinds: dict, floor_ms: float,
+                  group_floor_ms: float) -> dict:
+    """``{(path, iterations): ms}`` of every op in a timed group: the group's median less its floor
+    (``group_floor_ms`` for a group with a kernel launch, else ``floor_ms``), split by each op's own median
+    above the empty step (equally where none is above it)."""
+    out = {}
+    for key, times in group_samples.items():
+        members = [k for k in group_members[key] if k in raw_of]
+        if not members:
+            continue
+        launches = any(isinstance(kinds.get(k), m.KernelLaunch) for k in members)
+        total = max(0.0, statistics.median(times) - (group_floor_ms if launches else floor_ms))
+        weights = [max(0.0, raw_of[k] - floor_ms) for k in members]
+        whole = sum(weights)
+        for k, w in zip(members, weights):
+            out[k] = total * (w / whole if whole > 0 else 1 / len(members))
+    return out
 
 
 def _zero_launch(program: m.Program) -> Optional[m.KernelLaunch]:
@@ -630,7 +770,7 @@ def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> 
     meta = {"format": PROFILE_FORMAT, "file": result.file, "engine": result.engine, "device": result.device,
             "timer": result.timer, "repeat": result.repeat, "warmup": result.warmup, "total_ms": result.total_ms,
             "replay_ms": result.replay_ms, "floor_ms": result.floor_ms, "launch_floor_ms": result.launch_floor_ms,
-            "coverage": result.coverage}
+            "group_floor_ms": result.group_floor_ms, "grouped_ops": result.grouped_ops, "coverage": result.coverage}
     pid, tid = 1, 1
     events = [{"name": "process_name", "ph": "M", "pid": pid, "tid": tid,
                "args": {"name": f"wrp profile {Path(result.file).name}"}},

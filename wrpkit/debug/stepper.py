@@ -207,6 +207,9 @@ class Stepper:
             an extra leaf that runs nothing (an IF with empty bodies): a launch
             of it costs what stepping costs beyond any op (``wrp profile``
             measures that floor).  None otherwise.
+        group_leaves: With ``build_stepper(..., groups=...)``, per group the
+            number of an extra leaf that runs all the group's ops in one
+            launch, in order, as one stream of Warp's replayer.
     """
 
     program: m.Program
@@ -215,6 +218,7 @@ class Stepper:
     paths: list
     control_region: int
     empty_leaf: Optional[int] = None
+    group_leaves: list = field(default_factory=list)
 
 
 def _leaves(ops, out: list) -> None:
@@ -226,12 +230,14 @@ def _leaves(ops, out: list) -> None:
             out.append(op)
 
 
-def build_stepper(program: m.Program, empty_leaf: bool = False) -> Stepper:
+def build_stepper(program: m.Program, empty_leaf: bool = False, groups=()) -> Stepper:
     """Rewrite ``program`` so that each leaf op can be run alone (see the module docstring).
 
     Args:
         program: The program to rewrite.
         empty_leaf: Add one more leaf that runs nothing (:attr:`Stepper.empty_leaf`).
+        groups: Lists of leaf ops that follow one another in one body: each
+            gets one more leaf that runs them all (:attr:`Stepper.group_leaves`).
     """
     leaves: list = []
     _leaves(program.ops, leaves)
@@ -240,6 +246,11 @@ def build_stepper(program: m.Program, empty_leaf: bool = False) -> Stepper:
     if empty_leaf:
         empty = len(leaves)
         leaves.append(m.If(cond_region_id=ctl_id, cond_offset=0, then_ops=[], else_ops=[]))
+    # A group runs as the then body of an IF on a control value that is always 1 (its offset is fixed below,
+    # once the tree's node count is known): one body is one stream of Warp's replayer.
+    group_ifs = [m.If(cond_region_id=ctl_id, cond_offset=0, then_ops=list(g), else_ops=[]) for g in groups]
+    group_leaves = list(range(len(leaves), len(leaves) + len(group_ifs)))
+    leaves.extend(group_ifs)
     nodes = [0]
     paths: list = [None] * len(leaves)
 
@@ -255,10 +266,20 @@ def build_stepper(program: m.Program, empty_leaf: bool = False) -> Stepper:
         return [m.If(cond_region_id=ctl_id, cond_offset=4 * node, then_ops=then_ops, else_ops=else_ops)]
 
     ops = build(0, len(leaves), []) if leaves else []
-    ctl = m.Region(region_id=ctl_id, element_size=4, size=4 * max(1, nodes[0]), has_initial_data=False)
+    slots = nodes[0]
+    if group_ifs:
+        always = nodes[0]
+        slots += 1
+        for g in group_ifs:
+            g.cond_offset = 4 * always
+        for leaf in group_leaves:
+            idx, vals = paths[leaf]
+            paths[leaf] = (np.append(idx, always).astype(np.intp), np.append(vals, 1).astype(np.int32))
+    ctl = m.Region(region_id=ctl_id, element_size=4, size=4 * max(1, slots), has_initial_data=False)
     bindings = region_bindings(program) + [m.Binding(CONTROL_BINDING, ctl_id)]
     rewritten = dataclasses.replace(program, bindings=bindings, regions=list(program.regions) + [ctl], ops=ops)
-    return Stepper(rewritten, leaves, {id(op): i for i, op in enumerate(leaves)}, paths, ctl_id, empty)
+    return Stepper(rewritten, leaves, {id(op): i for i, op in enumerate(leaves)}, paths, ctl_id, empty,
+                   group_leaves)
 
 
 def region_bindings(program: m.Program) -> list:
