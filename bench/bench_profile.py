@@ -15,16 +15,18 @@ Reports, in one run:
   graph that the profile times in the same run (the unequal capture, the WHILE
   loop with IF bodies, and the 10,000-launch capture).  Target: within 10% on CPU.
   On the 10,000-launch capture it is taken apart: the whole replay per op, the
-  empty-step floor, the launch floor, and the sum with either.
-* **Cost.** On the 10,000-launch capture: the wall time of stepping one round,
-  minus the whole replay's time, per op: what the profiler adds beyond the ops
-  themselves (control writes, the IF tree, the launch call, the clock, the
-  IF/WHILE driving).  Target: at most 20 us per op on CPU.
+  empty-step floor, the launch floor, the group floor, the sum of ops (grouped)
+  and the sum of the ops as stepped alone with either floor.
+* **Cost.** On the 10,000-launch capture: the wall time of stepping one round
+  (each op alone, then the group walk), minus the whole replay's time, per op:
+  what the profiler adds beyond the ops themselves (control writes, the IF tree,
+  the launch call, the clock, the IF/WHILE driving, the second walk).  Target: at most 20 us per op on CPU.
 * **Scale.** ``wrp profile FILE -o OUT.json`` (fresh process; ``--repeat 1
   --warmup 0``, and the defaults) against ``wrp trace FILE`` of the same file,
   median wall time.  Target: at most 3x.  The ``-o`` file is checked against the
-  trace-event format (JSON object form, complete events, nesting on one thread)
-  since no trace viewer runs offline here.
+  trace-event format (JSON object form, complete events, nesting on one thread),
+  then loaded in Chromium's DevTools Performance panel (``tests/devtools_trace.py``,
+  offline): its load time, and how many of its complete events the panel draws.
 
 Usage: python bench/bench_profile.py [--dir DIR] [--launches N] [--region-mib M] [--runs R] [--rounds K]
 """
@@ -112,9 +114,12 @@ def main() -> int:
     print(f"coverage on the {a.launches}-launch capture, taken apart (one call each clock, medians of 3 rounds):")
     for name, p in (("wall", pb), ("cpu", pbc)):
         only_empty = sum(max(0.0, o["raw_ms"] - p.floor_ms) for o in p.ops)
+        alone = sum(max(0.0, o["raw_ms"] - (p.launch_floor_ms if o["kernel"] else p.floor_ms)) for o in p.ops)
         print(f"  {name:<4} clock: whole replay {p.replay_ms:.3f} ms ({p.replay_ms / len(p.ops) * 1e3:.3f} us per op); "
-              f"empty step {p.floor_ms * 1e3:.3f} us, launch floor {p.launch_floor_ms * 1e3:.3f} us; sum of ops "
-              f"{p.total_ms:.3f} ms ({100 * p.coverage:.0f}%), with the empty step alone {only_empty:.3f} ms "
+              f"empty step {p.floor_ms * 1e3:.3f} us, launch floor {p.launch_floor_ms * 1e3:.3f} us, group floor "
+              f"{p.group_floor_ms * 1e3:.3f} us ({p.grouped_ops} op runs grouped); sum of ops {p.total_ms:.3f} ms "
+              f"({100 * p.coverage:.0f}%); the ops stepped alone, less the launch floor, {alone:.3f} ms "
+              f"({100 * alone / p.replay_ms:.0f}%), less the empty step {only_empty:.3f} ms "
               f"({100 * only_empty / p.replay_ms:.0f}%)")
     print(f"  load average now {os.getloadavg()[0]:.1f}")
 
@@ -122,7 +127,8 @@ def main() -> int:
     n = len(pb.ops)
     step = statistics.median(pb.step_ms)
     over = (step - pb.replay_ms) / n * 1e3
-    print(f"cost on the {a.launches}-launch capture: a stepped round {step:.1f} ms against a whole replay "
+    print(f"cost on the {a.launches}-launch capture: a stepped round (each op alone, then the group walk) "
+          f"{step:.1f} ms against a whole replay "
           f"{pb.replay_ms:.2f} ms for {n} op runs: {over:.2f} us per op beyond the ops (target <= 20 us: "
           f"{'met' if over <= 20 else 'NOT met'}); empty step {pb.floor_ms * 1e3:.2f} us")
 
@@ -149,6 +155,25 @@ def main() -> int:
     print(f"  -o file: {info['bytes'] / 2**20:.1f} MiB, {info['events']} complete events ({info['ops']} op runs): "
           "valid trace-event JSON (tests/trace_event_rules.py: object form, strict JSON, "
           "complete events nested on one thread)")
+    try:
+        from devtools_trace import DevToolsLoadError, load_in_devtools  # noqa: PLC0415
+    except ImportError as e:
+        print(f"  -o file in Chromium's DevTools Performance panel: not run ({e})")
+        return 0
+    loads, drawn = [], None
+    for _ in range(a.runs):
+        try:
+            dt = load_in_devtools(out, screenshot=a.dir / "profile_big_devtools.png", timeout=300)
+        except (DevToolsLoadError, ImportError, OSError) as e:
+            print(f"  -o file in Chromium's DevTools Performance panel: NOT loaded: {e}")
+            return 1
+        loads.append(dt["load_s"])
+        drawn = dt
+    print(f"  -o file in Chromium's DevTools Performance panel (Load profile; {a.runs} fresh browser(s)): "
+          f"loaded in {statistics.median(loads):.2f} s median, no error; {drawn['raw_events']} events parsed, "
+          f"{len(drawn['entries'])} of {info['events']} complete events drawn "
+          f"({'met' if len(drawn['entries']) == info['events'] else 'NOT met'}; screenshot "
+          f"{a.dir / 'profile_big_devtools.png'})")
     return 0
 
 

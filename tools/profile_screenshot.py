@@ -1,4 +1,5 @@
-"""Regenerate docs/profile.png: `wrp graph --profile` of a step with a WHILE loop with IF bodies.
+"""Regenerate docs/profile.png (`wrp graph --profile` of a step with a WHILE loop with IF bodies) and
+docs/profile-devtools.png (its `-o` file in Chromium's DevTools Performance panel).
 
 Captures a step of ``tests/profile_programs.py``'s kernels with stock Warp (through
 ``wrpkit.capture``): k_light, k_vec, a WHILE whose body counts down and branches on
@@ -6,9 +7,12 @@ an IF (then k_heavy, else k_vec), k_heavy, k_light, with loop counts chosen so t
 the shares spread over the heat classes.  Profiles it with ``wrp profile --clock cpu
 -o`` (steady shares on a shared machine), draws it with ``wrp graph --profile`` and
 takes a screenshot in Chromium through Playwright, after clicking a launch in the IF
-so that the details panel shows its time.
+so that the details panel shows its time.  Then loads the same ``-o`` file in
+Chromium's DevTools Performance panel (``tests/devtools_trace.py``) and pictures it with
+every track expanded.
 
-Usage: python tools/profile_screenshot.py [--out docs/profile.png] [--chromium /usr/bin/chromium]
+Usage: python tools/profile_screenshot.py [--out docs/profile.png] [--devtools-out docs/profile-devtools.png]
+                                          [--chromium /usr/bin/chromium]
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ def capture_step(pp, path: Path) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "profile.png")
+    ap.add_argument("--devtools-out", type=Path, default=ROOT / "docs" / "profile-devtools.png")
     ap.add_argument("--chromium", default="/usr/bin/chromium")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
@@ -76,7 +81,10 @@ def main() -> int:
             a.out.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(a.out))
             b.close()
-    print(f"wrote {a.out}")
+        from devtools_trace import load_in_devtools  # noqa: PLC0415
+
+        drawn = load_in_devtools(prof, screenshot=a.devtools_out, chromium=a.chromium)
+    print(f"wrote {a.out} and {a.devtools_out} ({len(drawn['entries'])} events drawn by DevTools)")
     return 0
 
 
