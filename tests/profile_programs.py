@@ -64,6 +64,19 @@ def unequal_arrays(device="cpu") -> dict:
             "d": wp.zeros(N, dtype=wp.float32, device=device)}
 
 
+def loop_state(device="cpu", iterations: int = 4) -> tuple:
+    """``(arrays, counter, flag, launch)``: :func:`unequal_arrays`, a WHILE counter of ``iterations``, an IF
+    flag, and ``launch(kernel, *args)`` of :data:`N` threads, for steps with a WHILE of IFs."""
+    a = unequal_arrays(device)
+    counter = wp.array([iterations], dtype=wp.int32, device=device)
+    flag = wp.zeros(1, dtype=wp.int32, device=device)
+
+    def launch(k, *args):
+        wp.launch(k, dim=N, inputs=list(args), device=device)
+
+    return a, counter, flag, launch
+
+
 def unequal_launches(a: dict) -> list:
     """``(kernel, inputs)`` of the step, in order: light, heavy, vec (medium), light."""
     return [(k_light, [a["x"], a["y"]]), (k_heavy, [a["y"], a["z"], HEAVY]), (k_vec, [a["pts"], a["d"], MEDIUM]),

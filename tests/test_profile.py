@@ -108,12 +108,7 @@ def _capture_runs(path: Path) -> Path:
     """Runs of consecutive ops at the top, in a WHILE body and in an IF inside it, and one lone op:
     k_light, a memset, k_light; WHILE counter (4): k_count_down, k_light, IF flag: (k_heavy, k_light);
     k_light."""
-    a = pp.unequal_arrays()
-    counter = wp.array([4], dtype=wp.int32, device="cpu")
-    flag = wp.zeros(1, dtype=wp.int32, device="cpu")
-
-    def launch(k, *args):
-        wp.launch(k, dim=pp.N, inputs=list(args), device="cpu")
+    a, counter, flag, launch = pp.loop_state()
 
     def then():
         launch(pp.k_heavy, a["y"], a["z"], pp.HEAVY)

@@ -32,12 +32,7 @@ def capture_step(pp, path: Path) -> Path:
 
     import wrpkit  # noqa: PLC0415
 
-    a = pp.unequal_arrays()
-    counter = wp.array([4], dtype=wp.int32, device="cpu")
-    flag = wp.zeros(1, dtype=wp.int32, device="cpu")
-
-    def launch(k, *args):
-        wp.launch(k, dim=pp.N, inputs=list(args), device="cpu")
+    a, counter, flag, launch = pp.loop_state()
 
     def body():
         wp.launch(pp.k_count_down, dim=1, inputs=[counter, flag], device="cpu")
