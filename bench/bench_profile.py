@@ -13,7 +13,8 @@ Reports, in one run:
   Target: within 5 points.
 * **Coverage.** The sum of per-op medians against the plain replay of the whole
   graph that the profile times in the same run (the unequal capture, the WHILE
-  loop with IF bodies, and the 10,000-launch capture).  Target: within 10% on CPU.
+  loop with IF bodies, 1,926 small launches in a WHILE with an IF, and the
+  10,000-launch capture).  Target: within 10% on CPU.
   On the 10,000-launch capture it is taken apart: the whole replay per op, the
   empty-step floor, the launch floor, the group floor, the sum of ops (grouped)
   and the sum of the ops as stepped alone with either floor.
@@ -66,6 +67,7 @@ def main() -> int:
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     unequal = pp.capture_unequal(a.dir / "profile_unequal.wrp")
     while_if = pp.capture_while_if(a.dir / "profile_while_if.wrp")
+    many_small = pp.capture_many_small(a.dir / "profile_many_small.wrp")
 
     # Accuracy: each kernel launched alone, live, then a profile, alternating closely (the profile in this
     # process, one timed round per call), with both clocks; medians of each kernel's share over the rounds.
@@ -99,6 +101,8 @@ def main() -> int:
     # Coverage on the three captures (the profile's own whole replay, same clock, same run).
     for clock in ("wall", "cpu"):
         covs[("WHILE with IF bodies", clock)] = [wrpkit.profile(while_if, repeat=5, clock=clock).coverage
+                                                 for _ in range(3)]
+        covs[("small launches in WHILE", clock)] = [wrpkit.profile(many_small, repeat=5, clock=clock).coverage
                                                  for _ in range(3)]
     pb = wrpkit.profile(big, repeat=3)
     pbc = wrpkit.profile(big, repeat=3, clock="cpu")

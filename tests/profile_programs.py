@@ -43,6 +43,17 @@ def k_vec(pts: wp.array(dtype=wp.vec3), out: wp.array(dtype=wp.float32), n: wp.i
     out[i] = churn(wp.length(p), n)
 
 
+@wp.func
+def nudge(p: wp.vec3, s: float) -> wp.vec3:
+    return p * s + wp.vec3(0.1, 0.2, 0.3)
+
+
+@wp.kernel
+def k_move(pts: wp.array(dtype=wp.vec3), s: float):
+    i = wp.tid()
+    pts[i] = nudge(pts[i], s)
+
+
 @wp.kernel
 def k_count_down(counter: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32)):
     counter[0] = counter[0] - 1
@@ -120,6 +131,30 @@ def capture_while_if(path: Path, device="cpu", iterations: int = 4) -> Path:
         wp.capture_while(counter, body)
         wp.launch(k_light, dim=N, inputs=[a["y"], a["d"]], device=device)
     return rec.save(path, inputs={"x": a["x"], "counter": counter}, outputs={"y": a["y"], "z": a["z"], "d": a["d"]})
+
+
+def capture_many_small(path: Path, device="cpu") -> Path:
+    """Many sub-microsecond launches in a WHILE with an IF: 6 iterations of k_count_down then 300 k_move of
+    64 ``vec3`` points (through a ``@wp.func``), and an IF (on odd counters: 3 of the 6) of 40 k_move on
+    an unbound scratch array: 1,926 op runs, all in runs of consecutive ops."""
+    pts = wp.array(np.zeros((64, 3), np.float32), dtype=wp.vec3, device=device)
+    scratch = wp.zeros(64, dtype=wp.vec3, device=device)
+    counter = wp.array([6], dtype=wp.int32, device=device)
+    flag = wp.zeros(1, dtype=wp.int32, device=device)
+
+    def then():
+        for _ in range(40):
+            wp.launch(k_move, dim=64, inputs=[scratch, 0.5], device=device)
+
+    def body():
+        wp.launch(k_count_down, dim=1, inputs=[counter, flag], device=device)
+        for _ in range(300):
+            wp.launch(k_move, dim=64, inputs=[pts, 0.999], device=device)
+        wp.capture_if(flag, on_true=then)
+
+    with wrpkit.capture(device=device) as rec:
+        wp.capture_while(counter, body)
+    return rec.save(path, inputs={"counter": counter}, outputs={"pts": pts})
 
 
 def live_alone_ms(device="cpu", repeat: int = 15) -> dict:
