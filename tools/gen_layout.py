@@ -53,6 +53,8 @@ def field_offsets(rec: L.RecordLayout, base: int = 0) -> dict:
         out[name] = (pos, size, n, signed)
         pos += size * n
     assert pos - base == rec.size, rec.name
+    # the offsets Python reads records with (RecordLayout.offsets) are the ones written here
+    assert {n: v[0] - base for n, v in out.items()} == rec.offsets, rec.name
     return out
 
 
