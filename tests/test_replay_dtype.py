@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import programs
 import warp as wp
 from wrpkit.checks.region_types import region_types, user_dtype_signatures
 from wrpkit.cli import main as wrp_main
@@ -45,38 +46,33 @@ def k_move(x: wp.array(dtype=wp.vec3), f: wp.array(dtype=wp.vec3), count: wp.arr
     wp.atomic_add(count, 0, 1)
 
 
-def _arrays():
+def _arrays(device="cpu") -> dict:
     rng = np.random.default_rng(20)
-    x = wp.array(rng.standard_normal((N, 3)).astype(np.float32), dtype=wp.vec3, device="cpu")
-    f = wp.zeros(N, dtype=wp.vec3, device="cpu")  # scratch: bound to nothing
-    count = wp.zeros(1, dtype=wp.int32, device="cpu")
-    return x, f, count
+    return {"x": wp.array(rng.standard_normal((N, 3)).astype(np.float32), dtype=wp.vec3, device=device),
+            "_f": wp.zeros(N, dtype=wp.vec3, device=device),  # scratch: bound to nothing
+            "count": wp.zeros(1, dtype=wp.int32, device=device)}
 
 
-def _step(x, f, count):
+def _step(a: dict) -> None:
     for _ in range(3):
-        wp.launch(k_forces, dim=N, inputs=[x, f, 0.5], device="cpu")
-        wp.launch(k_move, dim=N, inputs=[x, f, count, 0.1], device="cpu")
+        wp.launch(k_forces, dim=N, inputs=[a["x"], a["_f"], 0.5], device="cpu")
+        wp.launch(k_move, dim=N, inputs=[a["x"], a["_f"], a["count"], 0.1], device="cpu")
+
+
+SPRINGS = programs.WarpProgram("springs", _arrays, _step, inputs=["x"], outputs=["x", "count"],
+                               op_counts={"KERNEL_LAUNCH": 6})
 
 
 @pytest.fixture(scope="module")
 def stock(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("dtype")
-    x, f, count = _arrays()
-    wp.capture_begin(device="cpu", apic=True)
-    try:
-        _step(x, f, count)
-    finally:
-        graph = wp.capture_end(device="cpu")
-    wp.capture_save(graph, str(d / "springs.wrp"), inputs={"x": x}, outputs={"x": x, "count": count})
-    return d / "springs.wrp"
+    path = tmp_path_factory.mktemp("dtype") / "springs.wrp"
+    programs.capture_to_file(SPRINGS, path)
+    return path
 
 
 @pytest.fixture(scope="module")
 def eager() -> dict:
-    x, f, count = _arrays()
-    _step(x, f, count)
-    return {"x": x.numpy(), "count": count.numpy()}
+    return programs.run_live(SPRINGS)
 
 
 def wrp(*args):
@@ -120,10 +116,10 @@ def test_dtype_refusals_keep_their_messages_and_exit_codes(stock, tmp_path):
 def test_dtype_is_refused_where_the_file_records_the_type(tmp_path):
     import wrpkit
 
-    x, f, count = _arrays()
+    a = _arrays()
     with wrpkit.capture(device="cpu") as rec:
-        _step(x, f, count)
-    cap = rec.save(tmp_path / "typed.wrp", inputs={"x": x}, outputs={"x": x, "count": count})
+        _step(a)
+    cap = rec.save(tmp_path / "typed.wrp", inputs={"x": a["x"]}, outputs={"x": a["x"], "count": a["count"]})
     r = wrp("replay", cap, "--dtype", "x=float32", "--json")
     assert r.exit_code == 2
     err = json.loads(r.output.splitlines()[0])  # the JSON error on stdout; stderr follows
