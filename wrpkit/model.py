@@ -253,12 +253,28 @@ class LengthError(ValueError):
     """A region reference's byte length cannot be formed: a negative operand, or past 64 bits."""
 
 
-def _u64(v: int, what: str) -> int:
-    if v < 0:
-        raise LengthError(f"{what} is negative ({v})")
-    if v > U64_MAX:
-        raise LengthError(f"{what} overflows 64 bits")
-    return v
+def _negative(name: str, v: int):
+    raise LengthError(f"{name} is negative ({v})")
+
+
+def _overflow():
+    raise LengthError("byte length overflows 64 bits")
+
+
+class _Code:
+    """Builds the Python expression of a length tree (fresh names for its temporaries)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"_t{self.n}"
+
+    def checked(self, expr: str) -> str:
+        """``expr`` (of non-negative operands), refused past 64 bits."""
+        t = self.tmp()
+        return f"({t} if ({t} := {expr}) <= _U64 else _overflow())"
 
 
 class Length:
@@ -269,20 +285,41 @@ class Length:
     ``Strided(...)``).  :meth:`evaluate` computes one for a model op, with
     64-bit checked arithmetic; ``tools/gen_layout.py`` writes the same terms
     into ``native/src/wrp1_layouts.h`` (``op_regions::kLengthNodes``), which
-    one C++ function evaluates the same way over the record's bytes.  Every
-    term reads only fields of the op's own record, so the two agree by
-    construction (``tests/test_parity_region_ranges.py`` proves it on real
-    captures).  ``LENGTH_KINDS`` lists the vocabulary.
+    one C++ function (``native/src/region_lengths.h``) evaluates the same way
+    over the record's bytes.  Every term reads only fields of the op's own
+    record, so the two agree by construction (``tests/test_region_lengths.py``
+    holds them to each other).  ``LENGTH_KINDS`` lists the vocabulary.
+
+    A tree is turned into one Python expression the first time it is
+    evaluated (each term says its part, :meth:`code`), because ``wrp trace``
+    forms every op's ranges within its per-op budget: walking the tree term
+    by term costs several times more.
     """
 
-    __slots__ = ()
+    __slots__ = ("_fn",)
 
-    def evaluate(self, op) -> int:  # pragma: no cover - every term overrides it
+    def evaluate(self, op) -> int:
         """The length for ``op``.
 
         Raises:
             LengthError: An operand is negative or the result passes 64 bits.
         """
+        return self.function(op)
+
+    @property
+    def function(self):
+        """``function(op) -> int``: :meth:`evaluate` as one compiled expression (made once)."""
+        try:
+            return self._fn
+        except AttributeError:
+            src = f"lambda op: {self.code(_Code())}"
+            fn = eval(src, {"_U64": U64_MAX, "_negative": _negative, "_overflow": _overflow,  # noqa: S307
+                            "_SCALAR": APIC_SCALAR_SIZE})
+            object.__setattr__(self, "_fn", fn)  # a cache, not a field: frozen terms stay equal by value
+            return fn
+
+    def code(self, c: _Code) -> str:  # pragma: no cover - every term overrides it
+        """This term as a Python expression over ``op`` (operands checked as :meth:`evaluate` says)."""
         raise NotImplementedError
 
     def children(self) -> tuple:
@@ -310,8 +347,10 @@ def _as_length(v) -> Length:
     raise TypeError(f"{v!r} is not a byte length")
 
 
-def _field_value(op, name: str) -> int:
-    return _u64(int(getattr(op, name)), name)
+def _name(name: str) -> str:
+    if not name.isidentifier():
+        raise ValueError(f"{name!r} is not a field name")
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,8 +359,8 @@ class Fixed(Length):
 
     n: int
 
-    def evaluate(self, op) -> int:
-        return self.n
+    def code(self, c: _Code) -> str:
+        return str(int(self.n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,8 +369,9 @@ class Field(Length):
 
     name: str
 
-    def evaluate(self, op) -> int:
-        return _field_value(op, self.name)
+    def code(self, c: _Code) -> str:
+        t = c.tmp()
+        return f"({t} if ({t} := op.{_name(self.name)}) >= 0 else _negative({self.name!r}, {t}))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,8 +382,8 @@ class Len(Length):
     model_field: str
     record_field: str
 
-    def evaluate(self, op) -> int:
-        return len(getattr(op, self.model_field))
+    def code(self, c: _Code) -> str:
+        return f"len(op.{_name(self.model_field)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,23 +393,16 @@ class ScalarSize(Length):
 
     name: str
 
-    def evaluate(self, op) -> int:
-        return APIC_SCALAR_SIZE.get(int(getattr(op, self.name)), 0)
+    def code(self, c: _Code) -> str:
+        return f"_SCALAR.get(op.{_name(self.name)}, 0)"
 
 
 @dataclass(frozen=True, slots=True)
 class _Pair(Length):
-    """A term of two terms: ``combine(a, b)`` of their lengths."""
+    """A term of two terms, ``a`` evaluated first."""
 
     a: Length
     b: Length
-
-    @staticmethod
-    def combine(x: int, y: int) -> int:  # pragma: no cover - every pair overrides it
-        raise NotImplementedError
-
-    def evaluate(self, op) -> int:
-        return self.combine(self.a.evaluate(op), self.b.evaluate(op))
 
     def children(self) -> tuple:
         return (self.a, self.b)
@@ -379,25 +412,24 @@ class _Pair(Length):
 class Sum(_Pair):
     """``a + b``, checked."""
 
-    @staticmethod
-    def combine(x: int, y: int) -> int:
-        return _u64(x + y, "byte length")
+    def code(self, c: _Code) -> str:
+        return c.checked(f"{self.a.code(c)} + {self.b.code(c)}")
 
 
 @dataclass(frozen=True, slots=True)
 class Product(_Pair):
     """``a * b``, checked."""
 
-    @staticmethod
-    def combine(x: int, y: int) -> int:
-        return _u64(x * y, "byte length")
+    def code(self, c: _Code) -> str:
+        return c.checked(f"{self.a.code(c)} * {self.b.code(c)}")
 
 
 @dataclass(frozen=True, slots=True)
 class Max(_Pair):
     """The larger of ``a`` and ``b``."""
 
-    combine = staticmethod(max)
+    def code(self, c: _Code) -> str:
+        return f"max({self.a.code(c)}, {self.b.code(c)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,12 +443,11 @@ class Strided(Length):
     lanes: Length
     scalar: Length
 
-    def evaluate(self, op) -> int:
-        n = self.count.evaluate(op)
-        if n == 0:
-            return 0
-        span = _u64((n - 1) * self.stride.evaluate(op), "byte length")
-        return _u64(span + _u64(self.lanes.evaluate(op) * self.scalar.evaluate(op), "byte length"), "byte length")
+    def code(self, c: _Code) -> str:
+        n = c.tmp()
+        span = c.checked(f"({n} - 1) * {self.stride.code(c)}")
+        element = c.checked(f"{self.lanes.code(c)} * {self.scalar.code(c)}")
+        return f"(0 if ({n} := {self.count.code(c)}) == 0 else {c.checked(f'{span} + {element}')})"
 
     def children(self) -> tuple:
         return (self.count, self.stride, self.lanes, self.scalar)
@@ -431,8 +462,8 @@ class IfEq(Length):
     then: Length
     otherwise: Length
 
-    def evaluate(self, op) -> int:
-        return (self.then if int(getattr(op, self.name)) == self.value else self.otherwise).evaluate(op)
+    def code(self, c: _Code) -> str:
+        return f"({self.then.code(c)} if op.{_name(self.name)} == {int(self.value)} else {self.otherwise.code(c)})"
 
     def children(self) -> tuple:
         return (self.then, self.otherwise)
@@ -453,9 +484,9 @@ class Adjacent(Length):
         return (self.first + "_region_id", self.first + "_offset", self.second + "_region_id",
                 self.second + "_offset")
 
-    def evaluate(self, op) -> int:
-        ra, oa, rb, ob = (int(getattr(op, f)) for f in self.fields())
-        return int(ra == rb and ob - oa == self.gap)
+    def code(self, c: _Code) -> str:
+        ra, oa, rb, ob = (_name(f) for f in self.fields())
+        return f"int(op.{ra} == op.{rb} and op.{ob} - op.{oa} == {int(self.gap)})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,9 +497,10 @@ class TailLast(Length):
     model_field: str
     otherwise: Length
 
-    def evaluate(self, op) -> int:
-        tail = getattr(op, self.model_field)
-        return max(0, int(tail[-1])) if len(tail) else self.otherwise.evaluate(op)
+    def code(self, c: _Code) -> str:
+        t = c.tmp()
+        return (f"(max(0, int({t}[-1])) if len({t} := op.{_name(self.model_field)}) "
+                f"else {self.otherwise.code(c)})")
 
     def children(self) -> tuple:
         return (self.otherwise,)
@@ -514,13 +546,15 @@ class RegionRef(NamedTuple):
     access: object
     optional: bool = False
 
-    def nbytes(self, op) -> int:
-        """How many bytes from ``offset`` this reference spans in ``op``.
+    @property
+    def nbytes(self):
+        """``nbytes(op)``: how many bytes from ``offset`` this reference spans in ``op`` (its
+        length's compiled function: ``wrp trace`` calls it for every op).
 
         Raises:
-            LengthError: An operand is negative or the length passes 64 bits.
+            LengthError: (from the call) An operand is negative or the length passes 64 bits.
         """
-        return self.length.evaluate(op)
+        return self.length.function
 
     def mode(self, op) -> str:
         """The access of this reference in ``op``."""
