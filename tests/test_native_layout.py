@@ -64,6 +64,25 @@ def test_array_descriptors_are_warps_ctypes_layout():
     assert ioffs["index_shape"][0] == wt.indexedarray_t.shape.offset
 
 
+def test_python_reads_the_descriptors_at_the_layout_offsets():
+    """Python reads array descriptors at the offsets the layout declares (the ones the header is
+    generated from), and no reader of launch arguments spells one as a literal."""
+    import re
+
+    from wrpkit.formats import launch_arrays as la
+
+    assert (la._NDIM, la._SHAPE, la._STRIDES) == tuple(gen_layout.field_offsets(ARRAY_RECORD)[f][0]
+                                                        for f in ("ndim", "shape", "strides"))
+    assert (la.INDICES_OFFSET, la._INDEX_SHAPE) == tuple(gen_layout.field_offsets(INDEXED_ARRAY_RECORD)[f][0]
+                                                         for f in ("indices", "index_shape"))
+    literal = re.compile(r"(base|offset|\bo) \+ (16|32|48|56|88|104)\b|unpack_from\(\w+, \w+ \+ \d+\)")
+    for rel in ("wrpkit/formats/launch_arrays.py", "wrpkit/checks/launch_checks.py", "wrpkit/checks/check.py",
+                "wrpkit/checks/effects.py", "wrpkit/checks/region_types.py"):
+        code = "\n".join(line for line in (ROOT / rel).read_text().splitlines()
+                         if not line.lstrip().startswith(("#", '"', "``")))
+        assert not literal.search(code), (rel, literal.search(code))
+
+
 def _region_reference_printer() -> str:
     from wrpkit.model import OP_CLASSES
 

@@ -48,8 +48,8 @@ def entry_problems(cls) -> list:
             problems.append(f"{cls.__name__}: {r.role} names an offset field {r.offset!r} the record lacks")
         if not r.region.startswith(r.role):
             problems.append(f"{cls.__name__}: role {r.role!r} is not the prefix of {r.region!r}")
-        if not callable(r.nbytes):
-            problems.append(f"{cls.__name__}: {r.role} has no byte size")
+        if not isinstance(r.length, m.Length):
+            problems.append(f"{cls.__name__}: {r.role} has no byte length of the vocabulary (a Length)")
         if not callable(r.access) and r.access not in m.ACCESS_MODES:
             problems.append(f"{cls.__name__}: {r.role} has access {r.access!r}")
     layout = LAYOUT_18.launch if cls.ARGUMENT_REGIONS else LAYOUT_18.ops.get(cls.op_type)
@@ -94,7 +94,7 @@ def test_the_check_fails_on_an_incomplete_entry():
     @dataclasses.dataclass(slots=True)
     class Partial(m.Op):
         op_type: ClassVar[m.OpType] = m.OpType.MEMCPY_D2D
-        REGIONS: ClassVar[tuple] = (m.RegionRef("dst", "dst_region_id", "dst_offset", lambda op: 1, "write"),)
+        REGIONS: ClassVar[tuple] = (m.RegionRef("dst", "dst_region_id", "dst_offset", m.Fixed(1), "write"),)
         dst_region_id: int = 0
         src_region_id: int = 0
         dst_offset: int = 0

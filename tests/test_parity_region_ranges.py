@@ -20,14 +20,16 @@ from wrpkit.formats import wrp1
 
 def _references(captures) -> list:
     """``[(capture, op index in walk order, op type name, RegionRef, region id, region size)]``: the first
-    occurrence of each (op type, reference) whose range is non-empty and movable (it has an offset field)."""
+    occurrence of each (op type, reference, of vectors or not) whose range is non-empty and movable (it
+    has an offset field)."""
     seen, out = set(), []
     for path in captures.values():
         prog = wrp1.decode_wrp1(path.read_bytes())
         sizes = {r.region_id: r.size for r in prog.regions}
         for i, (_, op) in enumerate(m.walk_ops(prog.ops)):
             for ref in type(op).REGIONS or ():
-                key = (op.op_type, ref.role)
+                # vectors apart: a rule's lanes term shows only where an element has more than one
+                key = (op.op_type, ref.role, getattr(op, "type_len", 1) > 1)
                 rid = getattr(op, ref.region)
                 if key in seen or ref.offset is None or rid not in sizes:
                     continue

@@ -53,6 +53,8 @@ def field_offsets(rec: L.RecordLayout, base: int = 0) -> dict:
         out[name] = (pos, size, n, signed)
         pos += size * n
     assert pos - base == rec.size, rec.name
+    # the offsets Python reads records with (RecordLayout.offsets) are the ones written here
+    assert {n: v[0] - base for n, v in out.items()} == rec.offsets, rec.name
     return out
 
 
@@ -116,30 +118,121 @@ def op_records() -> list:
     return lines
 
 
-def _region_references() -> list:
-    """Every region reference of the op table (wrpkit/model.py REGIONS), per op record: the role, its
-    region-id and offset fields and whether region -1 means absent.  How many bytes it spans is the op's
-    own rule (model.py's ``nbytes``), written once more in wrp1_ops.cpp and held to it by
-    tests/test_parity_region_ranges.py."""
-    from wrpkit.model import OP_CLASSES  # noqa: PLC0415
+#: C++ names of the op table's byte-length terms (wrpkit/model.py LENGTH_KINDS), in enum order.
+_LENGTH_KINDS = ("Fixed", "Field", "RawField", "ScalarSize", "Sum", "Product", "Max", "Strided", "IfEq", "Adjacent",
+                 "TailLast")
 
-    lines = ["// Each op record's region references, as wrpkit/model.py's op table (REGIONS) declares them:",
-             "// role, the region-id field, the offset field (offset -1: none, the range starts at 0) and",
-             "// whether region -1 means the reference is absent.  wrp1_ops.cpp's range() takes them.",
+
+class _LengthNodes:
+    """The byte-length terms of every region reference, flattened into one node array (children
+    before their parent; a reference points at its root)."""
+
+    def __init__(self):
+        self.rows = []
+
+    def _add(self, kind: str, comment: str, field: str = "{-1, 0, false}", name: str = "", value: int = 0,
+             args=()) -> int:
+        args = list(args) + [0] * (4 - len(args))
+        self.rows.append(f"    {{LengthKind::k{kind}, {field}, {_c_string(name)}, {value}u, "
+                         f"{{{', '.join(map(str, args))}}}}},  // {len(self.rows)}: {comment}")
+        return len(self.rows) - 1
+
+    def add(self, term, offsets: dict) -> int:
+        """Append ``term`` (a wrpkit.model.Length) and its children; return its node index."""
+        from wrpkit import model as m  # noqa: PLC0415
+
+        def field(name):
+            assert name in offsets, f"length term names {name!r}, which the record lacks"
+            return _field(offsets, name)
+
+        if isinstance(term, m.Fixed):
+            return self._add("Fixed", str(term.n), value=term.n)
+        if isinstance(term, m.Field):
+            return self._add("Field", term.name, field(term.name), term.name)
+        if isinstance(term, m.Len):  # the record field that says the variable part's length
+            return self._add("Field", f"{term.record_field} (len {term.model_field})", field(term.record_field),
+                             term.record_field)
+        if isinstance(term, m.ScalarSize):
+            return self._add("ScalarSize", f"size of APICType {term.name}", field(term.name), term.name)
+        if isinstance(term, (m.Sum, m.Product, m.Max)):
+            a, b = self.add(term.a, offsets), self.add(term.b, offsets)
+            return self._add(type(term).__name__, f"{type(term).__name__}({a}, {b})", args=(a, b))
+        if isinstance(term, m.Strided):
+            args = [self.add(t, offsets) for t in term.children()]
+            return self._add("Strided", "Strided(count, stride, lanes, scalar)", args=args)
+        if isinstance(term, m.IfEq):
+            a, b = self.add(term.then, offsets), self.add(term.otherwise, offsets)
+            return self._add("IfEq", f"{term.name} == {int(term.value)} ? {a} : {b}", field(term.name), term.name,
+                             int(term.value), (a, b))
+        if isinstance(term, m.Adjacent):
+            args = [self._add("RawField", f, field(f), f) for f in term.fields()]
+            return self._add("Adjacent", f"{term.second} {term.gap} bytes after {term.first}", value=term.gap,
+                             args=args)
+        if isinstance(term, m.TailLast):
+            other = self.add(term.otherwise, offsets)
+            return self._add("TailLast", f"last int32 of {term.model_field}, else {other}", args=(other,))
+        raise TypeError(f"{term!r} is not a term of the byte-length vocabulary (wrpkit.model.LENGTH_KINDS)")
+
+
+def _region_references() -> list:
+    """Every region reference of the op table (wrpkit/model.py REGIONS), per op type: the role, its
+    region-id and offset fields, whether region -1 means absent, and its byte length as a tree of
+    terms (model.py's ``Length`` vocabulary) that region_lengths.h evaluates."""
+    from wrpkit.model import LENGTH_KINDS, OP_CLASSES, OpType  # noqa: PLC0415
+
+    # Len is written as the record field that says the length; RawField only serves Adjacent.
+    assert {k.__name__ for k in LENGTH_KINDS} - {"Len"} == set(_LENGTH_KINDS) - {"RawField"}, \
+        "wrpkit.model.LENGTH_KINDS changed: teach gen_layout.py and region_lengths.h the new term"
+    nodes, refs, named, spans = _LengthNodes(), [], [], ["{0, 0}"] * (max(OpType) + 1)
+    for t, rl in sorted(L.LAYOUT_18.ops.items()):
+        cls = OP_CLASSES[t]
+        off = field_offsets(rl, 8)
+        first = len(refs)
+        for ref in cls.REGIONS or ():
+            root = nodes.add(ref.length, off)
+            named.append(f"inline constexpr const RegionRefAt& k{cls.__name__}_{ref.role} = kRegionRefs[{len(refs)}];")
+            refs.append(f"    {{{_c_string(ref.role)}, {_field(off, ref.region)}, {_field(off, ref.offset or '')}, "
+                        f"{'true' if ref.optional else 'false'}, {root}}},  // {len(refs)}: {t.name}")
+        spans[int(t)] = f"{{{first}, {len(refs) - first}}}"
+    lines = ["// The byte length of a region reference, as data: a tree of the terms of wrpkit/model.py's",
+             "// Length vocabulary (LENGTH_KINDS), children first.  region_lengths.h evaluates a tree with",
+             "// checked 64-bit arithmetic over the op's record bytes, as Length.evaluate does over the model.",
+             "enum class LengthKind : uint8_t {",
+             "    " + ", ".join(f"k{k}" for k in _LENGTH_KINDS) + ",",
+             "};",
+             "struct LengthNode {",
+             "    LengthKind kind;",
+             "    FieldAt field;     // Field, RawField (no sign check), ScalarSize, IfEq: the record field",
+             "    const char* name;  // that field's name (for messages)",
+             "    uint64_t value;    // Fixed: the constant; IfEq: the value compared; Adjacent: the gap",
+             "    uint16_t arg[4];   // the child nodes (Sum/Product/Max: 2, Strided: 4, IfEq: then, else,",
+             "                       // Adjacent: region a, offset a, region b, offset b, TailLast: else)",
+             "};",
+             "",
+             "// Each op record's region references, as wrpkit/model.py's op table (REGIONS) declares them:",
+             "// role, the region-id field, the offset field (offset -1: none, the range starts at 0),",
+             "// whether region -1 means the reference is absent, and the root of its byte-length tree.",
              "struct RegionRefAt {",
              "    const char* role;",
              "    FieldAt region_id, offset;",
              "    bool optional;",
+             "    uint16_t length;  // index into op_regions::kLengthNodes",
              "};",
-             "namespace op_regions {", ""]
-    for t, rl in sorted(L.LAYOUT_18.ops.items()):
-        cls = OP_CLASSES[t]
-        off = field_offsets(rl, 8)
-        for ref in cls.REGIONS or ():
-            lines.append(f"constexpr RegionRefAt k{cls.__name__}_{ref.role} = {{{_c_string(ref.role)}, "
-                         f"{_field(off, ref.region)}, {_field(off, ref.offset or '')}, "
-                         f"{'true' if ref.optional else 'false'}}};")
-    lines += ["", "}  // namespace op_regions", ""]
+             "// The references of one op type: kRegionRefs[first, first + count).",
+             "struct OpRegionRefs {",
+             "    uint16_t first, count;",
+             "};",
+             "namespace op_regions {",
+             "",
+             "constexpr LengthNode kLengthNodes[] = {"] + nodes.rows + [
+             "};",
+             "",
+             "constexpr RegionRefAt kRegionRefs[] = {"] + refs + [
+             "};",
+             "",
+             "// Indexed by op type; {0, 0}: none (KERNEL_LAUNCH takes its regions from its arguments).",
+             "constexpr OpRegionRefs kOpRegionRefs[kNumOpTypes] = {" + ", ".join(spans) + "};",
+             ""] + named + ["", "}  // namespace op_regions", ""]
     return lines
 
 

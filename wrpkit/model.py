@@ -245,9 +245,275 @@ class Relocation(NamedTuple):
     kind: int
 
 
-def _strided(n: int, stride: int, lanes: int, scalar: int) -> int:
-    """Bytes spanned by ``n`` strided elements of ``lanes`` scalars (as Warp's replayer resolves them)."""
-    return 0 if n <= 0 else (n - 1) * stride + lanes * scalar
+#: The largest byte length a reference may span: lengths are 64-bit, as in the C++ validator.
+U64_MAX = (1 << 64) - 1
+
+
+class LengthError(ValueError):
+    """A region reference's byte length cannot be formed: a negative operand, or past 64 bits."""
+
+
+def _negative(name: str, v: int):
+    raise LengthError(f"{name} is negative ({v})")
+
+
+def _overflow():
+    raise LengthError("byte length overflows 64 bits")
+
+
+class _Code:
+    """Builds the Python expression of a length tree (fresh names for its temporaries)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def tmp(self) -> str:
+        self.n += 1
+        return f"_t{self.n}"
+
+    def checked(self, expr: str) -> str:
+        """``expr`` (of non-negative operands), refused past 64 bits."""
+        t = self.tmp()
+        return f"({t} if ({t} := {expr}) <= _U64 else _overflow())"
+
+
+class Length:
+    """How many bytes a region reference spans, as data: a small closed vocabulary.
+
+    Each op class's ``REGIONS`` says its byte lengths with these terms
+    (``Fixed(4)``, ``Field("size")``, ``4 * Field("nnz_upper_bound")``,
+    ``Strided(...)``).  :meth:`evaluate` computes one for a model op, with
+    64-bit checked arithmetic; ``tools/gen_layout.py`` writes the same terms
+    into ``native/src/wrp1_layouts.h`` (``op_regions::kLengthNodes``), which
+    one C++ function (``native/src/region_lengths.h``) evaluates the same way
+    over the record's bytes.  Every term reads only fields of the op's own
+    record, so the two agree by construction (``tests/test_region_lengths.py``
+    holds them to each other).  ``LENGTH_KINDS`` lists the vocabulary.
+
+    A tree is turned into one Python expression the first time it is
+    evaluated (each term says its part, :meth:`code`), because ``wrp trace``
+    forms every op's ranges within its per-op budget: walking the tree term
+    by term costs several times more.
+    """
+
+    __slots__ = ("_fn",)
+
+    def evaluate(self, op) -> int:
+        """The length for ``op``.
+
+        Raises:
+            LengthError: An operand is negative or the result passes 64 bits.
+        """
+        return self.function(op)
+
+    @property
+    def function(self):
+        """``function(op) -> int``: :meth:`evaluate` as one compiled expression (made once)."""
+        try:
+            return self._fn
+        except AttributeError:
+            src = f"lambda op: {self.code(_Code())}"
+            fn = eval(src, {"_U64": U64_MAX, "_negative": _negative, "_overflow": _overflow,  # noqa: S307
+                            "_SCALAR": APIC_SCALAR_SIZE})
+            object.__setattr__(self, "_fn", fn)  # a cache, not a field: frozen terms stay equal by value
+            return fn
+
+    def code(self, c: _Code) -> str:  # pragma: no cover - every term overrides it
+        """This term as a Python expression over ``op`` (operands checked as :meth:`evaluate` says)."""
+        raise NotImplementedError
+
+    def children(self) -> tuple:
+        """The terms this one combines (empty for a leaf)."""
+        return ()
+
+    def __mul__(self, other):
+        return Product(self, _as_length(other))
+
+    def __rmul__(self, other):
+        return Product(_as_length(other), self)
+
+    def __add__(self, other):
+        return Sum(self, _as_length(other))
+
+    def __radd__(self, other):
+        return Sum(_as_length(other), self)
+
+
+def _as_length(v) -> Length:
+    if isinstance(v, Length):
+        return v
+    if isinstance(v, int) and v >= 0:
+        return Fixed(v)
+    raise TypeError(f"{v!r} is not a byte length")
+
+
+def _name(name: str) -> str:
+    if not name.isidentifier():
+        raise ValueError(f"{name!r} is not a field name")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class Fixed(Length):
+    """A constant number of bytes (or a constant factor)."""
+
+    n: int
+
+    def code(self, c: _Code) -> str:
+        return str(int(self.n))
+
+
+@dataclass(frozen=True, slots=True)
+class Field(Length):
+    """The value of one record field (a count, a size, a stride); negative is an error."""
+
+    name: str
+
+    def code(self, c: _Code) -> str:
+        t = c.tmp()
+        return f"({t} if ({t} := op.{_name(self.name)}) >= 0 else _negative({self.name!r}, {t}))"
+
+
+@dataclass(frozen=True, slots=True)
+class Len(Length):
+    """The byte length of a variable part that follows the record: ``len(op.<model_field>)`` in the
+    model, the record field ``record_field`` that says it in the file (MEMCPY_H2D's ``size``)."""
+
+    model_field: str
+    record_field: str
+
+    def code(self, c: _Code) -> str:
+        return f"len(op.{_name(self.model_field)})"
+
+
+@dataclass(frozen=True, slots=True)
+class ScalarSize(Length):
+    """The byte size of the ``APICType`` a field holds (0 for an unknown type, as the validators
+    refuse it before they form a length)."""
+
+    name: str
+
+    def code(self, c: _Code) -> str:
+        return f"_SCALAR.get(op.{_name(self.name)}, 0)"
+
+
+@dataclass(frozen=True, slots=True)
+class _Pair(Length):
+    """A term of two terms, ``a`` evaluated first."""
+
+    a: Length
+    b: Length
+
+    def children(self) -> tuple:
+        return (self.a, self.b)
+
+
+@dataclass(frozen=True, slots=True)
+class Sum(_Pair):
+    """``a + b``, checked."""
+
+    def code(self, c: _Code) -> str:
+        return c.checked(f"{self.a.code(c)} + {self.b.code(c)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Product(_Pair):
+    """``a * b``, checked."""
+
+    def code(self, c: _Code) -> str:
+        return c.checked(f"{self.a.code(c)} * {self.b.code(c)}")
+
+
+@dataclass(frozen=True, slots=True)
+class Max(_Pair):
+    """The larger of ``a`` and ``b``."""
+
+    def code(self, c: _Code) -> str:
+        return f"max({self.a.code(c)}, {self.b.code(c)})"
+
+
+@dataclass(frozen=True, slots=True)
+class Strided(Length):
+    """``count`` elements ``stride`` bytes apart, each ``lanes`` scalars of ``scalar`` bytes:
+    ``(count - 1) * stride + lanes * scalar``, 0 when count is 0 (then the other terms are not
+    read: a scan of length 0 may record any stride).  The span Warp's replayer resolves."""
+
+    count: Length
+    stride: Length
+    lanes: Length
+    scalar: Length
+
+    def code(self, c: _Code) -> str:
+        n = c.tmp()
+        span = c.checked(f"({n} - 1) * {self.stride.code(c)}")
+        element = c.checked(f"{self.lanes.code(c)} * {self.scalar.code(c)}")
+        return f"(0 if ({n} := {self.count.code(c)}) == 0 else {c.checked(f'{span} + {element}')})"
+
+    def children(self) -> tuple:
+        return (self.count, self.stride, self.lanes, self.scalar)
+
+
+@dataclass(frozen=True, slots=True)
+class IfEq(Length):
+    """``then`` when the record field ``name`` equals ``value``, else ``otherwise``."""
+
+    name: str
+    value: int
+    then: Length
+    otherwise: Length
+
+    def code(self, c: _Code) -> str:
+        return f"({self.then.code(c)} if op.{_name(self.name)} == {int(self.value)} else {self.otherwise.code(c)})"
+
+    def children(self) -> tuple:
+        return (self.then, self.otherwise)
+
+
+@dataclass(frozen=True, slots=True)
+class Adjacent(Length):
+    """1 when reference ``second`` starts ``gap`` bytes after reference ``first`` in the same region,
+    else 0 (roles of the same op; their fields are ``<role>_region_id`` and ``<role>_offset``).
+    SEGMENTED_SORT's ends inferred from its starts alias the starts one int32 later."""
+
+    first: str
+    second: str
+    gap: int
+
+    def fields(self) -> tuple:
+        """``(first region, first offset, second region, second offset)`` field names."""
+        return (self.first + "_region_id", self.first + "_offset", self.second + "_region_id",
+                self.second + "_offset")
+
+    def code(self, c: _Code) -> str:
+        ra, oa, rb, ob = (_name(f) for f in self.fields())
+        return f"int(op.{ra} == op.{rb} and op.{ob} - op.{oa} == {int(self.gap)})"
+
+
+@dataclass(frozen=True, slots=True)
+class TailLast(Length):
+    """The last int32 of the record's variable tail (``model_field`` in the model; never below 0),
+    or ``otherwise`` when the record carries no tail (BSR_TRANSPOSE's capacity offsets)."""
+
+    model_field: str
+    otherwise: Length
+
+    def code(self, c: _Code) -> str:
+        t = c.tmp()
+        return (f"(max(0, int({t}[-1])) if len({t} := op.{_name(self.model_field)}) "
+                f"else {self.otherwise.code(c)})")
+
+    def children(self) -> tuple:
+        return (self.otherwise,)
+
+
+#: The whole vocabulary of byte lengths: the C++ evaluator has one case per kind.
+LENGTH_KINDS = (Fixed, Field, Len, ScalarSize, Sum, Product, Max, Strided, IfEq, Adjacent, TailLast)
+
+#: Op types whose regions no ``Length`` describes, and why: the only exceptions to the table.
+LENGTHS_ELSEWHERE = {
+    OpType.KERNEL_LAUNCH: "its regions are its array arguments: each range is the array descriptor's "
+                          "shape and strides in the argument bytes (wrpkit.checks.effects, launch checks)",
+}
 
 
 #: What an op does to the bytes a region reference names.
@@ -267,7 +533,8 @@ class RegionRef(NamedTuple):
         role: Short name of the reference (``"dst"``, ``"keys"``), its fields' common prefix.
         region: Name of the field holding the region id.
         offset: Name of the field holding the byte offset in the region.
-        nbytes: ``nbytes(op)``: how many bytes from ``offset`` the op touches.
+        length: How many bytes from ``offset`` the op touches, a :class:`Length` (data, so that
+            the C++ validator's table is generated from it).
         access: ``"read"``, ``"write"`` or ``"readwrite"``, or a function of the op giving one.
         optional: A region id of -1 means the reference is absent.
     """
@@ -275,9 +542,19 @@ class RegionRef(NamedTuple):
     role: str
     region: str
     offset: Optional[str]
-    nbytes: object
+    length: Length
     access: object
     optional: bool = False
+
+    @property
+    def nbytes(self):
+        """``nbytes(op)``: how many bytes from ``offset`` this reference spans in ``op`` (its
+        length's compiled function: ``wrp trace`` calls it for every op).
+
+        Raises:
+            LengthError: (from the call) An operand is negative or the length passes 64 bits.
+        """
+        return self.length.function
 
     def mode(self, op) -> str:
         """The access of this reference in ``op``."""
@@ -362,7 +639,7 @@ class MemcpyH2D(Op):
 
     op_type: ClassVar[OpType] = OpType.MEMCPY_H2D
     REGIONS: ClassVar[tuple] = (
-        RegionRef("dst", "dst_region_id", "dst_offset", lambda op: len(op.data), "write"),)
+        RegionRef("dst", "dst_region_id", "dst_offset", Len("data", "size"), "write"),)
     dst_region_id: int
     dst_offset: int
     data: Bytes = field(repr=False)
@@ -375,8 +652,8 @@ class MemcpyD2D(Op):
 
     op_type: ClassVar[OpType] = OpType.MEMCPY_D2D
     REGIONS: ClassVar[tuple] = (
-        RegionRef("dst", "dst_region_id", "dst_offset", lambda op: op.size, "write"),
-        RegionRef("src", "src_region_id", "src_offset", lambda op: op.size, "read"))
+        RegionRef("dst", "dst_region_id", "dst_offset", Field("size"), "write"),
+        RegionRef("src", "src_region_id", "src_offset", Field("size"), "read"))
     dst_region_id: int
     src_region_id: int
     dst_offset: int
@@ -390,7 +667,7 @@ class Memset(Op):
     """The ``MEMSET`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.MEMSET
-    REGIONS: ClassVar[tuple] = (RegionRef("region", "region_id", "offset", lambda op: op.size, "write"),)
+    REGIONS: ClassVar[tuple] = (RegionRef("region", "region_id", "offset", Field("size"), "write"),)
     region_id: int
     value: int
     offset: int
@@ -403,7 +680,7 @@ class Alloc(Op):
     """The ``ALLOC`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.ALLOC
-    REGIONS: ClassVar[tuple] = (RegionRef("region", "region_id", None, lambda op: op.size, "write"),)
+    REGIONS: ClassVar[tuple] = (RegionRef("region", "region_id", None, Field("size"), "write"),)
     region_id: int
     size: int
     at: int = field(default=-1, compare=False, repr=False)
@@ -414,7 +691,7 @@ class If(Op):
     """The ``IF`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.IF
-    REGIONS: ClassVar[tuple] = (RegionRef("cond", "cond_region_id", "cond_offset", lambda op: 4, "read"),)
+    REGIONS: ClassVar[tuple] = (RegionRef("cond", "cond_region_id", "cond_offset", Fixed(4), "read"),)
     cond_region_id: int
     cond_offset: int
     then_ops: list
@@ -427,7 +704,7 @@ class While(Op):
     """The ``WHILE`` op (the fields of Warp's APIC record)."""
 
     op_type: ClassVar[OpType] = OpType.WHILE
-    REGIONS: ClassVar[tuple] = (RegionRef("cond", "cond_region_id", "cond_offset", lambda op: 4, "read"),)
+    REGIONS: ClassVar[tuple] = (RegionRef("cond", "cond_region_id", "cond_offset", Fixed(4), "read"),)
     cond_region_id: int
     cond_offset: int
     body: list
@@ -441,9 +718,9 @@ class Scan(Op):
     op_type: ClassVar[OpType] = OpType.SCAN
     REGIONS: ClassVar[tuple] = (
         RegionRef("src", "src_region_id", "src_offset",
-                  lambda op: _strided(op.length, op.in_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)), "read"),
+                  Strided(Field("length"), Field("in_stride"), Field("type_len"), ScalarSize("dtype")), "read"),
         RegionRef("dst", "dst_region_id", "dst_offset",
-                  lambda op: _strided(op.length, op.out_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)),
+                  Strided(Field("length"), Field("out_stride"), Field("type_len"), ScalarSize("dtype")),
                   "write"))
     dst_region_id: int
     src_region_id: int
@@ -464,7 +741,7 @@ class Memtile(Op):
 
     op_type: ClassVar[OpType] = OpType.MEMTILE
     REGIONS: ClassVar[tuple] = (
-        RegionRef("region", "region_id", "offset", lambda op: op.count * len(op.value), "write"),)
+        RegionRef("region", "region_id", "offset", Field("count") * Len("value", "srcsize"), "write"),)
     region_id: int
     offset: int
     count: int
@@ -479,13 +756,12 @@ class SegmentedSort(Op):
     op_type: ClassVar[OpType] = OpType.SEGMENTED_SORT
     # keys and values hold 2 x count elements: the second half is the sort's scratch.
     REGIONS: ClassVar[tuple] = (
-        RegionRef("keys", "keys_region_id", "keys_offset", lambda op: 8 * op.count, "readwrite"),
-        RegionRef("values", "values_region_id", "values_offset", lambda op: 8 * op.count, "readwrite"),
+        RegionRef("keys", "keys_region_id", "keys_offset", 8 * Field("count"), "readwrite"),
+        RegionRef("values", "values_region_id", "values_offset", 8 * Field("count"), "readwrite"),
         # ends inferred from starts alias the starts one int32 later: the starts then span one more
         RegionRef("segstart", "segstart_region_id", "segstart_offset",
-                  lambda op: 4 * (op.num_segments + (op.segstart_region_id == op.segend_region_id
-                                                     and op.segend_offset - op.segstart_offset == 4)), "read"),
-        RegionRef("segend", "segend_region_id", "segend_offset", lambda op: 4 * op.num_segments, "read"))
+                  4 * (Field("num_segments") + Adjacent("segstart", "segend", 4)), "read"),
+        RegionRef("segend", "segend_region_id", "segend_offset", 4 * Field("num_segments"), "read"))
     keys_region_id: int
     values_region_id: int
     segstart_region_id: int
@@ -507,8 +783,8 @@ class RadixSort(Op):
     op_type: ClassVar[OpType] = OpType.RADIX_SORT
     REGIONS: ClassVar[tuple] = (
         RegionRef("keys", "keys_region_id", "keys_offset",
-                  lambda op: 2 * op.count * APIC_SCALAR_SIZE.get(op.dtype, 0), "readwrite"),
-        RegionRef("values", "values_region_id", "values_offset", lambda op: 2 * op.count * op.value_size,
+                  2 * Field("count") * ScalarSize("dtype"), "readwrite"),
+        RegionRef("values", "values_region_id", "values_offset", 2 * Field("count") * Field("value_size"),
                   "readwrite"))
     keys_region_id: int
     values_region_id: int
@@ -528,12 +804,12 @@ class RunlengthEncode(Op):
 
     op_type: ClassVar[OpType] = OpType.RUNLENGTH_ENCODE
     REGIONS: ClassVar[tuple] = (
-        RegionRef("values", "values_region_id", "values_offset", lambda op: 4 * op.value_count, "read"),
-        RegionRef("run_values", "run_values_region_id", "run_values_offset", lambda op: 4 * op.value_count,
+        RegionRef("values", "values_region_id", "values_offset", 4 * Field("value_count"), "read"),
+        RegionRef("run_values", "run_values_region_id", "run_values_offset", 4 * Field("value_count"),
                   "write"),
-        RegionRef("run_lengths", "run_lengths_region_id", "run_lengths_offset", lambda op: 4 * op.value_count,
+        RegionRef("run_lengths", "run_lengths_region_id", "run_lengths_offset", 4 * Field("value_count"),
                   "write"),
-        RegionRef("run_count", "run_count_region_id", "run_count_offset", lambda op: 4, "write"))
+        RegionRef("run_count", "run_count_region_id", "run_count_offset", Fixed(4), "write"))
     values_region_id: int
     run_values_region_id: int
     run_lengths_region_id: int
@@ -554,24 +830,24 @@ class BsrFromTriplets(Op):
     REBUILDS_OUTPUTS: ClassVar[bool] = True
     # A masked topology reads the destination's offsets and columns as the mask before rewriting them.
     REGIONS: ClassVar[tuple] = (
-        RegionRef("tpl_nnz", "tpl_nnz_region_id", "tpl_nnz_offset", lambda op: 4, "read", True),
-        RegionRef("tpl_rows", "tpl_rows_region_id", "tpl_rows_offset", lambda op: 4 * op.nnz_upper_bound, "read"),
-        RegionRef("tpl_columns", "tpl_columns_region_id", "tpl_columns_offset", lambda op: 4 * op.nnz_upper_bound,
+        RegionRef("tpl_nnz", "tpl_nnz_region_id", "tpl_nnz_offset", Fixed(4), "read", True),
+        RegionRef("tpl_rows", "tpl_rows_region_id", "tpl_rows_offset", 4 * Field("nnz_upper_bound"), "read"),
+        RegionRef("tpl_columns", "tpl_columns_region_id", "tpl_columns_offset", 4 * Field("nnz_upper_bound"),
                   "read"),
         RegionRef("tpl_values", "tpl_values_region_id", "tpl_values_offset",
-                  lambda op: op.nnz_upper_bound * op.block_size * op.scalar_size_in_bytes, "read", True),
+                  Field("nnz_upper_bound") * Field("block_size") * Field("scalar_size_in_bytes"), "read", True),
         RegionRef("summed_block_offsets", "summed_block_offsets_region_id", "summed_block_offsets_offset",
-                  lambda op: 4 * op.nnz_upper_bound, "write"),
+                  4 * Field("nnz_upper_bound"), "write"),
         RegionRef("summed_block_indices", "summed_block_indices_region_id", "summed_block_indices_offset",
-                  lambda op: 4 * op.nnz_upper_bound, "write"),
-        RegionRef("bsr_offsets", "bsr_offsets_region_id", "bsr_offsets_offset", lambda op: 4 * (op.row_count + 1),
+                  4 * Field("nnz_upper_bound"), "write"),
+        RegionRef("bsr_offsets", "bsr_offsets_region_id", "bsr_offsets_offset", 4 * (Field("row_count") + 1),
                   lambda op: "readwrite" if op.masked_topology else "write"),
         RegionRef("bsr_row_counts", "bsr_row_counts_region_id", "bsr_row_counts_offset",
-                  lambda op: 4 * op.row_count, "read", True),
-        RegionRef("bsr_columns", "bsr_columns_region_id", "bsr_columns_offset", lambda op: 4 * op.nnz_upper_bound,
+                  4 * Field("row_count"), "read", True),
+        RegionRef("bsr_columns", "bsr_columns_region_id", "bsr_columns_offset", 4 * Field("nnz_upper_bound"),
                   lambda op: "readwrite" if op.masked_topology else "write"),
         # formats 13-15 only: where the replay writes the block count (-1 from 16 on)
-        RegionRef("bsr_nnz", "bsr_nnz_region_id", "bsr_nnz_offset", lambda op: 4, "write", True))
+        RegionRef("bsr_nnz", "bsr_nnz_region_id", "bsr_nnz_offset", Fixed(4), "write", True))
     block_size: int
     scalar_size_in_bytes: int
     row_count: int
@@ -602,6 +878,11 @@ class BsrFromTriplets(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
+#: A BSR transpose's destination capacity in blocks: the last of the capacity offsets a padded
+#: destination records (from format 14), else the source's nnz bound.
+_TRANSPOSE_CAPACITY = TailLast("padded_tail", Field("nnz_upper_bound"))
+
+
 @dataclass(slots=True)
 class BsrTranspose(Op):
     """The ``BSR_TRANSPOSE`` op (the fields of Warp's APIC record)."""
@@ -610,21 +891,21 @@ class BsrTranspose(Op):
     REBUILDS_OUTPUTS: ClassVar[bool] = True
     # A padded destination (transposed row counts given) sizes its columns by the recorded capacity tail.
     REGIONS: ClassVar[tuple] = (
-        RegionRef("bsr_offsets", "bsr_offsets_region_id", "bsr_offsets_offset", lambda op: 4 * (op.row_count + 1),
+        RegionRef("bsr_offsets", "bsr_offsets_region_id", "bsr_offsets_offset", 4 * (Field("row_count") + 1),
                   "read"),
         RegionRef("bsr_row_counts", "bsr_row_counts_region_id", "bsr_row_counts_offset",
-                  lambda op: 4 * op.row_count, "read", True),
-        RegionRef("bsr_columns", "bsr_columns_region_id", "bsr_columns_offset", lambda op: 4 * op.nnz_upper_bound,
+                  4 * Field("row_count"), "read", True),
+        RegionRef("bsr_columns", "bsr_columns_region_id", "bsr_columns_offset", 4 * Field("nnz_upper_bound"),
                   "read"),
         RegionRef("transposed_offsets", "transposed_offsets_region_id", "transposed_offsets_offset",
-                  lambda op: 4 * (op.col_count + 1), "write"),
+                  4 * (Field("col_count") + 1), "write"),
         RegionRef("transposed_row_counts", "transposed_row_counts_region_id", "transposed_row_counts_offset",
-                  lambda op: 4 * op.col_count, "write", True),
+                  4 * Field("col_count"), "write", True),
         RegionRef("transposed_columns", "transposed_columns_region_id", "transposed_columns_offset",
-                  lambda op: _transpose_capacity(op), "write"),
+                  4 * _TRANSPOSE_CAPACITY, "write"),
         RegionRef("block_indices", "block_indices_region_id", "block_indices_offset",
-                  lambda op: max(4 * op.nnz_upper_bound, _transpose_capacity(op)), "write"),
-        RegionRef("status", "status_region_id", "status_offset", lambda op: 4, "write", True))
+                  4 * Max(Field("nnz_upper_bound"), _TRANSPOSE_CAPACITY), "write"),
+        RegionRef("status", "status_region_id", "status_offset", Fixed(4), "write", True))
     row_count: int
     col_count: int
     nnz_upper_bound: int
@@ -657,13 +938,13 @@ class Reduction(Op):
     # SUM (kind 1) has no second input (region -1) and writes type_len scalars; INNER writes one.
     REGIONS: ClassVar[tuple] = (
         RegionRef("input_a", "input_a_region_id", "input_a_offset",
-                  lambda op: _strided(op.count, op.input_a_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)),
+                  Strided(Field("count"), Field("input_a_stride"), Field("type_len"), ScalarSize("dtype")),
                   "read"),
         RegionRef("input_b", "input_b_region_id", "input_b_offset",
-                  lambda op: _strided(op.count, op.input_b_stride, op.type_len, APIC_SCALAR_SIZE.get(op.dtype, 0)),
+                  Strided(Field("count"), Field("input_b_stride"), Field("type_len"), ScalarSize("dtype")),
                   "read", True),
         RegionRef("output", "output_region_id", "output_offset",
-                  lambda op: (op.type_len if op.kind == 1 else 1) * APIC_SCALAR_SIZE.get(op.dtype, 0), "write"))
+                  IfEq("kind", ApicReductionKind.SUM, Field("type_len"), Fixed(1)) * ScalarSize("dtype"), "write"))
     input_a_region_id: int
     input_b_region_id: int
     output_region_id: int
@@ -712,9 +993,10 @@ class HashGridUpdate(Op):
     # grid itself is a process-local handle, not a region: the op writes no region.
     REGIONS: ClassVar[tuple] = (
         RegionRef("points", "points_region_id", "points_offset",
-                  lambda op: _strided(op.point_count, op.points_stride, 1, 12), "read"),
+                  Strided(Field("point_count"), Field("points_stride"), Fixed(1), Fixed(12)), "read"),
         RegionRef("groups", "groups_region_id", "groups_offset",
-                  lambda op: _strided(op.point_count, op.groups_stride, 1, 4) if op.has_groups else 0, "read", True))
+                  IfEq("has_groups", 0, Fixed(0), Strided(Field("point_count"), Field("groups_stride"), Fixed(1), Fixed(4))),
+                  "read", True))
     grid_id: int
     cell_width: float
     points_region_id: int
@@ -727,13 +1009,6 @@ class HashGridUpdate(Op):
     grid_type: int
     has_groups: bool
     at: int = field(default=-1, compare=False, repr=False)
-
-
-def _transpose_capacity(op) -> int:
-    """Bytes of a BSR transpose's destination columns: the recorded capacity tail, else the source's nnz."""
-    if op.transposed_row_counts_region_id >= 0 and op.padded_tail:
-        return 4 * max(0, int(op.padded_tail[-1]))
-    return 4 * op.nnz_upper_bound
 
 
 #: Model class of each op type that a file may hold (3 is reserved by Warp).

@@ -238,59 +238,276 @@ constexpr HashGridUpdate kHashGridUpdate = {64,
 
 }  // namespace op_record
 
+// The byte length of a region reference, as data: a tree of the terms of wrpkit/model.py's
+// Length vocabulary (LENGTH_KINDS), children first.  region_lengths.h evaluates a tree with
+// checked 64-bit arithmetic over the op's record bytes, as Length.evaluate does over the model.
+enum class LengthKind : uint8_t {
+    kFixed, kField, kRawField, kScalarSize, kSum, kProduct, kMax, kStrided, kIfEq, kAdjacent, kTailLast,
+};
+struct LengthNode {
+    LengthKind kind;
+    FieldAt field;     // Field, RawField (no sign check), ScalarSize, IfEq: the record field
+    const char* name;  // that field's name (for messages)
+    uint64_t value;    // Fixed: the constant; IfEq: the value compared; Adjacent: the gap
+    uint16_t arg[4];   // the child nodes (Sum/Product/Max: 2, Strided: 4, IfEq: then, else,
+                       // Adjacent: region a, offset a, region b, offset b, TailLast: else)
+};
+
 // Each op record's region references, as wrpkit/model.py's op table (REGIONS) declares them:
-// role, the region-id field, the offset field (offset -1: none, the range starts at 0) and
-// whether region -1 means the reference is absent.  wrp1_ops.cpp's range() takes them.
+// role, the region-id field, the offset field (offset -1: none, the range starts at 0),
+// whether region -1 means the reference is absent, and the root of its byte-length tree.
 struct RegionRefAt {
     const char* role;
     FieldAt region_id, offset;
     bool optional;
+    uint16_t length;  // index into op_regions::kLengthNodes
+};
+// The references of one op type: kRegionRefs[first, first + count).
+struct OpRegionRefs {
+    uint16_t first, count;
 };
 namespace op_regions {
 
-constexpr RegionRefAt kMemcpyH2D_dst = {"dst", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kMemcpyD2D_dst = {"dst", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kMemcpyD2D_src = {"src", {12, 4, true}, {24, 8, false}, false};
-constexpr RegionRefAt kMemset_region = {"region", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kAlloc_region = {"region", {8, 4, true}, {-1, 0, false}, false};
-constexpr RegionRefAt kIf_cond = {"cond", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kWhile_cond = {"cond", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kScan_src = {"src", {12, 4, true}, {24, 8, false}, false};
-constexpr RegionRefAt kScan_dst = {"dst", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kMemtile_region = {"region", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kSegmentedSort_keys = {"keys", {8, 4, true}, {24, 8, false}, false};
-constexpr RegionRefAt kSegmentedSort_values = {"values", {12, 4, true}, {32, 8, false}, false};
-constexpr RegionRefAt kSegmentedSort_segstart = {"segstart", {16, 4, true}, {40, 8, false}, false};
-constexpr RegionRefAt kSegmentedSort_segend = {"segend", {20, 4, true}, {48, 8, false}, false};
-constexpr RegionRefAt kRadixSort_keys = {"keys", {8, 4, true}, {16, 8, false}, false};
-constexpr RegionRefAt kRadixSort_values = {"values", {12, 4, true}, {24, 8, false}, false};
-constexpr RegionRefAt kRunlengthEncode_values = {"values", {8, 4, true}, {24, 8, false}, false};
-constexpr RegionRefAt kRunlengthEncode_run_values = {"run_values", {12, 4, true}, {32, 8, false}, false};
-constexpr RegionRefAt kRunlengthEncode_run_lengths = {"run_lengths", {16, 4, true}, {40, 8, false}, false};
-constexpr RegionRefAt kRunlengthEncode_run_count = {"run_count", {20, 4, true}, {48, 8, false}, false};
-constexpr RegionRefAt kBsrFromTriplets_tpl_nnz = {"tpl_nnz", {40, 4, true}, {80, 8, false}, true};
-constexpr RegionRefAt kBsrFromTriplets_tpl_rows = {"tpl_rows", {44, 4, true}, {88, 8, false}, false};
-constexpr RegionRefAt kBsrFromTriplets_tpl_columns = {"tpl_columns", {48, 4, true}, {96, 8, false}, false};
-constexpr RegionRefAt kBsrFromTriplets_tpl_values = {"tpl_values", {52, 4, true}, {104, 8, false}, true};
-constexpr RegionRefAt kBsrFromTriplets_summed_block_offsets = {"summed_block_offsets", {56, 4, true}, {112, 8, false}, false};
-constexpr RegionRefAt kBsrFromTriplets_summed_block_indices = {"summed_block_indices", {60, 4, true}, {120, 8, false}, false};
-constexpr RegionRefAt kBsrFromTriplets_bsr_offsets = {"bsr_offsets", {64, 4, true}, {128, 8, false}, false};
-constexpr RegionRefAt kBsrFromTriplets_bsr_row_counts = {"bsr_row_counts", {68, 4, true}, {136, 8, false}, true};
-constexpr RegionRefAt kBsrFromTriplets_bsr_columns = {"bsr_columns", {72, 4, true}, {144, 8, false}, false};
-constexpr RegionRefAt kBsrFromTriplets_bsr_nnz = {"bsr_nnz", {76, 4, true}, {152, 8, false}, true};
-constexpr RegionRefAt kBsrTranspose_bsr_offsets = {"bsr_offsets", {20, 4, true}, {52, 8, false}, false};
-constexpr RegionRefAt kBsrTranspose_bsr_row_counts = {"bsr_row_counts", {24, 4, true}, {60, 8, false}, true};
-constexpr RegionRefAt kBsrTranspose_bsr_columns = {"bsr_columns", {28, 4, true}, {68, 8, false}, false};
-constexpr RegionRefAt kBsrTranspose_transposed_offsets = {"transposed_offsets", {32, 4, true}, {76, 8, false}, false};
-constexpr RegionRefAt kBsrTranspose_transposed_row_counts = {"transposed_row_counts", {36, 4, true}, {84, 8, false}, true};
-constexpr RegionRefAt kBsrTranspose_transposed_columns = {"transposed_columns", {40, 4, true}, {92, 8, false}, false};
-constexpr RegionRefAt kBsrTranspose_block_indices = {"block_indices", {44, 4, true}, {100, 8, false}, false};
-constexpr RegionRefAt kBsrTranspose_status = {"status", {48, 4, true}, {108, 8, false}, true};
-constexpr RegionRefAt kReduction_input_a = {"input_a", {8, 4, true}, {24, 8, false}, false};
-constexpr RegionRefAt kReduction_input_b = {"input_b", {12, 4, true}, {32, 8, false}, true};
-constexpr RegionRefAt kReduction_output = {"output", {16, 4, true}, {40, 8, false}, false};
-constexpr RegionRefAt kHashGridUpdate_points = {"points", {24, 4, true}, {32, 8, false}, false};
-constexpr RegionRefAt kHashGridUpdate_groups = {"groups", {28, 4, true}, {40, 8, false}, true};
+constexpr LengthNode kLengthNodes[] = {
+    {LengthKind::kField, {24, 8, false}, "size", 0u, {0, 0, 0, 0}},  // 0: size (len data)
+    {LengthKind::kField, {32, 8, false}, "size", 0u, {0, 0, 0, 0}},  // 1: size
+    {LengthKind::kField, {32, 8, false}, "size", 0u, {0, 0, 0, 0}},  // 2: size
+    {LengthKind::kField, {24, 8, false}, "size", 0u, {0, 0, 0, 0}},  // 3: size
+    {LengthKind::kField, {16, 8, false}, "size", 0u, {0, 0, 0, 0}},  // 4: size
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 5: 4
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 6: 4
+    {LengthKind::kField, {32, 4, false}, "length", 0u, {0, 0, 0, 0}},  // 7: length
+    {LengthKind::kField, {36, 4, true}, "in_stride", 0u, {0, 0, 0, 0}},  // 8: in_stride
+    {LengthKind::kField, {44, 4, true}, "type_len", 0u, {0, 0, 0, 0}},  // 9: type_len
+    {LengthKind::kScalarSize, {48, 1, false}, "dtype", 0u, {0, 0, 0, 0}},  // 10: size of APICType dtype
+    {LengthKind::kStrided, {-1, 0, false}, "", 0u, {7, 8, 9, 10}},  // 11: Strided(count, stride, lanes, scalar)
+    {LengthKind::kField, {32, 4, false}, "length", 0u, {0, 0, 0, 0}},  // 12: length
+    {LengthKind::kField, {40, 4, true}, "out_stride", 0u, {0, 0, 0, 0}},  // 13: out_stride
+    {LengthKind::kField, {44, 4, true}, "type_len", 0u, {0, 0, 0, 0}},  // 14: type_len
+    {LengthKind::kScalarSize, {48, 1, false}, "dtype", 0u, {0, 0, 0, 0}},  // 15: size of APICType dtype
+    {LengthKind::kStrided, {-1, 0, false}, "", 0u, {12, 13, 14, 15}},  // 16: Strided(count, stride, lanes, scalar)
+    {LengthKind::kField, {24, 8, false}, "count", 0u, {0, 0, 0, 0}},  // 17: count
+    {LengthKind::kField, {12, 4, false}, "srcsize", 0u, {0, 0, 0, 0}},  // 18: srcsize (len value)
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {17, 18, 0, 0}},  // 19: Product(17, 18)
+    {LengthKind::kFixed, {-1, 0, false}, "", 8u, {0, 0, 0, 0}},  // 20: 8
+    {LengthKind::kField, {56, 4, false}, "count", 0u, {0, 0, 0, 0}},  // 21: count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {20, 21, 0, 0}},  // 22: Product(20, 21)
+    {LengthKind::kFixed, {-1, 0, false}, "", 8u, {0, 0, 0, 0}},  // 23: 8
+    {LengthKind::kField, {56, 4, false}, "count", 0u, {0, 0, 0, 0}},  // 24: count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {23, 24, 0, 0}},  // 25: Product(23, 24)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 26: 4
+    {LengthKind::kField, {60, 4, false}, "num_segments", 0u, {0, 0, 0, 0}},  // 27: num_segments
+    {LengthKind::kRawField, {16, 4, true}, "segstart_region_id", 0u, {0, 0, 0, 0}},  // 28: segstart_region_id
+    {LengthKind::kRawField, {40, 8, false}, "segstart_offset", 0u, {0, 0, 0, 0}},  // 29: segstart_offset
+    {LengthKind::kRawField, {20, 4, true}, "segend_region_id", 0u, {0, 0, 0, 0}},  // 30: segend_region_id
+    {LengthKind::kRawField, {48, 8, false}, "segend_offset", 0u, {0, 0, 0, 0}},  // 31: segend_offset
+    {LengthKind::kAdjacent, {-1, 0, false}, "", 4u, {28, 29, 30, 31}},  // 32: segend 4 bytes after segstart
+    {LengthKind::kSum, {-1, 0, false}, "", 0u, {27, 32, 0, 0}},  // 33: Sum(27, 32)
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {26, 33, 0, 0}},  // 34: Product(26, 33)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 35: 4
+    {LengthKind::kField, {60, 4, false}, "num_segments", 0u, {0, 0, 0, 0}},  // 36: num_segments
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {35, 36, 0, 0}},  // 37: Product(35, 36)
+    {LengthKind::kFixed, {-1, 0, false}, "", 2u, {0, 0, 0, 0}},  // 38: 2
+    {LengthKind::kField, {32, 4, false}, "count", 0u, {0, 0, 0, 0}},  // 39: count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {38, 39, 0, 0}},  // 40: Product(38, 39)
+    {LengthKind::kScalarSize, {48, 1, false}, "dtype", 0u, {0, 0, 0, 0}},  // 41: size of APICType dtype
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {40, 41, 0, 0}},  // 42: Product(40, 41)
+    {LengthKind::kFixed, {-1, 0, false}, "", 2u, {0, 0, 0, 0}},  // 43: 2
+    {LengthKind::kField, {32, 4, false}, "count", 0u, {0, 0, 0, 0}},  // 44: count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {43, 44, 0, 0}},  // 45: Product(43, 44)
+    {LengthKind::kField, {44, 4, true}, "value_size", 0u, {0, 0, 0, 0}},  // 46: value_size
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {45, 46, 0, 0}},  // 47: Product(45, 46)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 48: 4
+    {LengthKind::kField, {56, 4, false}, "value_count", 0u, {0, 0, 0, 0}},  // 49: value_count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {48, 49, 0, 0}},  // 50: Product(48, 49)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 51: 4
+    {LengthKind::kField, {56, 4, false}, "value_count", 0u, {0, 0, 0, 0}},  // 52: value_count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {51, 52, 0, 0}},  // 53: Product(51, 52)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 54: 4
+    {LengthKind::kField, {56, 4, false}, "value_count", 0u, {0, 0, 0, 0}},  // 55: value_count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {54, 55, 0, 0}},  // 56: Product(54, 55)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 57: 4
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 58: 4
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 59: 4
+    {LengthKind::kField, {24, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 60: nnz_upper_bound
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {59, 60, 0, 0}},  // 61: Product(59, 60)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 62: 4
+    {LengthKind::kField, {24, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 63: nnz_upper_bound
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {62, 63, 0, 0}},  // 64: Product(62, 63)
+    {LengthKind::kField, {24, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 65: nnz_upper_bound
+    {LengthKind::kField, {8, 4, true}, "block_size", 0u, {0, 0, 0, 0}},  // 66: block_size
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {65, 66, 0, 0}},  // 67: Product(65, 66)
+    {LengthKind::kField, {12, 4, true}, "scalar_size_in_bytes", 0u, {0, 0, 0, 0}},  // 68: scalar_size_in_bytes
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {67, 68, 0, 0}},  // 69: Product(67, 68)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 70: 4
+    {LengthKind::kField, {24, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 71: nnz_upper_bound
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {70, 71, 0, 0}},  // 72: Product(70, 71)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 73: 4
+    {LengthKind::kField, {24, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 74: nnz_upper_bound
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {73, 74, 0, 0}},  // 75: Product(73, 74)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 76: 4
+    {LengthKind::kField, {16, 4, true}, "row_count", 0u, {0, 0, 0, 0}},  // 77: row_count
+    {LengthKind::kFixed, {-1, 0, false}, "", 1u, {0, 0, 0, 0}},  // 78: 1
+    {LengthKind::kSum, {-1, 0, false}, "", 0u, {77, 78, 0, 0}},  // 79: Sum(77, 78)
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {76, 79, 0, 0}},  // 80: Product(76, 79)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 81: 4
+    {LengthKind::kField, {16, 4, true}, "row_count", 0u, {0, 0, 0, 0}},  // 82: row_count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {81, 82, 0, 0}},  // 83: Product(81, 82)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 84: 4
+    {LengthKind::kField, {24, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 85: nnz_upper_bound
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {84, 85, 0, 0}},  // 86: Product(84, 85)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 87: 4
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 88: 4
+    {LengthKind::kField, {8, 4, true}, "row_count", 0u, {0, 0, 0, 0}},  // 89: row_count
+    {LengthKind::kFixed, {-1, 0, false}, "", 1u, {0, 0, 0, 0}},  // 90: 1
+    {LengthKind::kSum, {-1, 0, false}, "", 0u, {89, 90, 0, 0}},  // 91: Sum(89, 90)
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {88, 91, 0, 0}},  // 92: Product(88, 91)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 93: 4
+    {LengthKind::kField, {8, 4, true}, "row_count", 0u, {0, 0, 0, 0}},  // 94: row_count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {93, 94, 0, 0}},  // 95: Product(93, 94)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 96: 4
+    {LengthKind::kField, {16, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 97: nnz_upper_bound
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {96, 97, 0, 0}},  // 98: Product(96, 97)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 99: 4
+    {LengthKind::kField, {12, 4, true}, "col_count", 0u, {0, 0, 0, 0}},  // 100: col_count
+    {LengthKind::kFixed, {-1, 0, false}, "", 1u, {0, 0, 0, 0}},  // 101: 1
+    {LengthKind::kSum, {-1, 0, false}, "", 0u, {100, 101, 0, 0}},  // 102: Sum(100, 101)
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {99, 102, 0, 0}},  // 103: Product(99, 102)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 104: 4
+    {LengthKind::kField, {12, 4, true}, "col_count", 0u, {0, 0, 0, 0}},  // 105: col_count
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {104, 105, 0, 0}},  // 106: Product(104, 105)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 107: 4
+    {LengthKind::kField, {16, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 108: nnz_upper_bound
+    {LengthKind::kTailLast, {-1, 0, false}, "", 0u, {108, 0, 0, 0}},  // 109: last int32 of padded_tail, else 108
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {107, 109, 0, 0}},  // 110: Product(107, 109)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 111: 4
+    {LengthKind::kField, {16, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 112: nnz_upper_bound
+    {LengthKind::kField, {16, 4, true}, "nnz_upper_bound", 0u, {0, 0, 0, 0}},  // 113: nnz_upper_bound
+    {LengthKind::kTailLast, {-1, 0, false}, "", 0u, {113, 0, 0, 0}},  // 114: last int32 of padded_tail, else 113
+    {LengthKind::kMax, {-1, 0, false}, "", 0u, {112, 114, 0, 0}},  // 115: Max(112, 114)
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {111, 115, 0, 0}},  // 116: Product(111, 115)
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 117: 4
+    {LengthKind::kField, {20, 4, false}, "count", 0u, {0, 0, 0, 0}},  // 118: count
+    {LengthKind::kField, {48, 4, true}, "input_a_stride", 0u, {0, 0, 0, 0}},  // 119: input_a_stride
+    {LengthKind::kField, {56, 4, true}, "type_len", 0u, {0, 0, 0, 0}},  // 120: type_len
+    {LengthKind::kScalarSize, {61, 1, false}, "dtype", 0u, {0, 0, 0, 0}},  // 121: size of APICType dtype
+    {LengthKind::kStrided, {-1, 0, false}, "", 0u, {118, 119, 120, 121}},  // 122: Strided(count, stride, lanes, scalar)
+    {LengthKind::kField, {20, 4, false}, "count", 0u, {0, 0, 0, 0}},  // 123: count
+    {LengthKind::kField, {52, 4, true}, "input_b_stride", 0u, {0, 0, 0, 0}},  // 124: input_b_stride
+    {LengthKind::kField, {56, 4, true}, "type_len", 0u, {0, 0, 0, 0}},  // 125: type_len
+    {LengthKind::kScalarSize, {61, 1, false}, "dtype", 0u, {0, 0, 0, 0}},  // 126: size of APICType dtype
+    {LengthKind::kStrided, {-1, 0, false}, "", 0u, {123, 124, 125, 126}},  // 127: Strided(count, stride, lanes, scalar)
+    {LengthKind::kField, {56, 4, true}, "type_len", 0u, {0, 0, 0, 0}},  // 128: type_len
+    {LengthKind::kFixed, {-1, 0, false}, "", 1u, {0, 0, 0, 0}},  // 129: 1
+    {LengthKind::kIfEq, {60, 1, false}, "kind", 1u, {128, 129, 0, 0}},  // 130: kind == 1 ? 128 : 129
+    {LengthKind::kScalarSize, {61, 1, false}, "dtype", 0u, {0, 0, 0, 0}},  // 131: size of APICType dtype
+    {LengthKind::kProduct, {-1, 0, false}, "", 0u, {130, 131, 0, 0}},  // 132: Product(130, 131)
+    {LengthKind::kField, {48, 4, true}, "point_count", 0u, {0, 0, 0, 0}},  // 133: point_count
+    {LengthKind::kField, {52, 4, true}, "points_stride", 0u, {0, 0, 0, 0}},  // 134: points_stride
+    {LengthKind::kFixed, {-1, 0, false}, "", 1u, {0, 0, 0, 0}},  // 135: 1
+    {LengthKind::kFixed, {-1, 0, false}, "", 12u, {0, 0, 0, 0}},  // 136: 12
+    {LengthKind::kStrided, {-1, 0, false}, "", 0u, {133, 134, 135, 136}},  // 137: Strided(count, stride, lanes, scalar)
+    {LengthKind::kFixed, {-1, 0, false}, "", 0u, {0, 0, 0, 0}},  // 138: 0
+    {LengthKind::kField, {48, 4, true}, "point_count", 0u, {0, 0, 0, 0}},  // 139: point_count
+    {LengthKind::kField, {56, 4, true}, "groups_stride", 0u, {0, 0, 0, 0}},  // 140: groups_stride
+    {LengthKind::kFixed, {-1, 0, false}, "", 1u, {0, 0, 0, 0}},  // 141: 1
+    {LengthKind::kFixed, {-1, 0, false}, "", 4u, {0, 0, 0, 0}},  // 142: 4
+    {LengthKind::kStrided, {-1, 0, false}, "", 0u, {139, 140, 141, 142}},  // 143: Strided(count, stride, lanes, scalar)
+    {LengthKind::kIfEq, {61, 1, false}, "has_groups", 0u, {138, 143, 0, 0}},  // 144: has_groups == 0 ? 138 : 143
+};
+
+constexpr RegionRefAt kRegionRefs[] = {
+    {"dst", {8, 4, true}, {16, 8, false}, false, 0},  // 0: MEMCPY_H2D
+    {"dst", {8, 4, true}, {16, 8, false}, false, 1},  // 1: MEMCPY_D2D
+    {"src", {12, 4, true}, {24, 8, false}, false, 2},  // 2: MEMCPY_D2D
+    {"region", {8, 4, true}, {16, 8, false}, false, 3},  // 3: MEMSET
+    {"region", {8, 4, true}, {-1, 0, false}, false, 4},  // 4: ALLOC
+    {"cond", {8, 4, true}, {16, 8, false}, false, 5},  // 5: IF
+    {"cond", {8, 4, true}, {16, 8, false}, false, 6},  // 6: WHILE
+    {"src", {12, 4, true}, {24, 8, false}, false, 11},  // 7: SCAN
+    {"dst", {8, 4, true}, {16, 8, false}, false, 16},  // 8: SCAN
+    {"region", {8, 4, true}, {16, 8, false}, false, 19},  // 9: MEMTILE
+    {"keys", {8, 4, true}, {24, 8, false}, false, 22},  // 10: SEGMENTED_SORT
+    {"values", {12, 4, true}, {32, 8, false}, false, 25},  // 11: SEGMENTED_SORT
+    {"segstart", {16, 4, true}, {40, 8, false}, false, 34},  // 12: SEGMENTED_SORT
+    {"segend", {20, 4, true}, {48, 8, false}, false, 37},  // 13: SEGMENTED_SORT
+    {"keys", {8, 4, true}, {16, 8, false}, false, 42},  // 14: RADIX_SORT
+    {"values", {12, 4, true}, {24, 8, false}, false, 47},  // 15: RADIX_SORT
+    {"values", {8, 4, true}, {24, 8, false}, false, 50},  // 16: RUNLENGTH_ENCODE
+    {"run_values", {12, 4, true}, {32, 8, false}, false, 53},  // 17: RUNLENGTH_ENCODE
+    {"run_lengths", {16, 4, true}, {40, 8, false}, false, 56},  // 18: RUNLENGTH_ENCODE
+    {"run_count", {20, 4, true}, {48, 8, false}, false, 57},  // 19: RUNLENGTH_ENCODE
+    {"tpl_nnz", {40, 4, true}, {80, 8, false}, true, 58},  // 20: BSR_FROM_TRIPLETS
+    {"tpl_rows", {44, 4, true}, {88, 8, false}, false, 61},  // 21: BSR_FROM_TRIPLETS
+    {"tpl_columns", {48, 4, true}, {96, 8, false}, false, 64},  // 22: BSR_FROM_TRIPLETS
+    {"tpl_values", {52, 4, true}, {104, 8, false}, true, 69},  // 23: BSR_FROM_TRIPLETS
+    {"summed_block_offsets", {56, 4, true}, {112, 8, false}, false, 72},  // 24: BSR_FROM_TRIPLETS
+    {"summed_block_indices", {60, 4, true}, {120, 8, false}, false, 75},  // 25: BSR_FROM_TRIPLETS
+    {"bsr_offsets", {64, 4, true}, {128, 8, false}, false, 80},  // 26: BSR_FROM_TRIPLETS
+    {"bsr_row_counts", {68, 4, true}, {136, 8, false}, true, 83},  // 27: BSR_FROM_TRIPLETS
+    {"bsr_columns", {72, 4, true}, {144, 8, false}, false, 86},  // 28: BSR_FROM_TRIPLETS
+    {"bsr_nnz", {76, 4, true}, {152, 8, false}, true, 87},  // 29: BSR_FROM_TRIPLETS
+    {"bsr_offsets", {20, 4, true}, {52, 8, false}, false, 92},  // 30: BSR_TRANSPOSE
+    {"bsr_row_counts", {24, 4, true}, {60, 8, false}, true, 95},  // 31: BSR_TRANSPOSE
+    {"bsr_columns", {28, 4, true}, {68, 8, false}, false, 98},  // 32: BSR_TRANSPOSE
+    {"transposed_offsets", {32, 4, true}, {76, 8, false}, false, 103},  // 33: BSR_TRANSPOSE
+    {"transposed_row_counts", {36, 4, true}, {84, 8, false}, true, 106},  // 34: BSR_TRANSPOSE
+    {"transposed_columns", {40, 4, true}, {92, 8, false}, false, 110},  // 35: BSR_TRANSPOSE
+    {"block_indices", {44, 4, true}, {100, 8, false}, false, 116},  // 36: BSR_TRANSPOSE
+    {"status", {48, 4, true}, {108, 8, false}, true, 117},  // 37: BSR_TRANSPOSE
+    {"input_a", {8, 4, true}, {24, 8, false}, false, 122},  // 38: REDUCTION
+    {"input_b", {12, 4, true}, {32, 8, false}, true, 127},  // 39: REDUCTION
+    {"output", {16, 4, true}, {40, 8, false}, false, 132},  // 40: REDUCTION
+    {"points", {24, 4, true}, {32, 8, false}, false, 137},  // 41: HASH_GRID_UPDATE
+    {"groups", {28, 4, true}, {40, 8, false}, true, 144},  // 42: HASH_GRID_UPDATE
+};
+
+// Indexed by op type; {0, 0}: none (KERNEL_LAUNCH takes its regions from its arguments).
+constexpr OpRegionRefs kOpRegionRefs[kNumOpTypes] = {{0, 0}, {0, 0}, {0, 1}, {0, 0}, {1, 2}, {3, 1}, {4, 1}, {5, 1}, {6, 1}, {7, 2}, {9, 1}, {10, 4}, {14, 2}, {16, 4}, {20, 10}, {30, 8}, {38, 3}, {41, 0}, {41, 0}, {41, 2}};
+
+inline constexpr const RegionRefAt& kMemcpyH2D_dst = kRegionRefs[0];
+inline constexpr const RegionRefAt& kMemcpyD2D_dst = kRegionRefs[1];
+inline constexpr const RegionRefAt& kMemcpyD2D_src = kRegionRefs[2];
+inline constexpr const RegionRefAt& kMemset_region = kRegionRefs[3];
+inline constexpr const RegionRefAt& kAlloc_region = kRegionRefs[4];
+inline constexpr const RegionRefAt& kIf_cond = kRegionRefs[5];
+inline constexpr const RegionRefAt& kWhile_cond = kRegionRefs[6];
+inline constexpr const RegionRefAt& kScan_src = kRegionRefs[7];
+inline constexpr const RegionRefAt& kScan_dst = kRegionRefs[8];
+inline constexpr const RegionRefAt& kMemtile_region = kRegionRefs[9];
+inline constexpr const RegionRefAt& kSegmentedSort_keys = kRegionRefs[10];
+inline constexpr const RegionRefAt& kSegmentedSort_values = kRegionRefs[11];
+inline constexpr const RegionRefAt& kSegmentedSort_segstart = kRegionRefs[12];
+inline constexpr const RegionRefAt& kSegmentedSort_segend = kRegionRefs[13];
+inline constexpr const RegionRefAt& kRadixSort_keys = kRegionRefs[14];
+inline constexpr const RegionRefAt& kRadixSort_values = kRegionRefs[15];
+inline constexpr const RegionRefAt& kRunlengthEncode_values = kRegionRefs[16];
+inline constexpr const RegionRefAt& kRunlengthEncode_run_values = kRegionRefs[17];
+inline constexpr const RegionRefAt& kRunlengthEncode_run_lengths = kRegionRefs[18];
+inline constexpr const RegionRefAt& kRunlengthEncode_run_count = kRegionRefs[19];
+inline constexpr const RegionRefAt& kBsrFromTriplets_tpl_nnz = kRegionRefs[20];
+inline constexpr const RegionRefAt& kBsrFromTriplets_tpl_rows = kRegionRefs[21];
+inline constexpr const RegionRefAt& kBsrFromTriplets_tpl_columns = kRegionRefs[22];
+inline constexpr const RegionRefAt& kBsrFromTriplets_tpl_values = kRegionRefs[23];
+inline constexpr const RegionRefAt& kBsrFromTriplets_summed_block_offsets = kRegionRefs[24];
+inline constexpr const RegionRefAt& kBsrFromTriplets_summed_block_indices = kRegionRefs[25];
+inline constexpr const RegionRefAt& kBsrFromTriplets_bsr_offsets = kRegionRefs[26];
+inline constexpr const RegionRefAt& kBsrFromTriplets_bsr_row_counts = kRegionRefs[27];
+inline constexpr const RegionRefAt& kBsrFromTriplets_bsr_columns = kRegionRefs[28];
+inline constexpr const RegionRefAt& kBsrFromTriplets_bsr_nnz = kRegionRefs[29];
+inline constexpr const RegionRefAt& kBsrTranspose_bsr_offsets = kRegionRefs[30];
+inline constexpr const RegionRefAt& kBsrTranspose_bsr_row_counts = kRegionRefs[31];
+inline constexpr const RegionRefAt& kBsrTranspose_bsr_columns = kRegionRefs[32];
+inline constexpr const RegionRefAt& kBsrTranspose_transposed_offsets = kRegionRefs[33];
+inline constexpr const RegionRefAt& kBsrTranspose_transposed_row_counts = kRegionRefs[34];
+inline constexpr const RegionRefAt& kBsrTranspose_transposed_columns = kRegionRefs[35];
+inline constexpr const RegionRefAt& kBsrTranspose_block_indices = kRegionRefs[36];
+inline constexpr const RegionRefAt& kBsrTranspose_status = kRegionRefs[37];
+inline constexpr const RegionRefAt& kReduction_input_a = kRegionRefs[38];
+inline constexpr const RegionRefAt& kReduction_input_b = kRegionRefs[39];
+inline constexpr const RegionRefAt& kReduction_output = kRegionRefs[40];
+inline constexpr const RegionRefAt& kHashGridUpdate_points = kRegionRefs[41];
+inline constexpr const RegionRefAt& kHashGridUpdate_groups = kRegionRefs[42];
 
 }  // namespace op_regions
 

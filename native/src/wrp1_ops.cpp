@@ -3,9 +3,11 @@
 // Every record's total_size must equal exactly what its fields describe, all
 // pad bytes must be zero, and (with semantic checks) every region range an op
 // touches at replay must lie inside its region.  The byte counts are the ones
-// Warp 1.19.0's CPU replayer (apic_cpu_replay_stream) passes to its resolver,
-// computed here with overflow-checked arithmetic, so Warp's own bounds checks
-// can never be the first line of defence.
+// Warp 1.19.0's CPU replayer (apic_cpu_replay_stream) passes to its resolver, as
+// wrpkit/model.py's op table declares them (REGIONS: a Length per reference),
+// evaluated by region_lengths.h from the generated table with overflow-checked
+// arithmetic, so Warp's own bounds checks can never be the first line of defence.
+// No op type's byte count is written out here.
 //
 // Limits that static checks cannot lift: kernels, sorts and the BSR builders
 // index memory with values that exist only at run time (array contents,
@@ -25,6 +27,7 @@
 #include "byte_reader.h"
 #include "checked_math.h"
 #include "error.h"
+#include "region_lengths.h"
 #include "wrp1_validator.h"
 
 namespace wrp {
@@ -33,7 +36,7 @@ namespace {
 // Record sizes and field widths that are the same in every format; the code below reads those
 // fields with these C++ types, so a change of wrp1_layout.py that breaks it fails the build.
 namespace rec = op_record;  // every op record's field offsets (generated: wrp1_layouts.h)
-namespace reg = op_regions;  // and its region references (the op table's REGIONS)
+namespace reg = op_regions;  // and its region references and their byte lengths (the op table's REGIONS)
 
 constexpr uint32_t kParamRecord = kLaunchParamRecord.record_size;
 constexpr uint32_t kRelocRecord = kRelocationRecord.record_size;
@@ -70,15 +73,6 @@ static_assert(layouts_fit_this_code(), "wrp1_layouts.h changed a field width tha
 constexpr uint32_t kMaxLegacyScalar = 64;
 
 enum RelocKind : uint8_t { kRelocDataPtr = 1, kRelocHandle = 2, kRelocNull = 3 };
-
-uint64_t apic_scalar_size(uint8_t dtype)
-{
-    switch (dtype) {
-    case 1: case 2: case 5: return 4;  // int32, uint32, float32
-    case 3: case 4: case 6: return 8;  // int64, uint64, float64
-    default: return 0;
-    }
-}
 
 // One op being validated: its label ("ops[3].body[1] (MEMSET)") and location.
 struct Op {
@@ -167,19 +161,13 @@ private:
         case kOpKernelLaunch: return launch(op);
         case kOpMemcpyH2D: return memcpy_h2d(op);
         case kOpMemcpyD2D:
-            exact(op);
-            range(op, reg::kMemcpyD2D_dst, op.field<uint64_t>(rec::kMemcpyD2D.size));
-            range(op, reg::kMemcpyD2D_src, op.field<uint64_t>(rec::kMemcpyD2D.size));
-            return;
         case kOpMemset:
             exact(op);
-            range(op, reg::kMemset_region, op.field<uint64_t>(rec::kMemset.size));
-            return;
+            return ranges(op);
         case kOpAlloc:
             exact(op);
             op.require_zero(rec::kAlloc.pad, "_pad");
-            range(op, reg::kAlloc_region, op.field<uint64_t>(rec::kAlloc.size));
-            return;
+            return ranges(op);
         case kOpIf:
         case kOpWhile: return conditional(op, depth);
         case kOpScan: return scan(op);
@@ -223,12 +211,24 @@ private:
                     static_cast<unsigned long long>(expected));
     }
 
-    // The same for one region reference of the op table (wrp1_layouts.h op_regions): its fields, its
-    // name in messages ("region_id" for a record's only region) and whether -1 means absent.
-    void range(const Op& op, const RegionRefAt& ref, uint64_t length)
+    // Every region reference of the op's type in the op table (wrp1_layouts.h op_regions, generated
+    // from wrpkit/model.py REGIONS): its fields, its byte length (region_lengths.h evaluates the
+    // table's terms), its name in messages ("region_id" for a record's only region) and whether -1
+    // means absent.  Called once the op's own fields are checked (counts, dtypes, its tail).
+    void ranges(const Op& op)
     {
-        range(op, std::strcmp(ref.role, "region") == 0 ? "" : ref.role, op.field<int32_t>(ref.region_id),
-              ref.offset.present() ? op.field<uint64_t>(ref.offset) : 0, length, ref.optional);
+        const OpRegionRefs& refs = reg::kOpRegionRefs[op.type];
+        RecordLengths lengths(op.p, op.total, layout_.op_size[op.type]);
+        for (uint16_t i = refs.first; i < refs.first + refs.count; i++) {
+            const RegionRefAt& ref = reg::kRegionRefs[i];
+            RegionLength n = lengths.length(ref);
+            if (n.status == RegionLength::kNegative)
+                op.fail("%s: %s %lld is negative", ref.role, n.field, static_cast<long long>(n.value));
+            if (n.status == RegionLength::kOverflow)
+                op.fail("%s: its byte length overflows 64 bits", ref.role);
+            range(op, std::strcmp(ref.role, "region") == 0 ? "" : ref.role, op.field<int32_t>(ref.region_id),
+                  ref.offset.present() ? op.field<uint64_t>(ref.offset) : 0, n.bytes, ref.optional);
+        }
     }
 
     // The region bytes [offset, offset + length) the op touches must exist.
@@ -256,14 +256,6 @@ private:
     {
         uint64_t out;
         if (!mul_ok(a, b, &out))
-            op.fail("%s overflows 64 bits", what);
-        return out;
-    }
-
-    static uint64_t add(const Op& op, uint64_t a, uint64_t b, const char* what)
-    {
-        uint64_t out;
-        if (!add_ok(a, b, &out))
             op.fail("%s overflows 64 bits", what);
         return out;
     }
@@ -838,7 +830,7 @@ private:
         if (g_.device == Device::Cpu)
             op.fail("MEMCPY_H2D is not replayed by Warp's CPU runtime (it would be skipped silently); Warp 1.19 never "
                     "records it");
-        range(op, reg::kMemcpyH2D_dst, op.field<uint64_t>(rec::kMemcpyH2D.size));
+        ranges(op);
     }
 
     void conditional(const Op& op, uint32_t depth)
@@ -861,7 +853,7 @@ private:
             op.fail("a WHILE record has an empty second branch, found %u bytes", b);
         if (depth + 1 > kMaxNestingDepth)
             op.fail("conditionals nest deeper than %u levels", kMaxNestingDepth);
-        range(op, reg::kIf_cond, 4);  // IF and WHILE share the record
+        ranges(op);  // the condition (IF and WHILE share the record)
         uint64_t body = op.at + head;
         if (op.type == kOpWhile) {
             // A body that touches no byte of the condition's region can never
@@ -894,16 +886,9 @@ private:
             op.fail("inclusive must be 0 or 1, found %u", inclusive);
         if (length > INT_MAX)
             op.fail("length %u exceeds INT_MAX", length);
-        uint64_t in_bytes = 0, out_bytes = 0;
-        if (length > 0) {
-            if (in_stride < 0 || out_stride < 0 || type_len <= 0)
-                op.fail("strides (%d, %d) must be >= 0 and type_len %d > 0", in_stride, out_stride, type_len);
-            uint64_t lanes = mul(op, uint64_t(type_len), apic_scalar_size(dtype), "scan element size");
-            in_bytes = add(op, mul(op, length - 1, uint64_t(in_stride), "scan span"), lanes, "scan span");
-            out_bytes = add(op, mul(op, length - 1, uint64_t(out_stride), "scan span"), lanes, "scan span");
-        }
-        range(op, reg::kScan_dst, out_bytes);
-        range(op, reg::kScan_src, in_bytes);
+        if (length > 0 && (in_stride < 0 || out_stride < 0 || type_len <= 0))
+            op.fail("strides (%d, %d) must be >= 0 and type_len %d > 0", in_stride, out_stride, type_len);
+        ranges(op);
     }
 
     void memtile(const Op& op)
@@ -912,8 +897,7 @@ private:
         uint32_t srcsize = op.total >= fixed ? op.field<uint32_t>(rec::kMemtile.srcsize) : 0;
         if (op.total < fixed || srcsize == 0 || uint64_t(srcsize) + fixed != op.total)
             op.fail("total_size %u does not equal %u + a nonzero value size (%u)", op.total, fixed, srcsize);
-        uint64_t bytes = mul(op, op.field<uint64_t>(rec::kMemtile.count), srcsize, "count * value size");
-        range(op, reg::kMemtile_region, bytes);
+        ranges(op);
     }
 
     void segmented_sort(const Op& op)
@@ -927,16 +911,9 @@ private:
             op.fail("segmented-sort key dtype %u is not int32 (1) or float32 (5)", dtype);
         if (count > INT_MAX / 2 || segments > INT_MAX - 1)
             op.fail("count %u or segment count %u is too large", count, segments);
-        int32_t start_id = op.field<int32_t>(rec::kSegmentedSort.segstart_region_id),
-            end_id = op.field<int32_t>(rec::kSegmentedSort.segend_region_id);
-        uint64_t start_off = op.field<uint64_t>(rec::kSegmentedSort.segstart_offset),
-            end_off = op.field<uint64_t>(rec::kSegmentedSort.segend_offset);
-        // As at replay: ends inferred from starts alias the start array one int32 later.
-        bool inferred = start_id == end_id && end_off >= start_off && end_off - start_off == 4;
-        range(op, reg::kSegmentedSort_keys, uint64_t(count) * 8);
-        range(op, reg::kSegmentedSort_values, uint64_t(count) * 8);
-        range(op, "segstart", start_id, start_off, (uint64_t(segments) + (inferred ? 1 : 0)) * 4);
-        range(op, "segend", end_id, end_off, uint64_t(segments) * 4);
+        // As at replay, ends inferred from starts alias the start array one int32 later: the op
+        // table's Adjacent term adds that int32 to the starts.
+        ranges(op);
     }
 
     void radix_sort(const Op& op)
@@ -948,7 +925,7 @@ private:
             end_bit = op.field<int32_t>(rec::kRadixSort.end_bit),
             value_size = op.field<int32_t>(rec::kRadixSort.value_size);
         uint8_t dtype = op.p[rec::kRadixSort.dtype.offset];
-        uint64_t key_size = apic_scalar_size(dtype);
+        uint64_t key_size = apic_type_size(dtype);
         if (key_size == 0)
             op.fail("radix-sort key dtype %u is not one of 1..6", dtype);
         if (value_size != 4 && value_size != 8)
@@ -958,8 +935,7 @@ private:
                     static_cast<unsigned long long>(key_size));
         if (count > INT_MAX)
             op.fail("count %u exceeds INT_MAX", count);
-        range(op, reg::kRadixSort_keys, uint64_t(count) * 2 * key_size);
-        range(op, reg::kRadixSort_values, uint64_t(count) * 2 * uint64_t(value_size));
+        ranges(op);
     }
 
     void runlength_encode(const Op& op)
@@ -969,11 +945,7 @@ private:
         uint32_t count = op.field<uint32_t>(rec::kRunlengthEncode.value_count);
         if (count > INT_MAX)
             op.fail("value_count %u exceeds INT_MAX", count);
-        uint64_t bytes = uint64_t(count) * 4;
-        range(op, reg::kRunlengthEncode_values, bytes);
-        range(op, reg::kRunlengthEncode_run_values, bytes);
-        range(op, reg::kRunlengthEncode_run_lengths, bytes);
-        range(op, reg::kRunlengthEncode_run_count, 4);
+        ranges(op);
     }
 
     void bsr_from_triplets(const Op& op)
@@ -989,25 +961,13 @@ private:
             op.fail("negative block size, scalar size, row, column or nnz count");
         if (op.p[rec::kBsrFromTriplets.masked_topology.offset] > 1)
             op.fail("masked_topology must be 0 or 1, found %u", op.p[rec::kBsrFromTriplets.masked_topology.offset]);
-        // Formats 13-15 may name the region the replay writes the count into; from 16 on Warp writes
-        // -1/0 there and ignores it.
-        if (layout_.bsr_nnz_region)
-            range(op, reg::kBsrFromTriplets_bsr_nnz, 4);
-        else if (op.field<int32_t>(reg::kBsrFromTriplets_bsr_nnz.region_id) != -1
-                 || op.field<uint64_t>(reg::kBsrFromTriplets_bsr_nnz.offset) != 0)
+        // Formats 13-15 may name the region the replay writes the count into (an optional reference
+        // of the table); from 16 on Warp writes -1/0 there and ignores it.
+        if (!layout_.bsr_nnz_region
+            && (op.field<int32_t>(reg::kBsrFromTriplets_bsr_nnz.region_id) != -1
+                || op.field<uint64_t>(reg::kBsrFromTriplets_bsr_nnz.offset) != 0))
             op.fail("legacy bsr_nnz region must be -1 with offset 0");
-        uint64_t int_bytes = uint64_t(nnz) * 4;
-        uint64_t values_bytes = mul(op, mul(op, uint64_t(nnz), uint64_t(block_size), "values span"), uint64_t(scalar_size),
-                                    "values span");
-        range(op, reg::kBsrFromTriplets_tpl_nnz, 4);
-        range(op, reg::kBsrFromTriplets_tpl_rows, int_bytes);
-        range(op, reg::kBsrFromTriplets_tpl_columns, int_bytes);
-        range(op, reg::kBsrFromTriplets_tpl_values, values_bytes);
-        range(op, reg::kBsrFromTriplets_summed_block_offsets, int_bytes);
-        range(op, reg::kBsrFromTriplets_summed_block_indices, int_bytes);
-        range(op, reg::kBsrFromTriplets_bsr_offsets, (uint64_t(rows) + 1) * 4);
-        range(op, reg::kBsrFromTriplets_bsr_row_counts, uint64_t(rows) * 4);
-        range(op, reg::kBsrFromTriplets_bsr_columns, int_bytes);
+        ranges(op);
     }
 
     void bsr_transpose(const Op& op)
@@ -1031,11 +991,9 @@ private:
         if (op.total != expected)
             op.fail("total_size %u, expected %llu (%u%s)", op.total, static_cast<unsigned long long>(expected), fixed,
                     has_tail ? " + the (col_count + 1) int32 capacity offsets of a padded destination" : "");
-        uint64_t int_bytes = uint64_t(nnz) * 4;
-        uint64_t capacity_bytes = int_bytes;
         if (has_tail) {
-            // Replay copies this tail into the destination offsets, and its last
-            // entry sizes the destination columns.
+            // Replay copies this tail into the destination offsets, and its last entry sizes the
+            // destination columns (the op table's TailLast term).
             int32_t prev = 0;
             for (int32_t c = 0; c <= cols; c++) {
                 int32_t v = op.get<int32_t>(fixed + 4 * uint32_t(c));
@@ -1043,29 +1001,20 @@ private:
                     fail_invalid_at(op.label, op.at + fixed + 4 * uint64_t(c), "capacity offsets must ascend from 0");
                 prev = v;
             }
-            capacity_bytes = uint64_t(prev) * 4;
         }
-        range(op, reg::kBsrTranspose_bsr_offsets, (uint64_t(rows) + 1) * 4);
-        range(op, reg::kBsrTranspose_bsr_row_counts, uint64_t(rows) * 4);
-        range(op, reg::kBsrTranspose_bsr_columns, int_bytes);
-        range(op, reg::kBsrTranspose_transposed_offsets, colp1);
-        range(op, reg::kBsrTranspose_transposed_row_counts, uint64_t(cols) * 4);
-        range(op, reg::kBsrTranspose_transposed_columns, capacity_bytes);
-        range(op, reg::kBsrTranspose_block_indices, std::max(int_bytes, capacity_bytes));
-        range(op, reg::kBsrTranspose_status, 4);
+        ranges(op);
     }
 
     void reduction(const Op& op)
     {
         exact(op);
         op.require_zero(rec::kReduction.pad, "_pad");
-        int32_t a_id = op.field<int32_t>(rec::kReduction.input_a_region_id),
-            b_id = op.field<int32_t>(rec::kReduction.input_b_region_id),
-            out_id = op.field<int32_t>(rec::kReduction.output_region_id);
+        // The region references' fields, as the op table names them.
+        int32_t b_id = op.field<int32_t>(reg::kReduction_input_b.region_id);
         uint32_t count = op.field<uint32_t>(rec::kReduction.count);
-        uint64_t a_off = op.field<uint64_t>(rec::kReduction.input_a_offset),
-            b_off = op.field<uint64_t>(rec::kReduction.input_b_offset),
-            out_off = op.field<uint64_t>(rec::kReduction.output_offset);
+        uint64_t a_off = op.field<uint64_t>(reg::kReduction_input_a.offset),
+            b_off = op.field<uint64_t>(reg::kReduction_input_b.offset),
+            out_off = op.field<uint64_t>(reg::kReduction_output.offset);
         int32_t a_stride = op.field<int32_t>(rec::kReduction.input_a_stride),
             b_stride = op.field<int32_t>(rec::kReduction.input_b_stride),
             type_len = op.field<int32_t>(rec::kReduction.type_len);
@@ -1081,17 +1030,13 @@ private:
             op.fail("a SUM has no second input (region -1, offset 0, stride 0)");
         if (inner && b_stride < 0)
             op.fail("second input stride %d is negative", b_stride);
-        uint64_t scalar = apic_scalar_size(dtype);
+        if (inner && b_id == -1)  // optional in the table only for a SUM
+            op.fail("an INNER reduction needs its second input; input_b_region_id is -1");
+        uint64_t scalar = apic_type_size(dtype);
         if (a_off % scalar || out_off % scalar || uint64_t(a_stride) % scalar
             || (inner && (b_off % scalar || uint64_t(b_stride) % scalar)))
             op.fail("offsets and strides must be multiples of the %llu-byte scalar", static_cast<unsigned long long>(scalar));
-        uint64_t lanes = mul(op, uint64_t(type_len), scalar, "element size");
-        uint64_t a_bytes = add(op, mul(op, count - 1, uint64_t(a_stride), "input span"), lanes, "input span");
-        range(op, "input_a", a_id, a_off, a_bytes);
-        if (inner)
-            range(op, "input_b", b_id, b_off,
-                  add(op, mul(op, count - 1, uint64_t(b_stride), "input span"), lanes, "input span"));
-        range(op, "output", out_id, out_off, sum ? lanes : scalar);
+        ranges(op);  // a SUM's input_b is region -1: an absent optional reference
     }
 
     const uint8_t* image_;

@@ -23,6 +23,7 @@ from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
 from ..environment import cuda_device_arch, host_cpu_tags, installed_warp_version, parse_device
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS, describe_format
+from ..formats.launch_arrays import ARRAY_BYTES, INDEXED_ARRAY_BYTES, INDICES_OFFSET
 from .module_files import kernel_symbols
 from .validate import validate_program
 
@@ -68,15 +69,16 @@ def _descriptor_bytes(rels) -> set:
     """Offsets (8-byte steps) inside array descriptors and relocated slots of one argument.
 
     An ``array_t`` is recognised by relocated slots at +0 (data) and +8
-    (grad) and spans 56 bytes; an ``indexedarray_t`` adds four index-pointer
-    slots at +56..+80 and a shape at +88, 104 bytes in all.  Their shape and
-    stride words are not pointers.
+    (grad) and spans ``ARRAY_BYTES`` (56); an ``indexedarray_t`` adds four
+    index-pointer slots from ``INDICES_OFFSET`` (+56) and its own shape,
+    ``INDEXED_ARRAY_BYTES`` (104) in all (wrp1_layout.py declares both).  Their
+    shape and stride words are not pointers.
     """
     slots = {r.value_byte_offset for r in rels}
     covered = set(slots)
     for o in slots:
         if o + 8 in slots:
-            span = 104 if o + 56 in slots else 56
+            span = INDEXED_ARRAY_BYTES if o + INDICES_OFFSET in slots else ARRAY_BYTES
             covered.update(range(o, o + span, 8))
     return covered
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from .. import model as m
 from ..formats.annotations import strided_reach as _reach
-from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays, descriptor_view, index_counts
+from ..formats.launch_arrays import (ARRAY_BYTES, DescriptorLayoutError, argument_arrays, descriptor_view,
+                                     index_counts)
 from ..formats.wrp1_layout import CURRENT_FORMAT
 from . import legacy as _legacy
 
@@ -220,11 +221,11 @@ class LaunchChecks:
                 self.err(pw, f"argument {a.name!r} is {p.value_size} bytes; its type {a.type} takes {a.value_size}",
                          op.at)
                 continue
-            if not a.ndim or a.dtype is None or p.value_size < 56 or not rels:
+            if not a.ndim or a.dtype is None or p.value_size < ARRAY_BYTES or not rels:
                 continue
             data = rels[0]
             base = p.value_offset
-            if data.kind != m.RelocKind.DATA_PTR or data.value_byte_offset != 0 or base + 56 > len(op.value_data):
+            if data.kind != m.RelocKind.DATA_PTR or data.value_byte_offset != 0 or base + ARRAY_BYTES > len(op.value_data):
                 continue
             ndim, dims, steps = descriptor_view(op.value_data, base)
             if ndim != a.ndim:

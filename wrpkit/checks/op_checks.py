@@ -1,6 +1,9 @@
 """Validation of the op list: the walk over it (nested IF/WHILE bodies included)
 and the checks of every op type but KERNEL_LAUNCH (schema/VALIDATION-RULES.md,
-"Operation semantics").
+"Operation semantics").  The bytes each op touches are the op table's
+(``REGIONS`` of :mod:`wrpkit.model`, a ``Length`` per reference), checked by
+one loop (:meth:`OpChecks.spans`) after each op's own field checks, as the C++
+validator does with the table generated from it.
 
 :class:`OpChecks` is a mixin of the validator's checker
 (:mod:`wrpkit.checks.validate`): it reads the state and reports through the
@@ -58,24 +61,32 @@ class OpChecks:
             elif isinstance(op, m.While):
                 self.ops(op.body, w + ".body")
 
+    def spans(self, w, op):
+        """Check every region reference of the op's type in the op table: its bytes lie in its region
+        (an optional reference with region -1 is absent).  A record's only region is named by its op."""
+        for ref in type(op).REGIONS:
+            what = op.op_type.name if ref.role == "region" else ref.role
+            try:
+                nbytes = ref.nbytes(op)
+            except m.LengthError as e:
+                self.err(w, f"{what}: its byte length cannot be formed: {e}", op.at)
+                continue
+            self.span(w, op.at, getattr(op, ref.region), getattr(op, ref.offset) if ref.offset else 0, nbytes,
+                      what, allow_absent=ref.optional)
+
     def op_memcpy_h2d(self, w, op):
         if self.prog.device_type == m.DeviceType.CPU:
             # Warp's CPU replayer has no case for it: it would skip the copy and report success.
             self.err(w, "MEMCPY_H2D cannot be replayed on CPU (Warp would silently skip it)", op.at)
-        self.span(w, op.at, op.dst_region_id, op.dst_offset, len(op.data), "destination")
+        self.spans(w, op)
 
     def op_memcpy_d2d(self, w, op):
-        self.span(w, op.at, op.dst_region_id, op.dst_offset, op.size, "destination")
-        self.span(w, op.at, op.src_region_id, op.src_offset, op.size, "source")
+        self.spans(w, op)
 
-    def op_memset(self, w, op):
-        self.span(w, op.at, op.region_id, op.offset, op.size, "destination")
-
-    def op_alloc(self, w, op):
-        self.span(w, op.at, op.region_id, 0, op.size, "ALLOC")
+    op_memset = op_alloc = op_memtile = op_memcpy_d2d
 
     def op_if(self, w, op):
-        self.span(w, op.at, op.cond_region_id, op.cond_offset, 4, "condition")
+        self.spans(w, op)  # the condition
 
     def op_while(self, w, op):
         self.op_if(w, op)
@@ -84,9 +95,6 @@ class OpChecks:
         if op.cond_region_id not in _regions_touched(op.body):
             self.err(w, f"WHILE body never touches its condition region {op.cond_region_id}, so the loop could "
                         "not end", op.at)
-
-    def _strided(self, n, stride, lanes, scalar):
-        return 0 if n == 0 else (n - 1) * stride + lanes * scalar
 
     def op_scan(self, w, op):
         if op.dtype not in (1, 3, 5, 6):
@@ -98,14 +106,7 @@ class OpChecks:
         if op.length and (op.in_stride < 0 or op.out_stride < 0 or op.type_len <= 0):
             self.err(w, "scan strides must be >= 0 and type_len > 0", op.at)
             return
-        s = APIC_SCALAR_SIZE[op.dtype]
-        self.span(w, op.at, op.src_region_id, op.src_offset, self._strided(op.length, op.in_stride, op.type_len, s),
-                  "source")
-        self.span(w, op.at, op.dst_region_id, op.dst_offset,
-                  self._strided(op.length, op.out_stride, op.type_len, s), "destination")
-
-    def op_memtile(self, w, op):
-        self.span(w, op.at, op.region_id, op.offset, op.count * len(op.value), "destination")
+        self.spans(w, op)
 
     def op_segmented_sort(self, w, op):
         if op.dtype not in (1, 5):
@@ -113,13 +114,9 @@ class OpChecks:
         if op.count > INT_MAX // 2 or op.num_segments > INT_MAX - 1:
             self.err(w, f"count {op.count} or segment count {op.num_segments} is too large", op.at)
             return
-        # As at replay: ends inferred from starts alias the start array one int32 later.
-        inferred = (op.segstart_region_id == op.segend_region_id and op.segend_offset - op.segstart_offset == 4)
-        self.span(w, op.at, op.keys_region_id, op.keys_offset, 8 * op.count, "keys (2 x count scratch)")
-        self.span(w, op.at, op.values_region_id, op.values_offset, 8 * op.count, "values (2 x count scratch)")
-        self.span(w, op.at, op.segstart_region_id, op.segstart_offset, 4 * (op.num_segments + inferred),
-                  "segment starts")
-        self.span(w, op.at, op.segend_region_id, op.segend_offset, 4 * op.num_segments, "segment ends")
+        # keys and values hold 2 x count (the sort's scratch); ends inferred from starts alias the
+        # start array one int32 later (the table's Adjacent term)
+        self.spans(w, op)
 
     def op_radix_sort(self, w, op):
         if op.dtype not in APIC_SCALAR_SIZE:
@@ -135,37 +132,24 @@ class OpChecks:
         if op.count > INT_MAX:
             self.err(w, f"radix sort count {op.count} exceeds INT_MAX", op.at)
             return
-        self.span(w, op.at, op.keys_region_id, op.keys_offset, 2 * op.count * ks, "keys (2 x count scratch)")
-        self.span(w, op.at, op.values_region_id, op.values_offset, 2 * op.count * op.value_size,
-                  "values (2 x count scratch)")
+        self.spans(w, op)  # keys and values: 2 x count, the second half the sort's scratch
 
     def op_runlength_encode(self, w, op):
         if op.value_count > INT_MAX:
             self.err(w, f"value count {op.value_count} exceeds INT_MAX", op.at)
             return
-        n = 4 * op.value_count
-        self.span(w, op.at, op.values_region_id, op.values_offset, n, "values")
-        self.span(w, op.at, op.run_values_region_id, op.run_values_offset, n, "run values")
-        self.span(w, op.at, op.run_lengths_region_id, op.run_lengths_offset, n, "run lengths")
-        self.span(w, op.at, op.run_count_region_id, op.run_count_offset, 4, "run count")
+        self.spans(w, op)
 
     def op_bsr_from_triplets(self, w, op):
         if min(op.block_size, op.scalar_size_in_bytes, op.row_count, op.col_count, op.nnz_upper_bound) < 0:
             self.err(w, "BSR counts must not be negative", op.at)
             return
-        if self.layout.bsr_nnz_region:  # formats 13-15: where the replay writes the count (-1 if absent)
-            self.span(w, op.at, op.bsr_nnz_region_id, op.bsr_nnz_offset, 4, "bsr_nnz", allow_absent=True)
-        elif op.bsr_nnz_region_id != -1 or op.bsr_nnz_offset != 0:
+        # Formats 13-15 may name where the replay writes the count (bsr_nnz, an optional reference);
+        # from 16 on it must be -1 with offset 0.
+        if not self.layout.bsr_nnz_region and (op.bsr_nnz_region_id != -1 or op.bsr_nnz_offset != 0):
             self.err(w, "legacy bsr_nnz region must be -1 with offset 0", op.at)
-        ints = 4 * op.nnz_upper_bound
-        values = op.nnz_upper_bound * op.block_size * op.scalar_size_in_bytes
-        for name, nbytes, optional in (
-                ("tpl_nnz", 4, True), ("tpl_rows", ints, False), ("tpl_columns", ints, False),
-                ("tpl_values", values, True), ("summed_block_offsets", ints, False),
-                ("summed_block_indices", ints, False), ("bsr_offsets", 4 * (op.row_count + 1), False),
-                ("bsr_row_counts", 4 * op.row_count, True), ("bsr_columns", ints, False)):
-            self.span(w, op.at, getattr(op, name + "_region_id"), getattr(op, name + "_offset"), nbytes, name,
-                      allow_absent=optional)
+            return
+        self.spans(w, op)
 
     def op_bsr_transpose(self, w, op):
         if min(op.row_count, op.col_count, op.nnz_upper_bound) < 0:
@@ -181,23 +165,13 @@ class OpChecks:
             self.err(w, f"record carries {len(tail)} capacity offsets; expected "
                         f"{op.col_count + 1 if has_tail else 0}", op.at)
             return
-        ints = 4 * op.nnz_upper_bound
-        capacity = ints
-        if has_tail:
-            prev = 0
-            for v in tail:
-                if v < prev:
-                    self.err(w, "capacity offsets must ascend from 0", op.at)
-                    return
-                prev = v
-            capacity = 4 * prev
-        for name, nbytes, optional in (
-                ("bsr_offsets", 4 * (op.row_count + 1), False), ("bsr_row_counts", 4 * op.row_count, True),
-                ("bsr_columns", ints, False), ("transposed_offsets", 4 * (op.col_count + 1), False),
-                ("transposed_row_counts", 4 * op.col_count, True), ("transposed_columns", capacity, False),
-                ("block_indices", max(ints, capacity), False), ("status", 4, True)):
-            self.span(w, op.at, getattr(op, name + "_region_id"), getattr(op, name + "_offset"), nbytes, name,
-                      allow_absent=optional)
+        prev = 0
+        for v in tail:
+            if v < prev:
+                self.err(w, "capacity offsets must ascend from 0", op.at)
+                return
+            prev = v
+        self.spans(w, op)  # the last capacity offset sizes the destination columns (TailLast)
 
     def op_reduction(self, w, op):
         if op.kind not in (1, 2):
@@ -213,17 +187,15 @@ class OpChecks:
         s = APIC_SCALAR_SIZE[op.dtype]
         if op.kind == 1 and (op.input_b_region_id != -1 or op.input_b_offset or op.input_b_stride):
             self.err(w, "SUM must have no second input (region -1, offset 0, stride 0)", op.at)
+            return
+        if op.kind == 2 and op.input_b_region_id == -1:  # optional in the table only for a SUM
+            self.err(w, "an INNER reduction needs its second input; input_b_region_id is -1", op.at)
+            return
         for v in (op.input_a_offset, op.input_b_offset, op.output_offset, op.input_a_stride, op.input_b_stride):
             if v % s:
                 self.err(w, f"reduction offsets and strides must be multiples of the {s}-byte scalar", op.at)
                 break
-        self.span(w, op.at, op.input_a_region_id, op.input_a_offset,
-                  self._strided(op.count, op.input_a_stride, op.type_len, s), "input a")
-        if op.kind == 2:
-            self.span(w, op.at, op.input_b_region_id, op.input_b_offset,
-                      self._strided(op.count, op.input_b_stride, op.type_len, s), "input b")
-        self.span(w, op.at, op.output_region_id, op.output_offset, (op.type_len if op.kind == 1 else 1) * s,
-                  "output")
+        self.spans(w, op)  # a SUM writes type_len scalars, an INNER product one
 
     def _live_only(self, w, op):
         self.err(w, f"{op.op_type.name} records a process-local handle and cannot be replayed from a file "

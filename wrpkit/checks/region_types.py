@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from .. import model as m
+from ..errors import WrpBindingError
 from ..formats import annotations as ann
-from ..formats.launch_arrays import descriptor_view
+from ..formats.launch_arrays import ARRAY_BYTES, descriptor_view
 from .effects import array_field_dtype_name, effects, kernel_signatures, launch_argument
 
 #: Rank of each source, strongest first.
@@ -107,6 +108,7 @@ class RegionType:
         source: Where the type comes from: ``"--dtype"``, ``"signature"``,
             ``"kernel K argument A"``, ``"SCAN record"``, ``"input x"``, or ``"unknown"``.
         conflicts: What other sources say where they disagree, in words.
+        seen: Every source that typed the region, strongest first, as ``(source, DataType, shape)``.
     """
 
     region_id: int
@@ -119,6 +121,7 @@ class RegionType:
     byte_offset: int = 0
     source: str = "unknown"
     conflicts: list = field(default_factory=list)
+    seen: list = field(default_factory=list, repr=False)
     is_input: bool = False
     is_output: bool = False
 
@@ -318,7 +321,7 @@ def region_types(program: m.Program, *, dtypes: Optional[Mapping] = None, extra_
                     continue
                 p = op.params[acc.param - 1] if 0 < acc.param <= len(op.params) else None
                 shape = strides = None
-                if p is not None and p.value_offset + 56 <= len(op.value_data):
+                if p is not None and p.value_offset + ARRAY_BYTES <= len(op.value_data):
                     ndim, dims, steps = descriptor_view(op.value_data, p.value_offset)
                     first = next((r for r in op.relocations if r.region_id == acc.region_id), None)
                     if 1 <= ndim <= 4 and first is not None and first.region_offset == 0 and \
@@ -378,6 +381,7 @@ def _decide(rt: RegionType, cands: list) -> None:
     if not cands:
         return
     cands.sort(key=lambda c: c.rank)
+    rt.seen = [(c.source, c.dtype, c.shape) for c in cands]
     best_rank = cands[0].rank
     top = [c for c in cands if c.rank == best_rank]
     names = list(dict.fromkeys(c.dtype.name for c in top))
@@ -405,4 +409,43 @@ def _compatible(a: ann.DataType, b: ann.DataType) -> bool:
                                                                        b.size % max(1, a.size) == 0)
 
 
-__all__ = ["RegionType", "region_types", "dtype_from_name", "merged_signatures", "SOURCES"]
+def user_dtype_signatures(program: m.Program, dtypes: Mapping, *, annotations=None) -> dict:
+    """Type the bindings the user's ``--dtype NAME=TYPE`` names, through :func:`region_types`
+    (where ``--dtype`` is the strongest source), as ``wrp replay`` does.
+
+    Args:
+        program: The program.
+        dtypes: ``{binding name: (TYPE as the user wrote it, its DataType)}``; every name a binding.
+        annotations: The program's decoded annotations, when the caller has them.
+
+    Returns:
+        ``{name: ArraySignature}``: each binding as a 1-D array of its type over the whole region
+        (``vec3f (8,)``), an input and an output.
+
+    Raises:
+        WrpBindingError: The file already records the binding's type (``--dtype`` is for bindings
+            without one), or the binding's bytes are not a whole number of elements of the type.
+    """
+    types = region_types(program, dtypes={n: dt for n, (_, dt) in dtypes.items()}, annotations=annotations)
+    by_name = program.binding_map()
+    out = {}
+    for name, (text, dt) in dtypes.items():
+        rt = types[by_name[name]]
+        recorded = next(((d, shape) for src, d, shape in rt.seen if src == "signature"), None)
+        if recorded is not None:
+            raise WrpBindingError(f"--dtype {name}={text}: the file already records binding {name!r} as "
+                                  f"{recorded[0].name} of shape {tuple(recorded[1])}",
+                                  hint="--dtype is for bindings without a recorded signature; leave it out.")
+        if rt.source == "conflict" and all(src == "--dtype" for src, _, _ in rt.seen[:2]):
+            raise WrpBindingError(f"--dtype types region {rt.region_id} two ways: {rt.conflicts[0]}",
+                                  hint=f"Bindings {', '.join(map(repr, rt.bindings))} are one region: give one type.")
+        if rt.source != "--dtype":
+            raise WrpBindingError(f"--dtype {name}={text}: binding {name!r} holds {rt.size} bytes, not a whole "
+                                  f"number of {text} elements ({dt.size} bytes each)",
+                                  hint="Check the type: the binding's size must be a multiple of its element size.")
+        out[name] = ann.ArraySignature(name, rt.dtype, tuple(rt.shape), tuple(rt.strides), 0, True, True)
+    return out
+
+
+__all__ = ["RegionType", "region_types", "dtype_from_name", "merged_signatures", "user_dtype_signatures",
+           "SOURCES"]

@@ -5,7 +5,9 @@ Warp passes a ``wp.array`` argument as a 56-byte ``array_t`` (its
 shape[4]`` (+16), ``int32 strides[4]`` (+32), ``uint16 ndim`` (+48),
 ``uint16 flags`` (+50).  A ``wp.indexedarray`` is that ``array_t``, four
 index-array pointers (+56..+80) and its own ``int32 shape[4]`` (+88): 104
-bytes.  In a launch record the pointers are relocated slots, so the
+bytes.  wrp1_layout.py (``ARRAY_RECORD``, ``INDEXED_ARRAY_RECORD``) declares these
+layouts once; the offsets here are read from it, as the C++ validator's are
+from the header generated from it.  In a launch record the pointers are relocated slots, so the
 relocations of one argument come in those groups (a ``wp.handle`` is one
 HANDLE slot; a struct is its fields in order).  :func:`argument_arrays` walks
 them; the validator (:mod:`wrpkit.checks.launch_checks`) checks each descriptor
@@ -20,7 +22,6 @@ error; see ``schema/VALIDATION-RULES.md``.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -30,8 +31,14 @@ from .wrp1_layout import ARRAY_RECORD, INDEXED_ARRAY_RECORD
 #: Bytes of an ``array_t`` and of an ``indexedarray_t``.
 ARRAY_BYTES = ARRAY_RECORD.size
 INDEXED_ARRAY_BYTES = INDEXED_ARRAY_RECORD.size
-_I32X4 = struct.Struct("<4i")
-_U16 = struct.Struct("<H")
+# Where the fields are (wrp1_layout.py declares the descriptors once; the C++ validator reads the
+# same offsets from the header tools/gen_layout.py generates from them).
+_NDIM, _SHAPE, _STRIDES = (ARRAY_RECORD.offsets[f] for f in ("ndim", "shape", "strides"))
+_READ_NDIM, _READ_4I = ARRAY_RECORD.fields["ndim"], ARRAY_RECORD.fields["shape"]
+#: Byte offset of an indexedarray's first index-array pointer, and of its own shape.
+INDICES_OFFSET = INDEXED_ARRAY_RECORD.offsets["indices"]
+_INDEX_SHAPE = INDEXED_ARRAY_RECORD.offsets["index_shape"]
+_READ_INDEX_SHAPE = INDEXED_ARRAY_RECORD.fields["index_shape"]
 
 
 class DescriptorLayoutError(ValueError):
@@ -95,7 +102,7 @@ def argument_arrays(param: m.LaunchParam, rels) -> Iterator[ArrayDescriptor]:
         if not _pointer(rels, i + 1) or rels[i + 1].value_byte_offset != o + 8:
             raise DescriptorLayoutError(f"an array's data pointer at slot {o} must be followed by its grad "
                                         f"pointer at slot {o + 8}")
-        indexed = all(_pointer(rels, i + 2 + d) and rels[i + 2 + d].value_byte_offset == o + 56 + 8 * d
+        indexed = all(_pointer(rels, i + 2 + d) and rels[i + 2 + d].value_byte_offset == o + INDICES_OFFSET + 8 * d
                       for d in range(4))
         group = INDEXED_ARRAY_BYTES if indexed else ARRAY_BYTES
         if o + group > param.value_size:
@@ -109,13 +116,13 @@ def argument_arrays(param: m.LaunchParam, rels) -> Iterator[ArrayDescriptor]:
 
 def descriptor_view(blob, base: int) -> tuple:
     """``(ndim, shape[4], strides[4])`` of the ``array_t`` at byte ``base`` of a launch's value data."""
-    return _U16.unpack_from(blob, base + 48)[0], _I32X4.unpack_from(blob, base + 16), \
-        _I32X4.unpack_from(blob, base + 32)
+    return _READ_NDIM.unpack_from(blob, base + _NDIM)[0], _READ_4I.unpack_from(blob, base + _SHAPE), \
+        _READ_4I.unpack_from(blob, base + _STRIDES)
 
 
 def index_counts(blob, base: int) -> tuple:
-    """The entry counts of an ``indexedarray_t``'s four index arrays (its own shape, at +88)."""
-    return _I32X4.unpack_from(blob, base + 88)
+    """The entry counts of an ``indexedarray_t``'s four index arrays (its own shape, ``index_shape``)."""
+    return _READ_INDEX_SHAPE.unpack_from(blob, base + _INDEX_SHAPE)
 
 
 def array_extents(op: m.KernelLaunch) -> list:

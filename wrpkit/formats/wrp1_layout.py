@@ -50,7 +50,7 @@ class RecordLayout:
         spec: ``[(field, struct code), ...]`` in file order, after the op header.
     """
 
-    __slots__ = ("name", "names", "struct", "size", "pads", "content")
+    __slots__ = ("name", "names", "struct", "size", "pads", "content", "offsets", "fields")
 
     def __init__(self, name: str, spec: list):
         self.name = name
@@ -59,6 +59,21 @@ class RecordLayout:
         self.size = self.struct.size
         self.pads = [i for i, f in enumerate(self.names) if f.startswith("_pad")]
         self.content = [f for f in self.names if not f.startswith("_pad")]
+        #: ``{field: byte offset from the record's start}`` (packed: no alignment).
+        self.offsets = {}
+        #: ``{field: struct.Struct of that field alone}``, to read one field at its offset.
+        self.fields = {}
+        pos = 0
+        for f, code in spec:
+            self.offsets[f] = pos
+            self.fields[f] = struct.Struct("<" + code)
+            pos += self.fields[f].size
+
+    def read(self, name: str, buf, base: int = 0):
+        """Field ``name`` of the record at byte ``base`` of ``buf``: one value, or a tuple for an
+        array field (``shape``: four int32)."""
+        got = self.fields[name].unpack_from(buf, base + self.offsets[name])
+        return got[0] if len(got) == 1 else got
 
 
 def _rec(name, spec):

@@ -383,21 +383,20 @@ def writes_whole_region(sig: Optional[ann.ArraySignature], nbytes: int, size: in
     return sig.byte_offset == 0 and sig.is_contiguous and nbytes == size
 
 
-def signature_for_type(name: str, type_name: str, size: int) -> ann.ArraySignature:
-    """A signature typing an untyped binding as a 1-D array of a Warp type.
+def warp_data_type(name: str, type_name: str) -> ann.DataType:
+    """The element type a ``--dtype NAME=TYPE`` names, as the installed Warp defines it.
 
-    For stock files, which record no signature: ``signature_for_type("x",
-    "vec3f", 3072)`` makes ``x`` a ``(256,)`` array of ``vec3f`` (numpy shape
-    ``(256, 3)``).  The binding counts as both input and output.
+    Warp's own type objects say what a name means (``vec3`` is ``vec3f``);
+    :func:`wrpkit.checks.region_types.user_dtype_signatures` then types the
+    binding with it, ``--dtype`` being region typing's strongest source.
 
     Args:
-        name: Binding name.
+        name: Binding name (for the message).
         type_name: A Warp type name: ``float32``, ``int32``, ``vec3f``,
             ``mat33d``, ``quatf``, ``transformf``, ...
-        size: The binding's size in bytes.
 
     Raises:
-        WrpBindingError: Unknown type, or the size is not a whole number of elements.
+        WrpBindingError: ``type_name`` is not a Warp data type.
     """
     import warp as wp  # noqa: PLC0415
 
@@ -412,12 +411,7 @@ def signature_for_type(name: str, type_name: str, size: int) -> ann.ArraySignatu
     if dt is None or dt.size <= 0:
         raise WrpBindingError(f"--dtype {name}={type_name}: {type_name!r} is not a Warp data type",
                               hint="Use a Warp type name such as float32, int32, vec3f, mat33f, quatf.")
-    if size % dt.size:
-        raise WrpBindingError(f"--dtype {name}={type_name}: binding {name!r} holds {size} bytes, not a whole "
-                              f"number of {type_name} elements ({dt.size} bytes each)",
-                              hint="Check the type: the binding's size must be a multiple of its element size.")
-    n = size // dt.size
-    return ann.ArraySignature(name, dt, (n,), (dt.size,), 0, True, True)
+    return dt
 
 
 def closest_name(name: str, known) -> Optional[str]:

@@ -20,7 +20,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import EXIT_FAILED, WrpBindingError, WrpError
+from ..errors import EXIT_FAILED, WrpError
 
 
 @dataclass
@@ -152,16 +152,18 @@ def _type_bindings(prep, dtypes: Mapping, kernels) -> tuple:
     from . import prepare as preparation  # noqa: PLC0415
 
     typed_here = set()  # the replay (child, or wrp-replay) returns their bytes
-    for name, type_name in dtypes.items():
-        if name not in prep.sizes:
-            raise preparation.unknown_binding(name, prep.sizes)
-        if prep.signature.get(name) is not None:
-            sig = prep.signature[name]
-            raise WrpBindingError(f"--dtype {name}={type_name}: the file already records binding {name!r} as "
-                                  f"{sig.dtype.name} of shape {tuple(sig.shape)}",
-                                  hint="--dtype is for bindings without a recorded signature; leave it out.")
-        prep.signature[name] = preparation.signature_for_type(name, type_name, prep.sizes[name])
-        typed_here.add(name)
+    if dtypes:
+        from ..checks.region_types import user_dtype_signatures  # noqa: PLC0415
+
+        for name in dtypes:
+            if name not in prep.sizes:
+                raise preparation.unknown_binding(name, prep.sizes)
+        # --dtype is region typing's strongest source: the one typing function decides (and refuses a
+        # binding the file types already, or one its type does not divide).
+        given = {n: (t, preparation.warp_data_type(n, t)) for n, t in dtypes.items()}
+        for name, sig in user_dtype_signatures(prep.model, given, annotations=prep.annotations).items():
+            prep.signature[name] = sig
+            typed_here.add(name)
     kernel_typing = None
     if kernels:
         from .source_types import type_from_source  # noqa: PLC0415
@@ -252,7 +254,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         allow_raw_pointers: Replay kernel arguments that hold live process pointers.
         modules_dir: Folder of a ``.wrp``'s module files (default ``<stem>_modules/`` beside it).
         dtypes: ``{binding: Warp type name}`` for bindings the file records no
-            signature for (:func:`wrpkit.run.prepare.signature_for_type`).
+            signature for (typed by :func:`wrpkit.checks.region_types.user_dtype_signatures`).
         kernels: ``.py`` files defining the capture's kernels, which type the bindings they are passed.
         max_memory: Bytes the replay may allocate instead of the device's free memory.
         allow_unreached: Replay a file whose regions are far larger than any op reaches.
