@@ -92,7 +92,9 @@ MappedFile MappedFile::map_fd(int fd, const std::string& display, uint64_t max_b
              static_cast<unsigned long long>(st.st_size), static_cast<unsigned long long>(max_bytes));
     }
     size_t size = static_cast<size_t>(st.st_size);
-    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    // MAP_SHARED (read-only, so no different for reading): a .wrpk image can then map
+    // these pages a second time (mremap in wrpk_reader.cpp) instead of copying them.
+    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     int err = errno;
     close(fd);  // the mapping keeps the file alive
     if (p == MAP_FAILED && (err == ENOMEM || err == EAGAIN))  // the file is fine: the address space is not

@@ -139,7 +139,8 @@ std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenO
 {
     MappedFile file = MappedFile::open(path, opts.limits.max_file_bytes, "file", /*follow=*/true);
     if (is_wrpk(file.data(), file.size()))
-        return open_bundle(file.data(), file.size(), nullptr, 0, opts);  // `file` outlives Warp's loads
+        // `file` (a MAP_SHARED mapping) outlives Warp's load; the image maps its region data pages.
+        return open_bundle(file.data(), file.size(), nullptr, 0, opts, /*map_source_pages=*/true);
     std::unique_ptr<Program> p(new Program(opts));
     p->graph_ = validate_wrp1(file.data(), file.size(), opts.limits);
     p->describe_bindings();
@@ -166,7 +167,7 @@ std::unique_ptr<Program> Program::open_memory(const uint8_t* data, size_t size, 
 }
 
 std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, const wrp_module_bytes* extra,
-                                              size_t num_extra, const OpenOptions& opts)
+                                              size_t num_extra, const OpenOptions& opts, bool map_source_pages)
 {
     if (size > opts.limits.max_file_bytes)
         fail(WRP_ERR_INVALID_FILE, "file is %zu bytes, larger than the limit of %llu bytes", size,
@@ -175,6 +176,7 @@ std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, 
     wo.verify_checksums = opts.verify_checksums;
     wo.max_image_bytes = opts.limits.max_file_bytes;
     wo.copy_region_data = !opts.validate_only;
+    wo.map_source_pages = map_source_pages;
     WrpkBundle bundle = decode_wrpk(data, size, wo);
 
     std::unique_ptr<Program> p(new Program(opts));
