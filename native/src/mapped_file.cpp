@@ -2,6 +2,8 @@
 #include "mapped_file.h"
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -134,6 +136,32 @@ int open_directory(const std::string& path, const char* what, const std::string&
     if (err == ENOTDIR)
         fail(WRP_ERR_INVALID_FILE, "%s %s is not a directory. %s", what, path.c_str(), fix.c_str());
     fail(WRP_ERR_INVALID_FILE, "cannot open %s %s: %s. %s", what, path.c_str(), std::strerror(err), fix.c_str());
+}
+
+bool is_shared_mapping(const void* data, size_t size)
+{
+    // /proc/self/maps: "start-end perms offset dev inode path", perms like "r--s".
+    FILE* maps = std::fopen("/proc/self/maps", "re");
+    if (!maps)
+        return false;
+    uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + size;
+    bool shared = false;
+    char line[512];
+    while (std::fgets(line, sizeof line, maps)) {
+        uintptr_t lo = 0, hi = 0;
+        char perms[5] = {};
+        if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %4s", &lo, &hi, perms) != 3)
+            continue;
+        if (lo <= begin && begin < hi) {
+            shared = perms[3] == 's' && end <= hi && end >= begin;
+            break;
+        }
+        if (!std::strchr(line, '\n'))  // a long path: skip the rest of this line
+            for (int c = std::fgetc(maps); c != EOF && c != '\n'; c = std::fgetc(maps)) {
+            }
+    }
+    std::fclose(maps);
+    return shared;
 }
 
 }  // namespace wrp

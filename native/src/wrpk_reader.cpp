@@ -135,6 +135,8 @@ struct BlobRef {
     size_t* size_out;
     // Region data: its offset in the WRP1 MEMORY section (the version-2 tiling rule); else kNotMapped.
     uint64_t memory_offset;
+    // Region data that no validation reads (not a mesh's): its checksum may be verified while Warp loads.
+    bool deferrable = false;
 };
 
 struct RegionOut {
@@ -914,8 +916,10 @@ bool place_blob(uint64_t end, uint64_t length, uint64_t memory_offset, uint32_t 
     return true;
 }
 
+// Step 5, and step 6 for every blob, except that region data other than mesh regions
+// (`deferrable`) goes to `deferred` when it is given.
 void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff, uint64_t bsize, uint32_t version,
-                 bool verify)
+                 bool verify, std::vector<WrpkChecksum>* deferred)
 {
     std::vector<BlobRef*> entries;
     for (BlobRef& b : blobs) {
@@ -967,14 +971,13 @@ void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff
     if (!verify)
         return;
     for (const BlobRef* b : entries) {
-        uint8_t digest[32];
-        sha256(data + boff + b->offset, static_cast<size_t>(b->length), digest);
-        if (std::memcmp(digest, b->sha, 32) != 0)
-            fail_invalid_at(b->path, boff + b->offset,
-                            "integrity check failed: SHA-256 of %s does not match (%llu bytes, SHA-256 %s, recorded "
-                            "%s): the bundle was altered or corrupted; rebuild it from the original capture",
-                            b->name.c_str(), static_cast<unsigned long long>(b->length), to_hex(digest, 32).c_str(),
-                            to_hex(b->sha, 32).c_str());
+        WrpkChecksum check{b->name, b->path, boff + b->offset, data + boff + b->offset,
+                           static_cast<size_t>(b->length), {}};
+        std::memcpy(check.sha256.data(), b->sha, 32);
+        if (deferred && b->deferrable)
+            deferred->push_back(std::move(check));  // the caller verifies it while Warp loads
+        else
+            verify_checksums({check});
     }
 }
 
@@ -991,14 +994,14 @@ size_t page_size()
 class ImagePlacer {
 public:
     ImagePlacer(bool enabled, uint64_t memory_section, const std::vector<RegionOut>& regions,
-                const std::vector<char>& copied)
+                const std::vector<char>& mappable)
         : page_(page_size())
     {
         if (!enabled || !page_)
             return;
         const RegionOut* best = nullptr;
         for (size_t i = 0; i < regions.size(); i++)
-            if (copied[i] && regions[i].data_size >= 2 * page_ && (!best || regions[i].data_size > best->data_size))
+            if (mappable[i] && regions[i].data_size >= 2 * page_ && (!best || regions[i].data_size > best->data_size))
                 best = &regions[i];
         if (!best)
             return;
@@ -1048,6 +1051,19 @@ private:
 }  // namespace
 
 bool is_wrpk(const uint8_t* data, size_t size) { return data && size >= 4 && std::memcmp(data, "WRPK", 4) == 0; }
+
+void verify_checksums(const std::vector<WrpkChecksum>& checks)
+{
+    for (const WrpkChecksum& c : checks) {
+        uint8_t digest[32];
+        sha256(c.data, c.size, digest);
+        if (std::memcmp(digest, c.sha256.data(), 32) != 0)
+            fail_invalid_at(c.path, c.offset,
+                            "integrity check failed: SHA-256 of %s does not match (%zu bytes, SHA-256 %s, recorded "
+                            "%s): the bundle was altered or corrupted; rebuild it from the original capture",
+                            c.name.c_str(), c.size, to_hex(digest, 32).c_str(), to_hex(c.sha256.data(), 32).c_str());
+    }
+}
 
 ImageBuffer::ImageBuffer(ImageBuffer&& other) noexcept
     : base_(other.base_)
@@ -1152,7 +1168,20 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
     ManifestDecoder dec(manifest, msize);
     dec.decode(prog);
     dec.module_blobs();
-    check_blobs(dec.blobs, data, boff, bsize, header.version, options.verify_checksums);
+    WrpkBundle out;
+    if (options.defer_region_checksums) {
+        std::vector<uint32_t> mesh;
+        for (uint32_t i = 0; i < count_of(prog->meshes()); i++) {
+            const fbs::Mesh* me = prog->meshes()->Get(i);
+            mesh.insert(mesh.end(), {me->points_region_id(), me->indices_region_id(), me->velocities_region_id()});
+        }
+        for (BlobRef& b : dec.blobs)
+            for (const RegionOut& r : dec.regions)
+                if (b.data_out == &r.data)
+                    b.deferrable = std::find(mesh.begin(), mesh.end(), r.id) == mesh.end();
+    }
+    check_blobs(dec.blobs, data, boff, bsize, header.version, options.verify_checksums,
+                options.defer_region_checksums ? &out.deferred : nullptr);
 
     // ---- the WRP1 image: header, section table, METADATA, MEMORY, OPERATIONS [, ANNOTATIONS]
     const Vector<uint8_t>* ann = prog->annotations();
@@ -1173,19 +1202,28 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
 
     // The region data that goes into the image.  Mesh triangle indices are copied even when
     // only validating (validate_only), because they are checked against their points.
-    std::vector<uint32_t> mesh_indices;
-    for (uint32_t i = 0; i < count_of(prog->meshes()); i++)
-        mesh_indices.push_back(prog->meshes()->Get(i)->indices_region_id());
-    std::vector<char> copied(dec.regions.size());
+    // Mesh regions are always copied, never mapped: the validator checks the triangle indices
+    // in the image, and a private copy keeps what Warp loads equal to what was checked even if
+    // the file is written meanwhile (a mapping would show the writes).
+    std::vector<uint32_t> mesh_indices, mesh_regions;
+    for (uint32_t i = 0; i < count_of(prog->meshes()); i++) {
+        const fbs::Mesh* me = prog->meshes()->Get(i);
+        mesh_indices.push_back(me->indices_region_id());
+        mesh_regions.insert(mesh_regions.end(), {me->points_region_id(), me->indices_region_id(),
+                                                 me->velocities_region_id()});
+    }
+    auto listed = [](const std::vector<uint32_t>& ids, uint32_t id) {
+        return std::find(ids.begin(), ids.end(), id) != ids.end();
+    };
+    std::vector<char> copied(dec.regions.size()), mappable(dec.regions.size());
     for (size_t i = 0; i < dec.regions.size(); i++) {
         const RegionOut& r = dec.regions[i];
-        copied[i] = r.has_data && (options.copy_region_data ||
-            std::find(mesh_indices.begin(), mesh_indices.end(), r.id) != mesh_indices.end());
+        copied[i] = r.has_data && (options.copy_region_data || listed(mesh_indices, r.id));
+        mappable[i] = copied[i] && !listed(mesh_regions, r.id);
     }
 
-    WrpkBundle out;
     const uint64_t memory_section = kFileHeaderSize + nsec * kSectionEntrySize + meta.size();
-    ImagePlacer placer(options.map_source_pages, memory_section, dec.regions, copied);
+    ImagePlacer placer(options.map_source_pages, memory_section, dec.regions, mappable);
     out.image = ImageBuffer::reserve(static_cast<size_t>(total), placer.shift());
     out.image_size = static_cast<size_t>(total);
     uint8_t* w = out.image.get();
@@ -1230,8 +1268,10 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
         uint8_t has = r.has_data ? 1 : 0;
         put(&has, 1);
         zeros(7);
-        if (copied[i])
+        if (mappable[i])
             out.mapped_bytes += placer.place(w, r.data, r.data_size);  // the file's pages, or one copy
+        else if (copied[i])
+            std::memcpy(w, r.data, r.data_size);
         if (r.has_data)
             w += r.data_size;  // validate_only: left as reserved (zero), never read
     }

@@ -33,6 +33,7 @@
 // validated by the caller with validate_wrp1(), like any .wrp.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -57,7 +58,24 @@ struct WrpkOptions {
     // The caller's buffer is a MAP_SHARED mapping (Program::open_file's MappedFile): map the
     // region data's pages from it instead of copying them (falls back to copying otherwise).
     bool map_source_pages = false;
+    // Step 6 for region data that no validation reads (every region but a mesh's): leave it to
+    // the caller (WrpkBundle::deferred), who verifies it while Warp loads and fails the load on a
+    // mismatch.  Module binaries and mesh regions are always verified here.
+    bool defer_region_checksums = false;
 };
+
+// A blob whose SHA-256 is still to be verified (WrpkOptions::defer_region_checksums).
+struct WrpkChecksum {
+    std::string name;  // "region 3 initial data"
+    std::string path;  // "regions[2].data"
+    uint64_t offset;   // of the blob in the bundle
+    const uint8_t* data;
+    size_t size;
+    std::array<uint8_t, 32> sha256;
+};
+
+// Throws wrp::Error(WRP_ERR_INVALID_FILE) naming the first blob whose bytes do not match.
+void verify_checksums(const std::vector<WrpkChecksum>& checks);
 
 // The WRP1 image: zeroed anonymous memory, possibly with file pages mapped into it.
 class ImageBuffer {
@@ -94,6 +112,7 @@ struct WrpkBundle {
     ImageBuffer image;  // the program as a WRP1 file
     size_t image_size = 0;
     size_t mapped_bytes = 0;  // of region data mapped from the caller's buffer, not copied
+    std::vector<WrpkChecksum> deferred;  // with defer_region_checksums: still to verify
     std::vector<WrpkModule> modules;  // in manifest order
 };
 

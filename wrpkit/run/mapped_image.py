@@ -84,13 +84,17 @@ def build_mapped_image(prog) -> tuple:
         if r.has_initial_data:
             data_chunks[k] = r.region_id
             k += 1
+    # Mesh regions are always copied: their indices were validated, and a private copy keeps
+    # what Warp loads equal to what was checked even if the file is written meanwhile.
+    mesh = {rid for me in prog.meshes for rid in (me.points_region_id, me.indices_region_id, me.velocities_region_id)}
+    mappable = {i for i, rid in data_chunks.items() if rid not in mesh}
     starts, pos = [], 0
     for c in chunks:
         starts.append(pos)
         pos += c.nbytes
     total = pos
     # The shift that lines up the largest mapped region's data with its file pages.
-    candidates = [(chunks[i].nbytes, i, addr) for i in data_chunks if chunks[i].nbytes >= 2 * page
+    candidates = [(chunks[i].nbytes, i, addr) for i in mappable if chunks[i].nbytes >= 2 * page
                   and (addr := _mapped_address(chunks[i])) is not None] if remap else []
     shift = 0
     if candidates:
@@ -111,7 +115,7 @@ def build_mapped_image(prog) -> tuple:
         at, n = starts[i], c.nbytes
         if i in data_chunks:
             offsets[data_chunks[i]] = at
-        if mapping and i in data_chunks and n >= 2 * page:
+        if mapping and i in mappable and n >= 2 * page:
             src = _mapped_address(c)
             dst = base + at
             if src is not None and (dst - src) % page == 0:
