@@ -316,3 +316,48 @@ def test_wrp_replay_of_a_256_mib_bundle_holds_one_copy(tmp_path, replayer):
     assert peak_wrpk < 1.5 * data, (peak_wrpk, peak_wrp, data)
     assert peak_wrpk < peak_wrp + data / 4, (peak_wrpk, peak_wrp)
     assert peak_wrp > 0.9 * data  # the sampler saw Warp's copy: the measurement measures something
+
+
+def test_c_api_from_a_shared_mapping_and_from_bytes(bundles, replayer):
+    """wrp_program_open_memory maps the pages of a caller's MAP_SHARED mapping, copies from bytes: same results."""
+    from wrpkit.run.native_api import NativeProgram  # noqa: PLC0415
+
+    want = _replayer_outputs(replayer, bundles["wrp"], bundles["wrp"].parent / "c-api-want")
+    with open(bundles["v2"], "rb") as f:
+        shared = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        for source in (shared, bundles["v2"].read_bytes()):
+            p = NativeProgram(source, {}, "cpu")
+            try:
+                p.run()
+                _same(want, {n: p.get(n) for n in ("pts", "big", "counter")})
+            finally:
+                p.close()
+    finally:
+        shared.close()
+
+
+def test_altered_large_region_is_refused_after_a_parallel_check(bundles, tmp_path, replayer):
+    """Region data is hashed while Warp loads it; a mismatch still fails the load: exit 3, no output."""
+    import wrpkit  # noqa: PLC0415
+    from wrpkit.errors import WrpIntegrityError  # noqa: PLC0415
+
+    data = bytearray(bundles["v2"].read_bytes())
+    prog = reader.decode_wrpk(bytes(data))
+    big = max(prog.regions, key=lambda r: r.size)
+    at = _blob_offsets(bytes(data), prog)[big.region_id][0] + big.size // 2
+    data[at] ^= 0xFF
+    bad = tmp_path / "altered.wrpk"
+    bad.write_bytes(bytes(data))
+    out = tmp_path / "out.npy"
+    res = subprocess.run([str(replayer), str(bad), "--output", f"big={out}"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 3, res.stderr
+    assert "integrity check failed" in res.stderr and f"region {big.region_id} initial data" in res.stderr
+    assert not out.exists()
+    with pytest.raises(WrpIntegrityError, match=f"region {big.region_id} initial data"):
+        wrpkit.load(bad)
+    # --list reads records only and says nothing; --list --verify hashes every blob and refuses.
+    assert subprocess.run([str(replayer), str(bad), "--list"], capture_output=True, timeout=60).returncode == 0
+    assert subprocess.run([str(replayer), str(bad), "--list", "--verify"], capture_output=True,
+                          timeout=60).returncode == 3
