@@ -135,6 +135,8 @@ struct BlobRef {
     size_t* size_out;
     // Region data: its offset in the WRP1 MEMORY section (the version-2 tiling rule); else kNotMapped.
     uint64_t memory_offset;
+    // Region data: the region's id (0 for a module's blob).
+    uint32_t region_id;
     // Region data that no validation reads (not a mesh's): its checksum may be verified while Warp loads.
     bool deferrable = false;
 };
@@ -206,7 +208,7 @@ private:
     }
 
     void blob(const fbs::Blob* b, std::string name, const Path& where, const uint8_t** data_out, size_t* size_out,
-              uint64_t memory_offset = kNotMapped)
+              uint64_t memory_offset = kNotMapped, uint32_t region_id = 0)
     {
         if (!b)
             return;
@@ -215,7 +217,7 @@ private:
         if (path.compare(0, 9, "manifest.") == 0)
             path.erase(0, 9);
         blobs.push_back(BlobRef{std::move(name), std::move(path), b->offset(), b->length(), sha ? sha->data() : nullptr,
-                                count_of(sha), at(b), data_out, size_out, memory_offset});
+                                count_of(sha), at(b), data_out, size_out, memory_offset, region_id});
     }
 
     // ------------------------------------------------------------- program
@@ -341,7 +343,7 @@ private:
                 bad(here.field("size"), r, "the regions' data adds up to more than 2^64 bytes");
             regions.push_back(RegionOut{r->region_id(), r->element_size(), r->size(), has, memory_offset});
             blob(data, "region " + std::to_string(r->region_id()) + " initial data", here.field("data"),
-                 &regions.back().data, &regions.back().data_size, memory_offset);
+                 &regions.back().data, &regions.back().data_size, memory_offset, r->region_id());
         }
 
         reserve(ops_, 4, root, p);
@@ -1168,18 +1170,23 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
     ManifestDecoder dec(manifest, msize);
     dec.decode(prog);
     dec.module_blobs();
-    WrpkBundle out;
-    if (options.defer_region_checksums) {
-        std::vector<uint32_t> mesh;
-        for (uint32_t i = 0; i < count_of(prog->meshes()); i++) {
-            const fbs::Mesh* me = prog->meshes()->Get(i);
-            mesh.insert(mesh.end(), {me->points_region_id(), me->indices_region_id(), me->velocities_region_id()});
-        }
-        for (BlobRef& b : dec.blobs)
-            for (const RegionOut& r : dec.regions)
-                if (b.data_out == &r.data)
-                    b.deferrable = std::find(mesh.begin(), mesh.end(), r.id) == mesh.end();
+    // The regions of meshes, sorted: always verified first and copied, never mapped (see below).
+    std::vector<uint32_t> mesh_indices, mesh_regions;
+    for (uint32_t i = 0; i < count_of(prog->meshes()); i++) {
+        const fbs::Mesh* me = prog->meshes()->Get(i);
+        mesh_indices.push_back(me->indices_region_id());
+        mesh_regions.insert(mesh_regions.end(), {me->points_region_id(), me->indices_region_id(),
+                                                 me->velocities_region_id()});
     }
+    std::sort(mesh_indices.begin(), mesh_indices.end());
+    std::sort(mesh_regions.begin(), mesh_regions.end());
+    auto listed = [](const std::vector<uint32_t>& sorted_ids, uint32_t id) {
+        return std::binary_search(sorted_ids.begin(), sorted_ids.end(), id);
+    };
+    WrpkBundle out;
+    if (options.defer_region_checksums)
+        for (BlobRef& b : dec.blobs)
+            b.deferrable = b.region_id != 0 && !listed(mesh_regions, b.region_id);
     check_blobs(dec.blobs, data, boff, bsize, header.version, options.verify_checksums,
                 options.defer_region_checksums ? &out.deferred : nullptr);
 
@@ -1205,16 +1212,6 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
     // Mesh regions are always copied, never mapped: the validator checks the triangle indices
     // in the image, and a private copy keeps what Warp loads equal to what was checked even if
     // the file is written meanwhile (a mapping would show the writes).
-    std::vector<uint32_t> mesh_indices, mesh_regions;
-    for (uint32_t i = 0; i < count_of(prog->meshes()); i++) {
-        const fbs::Mesh* me = prog->meshes()->Get(i);
-        mesh_indices.push_back(me->indices_region_id());
-        mesh_regions.insert(mesh_regions.end(), {me->points_region_id(), me->indices_region_id(),
-                                                 me->velocities_region_id()});
-    }
-    auto listed = [](const std::vector<uint32_t>& ids, uint32_t id) {
-        return std::find(ids.begin(), ids.end(), id) != ids.end();
-    };
     std::vector<char> copied(dec.regions.size()), mappable(dec.regions.size());
     for (size_t i = 0; i < dec.regions.size(); i++) {
         const RegionOut& r = dec.regions[i];
