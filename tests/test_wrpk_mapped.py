@@ -361,3 +361,22 @@ def test_altered_large_region_is_refused_after_a_parallel_check(bundles, tmp_pat
     assert subprocess.run([str(replayer), str(bad), "--list"], capture_output=True, timeout=60).returncode == 0
     assert subprocess.run([str(replayer), str(bad), "--list", "--verify"], capture_output=True,
                           timeout=60).returncode == 3
+
+
+def test_wrp_convert_writes_either_container_version(bundles, tmp_path):
+    """`wrp convert` writes version 2; `--container-version 1` the previous layout, byte for byte as the builder."""
+    wrp = Path(sys.executable).parent / "wrp"
+
+    def convert(*args):
+        return subprocess.run([str(wrp), "convert", str(bundles["wrp"]), *map(str, args), "-q"], capture_output=True,
+                              text=True, timeout=300)
+
+    assert convert(tmp_path / "v2.wrpk").returncode == 0
+    assert convert(tmp_path / "v1.wrpk", "--container-version", "1").returncode == 0
+    assert (tmp_path / "v2.wrpk").read_bytes() == bundles["v2"].read_bytes()
+    assert (tmp_path / "v1.wrpk").read_bytes() == bundles["v1"].read_bytes()
+    assert blobs.read_header((tmp_path / "v1.wrpk").read_bytes()).container_version == 1
+    res = convert(tmp_path / "x.wrp", "--container-version", "1")  # not a bundle: a usage error, nothing written
+    assert res.returncode == 2 and "applies to a .wrpk output" in res.stdout + res.stderr
+    assert not (tmp_path / "x.wrp").exists()
+    assert convert(tmp_path / "v3.wrpk", "--container-version", "3").returncode == 2
