@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-import os
 import subprocess
 import sys
 import threading
@@ -277,24 +276,19 @@ def test_python_image_maps_the_bundle_pages(bundles):
 
 
 def _tree_anon(pid: int) -> int:
-    """RssAnon + RssShmem of ``pid`` and its descendants, in bytes (0 for what has exited)."""
-    total, todo, seen = 0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        try:
-            with open(f"/proc/{p}/status") as f:
-                for line in f:
-                    if line.startswith(("RssAnon:", "RssShmem:")):
-                        total += int(line.split()[1]) * 1024
-            for t in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{t}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return total
+    """RssAnon + RssShmem of ``pid`` and its descendants, in bytes: bench/bench_scale.py's own sampler."""
+    import importlib.util  # noqa: PLC0415
+
+    global _bench
+    if _bench is None:
+        spec = importlib.util.spec_from_file_location("bench_scale", ROOT / "bench" / "bench_scale.py")
+        _bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_bench)
+    return _bench._tree_memory(pid)
+
+
+_bench = None
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _peak_anon(cmd: list, interval: float = 0.002) -> tuple:
