@@ -7,9 +7,10 @@ allow), made with stock ``wp.capture_save`` and bundled with ``wrp convert``:
 * wall seconds and peak memory summed over the process tree (anonymous plus
   shared memory of every process, sampled from ``/proc`` every 10 ms) of
   ``cat``, stock ``capture_load`` + ``capture_launch``, ``wrp-replay`` (.wrp,
-  .wrpk, ``--list``), ``wrpkit.load().run()``, ``wrp replay`` on both engines
-  (.wrp and .wrpk) and ``wrp inspect``; each as a ratio to ``wrp-replay
-  big.wrp`` (wall) and to the capture's data (memory);
+  .wrpk, a container-version-1 .wrpk, ``--list``), ``wrpkit.load().run()`` (.wrp
+  and .wrpk), ``wrp replay`` on both engines (.wrp and .wrpk) and ``wrp inspect``;
+  each as a ratio to ``wrp-replay big.wrp`` (wall) and to the capture's data
+  (memory); ``--reps N`` runs every row N times, interleaved, and shows medians;
 * the slope of each row (seconds per GiB, least squares over the sizes);
 * ``Program.run()`` with its default outputs against ``launch()`` plus reading
   the outputs, in one process;
@@ -19,6 +20,7 @@ allow), made with stock ``wp.capture_save`` and bundled with ``wrp convert``:
 Usage::
 
     python bench/bench_scale.py [--sizes 256,1024] [--dir /tmp/wrpkit-scale] [--threads-runs 400]
+                                [--reps 3] [--only "wrp-replay,wrp replay"]
 
 Nothing here asserts on timings; the tests never time anything.
 """
@@ -69,6 +71,15 @@ wp.capture_launch(g)
 LOAD_RUN = r"""
 import sys, wrpkit
 wrpkit.load(sys.argv[1]).run()
+"""
+
+# The previous bundle layout (container version 1: every blob 64-byte aligned), for comparison.
+CONVERT_V1 = r"""
+import sys
+from wrpkit.formats.container import open_capture
+from wrpkit.formats.wrpk import builder
+with open_capture(sys.argv[1]) as cap:
+    builder.write_wrpk(sys.argv[2], cap.program, cap.module_files(), container_version=1, durable=False)
 """
 
 RUN_VS_LAUNCH = r"""
@@ -171,7 +182,7 @@ def _exe(name: str) -> str:
     return str(p) if p.exists() else shutil.which(name) or name
 
 
-def rows_for(wrp: Path, wrpk: Path) -> list:
+def rows_for(wrp: Path, wrpk: Path, wrpk_v1: Path) -> list:
     """``[(label, command)]`` of the measured commands."""
     wrp_cmd, native = _exe("wrp"), _exe("wrp-replay")
     return [
@@ -179,6 +190,8 @@ def rows_for(wrp: Path, wrpk: Path) -> list:
         ("stock capture_load + capture_launch", [PY, "-c", STOCK, str(wrp)]),
         ("wrp-replay big.wrp", [native, str(wrp)]),
         ("wrp-replay big.wrpk", [native, str(wrpk)]),
+        ("wrp-replay big.wrpk (container v1)", [native, str(wrpk_v1)]),
+        ("wrpkit.load(.wrpk).run()", [PY, "-c", LOAD_RUN, str(wrpk)]),
         ("wrp-replay big.wrpk --list", [native, str(wrpk), "--list"]),
         ("wrp-replay big.wrpk --list --verify", [native, str(wrpk), "--list", "--verify"]),
         ("wrpkit.load(.wrp).run()", [PY, "-c", LOAD_RUN, str(wrp)]),
@@ -232,28 +245,42 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "wrpkit-scale")
     ap.add_argument("--threads-runs", type=int, default=400)
     ap.add_argument("--run-reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=1,
+                    help="rounds of every row, interleaved; the table shows each row's median round")
+    ap.add_argument("--only", default="", help="comma-separated substrings: measure only rows whose label has one "
+                                               "(wrp-replay big.wrp always runs: it is the base)")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
     table = {}
     for mib in sizes:
-        wrp, wrpk = a.dir / f"big{mib}.wrp", a.dir / f"big{mib}.wrpk"
+        wrp, wrpk, wrpk_v1 = a.dir / f"big{mib}.wrp", a.dir / f"big{mib}.wrpk", a.dir / f"big{mib}_v1.wrpk"
         if not wrp.exists():
             make_capture(wrp, mib)
         if not wrpk.exists():
             subprocess.run([_exe("wrp"), "convert", str(wrp), str(wrpk)], check=True, capture_output=True)
-        rows = rows_for(wrp, wrpk)
+        if not wrpk_v1.exists():
+            subprocess.run([PY, "-c", CONVERT_V1, str(wrp), str(wrpk_v1)], check=True, capture_output=True)
+        rows = rows_for(wrp, wrpk, wrpk_v1)
+        if a.only:
+            keep = [w for w in a.only.split(",") if w]
+            rows = [r for r in rows if r[0] == "wrp-replay big.wrp" or any(w in r[0] for w in keep)]
         for _, cmd in rows:  # warm the page cache and the kernel cache; not measured
             if "cat" in cmd[-1] or cmd[0] == "sh":
                 measure(cmd)
-        measure(rows[2][1])
-        table[mib] = {label: measure(cmd) for label, cmd in rows}
+        measure([_exe("wrp-replay"), str(wrp)])
+        rounds = [{label: measure(cmd) for label, cmd in rows} for _ in range(a.reps)]  # interleaved
+        table[mib] = {label: (statistics.median(r[label][0] for r in rounds),
+                              statistics.median(r[label][1] for r in rounds)) for label, _ in rows}
+        print(f"\n(load average {os.getloadavg()[0]:.1f}, {a.reps} interleaved round(s), medians)")
         data = mib << 20
         base = table[mib]["wrp-replay big.wrp"][0]
         print(f"\n== {mib} MiB of data ({wrp.stat().st_size} bytes .wrp)")
         print(f"{'command':40s} {'wall s':>8s} {'x wrp-replay':>12s} {'memory MiB':>10s} {'x data':>7s}")
         for label, (wall, mem) in table[mib].items():
             print(f"{label:40s} {wall:8.3f} {wall / base:12.2f} {mem / (1 << 20):10.1f} {mem / data:7.2f}")
+        if a.only:
+            continue
         out = subprocess.run([PY, "-c", RUN_VS_LAUNCH, str(wrp), str(a.run_reps)], capture_output=True, text=True,
                              check=True)
         rv = json.loads(out.stdout.strip().splitlines()[-1])
@@ -267,6 +294,8 @@ def main() -> None:
         for label in table[sizes[0]]:
             ys = [table[s][label][0] for s in sizes]
             print(f"  {label:40s} {_slope(gib, ys):8.3f} s/GiB  {ys[-1] / ys[0]:6.2f}x for {sizes[-1] / sizes[0]:.0f}x")
+    if a.only:
+        return
     small = a.dir / "small1.wrp"  # a short replay (1 MiB): the lock's hand-over is what is measured
     if not small.exists():
         make_capture(small, 1)

@@ -188,7 +188,7 @@ def test_write_wrpk_and_open_capture(tmp_path, wrp_inputs):
 def test_layout(synthetic):
     prog, files, b = synthetic
     h = _header(b)
-    assert h["magic"] == b"WRPK\r\n\x1a\n" and h["version"] == 1 and h["flags"] == 0
+    assert h["magic"] == b"WRPK\r\n\x1a\n" and h["version"] == tables.CONTAINER_VERSION == 2 and h["flags"] == 0
     assert h["moff"] == 128 and h["boff"] == -(-(128 + h["msize"]) // 64) * 64
     assert h["boff"] + h["bsize"] == len(b)
     assert h["sha"] == hashlib.sha256(b[128:128 + h["msize"]]).digest()
@@ -605,8 +605,8 @@ def test_truncation_and_trailing_bytes(synthetic):
 def test_version_and_identity_errors(synthetic):
     _, _, b = synthetic
     t = bytearray(b)
-    t[8:12] = struct.pack("<I", 2)
-    with pytest.raises(WrpVersionError, match="container version 2"):
+    t[8:12] = struct.pack("<I", 3)
+    with pytest.raises(WrpVersionError, match="container version 3"):
         reader.decode_wrpk(t)
     with pytest.raises(WrpFormatError, match="WRP1"):
         reader.decode_wrpk(b"WRP1" + bytes(200))
@@ -853,9 +853,12 @@ def test_a_long_step_loop_is_within_the_entry_bound(wrp_inputs):
 
 
 def test_expansion_limit_matches_wrp_replays():
+    """wrp-replay reads the limits from native/src/wrpk_layout.h, generated from tables.py (see below)."""
     assert (tables.EXPANSION_FLOOR, tables.EXPANSION_FACTOR) == (64 << 20, 64)
-    src = (Path(__file__).resolve().parents[1] / "native" / "src" / "wrpk_reader.cpp").read_text()
-    assert "kExpansionFactor = 64;" in src and "kExpansionFloor = uint64_t(64) << 20;" in src
+    native = Path(__file__).resolve().parents[1] / "native" / "src"
+    header = (native / "wrpk_layout.h").read_text()
+    assert "kExpansionFactor = 64;" in header and f"kExpansionFloor = {64 << 20};" in header
+    assert '#include "wrpk_layout.h"' in (native / "wrpk_reader.cpp").read_text()
 
 
 def test_write_wrpk_writes_exactly_the_encoded_bytes(wrp_inputs, tmp_path):
@@ -887,6 +890,14 @@ def test_schema_tables_are_generated_from_the_schema():
     schema = (root / "schema" / "wrp.fbs").read_text()
     assert gen.render(schema) == (root / "wrpkit" / "formats" / "wrpk" / "schema_tables.py").read_text(), \
         "run: python tools/gen_wrpk_tables.py"
+    # The C++ reader's header layout and blob-area constants come from tables.py the same way.
+    assert gen.render_header() == (root / "native" / "src" / "wrpk_layout.h").read_text(), \
+        "run: python tools/gen_wrpk_tables.py"
+    for name, value in [("kHeaderSize", tables.HEADER_SIZE), ("kAlign", tables.ALIGN), ("kMapAlign", tables.MAP_ALIGN),
+                        ("kMapMinBlob", tables.MAP_MIN_BLOB), ("kContainerVersion", tables.CONTAINER_VERSION)]:
+        assert f"{name} = {value};" in gen.render_header()
+    for name, off, size in tables.HEADER_FIELDS:
+        assert f'{{"header.{name}", {off}, {size}}}' in gen.render_header()
     # The generator reads the schema: a new field shows up in its slot, with its kind and default.
     grown = schema.replace("table Binding {", "table Binding {\n  weight:double = 0.5;", 1)
     ns: dict = {}

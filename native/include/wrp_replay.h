@@ -281,7 +281,9 @@ WRP_API wrp_status wrp_program_open(const char* path, const wrp_options* opts, w
 /* Open a program from memory: the bytes of the .wrp and the module files the
  * graph names, or the bytes of a .wrpk (whose own module binaries are used;
  * `modules` then only supplies a binary the bundle does not carry).  Buffers
- * are only read during the call (the library copies what it keeps).
+ * are only read during the call (the library copies what it keeps).  A .wrpk
+ * held in one MAP_SHARED mapping of its file (as wrp_program_open maps it) has
+ * its region data pages mapped, not copied, into the image Warp loads from.
  * Entries the graph does not use are ignored. */
 WRP_API wrp_status wrp_program_open_memory(
     const void* wrp_data,

@@ -2,6 +2,8 @@
 #include "mapped_file.h"
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -92,7 +94,9 @@ MappedFile MappedFile::map_fd(int fd, const std::string& display, uint64_t max_b
              static_cast<unsigned long long>(st.st_size), static_cast<unsigned long long>(max_bytes));
     }
     size_t size = static_cast<size_t>(st.st_size);
-    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    // MAP_SHARED (read-only, so no different for reading): a .wrpk image can then map
+    // these pages a second time (mremap in wrpk_reader.cpp) instead of copying them.
+    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     int err = errno;
     close(fd);  // the mapping keeps the file alive
     if (p == MAP_FAILED && (err == ENOMEM || err == EAGAIN))  // the file is fine: the address space is not
@@ -132,6 +136,32 @@ int open_directory(const std::string& path, const char* what, const std::string&
     if (err == ENOTDIR)
         fail(WRP_ERR_INVALID_FILE, "%s %s is not a directory. %s", what, path.c_str(), fix.c_str());
     fail(WRP_ERR_INVALID_FILE, "cannot open %s %s: %s. %s", what, path.c_str(), std::strerror(err), fix.c_str());
+}
+
+bool is_shared_mapping(const void* data, size_t size)
+{
+    // /proc/self/maps: "start-end perms offset dev inode path", perms like "r--s".
+    FILE* maps = std::fopen("/proc/self/maps", "re");
+    if (!maps)
+        return false;
+    uintptr_t begin = reinterpret_cast<uintptr_t>(data), end = begin + size;
+    bool shared = false;
+    char line[512];
+    while (std::fgets(line, sizeof line, maps)) {
+        uintptr_t lo = 0, hi = 0;
+        char perms[5] = {};
+        if (std::sscanf(line, "%" SCNxPTR "-%" SCNxPTR " %4s", &lo, &hi, perms) != 3)
+            continue;
+        if (lo <= begin && begin < hi) {
+            shared = perms[3] == 's' && end <= hi && end >= begin;
+            break;
+        }
+        if (!std::strchr(line, '\n'))  // a long path: skip the rest of this line
+            for (int c = std::fgetc(maps); c != EOF && c != '\n'; c = std::fgetc(maps)) {
+            }
+    }
+    std::fclose(maps);
+    return shared;
 }
 
 }  // namespace wrp

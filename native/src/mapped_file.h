@@ -42,6 +42,10 @@ private:
     size_t size_ = 0;
 };
 
+// True when [data, data + size) lies in one MAP_SHARED mapping (from /proc/self/maps): a
+// caller's buffer whose pages a .wrpk's WRP1 image may map rather than copy.
+bool is_shared_mapping(const void* data, size_t size);
+
 // "a directory", "a FIFO", ... for a st_mode that is not a regular file's.
 const char* file_kind(unsigned mode);
 

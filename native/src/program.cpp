@@ -25,7 +25,10 @@
 #include <cctype>
 #include <fstream>
 #include <cstring>
+#include <exception>
 #include <mutex>
+#include <system_error>
+#include <thread>
 
 #include <sys/stat.h>
 
@@ -139,7 +142,8 @@ std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenO
 {
     MappedFile file = MappedFile::open(path, opts.limits.max_file_bytes, "file", /*follow=*/true);
     if (is_wrpk(file.data(), file.size()))
-        return open_bundle(file.data(), file.size(), nullptr, 0, opts);  // `file` outlives Warp's loads
+        // `file` (a MAP_SHARED mapping) outlives Warp's load; the image maps its region data pages.
+        return open_bundle(file.data(), file.size(), nullptr, 0, opts, /*map_source_pages=*/true);
     std::unique_ptr<Program> p(new Program(opts));
     p->graph_ = validate_wrp1(file.data(), file.size(), opts.limits);
     p->describe_bindings();
@@ -155,8 +159,8 @@ std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenO
 std::unique_ptr<Program> Program::open_memory(const uint8_t* data, size_t size, const wrp_module_bytes* modules,
                                               size_t num_modules, const OpenOptions& opts)
 {
-    if (is_wrpk(data, size))
-        return open_bundle(data, size, modules, num_modules, opts);
+    if (is_wrpk(data, size))  // a caller that mapped its file shared gets its pages mapped, not copied
+        return open_bundle(data, size, modules, num_modules, opts, is_shared_mapping(data, size));
     std::unique_ptr<Program> p(new Program(opts));
     p->graph_ = validate_wrp1(data, size, opts.limits);
     p->describe_bindings();
@@ -166,7 +170,7 @@ std::unique_ptr<Program> Program::open_memory(const uint8_t* data, size_t size, 
 }
 
 std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, const wrp_module_bytes* extra,
-                                              size_t num_extra, const OpenOptions& opts)
+                                              size_t num_extra, const OpenOptions& opts, bool map_source_pages)
 {
     if (size > opts.limits.max_file_bytes)
         fail(WRP_ERR_INVALID_FILE, "file is %zu bytes, larger than the limit of %llu bytes", size,
@@ -175,6 +179,9 @@ std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, 
     wo.verify_checksums = opts.verify_checksums;
     wo.max_image_bytes = opts.limits.max_file_bytes;
     wo.copy_region_data = !opts.validate_only;
+    wo.map_source_pages = map_source_pages;
+    // Region data is hashed while Warp loads it (below); a listing hashes everything first.
+    wo.defer_region_checksums = opts.verify_checksums && !opts.validate_only;
     WrpkBundle bundle = decode_wrpk(data, size, wo);
 
     std::unique_ptr<Program> p(new Program(opts));
@@ -186,8 +193,42 @@ std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, 
     std::vector<ModuleImage> images = select_bundle_modules(bundle.modules, extra, num_extra, p->graph_,
                                                             !opts.skip_checks);
     p->bundle_verified_ = opts.verify_checksums && num_extra == 0;  // every blob's SHA-256 was checked
-    p->start(bundle.image.get(), bundle.image_size, images);
+    start_verifying(*p, bundle, images);
     return p;
+}
+
+void Program::start_verifying(Program& p, WrpkBundle& bundle, const std::vector<ModuleImage>& images)
+{
+    // The deferred region checksums (no validation reads those regions) are verified on a
+    // second thread while Warp copies the same bytes out of the image, so that hashing costs
+    // no wall time where a core is free; the program is returned only if all of them match
+    // (WRPK-FORMAT.md step 6), and on a mismatch it is released with its graph.
+    std::exception_ptr hash_error, load_error;
+    std::thread hasher;
+    if (!bundle.deferred.empty()) {
+        try {
+            hasher = std::thread([&bundle, &hash_error] {
+                try {
+                    verify_checksums(bundle.deferred);
+                } catch (...) {
+                    hash_error = std::current_exception();
+                }
+            });
+        } catch (const std::system_error&) {
+            verify_checksums(bundle.deferred);  // no thread to spare: verify first
+        }
+    }
+    try {
+        p.start(bundle.image.get(), bundle.image_size, images);
+    } catch (...) {
+        load_error = std::current_exception();
+    }
+    if (hasher.joinable())
+        hasher.join();
+    if (hash_error)  // altered data explains a failed load better than the load's own error
+        std::rethrow_exception(hash_error);
+    if (load_error)
+        std::rethrow_exception(load_error);
 }
 
 namespace {

@@ -18,6 +18,7 @@
 namespace wrp {
 
 class WarpRuntime;
+struct WrpkBundle;
 
 // Options after defaults are applied (see wrp_options in wrp_replay.h).
 struct OpenOptions {
@@ -74,9 +75,13 @@ public:
 
 private:
     explicit Program(const OpenOptions& opts);
-    // A .wrpk held in `data` (a mapping or the caller's buffer).
+    // A .wrpk held in `data` (a mapping or the caller's buffer).  `map_source_pages`: `data` is
+    // a MAP_SHARED mapping of the file, whose region data pages the WRP1 image may map.
     static std::unique_ptr<Program> open_bundle(const uint8_t* data, size_t size, const wrp_module_bytes* extra,
-                                                size_t num_extra, const OpenOptions& opts);
+                                                size_t num_extra, const OpenOptions& opts,
+                                                bool map_source_pages = false);
+    // start() on a bundle's image while its deferred region checksums are verified.
+    static void start_verifying(Program& p, WrpkBundle& bundle, const std::vector<ModuleImage>& images);
     void describe_bindings();
     void describe_crash_context(const std::vector<ModuleImage>& modules);
     void start(const uint8_t* image, size_t size, const std::vector<ModuleImage>& modules);

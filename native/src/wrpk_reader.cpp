@@ -9,12 +9,16 @@
 #include <cstdarg>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "byte_reader.h"
 #include "checked_math.h"
 #include "error.h"
 #include "sha256.h"
 #include "wrp1_model.h"
 #include "wrp_generated.h"
+#include "wrpk_layout.h"
 
 namespace wrp {
 
@@ -28,12 +32,8 @@ namespace fbs = wrpkit::formats::fbs;
 using flatbuffers::Offset;
 using flatbuffers::Vector;
 
-constexpr uint8_t kMagic[8] = {'W', 'R', 'P', 'K', '\r', '\n', 0x1a, '\n'};
-constexpr uint32_t kContainerVersion = 1;
-constexpr uint64_t kHeaderSize = 128;
-constexpr uint64_t kAlign = 64;
-constexpr uint64_t kMaxManifest = (uint64_t(1) << 31) - 8;  // FlatBuffers offsets are 32-bit
-constexpr uint32_t kMaxBodyDepth = 64;                      // IF/WHILE nesting, as wrpkit and Warp
+// The header's layout, the tiling rules and the limits (generated from wrpkit/formats/wrpk/tables.py).
+using namespace wrpk_layout;
 // The Verifier's depth counts tables: Program, then per nesting level an
 // Operation and its If/While, then the innermost op's table.
 constexpr uint32_t kVerifierMaxDepth = 2 * kMaxBodyDepth + 4;
@@ -41,9 +41,8 @@ constexpr uint32_t kVerifierMaxDepth = 2 * kMaxBodyDepth + 4;
 // can be larger than the manifest (wrpkit shares identical value vectors).
 // A hostile manifest that references one big vector from many tables must
 // not turn a small file into a huge allocation: the records (metadata and
-// ops, not region data) may be at most this much larger than the manifest.
-constexpr uint64_t kExpansionFactor = 64;
-constexpr uint64_t kExpansionFloor = uint64_t(64) << 20;
+// ops, not region data) may be at most kExpansionFloor + kExpansionFactor
+// times the manifest's size (wrpk_layout.h).
 
 constexpr uint64_t align64(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
@@ -121,6 +120,9 @@ private:
 
 uint64_t str_bytes(const flatbuffers::String* s) { return 4 + (s ? s->size() : 0); }
 
+// BlobRef::memory_offset of a blob that is not region data.
+constexpr uint64_t kNotMapped = ~uint64_t(0);
+
 struct BlobRef {
     std::string name;  // "region 3 initial data"
     std::string path;  // "regions[2].data"
@@ -131,6 +133,12 @@ struct BlobRef {
     uint64_t at;  // bundle offset of the Blob table
     const uint8_t** data_out;
     size_t* size_out;
+    // Region data: its offset in the WRP1 MEMORY section (the version-2 tiling rule); else kNotMapped.
+    uint64_t memory_offset;
+    // Region data: the region's id (0 for a module's blob).
+    uint32_t region_id;
+    // Region data that no validation reads (not a mesh's): its checksum may be verified while Warp loads.
+    bool deferrable = false;
 };
 
 struct RegionOut {
@@ -138,6 +146,7 @@ struct RegionOut {
     uint32_t element_size;
     uint64_t size;
     bool has_data;
+    uint64_t memory_offset;  // of its data (if any) in the WRP1 MEMORY section
     const uint8_t* data = nullptr;
     size_t data_size = 0;
 };
@@ -198,7 +207,8 @@ private:
             bad(where.field(name), table, "boolean must be 0 or 1, found %u", v);
     }
 
-    void blob(const fbs::Blob* b, std::string name, const Path& where, const uint8_t** data_out, size_t* size_out)
+    void blob(const fbs::Blob* b, std::string name, const Path& where, const uint8_t** data_out, size_t* size_out,
+              uint64_t memory_offset = kNotMapped, uint32_t region_id = 0)
     {
         if (!b)
             return;
@@ -207,7 +217,7 @@ private:
         if (path.compare(0, 9, "manifest.") == 0)
             path.erase(0, 9);
         blobs.push_back(BlobRef{std::move(name), std::move(path), b->offset(), b->length(), sha ? sha->data() : nullptr,
-                                count_of(sha), at(b), data_out, size_out});
+                                count_of(sha), at(b), data_out, size_out, memory_offset, region_id});
     }
 
     // ------------------------------------------------------------- program
@@ -310,6 +320,7 @@ private:
         // Blob references hold pointers into `regions`, which therefore must never move.
         regions.reserve(count_of(p->regions()));
         uint32_t last = 0;
+        uint64_t memory_pos = 4;  // in the WRP1 MEMORY section: the region count, then records and data
         for (uint32_t i = 0; i < count_of(p->regions()); i++) {
             const fbs::Region* r = p->regions()->Get(i);
             Path here = rp.at(i);
@@ -327,9 +338,12 @@ private:
             if (data && data->length() != r->size())
                 bad(here.field("data"), data, "region %u data blob is %llu bytes, the region %llu", r->region_id(),
                     static_cast<unsigned long long>(data->length()), static_cast<unsigned long long>(r->size()));
-            regions.push_back(RegionOut{r->region_id(), r->element_size(), r->size(), has});
+            uint64_t memory_offset = 0;
+            if (!add_ok(memory_pos, 24, &memory_offset) || !add_ok(memory_offset, has ? r->size() : 0, &memory_pos))
+                bad(here.field("size"), r, "the regions' data adds up to more than 2^64 bytes");
+            regions.push_back(RegionOut{r->region_id(), r->element_size(), r->size(), has, memory_offset});
             blob(data, "region " + std::to_string(r->region_id()) + " initial data", here.field("data"),
-                 &regions.back().data, &regions.back().data_size);
+                 &regions.back().data, &regions.back().data_size, memory_offset, r->region_id());
         }
 
         reserve(ops_, 4, root, p);
@@ -806,59 +820,113 @@ private:
     const FormatLayout* layout_ = nullptr;  // the program's format (set first thing in program())
 };
 
-void check_header(const uint8_t* data, size_t size, uint64_t* manifest_size, uint64_t* blob_off, uint64_t* blob_size)
+struct HeaderValues {
+    uint32_t version;
+    uint64_t manifest_size;
+    uint64_t blob_off;
+    uint64_t blob_size;
+};
+
+template <typename T> T header_field(const uint8_t* data, const HeaderField& f)
 {
+    static_assert(sizeof(T) <= 8, "header fields read as integers are at most 8 bytes");
+    return load<T>(data + f.offset);
+}
+
+bool known_version(uint32_t v)
+{
+    for (uint32_t k : kContainerVersions)
+        if (k == v)
+            return true;
+    return false;
+}
+
+HeaderValues check_header(const uint8_t* data, size_t size)
+{
+    static_assert(kHeaderReserved.offset + kHeaderReserved.size == kHeaderSize, "the header's fields fill it");
     if (size < kHeaderSize)
-        fail_invalid_at("header", 0, "file is %zu bytes, too small for the 128-byte WRPK header; the file is truncated "
-                        "or is not a .wrpk bundle", size);
-    if (std::memcmp(data, kMagic, 8) != 0) {
+        fail_invalid_at("header", 0, "file is %zu bytes, too small for the %llu-byte WRPK header; the file is "
+                        "truncated or is not a .wrpk bundle", size, static_cast<unsigned long long>(kHeaderSize));
+    if (std::memcmp(data + kHeaderMagic.offset, kMagic, kHeaderMagic.size) != 0) {
         bool text_mode = std::memcmp(data, "WRPK", 4) == 0;
-        fail_invalid_at("header.magic", 0, "bad magic %s, expected \"WRPK\\r\\n\\x1a\\n\": %s%s",
+        fail_invalid_at(kHeaderMagic.name, kHeaderMagic.offset, "bad magic %s, expected \"WRPK\\r\\n\\x1a\\n\": %s%s",
                         quoted(std::string(reinterpret_cast<const char*>(data), 8)).c_str(),
                         std::memcmp(data, "WRP1", 4) == 0 ? "a WRP1 .wrp capture" : "not a .wrpk bundle",
                         text_mode ? " (a mangled line-ending guard means a text-mode transfer: copy the file in binary "
                                     "mode)" : "");
     }
-    uint32_t version = load<uint32_t>(data + 8);
-    if (version != kContainerVersion)
-        fail_invalid_at("header.container_version", 8,
-                        "container version %u is not supported (this build reads %u); rebuild the bundle with this "
-                        "wrpkit", version, kContainerVersion);
-    if (uint32_t flags = load<uint32_t>(data + 12))
-        fail_invalid_at("header.flags", 12, "flags must be 0, found 0x%x", flags);
-    for (int i = 80; i < 128; i++)
-        if (data[i])
-            fail_invalid_at("header.reserved", 80, "reserved bytes must be zero");
-    uint64_t moff = load<uint64_t>(data + 16), msize = load<uint64_t>(data + 24);
-    uint64_t boff = load<uint64_t>(data + 32), bsize = load<uint64_t>(data + 40);
+    HeaderValues h;
+    h.version = header_field<uint32_t>(data, kHeaderContainerVersion);
+    if (!known_version(h.version)) {
+        std::string known;
+        for (uint32_t k : kContainerVersions)
+            known += (known.empty() ? "" : " and ") + std::to_string(k);
+        fail_invalid_at(kHeaderContainerVersion.name, kHeaderContainerVersion.offset,
+                        "container version %u is not supported (this build reads %s); rebuild the bundle with this "
+                        "wrpkit", h.version, known.c_str());
+    }
+    if (uint32_t flags = header_field<uint32_t>(data, kHeaderFlags))
+        fail_invalid_at(kHeaderFlags.name, kHeaderFlags.offset, "flags must be 0, found 0x%x", flags);
+    for (uint32_t i = 0; i < kHeaderReserved.size; i++)
+        if (data[kHeaderReserved.offset + i])
+            fail_invalid_at(kHeaderReserved.name, kHeaderReserved.offset, "reserved bytes must be zero");
+    uint64_t moff = header_field<uint64_t>(data, kHeaderManifestOffset);
+    uint64_t msize = header_field<uint64_t>(data, kHeaderManifestSize);
+    uint64_t boff = header_field<uint64_t>(data, kHeaderBlobAreaOffset);
+    uint64_t bsize = header_field<uint64_t>(data, kHeaderBlobAreaSize);
     if (moff != kHeaderSize)
-        fail_invalid_at("header.manifest_offset", 16, "manifest must start at byte 128, found %llu",
+        fail_invalid_at(kHeaderManifestOffset.name, kHeaderManifestOffset.offset,
+                        "manifest must start at byte %llu, found %llu", static_cast<unsigned long long>(kHeaderSize),
                         static_cast<unsigned long long>(moff));
     if (msize < 8 || msize > kMaxManifest)
-        fail_invalid_at("header.manifest_size", 24, "manifest size %llu is not between 8 bytes and 2 GiB",
-                        static_cast<unsigned long long>(msize));
+        fail_invalid_at(kHeaderManifestSize.name, kHeaderManifestSize.offset,
+                        "manifest size %llu is not between 8 bytes and 2 GiB", static_cast<unsigned long long>(msize));
     uint64_t expect = align64(kHeaderSize + msize);
     if (boff != expect)
-        fail_invalid_at("header.blob_area_offset", 32,
-                        "blob area must start at byte %llu (the manifest's end rounded up to 64), found %llu",
-                        static_cast<unsigned long long>(expect), static_cast<unsigned long long>(boff));
+        fail_invalid_at(kHeaderBlobAreaOffset.name, kHeaderBlobAreaOffset.offset,
+                        "blob area must start at byte %llu (the manifest's end rounded up to %llu), found %llu",
+                        static_cast<unsigned long long>(expect), static_cast<unsigned long long>(kAlign),
+                        static_cast<unsigned long long>(boff));
     if (boff > size || bsize != size - boff) {
         bool truncated = boff > size || bsize > size - boff;
-        fail_invalid_at("header.blob_area_size", 40,
+        fail_invalid_at(kHeaderBlobAreaSize.name, kHeaderBlobAreaSize.offset,
                         "file is %zu bytes but its header describes %s bytes (%s); the file is truncated or is not a "
                         ".wrpk bundle",
                         size, bsize > UINT64_MAX - boff ? "more than 2^64" : std::to_string(boff + bsize).c_str(),
                         truncated ? "truncated" : "trailing bytes");
     }
-    *manifest_size = msize;
-    *blob_off = boff;
-    *blob_size = bsize;
+    h.manifest_size = msize;
+    h.blob_off = boff;
+    h.blob_size = bsize;
+    return h;
 }
 
-void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff, uint64_t bsize, bool verify)
+// Where the tiling rule puts a blob of `length` bytes after a blob ending at `end`
+// (wrpkit.formats.wrpk.tables.place_blob).  `memory_offset`: for region data, its
+// offset in the WRP1 MEMORY section, else kNotMapped.  Returns false on overflow.
+
+bool place_blob(uint64_t end, uint64_t length, uint64_t memory_offset, uint32_t version, uint64_t* out)
+{
+    if (version >= kMapFromVersion && memory_offset != kNotMapped && length >= kMapMinBlob) {
+        static_assert(kMapAlign && (kMapAlign & (kMapAlign - 1)) == 0, "kMapAlign is a power of two");
+        uint64_t pad = (memory_offset - end) & (kMapAlign - 1);  // (memory_offset - end) mod kMapAlign
+        return add_ok(end, pad, out);
+    }
+    if (end > UINT64_MAX - (kAlign - 1))
+        return false;
+    *out = align64(end);
+    return true;
+}
+
+// Step 5, and step 6 for every blob, except that region data other than mesh regions
+// (`deferrable`) goes to `deferred` when it is given.
+void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff, uint64_t bsize, uint32_t version,
+                 bool verify, std::vector<WrpkChecksum>* deferred)
 {
     std::vector<BlobRef*> entries;
     for (BlobRef& b : blobs) {
+        if (version < kMapFromVersion || b.length < kMapMinBlob)
+            b.memory_offset = kNotMapped;  // this blob keeps the 64-byte rule
         if (b.length == 0) {
             if (b.offset || b.sha_len)
                 fail_invalid_at(b.path, b.at, "empty blob of %s must have offset 0 and no SHA-256", b.name.c_str());
@@ -866,9 +934,10 @@ void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff
             if (b.sha_len != 32)
                 fail_invalid_at(b.path + ".sha256", b.at, "SHA-256 of %s must be 32 bytes, found %u", b.name.c_str(),
                                 b.sha_len);
-            if (b.offset % kAlign)
-                fail_invalid_at(b.path + ".offset", b.at, "blob offset %llu of %s is not a multiple of 64",
-                                static_cast<unsigned long long>(b.offset), b.name.c_str());
+            if (b.memory_offset == kNotMapped && b.offset % kAlign)
+                fail_invalid_at(b.path + ".offset", b.at, "blob offset %llu of %s is not a multiple of %llu",
+                                static_cast<unsigned long long>(b.offset), b.name.c_str(),
+                                static_cast<unsigned long long>(kAlign));
             if (!range_fits(b.offset, b.length, bsize))
                 fail_invalid_at(b.path + ".length", b.at, "blob of %s (%llu bytes at %llu) runs past the %llu-byte blob "
                                 "area", b.name.c_str(), static_cast<unsigned long long>(b.length),
@@ -880,15 +949,15 @@ void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff
             *b.size_out = static_cast<size_t>(b.length);
         }
     }
-    // The blobs tile the blob area in offset order: each at the next 64-byte
-    // boundary after the previous one, zeros between.
+    // The blobs tile the blob area in offset order: each where place_blob()
+    // puts it after the previous one, zeros between.
     std::stable_sort(entries.begin(), entries.end(), [](const BlobRef* x, const BlobRef* y) {
         return x->offset != y->offset ? x->offset < y->offset : x->length < y->length;
     });
     uint64_t pos = 0;
     for (const BlobRef* b : entries) {
-        uint64_t expect = align64(pos);
-        if (b->offset != expect)
+        uint64_t expect = 0;
+        if (!place_blob(pos, b->length, b->memory_offset, version, &expect) || b->offset != expect)
             fail_invalid_at(b->path + ".offset", b->at, "blob of %s at %llu %s (expected at %llu)", b->name.c_str(),
                             static_cast<unsigned long long>(b->offset),
                             b->offset < pos ? "overlaps the previous blob" : "leaves a gap after the previous blob",
@@ -904,27 +973,152 @@ void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff
     if (!verify)
         return;
     for (const BlobRef* b : entries) {
-        uint8_t digest[32];
-        sha256(data + boff + b->offset, static_cast<size_t>(b->length), digest);
-        if (std::memcmp(digest, b->sha, 32) != 0)
-            fail_invalid_at(b->path, boff + b->offset,
-                            "integrity check failed: SHA-256 of %s does not match (%llu bytes, SHA-256 %s, recorded "
-                            "%s): the bundle was altered or corrupted; rebuild it from the original capture",
-                            b->name.c_str(), static_cast<unsigned long long>(b->length), to_hex(digest, 32).c_str(),
-                            to_hex(b->sha, 32).c_str());
+        WrpkChecksum check{b->name, b->path, boff + b->offset, data + boff + b->offset,
+                           static_cast<size_t>(b->length), {}};
+        std::memcpy(check.sha256.data(), b->sha, 32);
+        if (deferred && b->deferrable)
+            deferred->push_back(std::move(check));  // the caller verifies it while Warp loads
+        else
+            verify_checksums({check});
     }
 }
+
+size_t page_size()
+{
+    long page = sysconf(_SC_PAGESIZE);
+    return page > 0 && is_pow2(static_cast<uint64_t>(page)) ? static_cast<size_t>(page) : 0;
+}
+
+// Puts region data into the image: the whole pages of a region's data are mapped from
+// the caller's buffer where they line up (dst and src congruent modulo the page size),
+// the rest is copied.  The image is reserved at the shift that lines up the largest
+// region's data; a version-2 bundle places every large region so that all of them do.
+class ImagePlacer {
+public:
+    ImagePlacer(bool enabled, uint64_t memory_section, const std::vector<RegionOut>& regions,
+                const std::vector<char>& mappable)
+        : page_(page_size())
+    {
+        if (!enabled || !page_)
+            return;
+        const RegionOut* best = nullptr;
+        for (size_t i = 0; i < regions.size(); i++)
+            if (mappable[i] && regions[i].data_size >= 2 * page_ && (!best || regions[i].data_size > best->data_size))
+                best = &regions[i];
+        if (!best)
+            return;
+        // image + memory_section + memory_offset == data  (mod page): unsigned wrap-around is intended.
+        uint64_t src = reinterpret_cast<uintptr_t>(best->data);
+        shift_ = static_cast<size_t>((src - memory_section - best->memory_offset) & (page_ - 1));
+        enabled_ = true;
+    }
+
+    size_t shift() const { return shift_; }
+
+    // Put `n` bytes of `src` at `dst`; returns how many of them were mapped rather than copied.
+    size_t place(uint8_t* dst, const uint8_t* src, size_t n)
+    {
+        uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+        if (enabled_ && n >= 2 * page_ && (d - reinterpret_cast<uintptr_t>(src)) % page_ == 0) {
+            uintptr_t lo = (d + page_ - 1) & ~uintptr_t(page_ - 1), hi = (d + n) & ~uintptr_t(page_ - 1);
+            if (hi > lo) {
+                size_t head = lo - d, middle = hi - lo;
+                void* at = reinterpret_cast<void*>(lo);
+                // old_size 0: a second mapping of the same (shared) pages, replacing the reserved ones.
+                void* r = mremap(const_cast<uint8_t*>(src + head), 0, middle, MREMAP_MAYMOVE | MREMAP_FIXED, at);
+                if (r == at) {
+                    std::memcpy(dst, src, head);
+                    std::memcpy(reinterpret_cast<uint8_t*>(hi), src + head + middle, n - head - middle);
+                    return middle;
+                }
+                // Not a shared mapping: copy this region and every later one.  The reserved
+                // pages are put back in case the failed call dropped them.
+                enabled_ = false;
+                if (r != MAP_FAILED || mmap(at, middle, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED
+                                            | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+                    fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: cannot map %zu bytes of the bundle's "
+                         "WRP1 image", middle);
+            }
+        }
+        std::memcpy(dst, src, n);
+        return 0;
+    }
+
+private:
+    size_t page_;
+    size_t shift_ = 0;
+    bool enabled_ = false;
+};
 
 }  // namespace
 
 bool is_wrpk(const uint8_t* data, size_t size) { return data && size >= 4 && std::memcmp(data, "WRPK", 4) == 0; }
 
+void verify_checksums(const std::vector<WrpkChecksum>& checks)
+{
+    for (const WrpkChecksum& c : checks) {
+        uint8_t digest[32];
+        sha256(c.data, c.size, digest);
+        if (std::memcmp(digest, c.sha256.data(), 32) != 0)
+            fail_invalid_at(c.path, c.offset,
+                            "integrity check failed: SHA-256 of %s does not match (%zu bytes, SHA-256 %s, recorded "
+                            "%s): the bundle was altered or corrupted; rebuild it from the original capture",
+                            c.name.c_str(), c.size, to_hex(digest, 32).c_str(), to_hex(c.sha256.data(), 32).c_str());
+    }
+}
+
+ImageBuffer::ImageBuffer(ImageBuffer&& other) noexcept
+    : base_(other.base_)
+    , length_(other.length_)
+    , data_(other.data_)
+{
+    other.base_ = nullptr;
+    other.length_ = 0;
+    other.data_ = nullptr;
+}
+
+ImageBuffer& ImageBuffer::operator=(ImageBuffer&& other) noexcept
+{
+    if (this != &other) {
+        this->~ImageBuffer();
+        new (this) ImageBuffer(std::move(other));
+    }
+    return *this;
+}
+
+ImageBuffer::~ImageBuffer()
+{
+    if (base_)
+        munmap(base_, length_);  // the reserved memory and every file page mapped into it
+}
+
+ImageBuffer ImageBuffer::reserve(size_t size, size_t shift)
+{
+    size_t page = page_size() ? page_size() : 4096;
+    uint64_t length = 0;
+    if (!add_ok(size, shift, &length) || !add_ok(length, page - 1, &length) || length > SIZE_MAX)
+        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: a WRP1 image of %zu bytes does not fit the address "
+             "space", size);
+    length &= ~uint64_t(page - 1);
+    // Never touched pages cost nothing: listing a bundle (validate_only) leaves its data pages alone.
+    void* p = mmap(nullptr, static_cast<size_t>(length), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: cannot reserve %zu bytes for the bundle's WRP1 image: "
+             "%s", static_cast<size_t>(length), std::strerror(errno));
+    ImageBuffer b;
+    b.base_ = p;
+    b.length_ = static_cast<size_t>(length);
+    b.data_ = static_cast<uint8_t*>(p) + shift;
+    return b;
+}
+
 WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& options)
 {
     if (!data)
         fail(WRP_ERR_INVALID_ARGUMENT, "no .wrpk data given");
-    uint64_t msize, boff, bsize;
-    check_header(data, size, &msize, &boff, &bsize);
+    const HeaderValues header = check_header(data, size);
+    const uint64_t msize = header.manifest_size, boff = header.blob_off, bsize = header.blob_size;
     uint64_t mend = kHeaderSize + msize;
     for (uint64_t i = mend; i < boff; i++)
         if (data[i])
@@ -932,11 +1126,11 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
     const uint8_t* manifest = data + kHeaderSize;
     uint8_t digest[32];
     sha256(manifest, static_cast<size_t>(msize), digest);
-    if (std::memcmp(digest, data + 48, 32) != 0)
+    if (std::memcmp(digest, data + kHeaderManifestSha256.offset, kHeaderManifestSha256.size) != 0)
         fail_invalid_at("manifest", kHeaderSize,
                         "integrity check failed: SHA-256 of the manifest (%s) does not match the header's (%s): the "
                         "bundle was altered or corrupted; rebuild it from the original capture",
-                        to_hex(digest, 32).c_str(), to_hex(data + 48, 32).c_str());
+                        to_hex(digest, 32).c_str(), to_hex(data + kHeaderManifestSha256.offset, 32).c_str());
     if (std::memcmp(manifest + 4, "WRPK", 4) != 0)
         fail_invalid_at("manifest.file_identifier", kHeaderSize + 4, "FlatBuffer identifier is %s, expected \"WRPK\"",
                         quoted(std::string(reinterpret_cast<const char*>(manifest + 4), 4)).c_str());
@@ -976,7 +1170,25 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
     ManifestDecoder dec(manifest, msize);
     dec.decode(prog);
     dec.module_blobs();
-    check_blobs(dec.blobs, data, boff, bsize, options.verify_checksums);
+    // The regions of meshes, sorted: always verified first and copied, never mapped (see below).
+    std::vector<uint32_t> mesh_indices, mesh_regions;
+    for (uint32_t i = 0; i < count_of(prog->meshes()); i++) {
+        const fbs::Mesh* me = prog->meshes()->Get(i);
+        mesh_indices.push_back(me->indices_region_id());
+        mesh_regions.insert(mesh_regions.end(), {me->points_region_id(), me->indices_region_id(),
+                                                 me->velocities_region_id()});
+    }
+    std::sort(mesh_indices.begin(), mesh_indices.end());
+    std::sort(mesh_regions.begin(), mesh_regions.end());
+    auto listed = [](const std::vector<uint32_t>& sorted_ids, uint32_t id) {
+        return std::binary_search(sorted_ids.begin(), sorted_ids.end(), id);
+    };
+    WrpkBundle out;
+    if (options.defer_region_checksums)
+        for (BlobRef& b : dec.blobs)
+            b.deferrable = b.region_id != 0 && !listed(mesh_regions, b.region_id);
+    check_blobs(dec.blobs, data, boff, bsize, header.version, options.verify_checksums,
+                options.defer_region_checksums ? &out.deferred : nullptr);
 
     // ---- the WRP1 image: header, section table, METADATA, MEMORY, OPERATIONS [, ANNOTATIONS]
     const Vector<uint8_t>* ann = prog->annotations();
@@ -995,8 +1207,21 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
         fail(WRP_ERR_INVALID_FILE, "the bundle's program is %llu bytes as a .wrp, larger than the limit of %llu bytes",
              static_cast<unsigned long long>(total), static_cast<unsigned long long>(options.max_image_bytes));
 
-    WrpkBundle out;
-    out.image.reset(new uint8_t[static_cast<size_t>(total)]);
+    // The region data that goes into the image.  Mesh triangle indices are copied even when
+    // only validating (validate_only), because they are checked against their points.
+    // Mesh regions are always copied, never mapped: the validator checks the triangle indices
+    // in the image, and a private copy keeps what Warp loads equal to what was checked even if
+    // the file is written meanwhile (a mapping would show the writes).
+    std::vector<char> copied(dec.regions.size()), mappable(dec.regions.size());
+    for (size_t i = 0; i < dec.regions.size(); i++) {
+        const RegionOut& r = dec.regions[i];
+        copied[i] = r.has_data && (options.copy_region_data || listed(mesh_indices, r.id));
+        mappable[i] = copied[i] && !listed(mesh_regions, r.id);
+    }
+
+    const uint64_t memory_section = kFileHeaderSize + nsec * kSectionEntrySize + meta.size();
+    ImagePlacer placer(options.map_source_pages, memory_section, dec.regions, mappable);
+    out.image = ImageBuffer::reserve(static_cast<size_t>(total), placer.shift());
     out.image_size = static_cast<size_t>(total);
     uint8_t* w = out.image.get();
     auto put = [&w](const void* p, size_t n) {
@@ -1031,24 +1256,21 @@ WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& opti
         off += sizes[i];
     }
     put(meta.data(), meta.size());
-    // validate_only: a mesh's triangle indices are still checked against its points, so they are copied.
-    std::vector<uint32_t> mesh_indices;
-    for (uint32_t i = 0; i < count_of(prog->meshes()); i++)
-        mesh_indices.push_back(prog->meshes()->Get(i)->indices_region_id());
     put32(static_cast<uint32_t>(dec.regions.size()));
-    for (const RegionOut& r : dec.regions) {
-        const bool copy = options.copy_region_data ||
-            std::find(mesh_indices.begin(), mesh_indices.end(), r.id) != mesh_indices.end();
+    for (size_t i = 0; i < dec.regions.size(); i++) {
+        const RegionOut& r = dec.regions[i];
         put32(r.id);
         put32(r.element_size);
         put64(r.size);
         uint8_t has = r.has_data ? 1 : 0;
         put(&has, 1);
         zeros(7);
-        if (r.has_data && copy)
-            put(r.data, r.data_size);  // the one copy of region data
-        else if (r.has_data)
-            w += r.data_size;  // left as allocated: never read (validate_only)
+        if (mappable[i])
+            out.mapped_bytes += placer.place(w, r.data, r.data_size);  // the file's pages, or one copy
+        else if (copied[i])
+            std::memcpy(w, r.data, r.data_size);
+        if (r.has_data)
+            w += r.data_size;  // validate_only: left as reserved (zero), never read
     }
     put32(dec.top_level_ops);
     put(ops.data(), ops.size());

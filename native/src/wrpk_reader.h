@@ -17,9 +17,15 @@
 //      area, blobs tiling the area with zero padding;
 //   6. every blob's SHA-256 (unless verify_checksums is false).
 // Then the program's records are re-encoded as WRP1 bytes (byte-identical to
-// `wrp convert X.wrpk X.wrp`), with region data copied once out of the
-// caller's buffer.  Module binaries are NOT copied: the result points into
-// the caller's buffer (typically the bundle's read-only mapping).
+// `wrp convert X.wrpk X.wrp`) in an anonymous mapping.  Region data is not
+// copied where it can be mapped: with WrpkOptions::map_source_pages, the
+// whole pages of a region's data that line up with the caller's buffer (a
+// MAP_SHARED mapping of the bundle; container version 2 places large region
+// data so that they do) are mapped from it with mremap(), so the image holds
+// the file's page-cache pages rather than a second copy of the data; the
+// partial pages at either end, and everything else, are copied once.
+// Module binaries are NOT copied: the result points into the caller's buffer
+// (typically the bundle's read-only mapping).
 //
 // Failures throw wrp::Error(WRP_ERR_INVALID_FILE): "<field> at byte <offset
 // in the bundle>: <what>".  Checksum failures name the blob ("region 3
@@ -27,6 +33,7 @@
 // validated by the caller with validate_wrp1(), like any .wrp.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -48,6 +55,49 @@ struct WrpkOptions {
     // listed (--list, validate_only): the image's data bytes are then left untouched (never
     // read: the validator skips them), so listing a bundle costs its records, not its data.
     bool copy_region_data = true;
+    // The caller's buffer is a MAP_SHARED mapping (Program::open_file's MappedFile): map the
+    // region data's pages from it instead of copying them (falls back to copying otherwise).
+    bool map_source_pages = false;
+    // Step 6 for region data that no validation reads (every region but a mesh's): leave it to
+    // the caller (WrpkBundle::deferred), who verifies it while Warp loads and fails the load on a
+    // mismatch.  Module binaries and mesh regions are always verified here.
+    bool defer_region_checksums = false;
+};
+
+// A blob whose SHA-256 is still to be verified (WrpkOptions::defer_region_checksums).
+struct WrpkChecksum {
+    std::string name;  // "region 3 initial data"
+    std::string path;  // "regions[2].data"
+    uint64_t offset;   // of the blob in the bundle
+    const uint8_t* data;
+    size_t size;
+    std::array<uint8_t, 32> sha256;
+};
+
+// Throws wrp::Error(WRP_ERR_INVALID_FILE) naming the first blob whose bytes do not match.
+void verify_checksums(const std::vector<WrpkChecksum>& checks);
+
+// The WRP1 image: zeroed anonymous memory, possibly with file pages mapped into it.
+class ImageBuffer {
+public:
+    ImageBuffer() = default;
+    ImageBuffer(ImageBuffer&& other) noexcept;
+    ImageBuffer& operator=(ImageBuffer&& other) noexcept;
+    ImageBuffer(const ImageBuffer&) = delete;
+    ImageBuffer& operator=(const ImageBuffer&) = delete;
+    ~ImageBuffer();
+
+    // `size` bytes whose first byte lies `shift` bytes past a page boundary, so that pages
+    // of a mapped file can be placed at the image offsets their data belongs at.
+    // Throws wrp::Error(WRP_ERR_OUT_OF_MEMORY) if the address space cannot be reserved.
+    static ImageBuffer reserve(size_t size, size_t shift);
+
+    uint8_t* get() const { return data_; }
+
+private:
+    void* base_ = nullptr;
+    size_t length_ = 0;
+    uint8_t* data_ = nullptr;
 };
 
 // One Module record of the bundle and its binary blob, if it carries one.
@@ -59,8 +109,10 @@ struct WrpkModule {
 };
 
 struct WrpkBundle {
-    std::unique_ptr<uint8_t[]> image;  // the program as a WRP1 file
+    ImageBuffer image;  // the program as a WRP1 file
     size_t image_size = 0;
+    size_t mapped_bytes = 0;  // of region data mapped from the caller's buffer, not copied
+    std::vector<WrpkChecksum> deferred;  // with defer_region_checksums: still to verify
     std::vector<WrpkModule> modules;  // in manifest order
 };
 

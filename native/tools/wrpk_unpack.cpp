@@ -40,6 +40,7 @@ int main(int argc, char** argv)
         wrp::MappedFile file = wrp::MappedFile::open(argv[1], uint64_t(1) << 40, "file");
         wrp::WrpkOptions opts;
         opts.verify_checksums = argc != 4;
+        opts.map_source_pages = true;  // MappedFile is MAP_SHARED: the image maps the data pages
         wrp::WrpkBundle b = wrp::decode_wrpk(file.data(), file.size(), opts);
         {
             wrp::OffsetNote note(wrp::kWrpkImageOffsetNote);

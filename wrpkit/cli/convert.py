@@ -30,7 +30,10 @@ def _edit_problems(prog, modules) -> list:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
 @click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
-def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir):
+@click.option("--container-version", type=click.IntRange(1, 2), metavar="N",
+              help="For a .wrpk output: 2 (default) lets a replay map large region data from the file; 1 is for "
+                   "older wrpkit readers (replays copy that data).")
+def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, container_version):
     """Convert SRC to DST; the format is picked from DST's extension.
 
     \b
@@ -57,10 +60,11 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir):
                       TransferSpeedColumn(), console=stderr_console(), transient=True) as bar:
             task = bar.add_task(f"writing {dst}", total=total)
             res = do_convert(src, dst, progress=lambda n: bar.advance(task, n), verify_checksums=not no_verify,
-                             include_modules=not no_modules, modules_dir=modules_dir, validate=_edit_problems)
+                             include_modules=not no_modules, modules_dir=modules_dir, validate=_edit_problems,
+                             container_version=container_version)
     else:
         res = do_convert(src, dst, verify_checksums=not no_verify, include_modules=not no_modules,
-                         modules_dir=modules_dir, validate=_edit_problems)
+                         modules_dir=modules_dir, validate=_edit_problems, container_version=container_version)
     # The destination's own size is what `wrp inspect` reports for it; module files are counted apart.
     file_size = os.stat(res.destination).st_size
     if as_json:

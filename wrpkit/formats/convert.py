@@ -87,7 +87,7 @@ def _sniff_json(path: Path) -> bool:
 
 def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verify_checksums: bool = True,
             include_modules: bool = True, modules_dir=None,
-            validate: Optional[Callable] = None) -> ConvertResult:
+            validate: Optional[Callable] = None, container_version: Optional[int] = None) -> ConvertResult:
     """Convert a capture between ``.wrp``, ``.wrpk`` and ``.json``.
 
     The output's folder is created if needed.
@@ -106,6 +106,8 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             ``.json`` input (an edit) before anything is written; any problem
             refuses it (``wrp convert`` passes wrpkit's validator, which lives
             in a layer above this one).
+        container_version: For a ``.wrpk`` output: its container version (default
+            :data:`~.wrpk.tables.CONTAINER_VERSION`, 2; 1 for readers that know only 1).
 
     Returns:
         A :class:`ConvertResult`.
@@ -116,6 +118,13 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
     """
     src, dst = Path(src), Path(dst)
     form = output_form(dst)
+    if container_version is not None:
+        from .wrpk.tables import CONTAINER_VERSIONS  # noqa: PLC0415
+
+        if form != "wrpk" or container_version not in CONTAINER_VERSIONS:
+            raise WrpUsageError(f"container version {container_version} applies to a .wrpk output and is one of "
+                           f"{', '.join(map(str, CONTAINER_VERSIONS))}", hint="Drop the option, or write a .wrpk.")
+    wrpk_version = {} if container_version is None else {"container_version": container_version}
     if not src.exists() and not src.is_symlink():
         raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
     # `wrp convert x.wrpk out/x.wrp` creates out/, as cp and tar would (check_output_path does).
@@ -138,7 +147,8 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
         if include_modules and not modules and prog.modules:
             raise WrpModuleError(f"{src} carries no module binaries, so it cannot become a {form} file",
                            hint="Convert from a JSON file made with its modules embedded.")
-        return _write(prog, modules if include_modules else None, src, dst, src_form, form, progress)
+        return _write(prog, modules if include_modules else None, src, dst, src_form, form, progress,
+                      wrpk_version=wrpk_version)
     # Region checksums of a .wrpk input are verified while the output is
     # written, on a worker thread; the output is published only if they match.
     deferred = [] if form != "json" else None
@@ -161,10 +171,11 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
         if hasher is not None:
             stack.enter_context(hasher)  # exits first: no hash still reads the input when it closes
         modules = cap.module_files() if include_modules else None
-        return _write(cap.program, modules, src, dst, cap.kind, form, progress, deferred, hasher)
+        return _write(cap.program, modules, src, dst, cap.kind, form, progress, deferred, hasher, wrpk_version)
 
 
-def _write(prog, modules, src, dst, src_form, form, progress, deferred=None, hasher=None) -> ConvertResult:
+def _write(prog, modules, src, dst, src_form, form, progress, deferred=None, hasher=None,
+           wrpk_version=None) -> ConvertResult:
     verification = finish = None
     if deferred:
         from .wrpk.blobs import BackgroundVerification  # noqa: PLC0415
@@ -176,7 +187,7 @@ def _write(prog, modules, src, dst, src_form, form, progress, deferred=None, has
             os.fsync(fd)  # the output goes to disk while the last hashes finish
             verification.wait()
     try:
-        return _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher)
+        return _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher, wrpk_version or {})
     finally:
         if verification is not None:
             # Never leave the thread reading the input after it is closed.
@@ -184,13 +195,13 @@ def _write(prog, modules, src, dst, src_form, form, progress, deferred=None, has
                 verification.wait()
 
 
-def _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher) -> ConvertResult:
+def _write_form(prog, modules, src, dst, src_form, form, progress, finish, hasher, wrpk_version) -> ConvertResult:
     if form == "wrp":
         n = publish_wrp(dst, wrp1.iter_wrp1_chunks(prog), modules or {}, progress, finish)
     elif form == "wrpk":
         from .wrpk import builder  # noqa: PLC0415
 
-        n = builder.write_wrpk(dst, prog, modules, progress, finish, hasher)
+        n = builder.write_wrpk(dst, prog, modules, progress, finish, hasher, **wrpk_version)
     else:
         from . import jsonform  # noqa: PLC0415
 

@@ -70,9 +70,19 @@ class Prepared:
     source_buffer: object = field(default=None, repr=False)
 
     def image(self):
-        """The WRP1 bytes Warp loads: :attr:`wrp_bytes`, encoded from the model the first time."""
+        """The WRP1 bytes Warp loads: :attr:`wrp_bytes`, encoded from the model the first time.
+
+        A ``.wrpk``'s image maps the bundle's region data pages rather than copying them
+        (:func:`wrpkit.run.mapped_image.build_mapped_image`), so that loading it holds one
+        copy of the data (Warp's), as loading a ``.wrp`` does.
+        """
         if self.wrp_bytes is None:
-            self.wrp_bytes = wrp1.build_image(self.model)[0]
+            if self.kind == "wrpk":
+                from .mapped_image import build_mapped_image  # noqa: PLC0415
+
+                self.wrp_bytes = build_mapped_image(self.model)[0]
+            else:
+                self.wrp_bytes = wrp1.build_image(self.model)[0]
         return self.wrp_bytes
 
 

@@ -30,7 +30,8 @@ class Blob(object):
     def Init(self, buf, pos):
         self._tab = flatbuffers.table.Table(buf, pos)
 
-    # Byte offset from the start of the blob area; a multiple of 64.
+    # Byte offset from the start of the blob area: a multiple of 64, except
+    # large region data in container version 2 (WRPK-FORMAT.md "Blob area").
     # Blob
     def Offset(self):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(4))

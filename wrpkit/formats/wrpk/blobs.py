@@ -10,7 +10,9 @@ from typing import NamedTuple, Optional
 
 from ... import model as m
 from ...errors import WrpFormatError, WrpIntegrityError, WrpVersionError
-from .tables import ALIGN, CONTAINER_VERSION, HEADER, HEADER_SIZE, MAGIC, MAX_MANIFEST, _align
+from .tables import (ALIGN, CONTAINER_VERSIONS, HEADER, HEADER_SIZE, MAGIC, MAP_FROM_VERSION, MAP_MIN_BLOB,
+                     MAX_MANIFEST, _align, memory_data_offsets, place_blob)
+
 
 def sha256_digest(data) -> bytes:
     """The SHA-256 of a bytes-like object, as 32 bytes."""
@@ -60,9 +62,9 @@ def read_header(data) -> WrpkHeader:
         raise WrpFormatError(f"bad magic {magic!r}, expected {MAGIC!r}: {kind}", field="header.magic", offset=0,
                              hint="A magic mangled as b'WRPK\\n\\x1a\\n' means a text-mode transfer; copy the "
                                   "file in binary mode." if magic[:4] == b"WRPK" else None)
-    if version != CONTAINER_VERSION:
+    if version not in CONTAINER_VERSIONS:
         raise WrpVersionError(f"container version {version} is not supported (this wrpkit reads "
-                              f"{CONTAINER_VERSION})", field="header.container_version", offset=8,
+                              f"{' and '.join(map(str, CONTAINER_VERSIONS))})", field="header.container_version", offset=8,
                               hint="Upgrade wrpkit, or rebuild the bundle with this one.")
     if flags != 0:
         raise WrpFormatError(f"flags must be 0, found {flags:#x}", field="header.flags", offset=12)
@@ -143,7 +145,7 @@ class BackgroundVerification:
 
 
 def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
-                 deferred: Optional[list] = None) -> None:
+                 deferred: Optional[list] = None, version: int = 1) -> None:
     """Check the blob area (step 5 of the format's reader checks) and point the
     program's blob fields at it.
 
@@ -155,6 +157,7 @@ def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
         boff, bsize: The blob area's offset and size, from the header.
         verify: Check every blob's SHA-256.
         deferred: See :func:`~.reader.decode_wrpk`.
+        version: The header's container version (its tiling rule, :func:`~.tables.place_blob`).
 
     Raises:
         WrpFormatError: A blob is misaligned, out of range, overlapping, or the
@@ -164,10 +167,13 @@ def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
     # Name each blob by its place in the model.
     index = {id(r): f"regions[{i}]" for i, r in enumerate(prog.regions)}
     index.update((id(mod), f"modules[{i}]") for i, mod in enumerate(prog.modules))
+    # Version 2 places large region data at offsets congruent to its place in the WRP1 image.
+    memory_offsets = memory_data_offsets(prog.regions) if version >= MAP_FROM_VERSION else {}
     entries = []
     for obj, attr, name, off, length, sha, pos in rd.blobs:
         path = f"{index[id(obj)]}.{attr}"
         at = HEADER_SIZE + pos
+        mapped = memory_offsets.get(obj.region_id) if attr == "data" and length >= MAP_MIN_BLOB else None
         if length == 0:
             if off or sha:
                 raise WrpFormatError(f"empty blob of {name} must have offset 0 and no SHA-256", field=path,
@@ -176,21 +182,24 @@ def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
             if len(sha) != 32:
                 raise WrpFormatError(f"SHA-256 of {name} must be 32 bytes, found {len(sha)}",
                                      field=path + ".sha256", offset=at)
-            if off % ALIGN:
+            if mapped is None and off % ALIGN:
                 raise WrpFormatError(f"blob offset {off} of {name} is not a multiple of {ALIGN}",
                                      field=path + ".offset", offset=at)
             if off > bsize or length > bsize - off:
                 raise WrpFormatError(f"blob of {name} ({length} bytes at {off}) runs past the "
                                      f"{bsize}-byte blob area", field=path + ".length", offset=at)
-            entries.append((off, length, path, name, sha, at))
+            entries.append((off, length, path, name, sha, at, mapped))
         setattr(obj, attr, buf[boff + off:boff + off + length])
-    # The blobs tile the blob area in offset order: each at the next 64-byte boundary, zeros between.
-    entries.sort()
+    # The blobs tile the blob area in offset order: each where place_blob puts it after the
+    # previous one (the next 64-byte boundary, or for mapped region data the next offset
+    # congruent to its image offset), zeros between.
+    entries.sort(key=lambda e: (e[0], e[1]))
     pos = 0
-    for off, length, path, name, _, at in entries:
-        if off != _align(pos):
+    for off, length, path, name, _, at, mapped in entries:
+        expect = place_blob(pos, length, mapped, version)
+        if off != expect:
             what = "overlaps the previous blob" if off < pos else "leaves a gap after the previous blob"
-            raise WrpFormatError(f"blob of {name} at {off} {what} (expected at {_align(pos)})",
+            raise WrpFormatError(f"blob of {name} at {off} {what} (expected at {expect})",
                                  field=path + ".offset", offset=at)
         if any(buf[boff + pos:boff + off]):
             raise WrpFormatError("padding between blobs must be zero", field="blob_area", offset=boff + pos)
@@ -206,9 +215,9 @@ def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
                    if r.region_id not in mesh_regions}
             later = [e for e in entries if e[2] in ids]
             deferred.extend(DeferredChecksum(ids[path], name, path, boff + off, sha)
-                            for off, _, path, name, sha, _ in later)
+                            for off, _, path, name, sha, _, _ in later)
             entries = [e for e in entries if e[2] not in ids]
-        for off, length, path, name, sha, at in entries:
+        for off, length, path, name, sha, _, _ in entries:
             if sha256_digest(buf[boff + off:boff + off + length]) != sha:
                 raise _blob_mismatch(name, path, boff + off)
 

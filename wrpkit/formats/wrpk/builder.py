@@ -20,8 +20,9 @@ from ...errors import WrpFormatError, WrpModuleError
 from ...model import OpType
 from .blobs import sha256_digest
 from .reader import verify_annotations
-from .tables import (_LEGACY, _PARAM, _RELOC, _SCALARS, _SIZES, _U32, CHUNK, CONTAINER_VERSION, FILE_IDENTIFIER,
-                     HEADER, HEADER_SIZE, MAGIC, MAX_MANIFEST, OP_TABLES, TABLES, _align, _is_offset, _tuple_getter)
+from .tables import (_LEGACY, _PARAM, _RELOC, _SCALARS, _SIZES, _U32, CHUNK, CONTAINER_VERSION, CONTAINER_VERSIONS,
+                     FILE_IDENTIFIER, HEADER, HEADER_SIZE, MAGIC, MAX_MANIFEST, OP_TABLES, TABLES, _align, _is_offset,
+                     _tuple_getter, memory_data_offsets, place_blob)
 
 class _NotDefault:
     """A default that no value equals: such fields are always written."""
@@ -373,17 +374,20 @@ def _nbytes(data) -> int:
 class _Layout:
     """Where every blob of a program goes in the blob area."""
 
-    def __init__(self, prog: m.Program, modules: Optional[Mapping], hashes: bool = True):
+    def __init__(self, prog: m.Program, modules: Optional[Mapping], hashes: bool = True,
+                 version: int = CONTAINER_VERSION):
         self.items = []  # (data, offset, length) in file order
         self.region_refs = []
         self.module_refs = []
         self.end = 0
+        self.version = version
+        memory_offsets = memory_data_offsets(prog.regions)
 
-        def add(data):
+        def add(data, memory_offset=None):
             n = _nbytes(data)
             if n == 0:
                 return (0, 0, b"")
-            off = _align(self.end)
+            off = place_blob(self.end, n, memory_offset, version)
             sha = hashlib.sha256(data).digest() if hashes else bytes(32)
             self.items.append((data, off, n))
             self.end = off + n
@@ -395,7 +399,7 @@ class _Layout:
                     got = 0 if r.data is None else _nbytes(r.data)
                     raise WrpFormatError(f"region {r.region_id} is marked as having initial data but carries "
                                          f"{got} of its {r.size} bytes")
-                self.region_refs.append(add(r.data))
+                self.region_refs.append(add(r.data, memory_offsets.get(r.region_id)))
             else:
                 self.region_refs.append(None)
         for mod in prog.modules:
@@ -434,13 +438,21 @@ def _manifest(prog: m.Program, layout: _Layout, slots: Optional[list] = None) ->
     return manifest
 
 
-def _header(manifest: bytes, blob_area_size: int) -> bytes:
+def _header(manifest: bytes, blob_area_size: int, version: int = CONTAINER_VERSION) -> bytes:
     boff = _align(HEADER_SIZE + len(manifest))
-    return HEADER.pack(MAGIC, CONTAINER_VERSION, 0, HEADER_SIZE, len(manifest), boff, blob_area_size,
+    return HEADER.pack(MAGIC, version, 0, HEADER_SIZE, len(manifest), boff, blob_area_size,
                        hashlib.sha256(manifest).digest(), bytes(48))
 
 
-def iter_wrpk_chunks(program: m.Program, modules: Optional[Mapping] = None) -> Iterator:
+def _check_version(version: int) -> int:
+    if version not in CONTAINER_VERSIONS:
+        raise WrpFormatError(f"container version {version} cannot be written (this wrpkit writes "
+                             f"{', '.join(map(str, CONTAINER_VERSIONS))})")
+    return version
+
+
+def iter_wrpk_chunks(program: m.Program, modules: Optional[Mapping] = None, *,
+                     container_version: int = CONTAINER_VERSION) -> Iterator:
     """The bytes of the ``.wrpk`` encoding of ``program``, as an iterator of chunks.
 
     The manifest is built by this call (it holds every blob's SHA-256, so
@@ -456,15 +468,18 @@ def iter_wrpk_chunks(program: m.Program, modules: Optional[Mapping] = None) -> I
             :meth:`wrpkit.formats.container.Capture.module_files`.  None: take them
             from ``Module.binary`` / ``Module.source`` (a module without
             them is bundled without them).
+        container_version: 2 (default) places large region data so that a
+            replay maps it from the file; 1 is the previous layout (every blob
+            64-byte aligned), which every wrpkit reads.
 
     Raises:
         WrpModuleError: ``modules`` lacks a file the program names.
         WrpFormatError: The program cannot be encoded (inconsistent region
             data, a value out of its field's range).
     """
-    layout = _Layout(program, modules)
+    layout = _Layout(program, modules, version=_check_version(container_version))
     manifest = _manifest(program, layout)
-    return _chunks(_header(manifest, layout.end), manifest, layout)
+    return _chunks(_header(manifest, layout.end, layout.version), manifest, layout)
 
 
 def _chunks(header: bytes, manifest: bytes, layout: _Layout) -> Iterator:
@@ -493,9 +508,10 @@ def _blob_chunks(layout: _Layout) -> Iterator:
         pos = off + n
 
 
-def encode_wrpk(program: m.Program, modules: Optional[Mapping] = None) -> bytes:
+def encode_wrpk(program: m.Program, modules: Optional[Mapping] = None, *,
+                container_version: int = CONTAINER_VERSION) -> bytes:
     """The whole ``.wrpk`` file as bytes (see :func:`iter_wrpk_chunks`)."""
-    return b"".join(iter_wrpk_chunks(program, modules))
+    return b"".join(iter_wrpk_chunks(program, modules, container_version=container_version))
 
 
 class BlobHasher:
@@ -543,7 +559,8 @@ class BlobHasher:
 
 
 def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None, finish=None,
-               hasher: Optional[BlobHasher] = None, durable: bool = True) -> int:
+               hasher: Optional[BlobHasher] = None, durable: bool = True,
+               container_version: int = CONTAINER_VERSION) -> int:
     """Write a ``.wrpk`` atomically (see :func:`wrpkit.fileio.atomic_write`).
 
     The file holds the bytes of :func:`iter_wrpk_chunks`, but the blobs are
@@ -559,6 +576,7 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
         hasher: A :class:`BlobHasher` that may already be hashing some of
             the blobs; by default one is made for this call.
         durable: False skips the fsyncs (see :func:`wrpkit.fileio.atomic_write`).
+        container_version: See :func:`iter_wrpk_chunks`.
 
     Returns:
         Bytes written.
@@ -571,7 +589,7 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
     # blob area first while worker threads hash the blobs, then the header
     # and manifest, whose digests were left zero and are filled in once the
     # hashes are done.
-    layout = _Layout(program, modules, hashes=False)
+    layout = _Layout(program, modules, hashes=False, version=_check_version(container_version))
     with contextlib.ExitStack() as stack:
         if hasher is None:
             hasher = stack.enter_context(BlobHasher())
@@ -590,7 +608,7 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
             for at, off in slots:
                 final[at:at + 32] = digests[off].result()
             final = bytes(final)
-            pwrite_all(fd, _header(final, layout.end) + final, 0)
+            pwrite_all(fd, _header(final, layout.end, layout.version) + final, 0)
             if finish is not None:
                 finish(fd)
 

@@ -476,7 +476,7 @@ def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEP
         raise WrpFormatError(f"malformed manifest ({type(e).__name__}: {e})", field="manifest",
                              offset=HEADER_SIZE) from None
     _check_expansion(prog, msize)
-    check_blobs(rd, prog, buf, boff, bsize, verify_checksums, deferred)
+    check_blobs(rd, prog, buf, boff, bsize, verify_checksums, deferred, h.container_version)
     return prog
 
 

@@ -19,10 +19,27 @@ from ...model import OpType
 from .schema_tables import TABLES  # generated from schema/wrp.fbs
 
 MAGIC = b"WRPK\r\n\x1a\n"
-CONTAINER_VERSION = 1
+#: The container version this wrpkit writes (schema/WRPK-FORMAT.md "Versioning").
+CONTAINER_VERSION = 2
+#: Every container version this wrpkit reads: 1 (every blob 64-byte aligned) and
+#: 2 (large region data placed so that a replay maps its file pages, see below).
+CONTAINER_VERSIONS = (1, 2)
 HEADER = struct.Struct("<8sIIQQQQ32s48s")
 HEADER_SIZE = 128
 ALIGN = 64
+#: Container version 2: a region-data blob of at least MAP_MIN_BLOB bytes starts at
+#: the first blob-area offset at or after the previous blob's end that is congruent,
+#: modulo MAP_ALIGN, to the offset of that region's data in the WRP1 MEMORY section.
+#: Then the data's file pages line up with its place in the WRP1 image (the image is
+#: placed in memory to match), and a replay maps them instead of copying them.  16 KiB
+#: covers 4 KiB and 16 KiB pages; 256 KiB bounds the padding at 1/16 of the data.
+MAP_ALIGN = 16384
+MAP_MIN_BLOB = 256 << 10
+MAP_FROM_VERSION = 2
+#: Header fields: (name, byte offset, size), as HEADER packs them.
+HEADER_FIELDS = (("magic", 0, 8), ("container_version", 8, 4), ("flags", 12, 4), ("manifest_offset", 16, 8),
+                 ("manifest_size", 24, 8), ("blob_area_offset", 32, 8), ("blob_area_size", 40, 8),
+                 ("manifest_sha256", 48, 32), ("reserved", 80, 48))
 FILE_IDENTIFIER = b"WRPK"
 #: Largest piece in which :func:`iter_wrpk_chunks` yields a blob.
 CHUNK = 16 << 20
@@ -36,6 +53,8 @@ EXPANSION_FLOOR = 64 << 20
 EXPANSION_FACTOR = 64
 
 assert HEADER.size == HEADER_SIZE
+assert [o for _, o, _ in HEADER_FIELDS] == [sum(n for _, _, n in HEADER_FIELDS[:i]) for i in range(len(HEADER_FIELDS))]
+assert sum(n for _, _, n in HEADER_FIELDS) == HEADER_SIZE
 
 _U32 = struct.Struct("<I")
 _I32 = struct.Struct("<i")
@@ -48,6 +67,36 @@ _ZERO7 = bytes(7)
 
 def _align(n: int, a: int = ALIGN) -> int:
     return (n + a - 1) // a * a
+
+
+def memory_data_offsets(regions) -> dict:
+    """``{region_id: offset of its initial data in the WRP1 MEMORY section}`` for the regions with data.
+
+    The MEMORY section is a u32 count, then per region its 24-byte record and, when it has
+    initial data, ``size`` bytes (schema/WRP1-FORMAT.md).
+    """
+    out, pos = {}, 4
+    for r in regions:
+        pos += 24
+        if r.has_initial_data:
+            out[r.region_id] = pos
+            pos += r.size
+    return out
+
+
+def place_blob(end: int, length: int, memory_offset, version: int = CONTAINER_VERSION) -> int:
+    """Blob-area offset of the next blob, given where the previous one ended (the tiling rule).
+
+    Args:
+        end: End of the previous blob (0 for the first).
+        length: The blob's length.
+        memory_offset: For region data, its offset in the WRP1 MEMORY section
+            (:func:`memory_data_offsets`); None for any other blob.
+        version: The container version whose rule applies.
+    """
+    if version >= MAP_FROM_VERSION and memory_offset is not None and length >= MAP_MIN_BLOB:
+        return end + (memory_offset - end) % MAP_ALIGN
+    return _align(end)
 
 
 # ---------------------------------------------------------------------------
@@ -104,5 +153,6 @@ def _tuple_getter(keys, attr=False):
     return g
 
 
-__all__ = ["MAGIC", "CONTAINER_VERSION", "HEADER", "HEADER_SIZE", "ALIGN", "FILE_IDENTIFIER", "CHUNK", "MAX_DEPTH",
+__all__ = ["MAGIC", "CONTAINER_VERSION", "CONTAINER_VERSIONS", "MAP_ALIGN", "MAP_MIN_BLOB", "MAP_FROM_VERSION",
+           "HEADER_FIELDS", "memory_data_offsets", "place_blob", "HEADER", "HEADER_SIZE", "ALIGN", "FILE_IDENTIFIER", "CHUNK", "MAX_DEPTH",
            "MAX_MANIFEST", "EXPANSION_FLOOR", "EXPANSION_FACTOR", "TABLES", "OP_TABLES", "field_names"]
