@@ -491,16 +491,61 @@ def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
     assert not list(_serve_children())  # every replay child of the run has ended
 
 
-def _serve_children():
+def _wrpkit_processes():
+    """``(pid, parent pid, argv, /proc entry)`` of every replay child and zygote this test process started
+    (its children and theirs: other sessions on the machine may run their own)."""
+    found = []
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
         try:
             argv = (p / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"wrpkit.run.child" in argv and b"--serve" in argv and b"--die-with-parent" in argv:
-            yield int(p.name), _stage_reader(p)
+        if b"wrpkit.run.child" in argv or b"wrpkit.run.zygote" in argv:
+            found.append((int(p.name), ppid, argv, p))
+    ours = {pid for pid, ppid, _, _ in found if ppid == os.getpid()}
+    return [x for x in found if x[1] == os.getpid() or x[1] in ours]
+
+
+def _serve_children():
+    """The replay children of a ``wrp regress`` run: started (``--serve``) or forked from its zygote."""
+    for pid, _ppid, argv, p in _wrpkit_processes():
+        if b"--die-with-parent" in argv and (b"--serve" in argv or b"wrpkit.run.zygote" in argv):
+            yield pid, _stage_reader(p)
+
+
+def test_three_workers_fork_from_one_zygote_and_a_crash_stays_in_its_case(suite, tmp_path):
+    """`-j 3`: one process imports Warp (the zygote); every replay child is its fork; a crash fails only its case."""
+    s = tmp_path / "s"
+    for src, n in (("mine/axpy", 2), ("mine/vec_stock", 1), ("mine/if_in_while", 1), ("broken/crash", 1)):
+        for i in range(n):
+            stem = f"{Path(src).name}{i}"
+            _copy_case(suite / f"{src}.wrp", s / f"{stem}.wrp")
+            for ext in ("inputs", "expected"):
+                if (suite / f"{src}_{ext}.npz").is_file():
+                    shutil.copyfile(suite / f"{src}_{ext}.npz", s / f"{stem}_{ext}.npz")
+    seen = []  # (pid, ppid, is the zygote, is a started child) of every process seen while cases finished
+
+    def look(done, total, result):
+        for pid, ppid, argv, _p in _wrpkit_processes():
+            seen.append((pid, ppid, b"wrpkit.run.zygote" in argv, b"--serve" in argv and b"--die-with-parent"
+                         in argv))
+
+    rep = wrpkit.regress(s, jobs=3, progress=look)
+    v = {c.name: (c.verdict, c.error_class) for c in rep.cases}
+    assert v == {"axpy0": ("pass", None), "axpy1": ("pass", None), "crash0": ("error", "WrpCrashError"),
+                 "if_in_while0": ("pass", None), "vec_stock0": ("pass", None)}, v
+    crash = next(c for c in rep.cases if c.name == "crash0")
+    assert "replay crashed with SIG" in crash.message and "k_scatter" in crash.message
+    zygotes = {pid for pid, ppid, is_zygote, _ in seen if is_zygote and ppid == os.getpid()}
+    assert len(zygotes) == 1, seen
+    forks = {pid for pid, ppid, is_zygote, _ in seen if is_zygote and ppid in zygotes}
+    assert len(forks) >= 2, seen  # the threads' children (one more after the crash), all forks of it
+    assert not [x for x in seen if x[3]], seen  # no replay child started with its own `import warp`
+    assert len({c.worker for c in rep.cases}) >= 2
+    assert not _wrpkit_processes()  # the zygote and its forks ended with the run
 
 
 def _stage_reader(proc: Path):

@@ -115,7 +115,7 @@ def verify_deferred(prep) -> None:
     Raises:
         WrpIntegrityError: A region's data does not match its SHA-256.
     """
-    if prep.deferred:
+    if prep is not None and prep.deferred:
         from ..formats.wrpk.blobs import BackgroundVerification  # noqa: PLC0415
 
         BackgroundVerification(prep.deferred).wait()
@@ -328,6 +328,9 @@ class ReplayWorker:
         #: End the child when the thread that started it ends (Linux): a killed ``wrp regress``
         #: worker leaves no replay running on its own.
         self.die_with_parent = False
+        #: A :class:`~wrpkit.run.zygote.Zygote` to fork the child from (``wrp regress``), or None to
+        #: start ``python -m wrpkit.run.child`` (a fork dies with the zygote, which dies with its thread).
+        self.zygote = None
 
     @property
     def alive(self) -> bool:
@@ -341,6 +344,16 @@ class ReplayWorker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._out_fd = memory_file("wrpkit-child-output")
         self._stage = SharedArea(64, "wrpkit-stage")
+        if self.zygote is not None:
+            try:
+                self.proc = self.zygote.fork(theirs.fileno(), self._out_fd)
+            except WrpRuntimeError:
+                self.zygote = None  # it is gone: from now on this worker starts its children itself
+            else:
+                theirs.close()
+                self._sock = ours
+                self._loaded = self._warm = False
+                return
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.child", "--serve",
                                           str(theirs.fileno())] + (["--die-with-parent"] if self.die_with_parent
@@ -529,6 +542,54 @@ class ReplayWorker:
         finally:
             in_area.close()
             out_area.close()  # the results' views keep its mapping
+        raise self._ended(answer, deadline)
+
+    def run_case(self, job: dict, timeout: Optional[float] = None) -> tuple:
+        """``wrp regress``: read, validate, replay and compare one case in the child.
+
+        The child (:func:`wrpkit.run.regress_case.serve_case`) reads the
+        case's files itself and says when it has validated them; ``timeout``
+        counts from then (loading, replaying and comparing), as :meth:`run`'s
+        bounds a load and a replay.  Call :meth:`warm` first.
+
+        Returns:
+            ``(answer, fds)``: ``answer["result"]`` holds the case's verdict fields.
+
+        Raises:
+            ChildCrashed: The child died of a signal (it is gone).
+            WrpTimeoutError: ``timeout`` ran out (the child was killed).
+            WrpError: The child ended without an answer (it is gone).
+        """
+        from .shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
+
+        if not self.alive:
+            self.warm()
+        deadline = None
+        answer = None
+        try:
+            try:
+                send(self._sock, {"op": "case", "job": job, "stage_size": self._stage.size}, [self._stage.fd])
+            except OSError:
+                pass  # the child ended: the answer (none) says why
+            while True:
+                answer, fds = receive(self._sock, deadline)
+                if not answer.get("validated"):
+                    break
+                deadline = None if timeout is None else time.monotonic() + timeout
+        except ChannelTimeout:
+            self.stop()
+            raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
+        except ChannelClosed:
+            answer = None
+        except BaseException:
+            self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
+            raise
+        if answer is not None and "error" not in answer:
+            return answer, fds
+        raise self._ended(answer, deadline)
+
+    def _ended(self, answer: Optional[dict], deadline: Optional[float]) -> Exception:
+        """The error of a child that answered ``answer`` (an error, or None) and ended: it is stopped."""
         proc = self.proc
         stage = self.stage()
         try:
@@ -539,7 +600,7 @@ class ReplayWorker:
         returncode = proc.poll()
         self.stop()
         if returncode is not None and returncode < 0:
-            raise ChildCrashed(-returncode, stage, tail)
+            return ChildCrashed(-returncode, stage, tail)
         if answer is not None:
-            raise _error_from(answer["error"])
-        raise ended_without_result(returncode if returncode is not None else -1, tail)
+            return _error_from(answer["error"])
+        return ended_without_result(returncode if returncode is not None else -1, tail)
