@@ -4,8 +4,12 @@ Builds a suite of ``--cases`` small wrpkit captures (default 50; launch
 sizes and constants vary, goldens from numpy), then, in one run:
 
 (a) ``wrpkit.regress(suite, jobs=1)`` and ``jobs=2``: cases per second, each
-    run including its workers' start-up (a process, ``import warp`` in its
-    replay child); ratio target >= 1.7x;
+    run including its start-up (the run's zygote: a process and ``import
+    warp``, which its replay children are forked from); ratio target >= 1.7x.
+    With ``s`` the start-up a case waited for and ``c`` a case's wall time
+    at -j 1, ``T1 = s + n c`` and ``T2 = s + (n / 2) c / e``: the line prints
+    ``s``, ``c``, the efficiency ``e`` of -j 2's steady state, and the ceiling
+    of the ratio at ``e = 1`` for this ``n``;
 (b) a local Dask cluster (2 worker processes, 1 thread each, on 127.0.0.1):
     its start-up (cluster and client) reported separately, then a first run
     (workers start their replay children) and a second, warm run; ratio
@@ -102,6 +106,14 @@ def main() -> None:
         print(f"    -j 2: {n / m2:.1f} cases/s (median {m2:.2f} s: {', '.join(f'{x:.2f}' for x in j2)}); "
               f"{m1 / m2:.2f}x of -j 1 (target >= 1.7x); without the children's start {n / w2:.1f} cases/s, "
               f"{w1 / w2:.2f}x")
+        s_start = statistics.median(a - b for a, b in zip(j1, s1))
+        c = w1 / n
+        e = (n / 2 * c) / w2
+        ceiling = (s_start + n * c) / (s_start + n * c / 2)
+        print(f"    start-up s {s_start:.2f} s, case c {c * 1e3:.1f} ms at -j 1; -j 2 steady-state efficiency "
+              f"e {e:.2f}; ceiling of the ratio at e = 1 for {n} cases: {ceiling:.2f}x "
+              f"(1.7x needs c >= {0.7 * s_start / (n * 0.15) * 1e3:.1f} ms at {n} cases, or "
+              f"n >= {0.7 * s_start / (0.15 * c):.0f} cases at this c)")
 
         # (c) from the last serial run: every case after the first has a warm worker
         warm = [c for c in rep.cases if c.worker_start_s == 0]

@@ -23,6 +23,11 @@ NaN-aware).  Verdicts:
 * ``skip``: it needs a device this machine lacks (or the suite says so);
 * ``xfail`` / ``xpass``: a case the suite expects to fail did / did not.
 
+Locally, the whole case (reading, validating, replaying, comparing) runs in
+the replay child, and every child is forked from one warm process the run
+starts first (:mod:`wrpkit.run.zygote`): ``jobs`` workers cost one ``import
+warp``.
+
 Fan-out: serially (this process and one replay child), on ``jobs`` local
 replay processes (each driven by a thread of this process), on a Dask distributed scheduler
 (``dask="tcp://host:port"``) or a Ray cluster (``ray="auto"`` or an

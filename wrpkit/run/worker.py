@@ -292,8 +292,9 @@ class ReplayWorker:
 
     Used for every contained replay: ``wrp replay`` (one request, then it
     ends), :class:`~wrpkit.run.runtime.IsolatedProgram` (one child per
-    program, kept between runs), and the search for a crashing op (a child per
-    prefix).  The child maps the capture itself (:class:`ChildSource`),
+    program, kept between runs), the search for a crashing op (a child per
+    prefix), and ``wrp regress`` (one per worker thread, handed whole cases by
+    :meth:`run_case`, its child forked from the run's zygote).  The child maps the capture itself (:class:`ChildSource`),
     inputs and results pass through shared memory files (one per request,
     sized to what is asked), statistics are computed in the child over Warp's
     memory, and requests go over a Unix socket pair.  Nothing is written to
@@ -503,7 +504,7 @@ class ReplayWorker:
             WrpTimeoutError: ``timeout`` ran out (the child was killed).
             WrpError: What the child reported (it is gone).
         """
-        from .shared import ChannelClosed, ChannelTimeout, SharedArea, layout, receive, send  # noqa: PLC0415
+        from .shared import SharedArea, layout  # noqa: PLC0415
 
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self.alive:
@@ -522,20 +523,7 @@ class ReplayWorker:
                     in_area.view(off, size)[:] = np.ascontiguousarray(inputs[n]).reshape(-1).view(np.uint8)
             message = {"op": "run", "repeat": int(repeat), "warmup": int(warmup), "inputs": in_at,
                        "in_size": in_size, "outputs": out_at, "out_size": out_size, "stats": dict(stats or {})}
-            try:
-                try:
-                    send(self._sock, message, [in_area.fd, out_area.fd])
-                except OSError:
-                    pass  # the child ended: the answer (none) says why
-                answer, _ = receive(self._sock, deadline)
-            except ChannelTimeout:
-                self.stop()
-                raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
-            except ChannelClosed:
-                answer = None
-            except BaseException:
-                self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
-                raise
+            answer, _, deadline = self._ask(message, [in_area.fd, out_area.fd], timeout, deadline)
             if answer is not None and "error" not in answer:
                 results = {n: out_area.view(off, size) for n, (off, size) in out_at.items()}
                 return ChildRun(results, answer["host_ms"], answer["device_ms"], answer.get("stats", {}))
@@ -560,33 +548,43 @@ class ReplayWorker:
             WrpTimeoutError: ``timeout`` ran out (the child was killed).
             WrpError: The child ended without an answer (it is gone).
         """
-        from .shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
-
         if not self.alive:
             self.warm()
-        deadline = None
-        answer = None
+        answer, fds, deadline = self._ask({"op": "case", "job": job, "stage_size": self._stage.size},
+                                          [self._stage.fd], timeout, None)
+        if answer is not None and "error" not in answer:
+            return answer, fds
+        raise self._ended(answer, deadline)
+
+    def _ask(self, message: dict, fds: list, timeout: Optional[float], deadline: Optional[float]) -> tuple:
+        """Send one request and take its answer: ``(answer or None if the child ended, fds, deadline)``.
+
+        An interim ``{"validated": true}`` (:meth:`run_case`) starts the
+        ``timeout`` clock (``deadline``) and is not the answer.
+
+        Raises:
+            WrpTimeoutError: ``deadline`` passed (the child is stopped).
+        """
+        from .shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
+
         try:
             try:
-                send(self._sock, {"op": "case", "job": job, "stage_size": self._stage.size}, [self._stage.fd])
+                send(self._sock, message, fds)
             except OSError:
                 pass  # the child ended: the answer (none) says why
             while True:
-                answer, fds = receive(self._sock, deadline)
+                answer, got = receive(self._sock, deadline)
                 if not answer.get("validated"):
-                    break
+                    return answer, got, deadline
                 deadline = None if timeout is None else time.monotonic() + timeout
         except ChannelTimeout:
             self.stop()
             raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
         except ChannelClosed:
-            answer = None
+            return None, [], deadline
         except BaseException:
             self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
             raise
-        if answer is not None and "error" not in answer:
-            return answer, fds
-        raise self._ended(answer, deadline)
 
     def _ended(self, answer: Optional[dict], deadline: Optional[float]) -> Exception:
         """The error of a child that answered ``answer`` (an error, or None) and ended: it is stopped."""

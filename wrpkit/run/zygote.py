@@ -46,6 +46,9 @@ from ..errors import WrpRuntimeError
 
 #: Seconds :meth:`Zygote.fork` waits for the zygote to finish its imports and fork.
 FORK_TIMEOUT = 300.0
+#: Seconds a wait goes on past its timeout for the status of a fork that has ended (on a busy machine
+#: the zygote that reaps it may not have been scheduled yet).
+REPORT_GRACE = 10.0
 
 
 class ForkedChild:
@@ -207,8 +210,12 @@ class Zygote:
             while pid not in self._exits and not self.dead:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    return None
-                self._cond.wait(left)
+                    # One that has ended has its status on the way (the zygote may be waiting for a
+                    # core): a wait (not a poll) takes it.
+                    if not timeout or pidfd < 0 or left < -REPORT_GRACE or \
+                            not select.select([pidfd], [], [], 0)[0]:
+                        return None
+                self._cond.wait(None if left is None else max(0.01, left))
             if pid in self._exits:
                 return self._exits.pop(pid)
         if pidfd < 0:
@@ -305,8 +312,8 @@ def _zygote_main(ctl_fd: int, die_with_parent: bool) -> int:
 
     import warp  # noqa: F401,PLC0415  (the cost every fork is spared)
 
-    from . import child, prepare, program  # noqa: F401,PLC0415
-    from ..checks import binding_stats  # noqa: F401,PLC0415
+    from . import child, prepare, program, regress_case  # noqa: F401,PLC0415
+    from ..checks import binding_stats, compare  # noqa: F401,PLC0415
     from .shared import ChannelClosed, receive, send  # noqa: PLC0415
 
     # What was imported stays: the collector never walks it again (a fork's collection of a
