@@ -27,8 +27,10 @@ yet have been reaped, so that a kill never reaches a recycled pid.
 The zygote forks only from its one thread: Warp's import creates none, and
 the only one numpy's OpenBLAS would start is turned off in its environment
 (a fork request is refused if another thread exists).  CUDA cannot be
-initialised before a fork, so the zygote does not initialise Warp: each
-fork does (``warm``, 30 ms on the CPU), as a spawned child does.
+initialised before a fork, so where the CUDA driver is installed the
+zygote does not initialise Warp and each fork does (``warm``), as a
+spawned child does; where there is none, the zygote initialises Warp's CPU
+side once for every fork.
 """
 
 from __future__ import annotations
@@ -252,6 +254,17 @@ class Zygote:
 # ---------------------------------------------------------------------------
 
 
+def _has_cuda_driver() -> bool:
+    """Whether the CUDA driver library can be loaded (loading it initialises nothing)."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 def _threads() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -315,6 +328,12 @@ def _zygote_main(ctl_fd: int, die_with_parent: bool) -> int:
     from . import child, prepare, program, regress_case  # noqa: F401,PLC0415
     from ..checks import binding_stats, compare  # noqa: F401,PLC0415
     from .shared import ChannelClosed, receive, send  # noqa: PLC0415
+
+    if not _has_cuda_driver():
+        # No driver, so no CUDA state a fork could inherit: Warp's CPU start-up is done once here.
+        from ..environment import init_warp  # noqa: PLC0415
+
+        init_warp(cpu_only=True)
 
     # What was imported stays: the collector never walks it again (a fork's collection of a
     # released capture costs microseconds, not 30 ms), and its pages stay shared with the forks.
