@@ -516,6 +516,43 @@ def _serve_children():
             yield pid, _stage_reader(p)
 
 
+def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite, tmp_path):
+    """The zygote killed mid-run: its forks die with it (their cases fail as killed), and later cases
+    get replay children started the ordinary way."""
+    s = tmp_path / "s"
+    for stem in ("a_forever", "b_forever"):
+        _copy_case(suite / "broken" / "forever.wrp", s / f"{stem}.wrp")
+        for ext in ("inputs", "expected"):
+            shutil.copyfile(suite / "broken" / f"forever_{ext}.npz", s / f"{stem}_{ext}.npz")
+    for i in range(3):
+        _copy_case(suite / "mine" / "axpy.wrp", s / f"c{i}.wrp")
+        for ext in ("inputs", "expected"):
+            shutil.copyfile(suite / "mine" / f"axpy_{ext}.npz", s / f"c{i}_{ext}.npz")
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", wrpkit.regress(s, jobs=2, timeout=120)))
+    t.start()
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and t.is_alive():
+        replaying = [stage for _, stage in _serve_children() if stage() == "replaying"]
+        if len(replaying) == 2:
+            time.sleep(1.0)  # both never-ending cases are in their forks' replays
+            zygote = [pid for pid, ppid, argv, _ in _wrpkit_processes()
+                      if b"wrpkit.run.zygote" in argv and ppid == os.getpid()]
+            assert len(zygote) == 1
+            os.kill(zygote[0], signal.SIGKILL)
+            killed = zygote[0]
+        time.sleep(0.2)
+    t.join(180)
+    assert killed is not None and not t.is_alive()
+    rep = result["r"]
+    v = {c.name: (c.verdict, c.error_class) for c in rep.cases}
+    assert v == {"a_forever": ("error", "WrpWorkerDied"), "b_forever": ("error", "WrpWorkerDied"),
+                 "c0": ("pass", None), "c1": ("pass", None), "c2": ("pass", None)}, v
+    assert all("SIGKILL" in c.message for c in rep.cases[:2])
+    assert not _wrpkit_processes()
+
+
 def test_three_workers_fork_from_one_zygote_and_a_crash_stays_in_its_case(suite, tmp_path):
     """`-j 3`: one process imports Warp (the zygote); every replay child is its fork; a crash fails only its case."""
     s = tmp_path / "s"

@@ -1,7 +1,8 @@
 """The child side of a contained replay: ``python -m wrpkit.run.child --serve FD``.
 
 It loads the capture its parent validated (:mod:`wrpkit.run.worker`) and serves
-requests over the socket ``FD``; ``wrp trace`` and ``wrp profile`` children report
+requests over the socket ``FD`` (a ``wrp regress`` child is forked from the run's
+zygote instead, :mod:`wrpkit.run.zygote`, and is handed whole cases); ``wrp trace`` and ``wrp profile`` children report
 through :func:`write_stage` and :func:`write_child_error`.
 """
 
@@ -188,8 +189,10 @@ def _serve_main(sock_fd: int) -> int:
 
     ``warm`` imports Warp and answers; ``load`` loads the capture it hands
     over (releasing the one loaded before: :meth:`ReplayWorker.retarget`);
-    ``run`` replays the loaded one and answers.  An error is answered, then
-    the child ends.
+    ``run`` replays the loaded one and answers; ``case`` runs a whole
+    ``wrp regress`` case here (:func:`wrpkit.run.regress_case.serve_case`:
+    its verdict is the answer, and the child goes on).  An error is answered,
+    then the child ends.
     """
     import gc  # noqa: PLC0415
     import socket  # noqa: PLC0415

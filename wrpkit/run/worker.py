@@ -294,8 +294,8 @@ class ReplayWorker:
     ends), :class:`~wrpkit.run.runtime.IsolatedProgram` (one child per
     program, kept between runs), the search for a crashing op (a child per
     prefix), and ``wrp regress`` (one per worker thread, handed whole cases by
-    :meth:`run_case`, its child forked from the run's zygote).  The child maps the capture itself (:class:`ChildSource`),
-    inputs and results pass through shared memory files (one per request,
+    :meth:`run_case`, its child forked from the run's zygote).  The child
+    maps the capture itself (:class:`ChildSource`), inputs and results pass through shared memory files (one per request,
     sized to what is asked), statistics are computed in the child over Warp's
     memory, and requests go over a Unix socket pair.  Nothing is written to
     disk.  Warp's own output goes to a memory file of which an error quotes
