@@ -457,19 +457,29 @@ def test_update_writes_goldens_that_then_pass(suite, tmp_path):
     assert again.ok and {c.verdict for c in again.cases} == {"pass"}
 
 
-def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
-    """A replay process killed from outside (as the OOM killer does) fails its case; the others pass."""
-    s = tmp_path / "s"
-    for i in range(3):
-        _copy_case(suite / "mine" / "axpy.wrp", s / f"a{i}.wrp")
+def _case_copies(suite: Path, dst: Path, cases: dict) -> Path:
+    """A suite at ``dst`` of ``{new name: case of the main suite}``, copied as a user copies cases."""
+    for stem, src in cases.items():
+        _copy_case(suite / f"{src}.wrp", dst / f"{stem}.wrp")
         for ext in ("inputs", "expected"):
-            shutil.copyfile(suite / "mine" / f"axpy_{ext}.npz", s / f"a{i}_{ext}.npz")
-    _copy_case(suite / "broken" / "forever.wrp", s / "b_forever.wrp")
-    for ext in ("inputs", "expected"):
-        shutil.copyfile(suite / "broken" / f"forever_{ext}.npz", s / f"b_forever_{ext}.npz")
+            if (suite / f"{src}_{ext}.npz").is_file():
+                shutil.copyfile(suite / f"{src}_{ext}.npz", dst / f"{stem}_{ext}.npz")
+    return dst
+
+
+def _regress_in_background(s: Path) -> tuple:
+    """``(thread, result)``: ``wrpkit.regress(s, jobs=2)`` running in a thread; its report lands in ``result["r"]``."""
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("r", wrpkit.regress(s, jobs=2, timeout=120)))
     t.start()
+    return t, result
+
+
+def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
+    """A replay process killed from outside (as the OOM killer does) fails its case; the others pass."""
+    s = _case_copies(suite, tmp_path / "s", {"a0": "mine/axpy", "a1": "mine/axpy", "a2": "mine/axpy",
+                                             "b_forever": "broken/forever"})
+    t, result = _regress_in_background(s)
     killed = None
     deadline = time.monotonic() + 120
     while killed is None and time.monotonic() < deadline and t.is_alive():
@@ -519,18 +529,9 @@ def _serve_children():
 def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite, tmp_path):
     """The zygote killed mid-run: its forks die with it (their cases fail as killed), and later cases
     get replay children started the ordinary way."""
-    s = tmp_path / "s"
-    for stem in ("a_forever", "b_forever"):
-        _copy_case(suite / "broken" / "forever.wrp", s / f"{stem}.wrp")
-        for ext in ("inputs", "expected"):
-            shutil.copyfile(suite / "broken" / f"forever_{ext}.npz", s / f"{stem}_{ext}.npz")
-    for i in range(3):
-        _copy_case(suite / "mine" / "axpy.wrp", s / f"c{i}.wrp")
-        for ext in ("inputs", "expected"):
-            shutil.copyfile(suite / "mine" / f"axpy_{ext}.npz", s / f"c{i}_{ext}.npz")
-    result = {}
-    t = threading.Thread(target=lambda: result.setdefault("r", wrpkit.regress(s, jobs=2, timeout=120)))
-    t.start()
+    s = _case_copies(suite, tmp_path / "s", {"a_forever": "broken/forever", "b_forever": "broken/forever",
+                                             "c0": "mine/axpy", "c1": "mine/axpy", "c2": "mine/axpy"})
+    t, result = _regress_in_background(s)
     killed = None
     deadline = time.monotonic() + 120
     while killed is None and time.monotonic() < deadline and t.is_alive():
@@ -555,14 +556,9 @@ def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite
 
 def test_three_workers_fork_from_one_zygote_and_a_crash_stays_in_its_case(suite, tmp_path):
     """`-j 3`: one process imports Warp (the zygote); every replay child is its fork; a crash fails only its case."""
-    s = tmp_path / "s"
-    for src, n in (("mine/axpy", 2), ("mine/vec_stock", 1), ("mine/if_in_while", 1), ("broken/crash", 1)):
-        for i in range(n):
-            stem = f"{Path(src).name}{i}"
-            _copy_case(suite / f"{src}.wrp", s / f"{stem}.wrp")
-            for ext in ("inputs", "expected"):
-                if (suite / f"{src}_{ext}.npz").is_file():
-                    shutil.copyfile(suite / f"{src}_{ext}.npz", s / f"{stem}_{ext}.npz")
+    s = _case_copies(suite, tmp_path / "s", {"axpy0": "mine/axpy", "axpy1": "mine/axpy",
+                                             "vec_stock0": "mine/vec_stock", "if_in_while0": "mine/if_in_while",
+                                             "crash0": "broken/crash"})
     seen = []  # (pid, ppid, is the zygote, is a started child) of every process seen while cases finished
 
     def look(done, total, result):

@@ -580,7 +580,7 @@ class ReplayWorker:
         except ChannelTimeout:
             self.stop()
             raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
-        except ChannelClosed:
+        except (ChannelClosed, ConnectionResetError):  # reset: it died with our request unread
             return None, [], deadline
         except BaseException:
             self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own

@@ -213,9 +213,8 @@ class Zygote:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     # One that has ended has its status on the way (the zygote may be waiting for a
-                    # core): a wait (not a poll) takes it.
-                    if not timeout or pidfd < 0 or left < -REPORT_GRACE or \
-                            not select.select([pidfd], [], [], 0)[0]:
+                    # core): a poll or a wait takes it, so that an ended fork never looks alive.
+                    if pidfd < 0 or left < -REPORT_GRACE or not select.select([pidfd], [], [], 0)[0]:
                         return None
                 self._cond.wait(None if left is None else max(0.01, left))
             if pid in self._exits:
@@ -342,7 +341,7 @@ def _zygote_main(ctl_fd: int, die_with_parent: bool) -> int:
     sock = socket.socket(fileno=ctl_fd)
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
-    signal.set_wakeup_fd(wake_w)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a full pipe already says "reap"
     send(sock, {"ready": os.getpid()})
     me = os.getpid()
     while True:
