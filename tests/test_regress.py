@@ -31,6 +31,9 @@ from click.testing import CliRunner
 import wrpkit
 from wrpkit.cli import main
 from wrpkit.run.regress_case import cuda_device_count
+from wrpkit.run.zygote import Zygote
+
+needs_zygote = pytest.mark.skipif(not Zygote.supported(), reason="the zygote needs Linux with pidfds")
 
 wp.config.quiet = True
 N = 64
@@ -526,6 +529,7 @@ def _serve_children():
             yield pid, _stage_reader(p)
 
 
+@needs_zygote
 def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite, tmp_path):
     """The zygote killed mid-run: its forks die with it (their cases fail as killed), and later cases
     get replay children started the ordinary way."""
@@ -554,6 +558,7 @@ def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite
     assert not _wrpkit_processes()
 
 
+@needs_zygote
 def test_three_workers_fork_from_one_zygote_and_a_crash_stays_in_its_case(suite, tmp_path):
     """`-j 3`: one process imports Warp (the zygote); every replay child is its fork; a crash fails only its case."""
     s = _case_copies(suite, tmp_path / "s", {"axpy0": "mine/axpy", "axpy1": "mine/axpy",
