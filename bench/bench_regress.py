@@ -4,8 +4,12 @@ Builds a suite of ``--cases`` small wrpkit captures (default 50; launch
 sizes and constants vary, goldens from numpy), then, in one run:
 
 (a) ``wrpkit.regress(suite, jobs=1)`` and ``jobs=2``: cases per second, each
-    run including its workers' start-up (a process, ``import warp`` in its
-    replay child); ratio target >= 1.7x;
+    run including its start-up (the run's zygote: a process and ``import
+    warp``, which its replay children are forked from); ratio target >= 1.7x.
+    With ``s`` the start-up a case waited for and ``c`` a case's wall time
+    at -j 1, ``T1 = s + n c`` and ``T2 = s + (n / 2) c / e``: the line prints
+    ``s``, ``c``, the efficiency ``e`` of -j 2's steady state, and the ceiling
+    of the ratio at ``e = 1`` for this ``n``;
 (b) a local Dask cluster (2 worker processes, 1 thread each, on 127.0.0.1):
     its start-up (cluster and client) reported separately, then a first run
     (workers start their replay children) and a second, warm run; ratio
@@ -69,9 +73,24 @@ def build_suite(d: Path, n: int) -> Path:
     return d
 
 
-def timed(fn):
-    t0 = time.perf_counter()
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process and of its children it has waited for.
+
+    A run's zygote is waited for when the run ends, and it waits for its
+    forks, so a run's replay children count: the figure the machine's load
+    does not change much, unlike the wall time.
+    """
+    import resource  # noqa: PLC0415
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def timed(fn, cpu=None):
+    t0, c0 = time.perf_counter(), cpu_seconds()
     out = fn()
+    if cpu is not None:
+        cpu.append(cpu_seconds() - c0)
     return time.perf_counter() - t0, out
 
 
@@ -85,13 +104,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-regress-") as tmp:
         suite = build_suite(Path(tmp) / "suite", args.cases)
         n = args.cases
-        j1, j2, s1, s2 = [], [], [], []
+        j1, j2, s1, s2, cpu1, cpu2 = [], [], [], [], [], []
         for _ in range(args.rounds):  # interleaved, so both see the same machine
-            t, rep = timed(lambda: wrpkit.regress(suite, jobs=1))
+            t, rep = timed(lambda: wrpkit.regress(suite, jobs=1), cpu1)
             assert len(rep.passed) == n, rep.counts()
             j1.append(t)
             s1.append(t - max(c.worker_start_s for c in rep.cases))
-            t, rep2 = timed(lambda: wrpkit.regress(suite, jobs=2))
+            t, rep2 = timed(lambda: wrpkit.regress(suite, jobs=2), cpu2)
             assert len(rep2.passed) == n, rep2.counts()
             j2.append(t)
             s2.append(t - max(c.worker_start_s for c in rep2.cases))  # the children start side by side
@@ -102,6 +121,16 @@ def main() -> None:
         print(f"    -j 2: {n / m2:.1f} cases/s (median {m2:.2f} s: {', '.join(f'{x:.2f}' for x in j2)}); "
               f"{m1 / m2:.2f}x of -j 1 (target >= 1.7x); without the children's start {n / w2:.1f} cases/s, "
               f"{w1 / w2:.2f}x")
+        s_start = statistics.median(a - b for a, b in zip(j1, s1))
+        c = w1 / n
+        e = (n / 2 * c) / w2
+        ceiling = (s_start + n * c) / (s_start + n * c / 2)
+        print(f"    start-up s {s_start:.2f} s, case c {c * 1e3:.1f} ms at -j 1; -j 2 steady-state efficiency "
+              f"e {e:.2f}; ceiling of the ratio at e = 1 for {n} cases: {ceiling:.2f}x "
+              f"(1.7x needs c >= {0.7 * s_start / (n * 0.15) * 1e3:.1f} ms at {n} cases, or "
+              f"n >= {0.7 * s_start / (0.15 * c):.0f} cases at this c)")
+        print(f"    CPU seconds per run (this process and its replay processes), median: -j 1 "
+              f"{statistics.median(cpu1):.2f}, -j 2 {statistics.median(cpu2):.2f}")
 
         # (c) from the last serial run: every case after the first has a warm worker
         warm = [c for c in rep.cases if c.worker_start_s == 0]

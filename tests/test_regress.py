@@ -31,6 +31,9 @@ from click.testing import CliRunner
 import wrpkit
 from wrpkit.cli import main
 from wrpkit.run.regress_case import cuda_device_count
+from wrpkit.run.zygote import Zygote
+
+needs_zygote = pytest.mark.skipif(not Zygote.supported(), reason="the zygote needs Linux with pidfds")
 
 wp.config.quiet = True
 N = 64
@@ -457,19 +460,29 @@ def test_update_writes_goldens_that_then_pass(suite, tmp_path):
     assert again.ok and {c.verdict for c in again.cases} == {"pass"}
 
 
-def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
-    """A replay process killed from outside (as the OOM killer does) fails its case; the others pass."""
-    s = tmp_path / "s"
-    for i in range(3):
-        _copy_case(suite / "mine" / "axpy.wrp", s / f"a{i}.wrp")
+def _case_copies(suite: Path, dst: Path, cases: dict) -> Path:
+    """A suite at ``dst`` of ``{new name: case of the main suite}``, copied as a user copies cases."""
+    for stem, src in cases.items():
+        _copy_case(suite / f"{src}.wrp", dst / f"{stem}.wrp")
         for ext in ("inputs", "expected"):
-            shutil.copyfile(suite / "mine" / f"axpy_{ext}.npz", s / f"a{i}_{ext}.npz")
-    _copy_case(suite / "broken" / "forever.wrp", s / "b_forever.wrp")
-    for ext in ("inputs", "expected"):
-        shutil.copyfile(suite / "broken" / f"forever_{ext}.npz", s / f"b_forever_{ext}.npz")
+            if (suite / f"{src}_{ext}.npz").is_file():
+                shutil.copyfile(suite / f"{src}_{ext}.npz", dst / f"{stem}_{ext}.npz")
+    return dst
+
+
+def _regress_in_background(s: Path) -> tuple:
+    """``(thread, result)``: ``wrpkit.regress(s, jobs=2)`` running in a thread; its report lands in ``result["r"]``."""
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("r", wrpkit.regress(s, jobs=2, timeout=120)))
     t.start()
+    return t, result
+
+
+def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
+    """A replay process killed from outside (as the OOM killer does) fails its case; the others pass."""
+    s = _case_copies(suite, tmp_path / "s", {"a0": "mine/axpy", "a1": "mine/axpy", "a2": "mine/axpy",
+                                             "b_forever": "broken/forever"})
+    t, result = _regress_in_background(s)
     killed = None
     deadline = time.monotonic() + 120
     while killed is None and time.monotonic() < deadline and t.is_alive():
@@ -491,16 +504,86 @@ def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
     assert not list(_serve_children())  # every replay child of the run has ended
 
 
-def _serve_children():
+def _wrpkit_processes():
+    """``(pid, parent pid, argv, /proc entry)`` of every replay child and zygote this test process started
+    (its children and theirs: other sessions on the machine may run their own)."""
+    found = []
     for p in Path("/proc").iterdir():
         if not p.name.isdigit():
             continue
         try:
             argv = (p / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if b"wrpkit.run.child" in argv and b"--serve" in argv and b"--die-with-parent" in argv:
-            yield int(p.name), _stage_reader(p)
+        if b"wrpkit.run.child" in argv or b"wrpkit.run.zygote" in argv:
+            found.append((int(p.name), ppid, argv, p))
+    ours = {pid for pid, ppid, _, _ in found if ppid == os.getpid()}
+    return [x for x in found if x[1] == os.getpid() or x[1] in ours]
+
+
+def _serve_children():
+    """The replay children of a ``wrp regress`` run: started (``--serve``) or forked from its zygote."""
+    for pid, _ppid, argv, p in _wrpkit_processes():
+        if b"--die-with-parent" in argv and (b"--serve" in argv or b"wrpkit.run.zygote" in argv):
+            yield pid, _stage_reader(p)
+
+
+@needs_zygote
+def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite, tmp_path):
+    """The zygote killed mid-run: its forks die with it (their cases fail as killed), and later cases
+    get replay children started the ordinary way."""
+    s = _case_copies(suite, tmp_path / "s", {"a_forever": "broken/forever", "b_forever": "broken/forever",
+                                             "c0": "mine/axpy", "c1": "mine/axpy", "c2": "mine/axpy"})
+    t, result = _regress_in_background(s)
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and t.is_alive():
+        replaying = [stage for _, stage in _serve_children() if stage() == "replaying"]
+        if len(replaying) == 2:
+            time.sleep(1.0)  # both never-ending cases are in their forks' replays
+            zygote = [pid for pid, ppid, argv, _ in _wrpkit_processes()
+                      if b"wrpkit.run.zygote" in argv and ppid == os.getpid()]
+            assert len(zygote) == 1
+            os.kill(zygote[0], signal.SIGKILL)
+            killed = zygote[0]
+        time.sleep(0.2)
+    t.join(180)
+    assert killed is not None and not t.is_alive()
+    rep = result["r"]
+    v = {c.name: (c.verdict, c.error_class) for c in rep.cases}
+    assert v == {"a_forever": ("error", "WrpWorkerDied"), "b_forever": ("error", "WrpWorkerDied"),
+                 "c0": ("pass", None), "c1": ("pass", None), "c2": ("pass", None)}, v
+    assert all("SIGKILL" in c.message for c in rep.cases[:2])
+    assert not _wrpkit_processes()
+
+
+@needs_zygote
+def test_three_workers_fork_from_one_zygote_and_a_crash_stays_in_its_case(suite, tmp_path):
+    """`-j 3`: one process imports Warp (the zygote); every replay child is its fork; a crash fails only its case."""
+    s = _case_copies(suite, tmp_path / "s", {"axpy0": "mine/axpy", "axpy1": "mine/axpy",
+                                             "vec_stock0": "mine/vec_stock", "if_in_while0": "mine/if_in_while",
+                                             "crash0": "broken/crash"})
+    seen = []  # (pid, ppid, is the zygote, is a started child) of every process seen while cases finished
+
+    def look(done, total, result):
+        for pid, ppid, argv, _p in _wrpkit_processes():
+            seen.append((pid, ppid, b"wrpkit.run.zygote" in argv, b"--serve" in argv and b"--die-with-parent"
+                         in argv))
+
+    rep = wrpkit.regress(s, jobs=3, progress=look)
+    v = {c.name: (c.verdict, c.error_class) for c in rep.cases}
+    assert v == {"axpy0": ("pass", None), "axpy1": ("pass", None), "crash0": ("error", "WrpCrashError"),
+                 "if_in_while0": ("pass", None), "vec_stock0": ("pass", None)}, v
+    crash = next(c for c in rep.cases if c.name == "crash0")
+    assert "replay crashed with SIG" in crash.message and "k_scatter" in crash.message
+    zygotes = {pid for pid, ppid, is_zygote, _ in seen if is_zygote and ppid == os.getpid()}
+    assert len(zygotes) == 1, seen
+    forks = {pid for pid, ppid, is_zygote, _ in seen if is_zygote and ppid in zygotes}
+    assert len(forks) >= 2, seen  # the threads' children (one more after the crash), all forks of it
+    assert not [x for x in seen if x[3]], seen  # no replay child started with its own `import warp`
+    assert len({c.worker for c in rep.cases}) >= 2
+    assert not _wrpkit_processes()  # the zygote and its forks ended with the run
 
 
 def _stage_reader(proc: Path):

@@ -1,7 +1,8 @@
 """The child side of a contained replay: ``python -m wrpkit.run.child --serve FD``.
 
 It loads the capture its parent validated (:mod:`wrpkit.run.worker`) and serves
-requests over the socket ``FD``; ``wrp trace`` and ``wrp profile`` children report
+requests over the socket ``FD`` (a ``wrp regress`` child is forked from the run's
+zygote instead, :mod:`wrpkit.run.zygote`, and is handed whole cases); ``wrp trace`` and ``wrp profile`` children report
 through :func:`write_stage` and :func:`write_child_error`.
 """
 
@@ -42,7 +43,7 @@ def write_child_error(d: Path, e: WrpError) -> int:
     return e.exit_code
 
 
-def _timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
+def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
     """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, device_ms or None)``."""
     graph, launch = prog.graph, wp.capture_launch
     perf = time.perf_counter
@@ -135,7 +136,7 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
         for name, (off, n) in message["inputs"].items():
             prog.write_bytes(name, in_area.view(off, n))
         _set_stage(stage, "replaying")
-        host_ms, device_ms = _timed_replays(wp, prog, message["warmup"], message["repeat"])
+        host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
         _set_stage(stage, "reading")
         summary = {}
         for name, spec in message["stats"].items():
@@ -150,18 +151,53 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
     return {"host_ms": host_ms, "device_ms": device_ms, "stats": summary}
 
 
+def replay_here(prep, device: str, state: dict, stage) -> tuple:
+    """Load ``prep`` and replay it once in this process (a ``wrp regress`` case).
+
+    Args:
+        prep: The case, validated here.
+        device: The device string.
+        state: Whole bindings' bytes to write first.
+        stage: The shared page where the stage is recorded (the parent reads it after a crash).
+
+    Returns:
+        ``({binding: uint8 bytes}, host ms of the replay)``.
+    """
+    import gc  # noqa: PLC0415
+
+    from ..environment import init_warp  # noqa: PLC0415
+    from .program import load_prepared  # noqa: PLC0415
+
+    wp = init_warp(cpu_only=str(device).strip().lower() == "cpu")
+    _set_stage(stage, "loading")
+    prog = load_prepared(prep, device)
+    try:
+        for name, data in state.items():
+            prog.write_bytes(name, data)
+        _set_stage(stage, "replaying")
+        host_ms, _ = timed_replays(wp, prog, 0, 1)
+        _set_stage(stage, "reading")
+        raw = {n: np.array(prog.region_bytes(n), copy=True) for n in prep.sizes}
+    finally:
+        prog.close()
+        gc.collect()  # this capture's memory goes before the next one's is taken
+    return raw, (host_ms[0] if host_ms else None)
+
+
 def _serve_main(sock_fd: int) -> int:
     """The :class:`~wrpkit.run.worker.ReplayWorker` child: answer every request until the socket closes.
 
     ``warm`` imports Warp and answers; ``load`` loads the capture it hands
     over (releasing the one loaded before: :meth:`ReplayWorker.retarget`);
-    ``run`` replays the loaded one and answers.  An error is answered, then
-    the child ends.
+    ``run`` replays the loaded one and answers; ``case`` runs a whole
+    ``wrp regress`` case here (:func:`wrpkit.run.regress_case.serve_case`:
+    its verdict is the answer, and the child goes on).  An error is answered,
+    then the child ends.
     """
     import gc  # noqa: PLC0415
     import socket  # noqa: PLC0415
 
-    from .shared import ChannelClosed, receive, send  # noqa: PLC0415
+    from .shared import ChannelClosed, SharedArea, receive, send  # noqa: PLC0415
 
     sock = socket.socket(fileno=sock_fd)
     wp = prog = stage = None
@@ -178,6 +214,9 @@ def _serve_main(sock_fd: int) -> int:
                 from ..environment import init_warp  # noqa: PLC0415
 
                 init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+                # Warp and its imports stay for the child's life: the collection after each
+                # released capture (``load``) then walks only what came later (30 ms less a case).
+                gc.freeze()
                 send(sock, {"ok": True})
             elif op == "load":
                 if prog is not None:
@@ -187,6 +226,20 @@ def _serve_main(sock_fd: int) -> int:
                 wp, prog, stage = _load_served(message, fds)
             elif op == "run" and prog is not None:
                 send(sock, _serve_run(wp, prog, message, fds, stage))
+            elif op == "case":  # wrp regress: a whole case, read and validated here
+                from .regress_case import serve_case  # noqa: PLC0415
+
+                if stage is None:
+                    stage = SharedArea(message["stage_size"], fd=fds[0])
+                else:
+                    os.close(fds[0])
+                answer, out_fds = serve_case(message["job"], lambda *a: replay_here(*a, stage),
+                                             lambda: send(sock, {"validated": True}))
+                try:
+                    send(sock, answer, out_fds)
+                finally:
+                    for f in out_fds:
+                        os.close(f)
             else:
                 return 0
         except WrpError as e:

@@ -23,6 +23,11 @@ NaN-aware).  Verdicts:
 * ``skip``: it needs a device this machine lacks (or the suite says so);
 * ``xfail`` / ``xpass``: a case the suite expects to fail did / did not.
 
+Locally, the whole case (reading, validating, replaying, comparing) runs in
+the replay child, and every child is forked from one warm process the run
+starts first (:mod:`wrpkit.run.zygote`): ``jobs`` workers cost one ``import
+warp``.
+
 Fan-out: serially (this process and one replay child), on ``jobs`` local
 replay processes (each driven by a thread of this process), on a Dask distributed scheduler
 (``dask="tcp://host:port"``) or a Ray cluster (``ray="auto"`` or an
@@ -220,8 +225,6 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         WrpSchedulerError: The scheduler or cluster cannot be reached (exit 2).
         WrpError: (exit 2) Bad options, an empty suite, a bad ``wrp-suite.toml``.
     """
-    import datetime  # noqa: PLC0415
-
     if dask and ray:
         raise usage_error(WrpError("give --dask or --ray, not both"))
     if engine not in ("python", "native"):
@@ -239,7 +242,27 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         from .engines import native_paths  # noqa: PLC0415
 
         native_paths().require_replayer()  # refuse now, not once per case
-    overrides = {"device": device, "timeout": timeout, "rtol": rtol, "atol": atol, "equal_nan": equal_nan}
+    zygote = None
+    if engine == "python" and not (dask or ray) and os.path.isdir(suite):
+        from .zygote import Zygote  # noqa: PLC0415
+
+        if Zygote.supported():
+            # Started first, so that its `import warp` overlaps the scan and validation below.
+            zygote = Zygote()
+    try:
+        return _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout,
+                        {"device": device, "timeout": timeout, "rtol": rtol, "atol": atol, "equal_nan": equal_nan},
+                        zygote)
+    finally:
+        if zygote is not None:
+            zygote.close()
+
+
+def _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout, overrides,
+             zygote) -> RegressReport:
+    """:func:`regress` once its options are checked (and its zygote started)."""
+    import datetime  # noqa: PLC0415
+
     cases = discover(suite, keyword=keyword, overrides=overrides)
     if update:
         for c in cases:  # the goldens' folders must be writable before any long work
@@ -273,10 +296,10 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
     elif ray:
         ran_on = run_ray(run_jobs, ray, done)
     elif int(jobs) > 1 and len(run_jobs) > 1:
-        run_local(run_jobs, int(jobs), done)
+        run_local(run_jobs, int(jobs), done, zygote)
         ran_on = f"{int(jobs)} local workers"  # threads, each with its own replay process
     else:
-        run_serial(run_jobs, done)
+        run_serial(run_jobs, done, zygote)
         ran_on = "serial"
     if update:
         for case, res in zip(cases, results):

@@ -181,44 +181,59 @@ def close_replay_workers() -> None:
     _replayers.worker = None
 
 
-def _replay_python(prep, device: str, state: dict, timeout: Optional[float]) -> tuple:
+def _replay_python(prep, device: str, state: dict, timeout: Optional[float], zygote=None) -> tuple:
     """Replay once, contained in this thread's warm child: ``({binding: uint8 bytes}, host_ms, start s)``.
 
     A child killed by a signal that is not a crash (SIGKILL from the OOM
     killer or a person) fails the case as :class:`WrpWorkerDied`, without a
-    search for the op.
+    search for the op.  With ``zygote`` (a :class:`~wrpkit.run.zygote.Zygote`),
+    the thread's child is forked from it rather than started.
     """
-    import signal as sig  # noqa: PLC0415
-
     from .crash import located_crash  # noqa: PLC0415
     from ..errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
-    from .worker import ChildCrashed, ReplayWorker  # noqa: PLC0415
+    from .worker import ChildCrashed  # noqa: PLC0415
 
-    w = _replayers.worker
-    if w is None or w.closed:  # none yet in this thread, or closed after a run
-        w = _replayers.worker = ReplayWorker(prep, device)
-        w.die_with_parent = True
-        with _started_lock:
-            _started.append(w)
-    else:
-        w.retarget(prep, device)
-    t0 = time.perf_counter()
-    cold = not (w.alive and w._warm)
-    w.warm()
-    started = time.perf_counter() - t0 if cold else 0.0
+    w, started = _warm_worker(prep, device, zygote)
     t1 = time.monotonic()
     try:
         run = w.run(state, 1, 0, timeout)
     except ChildCrashed as crash:
         if crash.signum not in CRASH_SIGNAL_NUMBERS:
-            name = sig.Signals(crash.signum).name if crash.signum in sig.Signals._value2member_map_ else \
-                f"signal {crash.signum}"
-            raise WrpWorkerDied(f"the worker process replaying it was killed ({name}, signal {crash.signum}) "
-                                f"while {crash.stage}; the run went on",
-                                hint="Something outside the replay ended it (the OOM killer, a person); rerun "
-                                     "the case alone with `wrp replay`.") from None
+            raise _worker_died(crash) from None
         raise located_crash(w.prep, crash, w.device, state, 1, timeout, t1, True, True, w.source) from None
     return run.results, (run.host_ms[0] if run.host_ms else None), started
+
+
+def _warm_worker(prep, device: str, zygote) -> tuple:
+    """``(this thread's ReplayWorker, seconds it took to start)``: warm, retargeted to ``prep`` (None: a case
+    the child reads itself), its child forked from ``zygote`` when one is given."""
+    from .worker import ReplayWorker  # noqa: PLC0415
+
+    w = _replayers.worker
+    if w is None or w.closed:  # none yet in this thread, or closed after a run
+        w = _replayers.worker = ReplayWorker(prep, device)
+        w.die_with_parent = True
+        w.zygote = zygote
+        with _started_lock:
+            _started.append(w)
+    elif prep is not None:
+        w.retarget(prep, device)
+    t0 = time.perf_counter()
+    cold = not (w.alive and w._warm)
+    w.warm()
+    return w, (time.perf_counter() - t0 if cold else 0.0)
+
+
+def _worker_died(crash) -> WrpError:
+    """The error of a case whose child a signal that is no crash ended (SIGKILL: the OOM killer, a person)."""
+    import signal as sig  # noqa: PLC0415
+
+    name = sig.Signals(crash.signum).name if crash.signum in sig.Signals._value2member_map_ else \
+        f"signal {crash.signum}"
+    return WrpWorkerDied(f"the worker process replaying it was killed ({name}, signal {crash.signum}) "
+                         f"while {crash.stage}; the run went on",
+                         hint="Something outside the replay ended it (the OOM killer, a person); rerun "
+                              "the case alone with `wrp replay`.")
 
 
 def _replay_native(prep, device: str, given: dict, timeout: Optional[float]) -> tuple:
@@ -257,12 +272,22 @@ def _outputs(prep) -> list:
     return [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
 
 
-def run_case(job: dict) -> CaseResult:
+def run_case(job: dict, zygote=None) -> CaseResult:
     """Validate, replay (contained) and compare one case; never raises.
+
+    A case whose files are on this machine (no ``payload``) is read,
+    validated, replayed and compared in this thread's warm replay child
+    (:meth:`~wrpkit.run.worker.ReplayWorker.run_case`), so that ``-j N``
+    threads do next to nothing under this process's one interpreter lock;
+    a remote worker's case (with its files' bytes) is validated and compared
+    here and replayed in the child.  Either way the verdict is the same
+    code's (:func:`_run_case`).
 
     Args:
         job: A case as :func:`case_job` makes it (paths, settings, and for a
             remote worker the files' bytes in ``payload``).
+        zygote: The run's :class:`~wrpkit.run.zygote.Zygote` to fork this
+            thread's replay child from (None: start it as ``wrp replay`` does).
 
     Returns:
         A :class:`CaseResult` (with ``replayed`` set when ``job["update"]``).
@@ -271,8 +296,22 @@ def run_case(job: dict) -> CaseResult:
     s = job["settings"]
     res = CaseResult(job["name"], "error", engine=job["engine"], worker=_worker_name(), expected=s.get("expect"),
                      file=job["capture"])
+    if job["engine"] == "native":
+        _verdict(res, lambda: _run_case(job, s, res, lambda prep, device, state, given, timeout:
+                                        (*_replay_native(prep, device, given, timeout), 0.0)))
+    elif job.get("payload") is None:
+        _verdict(res, lambda: _case_in_child(job, s, res, zygote))
+    else:
+        _verdict(res, lambda: _run_case(job, s, res, lambda prep, device, state, given, timeout:
+                                        _replay_python(prep, device, state, timeout, zygote)))
+    res.seconds = time.perf_counter() - t0 - res.worker_start_s
+    return res
+
+
+def _verdict(res: CaseResult, work) -> None:
+    """Run ``work()``; an error it raises becomes ``res``'s verdict (a device this machine lacks: a skip)."""
     try:
-        _run_case(job, s, res)
+        work()
     except WrpError as e:
         res.verdict, res.message, res.hint = "error", e.message, e.hint
         res.error_class, res.exit_code = type(e).__name__, e.exit_code
@@ -282,11 +321,96 @@ def run_case(job: dict) -> CaseResult:
         res.verdict, res.message = "error", f"internal error: {type(e).__name__}: {e}"
         res.error_class, res.exit_code = type(e).__name__, 70
         res.hint = "Rerun the case alone with `wrp replay` and WRP_DEBUG=1 for a traceback, and report it."
-    res.seconds = time.perf_counter() - t0 - res.worker_start_s
-    return res
 
 
-def _run_case(job: dict, s: dict, res: CaseResult) -> None:
+#: CaseResult fields the replay child fills in (the rest are this process's: name, worker, times).
+_CHILD_FIELDS = ("verdict", "message", "hint", "error_class", "exit_code", "device", "replay_ms", "bindings",
+                 "not_compared")
+
+
+def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
+    """The case read, validated, replayed and compared in this thread's warm child; its fields into ``res``.
+
+    A child killed by a crash signal is answered as in :func:`_replay_python`:
+    the case is validated here, and the op is found by replaying prefixes.
+    """
+    from ..errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
+    from .worker import ChildCrashed  # noqa: PLC0415
+
+    w, started = _warm_worker(None, s.get("device") or "cpu", zygote)
+    res.worker_start_s = started
+    t1 = time.monotonic()
+    try:
+        answer, fds = w.run_case(job, s.get("timeout"))
+    except ChildCrashed as crash:
+        if crash.signum not in CRASH_SIGNAL_NUMBERS:
+            raise _worker_died(crash) from None
+        from . import prepare as preparation  # noqa: PLC0415
+        from .crash import located_crash  # noqa: PLC0415
+
+        prep, device, state, _given, _golden, _outputs = _prepared_case(job, s, res)
+        try:
+            raise located_crash(prep, crash, device, state, 1, s.get("timeout"), t1, True, True) from None
+        finally:
+            preparation.release(prep)
+    for name in _CHILD_FIELDS:
+        setattr(res, name, answer["result"][name])
+    if fds:
+        try:
+            size = os.fstat(fds[0]).st_size
+            res.replayed = read_npz(os.pread(fds[0], size, 0), "the replayed bindings") if size else {}
+        finally:
+            for f in fds:
+                os.close(f)
+
+
+def serve_case(job: dict, replay, validated) -> tuple:
+    """The replay child's side of :meth:`~wrpkit.run.worker.ReplayWorker.run_case`: one case, here.
+
+    Args:
+        job: The case (:func:`case_job`; its files are read here).
+        replay: ``replay(prep, device, state)``: load and replay once in this process,
+            ``({binding: uint8 bytes}, host ms)`` (:func:`wrpkit.run.child.replay_here`).
+        validated: Called once the case is validated, before it loads (the parent's timeout starts).
+
+    Returns:
+        ``({"result": {field: value}}, fds)``: the fields of :data:`_CHILD_FIELDS`,
+        and with ``job["update"]`` a memory file holding the replayed bindings as ``.npz``.
+    """
+    s = job["settings"]
+    res = CaseResult(job["name"], "error", engine=job["engine"], expected=s.get("expect"), file=job["capture"])
+
+    def replay_here(prep, device, state, given, timeout):
+        validated()
+        return (*replay(prep, device, state), 0.0)
+
+    _verdict(res, lambda: _run_case(job, s, res, replay_here))
+    fds = []
+    if res.replayed is not None:
+        import io  # noqa: PLC0415
+
+        from .shared import memory_file  # noqa: PLC0415
+
+        buf = io.BytesIO()
+        np.savez(buf, **res.replayed)
+        fd = memory_file("wrpkit-replayed")
+        data = memoryview(buf.getbuffer())
+        done = 0
+        while done < data.nbytes:
+            done += os.write(fd, data[done:])
+        fds.append(fd)
+    return {"result": {name: getattr(res, name) for name in _CHILD_FIELDS}}, fds
+
+
+def _prepared_case(job: dict, s: dict, res: CaseResult) -> tuple:
+    """Read and validate a case and check it against its golden: ``(prep, device, state, given, golden, outputs)``.
+
+    ``state`` holds the inputs as whole bindings' bytes (a replay child's
+    form), ``given`` as given (``wrp-replay``'s).  The caller releases ``prep``.
+
+    Raises:
+        WrpError: The case cannot be used (its verdict).
+    """
     from ..formats.container import open_capture  # noqa: F401,PLC0415  (warm the import before timing)
     from . import prepare as preparation  # noqa: PLC0415
     from ..model import DeviceType  # noqa: PLC0415
@@ -358,11 +482,22 @@ def _run_case(job: dict, s: dict, res: CaseResult) -> None:
                 raise WrpError(f"golden {golden_name} lacks binding{'s' if len(missing) > 1 else ''} "
                                f"{', '.join(repr(n) for n in missing)} (an output of the capture)",
                                hint="Add it, or rewrite the golden with `wrp regress SUITE --update`.")
+    except BaseException:
+        preparation.release(prep)
+        raise
+    return prep, device, state, given, golden, outputs
 
-        if job["engine"] == "native":
-            raw, res.replay_ms = _replay_native(prep, device, given, s.get("timeout"))
-        else:
-            raw, res.replay_ms, res.worker_start_s = _replay_python(prep, device, state, s.get("timeout"))
+
+def _run_case(job: dict, s: dict, res: CaseResult, replay) -> None:
+    """Validate, replay with ``replay(prep, device, state, given, timeout)`` and compare one case into ``res``.
+
+    ``replay`` returns ``({binding: uint8 bytes}, host ms, seconds its worker took to start)``.
+    """
+    from . import prepare as preparation  # noqa: PLC0415
+
+    prep, device, state, given, golden, outputs = _prepared_case(job, s, res)
+    try:
+        raw, res.replay_ms, res.worker_start_s = replay(prep, device, state, given, s.get("timeout"))
     finally:
         preparation.release(prep)
 

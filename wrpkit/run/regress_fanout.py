@@ -46,18 +46,19 @@ def _died(job: dict, why: str) -> CaseResult:
                       file=job["capture"])
 
 
-def run_local(jobs: list, n_workers: int, done: Callable) -> None:
+def run_local(jobs: list, n_workers: int, done: Callable, zygote=None) -> None:
     """Run ``jobs`` on ``n_workers`` threads, each driving its own warm replay child process.
 
     The replays (loading and running the capture) happen in the children, in
     parallel; a thread only validates, sends the bindings and compares.  A
     child that dies fails only its case; the thread starts a new one for the next.
+    With ``zygote`` (:class:`~wrpkit.run.zygote.Zygote`), the children are forked from it.
     """
     from concurrent.futures import ThreadPoolExecutor, as_completed  # noqa: PLC0415
 
     pool = ThreadPoolExecutor(max_workers=n_workers, thread_name_prefix="wrp-regress")
     try:
-        futures = {pool.submit(run_case, job): i for i, job in enumerate(jobs)}
+        futures = {pool.submit(run_case, job, zygote): i for i, job in enumerate(jobs)}
         for fut in as_completed(futures):
             done(futures[fut], fut.result())  # here, in this thread: one at a time
     finally:
@@ -68,11 +69,11 @@ def run_local(jobs: list, n_workers: int, done: Callable) -> None:
         close_replay_workers()  # any a thread started while the first round closed
 
 
-def run_serial(jobs: list, done: Callable) -> None:
-    """Run ``jobs`` one after another in this thread (and its one warm replay child)."""
+def run_serial(jobs: list, done: Callable, zygote=None) -> None:
+    """Run ``jobs`` one after another in this thread (and its one warm replay child, forked from ``zygote``)."""
     try:
         for i, job in enumerate(jobs):
-            done(i, run_case(job))
+            done(i, run_case(job, zygote))
     finally:
         close_replay_workers()
 

@@ -115,7 +115,7 @@ def verify_deferred(prep) -> None:
     Raises:
         WrpIntegrityError: A region's data does not match its SHA-256.
     """
-    if prep.deferred:
+    if prep is not None and prep.deferred:
         from ..formats.wrpk.blobs import BackgroundVerification  # noqa: PLC0415
 
         BackgroundVerification(prep.deferred).wait()
@@ -292,9 +292,10 @@ class ReplayWorker:
 
     Used for every contained replay: ``wrp replay`` (one request, then it
     ends), :class:`~wrpkit.run.runtime.IsolatedProgram` (one child per
-    program, kept between runs), and the search for a crashing op (a child per
-    prefix).  The child maps the capture itself (:class:`ChildSource`),
-    inputs and results pass through shared memory files (one per request,
+    program, kept between runs), the search for a crashing op (a child per
+    prefix), and ``wrp regress`` (one per worker thread, handed whole cases by
+    :meth:`run_case`, its child forked from the run's zygote).  The child
+    maps the capture itself (:class:`ChildSource`), inputs and results pass through shared memory files (one per request,
     sized to what is asked), statistics are computed in the child over Warp's
     memory, and requests go over a Unix socket pair.  Nothing is written to
     disk.  Warp's own output goes to a memory file of which an error quotes
@@ -328,6 +329,9 @@ class ReplayWorker:
         #: End the child when the thread that started it ends (Linux): a killed ``wrp regress``
         #: worker leaves no replay running on its own.
         self.die_with_parent = False
+        #: A :class:`~wrpkit.run.zygote.Zygote` to fork the child from (``wrp regress``), or None to
+        #: start ``python -m wrpkit.run.child`` (a fork dies with the zygote, which dies with its thread).
+        self.zygote = None
 
     @property
     def alive(self) -> bool:
@@ -341,6 +345,16 @@ class ReplayWorker:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._out_fd = memory_file("wrpkit-child-output")
         self._stage = SharedArea(64, "wrpkit-stage")
+        if self.zygote is not None:
+            try:
+                self.proc = self.zygote.fork(theirs.fileno(), self._out_fd)
+            except WrpRuntimeError:
+                self.zygote = None  # it is gone: from now on this worker starts its children itself
+            else:
+                theirs.close()
+                self._sock = ours
+                self._loaded = self._warm = False
+                return
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.child", "--serve",
                                           str(theirs.fileno())] + (["--die-with-parent"] if self.die_with_parent
@@ -490,7 +504,7 @@ class ReplayWorker:
             WrpTimeoutError: ``timeout`` ran out (the child was killed).
             WrpError: What the child reported (it is gone).
         """
-        from .shared import ChannelClosed, ChannelTimeout, SharedArea, layout, receive, send  # noqa: PLC0415
+        from .shared import SharedArea, layout  # noqa: PLC0415
 
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self.alive:
@@ -509,26 +523,71 @@ class ReplayWorker:
                     in_area.view(off, size)[:] = np.ascontiguousarray(inputs[n]).reshape(-1).view(np.uint8)
             message = {"op": "run", "repeat": int(repeat), "warmup": int(warmup), "inputs": in_at,
                        "in_size": in_size, "outputs": out_at, "out_size": out_size, "stats": dict(stats or {})}
-            try:
-                try:
-                    send(self._sock, message, [in_area.fd, out_area.fd])
-                except OSError:
-                    pass  # the child ended: the answer (none) says why
-                answer, _ = receive(self._sock, deadline)
-            except ChannelTimeout:
-                self.stop()
-                raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
-            except ChannelClosed:
-                answer = None
-            except BaseException:
-                self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
-                raise
+            answer, _, deadline = self._ask(message, [in_area.fd, out_area.fd], timeout, deadline)
             if answer is not None and "error" not in answer:
                 results = {n: out_area.view(off, size) for n, (off, size) in out_at.items()}
                 return ChildRun(results, answer["host_ms"], answer["device_ms"], answer.get("stats", {}))
         finally:
             in_area.close()
             out_area.close()  # the results' views keep its mapping
+        raise self._ended(answer, deadline)
+
+    def run_case(self, job: dict, timeout: Optional[float] = None) -> tuple:
+        """``wrp regress``: read, validate, replay and compare one case in the child.
+
+        The child (:func:`wrpkit.run.regress_case.serve_case`) reads the
+        case's files itself and says when it has validated them; ``timeout``
+        counts from then (loading, replaying and comparing), as :meth:`run`'s
+        bounds a load and a replay.  Call :meth:`warm` first.
+
+        Returns:
+            ``(answer, fds)``: ``answer["result"]`` holds the case's verdict fields.
+
+        Raises:
+            ChildCrashed: The child died of a signal (it is gone).
+            WrpTimeoutError: ``timeout`` ran out (the child was killed).
+            WrpError: The child ended without an answer (it is gone).
+        """
+        if not self.alive:
+            self.warm()
+        answer, fds, deadline = self._ask({"op": "case", "job": job, "stage_size": self._stage.size},
+                                          [self._stage.fd], timeout, None)
+        if answer is not None and "error" not in answer:
+            return answer, fds
+        raise self._ended(answer, deadline)
+
+    def _ask(self, message: dict, fds: list, timeout: Optional[float], deadline: Optional[float]) -> tuple:
+        """Send one request and take its answer: ``(answer or None if the child ended, fds, deadline)``.
+
+        An interim ``{"validated": true}`` (:meth:`run_case`) starts the
+        ``timeout`` clock (``deadline``) and is not the answer.
+
+        Raises:
+            WrpTimeoutError: ``deadline`` passed (the child is stopped).
+        """
+        from .shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
+
+        try:
+            try:
+                send(self._sock, message, fds)
+            except OSError:
+                pass  # the child ended: the answer (none) says why
+            while True:
+                answer, got = receive(self._sock, deadline)
+                if not answer.get("validated"):
+                    return answer, got, deadline
+                deadline = None if timeout is None else time.monotonic() + timeout
+        except ChannelTimeout:
+            self.stop()
+            raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
+        except (ChannelClosed, ConnectionResetError):  # reset: it died with our request unread
+            return None, [], deadline
+        except BaseException:
+            self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
+            raise
+
+    def _ended(self, answer: Optional[dict], deadline: Optional[float]) -> Exception:
+        """The error of a child that answered ``answer`` (an error, or None) and ended: it is stopped."""
         proc = self.proc
         stage = self.stage()
         try:
@@ -539,7 +598,7 @@ class ReplayWorker:
         returncode = proc.poll()
         self.stop()
         if returncode is not None and returncode < 0:
-            raise ChildCrashed(-returncode, stage, tail)
+            return ChildCrashed(-returncode, stage, tail)
         if answer is not None:
-            raise _error_from(answer["error"])
-        raise ended_without_result(returncode if returncode is not None else -1, tail)
+            return _error_from(answer["error"])
+        return ended_without_result(returncode if returncode is not None else -1, tail)
