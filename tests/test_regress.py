@@ -460,6 +460,34 @@ def test_update_writes_goldens_that_then_pass(suite, tmp_path):
     assert again.ok and {c.verdict for c in again.cases} == {"pass"}
 
 
+def test_an_untyped_golden_is_compared_as_bytes_and_says_so(suite, tmp_path):
+    # A stock capture types nothing, so a golden written by --update holds raw bytes, and rtol cannot
+    # apply to them: a change far inside the tolerance fails, and the verdict says why and what to do.
+    # The user's own float golden for the same capture types it, and the same change passes.
+    s = _case_copies(suite / "mine", tmp_path / "s", {"typed": "vec_stock", "raw": "vec_stock"})
+    (s / "raw_expected.npz").unlink()
+    r = CliRunner().invoke(main, ["regress", str(s), "--update", "--json"])
+    assert r.exit_code == 0, r.output
+    upd = {c["name"]: c for c in json.loads(r.stdout)["cases"]}
+    assert upd["raw"]["updated"].startswith("wrote raw_expected.npz: new golden (")
+    assert "as raw bytes: the capture records no dtype" in upd["raw"]["updated"]
+    assert set(upd["raw"]["raw_bytes"]) == {"p", "q"} and upd["typed"]["raw_bytes"] == []
+    with np.load(s / "typed_expected.npz") as z:
+        typed = {k: z[k] for k in z}
+    with np.load(s / "raw_expected.npz") as z:
+        raw = {k: z[k] for k in z}
+    assert raw["q"].dtype == np.uint8 and raw["q"].tobytes() == typed["q"].tobytes()
+    nudged = typed["q"].copy()
+    nudged.reshape(-1)[0] = np.nextafter(nudged.reshape(-1)[0], np.float32(np.inf))  # 1 ulp: inside rtol 1e-5
+    np.savez(s / "typed_expected.npz", p=typed["p"], q=nudged)
+    np.savez(s / "raw_expected.npz", p=raw["p"], q=nudged.view(np.uint8).reshape(-1))
+    rep = wrpkit.regress(s)
+    by = {c.name: c for c in rep.cases}
+    assert by["typed"].verdict == "pass", by["typed"].message
+    assert by["raw"].verdict == "fail" and "q:" in by["raw"].message
+    assert by["raw"].hint.startswith("q compared as raw bytes") and "wrp annotate" in by["raw"].hint
+
+
 def _case_copies(suite: Path, dst: Path, cases: dict) -> Path:
     """A suite at ``dst`` of ``{new name: case of the main suite}``, copied as a user copies cases."""
     for stem, src in cases.items():

@@ -109,7 +109,9 @@ def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
     buf = io.BytesIO()
     np.savez(buf, **new)
     atomic_write(golden, [buf.getvalue()])
-    return f"wrote {golden.name}: " + (", ".join(changes) if old else "new golden")
+    raw = [n for n in case_res.raw_bytes if n in new]
+    note = f" ({', '.join(raw)} as raw bytes: the capture records no dtype)" if raw else ""
+    return f"wrote {golden.name}: " + (", ".join(changes) if old else "new golden") + note
 
 
 @dataclass

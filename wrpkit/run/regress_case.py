@@ -51,6 +51,9 @@ class CaseResult:
         worker: ``host:pid/thread`` that ran it (each thread drives its own replay child).
         updated: What ``update=True`` did to the golden ("wrote ...", "unchanged"), or None.
         expected: ``"fail"`` when the suite expects it not to pass.
+        raw_bytes: Bindings compared (or written as a golden) as raw bytes, because
+            neither the capture nor the golden gives them a dtype: tolerances do
+            not apply to them, any changed byte fails.
     """
 
     name: str
@@ -70,6 +73,7 @@ class CaseResult:
     updated: Optional[str] = None
     expected: Optional[str] = None
     file: Optional[str] = None
+    raw_bytes: list = field(default_factory=list)
     #: The replayed bindings (only with update=True; never in JSON).
     replayed: Optional[dict] = field(default=None, repr=False)
 
@@ -325,7 +329,7 @@ def _verdict(res: CaseResult, work) -> None:
 
 #: CaseResult fields the replay child fills in (the rest are this process's: name, worker, times).
 _CHILD_FIELDS = ("verdict", "message", "hint", "error_class", "exit_code", "device", "replay_ms", "bindings",
-                 "not_compared")
+                 "not_compared", "raw_bytes")
 
 
 def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
@@ -502,6 +506,8 @@ def _run_case(job: dict, s: dict, res: CaseResult, replay) -> None:
         preparation.release(prep)
 
     results = {n: _typed(raw[n], prep.signature.get(n), (golden or {}).get(n)) for n in raw}
+    res.raw_bytes = [n for n in raw if prep.signature.get(n) is None and results[n].dtype == np.uint8
+                     and (golden is None or n not in golden or np.asarray(golden[n]).dtype == np.uint8)]
     if job["update"]:
         res.replayed = {n: results[n] for n in dict.fromkeys([*(golden or {}), *outputs]) if n in results}
     if golden is None:
@@ -520,8 +526,19 @@ def _run_case(job: dict, s: dict, res: CaseResult, replay) -> None:
         res.verdict, res.exit_code = "fail", EXIT_FAILED
         noun = "binding differs" if len(bad) == 1 else "bindings differ"
         res.message = f"{len(bad)} {noun} (of {len(golden)} compared): " + "; ".join(bad)
+        raw_bad = [n for n in res.raw_bytes if n in golden and not res.bindings[n].get("ok", True)]
+        if raw_bad:
+            res.hint = raw_bytes_hint(raw_bad)
     else:
         res.verdict = "pass"
+
+
+def raw_bytes_hint(names: list) -> str:
+    """What to do when bindings were compared byte by byte for want of a dtype."""
+    return (f"{', '.join(names)} compared as raw bytes (the capture records no dtype for "
+            f"{'it' if len(names) == 1 else 'them'}), so rtol/atol do not apply: type the capture with "
+            "`wrp annotate FILE --kernels SRC.py -o FILE` (or save it with wrpkit.capture), or write the "
+            "golden with its dtype, then `wrp regress --update`.")
 
 
 def case_job(case: Case, engine: str, update: bool) -> dict:
