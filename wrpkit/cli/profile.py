@@ -130,11 +130,9 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     tops = sorted(result.top_level, key=lambda r: -r["total_ms"])
     shown = tops[:TOP_ROWS]
     t = table(f"by top-level op (ms){'' if len(tops) <= TOP_ROWS else f', the {TOP_ROWS} costliest of {len(tops)}'}",
-              ["#", "op", "calls", "total", "share"], numeric=("#", "calls", "total", "share"))
-    for r in shown:
-        name = r["name"] if r["name"] == r["op"] else f"{r['name']}"
-        if r["op"] in ("IF", "WHILE"):
-            name = f"{r['op']} ({r['calls']} op runs)"
+              ["#", "op", "op runs", "total", "share"], numeric=("#", "op runs", "total", "share"))
+    for r in shown:  # "op runs": the leaf ops it ran in a step (an IF's or WHILE's, all iterations)
+        name = r["op"] if r["op"] in ("IF", "WHILE") else r["name"]
         t.add_row(str(r["index"]), name, str(r["calls"]), fmt_ms(r["total_ms"]), _pct(r["share"]))
     con.print(t)
     con.print("")
