@@ -175,7 +175,13 @@ def _serve_main(sock_fd: int) -> int:
             return 0
         op = message.get("op")
         try:
-            if op == "warm":
+            if op == "preload":  # spawn.prestart: ready Warp while the parent is still reading the file
+                from ..environment import init_warp  # noqa: PLC0415
+
+                init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+                from ..checks import binding_stats  # noqa: F401, PLC0415  (what a load and a run import)
+                from . import prepare, program  # noqa: F401, PLC0415
+            elif op == "warm":
                 from ..environment import init_warp  # noqa: PLC0415
 
                 init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")

@@ -1,18 +1,32 @@
-"""Starting wrpkit's child processes.
+"""Starting wrpkit's child processes, and starting one before it is needed.
 
 Every child (a replay's :mod:`wrpkit.run.child`, ``wrp trace``'s and ``wrp profile``'s
 :mod:`wrpkit.debug.child`) is ``python -m MODULE --serve FD``: it talks over one end
 of a Unix socket pair and prints into a memory file (:func:`spawn_served`).
+
+A child's own start (the interpreter, ``import warp`` and Warp's initialisation, the
+wrpkit modules it loads with) costs about as much as the parent's start and its
+validation of the capture, and does not depend on them.  :func:`prestart` starts the
+child first, at the very beginning of ``wrp replay``, and sends it a ``preload``
+message, so that both happen side by side on two cores; the replay then takes that
+child (:func:`take_prestarted`) instead of starting one.  This module imports nothing
+heavy (no numpy), so that it can run before anything else.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 from ..errors import WrpRuntimeError
+
+#: ``{(module, extra arguments): (process, socket, output fd)}`` started by :func:`prestart` and not yet taken.
+_prestarted: dict = {}
+
 
 def child_env() -> dict:
     """The environment of a child: wrpkit importable, and no faulthandler dump (the parent reports)."""
@@ -64,3 +78,53 @@ def output_tail(out_fd: int, size: int = 4000) -> str:
         return os.pread(out_fd, size, max(0, end - size)).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def prestart(module: str, message: dict, extra: tuple = ()) -> None:
+    """Start a child of ``module`` now and send it ``message`` (it answers nothing), for :func:`take_prestarted`.
+
+    Best effort: a child that cannot be started is simply not there, and the
+    one that is needed is started when it is.  A child nobody takes is killed
+    when this process exits (or by :func:`discard_prestarted`).
+    """
+    from .shared import send  # noqa: PLC0415
+
+    key = (module, tuple(extra))
+    if key in _prestarted:
+        return
+    try:
+        started = spawn_served(module, extra)
+    except WrpRuntimeError:
+        return
+    try:
+        send(started[1], message)
+    except OSError:
+        _end(started)
+        return
+    if not _prestarted:
+        atexit.register(discard_prestarted)
+    _prestarted[key] = started
+
+
+def take_prestarted(module: str, extra: tuple = ()) -> Optional[tuple]:
+    """``(process, socket, output fd)`` of the child :func:`prestart` started for ``module``, if it is alive."""
+    started = _prestarted.pop((module, tuple(extra)), None)
+    if started is not None and started[0].poll() is not None:
+        _end(started)
+        return None
+    return started
+
+
+def discard_prestarted() -> None:
+    """Kill every prestarted child that was not taken."""
+    while _prestarted:
+        _end(_prestarted.popitem()[1])
+
+
+def _end(started: tuple) -> None:
+    proc, sock, out_fd = started
+    sock.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    os.close(out_fd)

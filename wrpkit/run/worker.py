@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError,
                       timeout_message)
-from .spawn import output_tail, spawn_served
+from .spawn import output_tail, spawn_served, take_prestarted
 
 
 
@@ -272,7 +272,9 @@ class ReplayWorker:
         self._stage = SharedArea(64, "wrpkit-stage")
         try:
             extra = ("--die-with-parent",) if self.die_with_parent else ()
-            self.proc, self._sock, self._out_fd = spawn_served("wrpkit.run.child", extra)
+            # The child `wrp replay` started before it read the file (spawn.prestart), if there is one.
+            self.proc, self._sock, self._out_fd = (take_prestarted("wrpkit.run.child", extra)
+                                                   or spawn_served("wrpkit.run.child", extra))
         except WrpRuntimeError:
             self._stage.close()
             self._stage = None
