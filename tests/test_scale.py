@@ -199,6 +199,37 @@ def test_trace_and_profile_children_write_no_file_but_their_output(typed, comman
         assert out.stat().st_size > 0
 
 
+def _strace_processes(log: Path, cwd: Path, *args) -> tuple:
+    """``(exit code, strace lines)`` of ``wrp ARGS`` under ``strace -f`` (execve, openat and process ends)."""
+    proc = subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=execve,openat", _wrp_exe(),
+                           *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd)
+    return proc.returncode, log.read_text().splitlines()
+
+
+def test_replay_starts_its_one_child_before_it_reads_the_capture(typed, tmp_path):
+    """The python engine's child is started first, so that its ``import warp`` overlaps the validation."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", typed["wrp"], "--json")
+    assert code == 0
+    parent = lines[0].split()[0]
+    children = [i for i, ln in enumerate(lines) if "execve(" in ln and "wrpkit.run.child" in ln]
+    assert len(children) == 1, [lines[i] for i in children]
+    opened = [i for i, ln in enumerate(lines) if ln.split()[0] == parent and "openat(" in ln
+              and typed["wrp"].name in ln and "= -1" not in ln]
+    assert opened and children[0] < opened[0]
+
+
+def test_a_refused_replay_kills_the_child_it_started(edited, tmp_path):
+    """The prestarted child of a replay refused before it runs is killed, not left importing Warp."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", edited["huge"])
+    assert code == 3
+    children = [ln.split()[0] for ln in lines if "execve(" in ln and "wrpkit.run.child" in ln]
+    assert len(children) == 1 and f"{children[0]} +++ killed by SIGKILL +++" in lines, children
+
+
 def test_trace_of_bytes_in_a_child_matches_the_file(typed):
     """Bytes (no path) reach the child through one memory file; the trace is the file's."""
     data = typed["wrp"].read_bytes()
