@@ -231,12 +231,23 @@ def bench_threads(wrp: Path, runs: int, work: Path) -> None:
     import warp  # noqa: PLC0415
 
     env = dict(os.environ, WRP_WARP_LIB_DIR=str(Path(warp.__file__).parent / "bin"))
-    out = subprocess.run([str(exe), str(wrp), str(runs)], capture_output=True, text=True, env=env, check=True)
+    # /usr/bin/time counts the context switches: a hand-over that wakes every waiter shows as more
+    # than one voluntary switch per call.
+    timer = ["/usr/bin/time", "-f", "switches %w %c"] if Path("/usr/bin/time").exists() else []
+    out = subprocess.run(timer + [str(exe), str(wrp), str(runs)], capture_output=True, text=True, env=env,
+                         check=True)
     r = json.loads(out.stdout)
     bound = 2 * r["median_run_ms"] * 4
+    switches = [ln.split() for ln in out.stderr.splitlines() if ln.startswith("switches ")]
+    per_call = ""
+    if switches:
+        calls = 4 * runs + runs // 4
+        per_call = (f"; context switches per call: {int(switches[-1][1]) / calls:.2f} voluntary, "
+                    f"{int(switches[-1][2]) / calls:.2f} involuntary")
     print(f"C API, 4 threads x 4 programs x {runs} runs of {wrp.name}: median run {r['median_run_ms']:.3f} ms, "
           f"median call {r['median_call_ms']:.3f} ms, p99 call {r['p99_call_ms']:.3f} ms, "
-          f"max {r['max_call_ms']:.3f} ms; p99 / (2 x median x 4) = {r['p99_call_ms'] / bound:.2f} (target <= 1)")
+          f"max {r['max_call_ms']:.3f} ms; p99 / (2 x median x 4) = {r['p99_call_ms'] / bound:.2f} (target <= 1)"
+          f"{per_call}; load average {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:

@@ -158,6 +158,86 @@ def test_output_is_the_only_file_written(typed, tmp_path):
         assert z["pos"].shape == (N, 3)
 
 
+def _strace_cli(log: Path, cwd: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e",
+                           "trace=open,openat,creat,rename,renameat,renameat2,unlink,unlinkat,mkdir,mkdirat,"
+                           "link,linkat,truncate", _wrp_exe(), *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=cwd)
+
+
+@pytest.mark.parametrize("command", ["trace", "profile"])
+@pytest.mark.parametrize("kind", ["wrp", "wrpk"])
+def test_trace_and_profile_children_write_no_file_but_their_output(typed, command, kind, tmp_path):
+    """The debug child maps the user's file too: no temp folder, no private copy, inputs through memory.
+
+    The only file made is the one asked for (``--save`` / ``-o``, written atomically beside
+    itself), and the results are those of the same run in process.
+    """
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    src = typed[kind]
+    pos = np.random.default_rng(3).standard_normal((N, 3)).astype(np.float32)
+    np.save(tmp_path / "pos.npy", pos)
+    out = tmp_path / ("t.trace" if command == "trace" else "p.json")
+    log = tmp_path / "strace.txt"
+    proc = _strace_cli(log, tmp_path, command, src, "--input", f"pos={tmp_path / 'pos.npy'}",
+                       "--save" if command == "trace" else "-o", out, "--json")
+    assert proc.returncode == 0, proc.stderr
+    writes = [w for w in _file_writes(log.read_text()) if "pos.npy" not in w]  # np.save above is not strace'd
+    assert writes and all(str(tmp_path) in w for w in writes), "\n".join(writes[:10])
+    assert sorted(os.listdir(tmp_path)) == sorted(["strace.txt", "pos.npy", out.name])
+    report = json.loads(proc.stdout)
+    if command == "trace":
+        want = wrpkit.trace(src, inputs={"pos": pos}, isolate=False).to_json()
+        assert report["ops"] == want["ops"] and len(want["ops"]) == 2
+        assert report["ops"][1]["writes"][0]["nan"] == 1  # k_poison's planted NaN, seen in the child
+        assert json.loads(out.read_text())["ops"] == want["ops"]
+    else:
+        want = wrpkit.profile(src, inputs={"pos": pos}, repeat=1, isolate=False)
+        kernels = [op["kernel"] for op in report["ops"]]
+        assert kernels == [op["kernel"] for op in want.ops] and len(kernels) == 2 and "k_poison" in kernels[1]
+        assert out.stat().st_size > 0
+
+
+def _strace_processes(log: Path, cwd: Path, *args) -> tuple:
+    """``(exit code, strace lines)`` of ``wrp ARGS`` under ``strace -f`` (execve, openat and process ends)."""
+    proc = subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=execve,openat", _wrp_exe(),
+                           *map(str, args)], capture_output=True, text=True, timeout=600, cwd=cwd)
+    return proc.returncode, log.read_text().splitlines()
+
+
+def test_replay_starts_its_one_child_before_it_reads_the_capture(typed, tmp_path):
+    """The python engine's child is started first, so that its ``import warp`` overlaps the validation."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", typed["wrp"], "--json")
+    assert code == 0
+    parent = lines[0].split()[0]
+    children = [i for i, ln in enumerate(lines) if "execve(" in ln and "wrpkit.run.child" in ln]
+    assert len(children) == 1, [lines[i] for i in children]
+    opened = [i for i, ln in enumerate(lines) if ln.split()[0] == parent and "openat(" in ln
+              and typed["wrp"].name in ln and "= -1" not in ln]
+    assert opened and children[0] < opened[0]
+
+
+def test_a_refused_replay_kills_the_child_it_started(edited, tmp_path):
+    """The prestarted child of a replay refused before it runs is killed, not left importing Warp."""
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", edited["huge"])
+    assert code == 3
+    children = [ln.split()[0] for ln in lines if "execve(" in ln and "wrpkit.run.child" in ln]
+    assert len(children) == 1 and f"{children[0]} +++ killed by SIGKILL +++" in lines, children
+
+
+def test_trace_of_bytes_in_a_child_matches_the_file(typed):
+    """Bytes (no path) reach the child through one memory file; the trace is the file's."""
+    data = typed["wrp"].read_bytes()
+    modules = {p.name: p.read_bytes() for p in (typed["wrp"].parent / "typed_modules").iterdir()}
+    got = wrpkit.trace(data, modules=modules, isolate=True).to_json()["ops"]
+    assert got == wrpkit.trace(typed["wrp"], isolate=False).to_json()["ops"]
+
+
 @pytest.mark.parametrize("kind", ["wrp", "wrpk"])
 def test_outputs_table_is_the_same_in_both_engines_and_matches_numpy(typed, kind):
     """The child (or wrp-replay) summarises Warp's memory in place: the figures are numpy's over a replay."""

@@ -33,6 +33,17 @@ def _console_class():
     return WrpConsole
 
 
+def import_rich() -> None:
+    """Import what the tables print with now (a command that will wait on a child process anyway).
+
+    ``wrp replay`` calls it while its prestarted child is still importing Warp, so that the
+    report is printed at once when the replay ends instead of importing rich then.
+    """
+    _console_class()
+    import rich.table  # noqa: F401, PLC0415
+    import rich.text  # noqa: F401, PLC0415
+
+
 def stderr_console():
     return _console_class()(stderr=True, highlight=False, soft_wrap=True)
 

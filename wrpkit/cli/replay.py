@@ -146,6 +146,16 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay stock.wrp --kernels sim.py --output out.npz
       wrp replay h200.wrp --device cuda:0 --max-memory 120G
     """
+    if engine == "python":
+        # The replay's child starts now, before anything else is imported: its Python start, `import warp`
+        # and Warp's initialisation run on the other core while this process reads and validates the file.
+        from ..run.spawn import prestart  # noqa: PLC0415
+
+        prestart("wrpkit.run.child", {"op": "preload", "device": device})
+        if not as_json:
+            from .output import import_rich  # noqa: PLC0415
+
+            import_rich()  # while the child imports Warp, not after the replay
     from ..checks.memory import parse_size  # noqa: PLC0415
     from ..run.replay import replay_file  # noqa: PLC0415
     from .output import reported_errors  # noqa: PLC0415

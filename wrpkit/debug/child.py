@@ -1,34 +1,34 @@
-"""The child of ``wrp trace`` and ``wrp profile``: ``python -m wrpkit.debug.child DIR``.
+"""The child of ``wrp trace`` and ``wrp profile``: ``python -m wrpkit.debug.child --serve FD``.
 
-:func:`wrpkit.debug.isolation.run_in_child` writes ``DIR`` (the validated
-capture, the inputs, ``job.json`` naming the kind of run, and the op slot); this
-process loads the capture without validating it again, runs the in-process
-core of that kind (:func:`wrpkit.debug.trace.run_trace` or
-:func:`wrpkit.debug.profile.run_profile`) with the op slot updated before each
-op, and writes ``DIR/result.json``, or ``DIR/error.json`` for a
-:class:`~wrpkit.errors.WrpError`.
+:func:`wrpkit.debug.isolation.run_in_child` sends one message over the socket
+``FD``: the job (the kind of run and its options) with the descriptors of the
+validated capture (the user's own file, mapped here), the module files, the
+inputs, the op slot and the stage, all in memory.  This process loads the
+capture without validating it again, runs the in-process core of that kind
+(:func:`wrpkit.debug.trace.run_trace` or :func:`wrpkit.debug.profile.run_profile`)
+with the op slot updated before each op, and answers ``{"result": ...}``, or
+``{"error": ...}`` for a :class:`~wrpkit.errors.WrpError`.
 
 Nothing here prints.
 """
 
 from __future__ import annotations
 
-import json
-import mmap
+import base64
+import socket
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import WrpError
-from ..run.child import write_child_error, write_stage
+from ..run.child import error_info, received_capture, set_stage
 from .isolation import SLOT
 
 
-def _trace(opened, job: dict, inputs: dict, before, stage, d: Path) -> dict:
+def _trace(opened, job: dict, inputs: dict, before, stage) -> dict:
     from .trace import CHILD_TIMINGS, run_trace  # noqa: PLC0415
 
-    dump = d / "dump" if job["dump"] else None
+    dump = job["dump_dir"] if job["dump"] else None
     result = run_trace(opened, device=job["device"], engine=job["engine"], inputs=inputs,
                        stop_at_nonfinite=job["stop_at_nonfinite"], dump=dump, before=before, stage=stage)
     stage("writing")
@@ -37,7 +37,7 @@ def _trace(opened, job: dict, inputs: dict, before, stage, d: Path) -> dict:
     return data
 
 
-def _profile(opened, job: dict, inputs: dict, before, stage, d: Path) -> dict:
+def _profile(opened, job: dict, inputs: dict, before, stage) -> dict:
     from .profile import CHILD_FIELDS, run_profile  # noqa: PLC0415
 
     result = run_profile(opened, device=job["device"], engine=job["engine"], inputs=inputs,
@@ -52,42 +52,53 @@ def _profile(opened, job: dict, inputs: dict, before, stage, d: Path) -> dict:
 KINDS = {"trace": _trace, "profile": _profile}
 
 
-def main(d: Path) -> int:
-    """Run the job in ``d``; return the exit code (0, or the reported error's)."""
-    from ..fileio import atomic_write  # noqa: PLC0415
+def main(sock_fd: int) -> int:
+    """Run the job that comes over socket ``sock_fd`` and answer it; return the exit code (0, or the error's)."""
+    from ..run.shared import ChannelClosed, SharedArea, receive, send  # noqa: PLC0415
 
-    job = json.loads((d / "job.json").read_text())
+    sock = socket.socket(fileno=sock_fd)
     try:
+        message, fds = receive(sock)
+    except ChannelClosed:
+        return 0
+    capture_fd, modules_fd, in_fd, slot_fd, stage_fd = fds[:5]
+    job = message["job"]
+    try:
+        stage = SharedArea(message["stage_size"], fd=stage_fd)
+        slot = SharedArea(message["slot_size"], fd=slot_fd)
         from ..environment import init_warp  # noqa: PLC0415
 
         init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
-        from .common import open_program  # noqa: PLC0415
+        from .common import opened_from  # noqa: PLC0415
 
         body = KINDS[job["kind"]]
-        modules = {p.name: p.read_bytes() for p in Path(job["modules_dir"]).iterdir() if p.is_file()}
-        opened = open_program(job["source"], modules, _validated=True)
-        if (d / "annotations.bin").is_file():  # typed in memory by the parent (--kernels)
+        opened = opened_from(received_capture(message, capture_fd, modules_fd))
+        if message.get("annotations") is not None:  # typed in memory by the parent (--kernels)
             from ..formats.annotations import decode_annotations  # noqa: PLC0415
             from ..run.source_types import retype  # noqa: PLC0415
 
-            retype(opened, decode_annotations((d / "annotations.bin").read_bytes()))
-        with np.load(d / "inputs.npz", allow_pickle=False) as z:
-            inputs = {k: z[k] for k in z.files}
-        with open(d / "op", "r+b") as f:
-            slot = mmap.mmap(f.fileno(), SLOT.size)
+            retype(opened, decode_annotations(base64.b64decode(message["annotations"])))
+        in_area = SharedArea(message["in_size"], fd=in_fd)
+        inputs = {k: in_area.view(off, n).view(np.lib.format.descr_to_dtype(descr)).reshape(shape).copy()
+                  for k, (off, n, descr, shape) in message["inputs"].items()}
+        in_area.close()
+        mm = slot.view()
         pack, encode = SLOT.pack_into, str.encode
         seq = [0]
 
         def before(op, index, path, iterations):
-            pack(slot, 0, seq[0], index, iterations[-1] if iterations else -1, encode(path))
+            pack(mm, 0, seq[0], index, iterations[-1] if iterations else -1, encode(path))
             seq[0] += 1
 
-        data = body(opened, job, inputs, before, lambda text: write_stage(d, text), d)
-        atomic_write(d / "result.json", [json.dumps(data).encode()])
+        data = body(opened, job, inputs, before, lambda text: set_stage(stage, text))
+        send(sock, {"result": data})
         return 0
     except WrpError as e:
-        return write_child_error(d, e)
+        send(sock, {"error": error_info(e)})
+        return e.exit_code
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    if sys.argv[1:2] == ["--serve"]:
+        sys.exit(main(int(sys.argv[2])))
+    sys.exit(2)

@@ -28,16 +28,20 @@ class Opened:
 def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool = False) -> Opened:
     """Decode and validate a capture (path or bytes) as :func:`wrpkit.load` does, without loading it.
 
-    ``_validated`` (internal, a contained trace's child): ``source`` is a
-    private copy of bytes the parent process validated; not validated again.
+    ``_validated`` (internal): ``source`` holds bytes this or a parent
+    process validated; not validated again.
 
     Raises:
         WrpFormatError, WrpValidationError, WrpModuleError: The capture is invalid.
     """
     from ..run.prepare import prepare  # noqa: PLC0415
 
-    prep = prepare(source, modules, verify_checksums=not _validated, allow_raw_pointers=_validated,
-                   _validated=_validated)
+    return opened_from(prepare(source, modules, verify_checksums=not _validated, allow_raw_pointers=_validated,
+                               _validated=_validated))
+
+
+def opened_from(prep) -> Opened:
+    """The :class:`Opened` view of a :class:`~wrpkit.run.prepare.Prepared` capture."""
     return Opened(prep.model, dict(prep.modules), prep.annotations, dict(prep.signature), dict(prep.sizes),
                   prep.path, prep)
 

@@ -1,39 +1,48 @@
 """Debug a capture in a child process, so that a crash never takes the caller down.
 
 ``wrp trace`` and ``wrp profile`` validate the capture and the inputs here, then
-:func:`run_in_child` hands a private copy of the validated bytes to a fresh
-``python -m wrpkit.debug.child`` process, as
-:func:`wrpkit.run.isolation.replay_in_child` does for a replay.  The child
-(:mod:`wrpkit.debug.child`) loads and steps the capture; its result (and any
-``dump`` files) come back through files in a private temporary directory, which
-the caller reads before it is removed.
+:func:`run_in_child` starts a fresh ``python -m wrpkit.debug.child`` process and
+hands it the capture the way a contained replay does
+(:class:`wrpkit.run.worker.ChildSource`): the user's own file, reopened and
+checked to be the very file that was validated, or one memory file for bytes.
+The job, the inputs (one shared memory file), the op slot and the stage go over
+a Unix socket (:mod:`wrpkit.run.shared`), and the child (:mod:`wrpkit.debug.child`)
+answers with its result on the same socket.  Nothing is written to disk, except
+``dump`` files, which the child writes into a private folder the caller moves
+into place once the child succeeded.
 
 The child runs one op per launch, so it knows which op a crash happens in: just
-before each op runs it overwrites a small fixed-size slot of a shared file mapping
-(:data:`SLOT`: the op's sequence number, top-level index, innermost WHILE iteration
-and path).  The kernel keeps the page when the child dies of a signal, and the
-parent reads it back to name the op with :func:`wrpkit.run.crash.crash_error`.
-No bisection is needed.
+before each op runs it overwrites a small fixed-size slot of a shared memory
+file (:data:`SLOT`: the op's sequence number, top-level index, innermost WHILE
+iteration and path).  The kernel keeps the page when the child dies of a signal,
+and the parent reads it back to name the op with
+:func:`wrpkit.run.crash.crash_error`.  No bisection is needed.
 
 Nothing here prints.
 """
 
 from __future__ import annotations
 
-import json
+import base64
+import os
 import struct
 import tempfile
 import time
+from contextlib import ExitStack, closing, nullcontext
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from ..errors import TIMEOUT_HINT, WrpTimeoutError, timeout_message
 from ..run.crash import crash_error
-from ..run.worker import ChildCrashed, no_result_error, run_module, write_source
+from ..run.spawn import output_tail, spawn_served
+from ..run.worker import ChildCrashed, ChildSource, ended_without_result, error_from
 
 #: Layout of the op slot: seq, index, iteration (-1: none), path (NUL-padded UTF-8).
 SLOT = struct.Struct("<qqq104s")
+#: Bytes of the child's stage (``"loading"``, ``"replaying"``, ...; :func:`wrpkit.run.child.set_stage`).
+STAGE_SIZE = 64
 
 
 def as_array(value) -> np.ndarray:
@@ -57,11 +66,13 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         inputs: ``{binding: value}``; checked here before the child starts.
         timeout: Seconds for the whole run, counted from ``started``
             (a :func:`time.perf_counter` value; default now).
-        collect: Called with the child's directory after the child succeeded,
-            before the directory is removed (e.g. to move dump files out).
+        collect: Given, the child writes ``job["dump"]`` files into the
+            ``dump`` folder of a private temporary folder, and ``collect`` is
+            called with that folder after the child succeeded, before it is
+            removed (to move the files into place).  None: no folder is made.
 
     Returns:
-        The child's ``result.json``.
+        The child's result (JSON values).
 
     Raises:
         WrpBindingError: Bad inputs (checked here, before the child starts).
@@ -71,34 +82,89 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         WrpTimeoutError: ``timeout`` ran out; the child was killed, nothing was written.
         WrpError: What the child raised (same class and message).
     """
+    from ..run.shared import SharedArea, layout  # noqa: PLC0415
     from .common import input_bytes  # noqa: PLC0415
 
     started = time.perf_counter() if started is None else started
     inputs = dict(inputs or {})
     input_bytes(opened, inputs, lambda rid: np.zeros(opened.program.region(rid).size, np.uint8))  # check only
-    with tempfile.TemporaryDirectory(prefix=f"wrpkit-{kind}-") as tmp:
-        d = Path(tmp)
-        source, modules_dir = write_source(opened.prepared, d)
-        np.savez(d / "inputs.npz", **{k: as_array(v) for k, v in inputs.items()})
-        (d / "op").write_bytes(SLOT.pack(-1, -1, -1, b""))
+    arrays = {k: np.ascontiguousarray(as_array(v)) for k, v in inputs.items()}
+    in_at, in_size = layout({k: a.nbytes for k, a in arrays.items()})
+    # The dump folder (if any) goes last: the child, which may still be writing into it, is ended first.
+    with tempfile.TemporaryDirectory(prefix=f"wrpkit-{kind}-") if collect is not None else nullcontext() as d, \
+            ExitStack() as held:
+        source = ChildSource(opened.prepared)
+        held.callback(source.close)
+        in_area, slot, stage = (held.enter_context(closing(SharedArea(in_size, "wrpkit-inputs"))),
+                                held.enter_context(closing(SharedArea(SLOT.size, "wrpkit-op"))),
+                                held.enter_context(closing(SharedArea(STAGE_SIZE, "wrpkit-stage"))))
+        for k, (off, n) in in_at.items():
+            if n:
+                in_area.view(off, n)[:] = arrays[k].reshape(-1).view(np.uint8)
+        slot.view()[:] = np.frombuffer(SLOT.pack(-1, -1, -1, b""), np.uint8)
+        message = {"job": {**job, "kind": kind, "dump_dir": os.path.join(d, "dump") if d else None},
+                   "device": job["device"], "modules": source.modules, "modules_size": source.modules_area.size,
+                   "inputs": {k: [off, n, np.lib.format.dtype_to_descr(arrays[k].dtype), list(arrays[k].shape)]
+                              for k, (off, n) in in_at.items()},
+                   "in_size": in_size, "slot_size": SLOT.size, "stage_size": STAGE_SIZE}
         if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
-            (d / "annotations.bin").write_bytes(bytes(opened.program.annotations))
-        (d / "job.json").write_text(json.dumps({**job, "kind": kind, "source": source, "modules_dir": modules_dir}))
-        left = None
-        if timeout is not None:
-            left = max(1e-3, timeout - (time.perf_counter() - started))
-        try:
-            proc = run_module("wrpkit.debug.child", d, left, timeout)
-        except ChildCrashed as crash:
-            seq, index, iteration, path = SLOT.unpack((d / "op").read_bytes()[:SLOT.size])
-            ran = crash.stage == "replaying" and seq >= 0
-            raise crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
-                              index if ran else None, True,
-                              path=path.rstrip(b"\0").decode("utf-8", "replace") if ran else None,
-                              iteration=iteration if ran and iteration >= 0 else None) from None
-        if proc.returncode != 0 or not (d / "result.json").is_file():
-            raise no_result_error(proc)
-        data = json.loads((d / "result.json").read_text())
+            message["annotations"] = base64.b64encode(bytes(opened.program.annotations)).decode("ascii")
+        proc, sock, out_fd = spawn_served("wrpkit.debug.child")
+        held.callback(_end_child, proc, sock, out_fd)
+        answer = _ask(sock, message, [source.capture_fd, source.modules_area.fd, in_area.fd, slot.fd, stage.fd],
+                      timeout, started)
+        if answer is None:
+            returncode = proc.wait()
+            if returncode < 0:
+                crash = ChildCrashed(-returncode, _stage_text(stage), output_tail(out_fd))
+                seq, index, iteration, path = SLOT.unpack(bytes(slot.view()))
+                ran = crash.stage == "replaying" and seq >= 0
+                raise crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
+                                  index if ran else None, True,
+                                  path=path.rstrip(b"\0").decode("utf-8", "replace") if ran else None,
+                                  iteration=iteration if ran and iteration >= 0 else None) from None
+            raise ended_without_result(returncode, output_tail(out_fd))
+        if "error" in answer:
+            raise error_from(answer["error"])
+        held.close()  # the child has ended before its files are collected
         if collect is not None:
-            collect(d)
-    return data
+            collect(Path(d))
+        return answer["result"]
+
+
+def _end_child(proc, sock, out_fd: int) -> None:
+    """End the child (a timeout, Ctrl-C or an error here: never leave one running on its own) and close its ends."""
+    sock.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    os.close(out_fd)
+
+
+def _stage_text(stage) -> str:
+    text = bytes(stage.view()).rstrip(b"\0").decode("ascii", "replace")
+    return text or "starting"
+
+
+def _ask(sock, message: dict, fds: list, timeout: Optional[float], started: float) -> Optional[dict]:
+    """Send the job and wait for the child's answer; None if it ended without one.
+
+    Raises:
+        WrpTimeoutError: ``timeout`` (counted from ``started``) ran out first.
+    """
+    from ..run.shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
+
+    deadline = None
+    if timeout is not None:
+        deadline = time.monotonic() + max(1e-3, timeout - (time.perf_counter() - started))
+    try:
+        send(sock, message, fds)
+    except OSError:
+        return None  # it ended at once: its exit status says why
+    try:
+        answer, _ = receive(sock, deadline)
+    except ChannelTimeout:
+        raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
+    except ChannelClosed:
+        return None
+    return answer

@@ -2,18 +2,17 @@
 
 It loads the capture its parent validated (:mod:`wrpkit.run.worker`) and serves
 requests over the socket ``FD`` (a ``wrp regress`` child is forked from the run's
-zygote instead, :mod:`wrpkit.run.zygote`, and is handed whole cases); ``wrp trace`` and ``wrp profile`` children report
-through :func:`write_stage` and :func:`write_child_error`.
+zygote instead, :mod:`wrpkit.run.zygote`, and is handed whole cases).  The ``wrp trace``
+and ``wrp profile`` child (:mod:`wrpkit.debug.child`) receives its capture with
+:func:`received_capture` and reports with :func:`set_stage` and :func:`error_info` the same way.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -25,22 +24,6 @@ from ..errors import WrpError, WrpRuntimeError
 # ---------------------------------------------------------------------------
 # Child side
 # ---------------------------------------------------------------------------
-
-
-def write_stage(d: Path, text: str) -> None:
-    """Record the child's stage (``"loading"``, ``"replaying"``, ...) for a crash report."""
-    with open(d / "stage", "w") as f:
-        f.write(text)
-
-
-def write_child_error(d: Path, e: WrpError) -> int:
-    """Report ``e`` to the parent (``d/error.json``, read back by :func:`wrpkit.run.worker.run_module`); return its exit code."""
-    from ..fileio import atomic_write  # noqa: PLC0415
-
-    info = {"class": type(e).__name__, "message": e.message, "hint": e.hint,
-            "problems": list(getattr(e, "problems", []))}
-    atomic_write(d / "error.json", [json.dumps(info).encode()])
-    return e.exit_code
 
 
 def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
@@ -79,45 +62,63 @@ def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
 # ---------------------------------------------------------------------------
 
 
-def _error_info(e: WrpError) -> dict:
+def error_info(e: WrpError) -> dict:
+    """``e`` as JSON values, for the parent to raise again (:func:`wrpkit.run.worker.error_from`)."""
     return {"class": type(e).__name__, "message": e.message, "hint": e.hint,
             "problems": list(getattr(e, "problems", []))}
+
+
+def received_capture(message: dict, capture_fd: int, modules_fd: int):
+    """The :class:`~wrpkit.run.prepare.Prepared` capture a parent handed over (:class:`~wrpkit.run.worker.ChildSource`).
+
+    The capture's file (the user's own, or a memory file) is mapped here and
+    ``capture_fd`` closed; the module files are read in place from their
+    memory file.  The bytes are the ones the parent validated (and refused
+    what it must refuse, raw pointers included): decoded, not validated again.
+
+    Args:
+        message: Names ``modules`` (``{name: (offset, size)}``) and ``modules_size``.
+        capture_fd: The capture's descriptor.
+        modules_fd: The module files' memory file.
+    """
+    from .prepare import prepare  # noqa: PLC0415
+    from .shared import SharedArea, map_readonly  # noqa: PLC0415
+
+    mm, _ = map_readonly(capture_fd)
+    os.close(capture_fd)
+    modules_area = SharedArea(message["modules_size"], fd=modules_fd)
+    modules = {name: modules_area.view(off, n) for name, (off, n) in message["modules"].items()}
+    prep = prepare(memoryview(mm) if mm is not None else b"", modules, verify_checksums=False,
+                   allow_raw_pointers=True, _validated=True)
+    prep._keep.append(modules_area)
+    return prep
 
 
 def _load_served(message: dict, fds: list):
     """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says."""
     from ..environment import init_warp  # noqa: PLC0415
-    from .prepare import prepare  # noqa: PLC0415
     from .program import load_prepared  # noqa: PLC0415
-    from .shared import SharedArea, map_readonly  # noqa: PLC0415
+    from .shared import SharedArea  # noqa: PLC0415
 
     capture_fd, modules_fd, stage_fd = fds[:3]
     stage = SharedArea(message["stage_size"], fd=stage_fd)
     # No banner, and on the CPU no "could not find the CUDA driver" warning.
     wp = init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
-    mm, _ = map_readonly(capture_fd)
-    os.close(capture_fd)
-    modules_area = SharedArea(message["modules_size"], fd=modules_fd)
-    modules = {name: modules_area.view(off, n) for name, (off, n) in message["modules"].items()}
-    # The bytes the parent validated (and refused what it must refuse, raw pointers included):
-    # decoded, not validated again.
-    prep = prepare(memoryview(mm) if mm is not None else b"", modules, verify_checksums=False,
-                           allow_raw_pointers=True, _validated=True)
-    prep._keep.append(modules_area)
+    prep = received_capture(message, capture_fd, modules_fd)
     if message["prefix"] is not None:
         from ..formats import wrp1  # noqa: PLC0415
 
         prep.model.ops = prep.model.ops[:message["prefix"]]
         prep.wrp_bytes = wrp1.build_image(prep.model)[0]
         prep.modules_given, prep.deferred = True, []
-    _set_stage(stage, "loading")
+    set_stage(stage, "loading")
     prog = load_prepared(prep, message["device"], message.get("max_memory"))
     if prep.kind != "wrp" or message["prefix"] is not None:
         prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
     return wp, prog, stage
 
 
-def _set_stage(stage, text: str) -> None:
+def set_stage(stage, text: str) -> None:
     """Record the child's stage for a crash report (the parent reads the shared page after the child died)."""
     data = text.encode("ascii")[:stage.size]
     view = stage.view()
@@ -135,9 +136,9 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
     try:
         for name, (off, n) in message["inputs"].items():
             prog.write_bytes(name, in_area.view(off, n))
-        _set_stage(stage, "replaying")
+        set_stage(stage, "replaying")
         host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
-        _set_stage(stage, "reading")
+        set_stage(stage, "reading")
         summary = {}
         for name, spec in message["stats"].items():
             region = prog.region_bytes(name)  # CPU: Warp's memory itself
@@ -169,14 +170,14 @@ def replay_here(prep, device: str, state: dict, stage) -> tuple:
     from .program import load_prepared  # noqa: PLC0415
 
     wp = init_warp(cpu_only=str(device).strip().lower() == "cpu")
-    _set_stage(stage, "loading")
+    set_stage(stage, "loading")
     prog = load_prepared(prep, device)
     try:
         for name, data in state.items():
             prog.write_bytes(name, data)
-        _set_stage(stage, "replaying")
+        set_stage(stage, "replaying")
         host_ms, _ = timed_replays(wp, prog, 0, 1)
-        _set_stage(stage, "reading")
+        set_stage(stage, "reading")
         raw = {n: np.array(prog.region_bytes(n), copy=True) for n in prep.sizes}
     finally:
         prog.close()
@@ -203,14 +204,20 @@ def _serve_main(sock_fd: int) -> int:
     wp = prog = stage = None
     while True:
         if stage is not None:
-            _set_stage(stage, "idle")
+            set_stage(stage, "idle")
         try:
             message, fds = receive(sock)
         except ChannelClosed:
             return 0
         op = message.get("op")
         try:
-            if op == "warm":
+            if op == "preload":  # spawn.prestart: ready Warp while the parent is still reading the file
+                from ..environment import init_warp  # noqa: PLC0415
+
+                init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+                from ..checks import binding_stats  # noqa: F401, PLC0415  (what a load and a run import)
+                from . import prepare, program  # noqa: F401, PLC0415
+            elif op == "warm":
                 from ..environment import init_warp  # noqa: PLC0415
 
                 init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
@@ -243,7 +250,7 @@ def _serve_main(sock_fd: int) -> int:
             else:
                 return 0
         except WrpError as e:
-            send(sock, {"error": _error_info(e)})
+            send(sock, {"error": error_info(e)})
             return e.exit_code
 
 

@@ -147,7 +147,8 @@ def resolve_capture_path(path) -> Path:
 
 
 def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool = True,
-            allow_raw_pointers: bool = False, _validated: bool = False, modules_dir=None) -> Prepared:
+            allow_raw_pointers: bool = False, _validated: bool = False, modules_dir=None,
+            prefetch: bool = True) -> Prepared:
     """Decode and validate a capture without loading it into Warp.
 
     Args:
@@ -165,6 +166,9 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         verify_checksums: For ``.wrpk``: verify every blob's SHA-256.
         modules_dir: For a ``.wrp`` path: the folder of its module files,
             instead of ``<stem>_modules/`` beside it.
+        prefetch: For a path: map every page of the file up front, because
+            this process reads all of it (a load here).  False where a child
+            maps the file itself and this process reads only its records.
 
     A path may be a symbolic link (followed; the modules folder is looked for
     beside the link, then beside its target) or a stem without ``.wrp``.
@@ -185,7 +189,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         from ..formats.container import open_capture  # noqa: PLC0415
 
         path = resolve_capture_path(source)
-        cap = open_capture(path, verify_checksums=verify_checksums, prefetch=True, deferred=deferred,
+        cap = open_capture(path, verify_checksums=verify_checksums, prefetch=prefetch, deferred=deferred,
                            modules_dir=modules_dir)
         keep.append(cap)
         model, kind = cap.program, cap.kind

@@ -275,8 +275,10 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
     file = Path(file)
     try:
         file = preparation.resolve_capture_path(file)
+        # Both engines replay in a child that maps a .wrp itself: this process reads its records only
+        # (a .wrpk's blobs are all read here, to verify them).
         prep = preparation.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
-                               modules_dir=modules_dir)
+                                   modules_dir=modules_dir, prefetch=file.suffix.lower() != ".wrp")
     except BaseException:
         if watchdog is not None:
             watchdog.disarm()

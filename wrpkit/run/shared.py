@@ -22,8 +22,6 @@ import struct
 import time
 from typing import Iterable, Mapping, Optional
 
-import numpy as np
-
 #: Byte alignment of the bindings laid out in one shared area.
 ALIGN = 64
 
@@ -92,8 +90,10 @@ class SharedArea:
                                       device="cpu", hint="Free memory, or ask for fewer bindings back "
                                                          "(run(outputs=...)).") from None
 
-    def view(self, offset: int = 0, nbytes: Optional[int] = None) -> np.ndarray:
-        """A ``uint8`` array over ``nbytes`` bytes at ``offset`` (no copy)."""
+    def view(self, offset: int = 0, nbytes: Optional[int] = None):
+        """A ``uint8`` numpy array over ``nbytes`` bytes at ``offset`` (no copy)."""
+        import numpy as np  # noqa: PLC0415  (imported here: a prestarted child is spawned before numpy is loaded)
+
         n = self.size - offset if nbytes is None else nbytes
         if not n:
             return np.zeros(0, dtype=np.uint8)

@@ -20,29 +20,27 @@ found and named by :mod:`wrpkit.run.crash`.
 
 Cost: :func:`~wrpkit.run.isolation.replay_in_child` starts one child process per call (Python start,
 ``import warp``, load); :class:`~wrpkit.run.runtime.IsolatedProgram` keeps one
-:class:`ReplayWorker` per program and pays that once.  ``wrp trace`` keeps its
-own child (:mod:`wrpkit.debug.isolation`, through :func:`write_source` and
-:func:`run_module`; its child reports with :mod:`wrpkit.run.child`).
+:class:`ReplayWorker` per program and pays that once.  ``wrp trace`` and
+``wrp profile`` have their own child (:mod:`wrpkit.debug.isolation`), handed the
+same :class:`ChildSource` and started by the same :func:`~wrpkit.run.spawn.spawn_served`.
 """
 
 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
 
 from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError,
                       timeout_message)
+from .spawn import child_env, output_tail, spawn_served, take_prestarted  # noqa: F401  (child_env: also imported from here)
 
 
 
@@ -68,7 +66,7 @@ class ChildRun:
 
 
 class ChildCrashed(Exception):
-    """A child process died of signal ``signum`` at ``stage`` (see :func:`run_module`)."""
+    """A child process died of signal ``signum`` at ``stage`` (``"loading"``, ``"replaying"``, ...)."""
 
     def __init__(self, signum: int, stage: str, stderr: str):
         super().__init__(signum)
@@ -88,24 +86,6 @@ def signal_name(signum: int) -> str:
 # ---------------------------------------------------------------------------
 
 
-def write_source(prep, d: Path) -> tuple:
-    """``(source path, modules dir)`` the child loads: a private copy of the bytes this process validated.
-
-    The child loads that copy without validating it again (most of a load's
-    cost for a large graph), and a file changed after validation never runs.
-    """
-    from ..formats import wrp1  # noqa: PLC0415
-
-    data = prep.wrp_bytes if prep.wrp_bytes is not None else wrp1.build_image(prep.model)[0]
-    src = d / "capture.wrp"
-    src.write_bytes(memoryview(data).cast("B") if not isinstance(data, (bytes, bytearray)) else data)
-    mdir = d / "capture_modules"
-    mdir.mkdir()
-    for name, blob in prep.modules.items():
-        (mdir / Path(name).name).write_bytes(bytes(memoryview(blob)))
-    return os.fspath(src), os.fspath(mdir)
-
-
 def verify_deferred(prep) -> None:
     """Verify the region checksums of a ``.wrpk`` that :func:`~wrpkit.run.prepare.prepare` deferred.
 
@@ -122,54 +102,6 @@ def verify_deferred(prep) -> None:
         prep.deferred = []
 
 
-def child_env() -> dict:
-    """The environment of a replay child: wrpkit importable, and no faulthandler dump (the parent reports)."""
-    env = dict(os.environ)
-    env.pop("PYTHONFAULTHANDLER", None)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
-                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    return env
-
-
-def run_module(module: str, d: Path, timeout: Optional[float], timeout_total: Optional[float] = None
-               ) -> subprocess.CompletedProcess:
-    """Run ``python -m module d`` in a child process with wrpkit importable; stdout and stderr are captured.
-
-    The child reports a :class:`WrpError` by writing ``d/error.json``
-    (:func:`wrpkit.run.child.write_child_error`) and its progress in ``d/stage``
-    (``"loading"``, ``"replaying"``, ...).
-
-    Returns:
-        The finished process (exit code 0 or a positive one: the caller reads its results).
-
-    Raises:
-        ChildCrashed: The child died of a signal.
-        WrpTimeoutError: ``timeout`` ran out (the child was killed; the message names ``timeout_total``).
-        WrpError: The error the child reported.
-        KeyboardInterrupt: Ctrl-C (``subprocess.run`` kills and reaps the child first).
-    """
-    for name in ("error.json", "stage"):
-        (d / name).unlink(missing_ok=True)
-    try:
-        proc = subprocess.run([sys.executable, "-m", module, os.fspath(d)], capture_output=True,
-                              text=True, errors="replace", env=child_env(), timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise WrpTimeoutError(timeout_message(timeout_total or timeout), hint=TIMEOUT_HINT) from None
-    except OSError as e:
-        raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
-    stage = (d / "stage").read_text() if (d / "stage").is_file() else "starting"
-    if proc.returncode < 0:
-        raise ChildCrashed(-proc.returncode, stage, proc.stderr)
-    if (d / "error.json").is_file():
-        raise _error_from(json.loads((d / "error.json").read_text()))
-    return proc
-
-
-def no_result_error(proc: subprocess.CompletedProcess) -> WrpRuntimeError:
-    """The error for a child that ended without a result and without reporting an error."""
-    return ended_without_result(proc.returncode, proc.stderr)
-
-
 def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
     """:func:`no_result_error` from a child's exit code and what it printed."""
     tail = " | ".join(output.strip().splitlines()[-5:])
@@ -177,7 +109,8 @@ def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
                            hint="Warp's own diagnostic, if any, is quoted above.")
 
 
-def _error_from(info: dict) -> WrpError:
+def error_from(info: dict) -> WrpError:
+    """The :class:`WrpError` a child answered as ``info`` (:func:`wrpkit.run.child.error_info`): same class and message."""
     from .. import errors  # noqa: PLC0415
 
     cls = getattr(errors, info.get("class", ""), None)
@@ -338,12 +271,8 @@ class ReplayWorker:
         return self.proc is not None and self.proc.poll() is None
 
     def _spawn(self) -> None:
-        import socket  # noqa: PLC0415
+        from .shared import SharedArea  # noqa: PLC0415
 
-        from .shared import SharedArea, memory_file  # noqa: PLC0415
-
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._out_fd = memory_file("wrpkit-child-output")
         self._stage = SharedArea(64, "wrpkit-stage")
         if self.zygote is not None:
             try:
@@ -356,17 +285,14 @@ class ReplayWorker:
                 self._loaded = self._warm = False
                 return
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.child", "--serve",
-                                          str(theirs.fileno())] + (["--die-with-parent"] if self.die_with_parent
-                                                                   else []),
-                                         stdin=subprocess.DEVNULL, stdout=self._out_fd,
-                                         stderr=self._out_fd, env=child_env(), pass_fds=(theirs.fileno(),))
-        except OSError as e:
-            ours.close()
-            raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
-        finally:
-            theirs.close()
-        self._sock = ours
+            extra = ("--die-with-parent",) if self.die_with_parent else ()
+            # The child `wrp replay` started before it read the file (spawn.prestart), if there is one.
+            self.proc, self._sock, self._out_fd = (take_prestarted("wrpkit.run.child", extra)
+                                                   or spawn_served("wrpkit.run.child", extra))
+        except WrpRuntimeError:
+            self._stage.close()
+            self._stage = None
+            raise
         self._loaded = self._warm = False
 
     def _send_load(self) -> None:
@@ -436,7 +362,7 @@ class ReplayWorker:
             raise
         if "error" in (answer or {}):
             self.stop()
-            raise _error_from(answer["error"])
+            raise error_from(answer["error"])
         self._warm = True
 
     def stage(self) -> str:
@@ -474,13 +400,7 @@ class ReplayWorker:
             self.source = None
 
     def _output_tail(self) -> str:
-        if self._out_fd < 0:
-            return ""
-        try:
-            size = os.fstat(self._out_fd).st_size
-            return os.pread(self._out_fd, 4000, max(0, size - 4000)).decode("utf-8", "replace")
-        except OSError:
-            return ""
+        return output_tail(self._out_fd)
 
     def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None, *,
             read_back=None, stats: Optional[Mapping] = None) -> ChildRun:
@@ -600,5 +520,5 @@ class ReplayWorker:
         if returncode is not None and returncode < 0:
             return ChildCrashed(-returncode, stage, tail)
         if answer is not None:
-            return _error_from(answer["error"])
+            return error_from(answer["error"])
         return ended_without_result(returncode if returncode is not None else -1, tail)

@@ -1,0 +1,130 @@
+"""Starting wrpkit's child processes, and starting one before it is needed.
+
+Every child (a replay's :mod:`wrpkit.run.child`, ``wrp trace``'s and ``wrp profile``'s
+:mod:`wrpkit.debug.child`) is ``python -m MODULE --serve FD``: it talks over one end
+of a Unix socket pair and prints into a memory file (:func:`spawn_served`).
+
+A child's own start (the interpreter, ``import warp`` and Warp's initialisation, the
+wrpkit modules it loads with) costs about as much as the parent's start and its
+validation of the capture, and does not depend on them.  :func:`prestart` starts the
+child first, at the very beginning of ``wrp replay``, and sends it a ``preload``
+message, so that both happen side by side on two cores; the replay then takes that
+child (:func:`take_prestarted`) instead of starting one.  This module imports nothing
+heavy (no numpy), so that it can run before anything else.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..errors import WrpRuntimeError
+
+#: ``{(module, extra arguments): (process, socket, output fd)}`` started by :func:`prestart` and not yet taken.
+_prestarted: dict = {}
+
+
+def child_env() -> dict:
+    """The environment of a child: wrpkit importable, and no faulthandler dump (the parent reports)."""
+    env = dict(os.environ)
+    env.pop("PYTHONFAULTHANDLER", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2])]
+                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def spawn_served(module: str, extra: tuple = ()) -> tuple:
+    """Start ``python -m module --serve FD [extra]``, FD being one end of a new Unix socket pair.
+
+    The child has wrpkit importable (:func:`child_env`), no stdin, and its
+    stdout and stderr in a memory file (read with :func:`output_tail`), so
+    Warp's output never reaches the terminal and nothing is written to disk.
+
+    Returns:
+        ``(process, our end of the socket, the output's fd)``.
+
+    Raises:
+        WrpRuntimeError: The process could not be started.
+    """
+    import socket  # noqa: PLC0415
+
+    from .shared import memory_file  # noqa: PLC0415
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    out_fd = memory_file("wrpkit-child-output")
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", module, "--serve", str(theirs.fileno()), *extra],
+                                stdin=subprocess.DEVNULL, stdout=out_fd, stderr=out_fd, env=child_env(),
+                                pass_fds=(theirs.fileno(),))
+    except OSError as e:
+        ours.close()
+        os.close(out_fd)
+        raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
+    finally:
+        theirs.close()
+    return proc, ours, out_fd
+
+
+def output_tail(out_fd: int, size: int = 4000) -> str:
+    """The last ``size`` bytes a child printed into its output memory file (:func:`spawn_served`)."""
+    if out_fd < 0:
+        return ""
+    try:
+        end = os.fstat(out_fd).st_size
+        return os.pread(out_fd, size, max(0, end - size)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def prestart(module: str, message: dict, extra: tuple = ()) -> None:
+    """Start a child of ``module`` now and send it ``message`` (it answers nothing), for :func:`take_prestarted`.
+
+    Best effort: a child that cannot be started is simply not there, and the
+    one that is needed is started when it is.  A child nobody takes is killed
+    when this process exits (or by :func:`discard_prestarted`).
+    """
+    from .shared import send  # noqa: PLC0415
+
+    key = (module, tuple(extra))
+    if key in _prestarted:
+        return
+    try:
+        started = spawn_served(module, extra)
+    except WrpRuntimeError:
+        return
+    try:
+        send(started[1], message)
+    except OSError:
+        _end(started)
+        return
+    if not _prestarted:
+        atexit.register(discard_prestarted)
+    _prestarted[key] = started
+
+
+def take_prestarted(module: str, extra: tuple = ()) -> Optional[tuple]:
+    """``(process, socket, output fd)`` of the child :func:`prestart` started for ``module``, if it is alive."""
+    started = _prestarted.pop((module, tuple(extra)), None)
+    if started is not None and started[0].poll() is not None:
+        _end(started)
+        return None
+    return started
+
+
+def discard_prestarted() -> None:
+    """Kill every prestarted child that was not taken."""
+    while _prestarted:
+        _end(_prestarted.popitem()[1])
+
+
+def _end(started: tuple) -> None:
+    proc, sock, out_fd = started
+    sock.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    os.close(out_fd)
