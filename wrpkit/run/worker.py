@@ -275,15 +275,25 @@ class ReplayWorker:
 
         self._stage = SharedArea(64, "wrpkit-stage")
         if self.zygote is not None:
+            import socket  # noqa: PLC0415
+
+            from .shared import memory_file  # noqa: PLC0415
+
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._out_fd = memory_file("wrpkit-child-output")
             try:
                 self.proc = self.zygote.fork(theirs.fileno(), self._out_fd)
             except WrpRuntimeError:
                 self.zygote = None  # it is gone: from now on this worker starts its children itself
+                ours.close()
+                os.close(self._out_fd)
+                self._out_fd = -1
             else:
-                theirs.close()
                 self._sock = ours
                 self._loaded = self._warm = False
                 return
+            finally:
+                theirs.close()
         try:
             extra = ("--die-with-parent",) if self.die_with_parent else ()
             # The child `wrp replay` started before it read the file (spawn.prestart), if there is one.
