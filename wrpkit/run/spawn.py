@@ -37,6 +37,20 @@ def child_env() -> dict:
     return env
 
 
+def child_channel() -> tuple:
+    """``(our socket, the child's socket, an output memory file)``: what a served child is started with.
+
+    :func:`spawn_served` passes the child's socket to a new process; a
+    ``wrp regress`` worker passes it to a fork of the zygote instead.
+    """
+    import socket  # noqa: PLC0415
+
+    from .shared import memory_file  # noqa: PLC0415
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    return ours, theirs, memory_file("wrpkit-child-output")
+
+
 def spawn_served(module: str, extra: tuple = ()) -> tuple:
     """Start ``python -m module --serve FD [extra]``, FD being one end of a new Unix socket pair.
 
@@ -50,12 +64,7 @@ def spawn_served(module: str, extra: tuple = ()) -> tuple:
     Raises:
         WrpRuntimeError: The process could not be started.
     """
-    import socket  # noqa: PLC0415
-
-    from .shared import memory_file  # noqa: PLC0415
-
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    out_fd = memory_file("wrpkit-child-output")
+    ours, theirs, out_fd = child_channel()
     try:
         proc = subprocess.Popen([sys.executable, "-m", module, "--serve", str(theirs.fileno()), *extra],
                                 stdin=subprocess.DEVNULL, stdout=out_fd, stderr=out_fd, env=child_env(),

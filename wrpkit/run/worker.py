@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError,
                       timeout_message)
-from .spawn import child_env, output_tail, spawn_served, take_prestarted  # noqa: F401  (child_env: also imported from here)
+from .spawn import child_channel, child_env, output_tail, spawn_served, take_prestarted  # noqa: F401  (child_env: also imported from here)
 
 
 
@@ -275,12 +275,7 @@ class ReplayWorker:
 
         self._stage = SharedArea(64, "wrpkit-stage")
         if self.zygote is not None:
-            import socket  # noqa: PLC0415
-
-            from .shared import memory_file  # noqa: PLC0415
-
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            self._out_fd = memory_file("wrpkit-child-output")
+            ours, theirs, self._out_fd = child_channel()
             try:
                 self.proc = self.zygote.fork(theirs.fileno(), self._out_fd)
             except WrpRuntimeError:
