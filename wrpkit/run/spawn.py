@@ -132,8 +132,11 @@ def discard_prestarted() -> None:
 
 def _end(started: tuple) -> None:
     proc, sock, out_fd = started
-    sock.close()
+    # Kill before closing the socket: a child that has finished its preload would
+    # otherwise see the close and exit by itself, and which of the two happens would
+    # depend on how far its ``import warp`` got.
     if proc.poll() is None:
         proc.kill()
+    sock.close()
     proc.wait()
     os.close(out_fd)
