@@ -769,3 +769,71 @@ def test_native_regress_writes_no_temporary_file(suite, tmp_path, monkeypatch):
     # wrp-replay places the crash itself: the message names the kernel, as the python engine's does.
     assert "replay crashed with SIG" in by["broken/crash"].message and "k_scatter" in by["broken/crash"].message
     assert list(empty.iterdir()) == []
+
+
+@wp.func
+def pull(a: wp.vec2, b: wp.vec2) -> wp.vec2:
+    return (b - a) * 0.5
+
+
+@wp.kernel
+def k_spring(p: wp.array(dtype=wp.vec2), f: wp.array(dtype=wp.vec2), n: wp.array(dtype=wp.int32),
+             go: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    if i + 1 < p.shape[0]:
+        f[i] = pull(p[i], p[i + 1])
+    p[i] = p[i] + f[i] * 0.1
+    if i == 0:
+        left = n[0] - 1
+        n[0] = left
+        go[0] = wp.where(left > 0, 1, 0)
+
+
+def _save_spring(path: Path, named: bool) -> np.ndarray:
+    """A chain of vec2 springs stepped in a WHILE; saved with stock capture_save, naming ``p`` or nothing.
+
+    Returns the positions an eager run of the same loop ends with.
+    """
+    start = np.random.default_rng(5).standard_normal((N, 2)).astype(np.float32)
+    arrays = [wp.array(start, dtype=wp.vec2, device="cpu"), wp.zeros(N, dtype=wp.vec2, device="cpu"),
+              wp.array([4], dtype=wp.int32, device="cpu"), wp.array([1], dtype=wp.int32, device="cpu")]
+    wp.load_module(device="cpu")
+    wp.capture_begin(device="cpu", apic=True)
+    try:
+        wp.capture_while(arrays[3], lambda: wp.launch(k_spring, dim=N, inputs=arrays, device="cpu"))
+    finally:
+        graph = wp.capture_end(device="cpu")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    wp.capture_save(graph, str(path), outputs={"p": arrays[0]} if named else None)
+    eager = [wp.array(start, dtype=wp.vec2, device="cpu"), wp.zeros(N, dtype=wp.vec2, device="cpu"),
+             wp.array([4], dtype=wp.int32, device="cpu"), wp.array([1], dtype=wp.int32, device="cpu")]
+    while eager[3].numpy()[0]:
+        wp.launch(k_spring, dim=N, inputs=eager, device="cpu")
+    return eager[0].numpy()
+
+
+def test_a_case_that_compares_nothing_says_so(tmp_path):
+    # A stock capture saved without outputs= names no binding: its golden is empty and its pass
+    # checks nothing, which the verdict, the hint and the summary line must say; the same program
+    # saved naming its positions is compared (and a planted change to that golden fails).
+    s = tmp_path / "s"
+    _save_spring(s / "unnamed.wrp", named=False)
+    eager = _save_spring(s / "named.wrp", named=True)
+    r = CliRunner().invoke(main, ["regress", str(s), "--update", "--json"])
+    assert r.exit_code == 0, r.output
+    upd = {c["name"]: c["updated"] for c in json.loads(r.stdout)["cases"]}
+    assert "case will compare nothing" in upd["unnamed"] and "compare nothing" not in upd["named"]
+    with np.load(s / "named_expected.npz") as z:
+        np.testing.assert_array_equal(z["p"].view(np.float32).reshape(N, 2), eager)
+    r = CliRunner().invoke(main, ["regress", str(s)], terminal_width=80)
+    assert r.exit_code == 0, r.output
+    assert "2 passed (1 compared nothing)" in r.output and max(map(len, r.output.splitlines())) <= 80
+    rep = {c.name: c for c in wrpkit.regress(s).cases}
+    assert rep["unnamed"].message == "replayed; nothing compared: the capture names no bindings"
+    assert "outputs=" in rep["unnamed"].hint and rep["unnamed"].bindings == {}
+    assert rep["named"].message == "" and list(rep["named"].bindings) == ["p"]
+    with np.load(s / "named_expected.npz") as z:
+        changed = z["p"].copy()
+    changed[3] ^= 1
+    np.savez(s / "named_expected.npz", p=changed)
+    assert {c.name: c.verdict for c in wrpkit.regress(s).cases} == {"named": "fail", "unnamed": "pass"}

@@ -111,6 +111,8 @@ def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
     atomic_write(golden, [buf.getvalue()])
     raw = [n for n in case_res.raw_bytes if n in new]
     note = f" ({', '.join(raw)} as raw bytes: the capture records no dtype)" if raw else ""
+    if not new:
+        note = " (empty: the capture names no output, so the case will compare nothing)"
     return f"wrote {golden.name}: " + (", ".join(changes) if old else "new golden") + note
 
 

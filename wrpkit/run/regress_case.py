@@ -531,6 +531,24 @@ def _run_case(job: dict, s: dict, res: CaseResult, replay) -> None:
             res.hint = raw_bytes_hint(raw_bad)
     else:
         res.verdict = "pass"
+        if not golden:  # a pass that checked nothing must not read like one that checked something
+            res.message, res.hint = nothing_compared(golden_name=Path(job["golden"]).name, named=bool(prep.sizes))
+
+
+def nothing_compared(golden_name: str, named: bool) -> tuple:
+    """``(message, hint)`` of a case that replayed but had nothing to compare.
+
+    Args:
+        golden_name: The golden's file name.
+        named: Whether the capture names any binding (a stock ``wp.capture_save``
+            without ``inputs=``/``outputs=`` names none).
+    """
+    if not named:
+        return ("replayed; nothing compared: the capture names no bindings",
+                "Name the arrays to check when saving (wp.capture_save(graph, path, outputs={\"x\": x}) or "
+                "wrpkit.capture), then write the golden with `wrp regress SUITE --update`.")
+    return (f"replayed; nothing compared: {golden_name} holds no arrays",
+            "Add the bindings to check to it, or rewrite it with `wrp regress SUITE --update`.")
 
 
 def raw_bytes_hint(names: list) -> str:
