@@ -383,7 +383,7 @@ uint64_t Program::declared_memory(std::string* largest) const
     if (largest) {
         largest->clear();
         for (size_t i = 0; i < by_size.size() && i < 3; i++)
-            *largest += (i ? ", region " : "region ") + std::to_string(by_size[i]->id) + " " +
+            *largest += (i ? ", region " : "region ") + std::to_string(by_size[i]->id) + ": " +
                 std::to_string(by_size[i]->size) + " bytes";
     }
     return total;

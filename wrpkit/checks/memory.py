@@ -71,7 +71,8 @@ class DeclaredMemory:
     largest: list
 
     def describe(self) -> str:
-        regs = ", ".join(f"region {rid} {format_size(size)} ({size} bytes)" for rid, size in self.largest)
+        regs = ", ".join(f"region {rid}: {format_size(size)}" + (f" ({size} bytes)" if size >= 1024 else "")
+                         for rid, size in self.largest)
         return f"{format_size(self.total)} ({self.total} bytes; largest: {regs or 'none'})"
 
 
@@ -130,14 +131,14 @@ def check_budget(model, device: str, available: Optional[int], max_memory: Optio
     if budget is None or need.total <= budget:
         return need
     if max_memory is not None:
-        said = f"the budget --max-memory {format_size(max_memory)} ({max_memory} bytes)"
+        said = f"more than the --max-memory budget of {format_size(max_memory)} ({max_memory} bytes)"
         hint = "Raise --max-memory (max_memory=) if the device has the room."
     else:
-        said = f"device {device} has {format_size(available)} ({available} bytes) free"
+        said = f"more than the {format_size(available)} ({available} bytes) device {device} has free"
         hint = ("Free memory or replay on a larger device; --max-memory SIZE (max_memory=) replays it anyway "
                 "if you know it fits (e.g. memory that will be freed).")
     return _raise(WrpOutOfMemoryError(
-        f"the capture declares {need.describe()} of memory, but {said}; nothing was allocated",
+        f"the capture declares {need.describe()} of memory, {said}; nothing was allocated",
         hint=hint, requested=need.total, device=device, available=available))
 
 
