@@ -228,7 +228,9 @@ class _Encoder:
     def blob(self, ref) -> Optional[int]:
         if ref is None:
             return None
-        off, length, sha, chunk_length, chunk_sha = ref
+        # (offset, length, sha256[, chunk_length, chunk_sha256]): without chunk fields, none.
+        off, length, sha = ref[:3]
+        chunk_length, chunk_sha = ref[3:5] or (0, b"")
         sha_e = self.b.vector(None, len(sha), sha, share=False) if length else None
         chunks_e = self.b.vector(None, len(chunk_sha), chunk_sha, share=False) if chunk_sha else None
         if length:
