@@ -67,13 +67,12 @@ def _replay(replayer, *args) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("chunks")
-    wrp = _capture(d / "big.wrp")
-    chunked = d / "big.wrpk"
-    assert _wrp("convert", wrp, chunked).returncode == 0
-    cap = open_capture(wrp)
-    plain = d / "plain.wrpk"  # what every wrpkit before chunk digests wrote
-    builder.write_wrpk(plain, cap.program, cap.module_files(), digest_chunk=0, durable=False)
-    return {"wrp": wrp, "chunked": chunked, "plain": plain, "dir": d}
+    # "plain": what every wrpkit before chunk digests wrote.
+    paths = {"wrp": _capture(d / "big.wrp"), "chunked": d / "big.wrpk", "plain": d / "plain.wrpk", "dir": d}
+    assert _wrp("convert", paths["wrp"], paths["chunked"]).returncode == 0
+    with open_capture(paths["wrp"]) as cap:
+        builder.write_wrpk(paths["plain"], cap.program, cap.module_files(), digest_chunk=0, durable=False)
+    return paths
 
 
 def _big_blob(path: Path):
