@@ -27,8 +27,6 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
-#include <system_error>
-#include <thread>
 
 #include <sys/stat.h>
 
