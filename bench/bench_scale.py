@@ -7,7 +7,7 @@ allow), made with stock ``wp.capture_save`` and bundled with ``wrp convert``:
 * wall seconds and peak memory summed over the process tree (anonymous plus
   shared memory of every process, sampled from ``/proc`` every 10 ms) of
   ``cat``, stock ``capture_load`` + ``capture_launch``, ``wrp-replay`` (.wrp,
-  .wrpk, a container-version-1 .wrpk, ``--list``), ``wrpkit.load().run()`` (.wrp
+  .wrpk, a container-version-1 .wrpk, a .wrpk without chunk digests, ``--list``), ``wrpkit.load().run()`` (.wrp
   and .wrpk), ``wrp replay`` on both engines (.wrp and .wrpk) and ``wrp inspect``;
   each as a ratio to ``wrp-replay big.wrp`` (wall) and to the capture's data
   (memory); ``--reps N`` runs every row N times, interleaved, and shows medians;
@@ -80,6 +80,16 @@ from wrpkit.formats.container import open_capture
 from wrpkit.formats.wrpk import builder
 with open_capture(sys.argv[1]) as cap:
     builder.write_wrpk(sys.argv[2], cap.program, cap.module_files(), container_version=1, durable=False)
+"""
+
+# A bundle without chunk digests (Blob.chunk_sha256, what every wrpkit before them wrote): its
+# region data is verified whole, on one hasher thread.
+CONVERT_PLAIN = r"""
+import sys
+from wrpkit.formats.container import open_capture
+from wrpkit.formats.wrpk import builder
+with open_capture(sys.argv[1]) as cap:
+    builder.write_wrpk(sys.argv[2], cap.program, cap.module_files(), digest_chunk=0, durable=False)
 """
 
 RUN_VS_LAUNCH = r"""
@@ -182,7 +192,7 @@ def _exe(name: str) -> str:
     return str(p) if p.exists() else shutil.which(name) or name
 
 
-def rows_for(wrp: Path, wrpk: Path, wrpk_v1: Path) -> list:
+def rows_for(wrp: Path, wrpk: Path, wrpk_v1: Path, wrpk_plain: Path) -> list:
     """``[(label, command)]`` of the measured commands."""
     wrp_cmd, native = _exe("wrp"), _exe("wrp-replay")
     return [
@@ -191,9 +201,12 @@ def rows_for(wrp: Path, wrpk: Path, wrpk_v1: Path) -> list:
         ("wrp-replay big.wrp", [native, str(wrp)]),
         ("wrp-replay big.wrpk", [native, str(wrpk)]),
         ("wrp-replay big.wrpk (container v1)", [native, str(wrpk_v1)]),
+        ("wrp-replay big.wrpk (no chunk digests)", [native, str(wrpk_plain)]),
         ("wrpkit.load(.wrpk).run()", [PY, "-c", LOAD_RUN, str(wrpk)]),
+        ("wrpkit.load(.wrpk no chunk digests).run()", [PY, "-c", LOAD_RUN, str(wrpk_plain)]),
         ("wrp-replay big.wrpk --list", [native, str(wrpk), "--list"]),
         ("wrp-replay big.wrpk --list --verify", [native, str(wrpk), "--list", "--verify"]),
+        ("wrp-replay --list --verify (no chunk digests)", [native, str(wrpk_plain), "--list", "--verify"]),
         ("wrpkit.load(.wrp).run()", [PY, "-c", LOAD_RUN, str(wrp)]),
         ("wrp replay big.wrp (python)", [wrp_cmd, "replay", str(wrp)]),
         ("wrp replay big.wrpk (python)", [wrp_cmd, "replay", str(wrpk)]),
@@ -266,13 +279,16 @@ def main() -> None:
     table = {}
     for mib in sizes:
         wrp, wrpk, wrpk_v1 = a.dir / f"big{mib}.wrp", a.dir / f"big{mib}.wrpk", a.dir / f"big{mib}_v1.wrpk"
+        wrpk_plain = a.dir / f"big{mib}_plain.wrpk"
         if not wrp.exists():
             make_capture(wrp, mib)
         if not wrpk.exists():
             subprocess.run([_exe("wrp"), "convert", str(wrp), str(wrpk)], check=True, capture_output=True)
         if not wrpk_v1.exists():
             subprocess.run([PY, "-c", CONVERT_V1, str(wrp), str(wrpk_v1)], check=True, capture_output=True)
-        rows = rows_for(wrp, wrpk, wrpk_v1)
+        if not wrpk_plain.exists():
+            subprocess.run([PY, "-c", CONVERT_PLAIN, str(wrp), str(wrpk_plain)], check=True, capture_output=True)
+        rows = rows_for(wrp, wrpk, wrpk_v1, wrpk_plain)
         if a.only:
             keep = [w for w in a.only.split(",") if w]
             rows = [r for r in rows if r[0] == "wrp-replay big.wrp" or any(w in r[0] for w in keep)]

@@ -311,8 +311,9 @@ def _to_object_api(prog: m.Program, module_refs, region_refs):
     def blob(ref):
         if ref is None:
             return None
-        off, n, sha = ref
-        return T("Blob", offset=off, length=n, sha256=list(sha) if n else None)
+        off, n, sha, chunk_length, chunk_sha = ref
+        return T("Blob", offset=off, length=n, sha256=list(sha) if n else None, chunk_length=chunk_length,
+                 chunk_sha256=list(chunk_sha) if chunk_sha else None)
 
     def struct_vec(name, rows):
         out = []

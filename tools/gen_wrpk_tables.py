@@ -140,6 +140,8 @@ def render_header() -> str:
            f"constexpr uint64_t kMapAlign = {t.MAP_ALIGN};",
            f"constexpr uint64_t kMapMinBlob = {t.MAP_MIN_BLOB};",
            f"constexpr uint32_t kMapFromVersion = {t.MAP_FROM_VERSION};",
+           "// A Blob's chunk_length, when set, is a power of two of at least kMinDigestChunk.",
+           f"constexpr uint64_t kMinDigestChunk = {t.MIN_DIGEST_CHUNK};",
            "// FlatBuffers offsets are 32-bit.",
            f"constexpr uint64_t kMaxManifest = {t.MAX_MANIFEST};",
            "// A manifest's WRP1 records may be at most kExpansionFloor + kExpansionFactor x its size.",

@@ -27,8 +27,6 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
-#include <system_error>
-#include <thread>
 
 #include <sys/stat.h>
 
@@ -199,34 +197,24 @@ std::unique_ptr<Program> Program::open_bundle(const uint8_t* data, size_t size, 
 
 void Program::start_verifying(Program& p, WrpkBundle& bundle, const std::vector<ModuleImage>& images)
 {
-    // The deferred region checksums (no validation reads those regions) are verified on a
-    // second thread while Warp copies the same bytes out of the image, so that hashing costs
-    // no wall time where a core is free; the program is returned only if all of them match
-    // (WRPK-FORMAT.md step 6), and on a mismatch it is released with its graph.
-    std::exception_ptr hash_error, load_error;
-    std::thread hasher;
-    if (!bundle.deferred.empty()) {
+    // The deferred region checksums (no validation reads those regions) are verified on
+    // hasher threads while Warp copies the same bytes out of the image, so that hashing costs
+    // no wall time where cores are free; a blob with chunk digests is shared out chunk by
+    // chunk, and this thread joins the same work as soon as its load returns.  The program
+    // is returned only once every item has been verified and matched (WRPK-FORMAT.md step
+    // 6); on a mismatch it is released with its graph.
+    std::exception_ptr load_error;
+    ChecksumVerifier verifier(bundle.deferred);
+    {
+        VerifierThreads threads(verifier, true);
         try {
-            hasher = std::thread([&bundle, &hash_error] {
-                try {
-                    verify_checksums(bundle.deferred);
-                } catch (...) {
-                    hash_error = std::current_exception();
-                }
-            });
-        } catch (const std::system_error&) {
-            verify_checksums(bundle.deferred);  // no thread to spare: verify first
+            p.start(bundle.image.get(), bundle.image_size, images);
+        } catch (...) {
+            load_error = std::current_exception();
         }
-    }
-    try {
-        p.start(bundle.image.get(), bundle.image_size, images);
-    } catch (...) {
-        load_error = std::current_exception();
-    }
-    if (hasher.joinable())
-        hasher.join();
-    if (hash_error)  // altered data explains a failed load better than the load's own error
-        std::rethrow_exception(hash_error);
+        verifier.work();  // the items no hasher thread has taken yet (all of them if none started)
+    }  // joins the hasher threads
+    verifier.rethrow();  // altered data explains a failed load better than the load's own error
     if (load_error)
         std::rethrow_exception(load_error);
 }

@@ -19,6 +19,8 @@ constexpr uint64_t kAlign = 64;
 constexpr uint64_t kMapAlign = 16384;
 constexpr uint64_t kMapMinBlob = 262144;
 constexpr uint32_t kMapFromVersion = 2;
+// A Blob's chunk_length, when set, is a power of two of at least kMinDigestChunk.
+constexpr uint64_t kMinDigestChunk = 65536;
 // FlatBuffers offsets are 32-bit.
 constexpr uint64_t kMaxManifest = 2147483640;
 // A manifest's WRP1 records may be at most kExpansionFloor + kExpansionFactor x its size.

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdarg>
 #include <cstring>
+#include <system_error>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -139,6 +140,10 @@ struct BlobRef {
     uint32_t region_id;
     // Region data that no validation reads (not a mesh's): its checksum may be verified while Warp loads.
     bool deferrable = false;
+    // Chunk digests (Blob.chunk_length / chunk_sha256): 0 and none when the writer left them out.
+    uint64_t chunk_length = 0;
+    const uint8_t* chunk_sha = nullptr;
+    uint32_t chunk_sha_len = 0;
 };
 
 struct RegionOut {
@@ -218,6 +223,10 @@ private:
             path.erase(0, 9);
         blobs.push_back(BlobRef{std::move(name), std::move(path), b->offset(), b->length(), sha ? sha->data() : nullptr,
                                 count_of(sha), at(b), data_out, size_out, memory_offset, region_id});
+        const Vector<uint8_t>* chunks = b->chunk_sha256();
+        blobs.back().chunk_length = b->chunk_length();
+        blobs.back().chunk_sha = chunks ? chunks->data() : nullptr;
+        blobs.back().chunk_sha_len = count_of(chunks);
     }
 
     // ------------------------------------------------------------- program
@@ -918,6 +927,27 @@ bool place_blob(uint64_t end, uint64_t length, uint64_t memory_offset, uint32_t 
     return true;
 }
 
+// A blob's chunk digest fields (WRPK-FORMAT.md "Chunk digests"; blobs.check_chunk_fields in wrpkit):
+// chunk_length 0 and no digests, or a power of two >= kMinDigestChunk and 32 bytes per chunk.
+void check_chunk_fields(const BlobRef& b)
+{
+    if (b.chunk_length == 0) {
+        if (b.chunk_sha_len)
+            fail_invalid_at(b.path + ".chunk_sha256", b.at, "chunk digests of %s are given but its chunk_length is 0",
+                            b.name.c_str());
+        return;
+    }
+    if (!is_pow2(b.chunk_length) || b.chunk_length < kMinDigestChunk)
+        fail_invalid_at(b.path + ".chunk_length", b.at, "chunk_length %llu of %s is not a power of two of at least "
+                        "%llu", static_cast<unsigned long long>(b.chunk_length), b.name.c_str(),
+                        static_cast<unsigned long long>(kMinDigestChunk));
+    uint64_t chunks = b.length / b.chunk_length + (b.length % b.chunk_length != 0);
+    if (uint64_t(b.chunk_sha_len) != 32 * chunks)
+        fail_invalid_at(b.path + ".chunk_sha256", b.at, "chunk digests of %s must be %llu bytes (32 per %llu-byte "
+                        "chunk), found %u", b.name.c_str(), static_cast<unsigned long long>(32 * chunks),
+                        static_cast<unsigned long long>(b.chunk_length), b.chunk_sha_len);
+}
+
 // Step 5, and step 6 for every blob, except that region data other than mesh regions
 // (`deferrable`) goes to `deferred` when it is given.
 void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff, uint64_t bsize, uint32_t version,
@@ -928,12 +958,13 @@ void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff
         if (version < kMapFromVersion || b.length < kMapMinBlob)
             b.memory_offset = kNotMapped;  // this blob keeps the 64-byte rule
         if (b.length == 0) {
-            if (b.offset || b.sha_len)
+            if (b.offset || b.sha_len || b.chunk_length || b.chunk_sha_len)
                 fail_invalid_at(b.path, b.at, "empty blob of %s must have offset 0 and no SHA-256", b.name.c_str());
         } else {
             if (b.sha_len != 32)
                 fail_invalid_at(b.path + ".sha256", b.at, "SHA-256 of %s must be 32 bytes, found %u", b.name.c_str(),
                                 b.sha_len);
+            check_chunk_fields(b);
             if (b.memory_offset == kNotMapped && b.offset % kAlign)
                 fail_invalid_at(b.path + ".offset", b.at, "blob offset %llu of %s is not a multiple of %llu",
                                 static_cast<unsigned long long>(b.offset), b.name.c_str(),
@@ -972,15 +1003,17 @@ void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff
                         static_cast<unsigned long long>(pos), static_cast<unsigned long long>(bsize));
     if (!verify)
         return;
+    std::vector<WrpkChecksum> now;
     for (const BlobRef* b : entries) {
         WrpkChecksum check{b->name, b->path, boff + b->offset, data + boff + b->offset,
-                           static_cast<size_t>(b->length), {}};
+                           static_cast<size_t>(b->length), {}, b->chunk_length, b->chunk_sha};
         std::memcpy(check.sha256.data(), b->sha, 32);
         if (deferred && b->deferrable)
             deferred->push_back(std::move(check));  // the caller verifies it while Warp loads
         else
-            verify_checksums({check});
+            now.push_back(std::move(check));
     }
+    verify_checksums(now);
 }
 
 size_t page_size()
@@ -1054,17 +1087,121 @@ private:
 
 bool is_wrpk(const uint8_t* data, size_t size) { return data && size >= 4 && std::memcmp(data, "WRPK", 4) == 0; }
 
-void verify_checksums(const std::vector<WrpkChecksum>& checks)
+ChecksumVerifier::ChecksumVerifier(const std::vector<WrpkChecksum>& checks)
 {
+    std::vector<const WrpkChecksum*> whole;
+    for (const WrpkChecksum& c : checks)
+        if (!c.chunk_length)
+            whole.push_back(&c);
+    std::stable_sort(whole.begin(), whole.end(), [](const WrpkChecksum* x, const WrpkChecksum* y) {
+        return x->size > y->size;
+    });
+    for (const WrpkChecksum* c : whole)
+        items_.push_back(Item{c, 0, c->size, ~uint64_t(0)});
     for (const WrpkChecksum& c : checks) {
-        uint8_t digest[32];
-        sha256(c.data, c.size, digest);
-        if (std::memcmp(digest, c.sha256.data(), 32) != 0)
+        if (!c.chunk_length)
+            continue;
+        // check_chunk_fields() checked chunk_length and the digests' size against the blob's.
+        for (uint64_t begin = 0, k = 0; begin < c.size; begin += c.chunk_length, k++)
+            items_.push_back(Item{&c, begin, std::min<uint64_t>(c.size, begin + c.chunk_length), k});
+    }
+    for (const WrpkChecksum& c : checks)
+        bytes_ += c.size;
+}
+
+void ChecksumVerifier::verify(size_t index)
+{
+    const Item& it = items_[index];
+    const WrpkChecksum& c = *it.check;
+    const bool whole = it.chunk == ~uint64_t(0);
+    const uint8_t* expect = whole ? c.sha256.data() : c.chunk_sha + 32 * it.chunk;
+    uint8_t digest[32];
+    sha256(c.data + it.begin, static_cast<size_t>(it.end - it.begin), digest);
+    if (std::memcmp(digest, expect, 32) == 0)
+        return;
+    failed_.store(true, std::memory_order_relaxed);
+    try {
+        if (whole)
             fail_invalid_at(c.path, c.offset,
                             "integrity check failed: SHA-256 of %s does not match (%zu bytes, SHA-256 %s, recorded "
                             "%s): the bundle was altered or corrupted; rebuild it from the original capture",
-                            c.name.c_str(), c.size, to_hex(digest, 32).c_str(), to_hex(c.sha256.data(), 32).c_str());
+                            c.name.c_str(), c.size, to_hex(digest, 32).c_str(), to_hex(expect, 32).c_str());
+        uint64_t chunks = c.size / c.chunk_length + (c.size % c.chunk_length != 0);
+        fail_invalid_at(c.path + ".chunk_sha256", c.offset + it.begin,
+                        "integrity check failed: SHA-256 of %s does not match in chunk %llu of %llu (bytes %llu..%llu "
+                        "of %zu, SHA-256 %s, recorded %s): the bundle was altered or corrupted; rebuild it from the "
+                        "original capture", c.name.c_str(), static_cast<unsigned long long>(it.chunk),
+                        static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(it.begin),
+                        static_cast<unsigned long long>(it.end), c.size, to_hex(digest, 32).c_str(),
+                        to_hex(expect, 32).c_str());
+    } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (index < error_index_) {
+            error_index_ = index;
+            error_ = std::current_exception();
+        }
     }
+}
+
+void ChecksumVerifier::work() noexcept
+{
+    while (!failed_.load(std::memory_order_relaxed)) {
+        size_t i = next_.fetch_add(1, std::memory_order_relaxed);
+        if (i >= items_.size())
+            return;
+        verify(i);
+    }
+}
+
+void ChecksumVerifier::rethrow() const
+{
+    if (error_)
+        std::rethrow_exception(error_);
+}
+
+namespace {
+
+// Below this much hashing, a caller that is free verifies alone (a thread costs more than it saves).
+constexpr uint64_t kParallelHashBytes = 8u << 20;
+// No more hashing threads than this, however many cores (memory bandwidth is shared).
+constexpr size_t kMaxHashThreads = 32;
+
+}  // namespace
+
+VerifierThreads::VerifierThreads(ChecksumVerifier& verifier, bool busy_caller)
+{
+    size_t cores = std::thread::hardware_concurrency();
+    size_t want = cores > 1 ? cores - 1 : 1;
+    if (!busy_caller)
+        want = verifier.bytes() < kParallelHashBytes || verifier.items() < 2 ? 0 : std::min(want, verifier.items() - 1);
+    want = std::min({want, verifier.items(), kMaxHashThreads});
+    for (size_t i = 0; i < want; i++) {
+        try {
+            threads_.emplace_back([&verifier] { verifier.work(); });
+        } catch (const std::system_error&) {
+            break;  // the caller's own work() covers what these threads would have done
+        }
+    }
+}
+
+void VerifierThreads::join()
+{
+    for (std::thread& t : threads_)
+        if (t.joinable())
+            t.join();
+    threads_.clear();
+}
+
+void verify_checksums(const std::vector<WrpkChecksum>& checks)
+{
+    if (checks.empty())
+        return;
+    ChecksumVerifier verifier(checks);
+    {
+        VerifierThreads threads(verifier, false);
+        verifier.work();
+    }
+    verifier.rethrow();
 }
 
 ImageBuffer::ImageBuffer(ImageBuffer&& other) noexcept

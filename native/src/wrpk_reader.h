@@ -34,10 +34,14 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace wrp {
@@ -72,9 +76,67 @@ struct WrpkChecksum {
     const uint8_t* data;
     size_t size;
     std::array<uint8_t, 32> sha256;
+    // Chunk digests (WRPK-FORMAT.md "Chunk digests"): when chunk_length is set, the blob is
+    // verified chunk by chunk against chunk_sha (32 bytes per chunk, inside the bundle) instead
+    // of against sha256, so that one large blob is hashed on several cores.
+    uint64_t chunk_length = 0;
+    const uint8_t* chunk_sha = nullptr;
 };
 
-// Throws wrp::Error(WRP_ERR_INVALID_FILE) naming the first blob whose bytes do not match.
+// Verifies checksums on every thread that calls work(): each chunk of a blob with chunk
+// digests, and each other blob whole, is one item, taken in turn through an atomic counter
+// (whole blobs first, largest first: they take longest).  The checks' bytes must outlive it.
+class ChecksumVerifier {
+public:
+    explicit ChecksumVerifier(const std::vector<WrpkChecksum>& checks);
+    ChecksumVerifier(const ChecksumVerifier&) = delete;
+    ChecksumVerifier& operator=(const ChecksumVerifier&) = delete;
+
+    // Verify items until none is left or one has failed; safe to call on many threads at once.
+    void work() noexcept;
+    // Once every work() has returned: throws wrp::Error(WRP_ERR_INVALID_FILE) naming the blob
+    // (and for a chunk, its byte range) of the first failed item found.
+    void rethrow() const;
+    size_t items() const { return items_.size(); }
+    uint64_t bytes() const { return bytes_; }
+
+private:
+    struct Item {
+        const WrpkChecksum* check;
+        uint64_t begin, end;  // byte range in the blob
+        uint64_t chunk;       // index of the chunk; ~0 for a whole blob
+    };
+    void verify(size_t index);
+
+    std::vector<Item> items_;
+    uint64_t bytes_ = 0;
+    std::atomic<size_t> next_{0};
+    std::atomic<bool> failed_{false};
+    std::mutex mutex_;  // guards error_ and error_index_
+    std::exception_ptr error_;
+    size_t error_index_ = SIZE_MAX;
+};
+
+// Threads that call verifier.work() as soon as they start: for `busy_caller` (the caller
+// loads the program meanwhile and joins the work after) hardware_concurrency() - 1 of them,
+// at least 1; otherwise the caller works at once, and threads are started only for large
+// work.  Never more than there are items.  A thread the system refuses is simply not started:
+// the caller's own work() still verifies every item.
+class VerifierThreads {
+public:
+    VerifierThreads(ChecksumVerifier& verifier, bool busy_caller);
+    VerifierThreads(const VerifierThreads&) = delete;
+    VerifierThreads& operator=(const VerifierThreads&) = delete;
+    ~VerifierThreads() { join(); }
+    void join();
+    size_t count() const { return threads_.size(); }
+
+private:
+    std::vector<std::thread> threads_;
+};
+
+// Throws wrp::Error(WRP_ERR_INVALID_FILE) naming the first blob (or chunk) whose bytes do not
+// match; verifies on several threads when there is much to hash.
 void verify_checksums(const std::vector<WrpkChecksum>& checks);
 
 // The WRP1 image: zeroed anonymous memory, possibly with file pages mapped into it.

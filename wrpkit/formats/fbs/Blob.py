@@ -76,8 +76,48 @@ class Blob(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
+    # Chunk digests (WRPK-FORMAT.md "Chunk digests"): 0 means none; else a
+    # power of two of at least 64 KiB, the length of each chunk but the last.
+    # Blob
+    def ChunkLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint64Flags, o + self._tab.Pos)
+        return 0
+
+    # SHA-256 of each consecutive chunk_length-byte chunk of the bytes (the
+    # last one shorter), 32 bytes each: 32 * ceil(length / chunk_length)
+    # bytes when chunk_length is set, else empty.  A reader may verify these
+    # chunks in parallel instead of `sha256`.
+    # Blob
+    def ChunkSha256(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            a = self._tab.Vector(o)
+            return self._tab.Get(flatbuffers.number_types.Uint8Flags, a + flatbuffers.number_types.UOffsetTFlags.py_type(j * 1))
+        return 0
+
+    # Blob
+    def ChunkSha256AsNumpy(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.GetVectorAsNumpy(flatbuffers.number_types.Uint8Flags, o)
+        return 0
+
+    # Blob
+    def ChunkSha256Length(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Blob
+    def ChunkSha256IsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
+
 def BlobStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(5)
 
 def Start(builder):
     BlobStart(builder)
@@ -106,6 +146,24 @@ def BlobStartSha256Vector(builder, numElems):
 def StartSha256Vector(builder, numElems):
     return BlobStartSha256Vector(builder, numElems)
 
+def BlobAddChunkLength(builder, chunkLength):
+    builder.PrependUint64Slot(3, chunkLength, 0)
+
+def AddChunkLength(builder, chunkLength):
+    BlobAddChunkLength(builder, chunkLength)
+
+def BlobAddChunkSha256(builder, chunkSha256):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(chunkSha256), 0)
+
+def AddChunkSha256(builder, chunkSha256):
+    BlobAddChunkSha256(builder, chunkSha256)
+
+def BlobStartChunkSha256Vector(builder, numElems):
+    return builder.StartVector(1, numElems, 1)
+
+def StartChunkSha256Vector(builder, numElems):
+    return BlobStartChunkSha256Vector(builder, numElems)
+
 def BlobEnd(builder):
     return builder.EndObject()
 
@@ -125,10 +183,14 @@ class BlobT(object):
         offset = 0,
         length = 0,
         sha256 = None,
+        chunkLength = 0,
+        chunkSha256 = None,
     ):
         self.offset = offset  # type: int
         self.length = length  # type: int
         self.sha256 = sha256  # type: Optional[List[int]]
+        self.chunkLength = chunkLength  # type: int
+        self.chunkSha256 = chunkSha256  # type: Optional[List[int]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -160,6 +222,14 @@ class BlobT(object):
                     self.sha256.append(blob.Sha256(i))
             else:
                 self.sha256 = blob.Sha256AsNumpy()
+        self.chunkLength = blob.ChunkLength()
+        if not blob.ChunkSha256IsNone():
+            if np is None:
+                self.chunkSha256 = []
+                for i in range(blob.ChunkSha256Length()):
+                    self.chunkSha256.append(blob.ChunkSha256(i))
+            else:
+                self.chunkSha256 = blob.ChunkSha256AsNumpy()
 
     # BlobT
     def Pack(self, builder):
@@ -171,10 +241,21 @@ class BlobT(object):
                 for i in reversed(range(len(self.sha256))):
                     builder.PrependUint8(self.sha256[i])
                 sha256 = builder.EndVector()
+        if self.chunkSha256 is not None:
+            if np is not None and type(self.chunkSha256) is np.ndarray:
+                chunkSha256 = builder.CreateNumpyVector(self.chunkSha256)
+            else:
+                BlobStartChunkSha256Vector(builder, len(self.chunkSha256))
+                for i in reversed(range(len(self.chunkSha256))):
+                    builder.PrependUint8(self.chunkSha256[i])
+                chunkSha256 = builder.EndVector()
         BlobStart(builder)
         BlobAddOffset(builder, self.offset)
         BlobAddLength(builder, self.length)
         if self.sha256 is not None:
             BlobAddSha256(builder, sha256)
+        BlobAddChunkLength(builder, self.chunkLength)
+        if self.chunkSha256 is not None:
+            BlobAddChunkSha256(builder, chunkSha256)
         blob = BlobEnd(builder)
         return blob

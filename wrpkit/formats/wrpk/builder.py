@@ -21,6 +21,7 @@ from ...model import OpType
 from .blobs import sha256_digest
 from .reader import verify_annotations
 from .tables import (_LEGACY, _PARAM, _RELOC, _SCALARS, _SIZES, _U32, CHUNK, CONTAINER_VERSION, CONTAINER_VERSIONS,
+                     DIGEST_CHUNK, MIN_DIGEST_CHUNK, MIN_DIGEST_CHUNKS, chunk_count,
                      FILE_IDENTIFIER, HEADER, HEADER_SIZE, MAGIC, MAX_MANIFEST, OP_TABLES, TABLES, _align, _is_offset,
                      _tuple_getter, memory_data_offsets, place_blob)
 
@@ -220,17 +221,23 @@ class _Encoder:
         # id(op) -> E, for op objects listed many times (a shared decode);
         # the program holds every op alive while it is encoded.
         self.op_ids: dict = {}
-        # (E of a Blob's sha256 vector, blob offset): where write_wrpk patches digests in.
+        # (E of a Blob's sha256 or chunk_sha256 vector, blob offset, whether chunk digests):
+        # where write_wrpk patches digests in.
         self.sha_slots: list = []
 
     def blob(self, ref) -> Optional[int]:
         if ref is None:
             return None
-        off, length, sha = ref
+        # (offset, length, sha256[, chunk_length, chunk_sha256]): without chunk fields, none.
+        off, length, sha = ref[:3]
+        chunk_length, chunk_sha = ref[3:5] or (0, b"")
         sha_e = self.b.vector(None, len(sha), sha, share=False) if length else None
+        chunks_e = self.b.vector(None, len(chunk_sha), chunk_sha, share=False) if chunk_sha else None
         if length:
-            self.sha_slots.append((sha_e, off))
-        return self.b.table(_ENC["Blob"], [off, length, sha_e])
+            self.sha_slots.append((sha_e, off, False))
+        if chunks_e is not None:
+            self.sha_slots.append((chunks_e, off, True))
+        return self.b.table(_ENC["Blob"], [off, length, sha_e, chunk_length, chunks_e])
 
     def child(self, kind: str, v):
         b = self.b
@@ -375,8 +382,9 @@ class _Layout:
     """Where every blob of a program goes in the blob area."""
 
     def __init__(self, prog: m.Program, modules: Optional[Mapping], hashes: bool = True,
-                 version: int = CONTAINER_VERSION):
+                 version: int = CONTAINER_VERSION, digest_chunk: int = DIGEST_CHUNK):
         self.items = []  # (data, offset, length) in file order
+        self.chunked = {}  # offset -> chunk_length, for the blobs given chunk digests
         self.region_refs = []
         self.module_refs = []
         self.end = 0
@@ -386,12 +394,17 @@ class _Layout:
         def add(data, memory_offset=None):
             n = _nbytes(data)
             if n == 0:
-                return (0, 0, b"")
+                return (0, 0, b"", 0, b"")
             off = place_blob(self.end, n, memory_offset, version)
             sha = hashlib.sha256(data).digest() if hashes else bytes(32)
+            chunk_length, chunk_sha = 0, b""
+            if digest_chunk and n >= MIN_DIGEST_CHUNKS * digest_chunk:
+                chunk_length = self.chunked[off] = digest_chunk
+                chunk_sha = b"".join(chunk_digests(data, digest_chunk)) if hashes else \
+                    bytes(32 * chunk_count(n, digest_chunk))
             self.items.append((data, off, n))
             self.end = off + n
-            return (off, n, sha)
+            return (off, n, sha, chunk_length, chunk_sha)
 
         for r in prog.regions:
             if r.has_initial_data:
@@ -420,8 +433,8 @@ class _Layout:
 
 
 def _manifest(prog: m.Program, layout: _Layout, slots: Optional[list] = None) -> bytes:
-    """The manifest; ``slots`` (a list) receives ``(byte offset in the manifest, blob offset)``
-    of every blob's SHA-256, for digests filled in later."""
+    """The manifest; ``slots`` (a list) receives ``(byte offset in the manifest, blob offset,
+    whether chunk digests)`` of every blob's SHA-256 and chunk digests, for digests filled in later."""
     if prog.annotations:
         try:
             verify_annotations(prog.annotations)
@@ -434,7 +447,7 @@ def _manifest(prog: m.Program, layout: _Layout, slots: Optional[list] = None) ->
         raise WrpFormatError(f"the manifest would be {len(manifest)} bytes, above the FlatBuffers limit of 2 GiB")
     if slots is not None:
         # A vector at E starts len(manifest) - E bytes in; its payload follows the count word.
-        slots.extend((len(manifest) - e + 4, off) for e, off in enc.sha_slots)
+        slots.extend((len(manifest) - e + 4, off, chunks) for e, off, chunks in enc.sha_slots)
     return manifest
 
 
@@ -451,8 +464,22 @@ def _check_version(version: int) -> int:
     return version
 
 
+def _check_digest_chunk(digest_chunk: int) -> int:
+    if digest_chunk and (digest_chunk & (digest_chunk - 1) or digest_chunk < MIN_DIGEST_CHUNK):
+        raise WrpFormatError(f"digest chunk {digest_chunk} must be 0 or a power of two of at least "
+                             f"{MIN_DIGEST_CHUNK} bytes")
+    return digest_chunk
+
+
+def chunk_digests(data, chunk_length: int) -> list:
+    """The SHA-256 of each consecutive ``chunk_length``-byte chunk of ``data`` (the last shorter)."""
+    view = memoryview(data)
+    view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    return [sha256_digest(view[i:i + chunk_length]) for i in range(0, len(view), chunk_length)]
+
+
 def iter_wrpk_chunks(program: m.Program, modules: Optional[Mapping] = None, *,
-                     container_version: int = CONTAINER_VERSION) -> Iterator:
+                     container_version: int = CONTAINER_VERSION, digest_chunk: int = DIGEST_CHUNK) -> Iterator:
     """The bytes of the ``.wrpk`` encoding of ``program``, as an iterator of chunks.
 
     The manifest is built by this call (it holds every blob's SHA-256, so
@@ -471,13 +498,19 @@ def iter_wrpk_chunks(program: m.Program, modules: Optional[Mapping] = None, *,
         container_version: 2 (default) places large region data so that a
             replay maps it from the file; 1 is the previous layout (every blob
             64-byte aligned), which every wrpkit reads.
+        digest_chunk: Every blob of at least :data:`~.tables.MIN_DIGEST_CHUNKS`
+            such chunks also records a SHA-256 per chunk of this many bytes
+            (``Blob.chunk_sha256``), which lets a replay verify it on several
+            cores; 0 writes none (the layout of bundles before chunk digests).
 
     Raises:
         WrpModuleError: ``modules`` lacks a file the program names.
         WrpFormatError: The program cannot be encoded (inconsistent region
-            data, a value out of its field's range).
+            data, a value out of its field's range), or ``digest_chunk`` is
+            not 0 or a power of two of at least 64 KiB.
     """
-    layout = _Layout(program, modules, version=_check_version(container_version))
+    layout = _Layout(program, modules, version=_check_version(container_version),
+                     digest_chunk=_check_digest_chunk(digest_chunk))
     manifest = _manifest(program, layout)
     return _chunks(_header(manifest, layout.end, layout.version), manifest, layout)
 
@@ -509,9 +542,24 @@ def _blob_chunks(layout: _Layout) -> Iterator:
 
 
 def encode_wrpk(program: m.Program, modules: Optional[Mapping] = None, *,
-                container_version: int = CONTAINER_VERSION) -> bytes:
+                container_version: int = CONTAINER_VERSION, digest_chunk: int = DIGEST_CHUNK) -> bytes:
     """The whole ``.wrpk`` file as bytes (see :func:`iter_wrpk_chunks`)."""
-    return b"".join(iter_wrpk_chunks(program, modules, container_version=container_version))
+    return b"".join(iter_wrpk_chunks(program, modules, container_version=container_version,
+                                     digest_chunk=digest_chunk))
+
+
+class _ChunkDigests:
+    """The futures of one blob's chunk digests (:meth:`BlobHasher.start_chunks`)."""
+
+    def __init__(self, futures: list):
+        self._futures = futures
+
+    def result(self) -> bytes:
+        return b"".join(f.result() for f in self._futures)
+
+    def cancel(self) -> None:
+        for f in self._futures:
+            f.cancel()
 
 
 class BlobHasher:
@@ -530,12 +578,27 @@ class BlobHasher:
 
         self._pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="wrpkit-hash")
         self._jobs: dict = {}  # id(data) -> (data, future); data is held so that its id stays unique
+        # (id(data), chunk_length) -> (data, futures of the chunk digests)
+        self._chunk_jobs: dict = {}
 
     def start(self, data):
         """Start hashing ``data`` (no-op if it is already started); return its future digest."""
         job = self._jobs.get(id(data))
         if job is None:
             job = self._jobs[id(data)] = (data, self._pool.submit(sha256_digest, data))
+        return job[1]
+
+    def start_chunks(self, data, chunk_length: int) -> "_ChunkDigests":
+        """Start hashing each ``chunk_length``-byte chunk of ``data`` as its own job (no-op if
+        started); return an object whose ``result()`` is the concatenated chunk digests."""
+        key = (id(data), chunk_length)
+        job = self._chunk_jobs.get(key)
+        if job is None:
+            view = memoryview(data)
+            view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+            futures = [self._pool.submit(sha256_digest, view[i:i + chunk_length])
+                       for i in range(0, len(view), chunk_length)]
+            job = self._chunk_jobs[key] = (data, _ChunkDigests(futures))
         return job[1]
 
     def start_regions(self, regions) -> None:
@@ -548,8 +611,11 @@ class BlobHasher:
         """Cancel what has not started and wait for what has."""
         for _, f in self._jobs.values():
             f.cancel()
+        for _, chunks in self._chunk_jobs.values():
+            chunks.cancel()
         self._pool.shutdown(wait=True)
         self._jobs.clear()
+        self._chunk_jobs.clear()
 
     def __enter__(self):
         return self
@@ -560,7 +626,7 @@ class BlobHasher:
 
 def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None, finish=None,
                hasher: Optional[BlobHasher] = None, durable: bool = True,
-               container_version: int = CONTAINER_VERSION) -> int:
+               container_version: int = CONTAINER_VERSION, digest_chunk: int = DIGEST_CHUNK) -> int:
     """Write a ``.wrpk`` atomically (see :func:`wrpkit.fileio.atomic_write`).
 
     The file holds the bytes of :func:`iter_wrpk_chunks`, but the blobs are
@@ -576,7 +642,7 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
         hasher: A :class:`BlobHasher` that may already be hashing some of
             the blobs; by default one is made for this call.
         durable: False skips the fsyncs (see :func:`wrpkit.fileio.atomic_write`).
-        container_version: See :func:`iter_wrpk_chunks`.
+        container_version, digest_chunk: See :func:`iter_wrpk_chunks`.
 
     Returns:
         Bytes written.
@@ -589,13 +655,18 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
     # blob area first while worker threads hash the blobs, then the header
     # and manifest, whose digests were left zero and are filled in once the
     # hashes are done.
-    layout = _Layout(program, modules, hashes=False, version=_check_version(container_version))
+    layout = _Layout(program, modules, hashes=False, version=_check_version(container_version),
+                     digest_chunk=_check_digest_chunk(digest_chunk))
     with contextlib.ExitStack() as stack:
         if hasher is None:
             hasher = stack.enter_context(BlobHasher())
         # Largest first, so that the longest hash starts at once, before the
         # manifest is even encoded.
-        digests = {off: hasher.start(data) for data, off, _ in sorted(layout.items, key=lambda it: -it[2])}
+        ordered = sorted(layout.items, key=lambda it: -it[2])
+        digests = {off: hasher.start(data) for data, off, _ in ordered}
+        # Chunk digests are separate jobs, so that they fill the workers beside the whole-blob hashes.
+        chunk_digests_of = {off: hasher.start_chunks(data, layout.chunked[off]) for data, off, _ in ordered
+                            if off in layout.chunked}
 
         def chunks():
             yield bytes(base)  # header and manifest: written by write_head()
@@ -605,8 +676,9 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
             if durable:
                 os.fsync(fd)  # the blobs go to disk while the last hashes finish
             final = bytearray(manifest)
-            for at, off in slots:
-                final[at:at + 32] = digests[off].result()
+            for at, off, chunks in slots:
+                value = chunk_digests_of[off].result() if chunks else digests[off].result()
+                final[at:at + len(value)] = value
             final = bytes(final)
             pwrite_all(fd, _header(final, layout.end, layout.version) + final, 0)
             if finish is not None:
@@ -637,4 +709,5 @@ def module_files(program: m.Program) -> dict:
     return out
 
 
-__all__ = ["iter_wrpk_chunks", "encode_wrpk", "write_wrpk", "BlobHasher", "bundle_size", "module_files"]
+__all__ = ["iter_wrpk_chunks", "encode_wrpk", "write_wrpk", "BlobHasher", "bundle_size", "module_files",
+           "chunk_digests"]

@@ -82,7 +82,8 @@ class _Reader:
         self.op_refs = self.n // 4 + 1
         self.depth = 0
         self.max_depth = max_depth
-        self.blobs: list = []  # (path, name, offset, length, sha256, manifest pos)
+        # (obj, attr, name, offset, length, sha256, manifest pos, chunk_length, chunk_sha256)
+        self.blobs: list = []
 
     # -- tables ---------------------------------------------------------------
 
@@ -210,8 +211,8 @@ class _Reader:
             return self.target(at, u, "op")
         if kind == "blob":
             pos = self.target(at, u, "Blob table")
-            off, length, sha = self.table(pos, _DEC["Blob"])
-            return off, length, sha, pos
+            off, length, sha, chunk_length, chunk_sha = self.table(pos, _DEC["Blob"])
+            return off, length, sha, pos, chunk_length, chunk_sha
         if kind.startswith("table:"):
             spec = _DEC[kind[6:]]
             if self.vdepth is not None:  # counted in table()
@@ -318,8 +319,8 @@ class _Reader:
 def _blob(rd: _Reader, obj, attr: str, ref, name: str) -> None:
     """Note a blob; ``obj.attr`` gets its view of the file once the blob area is checked."""
     if ref is not None:
-        off, length, sha, pos = ref
-        rd.blobs.append((obj, attr, name, off, length, bytes(sha), pos))
+        off, length, sha, pos, chunk_length, chunk_sha = ref
+        rd.blobs.append((obj, attr, name, off, length, bytes(sha), pos, chunk_length, bytes(chunk_sha or b"")))
 
 
 def _make_module(rd: _Reader, v: list, pos: int) -> m.Module:

@@ -6,7 +6,8 @@ described in tables.py.
 """
 
 TABLES: dict = {
-    'Blob': [('offset', 'u64', 0), ('length', 'u64', 0), ('sha256', 'bytes', None)],
+    'Blob': [('offset', 'u64', 0), ('length', 'u64', 0), ('sha256', 'bytes', None),
+        ('chunk_length', 'u64', 0), ('chunk_sha256', 'bytes', None)],
     'Module': [('module_hash', 'str', None), ('module_name', 'str', None),
         ('binary_filename', 'str', None), ('target_arch', 'u32', 0),
         ('binary_digest', 'str', None), ('source_filename', 'str', None),

@@ -36,6 +36,14 @@ ALIGN = 64
 MAP_ALIGN = 16384
 MAP_MIN_BLOB = 256 << 10
 MAP_FROM_VERSION = 2
+#: Chunk digests (``Blob.chunk_length``/``chunk_sha256``): a reader checks that a set
+#: chunk_length is a power of two of at least MIN_DIGEST_CHUNK; the writer gives every blob
+#: of at least MIN_DIGEST_CHUNKS chunks of DIGEST_CHUNK bytes (16 MiB) a digest per chunk, so
+#: that a replay can verify one large region's data on several cores (32 bytes per 4 MiB:
+#: 8 KiB of manifest per GiB).
+MIN_DIGEST_CHUNK = 64 << 10
+DIGEST_CHUNK = 4 << 20
+MIN_DIGEST_CHUNKS = 4
 #: Header fields: (name, byte offset, size), as HEADER packs them.
 HEADER_FIELDS = (("magic", 0, 8), ("container_version", 8, 4), ("flags", 12, 4), ("manifest_offset", 16, 8),
                  ("manifest_size", 24, 8), ("blob_area_offset", 32, 8), ("blob_area_size", 40, 8),
@@ -82,6 +90,11 @@ def memory_data_offsets(regions) -> dict:
             out[r.region_id] = pos
             pos += r.size
     return out
+
+
+def chunk_count(length: int, chunk_length: int) -> int:
+    """How many chunk digests a blob of ``length`` bytes has (0 when ``chunk_length`` is 0)."""
+    return -(-length // chunk_length) if chunk_length else 0
 
 
 def place_blob(end: int, length: int, memory_offset, version: int = CONTAINER_VERSION) -> int:
@@ -154,5 +167,6 @@ def _tuple_getter(keys, attr=False):
 
 
 __all__ = ["MAGIC", "CONTAINER_VERSION", "CONTAINER_VERSIONS", "MAP_ALIGN", "MAP_MIN_BLOB", "MAP_FROM_VERSION",
+           "MIN_DIGEST_CHUNK", "DIGEST_CHUNK", "MIN_DIGEST_CHUNKS", "chunk_count",
            "HEADER_FIELDS", "memory_data_offsets", "place_blob", "HEADER", "HEADER_SIZE", "ALIGN", "FILE_IDENTIFIER", "CHUNK", "MAX_DEPTH",
            "MAX_MANIFEST", "EXPANSION_FLOOR", "EXPANSION_FACTOR", "TABLES", "OP_TABLES", "field_names"]
