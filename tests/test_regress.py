@@ -332,6 +332,20 @@ def test_serial_run_gives_each_case_its_verdict(serial):
     assert min(by[n].seconds for n in ("mine/axpy", "mine/bundle", "mine/vec_stock")) < 1.0
 
 
+def test_records_are_a_timeline_of_the_run(serial):
+    import datetime  # noqa: PLC0415
+
+    run_start = datetime.datetime.fromisoformat(serial.started).timestamp()  # whole seconds: at or before
+    ran = [c for c in serial.cases if not c.message.startswith("skipped by")]
+    assert ran and all(c.started is not None for c in ran)
+    ends = [c.started + c.worker_start_s + c.seconds for c in ran]
+    assert run_start <= ran[0].started and ends[-1] <= run_start + 1 + serial.seconds
+    # Serially, in case order: each case begins once the one before it has ended.
+    for before_end, c in zip(ends, ran[1:]):
+        assert c.started >= before_end - 0.005, c.name
+    assert all(c["started"] is not None for c in serial.to_json()["cases"] if c["name"] in {r.name for r in ran})
+
+
 def test_native_engine_gives_the_serial_verdicts(suite, serial):
     from wrpkit.run.engines import native_paths  # noqa: PLC0415
 

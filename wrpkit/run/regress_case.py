@@ -41,6 +41,9 @@ class CaseResult:
         exit_code: The exit code ``wrp replay`` would give this case alone.
         device: The device it ran (or would have run) on.
         engine: ``python`` or ``native``.
+        started: When its worker began it (Unix time, seconds; the worker's clock): it
+            waited ``worker_start_s`` for a cold replay child, then took ``seconds``, so
+            it ended at ``started + worker_start_s + seconds``.  A timeline of a run.
         seconds: Wall time of the case in its worker (read, validate, replay, compare), not
             counting ``worker_start_s``.
         worker_start_s: Time this case waited for its worker's replay child to start and
@@ -64,6 +67,7 @@ class CaseResult:
     exit_code: int = 0
     device: Optional[str] = None
     engine: str = "python"
+    started: Optional[float] = None
     seconds: float = 0.0
     worker_start_s: float = 0.0
     replay_ms: Optional[float] = None
@@ -299,7 +303,7 @@ def run_case(job: dict, zygote=None) -> CaseResult:
     t0 = time.perf_counter()
     s = job["settings"]
     res = CaseResult(job["name"], "error", engine=job["engine"], worker=_worker_name(), expected=s.get("expect"),
-                     file=job["capture"])
+                     file=job["capture"], started=time.time())
     if job["engine"] == "native":
         _verdict(res, lambda: _run_case(job, s, res, lambda prep, device, state, given, timeout:
                                         (*_replay_native(prep, device, given, timeout), 0.0)))
