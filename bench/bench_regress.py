@@ -26,7 +26,9 @@ printed too.  Per-case overhead beyond the replay itself (target <= 150 ms):
 a case's wall time in its worker (read the files, validate, load in the
 warm child, replay, read back, compare) minus the replay's host time, from
 the ``-j 1`` records with a warm worker.  The load average is printed before
-and after: on a shared machine the ratios say as much about it as about -j.
+and after, and how much faster two CPU-bound processes run side by side than
+one after the other (:func:`two_at_once`): the most -j 2 can gain on the machine at that
+moment.
 
 Usage::
 
@@ -129,6 +131,26 @@ def wrp_regress(suite: Path, *options: str) -> dict:
             "steady": steady, "whole": n / (ended - launched)}
 
 
+def two_at_once() -> float:
+    """How much faster this machine runs two CPU-bound processes side by side than one after the other.
+
+    The most any ``-j 2`` can gain here now: 2.0 on two free cores, about
+    1.0 when other work takes one of them.
+    """
+    import subprocess  # noqa: PLC0415
+
+    cmd = [sys.executable, "-c", "x = 0\nfor i in range(2_000_000): x += i * i"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True)
+    one_by_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(cmd) for _ in range(2)]
+    for p in procs:
+        p.wait()
+    return one_by_one / (time.perf_counter() - t0)
+
+
 def _med(runs: list, key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
@@ -173,13 +195,17 @@ def main() -> None:
                       f"not in the medians")
         try:
             runs = {name: [] for name in routes}
+            pairs = []
             for _ in range(args.rounds):  # interleaved, so every route sees the same machine
+                pairs.append(two_at_once())
                 for name, options in routes.items():
                     runs[name].append(wrp_regress(suite, *options))
         finally:
             if cluster is not None:
                 cluster.close()
-        print(f"{n} cases, medians of {args.rounds} rounds:")
+        print(f"{n} cases, medians of {args.rounds} rounds; two CPU-bound processes side by side ran "
+              f"{statistics.median(pairs):.2f}x as fast as one after the other ({', '.join(f'{x:.2f}' for x in pairs)}):"
+              f" the most -j 2 could gain here")
         base = runs["-j 1"]
         print(_line("-j 1", base))
         print(_line("-j 2", runs["-j 2"], base) + "  (target >= 1.7x)")
