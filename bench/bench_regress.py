@@ -16,7 +16,9 @@ For each route, medians over the rounds of:
 * steady state: with ``w`` workers (1, 2, 2), the cases that ended after
   the ``w``-th case to end, over the time from that end to the last one:
   ``(n - w) / (end[n-1] - end[w-1])``, every worker busy and warm;
-* whole run: ``n`` over the process's wall time, start to exit.
+* whole run: ``n`` over the process's wall time, start to exit;
+* a case's time in its worker (``seconds``), and the time a worker spends
+  between two of its cases (what the parent, or Dask, adds to each).
 
 The ratios of -j 2 and of Dask to -j 1 are printed for the steady state and
 for the whole run (targets: -j 2 >= 1.7x, Dask >= 1.5x).  With ``s`` the
@@ -127,8 +129,14 @@ def wrp_regress(suite: Path, *options: str) -> dict:
     begins = [c["started"] + c["worker_start_s"] for c in cases]
     ends = sorted(b + c["seconds"] for b, c in zip(begins, cases))
     steady = (n - workers) / (ends[-1] - ends[workers - 1])
+    # The time a worker spends between two of its cases: what the parent (or Dask) adds to each.
+    by_worker = {}
+    for b, c in zip(begins, cases):
+        by_worker.setdefault(c["worker"], []).append((c["started"], b + c["seconds"]))
+    gaps = [nxt[0] - prev[1] for runs in by_worker.values() for prev, nxt in zip(sorted(runs), sorted(runs)[1:])]
     return {"report": report, "wall": ended - launched, "cpu": cpu, "startup": min(begins) - launched,
-            "steady": steady, "whole": n / (ended - launched)}
+            "steady": steady, "whole": n / (ended - launched), "gap": statistics.median(gaps) if gaps else 0.0,
+            "case": statistics.median(c["seconds"] for c in cases)}
 
 
 def two_at_once() -> float:
@@ -158,7 +166,8 @@ def _med(runs: list, key: str) -> float:
 def _line(name: str, runs: list, base: list = None) -> str:
     text = (f"{name:7} start-up {_med(runs, 'startup'):5.2f} s  steady {_med(runs, 'steady'):6.1f} cases/s  "
             f"whole run {_med(runs, 'whole'):5.1f} cases/s ({_med(runs, 'wall'):.2f} s)  "
-            f"CPU {_med(runs, 'cpu'):.2f} s")
+            f"CPU {_med(runs, 'cpu'):.2f} s{' (the client only)' if name == 'dask' else ''}\n{'':7} a case in its worker {_med(runs, 'case') * 1e3:.1f} ms, "
+            f"between a worker's cases {_med(runs, 'gap') * 1e3:.2f} ms")
     if base is not None:
         text += (f"\n{'':7} ratio to -j 1: steady {_med(runs, 'steady') / _med(base, 'steady'):.2f}x, "
                  f"whole run {_med(runs, 'whole') / _med(base, 'whole'):.2f}x")

@@ -388,6 +388,69 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
         assert pids <= worker_pids
 
 
+def _descendants_replaying(root: int) -> list:
+    """``(pid, parent pid)`` of every replay child below process ``root`` (at any depth) now replaying."""
+    parent = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                parent[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def below(pid):
+        while pid in parent and pid > 1:
+            pid = parent[pid]
+            if pid == root:
+                return True
+        return False
+
+    out = []
+    for pid, ppid in parent.items():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"wrpkit.run.child" in argv and below(pid) and _stage_reader(Path(f"/proc/{pid}"))() == "replaying":
+            out.append((pid, ppid))
+    return out
+
+
+@pytest.mark.slow  # a Dask cluster, a worker killed and restarted, a 5 s timeout
+def test_a_killed_dask_worker_loses_no_case(suite, tmp_path):
+    """A Dask worker process killed while its batch of cases runs: the batch runs again elsewhere, every
+    case gets its own verdict (the never-ending one its timeout), in case order."""
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+    cases = {f"a{i:02d}": "mine/axpy" for i in range(12)}
+    cases["a05_forever"] = "broken/forever"  # in a batch with others (12 cases, 2 workers: batches of 2)
+    s = _case_copies(suite, tmp_path / "s", cases)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40) as cluster:
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault(
+            "r", wrpkit.regress(s, dask=cluster.scheduler_address, timeout=5)))
+        t.start()
+        killed = None
+        deadline = time.monotonic() + 120
+        while killed is None and time.monotonic() < deadline and t.is_alive():
+            replaying = _descendants_replaying(os.getpid())
+            if replaying:
+                time.sleep(1.0)  # a quick case is done by now: this one is the never-ending case
+                if (replaying[0][0], replaying[0][1]) in _descendants_replaying(os.getpid()):
+                    os.kill(replaying[0][1], signal.SIGKILL)  # its Dask worker process
+                    killed = replaying[0][1]
+            time.sleep(0.2)
+        t.join(180)
+    assert killed is not None and not t.is_alive()
+    rep = result["r"]
+    assert [c.name for c in rep.cases] == sorted(cases)
+    v = {c.name: (c.verdict, c.error_class) for c in rep.cases}
+    assert v == {**{n: ("pass", None) for n in cases if n != "a05_forever"},
+                 "a05_forever": ("error", "WrpTimeoutError")}, v
+    forever = next(c for c in rep.cases if c.name == "a05_forever")
+    assert int(forever.worker.split(":")[1].split("/")[0]) != killed  # its verdict came from another worker
+
+
 def test_ray_gives_the_serial_verdicts(suite, serial):
     try:
         import ray  # noqa: PLC0415

@@ -12,7 +12,7 @@ import time
 from typing import Callable
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError
-from .regress_case import CaseResult, close_replay_workers, run_case, with_payload
+from .regress_case import CaseResult, close_replay_workers, run_case, run_cases, with_payload
 from .regress_suite import usage_error
 
 
@@ -78,8 +78,27 @@ def run_serial(jobs: list, done: Callable, zygote=None) -> None:
         close_replay_workers()
 
 
+def dask_batches(n_jobs: int, n_workers: int) -> list:
+    """Job indices in batches for Dask: about four per worker, at most :data:`DASK_BATCH` cases each.
+
+    A Dask task costs its scheduler, worker and client a few milliseconds
+    between them, as much as a small case's whole replay, so each task runs
+    a few cases (:func:`~wrpkit.run.regress_case.run_cases`); four batches a
+    worker keep the load balanced.
+    """
+    size = max(1, min(DASK_BATCH, -(-n_jobs // (4 * max(1, n_workers)))))
+    return [list(range(i, min(i + size, n_jobs))) for i in range(0, n_jobs, size)]
+
+
+#: The most cases one Dask task runs (:func:`dask_batches`).
+DASK_BATCH = 8
+
+
 def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
-    """Run ``jobs`` on the Dask scheduler at ``address``, a window of two per worker; say where they ran.
+    """Run ``jobs`` on the Dask scheduler at ``address`` in batches, a window of two per worker; say where they ran.
+
+    A batch whose worker process died is sent again one case a task, so
+    that only the case that kills its worker fails (:func:`_died`).
 
     Raises:
         WrpSchedulerError: The scheduler cannot be reached (exit 2).
@@ -100,34 +119,44 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         n = len(client.scheduler_info().get("workers", {}))
         futures = {}
         window = max(2, 2 * max(1, n))
-        it = iter(range(len(jobs)))
+        pending = dask_batches(len(jobs), n)  # batches not yet sent; a batch sent again comes back as ones
         ac = as_completed(loop=client.loop)
 
         def submit_next():
-            while True:
-                i = next(it, None)
-                if i is None:
-                    return
-                try:
-                    job = with_payload(jobs[i])
-                except WrpError as e:  # a file that cannot be read here: that case only
-                    done(i, _unreadable(jobs[i], e))
+            while pending:
+                batch = pending.pop(0)
+                sent = []
+                for i in batch:
+                    try:
+                        sent.append((i, with_payload(jobs[i])))
+                    except WrpError as e:  # a file that cannot be read here: that case only
+                        done(i, _unreadable(jobs[i], e))
+                if not sent:
                     continue
-                fut = client.submit(run_case, job, pure=False, key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{i}")
-                futures[fut] = i
+                fut = client.submit(run_cases, [job for _, job in sent], pure=False,
+                                    key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{sent[0][0]}")
+                futures[fut] = [i for i, _ in sent]
                 ac.add(fut)
                 return
 
-        for _ in range(window):
-            submit_next()
+        def fill():
+            while pending and len(futures) < window:
+                submit_next()
+
+        fill()
         for fut in ac:
-            i = futures.pop(fut)
+            batch = futures.pop(fut)
             try:
-                res = fut.result()
-            except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection: this case only)
-                res = _died(jobs[i], f"{type(e).__name__}: {e}")
-            done(i, res)
-            submit_next()
+                results = fut.result()
+            except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection: its cases again, one by one)
+                if len(batch) > 1:
+                    pending[:0] = [[i] for i in batch]
+                else:
+                    done(batch[0], _died(jobs[batch[0]], f"{type(e).__name__}: {e}"))
+            else:
+                for i, res in zip(batch, results):
+                    done(i, res)
+            fill()
         return f"dask {address} ({n} worker{'s' if n != 1 else ''})"
     finally:
         client.close()
@@ -173,4 +202,4 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
             ray.shutdown()
 
 
-__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "WrpSchedulerError"]
+__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "dask_batches", "WrpSchedulerError"]
