@@ -380,7 +380,13 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
         rep = wrpkit.regress(suite, dask=cluster.scheduler_address)
         worker_pids = {w.pid for w in cluster.workers.values()} if hasattr(next(iter(cluster.workers.values())),
                                                                            "pid") else set()
+        # Each worker process that ran cases forked its replay children from its own zygote.
+        zygote_parents = {int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                          for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"wrpkit.run.zygote")}
     _same(rep, serial)
+    ran = {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
+    if Zygote.supported():
+        assert ran <= zygote_parents, (ran, zygote_parents)
     assert rep.ran_on.startswith("dask tcp://127.0.0.1:") and "(2 workers)" in rep.ran_on
     pids = {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
     assert os.getpid() not in pids  # the cases ran in the cluster's worker processes
@@ -388,8 +394,16 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
         assert pids <= worker_pids
 
 
+def _cmdline_has(proc: Path, word: bytes) -> bool:
+    try:
+        return word in (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
 def _descendants_replaying(root: int) -> list:
-    """``(pid, parent pid)`` of every replay child below process ``root`` (at any depth) now replaying."""
+    """``(pid, worker pid)`` of every replay child below process ``root`` (at any depth) now replaying: a
+    started child's worker is its parent, a fork's is its zygote's parent."""
     parent = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -411,8 +425,10 @@ def _descendants_replaying(root: int) -> list:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"wrpkit.run.child" in argv and below(pid) and _stage_reader(Path(f"/proc/{pid}"))() == "replaying":
-            out.append((pid, ppid))
+        forked = b"wrpkit.run.zygote" in argv
+        if (b"wrpkit.run.child" in argv or forked) and below(pid) and \
+                _stage_reader(Path(f"/proc/{pid}"))() == "replaying":
+            out.append((pid, parent.get(ppid) if forked else ppid))
     return out
 
 
