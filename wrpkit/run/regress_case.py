@@ -189,59 +189,6 @@ def close_replay_workers() -> None:
     _replayers.worker = None
 
 
-_remote_zygote_lock = threading.Lock()
-_remote_zygote = None
-
-
-def remote_zygote():
-    """This worker process's zygote (a Dask or Ray worker's), started on its first case and kept; or None.
-
-    A remote worker's replay children are forked from it, as a local run's
-    are from the run's: a child that a crash, a timeout or a kill ended is
-    back in milliseconds rather than a Python start and ``import warp``, and
-    a worker with several threads imports Warp once.  It is started from a
-    thread that lives as long as this process, so that it dies with the
-    process (and its forks with it: ``PR_SET_PDEATHSIG`` follows the thread
-    that started a process), not with the Dask thread that ran the first
-    case; it is closed when the process exits.  A zygote that died is
-    replaced at the next case.  None where zygotes are not supported.
-    """
-    global _remote_zygote
-    from .zygote import Zygote  # noqa: PLC0415
-
-    with _remote_zygote_lock:
-        if _remote_zygote is not None and not _remote_zygote.dead:
-            return _remote_zygote
-        if not Zygote.supported():
-            return None
-        box, ready = {}, threading.Event()
-
-        def keep():
-            try:
-                box["zygote"] = Zygote()
-            finally:
-                ready.set()
-            threading.Event().wait()  # the zygote's parent thread: it ends with the process
-
-        first = _remote_zygote is None
-        threading.Thread(target=keep, name="wrp-zygote-keeper", daemon=True).start()
-        ready.wait()
-        _remote_zygote = box.get("zygote")
-        if first:
-            import atexit  # noqa: PLC0415
-
-            atexit.register(_close_remote_zygote)
-        return _remote_zygote
-
-
-def _close_remote_zygote() -> None:
-    global _remote_zygote
-    with _remote_zygote_lock:
-        zygote, _remote_zygote = _remote_zygote, None
-    if zygote is not None:
-        zygote.close()
-
-
 def _warm_worker(prep, device: str, zygote) -> tuple:
     """``(this thread's ReplayWorker, seconds it took to start)``: warm, retargeted to ``prep`` (None: a case
     the child reads itself), its child forked from ``zygote`` when one is given."""
@@ -257,7 +204,7 @@ def _warm_worker(prep, device: str, zygote) -> tuple:
     elif prep is not None:
         w.retarget(prep, device)
     if zygote is not None and not zygote.dead:
-        w.zygote = zygote  # a remote worker's zygote replaced after it died (remote_zygote)
+        w.zygote = zygote  # a remote worker's zygote, replaced after it died (regress_fanout.remote_zygote)
     t0 = time.perf_counter()
     cold = not (w.alive and w._warm)
     w.warm()
@@ -327,10 +274,10 @@ def run_case(job: dict, zygote=None) -> CaseResult:
     Args:
         job: A case as :func:`case_job` makes it (paths, settings, and for a
             remote worker the files' bytes in ``payload``).
-        zygote: The run's :class:`~wrpkit.run.zygote.Zygote` to fork this
-            thread's replay child from (None: a remote worker's case uses its
-            process's own, :func:`remote_zygote`; a local one starts its child
-            as ``wrp replay`` does).
+        zygote: The :class:`~wrpkit.run.zygote.Zygote` to fork this thread's
+            replay child from: the run's, or a remote worker process's own
+            (:func:`wrpkit.run.regress_fanout.remote_zygote`); None: start it
+            as ``wrp replay`` does.
 
     Returns:
         A :class:`CaseResult` (with ``replayed`` set when ``job["update"]``).
@@ -343,8 +290,6 @@ def run_case(job: dict, zygote=None) -> CaseResult:
         _verdict(res, lambda: _run_case(job, s, res, lambda prep, device, state, given, timeout:
                                         (*_replay_native(prep, device, given, timeout), 0.0)))
     else:
-        if zygote is None and job.get("payload") is not None:  # a Dask or Ray worker: its process's own
-            zygote = remote_zygote()
         _verdict(res, lambda: _case_in_child(job, s, res, zygote))
     res.seconds = time.perf_counter() - t0 - res.worker_start_s
     return res

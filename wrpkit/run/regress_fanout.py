@@ -8,6 +8,7 @@ workers get every case's files as bytes (:func:`~wrpkit.run.regress_case.with_pa
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Callable
 
@@ -44,6 +45,70 @@ def _died(job: dict, why: str) -> CaseResult:
                       hint="Rerun the case alone with `wrp replay` to see why.", error_class="WrpWorkerDied",
                       exit_code=EXIT_FAILED, engine=job["engine"], device=job["settings"].get("device"),
                       file=job["capture"])
+
+
+_remote_zygote_lock = threading.Lock()
+_remote_zygote = None
+
+
+def remote_zygote():
+    """This worker process's zygote (a Dask or Ray worker's), started on its first case and kept; or None.
+
+    :func:`run_remote_cases` and :func:`run_remote_case` (what Dask and Ray
+    run) fork a remote worker's replay children from it, as a local run's
+    are from the run's: a child that a crash, a timeout or a kill ended is
+    back in milliseconds rather than a Python start and ``import warp``, and
+    a worker with several threads imports Warp once.  It is started from a
+    thread that lives as long as this process, so that it dies with the
+    process (and its forks with it: ``PR_SET_PDEATHSIG`` follows the thread
+    that started a process), not with the Dask thread that ran the first
+    case; it is closed when the process exits.  A zygote that died is
+    replaced at the next case.  None where zygotes are not supported.
+    """
+    global _remote_zygote
+    from .zygote import Zygote  # noqa: PLC0415
+
+    with _remote_zygote_lock:
+        if _remote_zygote is not None and not _remote_zygote.dead:
+            return _remote_zygote
+        if not Zygote.supported():
+            return None
+        box, ready = {}, threading.Event()
+
+        def keep():
+            try:
+                box["zygote"] = Zygote()
+            finally:
+                ready.set()
+            threading.Event().wait()  # the zygote's parent thread: it ends with the process
+
+        first = _remote_zygote is None
+        threading.Thread(target=keep, name="wrp-zygote-keeper", daemon=True).start()
+        ready.wait()
+        _remote_zygote = box.get("zygote")
+        if first:
+            import atexit  # noqa: PLC0415
+
+            atexit.register(_close_remote_zygote)
+        return _remote_zygote
+
+
+def _close_remote_zygote() -> None:
+    global _remote_zygote
+    with _remote_zygote_lock:
+        zygote, _remote_zygote = _remote_zygote, None
+    if zygote is not None:
+        zygote.close()
+
+
+def run_remote_cases(jobs: list) -> list:
+    """A Dask task: :func:`~wrpkit.run.regress_case.run_cases`, the children forked from this process's zygote."""
+    return run_cases(jobs, remote_zygote())
+
+
+def run_remote_case(job: dict) -> CaseResult:
+    """A Ray task: :func:`~wrpkit.run.regress_case.run_case`, the child forked from this process's zygote."""
+    return run_case(job, remote_zygote())
 
 
 def run_local(jobs: list, n_workers: int, done: Callable, zygote=None) -> None:
@@ -133,7 +198,7 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
                         done(i, _unreadable(jobs[i], e))
                 if not sent:
                     continue
-                fut = client.submit(run_cases, [job for _, job in sent], pure=False,
+                fut = client.submit(run_remote_cases, [job for _, job in sent], pure=False,
                                     key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{sent[0][0]}")
                 futures[fut] = [i for i, _ in sent]
                 ac.add(fut)
@@ -179,7 +244,7 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
                                 hint="Start one (`ray start --head`) or check the address (auto, HOST:PORT, "
                                      "ray://HOST:PORT).") from None
     try:
-        remote = ray.remote(max_retries=0)(run_case)
+        remote = ray.remote(max_retries=0)(run_remote_case)
         refs = {}
         for i, job in enumerate(jobs):
             try:
@@ -202,4 +267,5 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
             ray.shutdown()
 
 
-__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "dask_batches", "WrpSchedulerError"]
+__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "dask_batches", "remote_zygote", "run_remote_cases",
+           "run_remote_case", "WrpSchedulerError"]
