@@ -467,6 +467,39 @@ def test_a_killed_dask_worker_loses_no_case(suite, tmp_path):
     assert int(forever.worker.split(":")[1].split("/")[0]) != killed  # its verdict came from another worker
 
 
+def test_a_remote_case_reaches_its_child_whole_in_one_memory_file(suite):
+    """A remote case's bytes (capture, module files, inputs, golden) survive the trip to the replay child."""
+    from wrpkit.run.regress_case import case_job, payload_from_file, payload_to_file, with_payload  # noqa: PLC0415
+    from wrpkit.run.regress_suite import discover  # noqa: PLC0415
+
+    cases = {c.name: c for c in discover(suite, keyword=None, overrides={})}
+    job = with_payload(case_job(cases["mine/vec_stock"], "python", False))
+    assert job["payload"]["modules"], "a stock capture has a module folder"
+    many = dict(job, payload=dict(job["payload"], modules={**job["payload"]["modules"],
+                                                         **{f"extra{i}.o": bytes([i]) * (i * 7 + 1)
+                                                            for i in range(40)}}))
+    for original in (job, many, with_payload(case_job(cases["mine/axpy"], "python", False))):
+        sent, fd = payload_to_file(original)
+        try:
+            assert sent["payload"] is None
+            back = payload_from_file(json.loads(json.dumps(sent)), fd)  # the job crosses the socket as JSON
+        finally:
+            os.close(fd)
+        assert back["payload"] == original["payload"]
+        assert {k: v for k, v in back.items() if k != "payload"} == \
+            {k: v for k, v in original.items() if k != "payload"}
+
+
+def test_dask_batches_cover_every_case_once_in_order():
+    from wrpkit.run.regress_fanout import DASK_BATCH, dask_batches  # noqa: PLC0415
+
+    for n_jobs, n_workers in ((1, 2), (7, 2), (50, 2), (13, 3), (1000, 2), (5, 0)):
+        batches = dask_batches(n_jobs, n_workers)
+        assert [i for b in batches for i in b] == list(range(n_jobs))
+        assert all(1 <= len(b) <= DASK_BATCH for b in batches)
+        assert len(batches) >= min(n_jobs, 2 * max(1, n_workers))  # two or more a worker: none waits idle
+
+
 def test_ray_gives_the_serial_verdicts(suite, serial):
     try:
         import ray  # noqa: PLC0415
