@@ -1,27 +1,40 @@
 """``wrp regress`` throughput: -j 2 and a two-worker Dask cluster against -j 1, and the per-case overhead.
 
 Builds a suite of ``--cases`` small wrpkit captures (default 50; launch
-sizes and constants vary, goldens from numpy), then, in one run:
+sizes and constants vary, goldens from numpy), then runs ``wrp regress
+SUITE --json`` as a user does, in a new process each time, in interleaved
+rounds (``-j 1``, ``-j 2``, ``--dask``: each round runs each route once, so
+all see the same machine), and reads the run's timeline from its JSON
+records (each case's ``started``, ``worker_start_s`` and ``seconds``).
+For each route, medians over the rounds of:
 
-(a) ``wrpkit.regress(suite, jobs=1)`` and ``jobs=2``: cases per second, each
-    run including its start-up (the run's zygote: a process and ``import
-    warp``, which its replay children are forked from); ratio target >= 1.7x.
-    With ``s`` the start-up a case waited for and ``c`` a case's wall time
-    at -j 1, ``T1 = s + n c`` and ``T2 = s + (n / 2) c / e``: the line prints
-    ``s``, ``c``, the efficiency ``e`` of -j 2's steady state, and the ceiling
-    of the ratio at ``e = 1`` for this ``n``;
-(b) a local Dask cluster (2 worker processes, 1 thread each, on 127.0.0.1):
-    its start-up (cluster and client) reported separately, then a first run
-    (workers start their replay children) and a second, warm run; ratio
-    target >= 1.5x of -j 1;
-(c) per-case overhead beyond the replay itself, serially with a warm worker:
-    a case's wall time in its worker (read the files, validate, send the
-    bindings, load in the warm child, replay, read back, compare) minus the
-    replay's own host time; target <= 150 ms.
+* start-up: from the moment this script starts the ``wrp regress``
+  process to the first case's start in a warm replay child (the earliest
+  ``started + worker_start_s``): Python, wrpkit's import, the scan of the
+  suite and the zygote's ``import warp`` (for Dask: the client's connection
+  and the first case's trip; the cluster's own start is reported apart);
+* steady state: with ``w`` workers (1, 2, 2), the cases that ended after
+  the ``w``-th case to end, over the time from that end to the last one:
+  ``(n - w) / (end[n-1] - end[w-1])``, every worker busy and warm;
+* whole run: ``n`` over the process's wall time, start to exit;
+* a case's time in its worker (``seconds``), and the time a worker spends
+  between two of its cases (what the parent, or Dask, adds to each).
+
+The ratios of -j 2 and of Dask to -j 1 are printed for the steady state and
+for the whole run (targets: -j 2 >= 1.7x, Dask >= 1.5x).  With ``s`` the
+start-up and ``c`` a case's time at -j 1, ``T1 = s + n c`` and ``T2 = s + n
+c / 2`` at best: the ceiling of the whole-run ratio for this ``n`` is
+printed too.  Per-case overhead beyond the replay itself (target <= 150 ms):
+a case's wall time in its worker (read the files, validate, load in the
+warm child, replay, read back, compare) minus the replay's host time, from
+the ``-j 1`` records with a warm worker.  The load average is printed before
+and after, and how much faster two CPU-bound processes run side by side than
+one after the other (:func:`two_at_once`): the most -j 2 can gain on the machine at that
+moment.
 
 Usage::
 
-    python bench/bench_regress.py [--cases 50] [--rounds 3] [--no-dask]
+    python bench/bench_regress.py [--cases 50] [--rounds 5] [--no-dask]
 
 Nothing here asserts on timings; the tests never time anything.
 """
@@ -74,101 +87,152 @@ def build_suite(d: Path, n: int) -> Path:
 
 
 def cpu_seconds() -> float:
-    """CPU time (user + system) of this process and of its children it has waited for.
+    """CPU time (user + system) of the processes this one has waited for.
 
-    A run's zygote is waited for when the run ends, and it waits for its
+    A ``wrp regress`` process waits for its zygote, and the zygote for its
     forks, so a run's replay children count: the figure the machine's load
     does not change much, unlike the wall time.
     """
     import resource  # noqa: PLC0415
 
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return kids.ru_utime + kids.ru_stime
 
 
-def timed(fn, cpu=None):
-    t0, c0 = time.perf_counter(), cpu_seconds()
-    out = fn()
-    if cpu is not None:
-        cpu.append(cpu_seconds() - c0)
-    return time.perf_counter() - t0, out
+def wrp_regress(suite: Path, *options: str) -> dict:
+    """Run ``wrp regress SUITE --json OPTIONS`` in a new process: its report, wall time, CPU and timeline.
+
+    Returns:
+        ``{"report", "wall", "cpu", "startup", "steady", "whole"}``: the JSON
+        report, seconds from launch to exit, CPU seconds of the run's
+        processes, start-up seconds, and cases per second in the steady state
+        and over the whole run (see the module's documentation).
+    """
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    env = dict(os.environ, WRP_NO_PROGRESS="1")
+    cmd = [sys.executable, "-c", "import sys; from wrpkit.cli import main; sys.exit(main())", "regress",
+           str(suite), "--json", *options]
+    c0 = cpu_seconds()
+    launched = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    ended = time.time()
+    cpu = cpu_seconds() - c0
+    report = json.loads(out.stdout)
+    if "cases" not in report or report["counts"]["pass"] != len(report["cases"]):
+        raise SystemExit(f"wrp regress {' '.join(options)} did not pass every case: {out.stdout[:2000]}"
+                         f"{out.stderr[-2000:]}")
+    cases = report["cases"]
+    n = len(cases)
+    workers = 1 if not options else 2
+    begins = [c["started"] + c["worker_start_s"] for c in cases]
+    ends = sorted(b + c["seconds"] for b, c in zip(begins, cases))
+    steady = (n - workers) / (ends[-1] - ends[workers - 1])
+    # The time a worker spends between two of its cases: what the parent (or Dask) adds to each.
+    by_worker = {}
+    for b, c in zip(begins, cases):
+        by_worker.setdefault(c["worker"], []).append((c["started"], b + c["seconds"]))
+    gaps = [nxt[0] - prev[1] for runs in by_worker.values() for prev, nxt in zip(sorted(runs), sorted(runs)[1:])]
+    return {"report": report, "wall": ended - launched, "cpu": cpu, "startup": min(begins) - launched,
+            "steady": steady, "whole": n / (ended - launched), "gap": statistics.median(gaps) if gaps else 0.0,
+            "case": statistics.median(c["seconds"] for c in cases)}
+
+
+def two_at_once() -> float:
+    """How much faster this machine runs two CPU-bound processes side by side than one after the other.
+
+    The most any ``-j 2`` can gain here now: 2.0 on two free cores, about
+    1.0 when other work takes one of them.
+    """
+    import subprocess  # noqa: PLC0415
+
+    cmd = [sys.executable, "-c", "x = 0\nfor i in range(2_000_000): x += i * i"]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True)
+    one_by_one = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(cmd) for _ in range(2)]
+    for p in procs:
+        p.wait()
+    return one_by_one / (time.perf_counter() - t0)
+
+
+def _med(runs: list, key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def _line(name: str, runs: list, base: list = None) -> str:
+    text = (f"{name:7} start-up {_med(runs, 'startup'):5.2f} s  steady {_med(runs, 'steady'):6.1f} cases/s  "
+            f"whole run {_med(runs, 'whole'):5.1f} cases/s ({_med(runs, 'wall'):.2f} s)  "
+            f"CPU {_med(runs, 'cpu'):.2f} s{' (the client only)' if name == 'dask' else ''}\n{'':7} a case in its worker {_med(runs, 'case') * 1e3:.1f} ms, "
+            f"between a worker's cases {_med(runs, 'gap') * 1e3:.2f} ms")
+    if base is not None:
+        text += (f"\n{'':7} ratio to -j 1: steady {_med(runs, 'steady') / _med(base, 'steady'):.2f}x, "
+                 f"whole run {_med(runs, 'whole') / _med(base, 'whole'):.2f}x")
+    return text
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds of -j 1 and -j 2")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of -j 1, -j 2 (and Dask)")
     ap.add_argument("--no-dask", action="store_true")
     args = ap.parse_args()
-    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"load average before: {', '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+    cluster = None
     with tempfile.TemporaryDirectory(prefix="bench-regress-") as tmp:
         suite = build_suite(Path(tmp) / "suite", args.cases)
         n = args.cases
-        j1, j2, s1, s2, cpu1, cpu2 = [], [], [], [], [], []
-        for _ in range(args.rounds):  # interleaved, so both see the same machine
-            t, rep = timed(lambda: wrpkit.regress(suite, jobs=1), cpu1)
-            assert len(rep.passed) == n, rep.counts()
-            j1.append(t)
-            s1.append(t - max(c.worker_start_s for c in rep.cases))
-            t, rep2 = timed(lambda: wrpkit.regress(suite, jobs=2), cpu2)
-            assert len(rep2.passed) == n, rep2.counts()
-            j2.append(t)
-            s2.append(t - max(c.worker_start_s for c in rep2.cases))  # the children start side by side
-        m1, m2 = statistics.median(j1), statistics.median(j2)
-        w1, w2 = statistics.median(s1), statistics.median(s2)
-        print(f"(a) -j 1: {n / m1:.1f} cases/s (median {m1:.2f} s of {args.rounds}: "
-              f"{', '.join(f'{x:.2f}' for x in j1)}); without the replay child's start {n / w1:.1f} cases/s")
-        print(f"    -j 2: {n / m2:.1f} cases/s (median {m2:.2f} s: {', '.join(f'{x:.2f}' for x in j2)}); "
-              f"{m1 / m2:.2f}x of -j 1 (target >= 1.7x); without the children's start {n / w2:.1f} cases/s, "
-              f"{w1 / w2:.2f}x")
-        s_start = statistics.median(a - b for a, b in zip(j1, s1))
-        c = w1 / n
-        e = (n / 2 * c) / w2
-        ceiling = (s_start + n * c) / (s_start + n * c / 2)
-        print(f"    start-up s {s_start:.2f} s, case c {c * 1e3:.1f} ms at -j 1; -j 2 steady-state efficiency "
-              f"e {e:.2f}; ceiling of the ratio at e = 1 for {n} cases: {ceiling:.2f}x "
-              f"(1.7x needs c >= {0.7 * s_start / (n * 0.15) * 1e3:.1f} ms at {n} cases, or "
-              f"n >= {0.7 * s_start / (0.15 * c):.0f} cases at this c)")
-        print(f"    CPU seconds per run (this process and its replay processes), median: -j 1 "
-              f"{statistics.median(cpu1):.2f}, -j 2 {statistics.median(cpu2):.2f}")
-
-        # (c) from the last serial run: every case after the first has a warm worker
-        warm = [c for c in rep.cases if c.worker_start_s == 0]
-        over = [c.seconds - (c.replay_ms or 0) / 1e3 for c in warm]
-        replay = [(c.replay_ms or 0) for c in warm]
-        print(f"(c) per case with a warm worker ({len(warm)} cases): wall in worker median "
-              f"{statistics.median(c.seconds for c in warm) * 1e3:.1f} ms; replay itself median "
-              f"{statistics.median(replay):.3f} ms; overhead beyond the replay median "
-              f"{statistics.median(over) * 1e3:.1f} ms, p90 {sorted(over)[int(0.9 * (len(over) - 1))] * 1e3:.1f} "
-              f"ms (target <= 150 ms); replay child start (first case) "
-              f"{max(c.worker_start_s for c in rep.cases):.2f} s")
-        serial_wall = m1
-
+        routes = {"-j 1": (), "-j 2": ("-j", "2")}
         if not args.no_dask:
             try:
                 from distributed import LocalCluster  # noqa: PLC0415
             except ImportError:
-                print("(b) skipped: distributed is not installed (pip install 'wrpkit[dask]')")
-                return
-            t0 = time.perf_counter()
-            cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                   dashboard_address=None, silence_logs=40)
-            start = time.perf_counter() - t0
-            try:
-                runs = []
-                for _ in range(max(2, args.rounds)):
-                    t, rep3 = timed(lambda: wrpkit.regress(suite, dask=cluster.scheduler_address))
-                    assert len(rep3.passed) == n, rep3.counts()
-                    runs.append(t)
-            finally:
+                print("dask skipped: distributed is not installed (pip install 'wrpkit[dask]')")
+            else:
+                t0 = time.perf_counter()
+                cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                       dashboard_address=None, silence_logs=40)
+                print(f"dask cluster (2 worker processes, 1 thread each) start-up {time.perf_counter() - t0:.2f} s "
+                      f"(reported apart)")
+                routes["dask"] = ("--dask", cluster.scheduler_address)
+                first = wrp_regress(suite, *routes["dask"])
+                print(f"dask first run (its workers start their replay children): start-up "
+                      f"{first['startup']:.2f} s, whole run {first['whole']:.1f} cases/s ({first['wall']:.2f} s); "
+                      f"not in the medians")
+        try:
+            runs = {name: [] for name in routes}
+            pairs = []
+            for _ in range(args.rounds):  # interleaved, so every route sees the same machine
+                pairs.append(two_at_once())
+                for name, options in routes.items():
+                    runs[name].append(wrp_regress(suite, *options))
+        finally:
+            if cluster is not None:
                 cluster.close()
-            first, warm_runs = runs[0], runs[1:]
-            mw = statistics.median(warm_runs)
-            print(f"(b) dask, 2 workers: cluster start-up {start:.2f} s (reported apart); first run {first:.2f} s "
-                  f"({n / first:.1f} cases/s, {serial_wall / first:.2f}x of -j 1, workers start their replay "
-                  f"children); warm runs median {mw:.2f} s ({n / mw:.1f} cases/s, {serial_wall / mw:.2f}x of -j 1; "
-                  f"target >= 1.5x)")
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+        print(f"{n} cases, medians of {args.rounds} rounds; two CPU-bound processes side by side ran "
+              f"{statistics.median(pairs):.2f}x as fast as one after the other ({', '.join(f'{x:.2f}' for x in pairs)}):"
+              f" the most -j 2 could gain here")
+        base = runs["-j 1"]
+        print(_line("-j 1", base))
+        print(_line("-j 2", runs["-j 2"], base) + "  (target >= 1.7x)")
+        if "dask" in runs:
+            print(_line("dask", runs["dask"], base) + "  (target >= 1.5x)")
+        s, c = _med(base, "startup"), 1 / _med(base, "steady")
+        print(f"        whole-run ceiling at s {s:.2f} s, c {c * 1e3:.1f} ms, {n} cases, 2 perfect workers: "
+              f"{(s + n * c) / (s + n * c / 2):.2f}x")
+
+        # Per-case overhead beyond the replay, from the last -j 1 run: every case after the first is warm.
+        warm = [c for c in base[-1]["report"]["cases"] if c["worker_start_s"] == 0]
+        over = sorted(c["seconds"] - (c["replay_ms"] or 0) / 1e3 for c in warm)
+        print(f"per case with a warm worker ({len(warm)} cases): in worker median "
+              f"{statistics.median(c['seconds'] for c in warm) * 1e3:.1f} ms; replay itself median "
+              f"{statistics.median(c['replay_ms'] or 0 for c in warm):.3f} ms; overhead beyond the replay median "
+              f"{statistics.median(over) * 1e3:.1f} ms, p90 {over[int(0.9 * (len(over) - 1))] * 1e3:.1f} ms "
+              f"(target <= 150 ms)")
+    print(f"load average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":

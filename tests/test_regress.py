@@ -332,6 +332,20 @@ def test_serial_run_gives_each_case_its_verdict(serial):
     assert min(by[n].seconds for n in ("mine/axpy", "mine/bundle", "mine/vec_stock")) < 1.0
 
 
+def test_records_are_a_timeline_of_the_run(serial):
+    import datetime  # noqa: PLC0415
+
+    run_start = datetime.datetime.fromisoformat(serial.started).timestamp()  # whole seconds: at or before
+    ran = [c for c in serial.cases if not c.message.startswith("skipped by")]
+    assert ran and all(c.started is not None for c in ran)
+    ends = [c.started + c.worker_start_s + c.seconds for c in ran]
+    assert run_start <= ran[0].started and ends[-1] <= run_start + 1 + serial.seconds
+    # Serially, in case order: each case begins once the one before it has ended.
+    for before_end, c in zip(ends, ran[1:]):
+        assert c.started >= before_end - 0.005, c.name
+    assert all(c["started"] is not None for c in serial.to_json()["cases"] if c["name"] in {r.name for r in ran})
+
+
 def test_native_engine_gives_the_serial_verdicts(suite, serial):
     from wrpkit.run.engines import native_paths  # noqa: PLC0415
 
@@ -366,12 +380,124 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
         rep = wrpkit.regress(suite, dask=cluster.scheduler_address)
         worker_pids = {w.pid for w in cluster.workers.values()} if hasattr(next(iter(cluster.workers.values())),
                                                                            "pid") else set()
+        # Each worker process that ran cases forked its replay children from its own zygote.
+        zygote_parents = {int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                          for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"wrpkit.run.zygote")}
     _same(rep, serial)
+    ran = {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
+    if Zygote.supported():
+        assert ran <= zygote_parents, (ran, zygote_parents)
     assert rep.ran_on.startswith("dask tcp://127.0.0.1:") and "(2 workers)" in rep.ran_on
     pids = {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
     assert os.getpid() not in pids  # the cases ran in the cluster's worker processes
     if worker_pids:
         assert pids <= worker_pids
+
+
+def _cmdline_has(proc: Path, word: bytes) -> bool:
+    try:
+        return word in (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def _descendants_replaying(root: int) -> list:
+    """``(pid, worker pid)`` of every replay child below process ``root`` (at any depth) now replaying: a
+    started child's worker is its parent, a fork's is its zygote's parent."""
+    parent = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                parent[int(p.name)] = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+
+    def below(pid):
+        while pid in parent and pid > 1:
+            pid = parent[pid]
+            if pid == root:
+                return True
+        return False
+
+    out = []
+    for pid, ppid in parent.items():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        forked = b"wrpkit.run.zygote" in argv
+        if (b"wrpkit.run.child" in argv or forked) and below(pid) and \
+                _stage_reader(Path(f"/proc/{pid}"))() == "replaying":
+            out.append((pid, parent.get(ppid) if forked else ppid))
+    return out
+
+
+@pytest.mark.slow  # a Dask cluster, a worker killed and restarted, a 5 s timeout
+def test_a_killed_dask_worker_loses_no_case(suite, tmp_path):
+    """A Dask worker process killed while its batch of cases runs: the batch runs again elsewhere, every
+    case gets its own verdict (the never-ending one its timeout), in case order."""
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+    cases = {f"a{i:02d}": "mine/axpy" for i in range(12)}
+    cases["a05_forever"] = "broken/forever"  # in a batch with others (12 cases, 2 workers: batches of 2)
+    s = _case_copies(suite, tmp_path / "s", cases)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40) as cluster:
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault(
+            "r", wrpkit.regress(s, dask=cluster.scheduler_address, timeout=5)))
+        t.start()
+        killed = None
+        deadline = time.monotonic() + 120
+        while killed is None and time.monotonic() < deadline and t.is_alive():
+            replaying = _descendants_replaying(os.getpid())
+            if replaying:
+                time.sleep(1.0)  # a quick case is done by now: this one is the never-ending case
+                if (replaying[0][0], replaying[0][1]) in _descendants_replaying(os.getpid()):
+                    os.kill(replaying[0][1], signal.SIGKILL)  # its Dask worker process
+                    killed = replaying[0][1]
+            time.sleep(0.2)
+        t.join(180)
+    assert killed is not None and not t.is_alive()
+    rep = result["r"]
+    assert [c.name for c in rep.cases] == sorted(cases)
+    v = {c.name: (c.verdict, c.error_class) for c in rep.cases}
+    assert v == {**{n: ("pass", None) for n in cases if n != "a05_forever"},
+                 "a05_forever": ("error", "WrpTimeoutError")}, v
+    forever = next(c for c in rep.cases if c.name == "a05_forever")
+    assert int(forever.worker.split(":")[1].split("/")[0]) != killed  # its verdict came from another worker
+
+
+def test_a_remote_case_reaches_its_child_whole_in_one_memory_file(suite):
+    """A remote case's bytes (capture, module files, inputs, golden) survive the trip to the replay child."""
+    from wrpkit.run.regress_case import case_job, payload_from_file, payload_to_file, with_payload  # noqa: PLC0415
+    from wrpkit.run.regress_suite import discover  # noqa: PLC0415
+
+    cases = {c.name: c for c in discover(suite, keyword=None, overrides={})}
+    job = with_payload(case_job(cases["mine/vec_stock"], "python", False))
+    assert job["payload"]["modules"], "a stock capture has a module folder"
+    many = dict(job, payload=dict(job["payload"], modules={**job["payload"]["modules"],
+                                                         **{f"extra{i}.o": bytes([i]) * (i * 7 + 1)
+                                                            for i in range(40)}}))
+    for original in (job, many, with_payload(case_job(cases["mine/axpy"], "python", False))):
+        sent, fd = payload_to_file(original)
+        try:
+            assert sent["payload"] is None
+            back = payload_from_file(json.loads(json.dumps(sent)), fd)  # the job crosses the socket as JSON
+        finally:
+            os.close(fd)
+        assert back["payload"] == original["payload"]
+        assert {k: v for k, v in back.items() if k != "payload"} == \
+            {k: v for k, v in original.items() if k != "payload"}
+
+
+def test_dask_batches_cover_every_case_once_in_order():
+    from wrpkit.run.regress_fanout import DASK_BATCH, dask_batches  # noqa: PLC0415
+
+    for n_jobs, n_workers in ((1, 2), (7, 2), (50, 2), (13, 3), (1000, 2), (5, 0)):
+        batches = dask_batches(n_jobs, n_workers)
+        assert [i for b in batches for i in b] == list(range(n_jobs))
+        assert all(1 <= len(b) <= DASK_BATCH for b in batches)
+        assert len(batches) >= min(n_jobs, 2 * max(1, n_workers))  # two or more a worker: none waits idle
 
 
 def test_ray_gives_the_serial_verdicts(suite, serial):

@@ -143,6 +143,10 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
       wrp regress corpus/ -k cloth --html report.html
       wrp regress corpus/ --update             write missing or changed goldens
     """
+    if engine == "python" and not (dask_address or ray_address) and suite.is_dir():
+        from ..run.zygote import prestart  # noqa: PLC0415  (imports next to nothing)
+
+        prestart()  # its `import warp` runs beside the imports below and the scan of the suite
     from ..errors import WrpError  # noqa: PLC0415
     from ..fileio import atomic_write  # noqa: PLC0415
     from ..run.regress import regress as run_regress  # noqa: PLC0415
@@ -161,6 +165,9 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
                                      equal_nan=equal_nan, progress=progress)
         finally:
             progress.clear()
+            from ..run.zygote import discard_prestarted  # noqa: PLC0415
+
+            discard_prestarted()  # a run that stopped before it took the zygote
         try:
             if junit is not None:
                 atomic_write(junit, [report.to_junit().encode()])

@@ -234,13 +234,19 @@ def _serve_main(sock_fd: int) -> int:
             elif op == "run" and prog is not None:
                 send(sock, _serve_run(wp, prog, message, fds, stage))
             elif op == "case":  # wrp regress: a whole case, read and validated here
-                from .regress_case import serve_case  # noqa: PLC0415
+                from .regress_case import payload_from_file, serve_case  # noqa: PLC0415
 
                 if stage is None:
                     stage = SharedArea(message["stage_size"], fd=fds[0])
                 else:
                     os.close(fds[0])
-                answer, out_fds = serve_case(message["job"], lambda *a: replay_here(*a, stage),
+                job = message["job"]
+                if "payload_at" in job:  # a remote worker's case: its files' bytes in a memory file
+                    try:
+                        job = payload_from_file(job, fds[1])
+                    finally:
+                        os.close(fds[1])
+                answer, out_fds = serve_case(job, lambda *a: replay_here(*a, stage),
                                              lambda: send(sock, {"validated": True}))
                 try:
                     send(sock, answer, out_fds)

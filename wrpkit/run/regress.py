@@ -248,10 +248,12 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         native_paths().require_replayer()  # refuse now, not once per case
     zygote = None
     if engine == "python" and not (dask or ray) and os.path.isdir(suite):
-        from .zygote import Zygote  # noqa: PLC0415
+        from .zygote import Zygote, take_prestarted  # noqa: PLC0415
 
-        if Zygote.supported():
-            # Started first, so that its `import warp` overlaps the scan and validation below.
+        # `wrp regress` started one before its imports (zygote.prestart); else it starts now, so
+        # that its `import warp` overlaps the scan of the suite below.
+        zygote = take_prestarted()
+        if zygote is None and Zygote.supported():
             zygote = Zygote()
     try:
         return _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout,

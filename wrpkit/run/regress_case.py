@@ -41,6 +41,9 @@ class CaseResult:
         exit_code: The exit code ``wrp replay`` would give this case alone.
         device: The device it ran (or would have run) on.
         engine: ``python`` or ``native``.
+        started: When its worker began it (Unix time, seconds; the worker's clock): it
+            waited ``worker_start_s`` for a cold replay child, then took ``seconds``, so
+            it ended at ``started + worker_start_s + seconds``.  A timeline of a run.
         seconds: Wall time of the case in its worker (read, validate, replay, compare), not
             counting ``worker_start_s``.
         worker_start_s: Time this case waited for its worker's replay child to start and
@@ -64,6 +67,7 @@ class CaseResult:
     exit_code: int = 0
     device: Optional[str] = None
     engine: str = "python"
+    started: Optional[float] = None
     seconds: float = 0.0
     worker_start_s: float = 0.0
     replay_ms: Optional[float] = None
@@ -185,29 +189,6 @@ def close_replay_workers() -> None:
     _replayers.worker = None
 
 
-def _replay_python(prep, device: str, state: dict, timeout: Optional[float], zygote=None) -> tuple:
-    """Replay once, contained in this thread's warm child: ``({binding: uint8 bytes}, host_ms, start s)``.
-
-    A child killed by a signal that is not a crash (SIGKILL from the OOM
-    killer or a person) fails the case as :class:`WrpWorkerDied`, without a
-    search for the op.  With ``zygote`` (a :class:`~wrpkit.run.zygote.Zygote`),
-    the thread's child is forked from it rather than started.
-    """
-    from .crash import located_crash  # noqa: PLC0415
-    from ..errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
-    from .worker import ChildCrashed  # noqa: PLC0415
-
-    w, started = _warm_worker(prep, device, zygote)
-    t1 = time.monotonic()
-    try:
-        run = w.run(state, 1, 0, timeout)
-    except ChildCrashed as crash:
-        if crash.signum not in CRASH_SIGNAL_NUMBERS:
-            raise _worker_died(crash) from None
-        raise located_crash(w.prep, crash, w.device, state, 1, timeout, t1, True, True, w.source) from None
-    return run.results, (run.host_ms[0] if run.host_ms else None), started
-
-
 def _warm_worker(prep, device: str, zygote) -> tuple:
     """``(this thread's ReplayWorker, seconds it took to start)``: warm, retargeted to ``prep`` (None: a case
     the child reads itself), its child forked from ``zygote`` when one is given."""
@@ -222,6 +203,8 @@ def _warm_worker(prep, device: str, zygote) -> tuple:
             _started.append(w)
     elif prep is not None:
         w.retarget(prep, device)
+    if zygote is not None and not zygote.dead:
+        w.zygote = zygote  # a remote worker's zygote, replaced after it died (regress_fanout.remote_zygote)
     t0 = time.perf_counter()
     cold = not (w.alive and w._warm)
     w.warm()
@@ -279,19 +262,22 @@ def _outputs(prep) -> list:
 def run_case(job: dict, zygote=None) -> CaseResult:
     """Validate, replay (contained) and compare one case; never raises.
 
-    A case whose files are on this machine (no ``payload``) is read,
-    validated, replayed and compared in this thread's warm replay child
-    (:meth:`~wrpkit.run.worker.ReplayWorker.run_case`), so that ``-j N``
-    threads do next to nothing under this process's one interpreter lock;
-    a remote worker's case (with its files' bytes) is validated and compared
-    here and replayed in the child.  Either way the verdict is the same
-    code's (:func:`_run_case`).
+    A python-engine case is read, validated, replayed and compared in this
+    thread's warm replay child (:meth:`~wrpkit.run.worker.ReplayWorker.run_case`),
+    so that ``-j N`` threads, and a Dask or Ray worker's threads beside its
+    own event loop, do next to nothing under this process's one interpreter
+    lock.  A remote worker's case brings its files' bytes (``payload``):
+    they go to the child in one memory file (:func:`payload_to_file`).  The
+    native engine's case is validated and compared here.  Either way the
+    verdict is the same code's (:func:`_run_case`).
 
     Args:
         job: A case as :func:`case_job` makes it (paths, settings, and for a
             remote worker the files' bytes in ``payload``).
-        zygote: The run's :class:`~wrpkit.run.zygote.Zygote` to fork this
-            thread's replay child from (None: start it as ``wrp replay`` does).
+        zygote: The :class:`~wrpkit.run.zygote.Zygote` to fork this thread's
+            replay child from: the run's, or a remote worker process's own
+            (:func:`wrpkit.run.regress_fanout.remote_zygote`); None: start it
+            as ``wrp replay`` does.
 
     Returns:
         A :class:`CaseResult` (with ``replayed`` set when ``job["update"]``).
@@ -299,17 +285,23 @@ def run_case(job: dict, zygote=None) -> CaseResult:
     t0 = time.perf_counter()
     s = job["settings"]
     res = CaseResult(job["name"], "error", engine=job["engine"], worker=_worker_name(), expected=s.get("expect"),
-                     file=job["capture"])
+                     file=job["capture"], started=time.time())
     if job["engine"] == "native":
         _verdict(res, lambda: _run_case(job, s, res, lambda prep, device, state, given, timeout:
                                         (*_replay_native(prep, device, given, timeout), 0.0)))
-    elif job.get("payload") is None:
-        _verdict(res, lambda: _case_in_child(job, s, res, zygote))
     else:
-        _verdict(res, lambda: _run_case(job, s, res, lambda prep, device, state, given, timeout:
-                                        _replay_python(prep, device, state, timeout, zygote)))
+        _verdict(res, lambda: _case_in_child(job, s, res, zygote))
     res.seconds = time.perf_counter() - t0 - res.worker_start_s
     return res
+
+
+def run_cases(jobs: list, zygote=None) -> list:
+    """:func:`run_case` for each of ``jobs`` in turn, in this thread's warm child: one Dask task, several cases.
+
+    Returns:
+        One :class:`CaseResult` per job, in order.
+    """
+    return [run_case(job, zygote) for job in jobs]
 
 
 def _verdict(res: CaseResult, work) -> None:
@@ -335,8 +327,9 @@ _CHILD_FIELDS = ("verdict", "message", "hint", "error_class", "exit_code", "devi
 def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
     """The case read, validated, replayed and compared in this thread's warm child; its fields into ``res``.
 
-    A child killed by a crash signal is answered as in :func:`_replay_python`:
-    the case is validated here, and the op is found by replaying prefixes.
+    A child killed by a signal that is not a crash (SIGKILL from the OOM
+    killer or a person) fails the case as :class:`WrpWorkerDied`; one killed
+    by a crash signal is validated here, and the op is found by replaying prefixes.
     """
     from ..errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
     from .worker import ChildCrashed  # noqa: PLC0415
@@ -344,8 +337,9 @@ def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
     w, started = _warm_worker(None, s.get("device") or "cpu", zygote)
     res.worker_start_s = started
     t1 = time.monotonic()
+    sent, files = (job, -1) if job.get("payload") is None else payload_to_file(job)
     try:
-        answer, fds = w.run_case(job, s.get("timeout"))
+        answer, fds = w.run_case(sent, s.get("timeout"), files)
     except ChildCrashed as crash:
         if crash.signum not in CRASH_SIGNAL_NUMBERS:
             raise _worker_died(crash) from None
@@ -357,6 +351,9 @@ def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
             raise located_crash(prep, crash, device, state, 1, s.get("timeout"), t1, True, True) from None
         finally:
             preparation.release(prep)
+    finally:
+        if files >= 0:
+            os.close(files)
     for name in _CHILD_FIELDS:
         setattr(res, name, answer["result"][name])
     if fds:
@@ -398,12 +395,60 @@ def serve_case(job: dict, replay, validated) -> tuple:
         buf = io.BytesIO()
         np.savez(buf, **res.replayed)
         fd = memory_file("wrpkit-replayed")
-        data = memoryview(buf.getbuffer())
-        done = 0
-        while done < data.nbytes:
-            done += os.write(fd, data[done:])
+        _write_at(fd, buf.getbuffer(), 0)
         fds.append(fd)
     return {"result": {name: getattr(res, name) for name in _CHILD_FIELDS}}, fds
+
+
+def _write_at(fd: int, data, offset: int) -> None:
+    """Write all of ``data`` into file ``fd`` at ``offset``."""
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < view.nbytes:
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def payload_to_file(job: dict) -> tuple:
+    """A remote case for the replay child: ``(the job without its files' bytes, a memory file holding them)``.
+
+    The bytes are laid out one after the other in one file (a case may have
+    many module files); the job says where (``payload_at``).  The caller
+    closes the file; :func:`payload_from_file` reads it back.
+    """
+    from .shared import layout, memory_file  # noqa: PLC0415
+
+    payload = job["payload"]
+    parts = {k: payload[k] for k in ("capture", "inputs", "golden") if payload[k] is not None}
+    parts.update({"modules/" + name: data for name, data in (payload["modules"] or {}).items()})
+    at, size = layout({k: len(v) for k, v in parts.items()})
+    fd = memory_file("wrpkit-case-files")
+    try:
+        os.ftruncate(fd, size)
+        for k, (offset, _n) in at.items():
+            _write_at(fd, parts[k], offset)
+    except BaseException:
+        os.close(fd)
+        raise
+    return dict(job, payload=None, payload_at=at, payload_modules=payload["modules"] is not None), fd
+
+
+def payload_from_file(job: dict, fd: int) -> dict:
+    """The replay child's side of :func:`payload_to_file`: the job with its ``payload`` again (``fd`` stays open)."""
+    modules = {} if job.get("payload_modules") else None
+    payload = {"capture": None, "modules": modules, "inputs": None, "golden": None}
+    for k, (offset, n) in job["payload_at"].items():
+        data = bytearray()
+        while len(data) < n:
+            chunk = os.pread(fd, n - len(data), offset + len(data))
+            if not chunk:
+                break
+            data += chunk
+        if k.startswith("modules/"):
+            modules[k[len("modules/"):]] = bytes(data)
+        else:
+            payload[k] = bytes(data)
+    rest = {k: v for k, v in job.items() if k not in ("payload_at", "payload_modules")}
+    return dict(rest, payload=payload)
 
 
 def _prepared_case(job: dict, s: dict, res: CaseResult) -> tuple:
@@ -582,5 +627,5 @@ def _unreadable(job: dict, e: WrpError) -> CaseResult:
                       file=job["capture"])
 
 
-__all__ = ["run_case", "case_job", "with_payload", "read_case_files", "read_npz", "close_replay_workers",
+__all__ = ["run_case", "run_cases", "case_job", "with_payload", "payload_to_file", "payload_from_file", "read_case_files", "read_npz", "close_replay_workers",
            "cuda_device_count", "CaseResult", "VERDICTS", "WrpWorkerDied"]

@@ -8,11 +8,12 @@ workers get every case's files as bytes (:func:`~wrpkit.run.regress_case.with_pa
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Callable
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError
-from .regress_case import CaseResult, close_replay_workers, run_case, with_payload
+from .regress_case import CaseResult, close_replay_workers, run_case, run_cases, with_payload
 from .regress_suite import usage_error
 
 
@@ -44,6 +45,70 @@ def _died(job: dict, why: str) -> CaseResult:
                       hint="Rerun the case alone with `wrp replay` to see why.", error_class="WrpWorkerDied",
                       exit_code=EXIT_FAILED, engine=job["engine"], device=job["settings"].get("device"),
                       file=job["capture"])
+
+
+_remote_zygote_lock = threading.Lock()
+_remote_zygote = None
+
+
+def remote_zygote():
+    """This worker process's zygote (a Dask or Ray worker's), started on its first case and kept; or None.
+
+    :func:`run_remote_cases` and :func:`run_remote_case` (what Dask and Ray
+    run) fork a remote worker's replay children from it, as a local run's
+    are from the run's: a child that a crash, a timeout or a kill ended is
+    back in milliseconds rather than a Python start and ``import warp``, and
+    a worker with several threads imports Warp once.  It is started from a
+    thread that lives as long as this process, so that it dies with the
+    process (and its forks with it: ``PR_SET_PDEATHSIG`` follows the thread
+    that started a process), not with the Dask thread that ran the first
+    case; it is closed when the process exits.  A zygote that died is
+    replaced at the next case.  None where zygotes are not supported.
+    """
+    global _remote_zygote
+    from .zygote import Zygote  # noqa: PLC0415
+
+    with _remote_zygote_lock:
+        if _remote_zygote is not None and not _remote_zygote.dead:
+            return _remote_zygote
+        if not Zygote.supported():
+            return None
+        box, ready = {}, threading.Event()
+
+        def keep():
+            try:
+                box["zygote"] = Zygote()
+            finally:
+                ready.set()
+            threading.Event().wait()  # the zygote's parent thread: it ends with the process
+
+        first = _remote_zygote is None
+        threading.Thread(target=keep, name="wrp-zygote-keeper", daemon=True).start()
+        ready.wait()
+        _remote_zygote = box.get("zygote")
+        if first:
+            import atexit  # noqa: PLC0415
+
+            atexit.register(_close_remote_zygote)
+        return _remote_zygote
+
+
+def _close_remote_zygote() -> None:
+    global _remote_zygote
+    with _remote_zygote_lock:
+        zygote, _remote_zygote = _remote_zygote, None
+    if zygote is not None:
+        zygote.close()
+
+
+def run_remote_cases(jobs: list) -> list:
+    """A Dask task: :func:`~wrpkit.run.regress_case.run_cases`, the children forked from this process's zygote."""
+    return run_cases(jobs, remote_zygote())
+
+
+def run_remote_case(job: dict) -> CaseResult:
+    """A Ray task: :func:`~wrpkit.run.regress_case.run_case`, the child forked from this process's zygote."""
+    return run_case(job, remote_zygote())
 
 
 def run_local(jobs: list, n_workers: int, done: Callable, zygote=None) -> None:
@@ -78,8 +143,27 @@ def run_serial(jobs: list, done: Callable, zygote=None) -> None:
         close_replay_workers()
 
 
+def dask_batches(n_jobs: int, n_workers: int) -> list:
+    """Job indices in batches for Dask: about four per worker, at most :data:`DASK_BATCH` cases each.
+
+    A Dask task costs its scheduler, worker and client a few milliseconds
+    between them, as much as a small case's whole replay, so each task runs
+    a few cases (:func:`~wrpkit.run.regress_case.run_cases`); four batches a
+    worker keep the load balanced.
+    """
+    size = max(1, min(DASK_BATCH, -(-n_jobs // (4 * max(1, n_workers)))))
+    return [list(range(i, min(i + size, n_jobs))) for i in range(0, n_jobs, size)]
+
+
+#: The most cases one Dask task runs (:func:`dask_batches`).
+DASK_BATCH = 8
+
+
 def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
-    """Run ``jobs`` on the Dask scheduler at ``address``, a window of two per worker; say where they ran.
+    """Run ``jobs`` on the Dask scheduler at ``address`` in batches, a window of two per worker; say where they ran.
+
+    A batch whose worker process died is sent again one case a task, so
+    that only the case that kills its worker fails (:func:`_died`).
 
     Raises:
         WrpSchedulerError: The scheduler cannot be reached (exit 2).
@@ -100,34 +184,44 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         n = len(client.scheduler_info().get("workers", {}))
         futures = {}
         window = max(2, 2 * max(1, n))
-        it = iter(range(len(jobs)))
+        pending = dask_batches(len(jobs), n)  # batches not yet sent; a batch sent again comes back as ones
         ac = as_completed(loop=client.loop)
 
         def submit_next():
-            while True:
-                i = next(it, None)
-                if i is None:
-                    return
-                try:
-                    job = with_payload(jobs[i])
-                except WrpError as e:  # a file that cannot be read here: that case only
-                    done(i, _unreadable(jobs[i], e))
+            while pending:
+                batch = pending.pop(0)
+                sent = []
+                for i in batch:
+                    try:
+                        sent.append((i, with_payload(jobs[i])))
+                    except WrpError as e:  # a file that cannot be read here: that case only
+                        done(i, _unreadable(jobs[i], e))
+                if not sent:
                     continue
-                fut = client.submit(run_case, job, pure=False, key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{i}")
-                futures[fut] = i
+                fut = client.submit(run_remote_cases, [job for _, job in sent], pure=False,
+                                    key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{sent[0][0]}")
+                futures[fut] = [i for i, _ in sent]
                 ac.add(fut)
                 return
 
-        for _ in range(window):
-            submit_next()
+        def fill():
+            while pending and len(futures) < window:
+                submit_next()
+
+        fill()
         for fut in ac:
-            i = futures.pop(fut)
+            batch = futures.pop(fut)
             try:
-                res = fut.result()
-            except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection: this case only)
-                res = _died(jobs[i], f"{type(e).__name__}: {e}")
-            done(i, res)
-            submit_next()
+                results = fut.result()
+            except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection: its cases again, one by one)
+                if len(batch) > 1:
+                    pending[:0] = [[i] for i in batch]
+                else:
+                    done(batch[0], _died(jobs[batch[0]], f"{type(e).__name__}: {e}"))
+            else:
+                for i, res in zip(batch, results):
+                    done(i, res)
+            fill()
         return f"dask {address} ({n} worker{'s' if n != 1 else ''})"
     finally:
         client.close()
@@ -150,7 +244,7 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
                                 hint="Start one (`ray start --head`) or check the address (auto, HOST:PORT, "
                                      "ray://HOST:PORT).") from None
     try:
-        remote = ray.remote(max_retries=0)(run_case)
+        remote = ray.remote(max_retries=0)(run_remote_case)
         refs = {}
         for i, job in enumerate(jobs):
             try:
@@ -173,4 +267,5 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
             ray.shutdown()
 
 
-__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "WrpSchedulerError"]
+__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "dask_batches", "remote_zygote", "run_remote_cases",
+           "run_remote_case", "WrpSchedulerError"]

@@ -457,13 +457,15 @@ class ReplayWorker:
             out_area.close()  # the results' views keep its mapping
         raise self._ended(answer, deadline)
 
-    def run_case(self, job: dict, timeout: Optional[float] = None) -> tuple:
+    def run_case(self, job: dict, timeout: Optional[float] = None, files: int = -1) -> tuple:
         """``wrp regress``: read, validate, replay and compare one case in the child.
 
         The child (:func:`wrpkit.run.regress_case.serve_case`) reads the
         case's files itself and says when it has validated them; ``timeout``
         counts from then (loading, replaying and comparing), as :meth:`run`'s
-        bounds a load and a replay.  Call :meth:`warm` first.
+        bounds a load and a replay.  A remote worker's case comes without
+        its files, and ``files`` is the memory file that holds them
+        (:func:`~wrpkit.run.regress_case.payload_to_file`).  Call :meth:`warm` first.
 
         Returns:
             ``(answer, fds)``: ``answer["result"]`` holds the case's verdict fields.
@@ -476,7 +478,7 @@ class ReplayWorker:
         if not self.alive:
             self.warm()
         answer, fds, deadline = self._ask({"op": "case", "job": job, "stage_size": self._stage.size},
-                                          [self._stage.fd], timeout, None)
+                                          [self._stage.fd] + ([files] if files >= 0 else []), timeout, None)
         if answer is not None and "error" not in answer:
             return answer, fds
         raise self._ended(answer, deadline)

@@ -122,7 +122,7 @@ class Zygote:
         import socket  # noqa: PLC0415
 
         from .shared import memory_file  # noqa: PLC0415
-        from .worker import child_env  # noqa: PLC0415
+        from .spawn import child_env  # noqa: PLC0415  (not from .worker: numpy's import would come first)
 
         self._cond = threading.Condition()
         self._fork_lock = threading.Lock()
@@ -246,6 +246,41 @@ class Zygote:
         if self._out_fd >= 0:
             os.close(self._out_fd)
             self._out_fd = -1
+
+
+_prestarted: Optional[Zygote] = None
+
+
+def prestart() -> None:
+    """Start a zygote now, for the next ``wrp regress`` run of this process to take (:func:`take_prestarted`).
+
+    ``wrp regress`` calls it first thing, before it imports the rest of
+    wrpkit and numpy (0.1-0.2 s) and scans the suite, so that the zygote's
+    ``import warp`` runs beside all of that.  This module imports next to
+    nothing.  Best effort: where zygotes are not supported nothing starts; one
+    nobody takes is ended when this process exits.
+    """
+    global _prestarted
+    if _prestarted is not None or not Zygote.supported():
+        return
+    import atexit  # noqa: PLC0415
+
+    _prestarted = Zygote()
+    atexit.register(discard_prestarted)
+
+
+def take_prestarted() -> Optional[Zygote]:
+    """The zygote :func:`prestart` started (the caller closes it), or None."""
+    global _prestarted
+    zygote, _prestarted = _prestarted, None
+    return zygote
+
+
+def discard_prestarted() -> None:
+    """End the zygote :func:`prestart` started if no run took it (a run that stopped at a usage error)."""
+    zygote = take_prestarted()
+    if zygote is not None:
+        zygote.close()
 
 
 # ---------------------------------------------------------------------------
@@ -399,4 +434,4 @@ if __name__ == "__main__":
     sys.exit(_zygote_main(int(sys.argv[1]), "--die-with-parent" in sys.argv[2:]))
 
 
-__all__ = ["Zygote", "ForkedChild"]
+__all__ = ["Zygote", "ForkedChild", "prestart", "take_prestarted", "discard_prestarted"]
