@@ -416,3 +416,47 @@ def test_the_validator_bounds_the_byte_ranges_effects_gives(captures):
                 assert spans.get(op.at, set()) == want, (path.name, op.op_type.name)
                 compared += bool(want)
     assert compared > 20
+
+
+def test_stock_trace_counts_as_written_only_what_an_op_changed(tmp_path):
+    """A stock capture records no access: each array argument "touches" its region (conservative),
+    and the trace's digests tell which launches changed it: only the kernels' real writes count."""
+    dev = "cpu"
+    x = wp.array(np.stack([np.arange(N, dtype=np.float32)] * 3, 1), dtype=wp.vec3, device=dev)
+    v = wp.array(np.ones((N, 3), np.float32), dtype=wp.vec3, device=dev)
+    f = wp.zeros(N, dtype=wp.vec3, device=dev)
+    e = wp.zeros(1, dtype=float, device=dev)
+    wp.load_module(device=dev)
+    wp.capture_begin(device=dev, apic=True)
+    try:
+        wp.launch(k_springs, dim=N, inputs=[x, f, 10.0], device=dev)
+        wp.launch(k_kinetic_energy, dim=N, inputs=[v, e], device=dev)
+    finally:
+        graph = wp.capture_end(device=dev)
+    path = tmp_path / "stock.wrp"
+    wp.capture_save(graph, str(path))
+    with open_capture(path) as cap:
+        launches = [o for _, o in m.walk_ops(cap.program.ops) if isinstance(o, m.KernelLaunch)]
+        region_of = {}  # (kernel, argument number) -> region
+        for op in launches:
+            fx = effects(op, cap.program)
+            assert {a.mode for a in fx.accesses if a.part == "data"} == {"touches"}  # the file says nothing
+            for a in fx.accesses:
+                if a.part == "data":
+                    region_of[(op.kernel_key, a.param)] = a.region_id
+    springs = next(k for k, _ in region_of if k.endswith("k_springs"))
+    energy = next(k for k, _ in region_of if k.endswith("k_kinetic_energy"))
+    rx, rf, rv, re = (region_of[(springs, 1)], region_of[(springs, 2)], region_of[(energy, 1)],
+                      region_of[(energy, 2)])
+    t = wrpkit.trace(path)
+    writers = {u["region"]: [w["name"] for w in u["writers"]] for u in t.unchecked}
+    assert writers == {rf: [springs], re: [energy]}, writers  # x and v are only read
+    unchanged = {u["region"]: u["unchanged"] for u in t.unchecked}
+    assert unchanged == {rf: 0, re: 0}
+    assert rx not in t.unknown_dtypes and rv not in t.unknown_dtypes
+    # the per-op records still list every region the op may write (the conservative rule)
+    assert [w["region"] for w in t.ops[0]["writes"]] == [rx, rf]
+    r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "trace", str(path)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "2 written region(s)" in r.stdout and f"region {rf} (unbound): written 1x by" in r.stdout

@@ -60,7 +60,8 @@ def unchecked_lines(unchecked: list) -> list:
         who = ", ".join(f"{w['name']} (path {w['path']})" for w in u["writers"][:3])
         more = f" and {len(u['writers']) - 3} more" if len(u["writers"]) > 3 else ""
         name = f" ({u['binding']})" if u.get("binding") else " (unbound)"
-        out.append(wrapped(f"  region {u['region']}{name}: written {u['writes']}x by {who}{more}"))
+        same = f"; left unchanged {u['unchanged']}x" if u.get("unchanged") else ""
+        out.append(wrapped(f"  region {u['region']}{name}: written {u['writes']}x by {who}{more}{same}"))
     if len(unchecked) > 20:
         out.append(f"  ... and {len(unchecked) - 20} more (--json lists them all)")
     out.append(wrapped("  type them: --kernels FILE.py (the script that defines the kernels), or "
@@ -114,7 +115,9 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     "?" where unknown). Ops are numbered as `wrp inspect --ops` numbers them:
     INDEX is the top-level op, PATH the position in nested bodies, IT the
     WHILE iteration. A kernel writes the array arguments the file records
-    as written, and every array argument where the file does not say.
+    as written, and every array argument where the file does not say; the
+    summary counts such an argument as written only by the ops that changed
+    its bytes.
     The file is validated here, then loaded and stepped in a child process:
     a fatal signal there (kernel code, Warp's runtime) ends with exit 4 and
     names the op that was running. Nothing (--save, --dump) is written

@@ -61,7 +61,9 @@ class TraceResult:
             (:attr:`unchecked` lists the others).
         first_divergence: With ``against``, the first op whose digests differ
             from the other trace (see :func:`compare_traces`), else None.
-        unknown_dtypes: Regions written whose dtype is unknown (no NaN check there).
+        unknown_dtypes: Regions written whose dtype is unknown (no NaN check there).  An
+            argument whose access the file does not record counts as written only where
+            an op changed its bytes (the digests before and after say so).
         digest_seconds: Time spent digesting and summarizing regions.
         step_seconds: Time spent running ops (including IF/WHILE conditions).
         load_seconds: Time spent decoding, rewriting and loading the capture.
@@ -75,7 +77,8 @@ class TraceResult:
     first_divergence: Optional[dict] = None
     unknown_dtypes: list = field(default_factory=list)
     #: Per region of unknown dtype that ops wrote (not checked for NaN/Inf): ``region``,
-    #: ``binding``, ``writes`` (how many times) and up to 8 ``writers`` (``seq``, ``index``, ``path``, ``name``).
+    #: ``binding``, ``writes`` (how many ops changed it), up to 8 ``writers`` (``seq``, ``index``, ``path``,
+    #: ``name``) and ``unchanged`` (how many ops that may have written it, access unrecorded, left its bytes).
     unchecked: list = field(default_factory=list)
     #: With ``kernels=``: how each recorded kernel matched the files (``SourceTyping.to_json()``).
     kernels: Optional[dict] = None
@@ -355,7 +358,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
     dump_dir = Path(dump) if dump is not None else None
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
-    unknown: dict = {}  # region id -> {"region", "writes", "writers"} (dtype unknown: not checked)
+    unknown: dict = {}  # region id -> {"region", "writes", "writers", "unchanged"} (dtype unknown: not checked)
     last: dict = {}  # region id -> its statistics after the latest op that wrote it
     clock = time.perf_counter
     try:
@@ -365,6 +368,12 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
         t_digest = [0.0, 0.0]
         cpu = time.thread_time
         initial = _initial_state(opened, inputs)
+        initial_digests: dict = {}
+
+        def initial_digest(rid: int) -> str:
+            if rid not in initial_digests:
+                initial_digests[rid] = st.digest(initial(rid))
+            return initial_digests[rid]
 
         def before_stats(rid: int, written_now: set) -> dict:
             """A region's statistics as they were before the current op ran."""
@@ -379,23 +388,33 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
             known = writes_of.get(id(op))
             if known is None:
                 fx = effects(op, prog, sigs)
-                known = writes_of[id(op)] = ([r for r in fx.written_regions() if r in infos], fx)
-            rids, fx = known
+                modes = fx.region_modes()
+                known = writes_of[id(op)] = ([r for r in fx.written_regions() if r in infos], fx,
+                                             {r for r, mode in modes.items() if mode == "touches"})
+            rids, fx, touched_only = known
             writes = []
             seq = len(result.ops)
             for rid in rids:
                 info = infos[rid]
                 raw = machine.region(rid)
-                writes.append(st.region_stats(info, raw))
+                stats = st.region_stats(info, raw)
+                writes.append(stats)
                 if info.sig is None:
                     u = unknown.get(rid)
                     if u is None:
                         u = unknown[rid] = {"region": rid, "binding": info.bindings[0] if info.bindings else None,
-                                            "writes": 0, "writers": []}
-                    u["writes"] += 1
-                    name = op.kernel_key if isinstance(op, m.KernelLaunch) else op.op_type.name
-                    if len(u["writers"]) < 8 and all(w["path"] != path or w["name"] != name for w in u["writers"]):
-                        u["writers"].append({"seq": seq, "index": index, "path": path, "name": name})
+                                            "writes": 0, "writers": [], "unchanged": 0}
+                    # An argument whose access the file does not record counts as written (the
+                    # conservative rule of checks.effects); the digests say whether this op changed it.
+                    if rid in touched_only and stats["digest"] == (
+                            last[rid]["digest"] if rid in last else initial_digest(rid)):
+                        u["unchanged"] += 1
+                    else:
+                        u["writes"] += 1
+                        name = op.kernel_key if isinstance(op, m.KernelLaunch) else op.op_type.name
+                        if len(u["writers"]) < 8 and all(w["path"] != path or w["name"] != name
+                                                         for w in u["writers"]):
+                            u["writers"].append({"seq": seq, "index": index, "path": path, "name": name})
                 if dump_dir is not None:
                     _dump(dump_dir, seq, path, iterations, info, raw)
             rec = {"seq": seq, "index": index, "path": path,
@@ -436,8 +455,9 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
         result.digest_seconds, result.digest_cpu_seconds = t_digest
     finally:
         machine.close()
-    result.unknown_dtypes = sorted(unknown)
-    result.unchecked = [unknown[r] for r in sorted(unknown)]
+    changed = sorted(r for r in unknown if unknown[r]["writes"])  # never changed: no NaN can have been written
+    result.unknown_dtypes = changed
+    result.unchecked = [unknown[r] for r in changed]
     return result
 
 
