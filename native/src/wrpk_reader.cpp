@@ -927,6 +927,12 @@ bool place_blob(uint64_t end, uint64_t length, uint64_t memory_offset, uint32_t 
     return true;
 }
 
+// How many chunk digests a blob of `length` bytes has (tables.chunk_count in wrpkit).
+uint64_t chunk_count(uint64_t length, uint64_t chunk_length)
+{
+    return length / chunk_length + (length % chunk_length != 0);
+}
+
 // A blob's chunk digest fields (WRPK-FORMAT.md "Chunk digests"; blobs.check_chunk_fields in wrpkit):
 // chunk_length 0 and no digests, or a power of two >= kMinDigestChunk and 32 bytes per chunk.
 void check_chunk_fields(const BlobRef& b)
@@ -941,7 +947,7 @@ void check_chunk_fields(const BlobRef& b)
         fail_invalid_at(b.path + ".chunk_length", b.at, "chunk_length %llu of %s is not a power of two of at least "
                         "%llu", static_cast<unsigned long long>(b.chunk_length), b.name.c_str(),
                         static_cast<unsigned long long>(kMinDigestChunk));
-    uint64_t chunks = b.length / b.chunk_length + (b.length % b.chunk_length != 0);
+    uint64_t chunks = chunk_count(b.length, b.chunk_length);
     if (uint64_t(b.chunk_sha_len) != 32 * chunks)
         fail_invalid_at(b.path + ".chunk_sha256", b.at, "chunk digests of %s must be %llu bytes (32 per %llu-byte "
                         "chunk), found %u", b.name.c_str(), static_cast<unsigned long long>(32 * chunks),
@@ -1126,7 +1132,7 @@ void ChecksumVerifier::verify(size_t index)
                             "integrity check failed: SHA-256 of %s does not match (%zu bytes, SHA-256 %s, recorded "
                             "%s): the bundle was altered or corrupted; rebuild it from the original capture",
                             c.name.c_str(), c.size, to_hex(digest, 32).c_str(), to_hex(expect, 32).c_str());
-        uint64_t chunks = c.size / c.chunk_length + (c.size % c.chunk_length != 0);
+        uint64_t chunks = chunk_count(c.size, c.chunk_length);
         fail_invalid_at(c.path + ".chunk_sha256", c.offset + it.begin,
                         "integrity check failed: SHA-256 of %s does not match in chunk %llu of %llu (bytes %llu..%llu "
                         "of %zu, SHA-256 %s, recorded %s): the bundle was altered or corrupted; rebuild it from the "

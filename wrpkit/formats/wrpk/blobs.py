@@ -40,6 +40,11 @@ def as_bytes_view(data) -> memoryview:
     return buf
 
 
+def chunk_spans(length: int, chunk_length: int) -> list:
+    """``(begin, end)`` of each consecutive ``chunk_length``-byte chunk of ``length`` bytes (the last shorter)."""
+    return [(b, min(length, b + chunk_length)) for b in range(0, length, chunk_length)]
+
+
 def read_header(data) -> WrpkHeader:
     """Read and check the 128-byte header of a ``.wrpk`` (step 1 of the format's reader checks).
 
@@ -109,10 +114,9 @@ class DeferredChecksum(NamedTuple):
         if not self.chunk_length:
             return [(buf, self.sha256, self.error)]
         n = len(buf)
-        return [(buf[b:b + self.chunk_length], self.chunk_sha256[32 * k:32 * k + 32],
-                 _chunk_mismatch_factory(self.name, self.field, self.offset, k, b, min(n, b + self.chunk_length), n,
-                                         self.chunk_length))
-                for k, b in enumerate(range(0, n, self.chunk_length))]
+        return [(buf[b:e], self.chunk_sha256[32 * k:32 * k + 32],
+                 _chunk_mismatch_factory(self.name, self.field, self.offset, k, b, e, n, self.chunk_length))
+                for k, (b, e) in enumerate(chunk_spans(n, self.chunk_length))]
 
     def matches(self, data) -> bool:
         """True when ``data`` (the blob's bytes, or a copy of them) has the recorded digests."""
@@ -365,4 +369,4 @@ def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
 
 
 __all__ = ["read_header", "WrpkHeader", "check_blobs", "check_chunk_fields", "DeferredChecksum",
-           "BackgroundVerification", "as_bytes_view", "sha256_digest"]
+           "BackgroundVerification", "as_bytes_view", "chunk_spans", "sha256_digest"]

@@ -18,7 +18,7 @@ from typing import Iterator, Mapping, Optional
 from ... import model as m
 from ...errors import WrpFormatError, WrpModuleError
 from ...model import OpType
-from .blobs import sha256_digest
+from .blobs import as_bytes_view, chunk_spans, sha256_digest
 from .reader import verify_annotations
 from .tables import (_LEGACY, _PARAM, _RELOC, _SCALARS, _SIZES, _U32, CHUNK, CONTAINER_VERSION, CONTAINER_VERSIONS,
                      DIGEST_CHUNK, MIN_DIGEST_CHUNK, MIN_DIGEST_CHUNKS, chunk_count,
@@ -473,9 +473,13 @@ def _check_digest_chunk(digest_chunk: int) -> int:
 
 def chunk_digests(data, chunk_length: int) -> list:
     """The SHA-256 of each consecutive ``chunk_length``-byte chunk of ``data`` (the last shorter)."""
-    view = memoryview(data)
-    view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
-    return [sha256_digest(view[i:i + chunk_length]) for i in range(0, len(view), chunk_length)]
+    return [sha256_digest(view) for view in _chunk_views(data, chunk_length)]
+
+
+def _chunk_views(data, chunk_length: int) -> list:
+    """``data`` as flat byte views of consecutive ``chunk_length``-byte chunks (the last shorter)."""
+    view = as_bytes_view(data)
+    return [view[b:e] for b, e in chunk_spans(len(view), chunk_length)]
 
 
 def iter_wrpk_chunks(program: m.Program, modules: Optional[Mapping] = None, *,
@@ -594,10 +598,7 @@ class BlobHasher:
         key = (id(data), chunk_length)
         job = self._chunk_jobs.get(key)
         if job is None:
-            view = memoryview(data)
-            view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
-            futures = [self._pool.submit(sha256_digest, view[i:i + chunk_length])
-                       for i in range(0, len(view), chunk_length)]
+            futures = [self._pool.submit(sha256_digest, view) for view in _chunk_views(data, chunk_length)]
             job = self._chunk_jobs[key] = (data, _ChunkDigests(futures))
         return job[1]
 
