@@ -83,7 +83,7 @@ def _print_summary(report) -> None:
     past = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfailed", "xpass": "xpassed"}
     words = ", ".join(f"{n} {('error' if n == 1 else 'errors') if v == 'error' else past.get(v, v)}"
                       for v, n in counts.items() if n)
-    empty = sum(1 for c in report.cases if c.verdict == "pass" and not c.bindings and not c.updated)
+    empty = sum(1 for c in report.cases if c.compared_nothing)
     if empty:  # passes that checked nothing: said beside the count, not hidden in it
         words += f" ({empty} compared nothing)"
     con.print(Text(f"{words} in {report.seconds:.1f} s", style="green" if report.ok else "bold red"))

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..checks.compare import json_safe
 from ..errors import EXIT_FAILED, WrpDeviceError, WrpError
+from ..fileio import pwrite_all
 from .regress_suite import SUITE_FILE, Case
 
 #: Every verdict, in the order summaries list them.
@@ -80,6 +81,11 @@ class CaseResult:
     raw_bytes: list = field(default_factory=list)
     #: The replayed bindings (only with update=True; never in JSON).
     replayed: Optional[dict] = field(default=None, repr=False)
+
+    @property
+    def compared_nothing(self) -> bool:
+        """It passed with no binding compared (an empty golden: see :func:`nothing_compared`)."""
+        return self.verdict == "pass" and not self.bindings and not self.updated
 
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "replayed"}
@@ -395,17 +401,9 @@ def serve_case(job: dict, replay, validated) -> tuple:
         buf = io.BytesIO()
         np.savez(buf, **res.replayed)
         fd = memory_file("wrpkit-replayed")
-        _write_at(fd, buf.getbuffer(), 0)
+        pwrite_all(fd, buf.getbuffer(), 0)
         fds.append(fd)
     return {"result": {name: getattr(res, name) for name in _CHILD_FIELDS}}, fds
-
-
-def _write_at(fd: int, data, offset: int) -> None:
-    """Write all of ``data`` into file ``fd`` at ``offset``."""
-    view = memoryview(data).cast("B")
-    done = 0
-    while done < view.nbytes:
-        done += os.pwrite(fd, view[done:], offset + done)
 
 
 def payload_to_file(job: dict) -> tuple:
@@ -425,7 +423,7 @@ def payload_to_file(job: dict) -> tuple:
     try:
         os.ftruncate(fd, size)
         for k, (offset, _n) in at.items():
-            _write_at(fd, parts[k], offset)
+            pwrite_all(fd, parts[k], offset)
     except BaseException:
         os.close(fd)
         raise
