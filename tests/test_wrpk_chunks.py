@@ -160,11 +160,12 @@ def test_a_bundle_without_chunk_digests_is_still_checked_whole(bundles, replayer
     assert "chunk" not in str(e.value)
 
 
-def _with_chunk_fields(cap, region_index: int, chunk_length: int, chunk_sha: bytes) -> bytes:
-    """The bundle of ``cap`` with one region's chunk fields replaced (a hostile writer)."""
+def _with_chunk_fields(cap, region_index: int, chunk_length: int, chunk_sha: bytes, sha: bytes = None) -> bytes:
+    """The bundle of ``cap`` with one region's chunk fields (and, given ``sha``, its whole
+    digest) replaced (a hostile writer)."""
     layout = builder._Layout(cap.program, cap.module_files(), digest_chunk=0)
-    off, n, sha, _, _ = layout.region_refs[region_index]
-    layout.region_refs[region_index] = (off, n, sha, chunk_length, chunk_sha)
+    off, n, whole, _, _ = layout.region_refs[region_index]
+    layout.region_refs[region_index] = (off, n, whole if sha is None else sha, chunk_length, chunk_sha)
     manifest = builder._manifest(cap.program, layout)
     out = b"".join(bytes(c) for c in builder._chunks(builder._header(manifest, layout.end, layout.version),
                                                       manifest, layout))
@@ -224,6 +225,36 @@ def test_chunk_digests_that_do_not_match_good_data_are_refused_by_both_readers(b
     ok = bundles["dir"] / "mib.wrpk"
     ok.write_bytes(_with_chunk_fields(cap, i, chunk, good))
     assert _replay(replayer, ok).returncode == 0
+
+
+def test_a_wrong_whole_digest_beside_right_chunks_fails_validate_only(bundles, replayer):
+    """Chunk digests cover every byte, so readers check a chunked blob by its chunks alone
+    (each byte hashed once, as the C++ reader does); ``wrp validate`` also checks the whole
+    digest, which a reader that knows no chunk digests relies on."""
+    cap = open_capture(bundles["wrp"])
+    i = _region_index(cap, 4 * N_BIG)
+    blob = cap.program.regions[i].data
+    good = b"".join(hashlib.sha256(bytes(blob[j:j + DIGEST_CHUNK])).digest()
+                    for j in range(0, 4 * N_BIG, DIGEST_CHUNK))
+    path = bundles["dir"] / "wrong_whole.wrpk"
+    path.write_bytes(_with_chunk_fields(cap, i, DIGEST_CHUNK, good, sha=bytes(32)))
+    rid = cap.program.regions[i].region_id
+    what = f"SHA-256 of region {rid} initial data does not match: the bundle was altered"
+    res = _wrp("validate", path, "--json")
+    assert res.returncode == 3 and what in res.stdout, res.stdout + res.stderr
+    res = _wrp("inspect", path, "--verify")
+    assert res.returncode == 3 and "does not match" in res.stderr, res.stdout + res.stderr
+    with pytest.raises(wrpkit.WrpIntegrityError, match="does not match: the bundle"):
+        reader.decode_wrpk(path.read_bytes(), thorough=True)
+    # The bytes are the writer's (every chunk matches): the readers replay it as the .wrp.
+    reader.decode_wrpk(path.read_bytes())
+    expect = wrpkit.load(bundles["wrp"]).run()
+    got = wrpkit.load(path).run()
+    for name in expect:
+        np.testing.assert_array_equal(np.asarray(got[name]), np.asarray(expect[name]), err_msg=name)
+    assert _replay(replayer, path).returncode == 0
+    assert _replay(replayer, path, "--list", "--verify").returncode == 0
+    assert _wrp("graph", path, "-o", bundles["dir"] / "wrong_whole.html").returncode == 0
 
 
 def test_builder_refuses_a_bad_digest_chunk(bundles):

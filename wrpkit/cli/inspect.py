@@ -43,7 +43,7 @@ def inspect(file, with_ops, as_json, verify, no_verify, kernels):
     from ..checks.summary import (binding_signature_rows, iter_op_lines, kernel_signatures,  # noqa: PLC0415
                                   region_names, summarize)
 
-    with open_capture(file, verify_checksums=verify and not no_verify) as cap:
+    with open_capture(file, verify_checksums=verify and not no_verify, thorough=True) as cap:
         typing = None
         if kernels:  # imports the user's kernels, and so Warp: only when asked
             from ..run.source_types import type_program  # noqa: PLC0415

@@ -30,7 +30,7 @@ def validate(file, as_json, no_verify, modules_dir):
     from ..checks.validate import validate_capture  # noqa: PLC0415
 
     try:
-        with open_capture(file, verify_checksums=not no_verify, modules_dir=modules_dir) as cap:
+        with open_capture(file, verify_checksums=not no_verify, modules_dir=modules_dir, thorough=True) as cap:
             problems = validate_capture(cap)
     except WrpError as e:
         if not as_json:

@@ -178,7 +178,8 @@ class Capture:
 
 def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: bool = True,
                  prefetch: bool = False, deferred: Optional[list] = None, share_ops: bool = False,
-                 on_regions: Optional[Callable[[list], None]] = None, modules_dir=None) -> Capture:
+                 on_regions: Optional[Callable[[list], None]] = None, modules_dir=None,
+                 thorough: bool = False) -> Capture:
     """Open and decode a ``.wrp``, ``.wrpk`` or ``.json`` capture.
 
     The container is chosen by the file's magic bytes, not its name.
@@ -196,6 +197,9 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
         modules_dir: For ``.wrp``: the folder of module files, instead of
             ``<stem>_modules/`` beside the file (or beside a symlink's target).
             A ``.wrpk`` carries its own and refuses it.
+        thorough: For ``.wrpk`` with ``verify_checksums``: also verify the whole
+            digest of a blob that has chunk digests (see
+            :func:`wrpkit.formats.wrpk.reader.decode_wrpk`).
 
     ``path`` is the user's: a symbolic link to the file is followed.
 
@@ -221,7 +225,8 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
         if kind == "wrpk":
             from .wrpk import reader  # noqa: PLC0415  (the FlatBuffers runtime is only needed here)
 
-            prog = reader.decode_wrpk(mapped.buffer, verify_checksums=verify_checksums, deferred=deferred)
+            prog = reader.decode_wrpk(mapped.buffer, verify_checksums=verify_checksums, deferred=deferred,
+                                      thorough=thorough)
             return Capture(p, "wrpk", prog, None, mapped)
         raise WrpFormatError(
             f"{p} is not a Warp capture: it starts with {bytes(mapped.buffer[:4])!r}, not b'WRP1' or b'WRPK'",

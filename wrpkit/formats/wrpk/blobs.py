@@ -283,7 +283,7 @@ class BackgroundVerification:
 
 
 def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
-                 deferred: Optional[list] = None, version: int = 1) -> None:
+                 deferred: Optional[list] = None, version: int = 1, thorough: bool = False) -> None:
     """Check the blob area (step 5 of the format's reader checks) and point the
     program's blob fields at it.
 
@@ -296,6 +296,8 @@ def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
         verify: Check every blob's SHA-256.
         deferred: See :func:`~.reader.decode_wrpk`.
         version: The header's container version (its tiling rule, :func:`~.tables.place_blob`).
+        thorough: See :func:`~.reader.decode_wrpk`: a blob with chunk digests is
+            hashed whole as well (each of its bytes twice).
 
     Raises:
         WrpFormatError: A blob is misaligned, out of range, overlapping, or the
@@ -356,13 +358,16 @@ def check_blobs(rd, prog: m.Program, buf, boff: int, bsize: int, verify: bool,
             deferred.extend(DeferredChecksum(ids[path], name, path, boff + off, sha, chunk_length, chunk_sha)
                             for off, _, path, name, sha, _, _, chunk_length, chunk_sha in later)
             entries = [e for e in entries if e[2] not in ids]
-        # Checked here, a blob's whole SHA-256 is always verified (the thorough check), and
-        # its chunk digests as well, so that a file passes here only if every reader accepts it.
+        # A blob with chunk digests is checked by its chunks, as the C++ reader checks it: they
+        # cover the same bytes, and hash on every core.  The thorough check (wrp validate) also
+        # verifies its whole SHA-256, so that a file passes there only if every reader accepts
+        # it, released ones that know no chunk digests included.
         items = []
         for off, length, path, name, sha, _, _, chunk_length, chunk_sha in entries:
             data = buf[boff + off:boff + off + length]
             check = DeferredChecksum(0, name, path, boff + off, sha, chunk_length, chunk_sha)
-            items.append((as_bytes_view(data), sha, _locating_error(check, data)))
+            if thorough or not chunk_length:
+                items.append((as_bytes_view(data), sha, _locating_error(check, data)))
             if chunk_length:
                 items.extend(check.pieces(data))
         _verify_now(items)

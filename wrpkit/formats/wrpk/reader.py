@@ -416,7 +416,7 @@ def _fail(e: _Bad, base: int, cls=WrpFormatError, root: str = "manifest"):
 
 
 def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEPTH,
-                deferred: Optional[list] = None) -> m.Program:
+                deferred: Optional[list] = None, thorough: bool = False) -> m.Program:
     """Decode a ``.wrpk`` file's bytes into a :class:`~wrpkit.model.Program`.
 
     Every header field, the manifest's SHA-256, the whole FlatBuffer (every
@@ -439,6 +439,11 @@ def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEP
             window in which the file could change) before it uses the
             program.  Module blobs, and regions meshes read, are always
             verified here, before any code can load.
+        thorough: Also verify the whole-blob SHA-256 of a blob that has chunk
+            digests (``wrp validate``: a file then passes only if every reader,
+            one that knows no chunk digests included, accepts it).  Without it,
+            such a blob is checked by its chunks alone, as the C++ reader does:
+            they cover every byte, so each byte is hashed once.
 
     Operations that share one table in the manifest (wrpkit's writer shares
     identical ops) decode into one shared object: treat decoded programs as
@@ -477,7 +482,7 @@ def decode_wrpk(data, *, verify_checksums: bool = True, max_depth: int = MAX_DEP
         raise WrpFormatError(f"malformed manifest ({type(e).__name__}: {e})", field="manifest",
                              offset=HEADER_SIZE) from None
     _check_expansion(prog, msize)
-    check_blobs(rd, prog, buf, boff, bsize, verify_checksums, deferred, h.container_version)
+    check_blobs(rd, prog, buf, boff, bsize, verify_checksums, deferred, h.container_version, thorough)
     return prog
 
 
