@@ -38,8 +38,8 @@ def validate_program(prog: m.Program, annotations=None) -> list:
         prog: A program from any codec.
         annotations: The decoded form of ``prog.annotations``, for a writer
             that has just encoded them from it (``wrp upgrade``): it is
-            checked in place of decoding the bytes, which needs the
-            FlatBuffers runtime.  Leave it None for anything read from a file.
+            checked in place of decoding the bytes again.  Leave it None
+            for anything read from a file.
 
     Returns:
         A list of :class:`~wrpkit.checks.problem.Problem`; empty when the program is valid.

@@ -422,100 +422,80 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
     return encode_annotations_buffer(annotations)
 
 
-def _s(v) -> str:
-    if v is None:
-        return ""
-    return v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else str(v)
+def _named(table: str, vals: list) -> dict:
+    """A table's field values (from :func:`~wrpkit.formats.wrpk.reader.annotation_tables`) by field name."""
+    from .wrpk.schema_tables import TABLES  # noqa: PLC0415
+
+    return {name: v for (name, _, _), v in zip(TABLES[table], vals)}
 
 
-def _ints(v) -> tuple:
-    return () if v is None else tuple(int(x) for x in v)
-
-
-def _unpack_dtype(t) -> Optional[DataType]:
-    if t is None:
+def _data_type(vals) -> Optional[DataType]:
+    if not vals:  # absent (the reader gives an absent table field as an empty list)
         return None
-    fields = tuple(StructField(_s(f.name), int(f.offset), _unpack_dtype(f.type) or DataType("?"))
-                   for f in (t.fields or ()) if f is not None)
-    scalar = int(t.scalar)
+    t = _named("DataType", vals)
+    fields = []
+    for f in t["fields"]:
+        f = _named("StructField", f)
+        fields.append(StructField(f["name"], int(f["offset"]), _data_type(f["type"]) or DataType("?")))
+    scalar = int(t["scalar"])
     try:
         scalar = ScalarKind(scalar)
     except ValueError:
         pass
-    return DataType(_s(t.name), scalar, _ints(t.shape), int(t.size), fields)
-
-
-def _check_vector_alignment(buf: bytes) -> None:
-    """Refuse int64 vectors (signature shapes and strides) that are not 8-byte aligned in the buffer.
-
-    FlatBuffers aligns them when it writes them; a misaligned one is a corrupt buffer (and would be
-    read with a misaligned load by C++), so the native validator refuses it too.
-    """
-    from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
-
-    root = FbAnnotations.GetRootAs(buf, 0)
-    for i in range(root.SignatureLength()):
-        s = root.Signature(i)
-        for slot, what in ((8, "shape"), (10, "strides")):
-            o = s._tab.Offset(slot)
-            if o and s._tab.Vector(o) % 8:
-                raise WrpFormatError(f"the vector's int64 elements are not 8-byte aligned (a corrupt FlatBuffer)",
-                                     field=f"annotations.signature[{i}].{what}")
+    return DataType(t["name"], scalar, tuple(int(d) for d in t["shape"]), int(t["size"]), tuple(fields))
 
 
 def decode_annotations(data) -> Annotations:
     """Decode the bytes of an ``Annotations`` FlatBuffer.
 
+    The buffer is verified as the C++ reader verifies it, and decoded in the
+    same pass by wrpkit's own reader (no FlatBuffers runtime, so no numpy).
+
     Raises:
         WrpFormatError: The bytes are not a well-formed Annotations buffer.
     """
-    from .fbs.Annotations import Annotations as FbAnnotations  # noqa: PLC0415
-    from .fbs.Annotations import AnnotationsT  # noqa: PLC0415
-
-    from .wrpk.reader import verify_annotations  # noqa: PLC0415
+    from .wrpk.reader import annotation_tables  # noqa: PLC0415
 
     buf = bytes(data)
-    if len(buf) < 8 or not FbAnnotations.AnnotationsBufferHasIdentifier(buf, 0):
+    if len(buf) < 8 or buf[4:8] != b"WRPK":
         raise WrpFormatError("the annotations are not an Annotations FlatBuffer (identifier 'WRPK' missing)",
                              field="annotations")
-    # Verify first: the object API below unpacks every path through shared
-    # tables, so an unverified buffer of a few hundred bytes could take hours.
-    verify_annotations(buf)
+    root = _named("Annotations", annotation_tables(buf))
     try:
-        _check_vector_alignment(buf)
-        t = AnnotationsT.InitFromPackedBuf(buf, 0)
-        sigs = []
-        for s in t.signature or ():
-            if s is None:
-                continue
-            sigs.append(ArraySignature(
-                name=_s(s.name),
-                dtype=_unpack_dtype(s.dtype) or DataType("?"),
-                shape=_ints(s.shape),
-                strides=_ints(s.strides),
-                byte_offset=int(s.byteOffset),
-                is_input=bool(s.isInput),
-                is_output=bool(s.isOutput),
-            ))
-        ksigs = []
-        for k in t.kernelSignatures or ():
-            if k is None:
-                continue
-            args = tuple(
-                KernelArgument(_s(a.name), _s(a.type), int(a.valueSize), _unpack_dtype(a.dtype), int(a.ndim),
-                               int(a.access))
-                for a in (k.arguments or ()) if a is not None)
-            ksigs.append(KernelSignature(_s(k.kernelKey), _s(k.moduleHash), args))
-        digests = []
-        for d in t.moduleDigests or ():
-            if d is None:
-                continue
-            digests.append(ModuleDigest(_s(d.binaryFilename), bytes(bytearray(_ints(d.sha256))), int(d.size)))
-        return Annotations(_s(t.producer), tuple(sigs), tuple(ksigs), tuple(digests))
+        return _annotations_from(root)
     except WrpFormatError:
         raise
     except Exception as e:  # noqa: BLE001  (untrusted bytes: any failure is a format error)
         raise WrpFormatError(f"the annotations are malformed ({type(e).__name__}: {e})", field="annotations") from None
+
+
+def _annotations_from(root: dict) -> Annotations:
+    sigs = []
+    for s in root["signature"]:
+        s = _named("ArraySignature", s)
+        sigs.append(ArraySignature(
+            name=s["name"],
+            dtype=_data_type(s["dtype"]) or DataType("?"),
+            shape=tuple(int(d) for d in s["shape"]),
+            strides=tuple(int(d) for d in s["strides"]),
+            byte_offset=int(s["byte_offset"]),
+            is_input=bool(s["is_input"]),
+            is_output=bool(s["is_output"]),
+        ))
+    ksigs = []
+    for k in root["kernel_signatures"]:
+        k = _named("KernelSignature", k)
+        args = []
+        for a in k["arguments"]:
+            a = _named("KernelArgument", a)
+            args.append(KernelArgument(a["name"], a["type"], int(a["value_size"]), _data_type(a["dtype"]),
+                                       int(a["ndim"]), int(a["access"])))
+        ksigs.append(KernelSignature(k["kernel_key"], k["module_hash"], tuple(args)))
+    digests = []
+    for d in root["module_digests"]:
+        d = _named("ModuleDigest", d)
+        digests.append(ModuleDigest(d["binary_filename"], bytes(d["sha256"]), int(d["size"])))
+    return Annotations(root["producer"], tuple(sigs), tuple(ksigs), tuple(digests))
 
 
 def read_annotations(program) -> Optional[Annotations]:

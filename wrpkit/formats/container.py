@@ -223,7 +223,7 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
         if bytes(mapped.buffer[:64]).lstrip().startswith(b"{"):
             return Capture(p, "json", _decode_json(p, mapped.buffer), None, mapped)
         if kind == "wrpk":
-            from .wrpk import reader  # noqa: PLC0415  (the FlatBuffers runtime is only needed here)
+            from .wrpk import reader  # noqa: PLC0415  (a .wrpk's reader is only needed here)
 
             prog = reader.decode_wrpk(mapped.buffer, verify_checksums=verify_checksums, deferred=deferred,
                                       thorough=thorough)

@@ -55,9 +55,12 @@ class _DecPlan:
 
 
 class _Reader:
-    def __init__(self, buf, max_depth: int, verifier_depth: bool = False):
+    def __init__(self, buf, max_depth: int, verifier_depth: bool = False, keep_tables: bool = False):
         self.buf = buf
         self.n = len(buf)
+        # Return nested tables' fields (lists, in schema order) instead of only checking them:
+        # the Annotations buffer is decoded this way, without the FlatBuffers runtime.
+        self.keep_tables = keep_tables
         # flatbuffers::Verifier semantics (the Annotations buffer, which C++
         # checks with the Verifier): every table entered counts one level,
         # the root included, instead of only table-valued fields.
@@ -216,19 +219,19 @@ class _Reader:
         if kind.startswith("table:"):
             spec = _DEC[kind[6:]]
             if self.vdepth is not None:  # counted in table()
-                self.table(self.target(at, u, f"{spec.name} table"), spec)
-                return None
+                vals = self.table(self.target(at, u, f"{spec.name} table"), spec)
+                return vals if self.keep_tables else None
             self.depth += 1
             if self.depth > self.max_depth:
                 raise _Bad(f"tables are nested deeper than {self.max_depth} levels", at)
-            self.table(self.target(at, u, f"{spec.name} table"), spec)
+            vals = self.table(self.target(at, u, f"{spec.name} table"), spec)
             self.depth -= 1
-            return None
+            return vals if self.keep_tables else None
         if kind[0] == "t":
             spec = _DEC[kind[2:]]
             start, count = self.vec(at, u, 4, what=f"{spec.name} vector")
             out = []
-            make = _MAKERS.get(spec.name, _discard)
+            make = _MAKERS.get(spec.name, _kept if self.keep_tables else _discard)
             for j, v in enumerate(struct.unpack_from(f"<{count}I", buf, start)):
                 try:
                     p = self.target(start + 4 * j, v, f"{spec.name} table")
@@ -363,6 +366,10 @@ def _make_ptrloc(rd, v, pos):
 
 def _discard(rd, v, pos):
     return None
+
+
+def _kept(rd, v, pos):
+    return v
 
 
 _MAKERS = {"Module": _make_module, "Region": _make_region, "Kernel": _make_kernel, "Binding": _make_binding,
@@ -548,15 +555,15 @@ def _make_program(rd: _Reader, v: list, pos: int) -> m.Program:
     return prog
 
 
-def _verify_nested(data, max_depth: int) -> None:
+def _verify_nested(data, max_depth: int, keep_tables: bool = False) -> list:
     # As wrp-replay's flatbuffers::Verifier (annotations.cpp): tables nest at
     # most max_depth deep, root included, and at most len/4 + 1 tables are
     # visited, so shared tables cannot make a small buffer expensive to read.
     buf = memoryview(data)
-    rd = _Reader(buf, max_depth, verifier_depth=True)
+    rd = _Reader(buf, max_depth, verifier_depth=True, keep_tables=keep_tables)
     if len(buf) < 8:
         raise _Bad(f"{len(buf)} bytes are too few for a FlatBuffer", 0)
-    rd.table(rd.target(0, _U32.unpack_from(buf, 0)[0], "Annotations table"), _DEC["Annotations"])
+    return rd.table(rd.target(0, _U32.unpack_from(buf, 0)[0], "Annotations table"), _DEC["Annotations"])
 
 
 def verify_annotations(data, max_depth: int = MAX_DEPTH) -> None:
@@ -565,13 +572,29 @@ def verify_annotations(data, max_depth: int = MAX_DEPTH) -> None:
     Raises:
         WrpFormatError: It is not; the message names the field.
     """
+    annotation_tables(data, max_depth, keep_tables=False)
+
+
+def annotation_tables(data, max_depth: int = MAX_DEPTH, *, keep_tables: bool = True) -> Optional[list]:
+    """Verify an ``Annotations`` FlatBuffer as :func:`verify_annotations` does, and return its fields.
+
+    One pass, with no FlatBuffers runtime (which imports numpy: a tenth of a
+    second or more at start-up).  Each table comes back as a list of its
+    field values in the order of :data:`~.schema_tables.TABLES` (the schema's),
+    nested tables and vectors of tables alike; an absent field is its default
+    (``""``, ``()``, ``[]``, ``None`` for a table).
+
+    Raises:
+        WrpFormatError: The buffer is malformed; the message names the field.
+    """
     try:
-        _verify_nested(data, max_depth)
+        vals = _verify_nested(data, max_depth, keep_tables)
     except _Bad as e:
         _fail(e, 0, root="annotations")
         raise AssertionError from None  # pragma: no cover
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as e:
         raise WrpFormatError(f"malformed Annotations FlatBuffer ({type(e).__name__}: {e})") from None
+    return vals if keep_tables else None
 
 
-__all__ = ["decode_wrpk", "verify_annotations"]
+__all__ = ["decode_wrpk", "verify_annotations", "annotation_tables"]
