@@ -8,12 +8,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import warp as wp
 from click.testing import CliRunner
 
 import programs
 from wrpkit.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@wp.kernel
+def k_wave(x: wp.array(dtype=wp.float32), y: wp.array(dtype=wp.vec2)):
+    i = wp.tid()
+    y[i] = wp.vec2(wp.sin(x[i]), x[i] * 3.0 - 1.0)
 
 
 def wrp(*args):
@@ -121,3 +128,62 @@ def test_help_explains_every_command():
     for cmd in ("inspect", "validate", "check", "convert", "replay"):
         assert cmd in res.output
         assert wrp(cmd, "--help").exit_code == 0
+
+
+_NATIVE_REPLAY_SCRIPT = r"""
+import json, sys
+from click.testing import CliRunner
+from wrpkit.cli import main
+r = CliRunner().invoke(main, [sys.argv[1], sys.argv[2]] + (["--engine", "native"] if sys.argv[1] == "replay" else [])
+                       + ["--json"])
+assert r.exit_code == 0, r.output
+print(json.dumps({"report": json.loads(r.stdout),
+                  "loaded": [m for m in ("numpy", "warp", "flatbuffers") if m in sys.modules]}))
+"""
+
+
+def test_start_up_loads_only_what_the_file_needs(tmp_path, replayer):
+    """The native engine's parent needs numpy only for arrays it handles: without inputs,
+    --check or --output, wrp-replay summarises the outputs, and for a stock capture this
+    process never loads numpy (about a tenth of a second).  A capture saved by wrpkit has
+    a signature, whose layout numpy types; its annotations are read without the FlatBuffers
+    runtime, so `wrp inspect` of it loads neither.  The summary is still the eager run's."""
+    import numpy as np  # noqa: PLC0415
+    import warp as wp  # noqa: PLC0415
+
+    import wrpkit  # noqa: PLC0415
+
+    x0 = np.linspace(-2, 2, 300, dtype=np.float32)
+
+    def arrays():
+        return wp.array(x0, device="cpu"), wp.zeros(300, dtype=wp.vec2, device="cpu")
+
+    x, y = arrays()
+    wp.launch(k_wave, dim=300, inputs=[x, y], device="cpu")
+    eager = y.numpy()
+    x, y = arrays()
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_wave, dim=300, inputs=[x, y], device="cpu")
+    typed = tmp_path / "typed.wrp"
+    rec.save(typed, inputs={"x": x}, outputs={"y": y})
+    stock = tmp_path / "stock.wrp"
+    wp.capture_save(rec.graph, str(stock))
+
+    def run(*args):
+        out = subprocess.run([sys.executable, "-c", _NATIVE_REPLAY_SCRIPT, *map(str, args)], capture_output=True,
+                             text=True, check=True, cwd=tmp_path)
+        return json.loads(out.stdout)
+
+    got = run("replay", stock)
+    assert got["loaded"] == [], got["loaded"]
+    assert [s["dtype"] for s in got["report"]["outputs"].values()] == ["raw bytes"] * 2  # a stock file types nothing
+    got = run("replay", typed)
+    assert "warp" not in got["loaded"] and "flatbuffers" not in got["loaded"], got["loaded"]
+    s = got["report"]["outputs"]["y"]
+    assert (s["dtype"], s["shape"]) == ("vec2f", [300])
+    assert s["min"] == pytest.approx(float(eager.min()), rel=1e-6)
+    assert s["max"] == pytest.approx(float(eager.max()), rel=1e-6)
+    assert s["mean"] == pytest.approx(float(eager.astype(np.float64).mean()), rel=1e-5)
+    got = run("inspect", typed)
+    assert got["loaded"] == [], got["loaded"]
+    assert [(b["name"], b["dtype"]) for b in got["report"]["bindings"]] == [("x", "float32"), ("y", "vec2f")]

@@ -7,14 +7,15 @@ so that a summary costs no copy of the binding.  It needs no Warp.
 
 from __future__ import annotations
 
-import numpy as np
-
-from .compare import array_stats
+# numpy (and compare, which needs it) is imported where an array is summarised: a replay whose
+# outputs the file types is summarised by wrp-replay itself, and its parent never loads numpy.
 
 
 def stats(arr: np.ndarray) -> dict:
     """shape, dtype, min, max, mean (over finite values), NaN and Inf counts
     (:func:`wrpkit.checks.compare.array_stats`, the one NaN-aware summary)."""
+    from .compare import array_stats  # noqa: PLC0415
+
     return array_stats(arr)
 
 
@@ -38,7 +39,12 @@ def with_warp_shape(summary: dict, sig) -> dict:
 
 def raw_stats(arr: np.ndarray) -> dict:
     """The stats of an untyped binding (raw bytes): its size only; min/max/mean of bytes mean nothing."""
-    return {"shape": list(arr.shape), "dtype": "raw bytes", "min": None, "max": None, "mean": None,
+    return raw_stats_of(list(arr.shape))
+
+
+def raw_stats_of(shape: list) -> dict:
+    """:func:`raw_stats` of an untyped binding of ``shape`` (its data not read)."""
+    return {"shape": list(shape), "dtype": "raw bytes", "min": None, "max": None, "mean": None,
             "nan": None, "inf": None, "raw": True}
 
 
@@ -63,6 +69,8 @@ def view_spec(sig) -> dict:
 
 def like_spec(arr: np.ndarray) -> dict:
     """The spec (see :func:`view_spec`) typing a whole region like ``arr`` (same bytes, C order)."""
+    import numpy as np  # noqa: PLC0415
+
     arr = np.asarray(arr)
     if arr.dtype.names is not None:
         return {"struct": True, "shape": list(arr.shape)}
@@ -91,6 +99,8 @@ def region_stats(region: np.ndarray, spec) -> dict:
     if spec.get("struct"):
         return {"shape": list(spec["shape"]), "dtype": "struct", "min": None, "max": None, "mean": None,
                 "nan": 0, "inf": 0}
+    import numpy as np  # noqa: PLC0415
+
     dtype, shape = np.dtype(spec["dtype"]), tuple(int(d) for d in spec["shape"])
     if region.nbytes == 0 or 0 in shape:
         return stats(np.empty(shape, dtype=dtype))
@@ -114,6 +124,8 @@ def stats_spec(sig, size: int, hint=None):
     if sig is not None:
         return view_spec(sig)
     if hint is not None:
+        import numpy as np  # noqa: PLC0415
+
         hint = np.asarray(hint)
         if not hint.dtype.hasobject and hint.nbytes == size:
             return like_spec(hint)
@@ -138,5 +150,5 @@ def timing_summary(values) -> dict | None:
             "max": v[-1], "mean": sum(v) / n, "count": n}
 
 
-__all__ = ["stats", "raw_stats", "region_stats", "view_spec", "like_spec", "with_warp_shape", "stats_spec",
+__all__ = ["stats", "raw_stats", "raw_stats_of", "region_stats", "view_spec", "like_spec", "with_warp_shape", "stats_spec",
            "timing_summary"]

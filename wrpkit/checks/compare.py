@@ -26,6 +26,8 @@ from typing import Optional
 
 import numpy as np
 
+from .json_values import json_safe  # noqa: F401  (re-exported: it was defined here)
+
 #: Elements per slice when summarizing or comparing.
 SLICE = 1 << 20
 
@@ -356,20 +358,6 @@ def compare_binding(got: np.ndarray, want, rtol: float, atol: float, equal_nan: 
     if got.dtype == np.uint8 and want.dtype != np.uint8:
         got = typed_as(got, want)
     return compare_arrays(got, want, rtol, atol, equal_nan=equal_nan).to_json()
-
-
-def json_safe(obj):
-    """``obj`` with non-finite floats (an infinite relative error) as None and numpy scalars as Python
-    ones, so that its JSON stays standard (``allow_nan=False``)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    if isinstance(obj, (np.integer, np.floating, np.bool_)):
-        return json_safe(obj.item())
-    return obj
 
 
 __all__ = ["array_stats", "compare_arrays", "Comparison", "describe", "SLICE", "typed_as", "compare_binding", "json_safe"]

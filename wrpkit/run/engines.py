@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-import numpy as np
-
 from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFormatError, WrpOutOfMemoryError,
                       WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
 
@@ -243,7 +241,7 @@ class NativeEngine:
             WrpCrashError: It died of a fatal signal (the op named where found).
             WrpTimeoutError: ``request.timeout`` ran out.
         """
-        from ..checks.binding_stats import region_stats  # noqa: PLC0415
+        from ..checks.binding_stats import raw_stats_of, region_stats  # noqa: PLC0415
         from .shared import memory_file  # noqa: PLC0415
 
         paths = native_paths()
@@ -307,11 +305,13 @@ class NativeEngine:
                 os.close(fd)  # the results' mappings stay until they go
         summary = dict(report.get("stats") or {})
         for name in here:
+            import numpy as np  # noqa: PLC0415  (only for what wrp-replay did not summarise)
+
             raw = np.ascontiguousarray(results[name]).reshape(-1).view(np.uint8)
             summary[name] = region_stats(raw, request.stats[name])
         for name in request.stats:
             if name not in summary:
-                summary[name] = region_stats(np.zeros(0, np.uint8), None) | {"shape": [prep.sizes[name]]}
+                summary[name] = raw_stats_of([prep.sizes[name]])
         results = {n: results[n] for n in request.read_back}
         host = _native_timings(report) or [wall_ms / max(1, request.repeat)]
         return EngineRun(results, summary, host, None)
@@ -383,6 +383,8 @@ def engine(name: str):
 
 def typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
     """A native engine output as ``sig`` types it (raw ``uint8`` bytes without one); views, no copies."""
+    import numpy as np  # noqa: PLC0415
+
     from ..formats import annotations as ann  # noqa: PLC0415
 
     raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
@@ -437,6 +439,8 @@ def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, cras
 
 def _npy_memory_file(arr: np.ndarray, name: str) -> int:
     """A memory file (no name on disk) holding ``arr`` as ``.npy``; its fd, at offset 0."""
+    import numpy as np  # noqa: PLC0415
+
     from .shared import memory_file  # noqa: PLC0415
 
     fd = memory_file(name)
@@ -448,6 +452,8 @@ def _npy_memory_file(arr: np.ndarray, name: str) -> int:
 
 def _read_npy_fd(fd: int, what: str) -> np.ndarray:
     """The array a ``.npy`` memory file holds, mapped (no copy)."""
+    import numpy as np  # noqa: PLC0415
+
     try:
         return np.load(f"/proc/self/fd/{fd}", mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as e:

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-import numpy as np
-
 from ..formats import annotations as ann
 from ..formats import wrp1
 from ..formats.wrp1_layout import CURRENT_FORMAT, upgrade_message
@@ -340,6 +338,8 @@ def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature])
     Raises:
         WrpBindingError: Wrong dtype, shape or size (a usage error, exit 2).
     """
+    import numpy as np  # noqa: PLC0415
+
     if type(value).__module__.startswith("warp"):
         from warp._src import types as wt  # noqa: PLC0415
 

@@ -50,7 +50,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..checks.compare import json_safe
+from ..checks.json_values import json_safe
 from ..errors import EXIT_FAILED, EXIT_OK, WrpError
 from .regress_case import VERDICTS, CaseResult, case_job, read_npz
 from .regress_fanout import run_dask, run_local, run_ray, run_serial

@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..checks.compare import json_safe
+from ..checks.json_values import json_safe
 from ..errors import EXIT_FAILED, WrpDeviceError, WrpError
 from ..fileio import pwrite_all
 from .regress_suite import SUITE_FILE, Case

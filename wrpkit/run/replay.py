@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-import numpy as np
-
 from ..errors import EXIT_FAILED, WrpError
 
 
@@ -75,7 +73,7 @@ class ReplayReport:
     def to_json(self) -> dict:
         """The report as ``wrp replay --json`` prints it (non-finite floats as null; ``kernels`` only
         with ``--kernels``)."""
-        from ..checks.compare import json_safe  # noqa: PLC0415
+        from ..checks.json_values import json_safe  # noqa: PLC0415
 
         out = {"file": self.file, "device": self.device, "engine": self.engine, "warp_version": self.warp_version,
                "repeat": self.repeat, "warmup": self.warmup, "timings": self.timings, "outputs": self.outputs,
@@ -177,6 +175,8 @@ def _type_bindings(prep, dtypes: Mapping, kernels) -> tuple:
 
 
 def _savez_bytes(results: dict) -> bytes:
+    import numpy as np  # noqa: PLC0415
+
     buf = io.BytesIO()
     np.savez(buf, **results)
     return buf.getvalue()
@@ -266,7 +266,6 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         WrpError: Any problem found before or while replaying; nothing is written in that case.
     """
     from ..checks.binding_stats import stats_spec, timing_summary, with_warp_shape  # noqa: PLC0415
-    from ..checks.compare import compare_binding, typed_as  # noqa: PLC0415
     from ..fileio import atomic_write, check_output_path  # noqa: PLC0415
     from . import prepare as preparation  # noqa: PLC0415
     from .engines import ReplayRequest, engine as engine_named, typed_like  # noqa: PLC0415
@@ -319,6 +318,10 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
     # Bindings without a signature come back as raw bytes; type them like the
     # input or golden array given for them when the sizes agree.
     results = run.results
+    if results:
+        import numpy as np  # noqa: PLC0415
+
+        from ..checks.compare import typed_as  # noqa: PLC0415
     for name, arr in list(results.items()):
         if prep.signature.get(name) is None:
             results[name] = typed_as(arr, given.hint(name))
@@ -332,6 +335,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         unset_inputs=unset_inputs(prep, given.inputs), warnings=warnings,
         kernels=kernel_typing.to_json() if kernel_typing is not None else None)
     if given.golden is not None:
+        from ..checks.compare import compare_binding  # noqa: PLC0415
+
         per = {n: compare_binding(results[n], w, rtol, atol, equal_nan) for n, w in given.golden.items()}
         total = warmup + repeat
         report.check = {"golden": str(golden), "rtol": rtol, "atol": atol, "equal_nan": equal_nan,
