@@ -102,6 +102,22 @@ def verify_deferred(prep) -> None:
         prep.deferred = []
 
 
+def start_verification(prep):
+    """Start verifying the region checksums :func:`~wrpkit.run.prepare.prepare` deferred, on threads.
+
+    Returns the :class:`~wrpkit.formats.wrpk.blobs.BackgroundVerification`
+    (``wait()`` it before the data is used), or None when there is nothing
+    to verify.  ``prep.deferred`` is emptied: the checks are now the caller's.
+    """
+    if prep is None or not prep.deferred:
+        return None
+    from ..formats.wrpk.blobs import BackgroundVerification  # noqa: PLC0415
+
+    verification = BackgroundVerification(prep.deferred)
+    prep.deferred = []
+    return verification
+
+
 def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
     """:func:`no_result_error` from a child's exit code and what it printed."""
     tail = " | ".join(output.strip().splitlines()[-5:])
@@ -249,7 +265,11 @@ class ReplayWorker:
         self.device = str(device)
         self.prefix = prefix
         self.max_memory = max_memory
-        verify_deferred(prep)
+        # A .wrpk's region data is hashed here while the child starts and loads it (as Warp
+        # loads it in-process: region data is data, and module code was verified already);
+        # nothing is replayed until every checksum matched (_verified).
+        self._verification = start_verification(prep)
+        self._refused: Optional[WrpError] = None  # what the verification raised, raised again at each run
         self._own_source = source is None
         self.source = source
         self.proc: Optional[subprocess.Popen] = None
@@ -327,6 +347,8 @@ class ReplayWorker:
         run (releasing the previous one), so a run over many captures pays the
         process start and ``import warp`` once (``wrp regress``).
         """
+        self._drop_verification()
+        self._refused = None
         verify_deferred(prep)
         if self._own_source and self.source is not None:
             self.source.close()
@@ -396,9 +418,40 @@ class ReplayWorker:
             os.close(self._out_fd)
             self._out_fd = -1
 
+    def _verified(self) -> None:
+        """Wait until the capture's deferred checksums are verified (this thread helps hash).
+
+        Raises:
+            WrpIntegrityError: A region's data does not match (the child, which may hold it, is stopped).
+        """
+        if self._refused is not None:  # the data did not match once: it never will be replayed
+            raise self._refused
+        verification, self._verification = self._verification, None
+        if verification is not None:
+            try:
+                verification.wait()
+            except WrpError as e:
+                self._refused = e
+                self.stop()
+                raise
+            except BaseException:  # Ctrl-C while hashing: the checks are not done, keep them for later
+                self._verification = verification
+                self.stop()
+                raise
+
+    def _drop_verification(self) -> None:
+        """Finish a verification no replay will wait for, so that no thread reads the data after it is released."""
+        verification, self._verification = self._verification, None
+        if verification is not None:
+            try:
+                verification.wait()
+            except WrpError:
+                pass  # the capture is not replayed any more: nothing to refuse
+
     def close(self) -> None:
         """End the child and release what it was handed."""
         self.closed = True
+        self._drop_verification()
         self.stop()
         if self._own_source and self.source is not None:
             self.source.close()
@@ -431,12 +484,14 @@ class ReplayWorker:
         """
         from .shared import SharedArea, layout  # noqa: PLC0415
 
-        deadline = None if timeout is None else time.monotonic() + timeout
         if not self.alive:
             self.stop()
             self._start()
         elif not self._loaded:
             self._send_load()  # warmed, or retargeted to another capture
+        self._verified()  # the child loads meanwhile; it replays nothing before this
+        # The clock starts once the data is verified, as it did when that came first.
+        deadline = None if timeout is None else time.monotonic() + timeout
         names = list(self.prep.sizes) if read_back is None else list(read_back)
         in_at, in_size = layout({n: np.asarray(a).nbytes for n, a in inputs.items()})
         out_at, out_size = layout({n: self.prep.sizes[n] for n in names})
@@ -475,6 +530,7 @@ class ReplayWorker:
             WrpTimeoutError: ``timeout`` ran out (the child was killed).
             WrpError: The child ended without an answer (it is gone).
         """
+        self._drop_verification()  # a case's child reads and checks the case's files itself
         if not self.alive:
             self.warm()
         answer, fds, deadline = self._ask({"op": "case", "job": job, "stage_size": self._stage.size},
