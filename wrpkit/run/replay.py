@@ -274,10 +274,13 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
     file = Path(file)
     try:
         file = preparation.resolve_capture_path(file)
-        # Both engines replay in a child that maps a .wrp itself: this process reads its records only
-        # (a .wrpk's blobs are all read here, to verify them).
+        # Both engines replay in a child that maps the file itself: this process reads its records
+        # (and a .wrpk's module blobs) only, except that for the python engine it hashes a .wrpk's
+        # region data while the child loads it, and so maps every page up front; wrp-replay
+        # verifies a bundle's region data itself.
+        hashes_here = engine == "python" and verify_checksums and file.suffix.lower() != ".wrp"
         prep = preparation.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
-                                   modules_dir=modules_dir, prefetch=file.suffix.lower() != ".wrp")
+                                   modules_dir=modules_dir, prefetch=hashes_here)
     except BaseException:
         if watchdog is not None:
             watchdog.disarm()
