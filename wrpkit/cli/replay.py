@@ -158,7 +158,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
             import_rich()  # while the child imports Warp, not after the replay
     from ..checks.memory import parse_size  # noqa: PLC0415
     from ..run.replay import replay_file  # noqa: PLC0415
-    from .output import reported_errors  # noqa: PLC0415
+    from .output import import_rich, reported_errors  # noqa: PLC0415
 
     # The same error handling as the `wrp` group's, so that the command also reports cleanly on its own.
     with reported_errors(ctx, as_json):
@@ -175,7 +175,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
                                  repeat=repeat, warmup=warmup, golden=golden, rtol=rtol, atol=atol,
                                  equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
                                  watchdog=watchdog, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
-                                 dtypes=dtypes, kernels=kernels, max_memory=budget, allow_unreached=allow_unreached)
+                                 dtypes=dtypes, kernels=kernels, max_memory=budget, allow_unreached=allow_unreached,
+                                 while_replaying=None if as_json or engine == "python" else import_rich)
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False))
     else:

@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFormatError, WrpOutOfMemoryError,
                       WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
@@ -149,6 +149,8 @@ class ReplayRequest:
         max_memory: Bytes the load may allocate (None: the device's free memory).
         raw: Results as the bindings' ``uint8`` bytes instead of typed per their signature.
         identify: On a crash wrp-replay could not place, search for the op (more children).
+        while_replaying: Called in this process once the replay's process runs, while
+            it replays (the command line imports its table printer then), or None.
     """
 
     device: str = "cpu"
@@ -164,6 +166,7 @@ class ReplayRequest:
     max_memory: Optional[int] = None
     raw: bool = False
     identify: bool = True
+    while_replaying: Optional[Callable[[], None]] = None
 
     @property
     def replays(self) -> int:
@@ -276,15 +279,7 @@ class NativeEngine:
                 outs[name] = fd
                 args += ["--output", f"{name}=/dev/fd/{fd}"]
             t0 = time.perf_counter()
-            try:
-                # wrp-replay stops itself; the subprocess timeout is only a backstop (it kills the child)
-                proc = subprocess.run(args, capture_output=True, text=True, check=False, env=paths.env(),
-                                      pass_fds=tuple(fds),
-                                      timeout=None if request.timeout is None else request.timeout + 30)
-            except subprocess.TimeoutExpired:
-                proc = subprocess.CompletedProcess(args, EXIT_TIMEOUT, "", "")
-            except OSError as e:
-                raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
+            proc = _run_replayer(exe, args, paths.env(), fds, request)
             wall_ms = (time.perf_counter() - t0) * 1e3
             try:
                 report = json.loads(proc.stdout) if proc.stdout.strip() else {}
@@ -391,6 +386,33 @@ def typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
     if raw.nbytes == size:  # the data stays where wrp-replay wrote it
         return raw if sig is None else ann.view_region(raw, sig)
     return np.asarray(arr)
+
+
+def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRequest) -> subprocess.CompletedProcess:
+    """Run wrp-replay to its end, calling ``request.while_replaying`` meanwhile; its exit code and output.
+
+    Raises:
+        WrpRuntimeError: It cannot be started.
+    """
+    try:
+        child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                 pass_fds=tuple(fds))
+    except OSError as e:
+        raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
+    with child:
+        try:
+            if request.while_replaying is not None:
+                request.while_replaying()
+            # wrp-replay stops itself; this timeout is only a backstop (it kills the child)
+            out, err = child.communicate(timeout=None if request.timeout is None else request.timeout + 30)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            return subprocess.CompletedProcess(args, EXIT_TIMEOUT, "", "")
+        except BaseException:  # Ctrl-C: the replayer does not outlive this process
+            child.kill()
+            raise
+    return subprocess.CompletedProcess(args, child.returncode, out, err)
 
 
 def _native_timings(report: dict) -> Optional[list]:

@@ -16,7 +16,7 @@ import contextlib
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from ..errors import EXIT_FAILED, WrpError
 
@@ -225,7 +225,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
                 repeat: int = 1, warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6,
                 equal_nan: bool = False, engine: str = "python", verify_checksums: bool = True, watchdog=None,
                 allow_raw_pointers: bool = False, modules_dir=None, dtypes: Optional[Mapping] = None, kernels=(),
-                max_memory: Optional[int] = None, allow_unreached: bool = False) -> ReplayReport:
+                max_memory: Optional[int] = None, allow_unreached: bool = False,
+                while_replaying: Optional[Callable[[], None]] = None) -> ReplayReport:
     """Replay a ``.wrp`` or ``.wrpk`` and report timings and outputs; compare with a golden file, write every
     binding to an ``.npz``.
 
@@ -258,6 +259,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         kernels: ``.py`` files defining the capture's kernels, which type the bindings they are passed.
         max_memory: Bytes the replay may allocate instead of the device's free memory.
         allow_unreached: Replay a file whose regions are far larger than any op reaches.
+        while_replaying: Called in this process while the replay's process runs (the
+            native engine; the command line imports its table printer then), or None.
 
     Returns:
         The :class:`ReplayReport`; its ``exit_code`` is 1 when a binding differs from the golden.
@@ -302,7 +305,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         # the outputs table is computed where the data is (the replay's process).
         request = ReplayRequest(
             device=device, inputs=given.inputs, repeat=repeat, warmup=warmup, verify_checksums=verify_checksums,
-            allow_raw_pointers=allow_raw_pointers, max_memory=max_memory,
+            allow_raw_pointers=allow_raw_pointers, max_memory=max_memory, while_replaying=while_replaying,
             read_back=list(prep.sizes) if output is not None else list(given.golden or ()),
             stats={n: stats_spec(prep.signature.get(n), prep.sizes[n], given.hint(n)) for n in outputs})
         if watchdog is not None:
