@@ -394,6 +394,20 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
         assert pids <= worker_pids
 
 
+@pytest.mark.slow  # a Dask cluster
+def test_a_dask_worker_with_two_threads_runs_cases_on_both(suite, tmp_path):
+    """One worker process with two threads: both run cases (each with its own replay child), the run
+    says so, and the verdicts are a serial run's.  (The window, two tasks a thread, is not observable here.)"""
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+    s = _case_copies(suite, tmp_path / "s", {f"a{i}": "mine/axpy" for i in range(8)})
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40) as cluster:
+        rep = wrpkit.regress(s, dask=cluster.scheduler_address)
+    assert rep.ran_on.endswith("(1 worker, 2 threads)"), rep.ran_on
+    _same(rep, wrpkit.regress(s))
+    assert len({c.worker for c in rep.cases}) == 2  # one process, both of its threads
+
+
 def _cmdline_has(proc: Path, word: bytes) -> bool:
     try:
         return word in (proc / "cmdline").read_bytes().split(b"\0")

@@ -139,16 +139,16 @@ def run_serial(jobs: list, done: Callable, zygote=None) -> None:
         close_replay_workers()
 
 
-def remote_batches(n_jobs: int, n_workers: int) -> list:
-    """Job indices in batches for a remote route (Dask, Ray): about four per worker, at most
-    :data:`REMOTE_BATCH` cases each.
+def remote_batches(n_jobs: int, n_slots: int) -> list:
+    """Job indices in batches for a remote route (Dask, Ray): about four per slot (a task that can run at
+    once: a Dask worker thread, a Ray CPU), at most :data:`REMOTE_BATCH` cases each.
 
     A task costs its scheduler, worker and client a few milliseconds between
     them (Dask's; Ray's more), as much as a small case's whole replay, so each
     task runs a few cases (:func:`~wrpkit.run.regress_case.run_cases`); four
-    batches a worker keep the load balanced.
+    batches a slot keep the load balanced.
     """
-    size = max(1, min(REMOTE_BATCH, -(-n_jobs // (4 * max(1, n_workers)))))
+    size = max(1, min(REMOTE_BATCH, -(-n_jobs // (4 * max(1, n_slots)))))
     return [list(range(i, min(i + size, n_jobs))) for i in range(0, n_jobs, size)]
 
 
@@ -156,8 +156,12 @@ def remote_batches(n_jobs: int, n_workers: int) -> list:
 REMOTE_BATCH = 8
 
 
-def _run_batched(jobs: list, n_workers: int, done: Callable, submit: Callable, next_finished: Callable) -> None:
-    """The remote routes' loop: ``jobs`` in batches (:func:`remote_batches`), a window of two a worker in flight.
+def _run_batched(jobs: list, n_slots: int, done: Callable, submit: Callable, next_finished: Callable) -> None:
+    """The remote routes' loop: ``jobs`` in batches (:func:`remote_batches`), a window of two a slot in flight.
+
+    ``n_slots`` is how many tasks the cluster runs at once (a Dask worker
+    thread, a Ray CPU each): with two a slot sent, each has its next task
+    waiting when one ends, never a round trip through the client.
 
     ``submit(batch_jobs)`` sends one task (:func:`run_remote_cases` of the
     jobs, their files' bytes included) and returns its handle;
@@ -168,8 +172,8 @@ def _run_batched(jobs: list, n_workers: int, done: Callable, submit: Callable, n
     (:func:`_died`); a single case whose task raised fails with the reason.
     """
     in_flight = {}  # handle -> job indices
-    window = max(2, 2 * max(1, n_workers))
-    pending = remote_batches(len(jobs), n_workers)  # not yet sent; a batch sent again comes back as ones
+    window = max(2, 2 * max(1, n_slots))
+    pending = remote_batches(len(jobs), n_slots)  # not yet sent; a batch sent again comes back as ones
 
     def submit_next():
         while pending:
@@ -201,7 +205,7 @@ def _run_batched(jobs: list, n_workers: int, done: Callable, submit: Callable, n
 
 
 def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
-    """Run ``jobs`` on the Dask scheduler at ``address`` in batches, a window of two per worker; say where they ran.
+    """Run ``jobs`` on the Dask scheduler at ``address`` in batches, a window of two a worker thread; say where.
 
     A batch whose worker process died is sent again one case a task, so
     that only the case that kills its worker fails (:func:`_run_batched`).
@@ -222,7 +226,9 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         raise WrpSchedulerError(f"not a Dask scheduler address: {address!r} ({e})",
                                 hint="Give it as tcp://HOST:PORT.") from None
     try:
-        n = len(client.scheduler_info().get("workers", {}))
+        workers = client.scheduler_info().get("workers", {})
+        n = len(workers)
+        threads = sum(int(w.get("nthreads") or 1) for w in workers.values())
         ac = as_completed(loop=client.loop)
         tasks = itertools.count()
 
@@ -239,8 +245,9 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
             except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection)
                 return fut, None, f"{type(e).__name__}: {e}"
 
-        _run_batched(jobs, n, done, submit, next_finished)
-        return f"dask {address} ({n} worker{'s' if n != 1 else ''})"
+        _run_batched(jobs, threads, done, submit, next_finished)
+        return f"dask {address} ({n} worker{'s' if n != 1 else ''}" + \
+            (f", {threads} threads)" if threads != n else ")")
     finally:
         client.close()
 
