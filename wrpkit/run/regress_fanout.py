@@ -161,13 +161,14 @@ def _run_batched(jobs: list, n_slots: int, done: Callable, submit: Callable, nex
 
     ``n_slots`` is how many tasks the cluster runs at once (a Dask worker
     thread, a Ray CPU each): with two a slot sent, each has its next task
-    waiting when one ends, never a round trip through the client.
+    waiting when one ends, rather than waiting for a round trip through the client.
 
     ``submit(batch_jobs)`` sends one task (:func:`run_remote_cases` of the
     jobs, their files' bytes included) and returns its handle;
     ``next_finished()`` waits for one sent task to end and returns
-    ``(handle, results)``, or raises what the task raised.  A batch whose
-    task raised (its worker process died, a lost connection) is sent again
+    ``(handle, results, None)``, or ``(handle, None, why)`` where the task
+    raised (``why``: the exception, in a line).  A batch whose task raised
+    (its worker process died, a lost connection) is sent again
     one case a task, so that only the case that kills its worker fails
     (:func:`_died`); a single case whose task raised fails with the reason.
     """
