@@ -394,6 +394,20 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
         assert pids <= worker_pids
 
 
+@pytest.mark.slow  # a Dask cluster
+def test_a_dask_worker_with_two_threads_runs_cases_on_both(suite, tmp_path):
+    """One worker process with two threads: both run cases (each with its own replay child), the run
+    says so, and the verdicts are a serial run's.  (The window, two tasks a thread, is not observable here.)"""
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+    s = _case_copies(suite, tmp_path / "s", {f"a{i}": "mine/axpy" for i in range(8)})
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40) as cluster:
+        rep = wrpkit.regress(s, dask=cluster.scheduler_address)
+    assert rep.ran_on.endswith("(1 worker, 2 threads)"), rep.ran_on
+    _same(rep, wrpkit.regress(s))
+    assert len({c.worker for c in rep.cases}) == 2  # one process, both of its threads
+
+
 def _cmdline_has(proc: Path, word: bytes) -> bool:
     try:
         return word in (proc / "cmdline").read_bytes().split(b"\0")
@@ -432,31 +446,27 @@ def _descendants_replaying(root: int) -> list:
     return out
 
 
-@pytest.mark.slow  # a Dask cluster, a worker killed and restarted, a 5 s timeout
-def test_a_killed_dask_worker_loses_no_case(suite, tmp_path):
-    """A Dask worker process killed while its batch of cases runs: the batch runs again elsewhere, every
-    case gets its own verdict (the never-ending one its timeout), in case order."""
-    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+def _kill_the_worker_of_the_never_ending_case(suite: Path, tmp_path: Path, regress) -> None:
+    """``regress(s)`` (a remote route) over 12 quick cases and a never-ending one in a batch with another;
+    the worker process replaying the never-ending case is killed mid-batch: the batch runs again, every case
+    gets its own verdict (the never-ending one its timeout, from another worker), in case order."""
     cases = {f"a{i:02d}": "mine/axpy" for i in range(12)}
-    cases["a05_forever"] = "broken/forever"  # in a batch with others (12 cases, 2 workers: batches of 2)
+    cases["a05_forever"] = "broken/forever"  # in a batch with others (13 cases, 2 workers: batches of 2)
     s = _case_copies(suite, tmp_path / "s", cases)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                  dashboard_address=None, silence_logs=40) as cluster:
-        result = {}
-        t = threading.Thread(target=lambda: result.setdefault(
-            "r", wrpkit.regress(s, dask=cluster.scheduler_address, timeout=5)))
-        t.start()
-        killed = None
-        deadline = time.monotonic() + 120
-        while killed is None and time.monotonic() < deadline and t.is_alive():
-            replaying = _descendants_replaying(os.getpid())
-            if replaying:
-                time.sleep(1.0)  # a quick case is done by now: this one is the never-ending case
-                if (replaying[0][0], replaying[0][1]) in _descendants_replaying(os.getpid()):
-                    os.kill(replaying[0][1], signal.SIGKILL)  # its Dask worker process
-                    killed = replaying[0][1]
-            time.sleep(0.2)
-        t.join(180)
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault("r", regress(s)))
+    t.start()
+    killed = None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and t.is_alive():
+        replaying = _descendants_replaying(os.getpid())
+        if replaying:
+            time.sleep(1.0)  # a quick case is done by now: this one is the never-ending case
+            if (replaying[0][0], replaying[0][1]) in _descendants_replaying(os.getpid()):
+                os.kill(replaying[0][1], signal.SIGKILL)  # its worker process (Dask's or Ray's)
+                killed = replaying[0][1]
+        time.sleep(0.2)
+    t.join(180)
     assert killed is not None and not t.is_alive()
     rep = result["r"]
     assert [c.name for c in rep.cases] == sorted(cases)
@@ -465,6 +475,37 @@ def test_a_killed_dask_worker_loses_no_case(suite, tmp_path):
                  "a05_forever": ("error", "WrpTimeoutError")}, v
     forever = next(c for c in rep.cases if c.name == "a05_forever")
     assert int(forever.worker.split(":")[1].split("/")[0]) != killed  # its verdict came from another worker
+
+
+@pytest.mark.slow  # a Dask cluster, a worker killed and restarted, a 5 s timeout
+def test_a_killed_dask_worker_loses_no_case(suite, tmp_path):
+    """A Dask worker process killed while its batch of cases runs: the batch runs again, case by case."""
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40) as cluster:
+        _kill_the_worker_of_the_never_ending_case(
+            suite, tmp_path, lambda s: wrpkit.regress(s, dask=cluster.scheduler_address, timeout=5))
+
+
+def _ray():
+    try:
+        import ray  # noqa: PLC0415
+    except ImportError:
+        pytest.skip("ray does not install in this environment (pip install ray failed or was not run)")
+    return ray
+
+
+@pytest.mark.slow  # a Ray cluster, a worker killed and replaced, a 5 s timeout
+def test_a_killed_ray_worker_loses_no_case(suite, tmp_path):
+    """A Ray worker process killed while its batch of cases runs (tasks have no retries): the batch is sent
+    again case by case, as on Dask."""
+    ray = _ray()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        _kill_the_worker_of_the_never_ending_case(suite, tmp_path,
+                                                  lambda s: wrpkit.regress(s, ray="auto", timeout=5))
+    finally:
+        ray.shutdown()
 
 
 def test_a_remote_case_reaches_its_child_whole_in_one_memory_file(suite):
@@ -490,27 +531,26 @@ def test_a_remote_case_reaches_its_child_whole_in_one_memory_file(suite):
             {k: v for k, v in original.items() if k != "payload"}
 
 
-def test_dask_batches_cover_every_case_once_in_order():
-    from wrpkit.run.regress_fanout import DASK_BATCH, dask_batches  # noqa: PLC0415
+def test_remote_batches_cover_every_case_once_in_order():
+    from wrpkit.run.regress_fanout import REMOTE_BATCH, remote_batches  # noqa: PLC0415
 
     for n_jobs, n_workers in ((1, 2), (7, 2), (50, 2), (13, 3), (1000, 2), (5, 0)):
-        batches = dask_batches(n_jobs, n_workers)
+        batches = remote_batches(n_jobs, n_workers)
         assert [i for b in batches for i in b] == list(range(n_jobs))
-        assert all(1 <= len(b) <= DASK_BATCH for b in batches)
+        assert all(1 <= len(b) <= REMOTE_BATCH for b in batches)
         assert len(batches) >= min(n_jobs, 2 * max(1, n_workers))  # two or more a worker: none waits idle
 
 
 def test_ray_gives_the_serial_verdicts(suite, serial):
-    try:
-        import ray  # noqa: PLC0415
-    except ImportError:
-        pytest.skip("ray does not install in this environment (pip install ray failed or was not run)")
+    ray = _ray()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         rep = wrpkit.regress(suite, ray="auto")
     finally:
         ray.shutdown()
     _same(rep, serial)
+    assert rep.ran_on == "ray auto (2 CPUs)"
+    assert os.getpid() not in {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
 
 
 def _junit_verdicts(xml_text: str) -> dict:

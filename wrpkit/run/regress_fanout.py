@@ -7,6 +7,7 @@ workers get every case's files as bytes (:func:`~wrpkit.run.regress_case.with_pa
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -54,8 +55,8 @@ _remote_zygote = None
 def remote_zygote():
     """This worker process's zygote (a Dask or Ray worker's), started on its first case and kept; or None.
 
-    :func:`run_remote_cases` and :func:`run_remote_case` (what Dask and Ray
-    run) fork a remote worker's replay children from it, as a local run's
+    :func:`run_remote_cases` (what Dask and Ray
+    run) forks a remote worker's replay children from it, as a local run's
     are from the run's: a child that a crash, a timeout or a kill ended is
     back in milliseconds rather than a Python start and ``import warp``, and
     a worker with several threads imports Warp once.  It is started from a
@@ -102,13 +103,8 @@ def _close_remote_zygote() -> None:
 
 
 def run_remote_cases(jobs: list) -> list:
-    """A Dask task: :func:`~wrpkit.run.regress_case.run_cases`, the children forked from this process's zygote."""
+    """A Dask or Ray task: :func:`~wrpkit.run.regress_case.run_cases`, the children forked from this process's zygote."""
     return run_cases(jobs, remote_zygote())
-
-
-def run_remote_case(job: dict) -> CaseResult:
-    """A Ray task: :func:`~wrpkit.run.regress_case.run_case`, the child forked from this process's zygote."""
-    return run_case(job, remote_zygote())
 
 
 def run_local(jobs: list, n_workers: int, done: Callable, zygote=None) -> None:
@@ -143,27 +139,77 @@ def run_serial(jobs: list, done: Callable, zygote=None) -> None:
         close_replay_workers()
 
 
-def dask_batches(n_jobs: int, n_workers: int) -> list:
-    """Job indices in batches for Dask: about four per worker, at most :data:`DASK_BATCH` cases each.
+def remote_batches(n_jobs: int, n_slots: int) -> list:
+    """Job indices in batches for a remote route (Dask, Ray): about four per slot (a task that can run at
+    once: a Dask worker thread, a Ray CPU), at most :data:`REMOTE_BATCH` cases each.
 
-    A Dask task costs its scheduler, worker and client a few milliseconds
-    between them, as much as a small case's whole replay, so each task runs
-    a few cases (:func:`~wrpkit.run.regress_case.run_cases`); four batches a
-    worker keep the load balanced.
+    A task costs its scheduler, worker and client a few milliseconds between
+    them (Dask's; Ray's more), as much as a small case's whole replay, so each
+    task runs a few cases (:func:`~wrpkit.run.regress_case.run_cases`); four
+    batches a slot keep the load balanced.
     """
-    size = max(1, min(DASK_BATCH, -(-n_jobs // (4 * max(1, n_workers)))))
+    size = max(1, min(REMOTE_BATCH, -(-n_jobs // (4 * max(1, n_slots)))))
     return [list(range(i, min(i + size, n_jobs))) for i in range(0, n_jobs, size)]
 
 
-#: The most cases one Dask task runs (:func:`dask_batches`).
-DASK_BATCH = 8
+#: The most cases one remote task runs (:func:`remote_batches`).
+REMOTE_BATCH = 8
+
+
+def _run_batched(jobs: list, n_slots: int, done: Callable, submit: Callable, next_finished: Callable) -> None:
+    """The remote routes' loop: ``jobs`` in batches (:func:`remote_batches`), a window of two a slot in flight.
+
+    ``n_slots`` is how many tasks the cluster runs at once (a Dask worker
+    thread, a Ray CPU each): with two a slot sent, each has its next task
+    waiting when one ends, rather than waiting for a round trip through the client.
+
+    ``submit(batch_jobs)`` sends one task (:func:`run_remote_cases` of the
+    jobs, their files' bytes included) and returns its handle;
+    ``next_finished()`` waits for one sent task to end and returns
+    ``(handle, results, None)``, or ``(handle, None, why)`` where the task
+    raised (``why``: the exception, in a line).  A batch whose task raised
+    (its worker process died, a lost connection) is sent again
+    one case a task, so that only the case that kills its worker fails
+    (:func:`_died`); a single case whose task raised fails with the reason.
+    """
+    in_flight = {}  # handle -> job indices
+    window = max(2, 2 * max(1, n_slots))
+    pending = remote_batches(len(jobs), n_slots)  # not yet sent; a batch sent again comes back as ones
+
+    def submit_next():
+        while pending:
+            batch = pending.pop(0)
+            sent = []
+            for i in batch:
+                try:
+                    sent.append((i, with_payload(jobs[i])))
+                except WrpError as e:  # a file that cannot be read here: that case only
+                    done(i, _unreadable(jobs[i], e))
+            if sent:
+                in_flight[submit([job for _, job in sent])] = [i for i, _ in sent]
+                return
+
+    while True:
+        while pending and len(in_flight) < window:
+            submit_next()
+        if not in_flight:
+            return
+        handle, results, error = next_finished()
+        batch = in_flight.pop(handle)
+        if error is None:
+            for i, res in zip(batch, results):
+                done(i, res)
+        elif len(batch) > 1:
+            pending[:0] = [[i] for i in batch]
+        else:
+            done(batch[0], _died(jobs[batch[0]], error))
 
 
 def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
-    """Run ``jobs`` on the Dask scheduler at ``address`` in batches, a window of two per worker; say where they ran.
+    """Run ``jobs`` on the Dask scheduler at ``address`` in batches, a window of two a worker thread; say where.
 
     A batch whose worker process died is sent again one case a task, so
-    that only the case that kills its worker fails (:func:`_died`).
+    that only the case that kills its worker fails (:func:`_run_batched`).
 
     Raises:
         WrpSchedulerError: The scheduler cannot be reached (exit 2).
@@ -181,54 +227,39 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         raise WrpSchedulerError(f"not a Dask scheduler address: {address!r} ({e})",
                                 hint="Give it as tcp://HOST:PORT.") from None
     try:
-        n = len(client.scheduler_info().get("workers", {}))
-        futures = {}
-        window = max(2, 2 * max(1, n))
-        pending = dask_batches(len(jobs), n)  # batches not yet sent; a batch sent again comes back as ones
+        workers = client.scheduler_info().get("workers", {})
+        n = len(workers)
+        threads = sum(int(w.get("nthreads") or 1) for w in workers.values())
         ac = as_completed(loop=client.loop)
+        tasks = itertools.count()
 
-        def submit_next():
-            while pending:
-                batch = pending.pop(0)
-                sent = []
-                for i in batch:
-                    try:
-                        sent.append((i, with_payload(jobs[i])))
-                    except WrpError as e:  # a file that cannot be read here: that case only
-                        done(i, _unreadable(jobs[i], e))
-                if not sent:
-                    continue
-                fut = client.submit(run_remote_cases, [job for _, job in sent], pure=False,
-                                    key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{sent[0][0]}")
-                futures[fut] = [i for i, _ in sent]
-                ac.add(fut)
-                return
+        def submit(batch):
+            fut = client.submit(run_remote_cases, batch, pure=False,
+                                key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{next(tasks)}")
+            ac.add(fut)
+            return fut
 
-        def fill():
-            while pending and len(futures) < window:
-                submit_next()
-
-        fill()
-        for fut in ac:
-            batch = futures.pop(fut)
+        def next_finished():
+            fut = next(ac)
             try:
-                results = fut.result()
-            except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection: its cases again, one by one)
-                if len(batch) > 1:
-                    pending[:0] = [[i] for i in batch]
-                else:
-                    done(batch[0], _died(jobs[batch[0]], f"{type(e).__name__}: {e}"))
-            else:
-                for i, res in zip(batch, results):
-                    done(i, res)
-            fill()
-        return f"dask {address} ({n} worker{'s' if n != 1 else ''})"
+                return fut, fut.result(), None
+            except Exception as e:  # noqa: BLE001  (KilledWorker, a lost connection)
+                return fut, None, f"{type(e).__name__}: {e}"
+
+        _run_batched(jobs, threads, done, submit, next_finished)
+        return f"dask {address} ({n} worker{'s' if n != 1 else ''}" + \
+            (f", {threads} threads)" if threads != n else ")")
     finally:
         client.close()
 
 
 def run_ray(jobs: list, address: str, done: Callable) -> str:
-    """Run ``jobs`` on the Ray cluster at ``address`` (``auto``, ``HOST:PORT``); say where they ran.
+    """Run ``jobs`` on the Ray cluster at ``address`` (``auto``, ``HOST:PORT``) in batches, as on Dask; say where.
+
+    Tasks have no retries: a batch whose worker process died is sent again
+    one case a task (:func:`_run_batched`), so that only the case that
+    kills its worker fails.  The cluster's CPUs count as its workers (a task
+    takes one).
 
     Raises:
         WrpSchedulerError: The cluster cannot be reached (exit 2).
@@ -244,28 +275,30 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
                                 hint="Start one (`ray start --head`) or check the address (auto, HOST:PORT, "
                                      "ray://HOST:PORT).") from None
     try:
-        remote = ray.remote(max_retries=0)(run_remote_case)
-        refs = {}
-        for i, job in enumerate(jobs):
+        n = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        remote = ray.remote(max_retries=0)(run_remote_cases)
+        refs = []
+
+        def submit(batch):
+            ref = remote.remote(batch)
+            refs.append(ref)
+            return ref
+
+        def next_finished():
+            ready, _ = ray.wait(refs, num_returns=1)
+            ref = ready[0]
+            refs.remove(ref)
             try:
-                refs[remote.remote(with_payload(job))] = i
-            except WrpError as e:  # a file that cannot be read here: that case only
-                done(i, _unreadable(job, e))
-        left = list(refs)
-        while left:
-            ready, left = ray.wait(left, num_returns=1)
-            for ref in ready:
-                i = refs[ref]
-                try:
-                    res = ray.get(ref)
-                except Exception as e:  # noqa: BLE001  (a worker that died)
-                    res = _died(jobs[i], f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-                done(i, res)
-        return f"ray {address}"
+                return ref, ray.get(ref), None
+            except Exception as e:  # noqa: BLE001  (WorkerCrashedError: a worker that died)
+                return ref, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+        _run_batched(jobs, n, done, submit, next_finished)
+        return f"ray {address} ({n} CPU{'s' if n != 1 else ''})"
     finally:
         if started_here:
             ray.shutdown()
 
 
-__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "dask_batches", "remote_zygote", "run_remote_cases",
-           "run_remote_case", "WrpSchedulerError"]
+__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "remote_batches", "remote_zygote",
+           "run_remote_cases", "WrpSchedulerError"]
