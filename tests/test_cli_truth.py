@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import interruptible
 
 import replay_cases as rc
 import warp as wp
@@ -271,7 +272,8 @@ def test_ctrl_c_stops_a_long_python_replay_within_a_second(tmp_path):
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "wrpkit.cli", "replay", str(path), "--output", "out.npz", "--json"],
-                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     try:
         time.sleep(15)  # loaded, validated and deep inside Warp's native WHILE loop (slow machines too)
         assert proc.poll() is None, proc.communicate()

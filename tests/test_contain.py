@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import interruptible
 from click.testing import CliRunner
 
 import warp as wp
@@ -502,7 +503,8 @@ def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "wrpkit.cli", "trace", *map(str, args), "--save",
-                             str(out / "t.trace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             str(out / "t.trace")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     try:
         kids = []
         for _ in range(600):  # the child starts once the parent has validated the file

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import interruptible
 
 import profile_programs as pp  # noqa: E402
 from trace_event_rules import check_trace_event_file  # noqa: E402
@@ -437,7 +438,8 @@ def test_ctrl_c_exits_130_and_kills_the_child(caps, tmp_path):
     out.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "wrpkit.cli", "profile", str(caps["while_if"]), "--input",
                              f"counter={tmp_path / 'counter.npy'}", "-o", str(out / "p.json")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     try:
         kids = []
         for _ in range(600):
