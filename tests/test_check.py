@@ -110,38 +110,59 @@ def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
     assert code == 1 and not data["loadable"]  # it loads, but its replay dereferences a dangling pointer
 
 
-def _pointer_lint_with_grid_id(tmp_path, value: int) -> list:
-    """The lint-pointer findings of the stock HashGrid capture with the grid's id rewritten to ``value``."""
-    from wrpkit.checks.check import lint_program  # noqa: PLC0415
-    from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
+def _grid_capture_with_id(tmp_path, value: int):
+    """The stock HashGrid capture with the grid's id rewritten to ``value``: ``(path, program)``."""
+    from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1  # noqa: PLC0415
 
     g, out, _grid = _stock_grid_capture()
-    path = tmp_path / "grid.wrp"
-    wp.capture_save(g, str(path), outputs={"out": out})
-    prog = decode_wrp1(path.read_bytes())
+    src = tmp_path / "grid.wrp"
+    wp.capture_save(g, str(src), outputs={"out": out})
+    prog = decode_wrp1(src.read_bytes())
     launch = next(op for op in prog.ops if hasattr(op, "value_data"))
     p = launch.params[0]
     assert p.value_size == 8
     data = bytearray(launch.value_data)
     data[p.value_offset:p.value_offset + 8] = value.to_bytes(8, "little")
     launch.value_data = bytes(data)
-    return [f for f in lint_program(prog) if f.check == "lint-pointer"]
+    path = tmp_path / "edited.wrp"
+    path.write_bytes(encode_wrp1(prog))
+    shutil.copytree(tmp_path / "grid_modules", tmp_path / "edited_modules")
+    return path, prog
 
 
-@pytest.mark.parametrize("address", [0x356CCB80, 0x55D15E5EF6C0, 0x7F3A2C001000])
-def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address):
+def _pointer_findings(tmp_path, value: int, replayer) -> tuple:
+    """What wrpkit's lint and ``wrp-replay`` (the C++ twin) say of the grid id ``value``:
+    ``(lint-pointer findings, wrp-replay --list exit code, its stderr)``."""
+    import subprocess  # noqa: PLC0415
+
+    from wrpkit.checks.check import lint_program  # noqa: PLC0415
+
+    path, prog = _grid_capture_with_id(tmp_path, value)
+    findings = [f for f in lint_program(prog) if f.check == "lint-pointer"]
+    native = subprocess.run([str(replayer), str(path), "--list"], capture_output=True, text=True, timeout=120)
+    return findings, native.returncode, native.stderr
+
+
+# A brk heap starts on a random page, but where an object lies within its page is the same in
+# every run of one program: a grid that lands on a page boundary (0x356cc000) does so every time.
+@pytest.mark.parametrize("address", [0x356CCB80, 0x356CC000, 0x1_2340_0010, 0x55D15E5EF6C0, 0x7F3A2C001000])
+def test_lint_flags_pointers_from_pie_and_non_pie_heaps(tmp_path, address, replayer):
     # The grid's id is an address of this process's heap: near 2^46 under a PIE
-    # interpreter, below 2^32 under a non-PIE one (Debian's /usr/bin/python3).
-    # Rewrite it to each kind so that both are checked whatever runs the tests.
-    findings = _pointer_lint_with_grid_id(tmp_path, address)
+    # interpreter, below 2^32 under a non-PIE one (Debian's /usr/bin/python3 on
+    # kernels that keep the legacy brk layout).  Rewrite it to each kind so that
+    # both are checked whatever runs the tests, in Python and in wrp-replay.
+    findings, code, stderr = _pointer_findings(tmp_path, address, replayer)
     assert len(findings) == 1 and f"{address:#x}" in findings[0].message
+    assert code == 3 and f"{address:#x}" in stderr and "live process pointer" in stderr
 
 
-@pytest.mark.parametrize("value", [1 << 24, 3 << 24, 1 << 32])
-def test_lint_leaves_round_sizes_and_strides_alone(tmp_path, value):
+@pytest.mark.parametrize("value", [1 << 24, 3 << 24, 255 << 24, 1 << 32, 5 << 40])
+def test_lint_leaves_round_sizes_and_strides_alone(tmp_path, value, replayer):
     # An int64 size or stride such as 2^24 fills a whole 8-byte argument in the low
-    # heap range, but it is a multiple of 4096, which a small malloc'd object rarely is.
-    assert not _pointer_lint_with_grid_id(tmp_path, value)
+    # heap range, but it is a small odd number times a power of two, which an address
+    # almost never is.
+    findings, code, stderr = _pointer_findings(tmp_path, value, replayer)
+    assert not findings and code == 0, stderr
 
 
 def test_lint_leaves_floats_padded_with_zeros_alone(captures):

@@ -569,11 +569,11 @@ private:
                     continue;
                 uint64_t v = op.get<uint64_t>(values_off + voff + off);
                 // A non-PIE interpreter's brk heap lies low: there only a whole uint64 argument
-                // that is 16-aligned and not a round multiple of 4096 (a size or stride) counts
-                // (check.py _looks_like_a_process_pointer).
+                // that is 16-aligned and not round (an odd number below 256 times a power of two,
+                // as sizes and strides are) counts (check.py _looks_like_a_process_pointer).
                 bool high = v % 8 == 0 && v >= (uint64_t(1) << 44) && v < (uint64_t(1) << 47);
-                bool low = vsize == 8 && off == 0 && v % 16 == 0 && v % 4096 != 0 &&
-                    v >= (uint64_t(1) << 24) && v < (uint64_t(1) << 44);
+                bool low = vsize == 8 && off == 0 && v % 16 == 0 && v >= (uint64_t(1) << 24) &&
+                    v < (uint64_t(1) << 44) && (v >> __builtin_ctzll(v)) >= 256;
                 if (!high && !low)
                     continue;
                 std::string seen = hash + "/" + key + "/" + std::to_string(j) + "/" + std::to_string(off);

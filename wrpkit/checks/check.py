@@ -99,21 +99,24 @@ def lint_program(prog: m.Program) -> list:
 # A non-PIE interpreter (Debian's /usr/bin/python3) grows its brk heap up from
 # a few MiB, so a HashGrid made there has an id below 2^32, among the bit
 # patterns of floats padded with zeros.  Such a value is taken for a pointer
-# only when it fills a whole 8-byte scalar argument (a uint64 id) and is
-# 16-aligned, as glibc's malloc returns, but not a multiple of 4096: sizes and
-# strides such as 2^24 are round numbers, while a small malloc'd object lies
-# on a page boundary once in 256 allocations.  The C++ twin is in
-# native/src/wrp1_ops.cpp.
+# only when it fills a whole 8-byte scalar argument (a uint64 id), is
+# 16-aligned, as glibc's malloc returns, and is not round: sizes and strides
+# such as 2^24 or 3 * 2^24 are a small odd number (below 256) times a power of
+# two, which a heap address almost never is.  (Not "a multiple of 4096": the
+# brk heap starts on a random page, but where an object lies within its page
+# is the same in every run of the same program, so a grid allocated on a page
+# boundary was missed every time.)  The C++ twin is in native/src/wrp1_ops.cpp.
 HIGH_POINTERS = (1 << 44, 1 << 47)
 LOW_POINTERS = (1 << 24, 1 << 44)
+ROUND_ODD_PART = 256  # m * 2^k with an odd m below this is a round number, not an address
 
 
 def _looks_like_a_process_pointer(v: int, whole_u64_argument: bool) -> bool:
     """True for a value that is most likely an address in a 64-bit Linux process."""
     if v % 8 == 0 and HIGH_POINTERS[0] <= v < HIGH_POINTERS[1]:
         return True
-    return (whole_u64_argument and v % 16 == 0 and v % 4096 != 0
-            and LOW_POINTERS[0] <= v < LOW_POINTERS[1])
+    return (whole_u64_argument and v % 16 == 0 and LOW_POINTERS[0] <= v < LOW_POINTERS[1]
+            and v >> ((v & -v).bit_length() - 1) >= ROUND_ODD_PART)
 
 
 def lint_launches(launches) -> list:
