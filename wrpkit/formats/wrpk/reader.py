@@ -55,15 +55,14 @@ class _DecPlan:
 
 
 class _Reader:
-    def __init__(self, buf, max_depth: int, verifier_depth: bool = False, keep_tables: bool = False):
+    def __init__(self, buf, max_depth: int, verifier_depth: bool = False):
         self.buf = buf
         self.n = len(buf)
-        # Return nested tables' fields (lists, in schema order) instead of only checking them:
-        # the Annotations buffer is decoded this way, without the FlatBuffers runtime.
-        self.keep_tables = keep_tables
         # flatbuffers::Verifier semantics (the Annotations buffer, which C++
         # checks with the Verifier): every table entered counts one level,
-        # the root included, instead of only table-valued fields.
+        # the root included, instead of only table-valued fields.  That buffer is decoded in
+        # the same pass, without the FlatBuffers runtime: nested tables come back as their
+        # fields (lists, in schema order), where the manifest's are only checked.
         self.vdepth = 0 if verifier_depth else None
         self.plans: dict = {}
         self.strings: dict = {}
@@ -219,19 +218,18 @@ class _Reader:
         if kind.startswith("table:"):
             spec = _DEC[kind[6:]]
             if self.vdepth is not None:  # counted in table()
-                vals = self.table(self.target(at, u, f"{spec.name} table"), spec)
-                return vals if self.keep_tables else None
+                return self.table(self.target(at, u, f"{spec.name} table"), spec)
             self.depth += 1
             if self.depth > self.max_depth:
                 raise _Bad(f"tables are nested deeper than {self.max_depth} levels", at)
-            vals = self.table(self.target(at, u, f"{spec.name} table"), spec)
+            self.table(self.target(at, u, f"{spec.name} table"), spec)
             self.depth -= 1
-            return vals if self.keep_tables else None
+            return None
         if kind[0] == "t":
             spec = _DEC[kind[2:]]
             start, count = self.vec(at, u, 4, what=f"{spec.name} vector")
             out = []
-            make = _MAKERS.get(spec.name, _kept if self.keep_tables else _discard)
+            make = _MAKERS.get(spec.name, _discard if self.vdepth is None else _kept)
             for j, v in enumerate(struct.unpack_from(f"<{count}I", buf, start)):
                 try:
                     p = self.target(start + 4 * j, v, f"{spec.name} table")
@@ -555,12 +553,12 @@ def _make_program(rd: _Reader, v: list, pos: int) -> m.Program:
     return prog
 
 
-def _verify_nested(data, max_depth: int, keep_tables: bool = False) -> list:
+def _verify_nested(data, max_depth: int) -> list:
     # As wrp-replay's flatbuffers::Verifier (annotations.cpp): tables nest at
     # most max_depth deep, root included, and at most len/4 + 1 tables are
     # visited, so shared tables cannot make a small buffer expensive to read.
     buf = memoryview(data)
-    rd = _Reader(buf, max_depth, verifier_depth=True, keep_tables=keep_tables)
+    rd = _Reader(buf, max_depth, verifier_depth=True)
     if len(buf) < 8:
         raise _Bad(f"{len(buf)} bytes are too few for a FlatBuffer", 0)
     return rd.table(rd.target(0, _U32.unpack_from(buf, 0)[0], "Annotations table"), _DEC["Annotations"])
@@ -572,10 +570,10 @@ def verify_annotations(data, max_depth: int = MAX_DEPTH) -> None:
     Raises:
         WrpFormatError: It is not; the message names the field.
     """
-    annotation_tables(data, max_depth, keep_tables=False)
+    annotation_tables(data, max_depth)
 
 
-def annotation_tables(data, max_depth: int = MAX_DEPTH, *, keep_tables: bool = True) -> Optional[list]:
+def annotation_tables(data, max_depth: int = MAX_DEPTH) -> list:
     """Verify an ``Annotations`` FlatBuffer as :func:`verify_annotations` does, and return its fields.
 
     One pass, with no FlatBuffers runtime (which imports numpy: a tenth of a
@@ -588,13 +586,12 @@ def annotation_tables(data, max_depth: int = MAX_DEPTH, *, keep_tables: bool = T
         WrpFormatError: The buffer is malformed; the message names the field.
     """
     try:
-        vals = _verify_nested(data, max_depth, keep_tables)
+        return _verify_nested(data, max_depth)
     except _Bad as e:
         _fail(e, 0, root="annotations")
         raise AssertionError from None  # pragma: no cover
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as e:
         raise WrpFormatError(f"malformed Annotations FlatBuffer ({type(e).__name__}: {e})") from None
-    return vals if keep_tables else None
 
 
 __all__ = ["decode_wrpk", "verify_annotations", "annotation_tables"]
