@@ -76,3 +76,20 @@ def interruptible() -> None:
     import signal  # noqa: PLC0415
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def child_pids(pid: int, marker: bytes = b"") -> list:
+    """Pids of the live child processes of ``pid`` (from ``/proc``) whose command line holds ``marker``."""
+    kids = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            stat = (p / "stat").read_text()
+            cmd = (p / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and marker in cmd:
+            kids.append(int(p.name))
+    return kids
+

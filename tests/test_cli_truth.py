@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import interruptible
+from conftest import child_pids, interruptible
 
 import replay_cases as rc
 import warp as wp
@@ -265,22 +265,6 @@ def test_capture_saved_twice_is_a_warning_and_resolves_as_warp_does(tmp_path, re
 # ---------------------------------------------------------------------------
 
 
-def _replay_children(pid: int) -> list:
-    """Pids of the python engine's replay children of ``pid`` (``python -m wrpkit.run.child``)."""
-    kids = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            stat = (p / "stat").read_text()
-            cmd = (p / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"wrpkit.run.child" in cmd:
-            kids.append(int(p.name))
-    return kids
-
-
 @pytest.mark.slow  # over 15 s in the fast lane (measured, 2 shared cores)
 def test_ctrl_c_stops_a_long_python_replay_and_its_child(tmp_path):
     """Ctrl-C inside Warp's native WHILE loop (which never ends here): exit 130 with one line,
@@ -296,7 +280,7 @@ def test_ctrl_c_stops_a_long_python_replay_and_its_child(tmp_path):
     try:
         kids = []
         for _ in range(600):  # the child is started first; then the parent validates and sends the load
-            kids = _replay_children(proc.pid) if proc.poll() is None else []
+            kids = child_pids(proc.pid, b"wrpkit.run.child") if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import interruptible
+from conftest import child_pids, interruptible
 from click.testing import CliRunner
 
 import warp as wp
@@ -484,19 +484,6 @@ def test_trace_timeout_kills_a_never_ending_while(tmp_path):
         wrpkit.trace(args[0], inputs={"counter": np.array([-1], np.int32)}, timeout=1.5)
 
 
-def _children(pid: int) -> list:
-    kids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                stat = (p / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(p.name))
-    return kids
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the child process")
 def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
     args = _never_ending_while(tmp_path)
@@ -508,8 +495,7 @@ def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
     try:
         kids = []
         for _ in range(600):  # the child starts once the parent has validated the file
-            kids = [k for k in _children(proc.pid)
-                    if b"wrpkit.debug.child" in Path(f"/proc/{k}/cmdline").read_bytes()] if proc.poll() is None else []
+            kids = child_pids(proc.pid, b"wrpkit.debug.child") if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import interruptible
+from conftest import child_pids, interruptible
 
 import profile_programs as pp  # noqa: E402
 from trace_event_rules import check_trace_event_file  # noqa: E402
@@ -417,19 +417,6 @@ def test_unwritable_output_exits_1_before_profiling_and_writes_nothing(caps, tmp
     assert sorted(os.listdir(tmp_path)) == ["a_file"]
 
 
-def _children(pid: int) -> list:
-    kids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                stat = (p / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                kids.append(int(p.name))
-    return kids
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the child process")
 def test_ctrl_c_exits_130_and_kills_the_child(caps, tmp_path):
@@ -443,8 +430,7 @@ def test_ctrl_c_exits_130_and_kills_the_child(caps, tmp_path):
     try:
         kids = []
         for _ in range(600):
-            kids = [k for k in _children(proc.pid)
-                    if b"wrpkit.debug.child" in Path(f"/proc/{k}/cmdline").read_bytes()] if proc.poll() is None else []
+            kids = child_pids(proc.pid, b"wrpkit.debug.child") if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)
