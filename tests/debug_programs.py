@@ -86,6 +86,46 @@ def capture_while_nan(path: Path, device="cpu") -> Path:
                     outputs={"out": a["out"]})
 
 
+@wp.kernel
+def k_keep_going(flag: wp.array(dtype=wp.int32), inner: wp.array(dtype=wp.int32), n: wp.int32):
+    # The outer loop's condition is left as it came in: 0 ends the loop at once, 1 never.
+    flag[0] = flag[0] * 1
+    inner[0] = n
+
+
+@wp.kernel
+def k_count_down(inner: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    out[i] = out[i] + 1.0
+    if i == 0:
+        inner[0] = inner[0] - 1
+
+
+def capture_endless_while(path: Path, device="cpu", inner: int = 65535) -> Path:
+    """``WHILE flag { k_keep_going; WHILE inner { k_count_down } }``, captured with ``flag`` = 0.
+
+    With the input ``flag`` = 1 the replay never ends in practice: the outer body
+    leaves ``flag`` at 1 and the inner loop ends after ``inner`` iterations, so
+    neither loop reaches Warp's 2^24-iteration guard on its own (one that did
+    would end the replay with an error within seconds) and together they run
+    about 2^24 x 65535 launches.  Only a timeout stops it.
+    """
+    flag = wp.array([0], dtype=wp.int32, device=device)
+    count = wp.zeros(1, dtype=wp.int32, device=device)
+    out = wp.zeros(4, dtype=wp.float32, device=device)
+
+    def inner_body():
+        wp.launch(k_count_down, dim=4, inputs=[count, out], device=device)
+
+    def outer_body():
+        wp.launch(k_keep_going, dim=1, inputs=[flag, count, inner], device=device)
+        wp.capture_while(count, inner_body)
+
+    with wrpkit.capture(device=device) as rec:
+        wp.capture_while(flag, outer_body)
+    return rec.save(path, inputs={"flag": flag}, outputs={"out": out})
+
+
 # ---------------------------------------------------------------------------
 # Spring chains with a planted non-finite value in an unbound array
 # (tests/nonfinite_chain.py): a wrpkit capture, and a stock one made by

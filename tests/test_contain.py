@@ -463,7 +463,7 @@ def test_trace_crash_is_contained_and_names_the_op(request, capture, verified, e
 
 
 def _never_ending_while(tmp_path: Path) -> list:
-    """``wrp trace`` arguments for a WHILE whose counter starts at -1 (it counts down for 2^31 iterations)."""
+    """``wrp trace`` arguments for a WHILE whose counter starts at -1 (stepped, it runs for minutes before Warp's 2^24-iteration guard)."""
     import debug_programs as dp  # noqa: PLC0415
 
     path = dp.capture_while_nan(tmp_path / "forever.wrp")
@@ -482,6 +482,23 @@ def test_trace_timeout_kills_a_never_ending_while(tmp_path):
     assert os.listdir(out) == []
     with pytest.raises(WrpTimeoutError):
         wrpkit.trace(args[0], inputs={"counter": np.array([-1], np.int32)}, timeout=1.5)
+
+
+@pytest.mark.slow  # 2^24 iterations on each engine: about 5 s apiece
+def test_a_while_stopped_by_warps_guard_is_explained_alike_by_both_engines(tmp_path):
+    """Warp's CPU replay ends a WHILE after 2^24 iterations with an error whose Python text gives no reason
+    (the reason is on stderr); both engines name the guard, Warp's line and what to do next."""
+    args = _never_ending_while(tmp_path)
+    said = {}
+    for engine in ("python", "native"):
+        r = wrp("replay", *args, "--engine", engine, "--timeout", "300", "--json")
+        assert r.exit_code == 1, (engine, r.output)
+        said[engine] = " ".join(r.stderr.split())
+        assert "a WHILE loop ran 16,777,216 iterations (2^24)" in said[engine], said[engine]
+        assert "Warp APIC error: APIC_OP_WHILE exceeded guard limit at operation 1" in said[engine], said[engine]
+        assert "hint: Its condition never became 0 with these inputs" in said[engine]
+        assert json.loads(r.stdout)["exit_code"] == 1
+    assert said["python"].split("(")[0] == said["native"].split("(")[0]  # one explanation
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc to find the child process")

@@ -384,7 +384,7 @@ def _has_native() -> bool:
 
 @pytest.mark.slow
 def test_timeout_kills_a_never_ending_while_and_writes_nothing(caps, tmp_path):
-    np.save(tmp_path / "counter.npy", np.array([-1], np.int32))  # counts down for 2^31 iterations
+    np.save(tmp_path / "counter.npy", np.array([-1], np.int32))  # stepped: minutes before Warp's 2^24-iteration guard
     out = tmp_path / "out"
     out.mkdir()
     r = wrp("profile", caps["while_if"], "--input", f"counter={tmp_path / 'counter.npy'}", "--timeout", "2",

@@ -187,10 +187,12 @@ def _crash(d: Path) -> Path:
 def _forever(d: Path) -> Path:
     import debug_programs as dp  # noqa: PLC0415
 
-    path = dp.capture_while_nan(d / "forever.wrp")
-    good = wrpkit.load(path).run()
+    path = dp.capture_endless_while(d / "forever.wrp")
+    good = wrpkit.load(path).run()  # flag = 0 as captured: the loop ends at once
     np.savez(d / "forever_expected.npz", out=good["out"])
-    np.savez(d / "forever_inputs.npz", counter=np.array([-1], np.int32))  # counts down for 2^31 iterations
+    # flag = 1: days of nested loops, neither reaching Warp's 2^24-iteration guard (a loop that counted
+    # down from -1 did, within 5 s on a quiet machine, and so failed before a 5 s timeout)
+    np.savez(d / "forever_inputs.npz", flag=np.array([1], np.int32))
     return path
 
 
@@ -472,7 +474,8 @@ def _kill_the_worker_of_the_never_ending_case(suite: Path, tmp_path: Path, regre
     assert [c.name for c in rep.cases] == sorted(cases)
     v = {c.name: (c.verdict, c.error_class) for c in rep.cases}
     assert v == {**{n: ("pass", None) for n in cases if n != "a05_forever"},
-                 "a05_forever": ("error", "WrpTimeoutError")}, v
+                 "a05_forever": ("error", "WrpTimeoutError")}, \
+        [(c.name, c.verdict, c.message, c.worker) for c in rep.cases if c.verdict != "pass"]
     forever = next(c for c in rep.cases if c.name == "a05_forever")
     assert int(forever.worker.split(":")[1].split("/")[0]) != killed  # its verdict came from another worker
 

@@ -10,10 +10,11 @@ and the runtime (which loads captures into Warp).
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Optional
 
-from .errors import WrpDeviceError
+from .errors import WrpDeviceError, WrpRuntimeError
 
 
 def parse_device(device) -> tuple:
@@ -90,6 +91,72 @@ def installed_warp_version() -> Optional[str]:
 #: CUDA driver (warp/native/cuda_util.cpp), which say nothing to CPU-only work.
 _CUDA_PROBE_LINES = ("Warp CUDA warning: Could not find or load the NVIDIA CUDA driver",
                      "Warp CUDA warning: Unable to determine CUDA driver version")
+
+
+def stderr_tail(limit: int = 4096) -> str:
+    """The end of what this process wrote on stderr when fd 2 is a file (a replay child's memory file)."""
+    import stat as st  # noqa: PLC0415
+
+    try:
+        info = os.fstat(2)
+        if not st.S_ISREG(info.st_mode):
+            return ""
+        return os.pread(2, limit, max(0, info.st_size - limit)).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+#: Warp's guard against runaway WHILE loops on the CPU (warp/native/apic.cpp,
+#: ``guard_limit``): one WHILE that runs this many iterations ends the replay
+#: with an error.  Nested loops multiply it.
+WARP_WHILE_GUARD = 1 << 24
+
+#: How Warp's CPU replay reports a failure on stderr (apic.cpp); its Python
+#: exception carries ``wp_get_error_string()``, which these leave empty.
+_APIC_ERROR_LINE = "Warp APIC error:"
+
+
+def hit_while_guard(text: str) -> bool:
+    """Whether Warp's message (or its stderr) says a WHILE loop hit :data:`WARP_WHILE_GUARD`."""
+    return "APIC_OP_WHILE exceeded guard limit" in text
+
+
+def warp_replay_error(text: str, said: Optional[str] = None) -> WrpRuntimeError:
+    """The error for Warp's failure to replay a graph, with Warp's reason.
+
+    Warp's CPU replay prints why it stopped on stderr and raises an exception
+    with an empty reason ("CPU graph replay failed: "), so the reason is taken
+    from ``said`` (what the process wrote on stderr) where ``text`` lacks one.
+    The python engine and ``wrp-replay`` (whose message relays Warp's line) get
+    the same explanation of a WHILE that hit Warp's guard.
+
+    Args:
+        text: Warp's message (the exception's, or the line ``wrp-replay`` relayed).
+        said: The end of the replaying process's stderr; by default this process's own, where fd 2
+            is a file (:func:`stderr_tail`), and ``""`` for a parent relaying a child's message.
+
+    Returns:
+        A :class:`~wrpkit.errors.WrpRuntimeError` (exit 1) whose hint says what to do next.
+    """
+    text = text.strip()
+    if said is None:
+        said = stderr_tail()
+    if _APIC_ERROR_LINE not in text:
+        reason = next((ln.strip() for ln in reversed(said.splitlines()) if _APIC_ERROR_LINE in ln), "")
+        if reason:
+            text = f"{text.rstrip(': ')}: {reason}"
+    if hit_while_guard(text):
+        return WrpRuntimeError(
+            f"Warp failed to replay the graph: a WHILE loop ran {WARP_WHILE_GUARD:,} iterations (2^24), the most "
+            f"Warp's CPU replay allows one loop, and Warp stopped it ({text})",
+            hint="Its condition never became 0 with these inputs: `wrp inspect FILE --ops` shows the loop and its "
+                 "condition region, and `wrp trace FILE --timeout 10` steps it, iteration by iteration.")
+    if not text.rstrip().endswith(":"):
+        return WrpRuntimeError(f"Warp failed to replay the graph: {text}",
+                               hint="Warp's own diagnostic, if any, is on stderr above.")
+    return WrpRuntimeError(f"Warp failed to replay the graph: {text} (Warp gave no reason)",
+                           hint="Warp's own diagnostic, if any, is on stderr above; `wrp trace FILE` names the op "
+                                "that fails.")
 
 
 def init_warp(cpu_only: bool = False):

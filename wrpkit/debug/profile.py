@@ -646,7 +646,7 @@ def _walk_groups(ops, machine, group_at: dict, group_leaves: list, on_group, *, 
                              iterations=iterations + (it,), before=before, nvtx=nvtx)
                 it += 1
                 if it >= st.WHILE_GUARD:
-                    raise WrpRuntimeError(f"the WHILE at op {path} ran {st.WHILE_GUARD} iterations (Warp's guard limit)")
+                    raise st.while_guard_error(path)
         else:
             if before is not None:
                 before(op, index, path, iterations)

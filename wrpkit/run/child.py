@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from ..errors import WrpError, WrpRuntimeError
+from ..environment import warp_replay_error
+from ..errors import WrpError
 
 
 
@@ -53,7 +54,7 @@ def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
             launch(graph)
             host_ms.append((perf() - t0) * 1e3)
     except RuntimeError as e:
-        raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
+        raise warp_replay_error(str(e)) from None
     return host_ms, None
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from ..environment import hit_while_guard, warp_replay_error
 from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFormatError, WrpOutOfMemoryError,
                       WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
 
@@ -351,6 +352,8 @@ class NativeEngine:
         if proc.returncode == 3 and ("out of memory" in msg.lower() or " free; " in msg.lower()):
             return WrpOutOfMemoryError(msg, hint="Free memory or replay on a larger device; --max-memory SIZE "
                                                  "replays it anyway if you know it fits.", device=request.device)
+        if proc.returncode == 1 and hit_while_guard(msg):
+            return warp_replay_error(msg, said="")  # what the python engine says of the same loop
         cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
         return cls(msg, hint="Rerun with --engine python to compare.")
 

@@ -30,6 +30,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..formats import annotations as ann
+from ..environment import stderr_tail, warp_replay_error
 from ..errors import WrpBindingError, WrpDeviceError, WrpError, WrpRuntimeError
 from ..fileio import modules_dir_for
 from .warp_dtypes import warp_dtype
@@ -295,7 +296,7 @@ class Program:
             for _ in range(repeat):
                 launch(graph)
         except RuntimeError as e:
-            raise WrpRuntimeError(f"Warp failed to replay the graph: {e}") from None
+            raise warp_replay_error(str(e)) from None
         if not self._is_cpu:
             wp.synchronize_device(self.device)
         return self._results(names, copy)
@@ -618,7 +619,7 @@ def check_memory(model, dev, max_memory: Optional[int] = None) -> None:
 def _warp_load_error(e, what: str, dev, model) -> WrpError:
     """The error for Warp's failure to load: out of memory (one status, with the size) when Warp says so."""
     text = str(e)
-    said = _stderr_tail()  # Warp prints its reason on stderr; a replay child's stderr is a memory file
+    said = stderr_tail()  # Warp prints its reason on stderr; a replay child's stderr is a memory file
     oom = re.compile(r"out of memory|failed to allocate|cannot allocate|std::bad_alloc|ENOMEM", re.IGNORECASE)
     reason = next((ln.strip() for ln in reversed(said.splitlines()) if oom.search(ln)), "")
     if reason and not oom.search(text):
@@ -635,19 +636,6 @@ def _warp_load_error(e, what: str, dev, model) -> WrpError:
                                    hint="Free memory or replay on a larger device.")
     return WrpRuntimeError(f"Warp could not load {what}: {text}",
                            hint="Warp's own diagnostic, if any, is printed on stderr above.")
-
-
-def _stderr_tail(limit: int = 4096) -> str:
-    """The end of what this process wrote on stderr when fd 2 is a file (a replay child's memory file)."""
-    import stat as st  # noqa: PLC0415
-
-    try:
-        info = os.fstat(2)
-        if not st.S_ISREG(info.st_mode):
-            return ""
-        return os.pread(2, limit, max(0, info.st_size - limit)).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _can_reserve(model) -> bool:
