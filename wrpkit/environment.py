@@ -121,6 +121,26 @@ def hit_while_guard(text: str) -> bool:
     return "APIC_OP_WHILE exceeded guard limit" in text
 
 
+def warp_reason(said: str, match) -> str:
+    """The last line of ``said`` (a process's stderr) for which ``match(line)`` is true, stripped; ``""`` if none."""
+    return next((ln.strip() for ln in reversed(said.splitlines()) if match(ln)), "")
+
+
+def while_guard_error(loop: str, warp_said: str = "") -> WrpRuntimeError:
+    """The error of a WHILE that ran :data:`WARP_WHILE_GUARD` iterations, in a replay or stepped.
+
+    Args:
+        loop: What ran, e.g. ``"the WHILE at op 1"``.
+        warp_said: Warp's own message, where Warp stopped it.
+    """
+    said = f" ({warp_said})" if warp_said else ""
+    return WrpRuntimeError(
+        f"{loop} ran {WARP_WHILE_GUARD:,} iterations (2^24), the most Warp's CPU replay allows one loop, "
+        f"and was stopped there{said}",
+        hint="Its condition never became 0 with these inputs: `wrp inspect FILE --ops` shows the loop and its "
+             "condition region, and `wrp trace FILE --timeout 10` steps it, iteration by iteration.")
+
+
 def warp_replay_error(text: str, said: Optional[str] = None) -> WrpRuntimeError:
     """The error for Warp's failure to replay a graph, with Warp's reason.
 
@@ -139,19 +159,13 @@ def warp_replay_error(text: str, said: Optional[str] = None) -> WrpRuntimeError:
         A :class:`~wrpkit.errors.WrpRuntimeError` (exit 1) whose hint says what to do next.
     """
     text = text.strip()
-    if said is None:
-        said = stderr_tail()
     if _APIC_ERROR_LINE not in text:
-        reason = next((ln.strip() for ln in reversed(said.splitlines()) if _APIC_ERROR_LINE in ln), "")
+        reason = warp_reason(stderr_tail() if said is None else said, lambda ln: _APIC_ERROR_LINE in ln)
         if reason:
             text = f"{text.rstrip(': ')}: {reason}"
     if hit_while_guard(text):
-        return WrpRuntimeError(
-            f"Warp failed to replay the graph: a WHILE loop ran {WARP_WHILE_GUARD:,} iterations (2^24), the most "
-            f"Warp's CPU replay allows one loop, and Warp stopped it ({text})",
-            hint="Its condition never became 0 with these inputs: `wrp inspect FILE --ops` shows the loop and its "
-                 "condition region, and `wrp trace FILE --timeout 10` steps it, iteration by iteration.")
-    if not text.rstrip().endswith(":"):
+        return while_guard_error("Warp failed to replay the graph: a WHILE loop", warp_said=text)
+    if not text.endswith(":"):
         return WrpRuntimeError(f"Warp failed to replay the graph: {text}",
                                hint="Warp's own diagnostic, if any, is on stderr above.")
     return WrpRuntimeError(f"Warp failed to replay the graph: {text} (Warp gave no reason)",

@@ -42,6 +42,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
+from ..environment import WARP_WHILE_GUARD, while_guard_error
 from ..errors import WrpBindingError, WrpError, WrpFormatError, WrpNotFoundError, WrpRuntimeError
 from ..fileio import atomic_write
 from ..formats import wrp1
@@ -645,8 +646,8 @@ def _walk_groups(ops, machine, group_at: dict, group_leaves: list, on_group, *, 
                 _walk_groups(op.body, machine, group_at, group_leaves, on_group, top=index, prefix=path + ".",
                              iterations=iterations + (it,), before=before, nvtx=nvtx)
                 it += 1
-                if it >= st.WHILE_GUARD:
-                    raise st.while_guard_error(path)
+                if it >= WARP_WHILE_GUARD:  # profiling stops where Warp's replay would
+                    raise while_guard_error(f"the WHILE at op {path}")
         else:
             if before is not None:
                 before(op, index, path, iterations)

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import model as m
 from ..checks.effects import launch_argument
-from ..environment import WARP_WHILE_GUARD
+from ..environment import WARP_WHILE_GUARD, while_guard_error
 from ..errors import WrpError, WrpRuntimeError
 from ..formats import annotations as ann
 
@@ -38,8 +38,6 @@ from ..formats import annotations as ann
 REGION_BINDING = "__wrpkit_r"
 #: Name of the binding of the control region.
 CONTROL_BINDING = "__wrpkit_ctl"
-#: Warp's guard against runaway WHILE loops: stepping stops where Warp's replay would.
-WHILE_GUARD = WARP_WHILE_GUARD
 
 
 def kernel_signatures(annotations) -> dict:
@@ -466,8 +464,8 @@ def walk_program(ops, machine: Machine, visit, *, top: Optional[int] = None, pre
                                 before=before):
                     return True
                 it += 1
-                if it >= WHILE_GUARD:
-                    raise while_guard_error(path)
+                if it >= WARP_WHILE_GUARD:  # stepping stops where Warp's replay would
+                    raise while_guard_error(f"the WHILE at op {path}")
         else:
             if before is not None:
                 before(op, index, path, iterations)
@@ -475,11 +473,3 @@ def walk_program(ops, machine: Machine, visit, *, top: Optional[int] = None, pre
             if visit(op, index, path, iterations):
                 return True
     return False
-
-
-def while_guard_error(path: str) -> WrpRuntimeError:
-    """The error of a stepped WHILE (op ``path``) that reached Warp's guard, as Warp's replay would have."""
-    return WrpRuntimeError(f"the WHILE at op {path} ran {WHILE_GUARD:,} iterations (2^24, Warp's guard limit: "
-                           "Warp's own replay stops it there)",
-                           hint="Its condition never became 0 with these inputs: `wrp trace FILE --timeout 10` shows "
-                                "what the loop's body writes each iteration.")

@@ -30,7 +30,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..formats import annotations as ann
-from ..environment import stderr_tail, warp_replay_error
+from ..environment import stderr_tail, warp_reason, warp_replay_error
 from ..errors import WrpBindingError, WrpDeviceError, WrpError, WrpRuntimeError
 from ..fileio import modules_dir_for
 from .warp_dtypes import warp_dtype
@@ -621,7 +621,7 @@ def _warp_load_error(e, what: str, dev, model) -> WrpError:
     text = str(e)
     said = stderr_tail()  # Warp prints its reason on stderr; a replay child's stderr is a memory file
     oom = re.compile(r"out of memory|failed to allocate|cannot allocate|std::bad_alloc|ENOMEM", re.IGNORECASE)
-    reason = next((ln.strip() for ln in reversed(said.splitlines()) if oom.search(ln)), "")
+    reason = warp_reason(said, oom.search)
     if reason and not oom.search(text):
         text = f"{text.rstrip(': ')}: {reason}"
     if not oom.search(text) and not _can_reserve(model):
