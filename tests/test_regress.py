@@ -453,7 +453,7 @@ def _kill_the_worker_of_the_never_ending_case(suite: Path, tmp_path: Path, regre
     the worker process replaying the never-ending case is killed mid-batch: the batch runs again, every case
     gets its own verdict (the never-ending one its timeout, from another worker), in case order."""
     cases = {f"a{i:02d}": "mine/axpy" for i in range(12)}
-    cases["a05_forever"] = "broken/forever"  # in a batch with others (13 cases, 2 workers: batches of 2)
+    cases["a05_forever"] = "broken/forever"  # in a batch with others (13 cases, 2 workers: batches of 7 and 6)
     s = _case_copies(suite, tmp_path / "s", cases)
     result = {}
     t = threading.Thread(target=lambda: result.setdefault("r", regress(s)))
@@ -534,14 +534,77 @@ def test_a_remote_case_reaches_its_child_whole_in_one_memory_file(suite):
             {k: v for k, v in original.items() if k != "payload"}
 
 
-def test_remote_batches_cover_every_case_once_in_order():
-    from wrpkit.run.regress_fanout import REMOTE_BATCH, remote_batches  # noqa: PLC0415
+def test_remote_batches_cover_every_case_once_in_order_and_grow_with_small_cases():
+    from wrpkit.run.regress_fanout import FIRST_BATCH, REMOTE_BATCH, TASK_SECONDS, RemoteBatches  # noqa: PLC0415
 
-    for n_jobs, n_workers in ((1, 2), (7, 2), (50, 2), (13, 3), (1000, 2), (5, 0)):
-        batches = remote_batches(n_jobs, n_workers)
-        assert [i for b in batches for i in b] == list(range(n_jobs))
-        assert all(1 <= len(b) <= REMOTE_BATCH for b in batches)
-        assert len(batches) >= min(n_jobs, 2 * max(1, n_workers))  # two or more a worker: none waits idle
+    for n_jobs, slots in ((1, 2), (7, 2), (50, 2), (13, 3), (1000, 2), (5, 1)):
+        b = RemoteBatches(n_jobs)
+        batches = []
+        while b:  # as _run_batched sends them, no task ending: a share a slot, then a second share a slot
+            busy = len(batches)
+            batches.append(b.take(slots - busy if busy < slots else max(1, 2 * slots - busy)))
+        assert [i for x in batches for i in x] == list(range(n_jobs))
+        assert all(1 <= len(x) <= FIRST_BATCH for x in batches)  # no case's time known yet
+        first = [len(x) for x in batches[:slots]]
+        assert len(first) == min(n_jobs, slots) and max(first) - min(first) <= 1  # every slot starts, alike
+
+    class Ended:  # what RemoteBatches reads of a CaseResult
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+    small = RemoteBatches(1000)
+    first = small.take(4)
+    small.ended_cases([Ended(0.005)] * len(first))
+    assert len(small.take(1)) == min(REMOTE_BATCH, round(TASK_SECONDS / 0.005))  # half a second of cases
+    slow = RemoteBatches(100)
+    slow.ended_cases([Ended(2 * TASK_SECONDS)])
+    assert len(slow.take(4)) == 1  # a case longer than a task's aim goes alone
+    # Cases sent back go first, in order; those that must go alone go one a batch.
+    b = RemoteBatches(10)
+    taken = b.take(2)
+    b.put_back(taken[2:])
+    b.put_back([0, 1], alone=True)
+    assert b.take(2) == [0] and b.take(2) == [1]
+    assert b.take(2)[:1] == [taken[2]]
+
+
+def test_a_remote_task_that_runs_out_of_time_has_the_rest_sent_again(suite, serial, tmp_path):
+    """The remote routes' loop on real cases, the tasks run by local threads: a task given no time runs one
+    case and hands back the rest, which go in later tasks; every case ends once, with a serial run's verdict."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait  # noqa: PLC0415
+
+    from wrpkit.run import regress_fanout  # noqa: PLC0415
+    from wrpkit.run.regress_case import case_job, close_replay_workers, run_cases  # noqa: PLC0415
+    from wrpkit.run.regress_suite import discover  # noqa: PLC0415
+
+    s = _case_copies(suite, tmp_path / "s", {**{f"a{i}": "mine/axpy" for i in range(5)}, "b": "broken/changed"})
+    jobs = [case_job(c, "python", False) for c in discover(s)]
+    results, sizes, running = {}, [], set()
+    pool = ThreadPoolExecutor(max_workers=2)
+
+    def submit(batch, seconds):
+        assert seconds > 0
+        sizes.append(len(batch))
+        fut = pool.submit(run_cases, batch, None, 0.0)  # no time at all: one case a task
+        running.add(fut)
+        return fut
+
+    def next_finished():
+        fut = next(iter(wait(running, return_when=FIRST_COMPLETED).done))
+        running.discard(fut)
+        return fut, fut.result(), None
+
+    try:
+        regress_fanout._run_batched(jobs, 1, lambda i, r: results.setdefault(i, []).append(r), submit,
+                                    next_finished)
+    finally:
+        pool.shutdown()
+        close_replay_workers()
+    assert sorted(results) == list(range(len(jobs))) and all(len(v) == 1 for v in results.values())
+    assert max(sizes) > 1 and len(sizes) == len(jobs)  # batches went out; each ran one case, its rest went again
+    want = {c.name: c.verdict for c in wrpkit.regress(s).cases}
+    assert {jobs[i]["name"]: r[0].verdict for i, r in results.items()} == want
+    assert want == {**{f"a{i}": "pass" for i in range(5)}, "b": "fail"}
 
 
 def test_ray_gives_the_serial_verdicts(suite, serial):

@@ -301,13 +301,26 @@ def run_case(job: dict, zygote=None) -> CaseResult:
     return res
 
 
-def run_cases(jobs: list, zygote=None) -> list:
+def run_cases(jobs: list, zygote=None, seconds: Optional[float] = None) -> list:
     """:func:`run_case` for each of ``jobs`` in turn, in this thread's warm child: one Dask task, several cases.
 
+    Args:
+        jobs: The cases.
+        zygote: As for :func:`run_case`.
+        seconds: Start no case once the cases run took this long between
+            them (their ``seconds``; the first always runs); None: run them all.
+
     Returns:
-        One :class:`CaseResult` per job, in order.
+        One :class:`CaseResult` per job run, in order: all of them, or the
+        first few when ``seconds`` ran out.
     """
-    return [run_case(job, zygote) for job in jobs]
+    results, spent = [], 0.0
+    for job in jobs:
+        if results and seconds is not None and spent >= seconds:
+            break
+        results.append(run_case(job, zygote))
+        spent += results[-1].seconds  # a cold child's start not counted: it is paid once, not per case
+    return results
 
 
 def _verdict(res: CaseResult, work) -> None:

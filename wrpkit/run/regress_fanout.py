@@ -11,7 +11,7 @@ import itertools
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError
 from .regress_case import CaseResult, close_replay_workers, run_case, run_cases, with_payload
@@ -102,9 +102,16 @@ def _close_remote_zygote() -> None:
         zygote.close()
 
 
-def run_remote_cases(jobs: list) -> list:
-    """A Dask or Ray task: :func:`~wrpkit.run.regress_case.run_cases`, the children forked from this process's zygote."""
-    return run_cases(jobs, remote_zygote())
+def run_remote_cases(jobs: list, seconds: Optional[float] = None) -> list:
+    """A Dask or Ray task: :func:`~wrpkit.run.regress_case.run_cases`, the children forked from this process's zygote.
+
+    Args:
+        jobs: The batch's cases, their files' bytes included.
+        seconds: Stop starting cases once this much time has gone (at least
+            one always runs): the result is then shorter than ``jobs``, and
+            the client sends the rest again (:func:`_run_batched`).  None: all.
+    """
+    return run_cases(jobs, remote_zygote(), seconds=seconds)
 
 
 def run_local(jobs: list, n_workers: int, done: Callable, zygote=None) -> None:
@@ -139,70 +146,153 @@ def run_serial(jobs: list, done: Callable, zygote=None) -> None:
         close_replay_workers()
 
 
-def remote_batches(n_jobs: int, n_slots: int) -> list:
-    """Job indices in batches for a remote route (Dask, Ray): about four per slot (a task that can run at
-    once: a Dask worker thread, a Ray CPU), at most :data:`REMOTE_BATCH` cases each.
+#: Seconds of cases a remote task aims to hold, once a case's time is known (:class:`RemoteBatches`): a task
+#: costs its scheduler, worker and client a few milliseconds between them (about 6 ms of the 2-core
+#: machine's time for an empty Dask task), so small cases go many to a task; a bound keeps the progress
+#: line moving and the last tasks short, so that no worker idles long while another finishes.
+TASK_SECONDS = 0.5
+#: Cases in a remote task before any case's time is known.
+FIRST_BATCH = 32
+#: The most cases one remote task runs.
+REMOTE_BATCH = 256
+#: Bytes of case files one remote task carries at most (a case larger than this goes alone).
+TASK_BYTES = 256 << 20
 
-    A task costs its scheduler, worker and client a few milliseconds between
-    them (Dask's; Ray's more), as much as a small case's whole replay, so each
-    task runs a few cases (:func:`~wrpkit.run.regress_case.run_cases`); four
-    batches a slot keep the load balanced.
+
+class RemoteBatches:
+    """The remote routes' cases in batches, each sized when it is sent.
+
+    A batch is an even share of the cases not yet sent: among the slots
+    that have no task yet, else among the second tasks a slot the window
+    has room for (:func:`_run_batched`), so that every slot starts at once
+    with as much as the others.  It holds at most :data:`FIRST_BATCH` cases
+    until a case's time is known, then about :data:`TASK_SECONDS` of cases
+    (from the mean time of those that ended), and never more than
+    :data:`REMOTE_BATCH` cases or :data:`TASK_BYTES` of files.
+    Measured on the 2-core machine, 50 cases of 5 ms on a two-worker Dask
+    cluster (12 interleaved rounds): batches of 7, 13 and 25 cases gave
+    1.36x, 1.71x and 1.89x the cases per second of ``-j 1``, the larger
+    batch ahead in every round but one (docs/regress.md, "Cost").
+
+    Cases sent back (:meth:`put_back`: a task that ran out of its time, or
+    one whose worker died) go first; those that must go alone go one a batch.
     """
-    size = max(1, min(REMOTE_BATCH, -(-n_jobs // (4 * max(1, n_slots)))))
-    return [list(range(i, min(i + size, n_jobs))) for i in range(0, n_jobs, size)]
 
+    def __init__(self, n_jobs: int):
+        self.unsent = list(range(n_jobs))
+        self.alone: list = []
+        self.ended, self.seconds = 0, 0.0
 
-#: The most cases one remote task runs (:func:`remote_batches`).
-REMOTE_BATCH = 8
+    def __bool__(self) -> bool:
+        return bool(self.unsent or self.alone)
+
+    def case_seconds(self) -> Optional[float]:
+        """The mean time of the cases that ended so far, or None before one has."""
+        return self.seconds / self.ended if self.ended else None
+
+    def size(self, share: int) -> int:
+        """How many cases the next batch takes (before its bytes are counted), as one of ``share`` tasks."""
+        known = self.case_seconds()
+        cap = FIRST_BATCH if known is None else round(TASK_SECONDS / max(known, 1e-4))
+        even = -(-len(self.unsent) // max(1, share))
+        return max(1, min(even, cap, REMOTE_BATCH))
+
+    def take(self, share: int) -> list:
+        """The next batch's job indices (in case order): a case to go alone, else :meth:`size` unsent ones."""
+        if self.alone:
+            return [self.alone.pop(0)]
+        n = self.size(share)
+        batch, self.unsent = self.unsent[:n], self.unsent[n:]
+        return batch
+
+    def put_back(self, indices: list, alone: bool = False) -> None:
+        """Send ``indices`` again before the rest: in later batches, or one a batch with ``alone``."""
+        if alone:
+            self.alone[:0] = indices
+        else:
+            self.unsent[:0] = indices
+
+    def ended_cases(self, results: list) -> None:
+        """Count the times of cases that ended (their ``seconds``) towards :meth:`case_seconds`."""
+        for r in results:
+            self.ended += 1
+            self.seconds += max(0.0, float(r.seconds or 0.0))
 
 
 def _run_batched(jobs: list, n_slots: int, done: Callable, submit: Callable, next_finished: Callable) -> None:
-    """The remote routes' loop: ``jobs`` in batches (:func:`remote_batches`), a window of two a slot in flight.
+    """The remote routes' loop: ``jobs`` in batches (:class:`RemoteBatches`), a window of two a slot in flight.
 
     ``n_slots`` is how many tasks the cluster runs at once (a Dask worker
     thread, a Ray CPU each): with two a slot sent, each has its next task
     waiting when one ends, rather than waiting for a round trip through the client.
 
-    ``submit(batch_jobs)`` sends one task (:func:`run_remote_cases` of the
-    jobs, their files' bytes included) and returns its handle;
-    ``next_finished()`` waits for one sent task to end and returns
-    ``(handle, results, None)``, or ``(handle, None, why)`` where the task
-    raised (``why``: the exception, in a line).  A batch whose task raised
-    (its worker process died, a lost connection) is sent again
-    one case a task, so that only the case that kills its worker fails
-    (:func:`_died`); a single case whose task raised fails with the reason.
+    ``submit(batch_jobs, seconds)`` sends one task (:func:`run_remote_cases`
+    of the jobs, their files' bytes included, stopping after ``seconds``)
+    and returns its handle; ``next_finished()`` waits for one sent task to
+    end and returns ``(handle, results, None)``, or ``(handle, None, why)``
+    where the task raised (``why``: the exception, in a line).  A task
+    stops starting cases after twice :data:`TASK_SECONDS` (a batch sized
+    before any case's time was known may hold slow ones); the cases it did
+    not reach are sent again.  A batch whose task raised (its worker process
+    died, a lost connection) is sent again one case a task, so that only the
+    case that kills its worker fails (:func:`_died`); a single case whose
+    task raised fails with the reason.
     """
     in_flight = {}  # handle -> job indices
-    window = max(2, 2 * max(1, n_slots))
-    pending = remote_batches(len(jobs), n_slots)  # not yet sent; a batch sent again comes back as ones
+    slots = max(1, n_slots)
+    window = 2 * slots
+    batches = RemoteBatches(len(jobs))
+    loaded = {}  # job index -> the job with its files' bytes, read but not yet sent (TASK_BYTES)
 
     def submit_next():
-        while pending:
-            batch = pending.pop(0)
-            sent = []
-            for i in batch:
+        while batches:
+            sent, size, later = [], 0, []
+            # Shared among the slots with no task yet, else among the window's second tasks a slot.
+            busy = len(in_flight)
+            for i in batches.take(slots - busy if busy < slots else window - busy):
+                if later:  # the batch is full of bytes: the rest go in the next one
+                    later.append(i)
+                    continue
                 try:
-                    sent.append((i, with_payload(jobs[i])))
+                    job = loaded.pop(i, None) or with_payload(jobs[i])
                 except WrpError as e:  # a file that cannot be read here: that case only
                     done(i, _unreadable(jobs[i], e))
+                    continue
+                n = _payload_bytes(job)
+                if sent and size + n > TASK_BYTES:
+                    loaded[i] = job
+                    later.append(i)
+                    continue
+                sent.append((i, job))
+                size += n
+            batches.put_back(later)
             if sent:
-                in_flight[submit([job for _, job in sent])] = [i for i, _ in sent]
+                in_flight[submit([job for _, job in sent], 2 * TASK_SECONDS)] = [i for i, _ in sent]
                 return
 
     while True:
-        while pending and len(in_flight) < window:
+        while batches and len(in_flight) < window:
             submit_next()
         if not in_flight:
             return
         handle, results, error = next_finished()
         batch = in_flight.pop(handle)
         if error is None:
+            batches.ended_cases(results)
             for i, res in zip(batch, results):
                 done(i, res)
+            batches.put_back(batch[len(results):])  # the task ran out of time before these
         elif len(batch) > 1:
-            pending[:0] = [[i] for i in batch]
+            batches.put_back(batch, alone=True)
         else:
             done(batch[0], _died(jobs[batch[0]], error))
+
+
+def _payload_bytes(job: dict) -> int:
+    """The bytes of a job's case files (:func:`~wrpkit.run.regress_case.with_payload`)."""
+    payload = job.get("payload") or {}
+    n = sum(len(payload[k]) for k in ("capture", "inputs", "golden") if payload.get(k) is not None)
+    return n + sum(len(v) for v in (payload.get("modules") or {}).values())
 
 
 def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
@@ -233,8 +323,8 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         ac = as_completed(loop=client.loop)
         tasks = itertools.count()
 
-        def submit(batch):
-            fut = client.submit(run_remote_cases, batch, pure=False,
+        def submit(batch, seconds):
+            fut = client.submit(run_remote_cases, batch, seconds, pure=False,
                                 key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{next(tasks)}")
             ac.add(fut)
             return fut
@@ -279,8 +369,8 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
         remote = ray.remote(max_retries=0)(run_remote_cases)
         refs = []
 
-        def submit(batch):
-            ref = remote.remote(batch)
+        def submit(batch, seconds):
+            ref = remote.remote(batch, seconds)
             refs.append(ref)
             return ref
 
@@ -300,5 +390,5 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
             ray.shutdown()
 
 
-__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "remote_batches", "remote_zygote",
+__all__ = ["run_serial", "run_local", "run_dask", "run_ray", "RemoteBatches", "remote_zygote",
            "run_remote_cases", "WrpSchedulerError"]
