@@ -410,6 +410,33 @@ def test_a_dask_worker_with_two_threads_runs_cases_on_both(suite, tmp_path):
     assert len({c.worker for c in rep.cases}) == 2  # one process, both of its threads
 
 
+@pytest.mark.slow  # a Dask cluster
+def test_a_case_of_many_megabytes_goes_to_dask_without_dasks_warning(tmp_path):
+    """A case whose files pass Dask's 10 MB "large graph" mark (a user's 1M-element arrays): it replays and
+    passes on the cluster, and the CLI's output carries no Dask warning."""
+    distributed = pytest.importorskip("distributed", reason="distributed is not installed (pip install '.[test]')")
+    n = 1 << 20
+    a = np.random.default_rng(3).standard_normal(n).astype(np.float32)
+    b = np.linspace(-1, 1, n, dtype=np.float32)
+    wa, wb = wp.array(a, device="cpu"), wp.array(b, device="cpu")
+    out = wp.zeros(n, dtype=wp.float32, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_axpy, dim=n, inputs=[wa, wb, out], device="cpu")
+    s = tmp_path / "s"
+    s.mkdir()
+    rec.save(s / "big.wrp", inputs={"a": wa, "b": wb}, outputs={"out": out})
+    np.savez(s / "big_inputs.npz", a=a[::-1].copy(), b=b)
+    np.savez(s / "big_expected.npz", out=2 * a[::-1] + b)
+    assert sum(f.stat().st_size for f in s.rglob("*") if f.is_file()) > 12 << 20
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, silence_logs=40) as cluster:
+        r = subprocess.run([sys.executable, "-m", "wrpkit.cli", "regress", str(s), "--dask", cluster.scheduler_address],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, WRP_NO_PROGRESS="1"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed" in r.stdout
+    assert "Warning" not in r.stdout + r.stderr and "large graph" not in r.stdout + r.stderr, r.stderr
+
+
 def _cmdline_has(proc: Path, word: bytes) -> bool:
     try:
         return word in (proc / "cmdline").read_bytes().split(b"\0")

@@ -11,6 +11,7 @@ import itertools
 import os
 import threading
 import time
+import warnings
 from typing import Callable, Optional
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError
@@ -324,8 +325,13 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         tasks = itertools.count()
 
         def submit(batch, seconds):
-            fut = client.submit(run_remote_cases, batch, seconds, pure=False,
-                                key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{next(tasks)}")
+            with warnings.catch_warnings():
+                # Dask warns of a task over 10 MB and advises loading data once and sharing it: a
+                # case's bytes are sent once, to the one task that replays them, so the advice does
+                # not apply, and the warning would land in the user's output.  (Called from this thread only.)
+                warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+                fut = client.submit(run_remote_cases, batch, seconds, pure=False,
+                                    key=f"wrp-regress-{os.getpid()}-{time.time_ns()}-{next(tasks)}")
             ac.add(fut)
             return fut
 
