@@ -150,3 +150,18 @@ def test_verify_treats_equal_non_finite_values_as_equal(tmp_path):
         warnings.simplefilter("error", RuntimeWarning)
         rep = wrpkit.verify(lambda: wp.launch(k_planted, dim=6, inputs=[x, y], device="cpu"), {"x": x}, {"y": y})
     assert rep.ok, rep.mismatches  # Inf against the same Inf, NaN against NaN: equal
+
+
+def test_a_difference_in_an_array_of_vectors_is_named_by_its_place_and_its_flat_index():
+    """(N, 3) arrays (a wp.vec3 binding): the message names [row, component] beside the flat index; the
+    JSON keeps the flat index alone; 1-D arrays say only the index."""
+    want = np.zeros((1000, 3), np.float32)
+    got = want.copy()
+    got[17, 1] = 1.0
+    got[20, 2] = np.nan
+    c = compare_arrays(got, want)
+    text = describe(c)
+    assert "1 of 3000 beyond tolerance, first at 52 ([17, 1])" in text
+    assert "1 NaN against a number, first at 62 ([20, 2])" in text
+    assert c.to_json()["first_index"] == 52 and c.to_json()["first_nan_vs_number"] == 62
+    assert describe(compare_arrays(got[:, 1], want[:, 1])) == "1 of 1000 beyond tolerance, first at 17"

@@ -154,6 +154,13 @@ class Comparison:
     rtol: float = 0.0
     atol: float = 0.0
     _first_numeric: Optional[int] = field(default=None, repr=False)
+    _shape: tuple = field(default=(), repr=False)  # the arrays' shape, to name a flat index by its place
+
+    def at(self, flat: int) -> str:
+        """A flat index as a message names it: ``5``, or ``52 ([17, 1])`` in an array of several dimensions."""
+        if len(self._shape) < 2:
+            return str(flat)
+        return f"{flat} ({list(int(x) for x in np.unravel_index(flat, self._shape))})"
 
     def to_json(self) -> dict:
         """The comparison as JSON-able values (an infinite relative error stays ``inf``: callers make it null)."""
@@ -182,16 +189,16 @@ def describe(c: Comparison) -> str:
     parts = []
     numeric = c.mismatches - c.nan_vs_number - c.inf_mismatch - (0 if c.equal_nan else c.nan_both)
     if numeric > 0:
-        at = f", first at {c._first_numeric}" if c._first_numeric is not None else ""
+        at = f", first at {c.at(c._first_numeric)}" if c._first_numeric is not None else ""
         parts.append(f"{numeric} of {c.size} beyond tolerance{at}")
     if c.nan_vs_number:
-        parts.append(f"{c.nan_vs_number} NaN against a number, first at {c.first_nan_vs_number}")
+        parts.append(f"{c.nan_vs_number} NaN against a number, first at {c.at(c.first_nan_vs_number)}")
     if c.inf_mismatch:
-        parts.append(f"{c.inf_mismatch} Inf against another value, first at {c.first_inf_mismatch}")
+        parts.append(f"{c.inf_mismatch} Inf against another value, first at {c.at(c.first_inf_mismatch)}")
     if c.nan_both and not c.equal_nan:
         parts.append(f"{c.nan_both} NaN in both (equal with --equal-nan / equal_nan=True)")
     if not parts:
-        return c.reason or f"{c.mismatches} of {c.size} differ, first at {c.first_index}"
+        return c.reason or f"{c.mismatches} of {c.size} differ, first at {c.at(c.first_index)}"
     return "; ".join(parts)
 
 
@@ -230,7 +237,7 @@ def compare_arrays(got, want, rtol: float = 0.0, atol: float = 0.0, *, equal_nan
     if want.shape != got.shape:
         return Comparison(False, f"shape differs: golden {tuple(want.shape)}, output {tuple(got.shape)}",
                           size=int(want.size), max_abs=None, max_rel=None, **base)
-    res = Comparison(True, size=int(got.size), **base)
+    res = Comparison(True, size=int(got.size), _shape=tuple(got.shape), **base)
     if got.size == 0:
         return res
     g_all, w_all = got.reshape(-1), want.reshape(-1)
@@ -245,7 +252,7 @@ def compare_arrays(got, want, rtol: float = 0.0, atol: float = 0.0, *, equal_nan
             res.ok, res.mismatches, res.first_index = False, n, i
             res._first_numeric = i
             res.got, res.want = _item(g_all, i), _item(w_all, i)
-            res.reason = f"{n} of {got.size} elements differ (bytes), first at {i}"
+            res.reason = f"{n} of {got.size} elements differ (bytes), first at {res.at(i)}"
         return res
     floats = got.dtype.kind == "f" or want.dtype.kind == "f"
     for start, sl in ((s.start, s) for s in _slices(g_all.size)):
