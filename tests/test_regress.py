@@ -949,6 +949,19 @@ def test_unreachable_scheduler_is_a_usage_error(suite):
     assert time.monotonic() - t0 < 60
 
 
+def test_unreachable_ray_cluster_is_a_usage_error_at_once(suite):
+    """Nothing listens at the address: a clear exit 2 within the connect timeout (ray.init alone retried for
+    minutes, logging a warning every few seconds)."""
+    _ray()
+    for address in ("127.0.0.1:9", "ray://127.0.0.1:9"):
+        t0 = time.monotonic()
+        r = _cli(suite, "-k", "mine/axpy", "--ray", address, "--json")
+        assert r.exit_code == 2, r.output
+        err = json.loads(r.stdout)["error"]
+        assert f"cannot reach the Ray cluster at {address}: nothing answers at 127.0.0.1:9" in err, err
+        assert time.monotonic() - t0 < 30
+
+
 def test_a_golden_that_lacks_a_binding_or_names_another_is_an_error(suite, tmp_path):
     s = tmp_path / "s"
     for name in ("lacks", "extra"):

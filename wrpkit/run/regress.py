@@ -219,7 +219,7 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         ray: A Ray cluster address (``auto``, ``HOST:PORT``) to run the cases on.
         rtol, atol, equal_nan: Tolerances where the suite sets none.
         progress: Called as ``progress(done, total, result)`` after each case (in completion order).
-        connect_timeout: Seconds to wait for the Dask scheduler.
+        connect_timeout: Seconds to wait for the Dask scheduler or the Ray cluster's address to answer.
 
     Returns:
         A :class:`RegressReport`.
@@ -300,7 +300,7 @@ def _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, 
     if dask:
         ran_on = run_dask(run_jobs, dask, done, connect_timeout)
     elif ray:
-        ran_on = run_ray(run_jobs, ray, done)
+        ran_on = run_ray(run_jobs, ray, done, connect_timeout)
     elif int(jobs) > 1 and len(run_jobs) > 1:
         run_local(run_jobs, int(jobs), done, zygote)
         ran_on = f"{int(jobs)} local workers"  # threads, each with its own replay process

@@ -349,7 +349,20 @@ def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -
         client.close()
 
 
-def run_ray(jobs: list, address: str, done: Callable) -> str:
+_RAY_HINT = "Start one (`ray start --head`) or check the address (auto, HOST:PORT, ray://HOST:PORT)."
+
+
+def _ray_endpoint(address: str) -> Optional[tuple]:
+    """``(host, port)`` of a Ray address given as ``HOST:PORT`` or ``ray://HOST:PORT``; None for ``auto``
+    and anything else Ray resolves itself (``local``, a name it reads from its session files)."""
+    rest = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def run_ray(jobs: list, address: str, done: Callable, connect_timeout: float = 10.0) -> str:
     """Run ``jobs`` on the Ray cluster at ``address`` (``auto``, ``HOST:PORT``) in batches, as on Dask; say where.
 
     Tasks have no retries: a batch whose worker process died is sent again
@@ -357,19 +370,31 @@ def run_ray(jobs: list, address: str, done: Callable) -> str:
     kills its worker fails.  The cluster's CPUs count as its workers (a task
     takes one).
 
+    A ``HOST:PORT`` address is first tried with a plain TCP connection
+    (``connect_timeout`` seconds): ``ray.init`` retries an address where
+    nothing listens without end, logging a warning every few seconds.
+
     Raises:
         WrpSchedulerError: The cluster cannot be reached (exit 2).
         WrpError: (exit 2) ``ray`` is not installed.
     """
+    import socket  # noqa: PLC0415
+
     ray = _optional_package("ray", "--ray", "ray")
     started_here = not ray.is_initialized()
+    endpoint = _ray_endpoint(address) if started_here else None
+    if endpoint is not None:
+        try:
+            socket.create_connection(endpoint, timeout=connect_timeout).close()
+        except OSError as e:
+            raise WrpSchedulerError(f"cannot reach the Ray cluster at {address}: nothing answers at "
+                                    f"{endpoint[0]}:{endpoint[1]} ({e.strerror or e})", hint=_RAY_HINT) from None
     try:
         if started_here:
-            ray.init(address=address, log_to_driver=False, include_dashboard=False)
+            ray.init(address=address, log_to_driver=False, include_dashboard=False, logging_level="WARNING")
     except Exception as e:  # noqa: BLE001  (ConnectionError, RuntimeError: Ray raises several)
         raise WrpSchedulerError(f"cannot reach the Ray cluster at {address}: {type(e).__name__}: {e}",
-                                hint="Start one (`ray start --head`) or check the address (auto, HOST:PORT, "
-                                     "ray://HOST:PORT).") from None
+                                hint=_RAY_HINT) from None
     try:
         n = max(1, int(ray.cluster_resources().get("CPU", 1)))
         remote = ray.remote(max_retries=0)(run_remote_cases)
