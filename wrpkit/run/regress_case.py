@@ -419,6 +419,14 @@ def serve_case(job: dict, replay, validated) -> tuple:
     return {"result": {name: getattr(res, name) for name in _CHILD_FIELDS}}, fds
 
 
+def payload_parts(payload: dict) -> dict:
+    """A case's files' bytes (:func:`with_payload`'s ``payload``) by part: ``capture``, ``inputs``,
+    ``golden`` where present, and ``modules/NAME`` for each module file."""
+    parts = {k: payload[k] for k in ("capture", "inputs", "golden") if payload[k] is not None}
+    parts.update({"modules/" + name: data for name, data in (payload["modules"] or {}).items()})
+    return parts
+
+
 def payload_to_file(job: dict) -> tuple:
     """A remote case for the replay child: ``(the job without its files' bytes, a memory file holding them)``.
 
@@ -429,8 +437,7 @@ def payload_to_file(job: dict) -> tuple:
     from .shared import layout, memory_file  # noqa: PLC0415
 
     payload = job["payload"]
-    parts = {k: payload[k] for k in ("capture", "inputs", "golden") if payload[k] is not None}
-    parts.update({"modules/" + name: data for name, data in (payload["modules"] or {}).items()})
+    parts = payload_parts(payload)
     at, size = layout({k: len(v) for k, v in parts.items()})
     fd = memory_file("wrpkit-case-files")
     try:
@@ -638,5 +645,5 @@ def _unreadable(job: dict, e: WrpError) -> CaseResult:
                       file=job["capture"])
 
 
-__all__ = ["run_case", "run_cases", "case_job", "with_payload", "payload_to_file", "payload_from_file", "read_case_files", "read_npz", "close_replay_workers",
+__all__ = ["run_case", "run_cases", "case_job", "with_payload", "payload_parts", "payload_to_file", "payload_from_file", "read_case_files", "read_npz", "close_replay_workers",
            "cuda_device_count", "CaseResult", "VERDICTS", "WrpWorkerDied"]

@@ -15,7 +15,7 @@ import warnings
 from typing import Callable, Optional
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError
-from .regress_case import CaseResult, close_replay_workers, run_case, run_cases, with_payload
+from .regress_case import CaseResult, close_replay_workers, payload_parts, run_case, run_cases, with_payload
 from .regress_suite import usage_error
 
 
@@ -259,7 +259,7 @@ def _run_batched(jobs: list, n_slots: int, done: Callable, submit: Callable, nex
                 except WrpError as e:  # a file that cannot be read here: that case only
                     done(i, _unreadable(jobs[i], e))
                     continue
-                n = _payload_bytes(job)
+                n = sum(len(v) for v in payload_parts(job["payload"]).values())
                 if sent and size + n > TASK_BYTES:
                     loaded[i] = job
                     later.append(i)
@@ -287,13 +287,6 @@ def _run_batched(jobs: list, n_slots: int, done: Callable, submit: Callable, nex
             batches.put_back(batch, alone=True)
         else:
             done(batch[0], _died(jobs[batch[0]], error))
-
-
-def _payload_bytes(job: dict) -> int:
-    """The bytes of a job's case files (:func:`~wrpkit.run.regress_case.with_payload`)."""
-    payload = job.get("payload") or {}
-    n = sum(len(payload[k]) for k in ("capture", "inputs", "golden") if payload.get(k) is not None)
-    return n + sum(len(v) for v in (payload.get("modules") or {}).values())
 
 
 def run_dask(jobs: list, address: str, done: Callable, connect_timeout: float) -> str:
