@@ -565,11 +565,10 @@ def test_remote_batches_cover_every_case_once_in_order_and_grow_with_small_cases
     from wrpkit.run.regress_fanout import FIRST_BATCH, REMOTE_BATCH, TASK_SECONDS, RemoteBatches  # noqa: PLC0415
 
     for n_jobs, slots in ((1, 2), (7, 2), (50, 2), (13, 3), (1000, 2), (5, 1)):
-        b = RemoteBatches(n_jobs)
+        b = RemoteBatches(n_jobs, slots)
         batches = []
-        while b:  # as _run_batched sends them, no task ending: a share a slot, then a second share a slot
-            busy = len(batches)
-            batches.append(b.take(slots - busy if busy < slots else max(1, 2 * slots - busy)))
+        while b:  # as _run_batched sends them while no task ends (past the window: one at a time)
+            batches.append(b.take(min(len(batches), 2 * slots - 1)))
         assert [i for x in batches for i in x] == list(range(n_jobs))
         assert all(1 <= len(x) <= FIRST_BATCH for x in batches)  # no case's time known yet
         first = [len(x) for x in batches[:slots]]
@@ -579,20 +578,20 @@ def test_remote_batches_cover_every_case_once_in_order_and_grow_with_small_cases
         def __init__(self, seconds):
             self.seconds = seconds
 
-    small = RemoteBatches(1000)
-    first = small.take(4)
+    small = RemoteBatches(1000, 2)
+    first = small.take(0)
     small.ended_cases([Ended(0.005)] * len(first))
-    assert len(small.take(1)) == min(REMOTE_BATCH, round(TASK_SECONDS / 0.005))  # half a second of cases
-    slow = RemoteBatches(100)
+    assert len(small.take(3)) == min(REMOTE_BATCH, round(TASK_SECONDS / 0.005))  # half a second of cases
+    slow = RemoteBatches(100, 2)
     slow.ended_cases([Ended(2 * TASK_SECONDS)])
-    assert len(slow.take(4)) == 1  # a case longer than a task's aim goes alone
+    assert len(slow.take(0)) == 1  # a case longer than a task's aim goes alone
     # Cases sent back go first, in order; those that must go alone go one a batch.
-    b = RemoteBatches(10)
-    taken = b.take(2)
+    b = RemoteBatches(10, 2)
+    taken = b.take(0)
     b.put_back(taken[2:])
     b.put_back([0, 1], alone=True)
-    assert b.take(2) == [0] and b.take(2) == [1]
-    assert b.take(2)[:1] == [taken[2]]
+    assert b.take(1) == [0] and b.take(1) == [1]
+    assert b.take(1)[:1] == [taken[2]]
 
 
 def test_a_remote_task_that_runs_out_of_time_has_the_rest_sent_again(suite, serial, tmp_path):

@@ -179,7 +179,8 @@ class RemoteBatches:
     one whose worker died) go first; those that must go alone go one a batch.
     """
 
-    def __init__(self, n_jobs: int):
+    def __init__(self, n_jobs: int, slots: int):
+        self.slots = max(1, slots)
         self.unsent = list(range(n_jobs))
         self.alone: list = []
         self.ended, self.seconds = 0, 0.0
@@ -191,18 +192,21 @@ class RemoteBatches:
         """The mean time of the cases that ended so far, or None before one has."""
         return self.seconds / self.ended if self.ended else None
 
-    def size(self, share: int) -> int:
-        """How many cases the next batch takes (before its bytes are counted), as one of ``share`` tasks."""
+    def size(self, busy: int) -> int:
+        """How many cases the next batch takes (before its bytes are counted), ``busy`` tasks in flight."""
         known = self.case_seconds()
         cap = FIRST_BATCH if known is None else round(TASK_SECONDS / max(known, 1e-4))
+        # Shared among the slots with no task yet, else among the window's second tasks a slot.
+        share = self.slots - busy if busy < self.slots else 2 * self.slots - busy
         even = -(-len(self.unsent) // max(1, share))
         return max(1, min(even, cap, REMOTE_BATCH))
 
-    def take(self, share: int) -> list:
-        """The next batch's job indices (in case order): a case to go alone, else :meth:`size` unsent ones."""
+    def take(self, busy: int) -> list:
+        """The next batch's job indices (in case order), ``busy`` tasks in flight: a case to go alone, else
+        :meth:`size` unsent ones."""
         if self.alone:
             return [self.alone.pop(0)]
-        n = self.size(share)
+        n = self.size(busy)
         batch, self.unsent = self.unsent[:n], self.unsent[n:]
         return batch
 
@@ -242,15 +246,13 @@ def _run_batched(jobs: list, n_slots: int, done: Callable, submit: Callable, nex
     in_flight = {}  # handle -> job indices
     slots = max(1, n_slots)
     window = 2 * slots
-    batches = RemoteBatches(len(jobs))
+    batches = RemoteBatches(len(jobs), slots)
     loaded = {}  # job index -> the job with its files' bytes, read but not yet sent (TASK_BYTES)
 
     def submit_next():
         while batches:
             sent, size, later = [], 0, []
-            # Shared among the slots with no task yet, else among the window's second tasks a slot.
-            busy = len(in_flight)
-            for i in batches.take(slots - busy if busy < slots else window - busy):
+            for i in batches.take(len(in_flight)):
                 if later:  # the batch is full of bytes: the rest go in the next one
                     later.append(i)
                     continue
