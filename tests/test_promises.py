@@ -139,6 +139,53 @@ def test_replay_gives_no_input_notice_for_an_output_only_binding_and_never_wraps
     assert all("it holds" in ln for ln in notices), p.stderr
 
 
+@wp.kernel
+def _spread_k(x: wp.array(dtype=wp.vec3), energy: wp.array(dtype=float)):
+    i = wp.tid()
+    energy[i] = wp.length(x[i]) * 1.0e6 - 2.0e6
+
+
+def test_replay_table_of_long_arrays_fits_80_columns_without_breaking_a_shape_or_dtype(tmp_path):
+    """Wide numbers and a 7-digit shape: the heavy table needs 85 columns; at 80 no token may fold."""
+    n = 1 << 20
+    x = wp.array(np.random.default_rng(3).standard_normal((n, 3)).astype(np.float32), dtype=wp.vec3,
+                 device="cpu")
+    e = wp.zeros(n, dtype=float, device="cpu")
+    wp.load_module(device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True, force_module_load=False) as cap:
+        wp.launch(_spread_k, dim=n, inputs=[x, e], device="cpu")
+    wp.capture_save(cap.graph, str(tmp_path / "spread.wrp"), inputs={"x": x}, outputs={"energy": e})
+    p = wrp("replay", tmp_path / "spread.wrp", "--dtype", "x=vec3f", "--dtype", "energy=float32",
+            env=dict(os.environ, COLUMNS="80"))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, p.stdout
+    rows = {ln.split()[0]: ln for ln in lines[lines.index("outputs"):] if ln.split()[:1] in (["x"], ["energy"])}
+    assert f"({n},)" in rows["energy"] and "float32" in rows["energy"], p.stdout
+    assert "vec3f" in rows["x"] and f"({n},)" in rows["x"], p.stdout
+    assert len(rows["energy"].split()) == 8, p.stdout  # binding, shape, dtype, 5 numbers: one line
+
+
+def test_a_stock_capture_without_bindings_says_why_it_shows_no_outputs(tmp_path):
+    a = wp.zeros(8, dtype=float, device="cpu")
+    e = wp.zeros(8, dtype=float, device="cpu")
+    wp.load_module(device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True, force_module_load=False) as cap:
+        wp.launch(_energy_k, dim=8, inputs=[wp.zeros(8, dtype=wp.vec3, device="cpu"), e], device="cpu")
+    wp.capture_save(cap.graph, str(tmp_path / "plain.wrp"))  # no inputs= or outputs=: the common stock save
+    del a
+    p = wrp("replay", tmp_path / "plain.wrp", "--output", tmp_path / "out.npz")
+    assert p.returncode == 0, p.stderr
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("warning:")]
+    assert len(said) == 1 and "names no bindings" in said[0] and "capture_save(graph, path, inputs=" in said[0], \
+        p.stderr
+    assert "outputs\nnone" in p.stdout and "binding" not in p.stdout, p.stdout  # no headers over nothing
+    assert np.load(tmp_path / "out.npz").files == []
+    js = json.loads(wrp("replay", tmp_path / "plain.wrp", "--json").stdout)
+    assert js["outputs"] == {} and any("names no bindings" in w for w in js["warnings"]), js
+    assert "Bindings\nnone" in wrp("inspect", tmp_path / "plain.wrp").stdout
+
+
 def test_inspect_of_a_warp_116_file_shows_its_producer():
     p = wrp("inspect", LEGACY / "saxpy.wrp")
     assert "Warp 1.16.0 or 1.17.0" in p.stdout, p.stdout
@@ -255,6 +302,26 @@ def _doubled_k(a: wp.array(dtype=wp.float32), b: wp.array(dtype=wp.float32)):
 
 
 @pytest.mark.slow
+def test_a_kernels_file_that_parses_its_arguments_at_import_sees_none_of_wraps(tmp_path):
+    """A script with argparse at module level, as many are: --kernels runs it as `python FILE` would."""
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import argparse\nimport warp as wp\n\n"
+        "args = argparse.ArgumentParser().parse_args()  # at import time, before any kernel\n\n"
+        "@wp.kernel\ndef halve(a: wp.array(dtype=wp.vec2)):\n    a[wp.tid()] = a[wp.tid()] * 0.5\n\n"
+        "if __name__ == '__main__':\n"
+        "    import sys\n    a = wp.ones(4, dtype=wp.vec2)\n    wp.load_module(device='cpu')\n"
+        "    with wp.ScopedCapture(device='cpu', apic=True, force_module_load=False) as cap:\n"
+        "        wp.launch(halve, dim=4, inputs=[a])\n"
+        "    wp.capture_save(cap.graph, sys.argv[0].replace('.py', '.wrp'))\n")
+    made = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr
+    p = wrp("trace", tmp_path / "step.wrp", "--kernels", script, "--json")
+    assert p.returncode == 0, p.stderr
+    matched = [(k["kernel"], k["matched"], k["code"]) for k in json.loads(p.stdout)["kernels"]["kernels"]]
+    assert matched == [("halve", True, "same")], matched
+
+
 def test_names_with_brackets_print_as_they_are(tmp_path):
     """Binding names, paths and messages go to the terminal as text: rich must not read "[red]a" as a style."""
     import wrpkit  # noqa: PLC0415

@@ -199,6 +199,8 @@ def size(n) -> str:
 #: Columns that hold numbers: right-aligned and never wrapped or cut (text columns wrap instead).
 NUMERIC_COLUMNS = frozenset({"size", "offset", "count", "launches", "region", "points", "tris", "min", "max",
                              "mean", "median", "p5", "p95", "NaN", "Inf", "max abs err", "max rel err"})
+#: Text columns of short tokens ("float32", "(4096, 4096)"): never broken inside a token.
+TOKEN_COLUMNS = frozenset({"shape", "dtype"})
 
 
 def table(title, columns, numeric=()):
@@ -221,12 +223,27 @@ def table(title, columns, numeric=()):
         def __rich_console__(self, console, options):
             yield Text("")
             yield Text(title, style="bold")
+            if not self.row_count:  # headers over nothing read as a glitch
+                yield Text("none", style="dim")
+                return
+            if self.box is not _NARROW_BOX and self.__rich_measure__(console, options).maximum > options.max_width:
+                # Too wide for the console (80 columns, a long shape): drop the column rules and
+                # one space of padding, a character less per column each, before any cell has to fold.
+                self.box, self.padding = _NARROW_BOX, (0, 1, 0, 0)
+                if self.__rich_measure__(console, options).maximum > options.max_width:
+                    for col in self.columns:  # still too wide: shapes and dtypes fold too, rather than be cut
+                        col.no_wrap = col.no_wrap and col.header not in TOKEN_COLUMNS
             yield from super().__rich_console__(console, options)
 
+    from rich import box  # noqa: PLC0415
+
+    _NARROW_BOX = box.SIMPLE_HEAD
     t = _Titled(show_edge=False, pad_edge=False)
     for c in columns:
         if c in NUMERIC_COLUMNS or c in numeric:
             t.add_column(c, justify="right", no_wrap=True)
+        elif c in TOKEN_COLUMNS:
+            t.add_column(c, justify="left", overflow="fold", no_wrap=True)
         else:
             t.add_column(c, justify="left", overflow="fold")
     return t

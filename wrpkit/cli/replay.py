@@ -21,9 +21,9 @@ from .options import Seconds, Watchdog, kernel_match_lines, name_items
 def _fmt(v) -> str:
     if v is None:
         return "-"
-    if isinstance(v, int):
+    if isinstance(v, int) and abs(v) < 10**10:
         return str(v)
-    return f"{v:.6g}"
+    return f"{v:.6g}"  # an int64's 19 digits as well: the table is a summary, --json has the exact values
 
 
 def _print_report(report) -> None:

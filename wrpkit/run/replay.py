@@ -293,6 +293,13 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         # checks the device too: this process starts fast and holds no Warp runtime.
         preparation.check_runnable(prep.model, device, what=str(file))
         warnings = check_memory(prep, device, max_memory, allow_unreached)
+        if not prep.sizes:
+            # A stock capture saved without inputs=/outputs= (the usual case): say why nothing is shown.
+            warnings.append(f"{file.name} names no bindings (wp.capture_save was given no inputs= or outputs=), "
+                            "so there are no outputs to summarise" + (", and the output file holds no arrays"
+                                                                     if output is not None else "")
+                            + "; name them with wp.capture_save(graph, path, inputs={...}, outputs={...}) or "
+                            "save with wrpkit.capture")
         typed_here, kernel_typing = _type_bindings(prep, dict(dtypes or {}), kernels)
         given = _read_given(prep, file, inputs_npz, dict(inputs or {}), golden)
         if output is not None:

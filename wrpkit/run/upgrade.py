@@ -83,7 +83,9 @@ def import_kernels_file(path):
     """Import a user's ``.py`` file as Python runs a script, without running its main block.
 
     The file's folder is on ``sys.path`` while it runs (scripts import their
-    siblings); its ``__name__`` is its file stem, never ``"__main__"``, so an
+    siblings) and ``sys.argv`` is ``[path]``, as for ``python path`` with no
+    arguments (a script that parses its arguments at import time does not see
+    the caller's); its ``__name__`` is its file stem, never ``"__main__"``, so an
     ``if __name__ == "__main__":`` block does not run.  Kernels it defines are
     registered with Warp under that module name.
 
@@ -110,6 +112,8 @@ def import_kernels_file(path):
     sys.modules[name] = module
     folder = str(path.resolve().parent)
     sys.path.insert(0, folder)
+    # As `python FILE` would see it: a script that reads sys.argv at import time must not see wrp's arguments.
+    argv, sys.argv = sys.argv, [str(path)]
     try:
         spec.loader.exec_module(module)
     except BaseException as e:  # the user's code: any error (SystemExit too) is theirs, reported as such
@@ -123,6 +127,7 @@ def import_kernels_file(path):
                               hint="Fix the file so that `python -c 'import runpy; runpy.run_path(FILE)'` "
                                    "runs it; its main block is not run.") from None
     finally:
+        sys.argv = argv
         try:
             sys.path.remove(folder)
         except ValueError:
