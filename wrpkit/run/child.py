@@ -135,6 +135,8 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
     in_area = SharedArea(message["in_size"], fd=fds[0])
     out_area = SharedArea(message["out_size"], fd=fds[1])
     try:
+        if message.get("reset"):
+            prog.reset()  # the memory no binding names too, which only this process can reach
         for name, (off, n) in message["inputs"].items():
             prog.write_bytes(name, in_area.view(off, n))
         set_stage(stage, "replaying")

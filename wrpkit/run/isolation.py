@@ -77,7 +77,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
 
 def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, verify_checksums: bool = True,
                      timeout: Optional[float] = None, full_state: Optional[Mapping] = None,
-                     read_back=None) -> ChildRun:
+                     read_back=None, reset: bool = False) -> ChildRun:
     """Replay in ``worker``; on a crash, find the op (children from ``full_state``) and raise it.
 
     Args:
@@ -88,13 +88,14 @@ def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, veri
         timeout: Seconds for the request (None: no limit).
         full_state: Every binding the program holds (what a new child needs to replay the same run).
         read_back: Names of the bindings to return (None: every binding).
+        reset: The child restores all of its graph's memory to the captured bytes first.
 
     Raises:
         WrpCrashError, WrpTimeoutError, WrpError: As :func:`replay_in_child`.
     """
     t0 = time.monotonic()
     try:
-        return worker.run(inputs, repeat, 0, timeout, read_back=read_back)
+        return worker.run(inputs, repeat, 0, timeout, read_back=read_back, reset=reset)
     except ChildCrashed as crash:
         raise located_crash(worker.prep, crash, worker.device, dict(full_state or inputs), repeat, timeout, t0,
                              True, verify_checksums, worker.source) from None

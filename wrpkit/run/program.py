@@ -92,7 +92,7 @@ class Program:
         annotations: wrpkit's annotations, or None.
     """
 
-    def __init__(self, prepared: Prepared, graph, device):
+    def __init__(self, prepared: Prepared, graph, device, hidden: Optional[Mapping] = None):
         self.model = prepared.model
         self.graph = graph
         self.device = device
@@ -118,6 +118,19 @@ class Program:
                                else np.zeros(0, dtype=np.uint8))
                 slot.view = ann.view_region(slot.region, slot.sig) if slot.sig is not None else slot.region
             self._slots[name] = slot
+        # Regions no binding names, reachable under the names load_prepared gave them in the image
+        # Warp loaded (HIDDEN_BINDING), so that reset() restores them too: {region_id: _Slot}.
+        self._hidden = {}
+        regions = self.model.region_map()
+        for name, region_id in (hidden or {}).items():
+            size = int(regions[region_id].size)
+            ptr = graph.get_param_ptr(name)
+            if not ptr and size:
+                raise WrpRuntimeError(f"Warp has no memory for region {region_id}")
+            slot = _Slot(name, size, int(ptr or 0), None)
+            if self._is_cpu:
+                slot.region = np.asarray(_HostMemory(slot.ptr, size, graph)) if size else np.zeros(0, np.uint8)
+            self._hidden[region_id] = slot
 
     # -- description ----------------------------------------------------------
 
@@ -168,13 +181,13 @@ class Program:
 
     @_serialised
     def reset(self) -> None:
-        """Restore every binding to the bytes it held when the graph was captured.
+        """Restore all of the graph's memory to the bytes it held when the graph was captured.
 
         After ``reset()``, a replay with the same inputs gives what the first
-        replay after :func:`~wrpkit.run.runtime.load` gave.  Memory that is not bound to a name
-        (scratch buffers of the graph) is not reachable by name and keeps its
-        bytes; a graph that carries state there from one replay to the next
-        must be loaded again instead.
+        replay after :func:`~wrpkit.run.runtime.load` gave: every binding and
+        every region no binding names (scratch buffers, a ``capture_while``
+        flag that the last replay left at 0) is restored.  It copies every
+        region's bytes (about a ``memcpy`` of the capture's data).
 
         Raises:
             WrpError: The program is closed.
@@ -182,11 +195,12 @@ class Program:
         """
         self._check_open()
         regions = self.model.region_map()
-        for b in self.model.resolved_bindings():
-            slot = self._slots.get(b.name)
+        targets = [(self._slots.get(b.name), b.region_id) for b in self.model.resolved_bindings()]
+        targets += [(slot, region_id) for region_id, slot in self._hidden.items()]
+        for slot, region_id in targets:
             if slot is None:
                 continue
-            region = regions[b.region_id]
+            region = regions[region_id]
             if region.data is not None and region.has_initial_data:
                 data = np.frombuffer(region.data, dtype=np.uint8, count=slot.size)
             else:
@@ -525,10 +539,47 @@ _UNPICKLED_PER_BUNDLE = 8
 
 
 def _reusable(prog: Program) -> bool:
-    """Whether :meth:`Program.reset` restores all of ``prog``'s state: every region is bound
-    (memory no binding names keeps what the last run left, so such a graph is loaded afresh)."""
-    bound = {b.region_id for b in prog.model.bindings}
-    return all(r.region_id in bound for r in prog.model.regions)
+    """Whether :meth:`Program.reset` restores all of ``prog``'s state: every region is bound or was
+    given a hidden name at load (a CUDA ``.wrp`` loaded by ``wp.capture_load`` has none)."""
+    reached = {b.region_id for b in prog.model.resolved_bindings()} | set(prog._hidden)
+    return all(r.region_id in reached for r in prog.model.regions)
+
+
+#: The name a region no binding names gets in the image Warp loads (:func:`load_prepared`), so that
+#: :meth:`Program.reset` can reach its memory (Warp hands out pointers by binding name only).
+HIDDEN_BINDING = "wrpkit.unbound.region{}"
+
+
+def hidden_bindings(model) -> dict:
+    """``{name: region_id}`` for every region no binding names, under names no binding has."""
+    named = model.binding_map()
+    bound = set(named.values())
+    out = {}
+    for r in model.regions:
+        if r.region_id in bound:
+            continue
+        name, k = HIDDEN_BINDING.format(r.region_id), 0
+        while name in named or name in out:
+            k += 1
+            name = HIDDEN_BINDING.format(r.region_id) + f".{k}"
+        out[name] = r.region_id
+    return out
+
+
+def _image_with_bindings(model, hidden: dict):
+    """The WRP1 image of ``model`` with ``hidden`` appended to its bindings.
+
+    Only the records change size, so every region's data keeps its place relative to the
+    others and :func:`~wrpkit.run.mapped_image.build_mapped_image` maps all of it from the
+    source's pages at one shift (a ``.wrp``, a bundle or a memory file): no copy of the data.
+    """
+    import dataclasses  # noqa: PLC0415
+
+    from ..model import Binding  # noqa: PLC0415
+    from .mapped_image import build_mapped_image  # noqa: PLC0415
+
+    extended = dataclasses.replace(model, bindings=list(model.bindings) + [Binding(n, r) for n, r in hidden.items()])
+    return build_mapped_image(extended)[0]
 
 
 def _program_from_bundle(bundle: bytes, device: str) -> Program:
@@ -540,8 +591,8 @@ def _program_from_bundle(bundle: bytes, device: str) -> Program:
     but only a graph nobody holds any more: a Program is never handed to two
     holders at once, so tasks running side by side (threads) each have their
     own graph, whichever thread unpickled their arguments.  Only graphs whose
-    every region is bound are reused (:meth:`Program.reset` restores all of
-    their state); others load afresh.  Warp's banner is off.
+    every region :meth:`Program.reset` reaches are reused (all of them, but for
+    a CUDA ``.wrp`` Warp loaded itself); others load afresh.  Warp's banner is off.
     """
     import sys  # noqa: PLC0415
 
@@ -671,6 +722,7 @@ def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None
     # release the GIL); the graph is returned only if they match.  Module
     # blobs were verified before this point.
     verification = None
+    hidden = {}  # a CUDA .wrp loaded by capture_load (its source fallback) gets no hidden names
     if prep.deferred:
         from ..formats.wrpk.blobs import BackgroundVerification  # noqa: PLC0415
 
@@ -681,8 +733,9 @@ def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None
             # capture_load can also compile the packaged source fallback.
             graph = wp.capture_load(os.fspath(prep.path), device=dev)
         elif hasattr(wp, "capture_load_from_bytes"):
-            built = prep.wrp_bytes is None
-            image = prep.image()
+            hidden = hidden_bindings(prep.model)
+            built = prep.wrp_bytes is None or bool(hidden)
+            image = _image_with_bindings(prep.model, hidden) if hidden else prep.image()
             if built and prep.path is not None:
                 # The image now holds the region data; let the mapped bundle's
                 # pages go so the file is not resident twice while Warp copies it.
@@ -691,6 +744,7 @@ def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None
                     if mapped is not None:
                         mapped.drop_pages()
             graph = wp.capture_load_from_bytes(image, modules=binaries, device=dev)
+            del image  # Warp copied what it needs
         else:  # pragma: no cover  (older Warp)
             graph = _load_via_dir(prep, binaries, dev)
     except MemoryError:
@@ -711,7 +765,7 @@ def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None
                 graph = None  # never hand out a graph whose data failed its checksum
                 raise
             prep.deferred = []  # verified
-    return Program(prep, graph, dev)
+    return Program(prep, graph, dev, hidden)
 
 
 def _load_via_dir(prep: Prepared, binaries: dict, dev):  # pragma: no cover

@@ -49,6 +49,7 @@ class IsolatedProgram:
         self._sizes = dict(prepared.sizes)
         self._state = {}  # {name: uint8 bytes of the binding}; absent: the file's initial data
         self._dirty = set()  # names set since the child last saw them
+        self._reset_child = False  # reset() since the child's last run: its unnamed memory too
         self._worker = None  # its ReplayWorker, started by the first run
         self._lock = threading.RLock()
         self._max_memory = None  # load(max_memory=): the child's budget
@@ -107,9 +108,14 @@ class IsolatedProgram:
 
     @_serialised
     def reset(self) -> None:
-        """Restore every binding to the bytes it held when the graph was captured (as :meth:`Program.reset`)."""
+        """Restore all of the graph's memory to the bytes it held when it was captured (as :meth:`Program.reset`).
+
+        The bindings are restored here; the memory no binding names is restored in the child at
+        the next run.
+        """
         self._state = {name: self._initial(name) for name in self._sizes}
         self._dirty = set(self._sizes)  # the child's memory still holds the last run's bytes
+        self._reset_child = True
 
     @_serialised
     def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
@@ -140,7 +146,7 @@ class IsolatedProgram:
         names = self._asked(outputs)
         if not isolate:
             raise WrpError("this program was loaded with isolate=True; load it again without to run in-process")
-        before, dirty = dict(self._state), set(self._dirty)
+        before, dirty, reset_child = dict(self._state), set(self._dirty), self._reset_child
         if reset:
             self.reset()
         if inputs:
@@ -151,7 +157,7 @@ class IsolatedProgram:
                 for n, v in inputs.items():
                     self.set(n, v)
             except WrpError:
-                self._state, self._dirty = before, dirty
+                self._state, self._dirty, self._reset_child = before, dirty, reset_child
                 raise
         repeat = int(repeat)
         if repeat < 0:
@@ -163,11 +169,14 @@ class IsolatedProgram:
         send = self._state if not self._worker.alive else {n: self._state[n] for n in self._dirty}
         try:
             # Every binding comes back (in shared memory): a new child after a crash starts from them.
-            run = replay_in_worker(self._worker, send, repeat, timeout=timeout, full_state=self._state)
+            run = replay_in_worker(self._worker, send, repeat, timeout=timeout, full_state=self._state,
+                                   reset=self._reset_child)
         except BaseException:
-            self._state, self._dirty = before, dirty  # a failed run changes nothing here (its child is gone)
+            # A failed run changes nothing here (its child is gone, and the next one starts fresh).
+            self._state, self._dirty, self._reset_child = before, dirty, reset_child
             raise
         self._dirty.clear()
+        self._reset_child = False
         self._state = dict(run.results)
         if copy:
             return {name: self.get(name) for name in names}

@@ -461,7 +461,7 @@ class ReplayWorker:
         return output_tail(self._out_fd)
 
     def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None, *,
-            read_back=None, stats: Optional[Mapping] = None) -> ChildRun:
+            read_back=None, stats: Optional[Mapping] = None, reset: bool = False) -> ChildRun:
         """Replay in the child: set ``inputs`` (whole bindings as ``uint8``), replay, answer.
 
         Args:
@@ -472,6 +472,8 @@ class ReplayWorker:
             read_back: Names of the bindings to return (None: every binding).
             stats: ``{binding: spec}`` (:func:`wrpkit.checks.binding_stats.view_spec`)
                 to summarise in the child.
+            reset: Restore all of the child's graph memory to the captured bytes first
+                (:meth:`~wrpkit.run.program.Program.reset`; a child started now is fresh anyway).
 
         Returns:
             A :class:`ChildRun` whose ``results`` are ``uint8`` views of a
@@ -502,7 +504,8 @@ class ReplayWorker:
                 if size:
                     in_area.view(off, size)[:] = np.ascontiguousarray(inputs[n]).reshape(-1).view(np.uint8)
             message = {"op": "run", "repeat": int(repeat), "warmup": int(warmup), "inputs": in_at,
-                       "in_size": in_size, "outputs": out_at, "out_size": out_size, "stats": dict(stats or {})}
+                       "in_size": in_size, "outputs": out_at, "out_size": out_size, "stats": dict(stats or {}),
+                       "reset": bool(reset)}
             answer, _, deadline = self._ask(message, [in_area.fd, out_area.fd], timeout, deadline)
             if answer is not None and "error" not in answer:
                 results = {n: out_area.view(off, size) for n, (off, size) in out_at.items()}
