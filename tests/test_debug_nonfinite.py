@@ -29,9 +29,12 @@ def wrp(*args):
 
 
 def _summary(r) -> list:
-    """The lines after trace's table (the summary), which must fit 80 columns."""
+    """The lines after trace's table (the summary), which must fit 80 columns.
+
+    A table too wide for 80 columns has no column rules, only the rule under its header ("─").
+    """
     lines = r.stdout.splitlines()
-    last = max((i for i, line in enumerate(lines) if set(line) & set("│┃━")), default=-1)
+    last = max((i for i, line in enumerate(lines) if set(line) & set("│┃━─")), default=-1)
     return lines[last + 1:]
 
 
