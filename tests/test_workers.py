@@ -232,3 +232,34 @@ def test_a_graph_with_unbound_state_is_reused_on_unpickling_and_reset(while_sim)
     b = pickle.loads(blob)
     assert id(b) == a_id  # reused: reset() reaches every region now
     assert b.run({"pos": x})["pos"].tobytes() == want
+
+
+@wp.kernel
+def k_nearest(mesh: wp.handle, pts: wp.array(dtype=wp.vec3), sign: wp.array(dtype=wp.float32),
+              side: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    r = wp.mesh_query_point(mesh, pts[i], 10.0)
+    side[i] = wp.where(r.result, r.sign, 0.0)  # side: unbound scratch
+    sign[i] = side[i] + 1.0
+
+
+def test_reset_of_a_graph_with_a_mesh_leaves_the_mesh_alone_and_stays_right(tmp_path):
+    """Unbound scratch is restored; the mesh's own regions are not touched (its BVH was built from them)."""
+    mesh = wp.Mesh(points=wp.array(np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], np.float32), dtype=wp.vec3,
+                                   device="cpu"),
+                   indices=wp.array([0, 1, 2], dtype=wp.int32, device="cpu"))
+    pts = wp.array(np.random.default_rng(2).random((64, 3)).astype(np.float32), dtype=wp.vec3, device="cpu")
+    sign = wp.zeros(64, dtype=wp.float32, device="cpu")
+    side = wp.zeros(64, dtype=wp.float32, device="cpu")
+    wp.load_module(device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_nearest, dim=64, inputs=[mesh.id, pts, sign, side], device="cpu")
+    path = rec.save(tmp_path / "mesh.wrp", inputs={"pts": pts}, outputs={"sign": sign})
+    wp.launch(k_nearest, dim=64, inputs=[mesh.id, pts, sign, side], device="cpu")
+    want = sign.numpy().tobytes()
+    prog = wrpkit.load(path)
+    me = prog.model.meshes[0]
+    assert set(prog._hidden).isdisjoint({me.points_region_id, me.indices_region_id}) and prog._hidden
+    for _ in range(2):
+        assert prog.run(reset=True)["sign"].tobytes() == want
+    assert pickle.loads(pickle.dumps(prog)).run()["sign"].tobytes() == want

@@ -551,9 +551,15 @@ HIDDEN_BINDING = "wrpkit.unbound.region{}"
 
 
 def hidden_bindings(model) -> dict:
-    """``{name: region_id}`` for every region no binding names, under names no binding has."""
+    """``{name: region_id}`` for every region no binding names, under names no binding has.
+
+    A mesh's regions are left out: Warp built the mesh's BVH from them at load, and writing
+    its points back would not rebuild it (such a graph is loaded afresh on unpickling).
+    """
     named = model.binding_map()
     bound = set(named.values())
+    bound |= {rid for me in model.meshes
+              for rid in (me.points_region_id, me.indices_region_id, me.velocities_region_id)}
     out = {}
     for r in model.regions:
         if r.region_id in bound:
