@@ -105,32 +105,28 @@ class Program:
         self._sig = dict(prepared.signature)
         self._sizes = dict(prepared.sizes)
         self._is_cpu = bool(device.is_cpu)
-        self._slots = {}
-        for name, size in self._sizes.items():
-            ptr = graph.get_param_ptr(name)
-            if not ptr and size:
-                raise WrpRuntimeError(f"Warp has no memory for binding {name!r}")
-            slot = _Slot(name, size, int(ptr or 0), self._sig.get(name))
-            if self._is_cpu:
-                # The views own the graph (which owns the memory), not this Program:
-                # no reference cycle, and a view outliving the Program stays valid.
-                slot.region = (np.asarray(_HostMemory(slot.ptr, size, graph)) if size
-                               else np.zeros(0, dtype=np.uint8))
-                slot.view = ann.view_region(slot.region, slot.sig) if slot.sig is not None else slot.region
-            self._slots[name] = slot
+        self._slots = {name: self._graph_slot(name, size, self._sig.get(name), f"binding {name!r}")
+                       for name, size in self._sizes.items()}
         # Regions no binding names, reachable under the names load_prepared gave them in the image
         # Warp loaded (HIDDEN_BINDING), so that reset() restores them too: {region_id: _Slot}.
-        self._hidden = {}
         regions = self.model.region_map()
-        for name, region_id in (hidden or {}).items():
-            size = int(regions[region_id].size)
-            ptr = graph.get_param_ptr(name)
-            if not ptr and size:
-                raise WrpRuntimeError(f"Warp has no memory for region {region_id}")
-            slot = _Slot(name, size, int(ptr or 0), None)
-            if self._is_cpu:
-                slot.region = np.asarray(_HostMemory(slot.ptr, size, graph)) if size else np.zeros(0, np.uint8)
-            self._hidden[region_id] = slot
+        self._hidden = {region_id: self._graph_slot(name, int(regions[region_id].size), None, f"region {region_id}")
+                        for name, region_id in (hidden or {}).items()}
+
+    def _graph_slot(self, name: str, size: int, sig, what: str) -> _Slot:
+        """The :class:`_Slot` of the graph's memory that Warp knows as binding ``name`` (``what`` names it
+        in the error when Warp has none)."""
+        ptr = self.graph.get_param_ptr(name)
+        if not ptr and size:
+            raise WrpRuntimeError(f"Warp has no memory for {what}")
+        slot = _Slot(name, size, int(ptr or 0), sig)
+        if self._is_cpu:
+            # The views own the graph (which owns the memory), not this Program:
+            # no reference cycle, and a view outliving the Program stays valid.
+            slot.region = (np.asarray(_HostMemory(slot.ptr, size, self.graph)) if size
+                           else np.zeros(0, dtype=np.uint8))
+            slot.view = ann.view_region(slot.region, slot.sig) if slot.sig is not None else slot.region
+        return slot
 
     # -- description ----------------------------------------------------------
 
