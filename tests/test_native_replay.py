@@ -200,3 +200,49 @@ def test_warp_failures_carry_warps_own_message(native, caps, tmp_path):
     res = run(native.exe, g, "--warp-lib-dir", WARP_BIN, check_rc=1)
     assert "warp-clang could not link kernel" in res.stderr
     assert "Symbols not found" in res.stderr and ("sinq" in res.stderr or "sqrtq" in res.stderr)
+
+
+def _approved(exe, path, answer, *extra, close=True):
+    """wrp-replay PATH --approve-fd N ...: ``answer`` written to N (then closed unless ``close`` is False)."""
+    import subprocess  # noqa: PLC0415
+
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([str(exe), str(path), "--json", "--warp-lib-dir", WARP_BIN, "--approve-fd",
+                             str(read_end), *map(str, extra)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=CLEAN_ENV, pass_fds=(read_end,))
+    os.close(read_end)
+    try:
+        if answer:
+            os.write(write_end, answer)
+        if close:
+            os.close(write_end)
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"wrp-replay --approve-fd {extra} waited for an answer it did not need")
+    finally:
+        if not close:
+            os.close(write_end)
+    return proc.returncode, out, err
+
+
+def test_approve_fd_waits_for_the_callers_go_ahead(native, caps):
+    """--approve-fd: 'y' replays; end of file or any other answer withdraws before anything is allocated;
+    --approve-above lets a file no larger go on without asking."""
+    path = caps["local_saxpb"]
+    rc, out, err = _approved(native.exe, path, b"y")
+    assert rc == 0, err
+    assert json.loads(out)["timings"]["count"] == 1
+    for answer in (b"", b"n"):
+        rc, out, err = _approved(native.exe, path, answer)
+        assert rc == 1, (answer, out, err)
+        msg = json.loads(out)["error"]
+        assert "withdrew" in msg and "nothing was allocated" in msg, msg
+    # the file declares a few bytes: nothing is read from the pipe (never written, never closed)
+    rc, out, err = _approved(native.exe, path, b"", "--approve-above", "1M", close=False)
+    assert rc == 0, err
+    # --list validates only: it never asks
+    rc, out, err = _approved(native.exe, path, b"", "--list", close=False)
+    assert rc == 0, err
+    res = run(native.exe, path, "--approve-above", "1M", check_rc=2)
+    assert "--approve-above needs --approve-fd" in res.stderr

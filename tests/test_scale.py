@@ -232,6 +232,68 @@ def test_a_refused_replay_kills_the_child_it_started(edited, tmp_path):
     assert len(children) == 1 and [children[0], "+++", "killed", "by", "SIGKILL", "+++"] in ends, children
 
 
+def test_native_replay_starts_wrp_replay_before_it_reads_the_capture(typed, tmp_path):
+    """``--engine native`` starts its one wrp-replay first: its start and Warp's libraries overlap the checks."""
+    _native_or_skip()
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", typed["wrp"], "--engine",
+                                    "native", "--json")
+    assert code == 0
+    parent = lines[0].split()[0]
+    children = [i for i, ln in enumerate(lines) if "execve(" in ln and "wrp-replay" in ln and "= 0" in ln]
+    assert len(children) == 1, [lines[i] for i in children]
+    opened = [i for i, ln in enumerate(lines) if ln.split()[0] == parent and "openat(" in ln
+              and typed["wrp"].name in ln and "= -1" not in ln]
+    assert opened and children[0] < opened[0]
+
+
+def test_a_refused_native_replay_allocates_nothing(edited, tmp_path):
+    """The prestarted wrp-replay of a file refused for regions no op reaches asks for approval once the file
+    is validated and withdraws at the refusal: its 8 GiB region is never mapped."""
+    _native_or_skip()
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    log = tmp_path / "strace.txt"
+    proc = subprocess.run(["strace", "-f", "-qq", "-o", str(log), "-e", "trace=execve,read,mmap", _wrp_exe(),
+                           "replay", str(edited["unreached"]), "--engine", "native", "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 3 and "--allow-unreached" in json.loads(proc.stdout)["hint"]
+    lines = log.read_text().splitlines()
+    started = [ln for ln in lines if "execve(" in ln and "wrp-replay" in ln and "--approve-fd" in ln]
+    assert len(started) == 1, started
+    pid = started[0].split()[0]
+    fd = re.search(r'"--approve-fd", "(\d+)"', started[0]).group(1)
+    mine = [ln for ln in lines if ln.split()[0] == pid]
+    assert any(f"read({fd}, " in ln for ln in mine), mine[-20:]  # it waited for the approval
+    sizes = [int(m.group(1)) for ln in mine for m in [re.search(r"mmap\(NULL, (\d+),", ln)] if m]
+    assert sizes and max(sizes) < 1 << 30, sorted(sizes)[-3:]
+
+
+def test_a_prestarted_replayer_is_used_only_for_its_own_command_line(typed):
+    """The replay uses the wrp-replay started for it when the command lines agree (it ends by itself, exit 0);
+    otherwise it stops that one and replays in its own: the same answer either way, and no process left."""
+    _native_or_skip()
+    from wrpkit.run import engines  # noqa: PLC0415
+    from wrpkit.run.replay import replay_file  # noqa: PLC0415
+
+    want = replay_file(typed["wrp"], engine="native").outputs
+    engines.prestart_replayer(typed["wrp"], engines.ReplayRequest(device="cpu"))
+    used = engines._prestarted
+    assert used is not None
+    assert replay_file(typed["wrp"], engine="native").outputs == want
+    assert used.child.returncode == 0 and engines._prestarted is None
+    engines.prestart_replayer(typed["wrp"], engines.ReplayRequest(device="cpu", repeat=3))
+    unused = engines._prestarted
+    assert replay_file(typed["wrp"], engine="native").outputs == want
+    assert unused.child.returncode is not None and engines._prestarted is None
+    # a replay of another file, with the same options: not that one's replayer either
+    engines.prestart_replayer(typed["wrpk"], engines.ReplayRequest(device="cpu"))
+    other = engines._prestarted
+    assert replay_file(typed["wrp"], engine="native").outputs == want
+    assert other.child.returncode is not None and other.child.returncode != 0
+
+
 def test_trace_of_bytes_in_a_child_matches_the_file(typed):
     """Bytes (no path) reach the child through one memory file; the trace is the file's."""
     data = typed["wrp"].read_bytes()

@@ -63,6 +63,12 @@ const char* const kUsage =
     "                       header, the manifest's checksum and all structure are still checked\n"
     "  --allow-raw-pointers replay a file whose kernel arguments hold live process pointers\n"
     "                       (HashGrid, Bvh or Volume ids passed as uint64), refused by default\n"
+    "  --approve-fd N       for a calling program: once the file is validated and its memory\n"
+    "                       checked, before anything is allocated, read one byte from file\n"
+    "                       descriptor N; 'y' goes on, anything else or end of file withdraws\n"
+    "                       (exit 1, nothing allocated).  wrp replay starts wrp-replay this way\n"
+    "                       while it checks the file itself\n"
+    "  --approve-above SIZE with --approve-fd: wait only when the file declares more than SIZE\n"
     "  --version            print the version and exit\n"
     "  -h, --help           show this help and exit\n"
     "\n"
@@ -215,6 +221,13 @@ CliArgs parse_args(int argc, char** argv)
             a.modules_dir = next();
             if (a.modules_dir.empty())
                 usage_error("--modules-dir needs a directory");
+        } else if (arg == "--approve-fd") {
+            uint32_t fd = parse_count(arg, next(), 0);
+            if (fd > (1u << 20))
+                usage_error("--approve-fd needs an open file descriptor number");
+            a.approve_fd = static_cast<int>(fd);
+        } else if (arg == "--approve-above") {
+            a.approve_above = parse_size(arg, next());
         } else if (arg == "--warp-lib-dir") {
             a.warp_lib_dir = next();
             if (a.warp_lib_dir.empty())
@@ -229,6 +242,8 @@ CliArgs parse_args(int argc, char** argv)
     }
     if (!a.help && !a.version && a.file.empty())
         usage_error("no FILE given");
+    if (a.approve_above && a.approve_fd < 0)
+        usage_error("--approve-above needs --approve-fd");
     if (a.verify && a.no_verify)
         usage_error("--verify and --no-verify contradict each other: give one");
     for (size_t i = 0; i < a.outputs.size(); i++)

@@ -46,6 +46,7 @@ enum class Probe { Ran, Crashed, Failed, OutOfTime };
     try {
         wrp_options opts = options_for(args);
         opts.op_limit = count;
+        opts.before_allocate = nullptr;  // --approve-fd: the caller approved the first open already
         Program prog;
         check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
         apply_inputs(prog.p, list_bindings(prog.p), args);

@@ -1,6 +1,8 @@
 // program_setup.cpp -- see program_setup.h.
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <unistd.h>
 #include "program_setup.h"
 
 #include <cstdint>
@@ -80,6 +82,25 @@ const wrp_binding_info& find(const std::vector<wrp_binding_info>& bindings, cons
                    " (the file has: " + (names.empty() ? "none" : names) + ")");
 }
 
+namespace {
+
+// --approve-fd: the caller's go-ahead, asked for once the file is validated and its memory checked,
+// before Warp allocates (wrp replay checks what only it knows meanwhile: regions no op reaches).
+int wait_for_approval(void* user_data, uint64_t declared_bytes)
+{
+    const CliArgs& args = *static_cast<const CliArgs*>(user_data);
+    if (declared_bytes <= args.approve_above)
+        return 0;
+    char answer = 0;
+    ssize_t n;
+    do {
+        n = read(args.approve_fd, &answer, 1);
+    } while (n < 0 && errno == EINTR);
+    return n == 1 && answer == 'y' ? 0 : 1;
+}
+
+}  // namespace
+
 wrp_options options_for(const CliArgs& args)
 {
     wrp_options opts;
@@ -97,6 +118,10 @@ wrp_options options_for(const CliArgs& args)
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
     if (args.max_memory)
         opts.max_memory_bytes = args.max_memory;
+    if (args.approve_fd >= 0) {
+        opts.before_allocate = wait_for_approval;
+        opts.before_allocate_user_data = const_cast<CliArgs*>(&args);
+    }
     return opts;
 }
 

@@ -197,6 +197,17 @@ typedef struct wrp_options {
      * graph).  wrp-replay uses it to find which op a crashing replay was
      * running: it replays prefixes in child processes. */
     uint64_t op_limit;
+    /* Called by wrp_program_open*() once the file is validated and its
+     * declared memory checked against the device, just before Warp
+     * allocates anything, with that declared total in bytes; NULL (the
+     * default) goes straight on.  Return 0 to go on; anything else
+     * abandons the open with WRP_ERR_RUNTIME and nothing allocated.  It is
+     * called without the process-wide lock held (see Thread safety), on the
+     * opening thread.  wrp-replay's --approve-fd uses it so that a caller
+     * can finish its own checks while the file is mapped and validated. */
+    int (*before_allocate)(void* user_data, uint64_t declared_bytes);
+    /* Passed to before_allocate as is. */
+    void* before_allocate_user_data;
 } wrp_options;
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name

@@ -121,6 +121,8 @@ OpenOptions OpenOptions::from(const wrp_options* user)
     out.modules_dir = o.modules_dir ? o.modules_dir : "";  // older callers' structs leave the defaults
     out.modules_optional = o.modules_optional != 0;
     out.op_limit = o.op_limit;
+    out.before_allocate = o.before_allocate;
+    out.before_allocate_user_data = o.before_allocate_user_data;
     if (o.max_file_bytes)
         out.limits.max_file_bytes = o.max_file_bytes;
     if (o.max_memory_bytes)
@@ -338,7 +340,7 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
     }
     if (file_cpu)
         check_memory(host_available_bytes(), "cpu");  // before Warp allocates anything
-    std::lock_guard<FairMutex> lock(warp_mutex());
+    std::unique_lock<FairMutex> lock(warp_mutex());
     rt_ = &WarpRuntime::acquire(opts_.warp_lib_dir, file_cpu, !file_cpu);
     if (rt_->version() != graph_.producer_version)
         fail(WRP_ERR_INCOMPATIBLE, "the file was recorded with Warp %s, but the Warp runtime in %s is %s; recapture with %s",
@@ -347,6 +349,17 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         size_t free_bytes = 0, total_bytes = 0;
         rt_->api().wp_cuda_device_get_memory_info(opts_.cuda_ordinal, &free_bytes, &total_bytes);
         check_memory(total_bytes ? free_bytes : 0, opts_.device_name);
+    }
+    if (opts_.before_allocate) {
+        // Warp's libraries are loaded (that time overlaps the host's wait too), nothing is allocated
+        // yet; the host may wait on another process, so no other thread's call waits on it.
+        uint64_t need = declared_memory(nullptr);
+        lock.unlock();
+        int verdict = opts_.before_allocate(opts_.before_allocate_user_data, need);
+        if (verdict != 0)
+            fail(WRP_ERR_RUNTIME, "the caller withdrew the open (before_allocate returned %d; for wrp-replay: no "
+                 "'y' came on --approve-fd); nothing was allocated", verdict);
+        lock.lock();
     }
     if (file_cpu)
         start_cpu(image, size, modules);

@@ -35,6 +35,8 @@ struct OpenOptions {
     std::string modules_dir;        // .wrp: "" = <stem>_modules/ beside the path (or its target)
     bool modules_optional = false;  // with validate_only: no modules directory is not an error
     uint64_t op_limit = 0;          // 0: the whole graph; N: its first N top-level ops
+    int (*before_allocate)(void*, uint64_t) = nullptr;  // the host's last word before Warp allocates
+    void* before_allocate_user_data = nullptr;
     ValidationLimits limits;
 
     static OpenOptions from(const wrp_options* opts);

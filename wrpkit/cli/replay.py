@@ -168,15 +168,33 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
             dtypes = {n: t.strip() for n, t in name_items(dtype_items, "--dtype", "TYPE", "--dtype x=vec3f").items()}
             inputs = name_items(input_items, "--input", "FILE.npy", "--input x=x.npy")
             budget = parse_size(max_memory) if max_memory is not None else None
+            if engine == "native" and not (inputs_npz or inputs or output or golden or dtypes or kernels
+                                           or timeout is not None):
+                # wrp-replay starts now and maps and validates the file while this process does the same;
+                # a file big enough to be refused for regions no op reaches waits for that check.
+                from ..checks.memory import UNREACHED_REFUSE_BYTES  # noqa: PLC0415
+                from ..run.engines import ReplayRequest, prestart_replayer  # noqa: PLC0415
+
+                prestart_replayer(file, ReplayRequest(device=device, repeat=repeat, warmup=warmup,
+                                                      verify_checksums=not no_verify,
+                                                      allow_raw_pointers=allow_raw_pointers, max_memory=budget),
+                                  modules_dir, approve_above=None if allow_unreached else UNREACHED_REFUSE_BYTES)
             # --timeout: ends this process at once (exit 124) while the file is prepared; the replay's
             # child keeps the rest of the time itself.
             watchdog = Watchdog(timeout, repeat + warmup) if timeout is not None else None
-            report = replay_file(file, device=device, inputs_npz=inputs_npz, inputs=inputs, output=output,
-                                 repeat=repeat, warmup=warmup, golden=golden, rtol=rtol, atol=atol,
-                                 equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
-                                 watchdog=watchdog, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
-                                 dtypes=dtypes, kernels=kernels, max_memory=budget, allow_unreached=allow_unreached,
-                                 while_replaying=None if as_json or engine == "python" else import_rich)
+            try:
+                report = replay_file(file, device=device, inputs_npz=inputs_npz, inputs=inputs, output=output,
+                                     repeat=repeat, warmup=warmup, golden=golden, rtol=rtol, atol=atol,
+                                     equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
+                                     watchdog=watchdog, allow_raw_pointers=allow_raw_pointers,
+                                     modules_dir=modules_dir, dtypes=dtypes, kernels=kernels, max_memory=budget,
+                                     allow_unreached=allow_unreached,
+                                     while_replaying=None if as_json or engine == "python" else import_rich)
+            finally:
+                if engine == "native":
+                    from ..run.engines import discard_prestarted  # noqa: PLC0415
+
+                    discard_prestarted()  # one the replay did not use: the file was refused before it
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False))
     else:

@@ -13,6 +13,7 @@ and the warp-lang libraries they load.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -245,7 +246,6 @@ class NativeEngine:
             WrpCrashError: It died of a fatal signal (the op named where found).
             WrpTimeoutError: ``request.timeout`` ran out.
         """
-        from ..checks.binding_stats import raw_stats_of, region_stats  # noqa: PLC0415
         from .shared import memory_file  # noqa: PLC0415
 
         paths = native_paths()
@@ -255,20 +255,23 @@ class NativeEngine:
         here = [n for n, spec in request.stats.items() if spec is not None and n not in recorded]
         wanted = list(dict.fromkeys(list(request.read_back) + here))
         fds = []
+        pending = take_prestarted()
         try:
             source = self._source(prep, fds)
-            args = [os.fspath(exe), source, "--device", request.device, "--repeat", str(request.repeat),
-                    "--warmup", str(request.warmup), "--json", "--raw-times", "--stats"]
-            if prep.path is not None and prep.modules_dir is not None:
-                args += ["--modules-dir", os.fspath(prep.modules_dir)]  # the folder the checks ran on
-            if not request.verify_checksums:
-                args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
-            if request.allow_raw_pointers:
-                args.append("--allow-raw-pointers")
-            if request.max_memory is not None:
-                args += ["--max-memory", str(request.max_memory)]
-            if request.timeout is not None:
-                args += ["--timeout", repr(float(request.timeout))]
+            # the folder the checks ran on
+            modules_dir = prep.modules_dir if prep.path is not None else None
+            args = replayer_args(exe, source, request, modules_dir)
+            if pending is not None:
+                if pending.args == args and not request.inputs and not wanted:
+                    # Started before this process read the file, and waiting (if the file is large
+                    # enough to be refused for what no op reaches) for the checks that have now passed.
+                    t0 = time.perf_counter()
+                    pending.approve()
+                    proc = _run_replayer(exe, args, paths.env(), fds, request, started=pending.child)
+                    pending = None
+                    return self._finish(prep, proc, request, {}, here, (time.perf_counter() - t0) * 1e3)
+                pending.discard()  # started for other arguments (a guess at the modules folder missed)
+                pending = None
             for name, arr in request.inputs.items():
                 fd = _npy_memory_file(arr, "wrpkit-input")
                 fds.append(fd)
@@ -281,24 +284,35 @@ class NativeEngine:
                 args += ["--output", f"{name}=/dev/fd/{fd}"]
             t0 = time.perf_counter()
             proc = _run_replayer(exe, args, paths.env(), fds, request)
-            wall_ms = (time.perf_counter() - t0) * 1e3
-            try:
-                report = json.loads(proc.stdout) if proc.stdout.strip() else {}
-            except json.JSONDecodeError:
-                report = {}
-            report = report if isinstance(report, dict) else {}
-            if proc.returncode != 0:
-                raise self._failure(prep, proc, report, request)
-            results = {}
-            for name, fd in outs.items():
-                if not os.fstat(fd).st_size:
-                    raise WrpRuntimeError(f"{NATIVE_EXE} did not write binding {name!r}")
-                arr = _read_npy_fd(fd, "native engine output")
-                sig = None if request.raw else prep.signature.get(name)
-                results[name] = typed_like(arr, prep.sizes[name], sig)
+            return self._finish(prep, proc, request, outs, here, (time.perf_counter() - t0) * 1e3)
         finally:
+            if pending is not None:
+                pending.discard()
             for fd in fds:
                 os.close(fd)  # the results' mappings stay until they go
+
+    def _finish(self, prep, proc, request: ReplayRequest, outs: dict, here: list, wall_ms: float) -> EngineRun:
+        """The EngineRun of a wrp-replay that ended: its report, the bindings it wrote into ``outs``' memory files.
+
+        Raises:
+            WrpError: It exited non-zero (its exit code's class).
+        """
+        from ..checks.binding_stats import raw_stats_of, region_stats  # noqa: PLC0415
+
+        try:
+            report = json.loads(proc.stdout) if proc.stdout.strip() else {}
+        except json.JSONDecodeError:
+            report = {}
+        report = report if isinstance(report, dict) else {}
+        if proc.returncode != 0:
+            raise self._failure(prep, proc, report, request)
+        results = {}
+        for name, fd in outs.items():
+            if not os.fstat(fd).st_size:
+                raise WrpRuntimeError(f"{NATIVE_EXE} did not write binding {name!r}")
+            arr = _read_npy_fd(fd, "native engine output")
+            sig = None if request.raw else prep.signature.get(name)
+            results[name] = typed_like(arr, prep.sizes[name], sig)
         summary = dict(report.get("stats") or {})
         for name in here:
             import numpy as np  # noqa: PLC0415  (only for what wrp-replay did not summarise)
@@ -391,17 +405,133 @@ def typed_like(arr: np.ndarray, size: int, sig) -> np.ndarray:
     return np.asarray(arr)
 
 
-def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRequest) -> subprocess.CompletedProcess:
-    """Run wrp-replay to its end, calling ``request.while_replaying`` meanwhile; its exit code and output.
+def replayer_args(exe: Path, source: str, request: ReplayRequest, modules_dir) -> list:
+    """wrp-replay's command line for ``request`` (inputs and outputs apart): the one place it is formed."""
+    args = [os.fspath(exe), source, "--device", request.device, "--repeat", str(request.repeat),
+            "--warmup", str(request.warmup), "--json", "--raw-times", "--stats"]
+    if modules_dir is not None:
+        args += ["--modules-dir", os.fspath(modules_dir)]
+    if not request.verify_checksums:
+        args.append("--no-verify")  # wrp-replay reads .wrpk bundles itself, blobs straight from the mmap
+    if request.allow_raw_pointers:
+        args.append("--allow-raw-pointers")
+    if request.max_memory is not None:
+        args += ["--max-memory", str(request.max_memory)]
+    if request.timeout is not None:
+        args += ["--timeout", repr(float(request.timeout))]
+    return args
+
+
+class PrestartedReplayer:
+    """A wrp-replay started before this process read the file (:func:`prestart_replayer`).
+
+    It maps and validates the file and loads Warp's libraries meanwhile; a file
+    that declares more than ``approve_above`` bytes waits, before anything is
+    allocated, for :meth:`approve` (``--approve-fd``), so that a refusal this
+    process alone makes (regions no op reaches) comes first.
+    """
+
+    def __init__(self, args: list, child: subprocess.Popen, approve_fd: int):
+        self.args = args
+        self.child = child
+        self._approve_fd = approve_fd
+
+    def approve(self) -> None:
+        """Let it allocate and replay."""
+        with contextlib.suppress(OSError):  # it may have ended already (a file it refused)
+            os.write(self._approve_fd, b"y")
+        self._close()
+
+    def discard(self) -> None:
+        """Stop it and reap it (waiting, it withdraws at the end of its approval pipe)."""
+        self._close()
+        with contextlib.suppress(OSError):
+            self.child.kill()
+        with contextlib.suppress(Exception):
+            self.child.communicate()
+
+    def _close(self) -> None:
+        if self._approve_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._approve_fd)
+            self._approve_fd = -1
+
+
+_prestarted: Optional[PrestartedReplayer] = None
+
+
+def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_above: Optional[int] = 0) -> None:
+    """Start wrp-replay for ``file`` now, for the native engine's next :meth:`NativeEngine.replay` to use.
+
+    ``wrp replay --engine native`` calls it before it imports the model: wrp-replay's
+    start, Warp's libraries and the mapping of the file then overlap this
+    process's own reading and checks.  The replay uses it only if the command
+    line it forms is the same (no inputs or outputs, the same modules folder);
+    otherwise it is stopped and a new one started, so a wrong guess costs time,
+    never an answer.  Nothing is started when wrp-replay is not installed.
+
+    Args:
+        file: The capture's path, as the replay will resolve it.
+        request: The replay's request (no inputs or outputs).
+        modules_dir: The modules folder the user named, or None.
+        approve_above: Files declaring more than this many bytes wait for the
+            checks before they allocate (0: every file waits; None: none does).
+    """
+    global _prestarted  # noqa: PLW0603  (one pending replayer per process: the command's)
+    discard_prestarted()
+    paths = native_paths()
+    if paths.replayer is None:
+        return
+    path = Path(os.fspath(file))
+    if modules_dir is None and path.suffix.lower() != ".wrpk":
+        from ..fileio import find_modules_dir  # noqa: PLC0415
+
+        modules_dir = find_modules_dir(path)  # as the file's own reader finds it
+    args = replayer_args(paths.replayer, os.fspath(path), request, modules_dir)
+    read_end, write_end = os.pipe() if approve_above is not None else (-1, -1)
+    wait = ["--approve-fd", str(read_end), "--approve-above", str(int(approve_above))] if read_end >= 0 else []
+    try:
+        child = subprocess.Popen(args + wait, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=paths.env(), pass_fds=(read_end,) if read_end >= 0 else ())
+    except OSError:
+        if write_end >= 0:
+            os.close(write_end)
+        return  # the replay starts its own and reports why it cannot
+    finally:
+        if read_end >= 0:
+            os.close(read_end)
+    _prestarted = PrestartedReplayer(args, child, write_end)
+
+
+def take_prestarted() -> Optional[PrestartedReplayer]:
+    """The replayer :func:`prestart_replayer` started, now the caller's to approve or discard; or None."""
+    global _prestarted  # noqa: PLW0603
+    pending, _prestarted = _prestarted, None
+    return pending
+
+
+def discard_prestarted() -> None:
+    """Stop a prestarted replayer no replay used (the command failed before it replayed)."""
+    pending = take_prestarted()
+    if pending is not None:
+        pending.discard()
+
+
+def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRequest,
+                  started: Optional[subprocess.Popen] = None) -> subprocess.CompletedProcess:
+    """Run wrp-replay (or wait for the one ``started``) to its end, calling ``request.while_replaying``
+    meanwhile; its exit code and output.
 
     Raises:
         WrpRuntimeError: It cannot be started.
     """
-    try:
-        child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                 pass_fds=tuple(fds))
-    except OSError as e:
-        raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
+    child = started
+    if child is None:
+        try:
+            child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     pass_fds=tuple(fds))
+        except OSError as e:
+            raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
     with child:
         try:
             if request.while_replaying is not None:
@@ -486,4 +616,5 @@ def _read_npy_fd(fd: int, what: str) -> np.ndarray:
 
 
 __all__ = ["native_paths", "NativePaths", "NATIVE_EXE", "NATIVE_LIB", "ReplayRequest", "EngineRun", "PythonEngine",
-           "NativeEngine", "ENGINES", "engine", "typed_like"]
+           "NativeEngine", "ENGINES", "engine", "typed_like", "replayer_args", "prestart_replayer", "take_prestarted",
+           "discard_prestarted", "PrestartedReplayer"]

@@ -22,7 +22,10 @@ class _Options(ctypes.Structure):
                 ("capture_warp_stderr", ctypes.c_int), ("max_file_bytes", ctypes.c_uint64),
                 ("max_memory_bytes", ctypes.c_uint64), ("verify_checksums", ctypes.c_int),
                 ("allow_raw_pointers", ctypes.c_int), ("modules_dir", ctypes.c_char_p),
-                ("modules_optional", ctypes.c_int), ("op_limit", ctypes.c_uint64)]
+                ("modules_optional", ctypes.c_int), ("op_limit", ctypes.c_uint64),
+                # NULL here: this process has checked the file before it opens it
+                ("before_allocate", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
+                ("before_allocate_user_data", ctypes.c_void_p)]
 
 
 class _Module(ctypes.Structure):
