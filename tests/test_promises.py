@@ -140,6 +140,38 @@ def test_replay_gives_no_input_notice_for_an_output_only_binding_and_never_wraps
 
 
 @wp.kernel
+def _four_k(a: wp.array(dtype=float), b: wp.array(dtype=float), c: wp.array(dtype=float),
+            d: wp.array(dtype=float)):
+    i = wp.tid()
+    d[i] = a[i] + b[i] * c[i]
+
+
+def test_replay_says_once_what_many_unset_bindings_hold(tmp_path):
+    """A stock capture names every array it was given: more than two left unset get one notice naming them
+    all, not a line each; --json still lists what each holds."""
+    arrays = {n: wp.full(16, float(k + 1), dtype=float, device="cpu") for k, n in enumerate("abcd")}
+    wp.load_module(device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True, force_module_load=False) as cap:
+        wp.launch(_four_k, dim=16, inputs=list(arrays.values()), device="cpu")
+    wp.capture_save(cap.graph, str(tmp_path / "four.wrp"), outputs=arrays)  # roles not recorded
+    p = wrp("replay", tmp_path / "four.wrp")
+    assert p.returncode == 0, p.stderr
+    notices = [ln for ln in p.stderr.splitlines() if ln.startswith("notice:")]
+    assert len(notices) == 1, p.stderr
+    assert "4 bindings were not given as inputs: 'a', 'b', 'c' and 'd'" in notices[0], notices
+    assert "captured value" in notices[0] and "does not record which are inputs" in notices[0], notices
+    js = json.loads(wrp("replay", tmp_path / "four.wrp", "--json").stdout)
+    assert sorted(js["unset_inputs"]) == ["a", "b", "c", "d"] and all(
+        v.startswith("the captured value (64 bytes") for v in js["unset_inputs"].values()), js["unset_inputs"]
+    # one given: the three others are still one notice
+    np.save(tmp_path / "a.npy", np.zeros(16, dtype=np.float32))
+    p = wrp("replay", tmp_path / "four.wrp", "--input", f"a={tmp_path / 'a.npy'}")
+    notices = [ln for ln in p.stderr.splitlines() if ln.startswith("notice:")]
+    assert p.returncode == 0 and len(notices) == 1 and "3 bindings" in notices[0] and "'a'" not in notices[0], \
+        p.stderr
+
+
+@wp.kernel
 def _spread_k(x: wp.array(dtype=wp.vec3), energy: wp.array(dtype=float)):
     i = wp.tid()
     energy[i] = wp.length(x[i]) * 1.0e6 - 2.0e6

@@ -34,8 +34,8 @@ def _print_report(report) -> None:
     # every line within the width, its titles included.
     con = console(soft_wrap=False)
     err = stderr_console()
-    for name, what in report.unset_inputs.items():
-        err.print(f"notice: binding {name!r} was not given as an input: it holds {what}", markup=False)
+    for line in report.notices:
+        err.print(f"notice: {line}", markup=False)
     for line in kernel_match_lines(report.kernels):
         err.print(line)
     for text in report.warnings:

@@ -40,6 +40,8 @@ class ReplayReport:
         check: The comparison with the golden file, or None without one.
         output: The ``.npz`` written, or None.
         kernels: What ``--kernels`` typed (``SourceTyping.to_json()``), or None.
+        notices: The lines that say so of ``unset_inputs`` (:func:`unset_input_notices`; not in the JSON,
+            which has ``unset_inputs``).
     """
 
     file: str
@@ -55,6 +57,7 @@ class ReplayReport:
     check: Optional[dict] = None
     output: Optional[str] = None
     kernels: Optional[dict] = None
+    notices: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -97,6 +100,17 @@ def unset_inputs(prep, inputs) -> dict:
     Returns:
         ``{name: text}``.
     """
+    out = {}
+    for name, (size, recorded, role_known) in _unset(prep, inputs).items():
+        out[name] = (f"the captured value ({size} bytes recorded in the file)" if recorded else
+                     f"zeros ({size} bytes; the file records no initial value)")
+        if not role_known:
+            out[name] += "; the file does not record whether it is an input"
+    return out
+
+
+def _unset(prep, inputs) -> dict:
+    """``{name: (bytes, initial value recorded, role known)}`` of each input binding not given."""
     from ..model import binding_roles  # noqa: PLC0415
 
     regions = prep.model.region_map()
@@ -111,12 +125,32 @@ def unset_inputs(prep, inputs) -> dict:
         if name in inputs or is_input is False:
             continue
         region = regions.get(region_of.get(name))
-        recorded = region is not None and region.has_initial_data
-        out[name] = (f"the captured value ({size} bytes recorded in the file)" if recorded else
-                     f"zeros ({size} bytes; the file records no initial value)")
-        if is_input is None:
-            out[name] += "; the file does not record whether it is an input"
+        out[name] = (size, region is not None and region.has_initial_data, is_input is not None)
     return out
+
+
+def unset_input_notices(prep, inputs) -> list:
+    """The notices ``wrp replay`` prints for the input bindings not given: one per binding, or, for more
+    than two that hold the same kind of value, one for all of them (a stock capture names every array
+    it was given as a binding and records none as an input)."""
+    groups: dict = {}
+    for name, (size, recorded, role_known) in _unset(prep, inputs).items():
+        groups.setdefault((recorded, role_known), []).append((name, size))
+    lines = []
+    for (recorded, role_known), members in groups.items():
+        if len(members) <= 2:
+            for name, size in members:
+                what = (f"the captured value ({size} bytes recorded in the file)" if recorded else
+                        f"zeros ({size} bytes; the file records no initial value)")
+                lines.append(f"binding {name!r} was not given as an input: it holds {what}"
+                             + ("" if role_known else "; the file does not record whether it is an input"))
+            continue
+        names = ", ".join(repr(n) for n, _ in members[:-1]) + f" and {members[-1][0]!r}"
+        what = ("its captured value (recorded in the file)" if recorded else
+                "zeros (the file records no initial value)")
+        lines.append(f"{len(members)} bindings were not given as inputs: {names}; each holds {what}"
+                     + ("" if role_known else "; the file does not record which are inputs"))
+    return lines
 
 
 def check_memory(prep, device: str, max_memory, allow_unreached: bool) -> list:
@@ -345,7 +379,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         file=str(file), device=device, engine=engine, warp_version=prep.model.warp_version, repeat=repeat,
         warmup=warmup, timings={"host_ms": timing_summary(run.host_ms), "device_ms": timing_summary(run.device_ms)},
         outputs={n: with_warp_shape(run.stats[n], prep.signature.get(n)) for n in outputs},
-        unset_inputs=unset_inputs(prep, given.inputs), warnings=warnings,
+        unset_inputs=unset_inputs(prep, given.inputs), notices=unset_input_notices(prep, given.inputs),
+        warnings=warnings,
         kernels=kernel_typing.to_json() if kernel_typing is not None else None)
     if given.golden is not None:
         from ..checks.compare import compare_binding  # noqa: PLC0415
@@ -364,4 +399,4 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
     return report
 
 
-__all__ = ["replay_file", "ReplayReport", "unset_inputs", "check_memory"]
+__all__ = ["replay_file", "ReplayReport", "unset_inputs", "unset_input_notices", "check_memory"]
