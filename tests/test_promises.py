@@ -172,6 +172,29 @@ def test_replay_says_once_what_many_unset_bindings_hold(tmp_path):
 
 
 @wp.kernel
+def _gather_k(x: wp.indexedarray(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    out[i] = x[i] * 2.0
+
+
+def test_inspect_names_an_unbound_index_buffer_after_the_array_it_indexes(tmp_path):
+    """An indexedarray's index buffer that no binding names is called after the argument it indexes, with or
+    without the kernels' source (before, "region N" beside the data's "arg0")."""
+    data = wp.array(np.arange(32, dtype=np.float32), device="cpu")
+    idx = wp.array(np.arange(0, 32, 4, dtype=np.int32), device="cpu")
+    out = wp.zeros(8, dtype=float, device="cpu")
+    wp.load_module(device="cpu")
+    with wp.ScopedCapture(device="cpu", apic=True, force_module_load=False) as cap:
+        wp.launch(_gather_k, dim=8, inputs=[wp.indexedarray(data, [idx]), out], device="cpu")
+    wp.capture_save(cap.graph, str(tmp_path / "gather.wrp"), outputs={"out": out})
+    regions = json.loads(wrp("inspect", tmp_path / "gather.wrp", "--json").stdout)["regions"]
+    names = sorted(r["name"] for r in regions)
+    assert names == ["arg0", "arg0 indices", "out"], names
+    typed = json.loads(wrp("inspect", tmp_path / "gather.wrp", "--json", "--kernels", __file__).stdout)["regions"]
+    assert sorted(r["name"] for r in typed) == ["out", "x", "x indices"], typed
+
+
+@wp.kernel
 def _spread_k(x: wp.array(dtype=wp.vec3), energy: wp.array(dtype=float)):
     i = wp.tid()
     energy[i] = wp.length(x[i]) * 1.0e6 - 2.0e6

@@ -302,6 +302,12 @@ def region_types(program: m.Program, *, dtypes: Optional[Mapping] = None, extra_
             ks = sigs.get((op.module_hash, op.kernel_key))
             args = ks.arguments if ks is not None else ()
             for acc in effects(op, program, sigs).accesses:
+                if acc.part == "index" and acc.region_id in out:
+                    # an indexed array's index buffer: named after the array it indexes
+                    label = f"{acc.name} indices"
+                    if label not in out[acc.region_id].arguments:
+                        out[acc.region_id].arguments.append(label)
+                    continue
                 if acc.part != "data" or acc.region_id not in out:
                     continue
                 rt = out[acc.region_id]
