@@ -46,6 +46,8 @@ def test_build_generates_python_flatbuffers(native):
 def test_help_and_usage_errors(native, caps):
     res = run(native.exe, "--help", check_rc=0)
     assert "--input NAME=" in res.stdout and "exit status" in res.stdout
+    wide = [ln for ln in res.stdout.splitlines() if len(ln) > 80]
+    assert not wide, wide  # 80 columns, as every wrp command
     run(native.exe, check_rc=2)
     f = next(iter(caps.values()))
     for bad in (["--repeat", "0"], ["--repeat", "x"], ["--warmup", "-1"], ["--input", "novalue"], ["--bogus"],

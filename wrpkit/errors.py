@@ -68,7 +68,7 @@ EXIT_CODES = {
     EXIT_OK: "success",
     EXIT_FAILED: "a check or replay failed, or an I/O error (cannot read/write a file)",
     EXIT_USAGE: "usage: bad option, path not found, unknown binding, bad input, device",
-    EXIT_INVALID: "file invalid, corrupted, unsafe, incomplete, of another version, or too big for memory",
+    EXIT_INVALID: "file invalid, unsafe, incomplete, other version, or too big for memory",
     EXIT_CRASH: "the replay crashed (a fatal signal); contained, nothing was written",
     EXIT_INTERNAL: "internal error (a bug)",
     EXIT_TIMEOUT: "--timeout ran out; nothing was written",
