@@ -302,6 +302,27 @@ def test_trace_of_bytes_in_a_child_matches_the_file(typed):
     assert got == wrpkit.trace(typed["wrp"], isolate=False).to_json()["ops"]
 
 
+def test_a_json_capture_replays_on_both_engines(typed, stock, tmp_path):
+    """wrp-replay reads no JSON: the native engine hands it the same program as a bundle in memory (it used to
+    pass the .json's path and fail with "expected WRP1"). Outputs equal the .wrp's on both engines."""
+    _native_or_skip()
+    for name, src in (("typed", typed["wrp"]), ("stock", stock["wrp"])):
+        js = tmp_path / f"{name}.json"
+        assert _cli("convert", src, js).returncode == 0
+        want = tmp_path / f"{name}_want.npz"
+        assert _cli("replay", src, "--output", want).returncode == 0
+        for engine in ("python", "native"):
+            got = tmp_path / f"{name}_{engine}.npz"
+            proc = _cli("replay", js, "--engine", engine, "--output", got)
+            assert proc.returncode == 0, (name, engine, proc.stderr)
+            a, b = np.load(want), np.load(got)
+            assert sorted(a.files) == sorted(b.files) and a.files, (name, engine)
+            for k in a.files:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=f"{name} {engine} {k}")
+        proc = _cli("replay", js, "--engine", "native", "--json")  # the prestart path: none for a .json
+        assert proc.returncode == 0 and json.loads(proc.stdout)["ok"], proc.stderr
+
+
 @pytest.mark.parametrize("kind", ["wrp", "wrpk"])
 def test_outputs_table_is_the_same_in_both_engines_and_matches_numpy(typed, kind):
     """The child (or wrp-replay) summarises Warp's memory in place: the figures are numpy's over a replay."""

@@ -259,7 +259,7 @@ class NativeEngine:
         try:
             source = self._source(prep, fds)
             # the folder the checks ran on
-            modules_dir = prep.modules_dir if prep.path is not None else None
+            modules_dir = prep.modules_dir if prep.path is not None and prep.kind == "wrp" else None
             args = replayer_args(exe, source, request, modules_dir)
             if pending is not None:
                 if pending.args == args and not request.inputs and not wanted:
@@ -328,14 +328,15 @@ class NativeEngine:
 
     @staticmethod
     def _source(prep, fds: list) -> str:
-        """The path wrp-replay opens: the file, or a memory file holding the capture read from bytes."""
-        if prep.path is not None:
+        """The path wrp-replay opens: the file, or a memory file holding the capture read from bytes or
+        from a ``.json`` (which wrp-replay does not read: it gets the same program as a bundle)."""
+        if prep.path is not None and prep.kind in ("wrp", "wrpk"):
             return os.fspath(prep.path)
         from .shared import memory_file  # noqa: PLC0415
 
         fd = memory_file("wrpkit-capture")
         fds.append(fd)
-        if prep.kind == "wrp" and prep.modules:
+        if prep.kind == "json" or (prep.kind == "wrp" and prep.modules):
             # A .wrp finds its module files in a folder; a bundle carries them (the same program and bytes).
             from ..formats.wrpk.builder import iter_wrpk_chunks  # noqa: PLC0415
 
@@ -483,6 +484,8 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
     if paths.replayer is None:
         return
     path = Path(os.fspath(file))
+    if path.suffix.lower() == ".json":
+        return  # replayed from a bundle made of it in memory, once it is read (NativeEngine._source)
     if modules_dir is None and path.suffix.lower() != ".wrpk":
         from ..fileio import find_modules_dir  # noqa: PLC0415
 

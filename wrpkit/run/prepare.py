@@ -41,7 +41,7 @@ class Prepared:
             :meth:`image` re-encodes it (only a load in this process does).
         modules: ``{filename: bytes}`` of every module file the graph names.
         path: The source file, or None when loaded from bytes.
-        kind: ``"wrp"`` or ``"wrpk"``.
+        kind: ``"wrp"``, ``"wrpk"`` or ``"json"``.
         annotations: wrpkit's annotations, or None.
         signature: ``{binding name: ArraySignature or None}``.
         sizes: ``{binding name: region size in bytes}``.
