@@ -510,6 +510,39 @@ def test_out_of_memory_injected_with_rlimit_as_is_one_status_in_every_route(edit
         assert proc.returncode == 3 and said and size in said[0], (proc.stdout, proc.stderr[-2000:])
 
 
+_IMPORTS_PEAK = """
+import numpy, warp, wrpkit.cli.replay, wrpkit.run.child, wrpkit.run.program
+print(open("/proc/self/status").read().split("VmPeak:")[1].split()[0])
+"""
+
+
+@pytest.mark.slow
+def test_an_address_space_too_small_for_warps_library_is_out_of_memory_in_every_route(edited):
+    """``ulimit -v`` leaves room for Python and the imports but not for Warp's 285 MiB library: where Warp's
+    runtime starts (the python engine's child, wrp-replay, an in-process load), the failure is the one
+    out-of-memory status, exit 3, naming the library and its size (it was exit 1 and a traceback's lines)."""
+    import warp  # noqa: PLC0415
+
+    _native_or_skip()
+    lib = Path(warp.__file__).parent / "bin" / "warp.so"
+    size = lib.stat().st_size
+    peak = subprocess.run([sys.executable, "-c", _IMPORTS_PEAK], capture_output=True, text=True, timeout=120)
+    assert peak.returncode == 0, peak.stderr[-2000:]
+    limit = (int(peak.stdout.split()[-1]) << 10) + size // 2  # the imports fit; the library does not
+    words = ("warp.so", str(size))
+    _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"]), *words)
+    _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--json"), *words)
+    _assert_oom(_limited((size // 2) >> 20, _wrp_replay_exe(), edited["small"]), *words)
+    # wrp-replay under the native engine: it may fit warp.so and not warp-clang.so; either is named
+    _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--engine", "native"),
+                "cannot load Warp's library")
+    for isolate in ("0", "1"):
+        proc = _limited(limit >> 20, sys.executable, "-c", _IN_PROCESS, edited["small"], isolate)
+        said = [ln for ln in proc.stdout.splitlines() if ln.startswith("OOM ")]
+        assert proc.returncode == 3 and said and f"OOM {size} cpu" in said[0], (proc.stdout, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("WRPKIT_BIG_TESTS") != "1", reason="opt-in: WRPKIT_BIG_TESTS=1 (needs ~10 GiB "
                     "of memory and 9 GiB of disk)")

@@ -173,6 +173,75 @@ def warp_replay_error(text: str, said: Optional[str] = None) -> WrpRuntimeError:
                                 "that fails.")
 
 
+def can_reserve(nbytes: int) -> bool:
+    """Whether this process could reserve ``nbytes`` of address space now.
+
+    The reservation is never touched and is released at once, so it costs no
+    memory; it fails where the address space is the limit (``ulimit -v``, a
+    full 32-bit space, overcommit refused).
+    """
+    import mmap  # noqa: PLC0415
+
+    if nbytes <= 0:
+        return True
+    try:
+        mmap.mmap(-1, int(nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0),
+                  prot=mmap.PROT_READ).close()
+        return True
+    except (OSError, ValueError, OverflowError, MemoryError):
+        return False
+
+
+def warp_library_error(e: BaseException):
+    """The error for Warp's native library failing to load (``wp.init``), or None if ``e`` is another failure.
+
+    ``dlopen`` reports an address space too small for the library only as
+    "failed to map segment from shared object" (no errno), which a ``noexec``
+    mount gives too; so a reservation of the library's size decides: if that
+    fails as well, it is out of memory (exit 3, the size), else Warp's library
+    is unusable here (exit 1).  ``wrp-replay`` decides the same way
+    (native/src/warp_runtime.cpp).
+
+    Returns:
+        A :class:`~wrpkit.errors.WrpOutOfMemoryError` or :class:`~wrpkit.errors.WrpRuntimeError`, or None.
+    """
+    from .errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+    text = str(e)
+    named = re.match(r"Failed to load the shared library '([^']+)'", text)
+    if not named:
+        return None
+    lib = named.group(1)
+    why = str(e.__cause__ or "").strip() or "no reason given"
+    try:
+        size = os.path.getsize(lib)
+    except OSError:
+        size = 0
+    if "failed to map segment" in why and size and not can_reserve(size):
+        import resource  # noqa: PLC0415
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        hint = (f"This process's address space is limited to {limit >> 20} MiB (ulimit -v); raise the limit."
+                if limit != resource.RLIM_INFINITY else "Free memory on the host and try again.")
+        return WrpOutOfMemoryError(f"out of memory on the host: cannot load Warp's library {lib} "
+                                   f"({size >> 20} MiB, {size} bytes): {why}", hint=hint, requested=size,
+                                   device="cpu")
+    return WrpRuntimeError(f"Warp's native library could not be loaded: {lib}: {why}",
+                           hint="Reinstall Warp (pip install --force-reinstall warp-lang==1.19.0); "
+                                "`wrp check FILE` says what this host's Warp can run.")
+
+
+def _start_runtime(wp) -> None:
+    """``wp.init()``, with a failure to load Warp's native library as a :class:`~wrpkit.errors.WrpError`."""
+    try:
+        wp.init()
+    except RuntimeError as e:
+        err = warp_library_error(e)
+        if err is None:
+            raise
+        raise err from e
+
+
 def init_warp(cpu_only: bool = False):
     """Import and initialize Warp quietly; return the ``warp`` module.
 
@@ -184,6 +253,10 @@ def init_warp(cpu_only: bool = False):
 
     Args:
         cpu_only: The caller will only use the CPU device.
+
+    Raises:
+        WrpOutOfMemoryError: Warp's library does not fit the process's address space.
+        WrpRuntimeError: Warp's library cannot be loaded for another reason.
     """
     import warp as wp  # noqa: PLC0415
 
@@ -192,7 +265,7 @@ def init_warp(cpu_only: bool = False):
         wp.config.log_level = max(getattr(wp.config, "log_level", 0) or 0, wp.LOG_WARNING)  # no banner
     started = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None) is not None
     if not cpu_only or started:
-        wp.init()
+        _start_runtime(wp)
         return wp
     import os  # noqa: PLC0415
     import sys  # noqa: PLC0415
@@ -202,14 +275,14 @@ def init_warp(cpu_only: bool = False):
         sys.stderr.flush()
         saved = os.dup(2)
     except (OSError, ValueError):
-        wp.init()
+        _start_runtime(wp)
         return wp
     # A memory file where the system has one: nothing is written to disk.
     memfd = getattr(os, "memfd_create", None)
     with (os.fdopen(memfd("wrpkit-warp-init", os.MFD_CLOEXEC), "w+b") if memfd else tempfile.TemporaryFile()) as tmp:
         try:
             os.dup2(tmp.fileno(), 2)
-            wp.init()
+            _start_runtime(wp)
         finally:
             os.dup2(saved, 2)
             os.close(saved)

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
+#include <string>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "error.h"
@@ -28,6 +31,33 @@ const char* const kFix =
     "Pass --warp-lib-dir (or wrp_options.warp_lib_dir) or set WRP_WARP_LIB_DIR to the warp/bin directory of the "
     "warp-lang install that recorded the file (python -c \"import warp, os; print(os.path.dirname(warp.__file__) + "
     "'/bin')\")";
+
+// dlopen reports an address space too small for a library only as "failed to map
+// segment from shared object" (it keeps no errno), which a noexec mount gives too.
+// A reservation of the library's size decides: if that fails as well, the host is out
+// of memory (one status, with the size); otherwise the library is unusable here.
+// wrpkit/environment.py (warp_library_error) decides the same way for the python engine.
+[[noreturn]] void fail_to_load(const std::string& path, const char* needed_for)
+{
+    const char* said = dlerror();
+    std::string why = said ? said : "no reason given";
+    struct stat st;
+    if (why.find("failed to map segment") != std::string::npos && stat(path.c_str(), &st) == 0 && st.st_size > 0) {
+        size_t size = static_cast<size_t>(st.st_size);
+        void* p = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            struct rlimit rl;
+            std::string limit;
+            if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+                limit = "; this process's address space is limited to " + std::to_string(rl.rlim_cur >> 20) +
+                        " MiB (ulimit -v): raise the limit";
+            fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: cannot load Warp's library %s (%zu MiB, %zu bytes): "
+                 "%s%s", path.c_str(), size >> 20, size, why.c_str(), limit.c_str());
+        }
+        munmap(p, size);
+    }
+    fail(WRP_ERR_RUNTIME, "cannot load %s%s: %s", path.c_str(), needed_for, why.c_str());
+}
 
 template <typename F> void bind(void* lib, const char* lib_name, const char* symbol, F& slot)
 {
@@ -100,7 +130,7 @@ void WarpRuntime::load_core(const std::string& dir)
     std::string path = dir + "/warp.so";
     core_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!core_)
-        fail(WRP_ERR_RUNTIME, "cannot load %s: %s", path.c_str(), dlerror());
+        fail_to_load(path, "");
     const char* n = "warp.so";
     bind(core_, n, "wp_version", api_.wp_version);
     bind(core_, n, "wp_init", api_.wp_init);
@@ -136,7 +166,7 @@ void WarpRuntime::load_clang()
     std::string path = dir_ + "/warp-clang.so";
     void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib)
-        fail(WRP_ERR_RUNTIME, "cannot load %s (needed for CPU graphs): %s", path.c_str(), dlerror());
+        fail_to_load(path, " (needed for CPU graphs)");
     WarpApi api = api_;
     const char* n = "warp-clang.so";
     bind(lib, n, "wp_warp_clang_version", api.wp_warp_clang_version);

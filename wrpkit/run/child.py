@@ -64,9 +64,15 @@ def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
 
 
 def error_info(e: WrpError) -> dict:
-    """``e`` as JSON values, for the parent to raise again (:func:`wrpkit.run.worker.error_from`)."""
+    """``e`` as JSON values, for the parent to raise again (:func:`wrpkit.run.worker.error_from`).
+
+    Its attributes of plain values travel too (an out-of-memory error's ``requested`` and
+    ``device``, a crash's op), so that the parent's error says as much as the child's.
+    """
+    attrs = {k: v for k, v in vars(e).items()
+             if k not in ("message", "hint", "problems") and isinstance(v, (bool, int, float, str, type(None)))}
     return {"class": type(e).__name__, "message": e.message, "hint": e.hint,
-            "problems": list(getattr(e, "problems", []))}
+            "problems": list(getattr(e, "problems", [])), "attrs": attrs}
 
 
 def received_capture(message: dict, capture_fd: int, modules_fd: int):

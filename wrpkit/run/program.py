@@ -30,7 +30,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..formats import annotations as ann
-from ..environment import stderr_tail, warp_reason, warp_replay_error
+from ..environment import can_reserve, init_warp, stderr_tail, warp_reason, warp_replay_error
 from ..errors import WrpBindingError, WrpDeviceError, WrpError, WrpRuntimeError
 from ..fileio import modules_dir_for
 from .warp_dtypes import warp_dtype
@@ -598,7 +598,6 @@ def _program_from_bundle(bundle: bytes, device: str) -> Program:
     """
     import sys  # noqa: PLC0415
 
-    from ..environment import init_warp  # noqa: PLC0415
 
     view = memoryview(bundle).cast("B")
     # The header holds the manifest's SHA-256, which covers every blob's: it names the content.
@@ -629,12 +628,13 @@ def resolve_device(device):
 
     Raises:
         WrpDeviceError: Unknown device, or CUDA requested without a CUDA device.
+        WrpOutOfMemoryError: Warp's library does not fit this process's address space.
+        WrpRuntimeError: Warp's library cannot be loaded.
     """
-    import warp as wp  # noqa: PLC0415
-
     fam = device_family(device)
     if not isinstance(device, str) and device is not None:
         return device
+    wp = init_warp(cpu_only=fam == "cpu")  # Warp's runtime starts here: a library that cannot load is a WrpError
     if fam == "cuda" and wp.get_cuda_device_count() == 0:
         raise WrpDeviceError(f"device {device} was requested but no CUDA device is available",
                              hint="Run on a machine with an NVIDIA GPU and driver, or use a CPU capture.")
@@ -693,20 +693,10 @@ def _warp_load_error(e, what: str, dev, model) -> WrpError:
 
 def _can_reserve(model) -> bool:
     """Whether address space for every region could be reserved now (a failed Warp load with no reason:
-    was it memory?).  The reservation is never touched, so it costs no memory."""
-    import mmap  # noqa: PLC0415
-
+    was it memory?)."""
     from ..checks.memory import declared_memory  # noqa: PLC0415
 
-    total = declared_memory(model).total
-    if not total:
-        return True
-    try:
-        mmap.mmap(-1, total, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0),
-                  prot=mmap.PROT_READ).close()
-        return True
-    except (OSError, ValueError, OverflowError, MemoryError):
-        return False
+    return can_reserve(declared_memory(model).total)
 
 
 def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None) -> Program:

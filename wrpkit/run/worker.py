@@ -126,7 +126,8 @@ def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
 
 
 def error_from(info: dict) -> WrpError:
-    """The :class:`WrpError` a child answered as ``info`` (:func:`wrpkit.run.child.error_info`): same class and message."""
+    """The :class:`WrpError` a child answered as ``info`` (:func:`wrpkit.run.child.error_info`): same class,
+    message and plain attributes."""
     from .. import errors  # noqa: PLC0415
 
     cls = getattr(errors, info.get("class", ""), None)
@@ -137,6 +138,9 @@ def error_from(info: dict) -> WrpError:
     err = WrpError.__new__(cls)
     WrpError.__init__(err, info["message"], info.get("hint"))
     err.field = err.offset = None  # the message already names them (WrpFormatError)
+    for name, value in (info.get("attrs") or {}).items():
+        if isinstance(name, str) and name.isidentifier() and not name.startswith("_") and not hasattr(WrpError, name):
+            setattr(err, name, value)
     return err
 
 
