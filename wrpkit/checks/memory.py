@@ -37,6 +37,12 @@ def format_size(n: int) -> str:
     return f"{n} bytes"
 
 
+def format_size_exact(n: int) -> str:
+    """:func:`format_size` with the exact count beside it: ``3.5 KiB (3600 bytes)``, or ``12 bytes`` once."""
+    n = int(n)
+    return f"{format_size(n)} ({n} bytes)" if n >= 1024 else format_size(n)
+
+
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
 
 
@@ -71,9 +77,9 @@ class DeclaredMemory:
     largest: list
 
     def describe(self) -> str:
-        regs = ", ".join(f"region {rid}: {format_size(size)}" + (f" ({size} bytes)" if size >= 1024 else "")
-                         for rid, size in self.largest)
-        return f"{format_size(self.total)} ({self.total} bytes; largest: {regs or 'none'})"
+        regs = ", ".join(f"region {rid}: {format_size_exact(size)}" for rid, size in self.largest)
+        exact = f"{self.total} bytes; " if self.total >= 1024 else ""
+        return f"{format_size(self.total)} ({exact}largest: {regs or 'none'})"
 
 
 def declared_memory(model) -> DeclaredMemory:
@@ -131,10 +137,10 @@ def check_budget(model, device: str, available: Optional[int], max_memory: Optio
     if budget is None or need.total <= budget:
         return need
     if max_memory is not None:
-        said = f"more than the --max-memory budget of {format_size(max_memory)} ({max_memory} bytes)"
+        said = f"more than the --max-memory budget of {format_size_exact(max_memory)}"
         hint = "Raise --max-memory (max_memory=) if the device has the room."
     else:
-        said = f"more than the {format_size(available)} ({available} bytes) device {device} has free"
+        said = f"more than the {format_size_exact(available)} device {device} has free"
         hint = ("Free memory or replay on a larger device; --max-memory SIZE (max_memory=) replays it anyway "
                 "if you know it fits (e.g. memory that will be freed).")
     return _raise(WrpOutOfMemoryError(
@@ -201,7 +207,7 @@ class Unreached:
         return self.size - self.reached
 
     def message(self) -> str:
-        return (f"region {self.region_id} declares {format_size(self.size)} ({self.size} bytes) but no op or binding "
+        return (f"region {self.region_id} declares {format_size_exact(self.size)} but no op or binding "
                 f"reaches past byte {self.reached}: loading it allocates and zeroes "
                 f"{format_size(self.unreached)} that nothing uses (an edited file?)")
 
