@@ -53,7 +53,14 @@ int main(int argc, char **argv) {
     wrp_options_init(&o);
     if (wrp_program_open("/nonexistent.wrp", &o, &p) != WRP_ERR_INVALID_FILE || p) return 10;
     printf("open-error: %s\n", wrp_last_error());
+    if (wrp_last_error_bytes() != 0) return 30;  /* not out of memory: no size */
+    o.max_memory_bytes = 16;  /* below what the file declares: refused, nothing allocated */
+    if (wrp_program_open(argv[1], &o, &p) != WRP_ERR_OUT_OF_MEMORY || p) return 31;
+    printf("oom-bytes: %llu\n", (unsigned long long)wrp_last_error_bytes());
+    printf("oom-error: %s\n", wrp_last_error());
+    wrp_options_init(&o);
     if (wrp_program_open(argv[1], &o, &p) != WRP_OK) { printf("%s\n", wrp_last_error()); return 11; }
+    if (wrp_last_error_bytes() != 0) return 32;  /* a call that succeeds clears it */
     n = wrp_program_num_bindings(p);
     for (i = 0; i < n; i++) {
         if (wrp_program_binding(p, i, &info) != WRP_OK) return 12;
@@ -118,6 +125,10 @@ def test_c_api_from_c(native, caps, tmp_path):
     res = run(exe, path, module, module.name, env={**CLEAN_ENV, "WRP_WARP_LIB_DIR": str(WARP_BIN)})
     assert res.returncode == 0, res.stdout + res.stderr
     assert "open-error: cannot open file /nonexistent.wrp" in res.stdout
+    # the bytes the refused open asked for, as a number and in the message: what the file declares (> 16)
+    asked = int(next(ln for ln in res.stdout.splitlines() if ln.startswith("oom-bytes: ")).split()[1])
+    said = next(ln for ln in res.stdout.splitlines() if ln.startswith("oom-error: "))
+    assert asked > 16 and f"declares {asked} bytes" in said, (asked, said)
     assert "binding x 64" in res.stdout and "binding y 64" in res.stdout
     assert "size-error: binding \"x\" is 64 bytes, but 3 were given" in res.stdout
     assert "missing-module: module file " in res.stdout

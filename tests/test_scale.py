@@ -451,6 +451,14 @@ def _assert_oom(proc, *words):
         assert w.lower() in text, (w, text[-2000:])
 
 
+def _assert_oom_json(proc, at_least: int):
+    """``--json``: the failure's object says out of memory as a script reads it: exit 3, the bytes asked for."""
+    assert proc.returncode == 3, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    obj = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert obj["exit_code"] == 3 and obj.get("requested_bytes", 0) >= at_least, obj
+    return obj
+
+
 @pytest.mark.parametrize("budget", [None, "1K"])
 def test_an_over_budget_capture_is_refused_in_every_route(edited, budget):
     """1 TiB declared: refused against the host's free memory (or a --max-memory of 1 KiB), before any allocation."""
@@ -461,6 +469,11 @@ def test_an_over_budget_capture_is_refused_in_every_route(edited, budget):
         _assert_oom(_cli("replay", edited["huge"], "--engine", engine, *extra), "1099511627776", figure)
     _assert_oom(subprocess.run([_wrp_replay_exe(), str(edited["huge"]), *extra], capture_output=True, text=True,
                                timeout=120), "1099511627776", figure)
+    for engine in ("python", "native"):
+        obj = _assert_oom_json(_cli("replay", edited["huge"], "--engine", engine, "--json", *extra), 1 << 40)
+        assert obj["device"] == "cpu", obj
+    _assert_oom_json(subprocess.run([_wrp_replay_exe(), str(edited["huge"]), "--json", *extra], capture_output=True,
+                                    text=True, timeout=120), 1 << 40)
     with pytest.raises(wrpkit.WrpOutOfMemoryError) as e:
         wrpkit.load(edited["huge"], max_memory=budget)
     assert e.value.requested >= 1 << 40 and e.value.device == "cpu" and e.value.exit_code == 3
@@ -503,7 +516,11 @@ def test_out_of_memory_injected_with_rlimit_as_is_one_status_in_every_route(edit
     for engine in ("python", "native"):
         _assert_oom(_limited(limit, _wrp_exe(), "replay", edited["gig"], "--engine", engine, "--max-memory", "100G"),
                     size)
+        # the size crosses from the child (Warp's failure read back; wrp-replay's wrp_last_error_bytes) to --json
+        _assert_oom_json(_limited(limit, _wrp_exe(), "replay", edited["gig"], "--engine", engine, "--max-memory",
+                                  "100G", "--json"), 1 << 30)
     _assert_oom(_limited(limit, _wrp_replay_exe(), edited["gig"], "--max-memory", "100G"), size)
+    _assert_oom_json(_limited(limit, _wrp_replay_exe(), edited["gig"], "--max-memory", "100G", "--json"), 1 << 30)
     for isolate in ("0", "1"):
         proc = _limited(limit, sys.executable, "-c", _IN_PROCESS, edited["gig"], isolate)
         said = [ln for ln in proc.stdout.splitlines() if ln.startswith("OOM ")]
@@ -531,8 +548,11 @@ def test_an_address_space_too_small_for_warps_library_is_out_of_memory_in_every_
     limit = (int(peak.stdout.split()[-1]) << 10) + size // 2  # the imports fit; the library does not
     words = ("warp.so", str(size))
     _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"]), *words)
-    _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--json"), *words)
+    assert _assert_oom_json(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--json"),
+                            size)["requested_bytes"] == size
     _assert_oom(_limited((size // 2) >> 20, _wrp_replay_exe(), edited["small"]), *words)
+    assert _assert_oom_json(_limited((size // 2) >> 20, _wrp_replay_exe(), edited["small"], "--json"),
+                            size)["requested_bytes"] == size
     # wrp-replay under the native engine: it may fit warp.so and not warp-clang.so; either is named
     _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--engine", "native"),
                 "cannot load Warp's library")

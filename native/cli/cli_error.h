@@ -1,6 +1,7 @@
 // cli_error.h -- errors of the wrp-replay command line, carrying its exit code.
 #pragma once
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -23,15 +24,19 @@ enum ExitCode {
 
 class CliError : public std::runtime_error {
 public:
-    CliError(int exit_code, const std::string& message)
+    CliError(int exit_code, const std::string& message, uint64_t requested_bytes = 0)
         : std::runtime_error(message)
         , exit_code_(exit_code)
+        , requested_bytes_(requested_bytes)
     {
     }
     int exit_code() const { return exit_code_; }
+    // Out of memory: the bytes asked for (wrp_last_error_bytes), printed as --json's "requested_bytes"; 0: none.
+    uint64_t requested_bytes() const { return requested_bytes_; }
 
 private:
     int exit_code_;
+    uint64_t requested_bytes_;
 };
 
 }  // namespace wrpcli

@@ -415,6 +415,7 @@ int main(int argc, char** argv)
         json = json || std::string(argv[i]) == "--json";
     int code;
     std::string message;
+    uint64_t requested_bytes = 0;  // out of memory: the size asked for, in --json's error
     try {
         // --locate-crash=SIGNUM (last, never typed by a user): the crash guard re-executed us after a
         // replay died of SIGNUM; find the op (locate_crash.h).
@@ -441,6 +442,7 @@ int main(int argc, char** argv)
     } catch (const CliError& e) {
         code = e.exit_code();
         message = e.what();
+        requested_bytes = e.requested_bytes();
     } catch (const std::exception& e) {
         code = kExitInternal;
         message = std::string("internal error: ") + e.what();
@@ -452,6 +454,8 @@ int main(int argc, char** argv)
     if (code == kExitUsage && message.find("input ") != 0 && message.find("no binding") != 0)
         std::fprintf(stderr, "(run wrp-replay --help for usage)\n");
     if (json)
-        std::fputs(error_json(message, code).c_str(), stdout);
+        std::fputs(error_json(message, code, requested_bytes ? ", \"requested_bytes\": " + std::to_string(requested_bytes)
+                                                             : std::string()).c_str(),
+                   stdout);
     return code;
 }

@@ -31,7 +31,7 @@ int exit_code_for(wrp_status s)
 void check(wrp_status s)
 {
     if (s != WRP_OK)
-        throw CliError(exit_code_for(s), wrp_last_error());
+        throw CliError(exit_code_for(s), wrp_last_error(), s == WRP_ERR_OUT_OF_MEMORY ? wrp_last_error_bytes() : 0);
 }
 
 std::vector<wrp_binding_info> list_bindings(wrp_program* p)

@@ -277,6 +277,13 @@ WRP_API const char* wrp_library_version(void);
  * Valid until this thread's next call into this library. */
 WRP_API const char* wrp_last_error(void);
 
+/* When this thread's last failing call returned WRP_ERR_OUT_OF_MEMORY: the
+ * bytes it asked for (the capture's declared total, or the mapping or
+ * allocation that failed; the message names the same figure).  0 when the
+ * last call did not run out of memory, or the size is unknown (an allocation
+ * of this library's own).  Thread-local, like wrp_last_error(). */
+WRP_API uint64_t wrp_last_error_bytes(void);
+
 /* Open `path`: a .wrp file (its modules are read from `<stem>_modules/`
  * beside it, where stem is the path without ".wrp") or a .wrpk bundle (which
  * needs nothing beside it).  The file must be a regular file; a symbolic

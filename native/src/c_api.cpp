@@ -22,9 +22,11 @@ struct wrp_program {
 namespace {
 
 thread_local std::string t_last_error;
+thread_local uint64_t t_last_error_bytes = 0;
 
-wrp_status set_error(wrp_status status, const std::string& message)
+wrp_status set_error(wrp_status status, const std::string& message, uint64_t requested_bytes = 0)
 {
+    t_last_error_bytes = status == WRP_ERR_OUT_OF_MEMORY ? requested_bytes : 0;
     try {
         t_last_error = message;
     } catch (...) {
@@ -38,10 +40,11 @@ template <typename F> wrp_status guarded(F&& body)
 {
     try {
         t_last_error.clear();
+        t_last_error_bytes = 0;
         body();
         return WRP_OK;
     } catch (const wrp::Error& e) {
-        return set_error(e.status(), e.what());
+        return set_error(e.status(), e.what(), e.requested_bytes());
     } catch (const std::bad_alloc&) {
         return set_error(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: an allocation of this library failed");
     } catch (const std::exception& e) {
@@ -84,6 +87,8 @@ void wrp_options_init(wrp_options* opts)
 const char* wrp_library_version(void) { return WRP_LIBRARY_VERSION; }
 
 const char* wrp_last_error(void) { return t_last_error.c_str(); }
+
+uint64_t wrp_last_error_bytes(void) { return t_last_error_bytes; }
 
 wrp_status wrp_program_open(const char* path, const wrp_options* opts, wrp_program** out_program)
 {

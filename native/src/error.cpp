@@ -70,6 +70,15 @@ void fail(wrp_status status, const char* fmt, ...)
     throw Error(status, s);
 }
 
+void fail_out_of_memory(uint64_t requested_bytes, const char* fmt, ...)
+{
+    va_list args;
+    va_start(args, fmt);
+    std::string s = vformat(fmt, args);
+    va_end(args);
+    throw Error(WRP_ERR_OUT_OF_MEMORY, s, requested_bytes);
+}
+
 void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...)
 {
     va_list args;

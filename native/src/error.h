@@ -17,15 +17,19 @@ namespace wrp {
 
 class Error : public std::runtime_error {
 public:
-    Error(wrp_status status, const std::string& message)
+    Error(wrp_status status, const std::string& message, uint64_t requested_bytes = 0)
         : std::runtime_error(message)
         , status_(status)
+        , requested_bytes_(requested_bytes)
     {
     }
     wrp_status status() const { return status_; }
+    // WRP_ERR_OUT_OF_MEMORY: the bytes asked for (wrp_last_error_bytes); 0 when unknown.
+    uint64_t requested_bytes() const { return requested_bytes_; }
 
 private:
     wrp_status status_;
+    uint64_t requested_bytes_;
 };
 
 // printf-style formatting into a std::string (messages are built in many
@@ -39,6 +43,11 @@ std::string printable(const std::string& s, size_t max_len = 200);
 std::string quoted(const std::string& s);
 
 [[noreturn]] void fail(wrp_status status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// WRP_ERR_OUT_OF_MEMORY, with the bytes asked for (the capture's declared total, or the
+// allocation or mapping that failed), which the message names too.
+[[noreturn]] void fail_out_of_memory(uint64_t requested_bytes, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 // A validation failure of the .wrp (or a module file): "<where> at byte <at>: <what>".
 [[noreturn]] void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...)

@@ -100,7 +100,7 @@ MappedFile MappedFile::map_fd(int fd, const std::string& display, uint64_t max_b
     int err = errno;
     close(fd);  // the mapping keeps the file alive
     if (p == MAP_FAILED && (err == ENOMEM || err == EAGAIN))  // the file is fine: the address space is not
-        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: cannot map %s %s (%zu bytes): %s", what,
+        fail_out_of_memory(size, "out of memory on the host: cannot map %s %s (%zu bytes): %s", what,
              display.c_str(), size, std::strerror(err));
     if (p == MAP_FAILED)
         fail(WRP_ERR_INVALID_FILE, "cannot map %s %s: %s", what, display.c_str(), std::strerror(err));

@@ -401,11 +401,11 @@ void Program::check_memory(uint64_t available, const std::string& device) const
     if (need <= budget)
         return;
     if (explicit_budget)
-        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory: the capture declares %llu bytes of memory (largest: %s), but the "
+        fail_out_of_memory(need, "out of memory: the capture declares %llu bytes of memory (largest: %s), but the "
              "budget max_memory_bytes (--max-memory) is %llu bytes on %s; nothing was allocated",
              static_cast<unsigned long long>(need), largest.c_str(), static_cast<unsigned long long>(budget),
              device.c_str());
-    fail(WRP_ERR_OUT_OF_MEMORY, "out of memory: the capture declares %llu bytes of memory (largest: %s), but device "
+    fail_out_of_memory(need, "out of memory: the capture declares %llu bytes of memory (largest: %s), but device "
          "%s has %llu bytes free; nothing was allocated (max_memory_bytes / --max-memory SIZE replays it anyway)",
          static_cast<unsigned long long>(need), largest.c_str(), device.c_str(), static_cast<unsigned long long>(available));
 }
@@ -428,7 +428,7 @@ void Program::warp_failed(const std::string& what, const std::string& before_err
         lower.find("cannot allocate") != std::string::npos) {
         std::string largest;
         uint64_t need = declared_memory(&largest);
-        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on %s: %s (the capture declares %llu bytes; largest: %s)",
+        fail_out_of_memory(need, "out of memory on %s: %s (the capture declares %llu bytes; largest: %s)",
              opts_.device_name.empty() ? "cpu" : opts_.device_name.c_str(), msg.c_str(),
              static_cast<unsigned long long>(need), largest.c_str());
     }

@@ -51,8 +51,8 @@ const char* const kFix =
             if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
                 limit = "; this process's address space is limited to " + std::to_string(rl.rlim_cur >> 20) +
                         " MiB (ulimit -v): raise the limit";
-            fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: cannot load Warp's library %s (%zu MiB, %zu bytes): "
-                 "%s%s", path.c_str(), size >> 20, size, why.c_str(), limit.c_str());
+            fail_out_of_memory(size, "out of memory on the host: cannot load Warp's library %s (%zu MiB, %zu bytes): "
+                               "%s%s", path.c_str(), size >> 20, size, why.c_str(), limit.c_str());
         }
         munmap(p, size);
     }

@@ -1075,8 +1075,8 @@ public:
                 enabled_ = false;
                 if (r != MAP_FAILED || mmap(at, middle, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED
                                             | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-                    fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: cannot map %zu bytes of the bundle's "
-                         "WRP1 image", middle);
+                    fail_out_of_memory(middle, "out of memory on the host: cannot map %zu bytes of the bundle's "
+                                       "WRP1 image", middle);
             }
         }
         std::memcpy(dst, src, n);
@@ -1240,15 +1240,15 @@ ImageBuffer ImageBuffer::reserve(size_t size, size_t shift)
     size_t page = page_size() ? page_size() : 4096;
     uint64_t length = 0;
     if (!add_ok(size, shift, &length) || !add_ok(length, page - 1, &length) || length > SIZE_MAX)
-        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: a WRP1 image of %zu bytes does not fit the address "
-             "space", size);
+        fail_out_of_memory(size, "out of memory on the host: a WRP1 image of %zu bytes does not fit the address "
+                           "space", size);
     length &= ~uint64_t(page - 1);
     // Never touched pages cost nothing: listing a bundle (validate_only) leaves its data pages alone.
     void* p = mmap(nullptr, static_cast<size_t>(length), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
-        fail(WRP_ERR_OUT_OF_MEMORY, "out of memory on the host: cannot reserve %zu bytes for the bundle's WRP1 image: "
-             "%s", static_cast<size_t>(length), std::strerror(errno));
+        fail_out_of_memory(length, "out of memory on the host: cannot reserve %zu bytes for the bundle's WRP1 "
+                           "image: %s", static_cast<size_t>(length), std::strerror(errno));
     ImageBuffer b;
     b.base_ = p;
     b.length_ = static_cast<size_t>(length);

@@ -74,12 +74,13 @@ def report_error(err: WrpError, as_json: bool = False) -> None:
     """Print a WrpError as ``error:`` and ``hint:`` lines on stderr; with ``as_json`` also its JSON on stdout.
 
     The JSON is :func:`error_object`: ``{"error", "exit_code", "hint"}`` (plus
-    ``"problems"`` for a validation error), the shape ``wrp-replay --json``
-    prints for its failures too.
+    ``"problems"`` for a validation error, and ``"requested_bytes"``,
+    ``"device"``, ``"available_bytes"`` where known for out of memory), the
+    shape ``wrp-replay --json`` prints for its failures too.
     """
     problems = [str(p) for p in getattr(err, "problems", [])]
     if as_json:
-        print_json_error(err.message, err.exit_code, err.hint, problems or None)
+        print_json_error(err.message, err.exit_code, err.hint, problems or None, _error_fields(err))
     from rich.text import Text  # noqa: PLC0415
 
     con = stderr_console()
@@ -91,17 +92,29 @@ def report_error(err: WrpError, as_json: bool = False) -> None:
         con.print(Text.assemble(("hint:", "yellow"), " ", err.hint), highlight=False)
 
 
-def error_object(message: str, exit_code: int, hint=None, problems=None) -> dict:
-    """The JSON object of a failure: ``{"error": message, "exit_code": code, "hint": hint or null}``."""
+def _error_fields(err: WrpError) -> dict:
+    """What an error says beyond its message, for scripts: an out-of-memory error's size and device."""
+    from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+
+    if not isinstance(err, WrpOutOfMemoryError):
+        return {}
+    fields = (("requested_bytes", err.requested), ("device", err.device), ("available_bytes", err.available))
+    return {key: value for key, value in fields if value is not None}
+
+
+def error_object(message: str, exit_code: int, hint=None, problems=None, fields=None) -> dict:
+    """The JSON object of a failure: ``{"error": message, "exit_code": code, "hint": hint or null}``, plus
+    ``"problems"`` and any ``fields``."""
     obj = {"error": message, "exit_code": exit_code, "hint": hint}
     if problems:
         obj["problems"] = list(problems)
+    obj.update(fields or {})
     return obj
 
 
-def print_json_error(message: str, exit_code: int, hint=None, problems=None) -> None:
+def print_json_error(message: str, exit_code: int, hint=None, problems=None, fields=None) -> None:
     """Print :func:`error_object` on stdout, one line."""
-    click.echo(json.dumps(error_object(message, exit_code, hint, problems)))
+    click.echo(json.dumps(error_object(message, exit_code, hint, problems, fields)))
 
 
 def usage_error(e: click.ClickException, as_json: bool):

@@ -365,8 +365,10 @@ class NativeEngine:
             return _native_crash(prep, proc.returncode, msg or proc.stderr, request, report.get("crash"))
         msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
         if proc.returncode == 3 and ("out of memory" in msg.lower() or " free; " in msg.lower()):
+            asked = report.get("requested_bytes")
             return WrpOutOfMemoryError(msg, hint="Free memory or replay on a larger device; --max-memory SIZE "
-                                                 "replays it anyway if you know it fits.", device=request.device)
+                                                 "replays it anyway if you know it fits.", device=request.device,
+                                       requested=asked if isinstance(asked, int) and asked > 0 else None)
         if proc.returncode == 1 and hit_while_guard(msg):
             return warp_replay_error(msg, said="")  # what the python engine says of the same loop
         cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)

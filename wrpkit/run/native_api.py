@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from ..errors import WrpError, WrpFormatError, WrpRuntimeError, WrpVersionError
+from ..errors import WrpError, WrpFormatError, WrpOutOfMemoryError, WrpRuntimeError, WrpVersionError
 from .engines import native_paths
 
 
@@ -42,6 +42,7 @@ def library():
     lib = ctypes.CDLL(os.fspath(native_paths().require_library()))
     lib.wrp_options_init.argtypes = [ctypes.POINTER(_Options)]
     lib.wrp_last_error.restype = ctypes.c_char_p
+    lib.wrp_last_error_bytes.restype = ctypes.c_uint64
     lib.wrp_program_open_memory.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(_Module),
                                             ctypes.c_size_t, ctypes.POINTER(_Options),
                                             ctypes.POINTER(ctypes.c_void_p)]
@@ -98,6 +99,10 @@ class NativeProgram:
                                          ctypes.byref(handle))
         if rc != 0:
             msg = (lib.wrp_last_error() or b"").decode(errors="replace")
+            if rc == 5:  # WRP_ERR_OUT_OF_MEMORY: the one status, with the size asked for
+                raise WrpOutOfMemoryError(f"the native replayer could not open the program: {msg}",
+                                          requested=int(lib.wrp_last_error_bytes()) or None, device=str(device),
+                                          hint="Free memory or replay on a larger device.")
             # 2: invalid file; 7: another Warp version, or an older format (`wrp upgrade` converts it)
             cls = {2: WrpFormatError, 7: WrpVersionError}.get(rc, WrpRuntimeError)
             raise cls(f"the native replayer could not open the program: {msg}")
