@@ -128,3 +128,101 @@ def test_copy_false_reads_results_in_place(work):
     x2 = np.full(N, -0.5, np.float32)
     prog.run({"x": x2}, outputs=[])
     assert view.tobytes() == _eager(x2).tobytes()  # the same memory: the next replay changed it
+
+
+# A step no test above was built around: vec3 particles through a @wp.func, a
+# scratch array nobody binds, a WHILE whose counter and IF flag no binding names,
+# and a 2-D grid the IF's branch splats into.  Every run must start from the
+# captured counter, so each thread passes reset=True.
+P = 300
+
+
+@wp.func
+def _damped(v: wp.vec3, c: float):
+    return v * (1.0 - c)
+
+
+@wp.kernel
+def k_forces(x: wp.array(dtype=wp.vec3), f: wp.array(dtype=wp.vec3)):
+    i = wp.tid()
+    f[i] = wp.vec3(-x[i][1], x[i][0], x[i][2]) * -0.1
+
+
+@wp.kernel
+def k_integrate(x: wp.array(dtype=wp.vec3), v: wp.array(dtype=wp.vec3), f: wp.array(dtype=wp.vec3), dt: float):
+    i = wp.tid()
+    v[i] = _damped(v[i] + f[i] * dt, 0.01)
+    x[i] = x[i] + v[i] * dt
+
+
+@wp.kernel
+def k_count_down(c: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32)):
+    c[0] = c[0] - 1
+    flag[0] = c[0] % 2
+
+
+@wp.kernel
+def k_splat(x: wp.array(dtype=wp.vec3), grid: wp.array2d(dtype=float)):
+    i = wp.tid()
+    gx = wp.clamp(int(x[i][0] * 4.0 + 8.0), 0, 15)
+    gy = wp.clamp(int(x[i][1] * 4.0 + 8.0), 0, 15)
+    wp.atomic_add(grid, gx, gy, 1.0)
+
+
+def _particles(x0: np.ndarray, counter: int = 5) -> dict:
+    return {"x": wp.array(x0, dtype=wp.vec3, device="cpu"), "v": wp.zeros(P, dtype=wp.vec3, device="cpu"),
+            "f": wp.zeros(P, dtype=wp.vec3, device="cpu"), "grid": wp.zeros((16, 16), dtype=float, device="cpu"),
+            "counter": wp.array([counter], dtype=wp.int32, device="cpu"), "flag": wp.zeros(1, dtype=wp.int32,
+                                                                                         device="cpu")}
+
+
+def _step_body(a: dict):
+    wp.launch(k_count_down, dim=1, inputs=[a["counter"], a["flag"]], device="cpu")
+    wp.launch(k_forces, dim=P, inputs=[a["x"], a["f"]], device="cpu")
+    wp.launch(k_integrate, dim=P, inputs=[a["x"], a["v"], a["f"], 0.05], device="cpu")
+
+
+def _splat(a: dict):
+    wp.launch(k_splat, dim=P, inputs=[a["x"], a["grid"]], device="cpu")
+
+
+@pytest.fixture(scope="module")
+def while_step(tmp_path_factory) -> Path:
+    a = _particles(np.zeros((P, 3), np.float32))
+    for k in (k_forces, k_integrate, k_count_down, k_splat):
+        wp.load_module(k.module, device="cpu")
+
+    def body():
+        _step_body(a)
+        wp.capture_if(a["flag"], on_true=lambda: _splat(a))
+
+    with wrpkit.capture(device="cpu") as rec:
+        wp.capture_while(a["counter"], body)
+    path = tmp_path_factory.mktemp("while_step") / "step.wrp"
+    rec.save(path, inputs={"x": a["x"]}, outputs={"x": a["x"], "v": a["v"], "grid": a["grid"]})
+    return path
+
+
+def _eager_step(x0: np.ndarray, counter: int = 5) -> dict:
+    a = _particles(x0, counter)
+    for c in range(counter - 1, -1, -1):  # the WHILE, unrolled on the host: the counter after each count-down
+        _step_body(a)
+        if c % 2:
+            _splat(a)
+    return {k: a[k].numpy() for k in ("x", "v", "grid")}
+
+
+@pytest.mark.slow
+def test_threads_on_one_program_with_loop_state_no_binding_names(while_step):
+    prog = wrpkit.load(while_step)
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal((P, 3)).astype(np.float32) for _ in range(24)]
+    want = [_eager_step(x) for x in inputs]
+    got = _hammer(lambda x: prog.run({"x": x}, reset=True), inputs, threads=6)
+    wrong = [(j, k) for j, (g, w) in enumerate(zip(got, want)) for k in w if g[k].tobytes() != w[k].tobytes()]
+    assert wrong == [], f"{len(wrong)} of {len(inputs) * 3} results differ from the eager run"
+    assert want[0]["grid"].sum() == 2 * P  # the IF ran twice (counters 3 and 1), each splatting every particle
+    # without reset the loop's counter stays at 0: a second run replays no step and changes nothing
+    first = prog.run({"x": inputs[0]}, reset=True)["x"]
+    again = prog.run({"x": first})["x"]
+    assert again.tobytes() == first.tobytes()
