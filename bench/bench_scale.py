@@ -215,6 +215,13 @@ def rows_for(wrp: Path, wrpk: Path, wrpk_v1: Path, wrpk_plain: Path) -> list:
         ("wrp replay big.wrpk (python)", [wrp_cmd, "replay", str(wrpk)]),
         ("wrp replay big.wrp --engine native", [wrp_cmd, "replay", str(wrp), "--engine", "native"]),
         ("wrp replay big.wrpk --engine native", [wrp_cmd, "replay", str(wrpk), "--engine", "native"]),
+        # --output: the outputs written to disk (fsynced), against cp writing the same bytes (not synced)
+        ("cp big.wrp", ["cp", str(wrp), str(wrp.with_name("out_cp.wrp"))]),
+        ("wrp-replay big.wrp --output", [native, str(wrp), "--output", f"a={wrp.with_name('out_native.npy')}"]),
+        ("wrp replay big.wrp --output (python)", [wrp_cmd, "replay", str(wrp), "--output",
+                                                  str(wrp.with_name("out_python.npz"))]),
+        ("wrp replay big.wrp --output --engine native", [wrp_cmd, "replay", str(wrp), "--engine", "native",
+                                                         "--output", str(wrp.with_name("out_engine.npz"))]),
         ("wrp inspect big.wrp", [wrp_cmd, "inspect", str(wrp)]),
         ("wrp inspect big.wrpk", [wrp_cmd, "inspect", str(wrpk)]),
     ]
@@ -304,6 +311,8 @@ def main() -> None:
                 measure(cmd)
         measure([_exe("wrp-replay"), str(wrp)])
         rounds = [{label: measure(cmd) for label, cmd in rows} for _ in range(a.reps)]  # interleaved
+        for written in a.dir.glob("out_*"):  # the --output rows' files: not kept beside the captures
+            written.unlink()
         table[mib] = {label: (statistics.median(r[label][0] for r in rounds),
                               statistics.median(r[label][1] for r in rounds)) for label, _ in rows}
         print(f"\n(load average {os.getloadavg()[0]:.1f}, {a.reps} interleaved round(s), medians)")

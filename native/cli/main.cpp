@@ -338,18 +338,52 @@ int run(const CliArgs& args)
         }
         stats_json += "}";
     }
+    // Outputs: a memory file the caller passed (/dev/fd/N, how wrp hands them over) is written now,
+    // straight from a CPU program's memory: no copy here, and the caller reads it only if this run
+    // succeeds. A file by path is written only after the program is released (above), so its bytes
+    // are taken out first: one copy of the view, gathered from the memory in place (CPU) or from
+    // the one host copy of the region (CUDA, which is the view itself when it is the whole region).
     struct PendingOutput {
         std::string name, path;
         NpyDtype dtype;
         std::vector<uint64_t> shape;
         std::vector<uint8_t> view;
+        bool written;
     };
     std::vector<PendingOutput> pending;
+    const bool on_cpu = std::string(wrp_program_device(prog.p)).compare(0, 3, "cpu") == 0;
     for (const NamedPath& o : args.outputs) {
         const wrp_binding_info& b = find(bindings, o.name);
-        std::vector<uint8_t> region(static_cast<size_t>(b.size));
-        check(wrp_program_get(prog.p, b.name, region.data(), region.size()));
-        pending.push_back({o.name, o.path, binding_dtype(b), binding_shape(b), gather_view(b, region)});
+        PendingOutput out{o.name, o.path, binding_dtype(b), binding_shape(b), {}, false};
+        std::vector<uint8_t> host;
+        const uint8_t* region = nullptr;
+        size_t region_size = static_cast<size_t>(b.size);
+        if (on_cpu && region_size) {
+            void* ptr = nullptr;
+            check(wrp_program_data_ptr(prog.p, b.name, &ptr, &region_size));
+            region = static_cast<const uint8_t*>(ptr);
+        } else {
+            host.resize(region_size);
+            if (region_size)
+                check(wrp_program_get(prog.p, b.name, host.data(), host.size()));
+            region = host.data();
+        }
+        const size_t view_size = static_cast<size_t>(b.has_signature ? input_bytes(b) : b.size);
+        if (is_passed_fd(o.path) && view_is_whole(b)) {
+            write_npy_atomic(o.path, out.dtype, out.shape, region, region_size);
+            out.written = true;
+        } else if (!host.empty() && view_is_whole(b)) {
+            out.view = std::move(host);
+        } else {
+            out.view.resize(view_size);
+            gather_view_into(b, region, region_size, out.view.data());
+            if (is_passed_fd(o.path)) {
+                write_npy_atomic(o.path, out.dtype, out.shape, out.view.data(), out.view.size());
+                out.view = std::vector<uint8_t>();
+                out.written = true;
+            }
+        }
+        pending.push_back(std::move(out));
     }
     const std::string device = wrp_program_device(prog.p), warp_version = wrp_program_warp_version(prog.p);
     bindings.clear();  // their strings belong to the program
@@ -367,7 +401,8 @@ int run(const CliArgs& args)
 
     std::vector<OutputDone> done;
     for (const PendingOutput& o : pending) {
-        write_npy_atomic(o.path, o.dtype, o.shape, o.view.data(), o.view.size());
+        if (!o.written)
+            write_npy_atomic(o.path, o.dtype, o.shape, o.view.data(), o.view.size());
         done.push_back({o.name, o.path, o.dtype.descr(), o.shape});
     }
 

@@ -322,6 +322,11 @@ static int passed_fd(const std::string& path)
     return std::atoi(path.c_str() + 8);
 }
 
+bool is_passed_fd(const std::string& path)
+{
+    return passed_fd(path) >= 0;
+}
+
 void prepare_output(const std::string& path)
 {
     int passed = passed_fd(path);

@@ -40,6 +40,10 @@ NpyArray read_npy(const std::string& path, uint64_t expected_bytes,
 // temporary file, that the folder takes new files (CliError, exit 1, when not).
 void prepare_output(const std::string& path);
 
+// True for "/dev/fd/N": an open file the caller passed (wrp's memory files), which
+// write_npy_atomic writes in place and no one reads unless the run succeeds.
+bool is_passed_fd(const std::string& path);
+
 void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std::vector<uint64_t>& shape,
                       const uint8_t* data, size_t size);
 

@@ -155,8 +155,18 @@ std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<ui
     if (!b.has_signature)
         return region;
     std::vector<uint8_t> out(static_cast<size_t>(input_bytes(b)));
-    for_each_element(b, region.size(), [&](size_t v, size_t r) { std::memcpy(out.data() + v, region.data() + r, b.dtype_size); });
+    gather_view_into(b, region.data(), region.size(), out.data());
     return out;
+}
+
+void gather_view_into(const wrp_binding_info& b, const uint8_t* region, size_t region_size, uint8_t* out)
+{
+    if (!b.has_signature) {
+        if (region_size)
+            std::memcpy(out, region, region_size);
+        return;
+    }
+    for_each_element(b, region_size, [&](size_t v, size_t r) { std::memcpy(out + v, region + r, b.dtype_size); });
 }
 
 }  // namespace wrpcli

@@ -41,5 +41,8 @@ void scatter_view(const wrp_binding_info& b, const std::vector<uint8_t>& view, s
 
 // Gather the view described by `b` from the region bytes into C order.
 std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<uint8_t>& region);
+// The same from `region_size` bytes at `region` (Warp's memory in place) into `out`, which holds
+// input_bytes(b) (the region's size for an untyped binding).
+void gather_view_into(const wrp_binding_info& b, const uint8_t* region, size_t region_size, uint8_t* out);
 
 }  // namespace wrpcli

@@ -13,7 +13,7 @@ The replay runs in a child process with either engine
 from __future__ import annotations
 
 import contextlib
-import io
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -208,12 +208,23 @@ def _type_bindings(prep, dtypes: Mapping, kernels) -> tuple:
     return typed_here, kernel_typing
 
 
-def _savez_bytes(results: dict) -> bytes:
+def _write_npz(output, results: dict) -> None:
+    """``numpy.savez`` of ``results`` straight into the atomic write's file.
+
+    numpy streams each array into its zip member in 16 MiB pieces, so no copy
+    of the archive is held in memory (a 1 GiB output through an in-memory
+    archive cost 1 GiB more); the results themselves are views where they can
+    be (the native engine's memory files, mapped).
+    """
     import numpy as np  # noqa: PLC0415
 
-    buf = io.BytesIO()
-    np.savez(buf, **results)
-    return buf.getvalue()
+    from ..fileio import atomic_write  # noqa: PLC0415
+
+    def write(fd: int) -> None:
+        with os.fdopen(os.dup(fd), "wb") as f:  # the dup shares fd's offset; closing it leaves fd open
+            np.savez(f, **results)
+
+    atomic_write(output, [], finish=write)
 
 
 @dataclass
@@ -394,7 +405,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
                                     f"({warmup} warmup + {repeat} timed; inputs set once before the first, "
                                     "each replay starting from the state the previous one left)"}
     if output is not None:
-        atomic_write(output, [_savez_bytes(results)])
+        _write_npz(output, results)
         report.output = str(output)
     return report
 
