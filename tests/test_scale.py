@@ -589,3 +589,44 @@ def test_a_capture_over_4_gib_replays_in_every_route(tmp_path):
         assert json.loads(proc.stdout)["stats"]["a"]["shape"] == [4608 << 20]
         if src is big:
             big.unlink()  # the bundle alone from here: 9 GiB of disk at most
+
+
+@wp.kernel
+def k_fill_views(y: wp.array(dtype=float), g: wp.array2d(dtype=wp.vec2)):
+    i = wp.tid()
+    y[i] = float(i) * 0.5
+    g[i % 8, i // 8] = wp.vec2(float(i), -float(i))
+
+
+def test_output_of_view_bindings_is_numpys_slice_on_every_route(tmp_path):
+    """Bindings saved as strided and offset views (y[1::2], a column of vec2, a sub-block with a step)
+    come out of --output as numpy's own slices of an eager run: both engines' .npz, and wrp-replay's
+    .npy by path (one copy, after the program is released) and by /dev/fd/N (written in place)."""
+    _native_or_skip()
+    y = wp.zeros(64, dtype=float, device="cpu")
+    g = wp.zeros((8, 8), dtype=wp.vec2, device="cpu")
+    wp.load_module(k_fill_views.module, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.launch(k_fill_views, dim=64, inputs=[y, g], device="cpu")
+    path = rec.save(tmp_path / "views.wrp", outputs={"odd": y[1::2], "col": g[:, 3], "block": g[2:5, 1:7:2]})
+    wp.launch(k_fill_views, dim=64, inputs=[y, g], device="cpu")
+    want = {"odd": y.numpy()[1::2], "col": g.numpy()[:, 3], "block": g.numpy()[2:5, 1:7:2]}
+    for engine in ("python", "native"):
+        out = tmp_path / f"{engine}.npz"
+        proc = _cli("replay", path, "--engine", engine, "--output", out)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        with np.load(out) as got:
+            for name, arr in want.items():
+                assert got[name].shape == arr.shape and got[name].tobytes() == arr.tobytes(), (engine, name)
+    args = [a for name in want for a in ("--output", f"{name}={tmp_path / (name + '.npy')}")]
+    proc = subprocess.run([_wrp_replay_exe(), str(path), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name, arr in want.items():
+        got = np.load(tmp_path / f"{name}.npy")
+        assert got.shape == arr.shape and got.tobytes() == arr.tobytes(), name
+    with open(tmp_path / "fd.npy", "wb") as f:
+        proc = subprocess.run([_wrp_replay_exe(), str(path), "--output", f"block=/dev/fd/{f.fileno()}"],
+                              pass_fds=(f.fileno(),), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = np.load(tmp_path / "fd.npy")
+    assert got.shape == want["block"].shape and got.tobytes() == want["block"].tobytes()
