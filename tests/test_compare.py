@@ -165,3 +165,28 @@ def test_a_difference_in_an_array_of_vectors_is_named_by_its_place_and_its_flat_
     assert "1 NaN against a number, first at 62 ([20, 2])" in text
     assert c.to_json()["first_index"] == 52 and c.to_json()["first_nan_vs_number"] == 62
     assert describe(compare_arrays(got[:, 1], want[:, 1])) == "1 of 1000 beyond tolerance, first at 17"
+
+
+@pytest.mark.parametrize("equal_nan", [False, True])
+def test_equal_bytes_decided_at_memory_speed_give_the_element_wise_verdict(equal_nan):
+    """The byte-equality fast path (the usual passing check) says what the element-wise pass says: the
+    same arrays compared as float32 against float32 (equal bytes) and against float64 (by value, element
+    by element), with NaN, Inf and -0.0 planted across slices."""
+    from wrpkit.checks.compare import SLICE  # noqa: PLC0415
+
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal(3 * SLICE + 17).astype(np.float32)
+    a[[5, SLICE + 3, 2 * SLICE + 9]] = np.nan
+    a[[7, SLICE + 4]] = np.inf
+    a[2 * SLICE] = -np.inf
+    a[11] = -0.0
+    fast = compare_arrays(a, a.copy(), equal_nan=equal_nan).to_json()
+    slow = compare_arrays(a, a.astype(np.float64), equal_nan=equal_nan).to_json()
+    assert fast == slow
+    assert fast["ok"] is equal_nan and fast["nan_both"] == 3 and fast["mismatches"] == (0 if equal_nan else 3)
+    ints = rng.integers(-1000, 1000, 2 * SLICE + 5).astype(np.int32)
+    assert compare_arrays(ints, ints.copy()).to_json() == compare_arrays(ints, ints.astype(np.int64)).to_json()
+    b = a.copy()
+    b[SLICE + 100] += 1.0  # one element differs: the slice falls back to the element-wise pass
+    got = compare_arrays(b, a, equal_nan=True)
+    assert not got.ok and got.mismatches == 1 and got.first_index == SLICE + 100
