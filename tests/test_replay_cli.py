@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -612,3 +613,42 @@ def test_replay_file_returns_a_report_and_prints_nothing(tmp_path, capfd):
     rep = json.loads(r.stdout)
     assert list(rep) == list(bad.to_json())
     assert rep["check"]["bindings"] == bad.to_json()["check"]["bindings"]
+
+
+def _children_started_here() -> list:
+    """``(pid, argv)`` of this process's live children that are replay children or wrp-replay."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            argv = (p / "cmdline").read_bytes().split(b"\0")
+            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and (b"wrpkit.run.child" in argv or any(a.endswith(b"wrp-replay") for a in argv)):
+            found.append((int(p.name), argv))
+    return found
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_a_replay_that_fails_early_leaves_no_child_behind(engine, tmp_path):
+    """The child each engine starts ahead (before the file is read) ends with a command that failed before
+    it was used: a usage error, a refused budget, a bad golden. It used to outlive the command in-process
+    (a caller of the CLI's main(), a test runner) and hold Warp and a core."""
+    if engine == "native":
+        try:
+            native_paths().require_replayer()
+        except Exception as e:  # noqa: BLE001
+            pytest.skip(f"wrp-replay is not installed: {e}")
+    name = _kernel_program()
+    cap = rc.wrpkit_capture(name)
+    bad_golden = tmp_path / "golden.npz"
+    bad_golden.write_bytes(b"not a zip")
+    for extra in (["--dtype", "x=vec7q"], ["--max-memory", "1"], ["--check", bad_golden], []):
+        r = invoke(cap, "--engine", engine, *extra)
+        assert (r.exit_code == 0) is (not extra), (extra, r.output)
+        deadline = time.monotonic() + 5
+        while _children_started_here() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _children_started_here() == [], (extra, _children_started_here())

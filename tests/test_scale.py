@@ -630,3 +630,44 @@ def test_output_of_view_bindings_is_numpys_slice_on_every_route(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     got = np.load(tmp_path / "fd.npy")
     assert got.shape == want["block"].shape and got.tobytes() == want["block"].tobytes()
+
+
+def test_inputs_and_goldens_are_read_from_their_mapping_and_checked(tmp_path):
+    """``.npz``/``.npy`` files the user names are mapped: members numpy.savez stored come back as views of
+    the file (no copy of a golden of many GiB), equal to numpy's own reading, their CRC-32 checked;
+    compressed members are decompressed. Damage of every kind is a clean refusal."""
+    from wrpkit.errors import WrpBindingError  # noqa: PLC0415
+    from wrpkit.fileio import load_npy, load_npz  # noqa: PLC0415
+
+    arrays = {"f": np.arange(12, dtype=np.float32).reshape(3, 4), "fortran": np.asfortranarray(np.ones((2, 3))),
+              "struct": np.zeros(3, dtype=[("x", "<f4"), ("y", "<i2")]), "empty": np.zeros((0, 4), np.int8),
+              "scalar": np.array(7, dtype=np.uint16), "vec": np.arange(30, dtype=np.float32).reshape(10, 3)}
+    np.savez(tmp_path / "stored.npz", **arrays)
+    np.savez_compressed(tmp_path / "packed.npz", **arrays)
+    for name in ("stored.npz", "packed.npz"):
+        got = load_npz(tmp_path / name)
+        with np.load(tmp_path / name) as want:
+            assert sorted(got) == sorted(want.files)
+            for k in want.files:
+                assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape and \
+                    np.array_equal(got[k], want[k]), (name, k)
+        if name == "stored.npz":  # views of the mapping, not copies
+            assert not got["vec"].flags.owndata and not got["vec"].flags.writeable
+    np.save(tmp_path / "one.npy", arrays["fortran"])
+    assert np.array_equal(load_npy(tmp_path / "one.npy"), arrays["fortran"])
+
+    good = (tmp_path / "stored.npz").read_bytes()
+    member = good.index(arrays["vec"].tobytes())
+    damaged = {"flipped": good[:member + 5] + bytes([good[member + 5] ^ 1]) + good[member + 6:],
+               "truncated": good[: len(good) // 2], "empty": b"", "not a zip": b"PK\x03\x04" + b"\0" * 40}
+    for what, data in damaged.items():
+        (tmp_path / "bad.npz").write_bytes(data)
+        with pytest.raises(WrpBindingError, match="not a valid .npz"):
+            load_npz(tmp_path / "bad.npz")
+    np.save(tmp_path / "objects.npy", np.array([1, "a"], dtype=object), allow_pickle=True)
+    with pytest.raises(WrpBindingError, match="Python objects"):
+        load_npy(tmp_path / "objects.npy")
+    short = (tmp_path / "one.npy").read_bytes()[:-8]
+    (tmp_path / "short.npy").write_bytes(short)
+    with pytest.raises(WrpBindingError, match="header declares"):
+        load_npy(tmp_path / "short.npy")

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <cstdlib>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -308,8 +309,22 @@ NpyArray read_npy(const std::string& path, uint64_t expected_bytes,
     if (bytes != expected_bytes)
         bad(path, "holds " + std::to_string(bytes) + " bytes (" + a.dtype.descr() + " " + shape_string(a.shape) +
                       "), but the binding is " + std::to_string(expected_bytes) + " bytes");
-    a.data.resize(static_cast<size_t>(bytes));
-    read_all(f.fd, a.data.data(), a.data.size(), path);
+    // Mapped where the file allows it (a regular file, wrp's memory files): the size was checked
+    // against the file's above, so the mapping holds every byte the view promises.
+    const uint64_t offset = prefix + header_len;
+    a.size = static_cast<size_t>(bytes);
+    if (bytes) {
+        void* p = mmap(nullptr, static_cast<size_t>(file_size), PROT_READ, MAP_PRIVATE, f.fd, 0);
+        if (p != MAP_FAILED) {
+            size_t length = static_cast<size_t>(file_size);
+            a.mapping = std::shared_ptr<const void>(p, [length](const void* q) { munmap(const_cast<void*>(q), length); });
+            a.bytes = static_cast<const uint8_t*>(p) + offset;
+            return a;
+        }
+    }
+    a.copy.resize(a.size);
+    read_all(f.fd, a.copy.data(), a.copy.size(), path);
+    a.bytes = a.copy.data();
     return a;
 }
 

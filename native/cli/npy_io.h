@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -23,7 +24,12 @@ struct NpyDtype {
 struct NpyArray {
     NpyDtype dtype;
     std::vector<uint64_t> shape;
-    std::vector<uint8_t> data;  // C order
+    // The data, C order: `size` bytes at `bytes`, in the file's read-only mapping (`mapping` keeps it;
+    // no copy of a large input) or, where the file cannot be mapped, in `copy`.
+    const uint8_t* bytes = nullptr;
+    size_t size = 0;
+    std::shared_ptr<const void> mapping;
+    std::vector<uint8_t> copy;
 };
 
 // Read `path`.  `expected_bytes` is the data size the caller needs: a file

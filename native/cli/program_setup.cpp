@@ -137,12 +137,12 @@ std::string apply_inputs(wrp_program* p, const std::vector<wrp_binding_info>& bi
         });
         check_input_shape(b, a, what);
         if (view_is_whole(b)) {
-            check(wrp_program_set(p, b.name, a.data.data(), a.data.size()));
+            check(wrp_program_set(p, b.name, a.bytes, a.size));
         } else {
             // A view binding takes the view's elements: the rest of the region keeps its bytes.
             std::vector<uint8_t> region(static_cast<size_t>(b.size));
             check(wrp_program_get(p, b.name, region.data(), region.size()));
-            scatter_view(b, a.data, region);
+            scatter_view(b, a.bytes, a.size, region);
             check(wrp_program_set(p, b.name, region.data(), region.size()));
         }
         inputs_json += std::string(inputs_json.size() > 1 ? ", " : "") + "{\"name\": " + json_string(in.name) +

@@ -147,7 +147,15 @@ void for_each_element(const wrp_binding_info& b, size_t region_size, Fn fn)
 
 void scatter_view(const wrp_binding_info& b, const std::vector<uint8_t>& view, std::vector<uint8_t>& region)
 {
-    for_each_element(b, region.size(), [&](size_t v, size_t r) { std::memcpy(region.data() + r, view.data() + v, b.dtype_size); });
+    scatter_view(b, view.data(), view.size(), region);
+}
+
+void scatter_view(const wrp_binding_info& b, const uint8_t* view, size_t view_size, std::vector<uint8_t>& region)
+{
+    if (view_size < input_bytes(b))
+        throw CliError(kExitUsage, std::string("binding \"") + b.name + "\": the input holds " +
+                                       std::to_string(view_size) + " bytes, the view " + std::to_string(input_bytes(b)));
+    for_each_element(b, region.size(), [&](size_t v, size_t r) { std::memcpy(region.data() + r, view + v, b.dtype_size); });
 }
 
 std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<uint8_t>& region)

@@ -38,6 +38,7 @@ bool view_is_whole(const wrp_binding_info& b);
 
 // Scatter C-ordered view bytes into the region (the inverse of gather_view).
 void scatter_view(const wrp_binding_info& b, const std::vector<uint8_t>& view, std::vector<uint8_t>& region);
+void scatter_view(const wrp_binding_info& b, const uint8_t* view, size_t view_size, std::vector<uint8_t>& region);
 
 // Gather the view described by `b` from the region bytes into C order.
 std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<uint8_t>& region);
