@@ -1116,6 +1116,10 @@ class Program:
     regions: list = field(default_factory=list)
     ops: list = field(default_factory=list)
     annotations: bytes = b""
+    #: Answers derived from the fields, kept with the program they describe (``checks/effects``'
+    #: region sizes and kernel signatures): a module-level cache keyed by ``id()`` held every
+    #: program's regions, and so its data, alive. Not an init field: ``dataclasses.replace`` starts empty.
+    _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def device(self) -> str:

@@ -106,9 +106,6 @@ def merge_modes(a: str, b: str) -> str:
     return "readwrite"
 
 
-_SIG_CACHE: dict = {}
-
-
 def kernel_signatures(program: m.Program) -> dict:
     """``{(module_hash, kernel_key): KernelSignature}`` of a program's annotations (empty without).
 
@@ -118,7 +115,7 @@ def kernel_signatures(program: m.Program) -> dict:
     raw = program.annotations
     if not raw:
         return {}
-    hit = _SIG_CACHE.get(id(program))
+    hit = program._derived.get("kernel_signatures")
     if hit is not None and hit[0] is raw:
         return hit[1]
     try:
@@ -126,24 +123,18 @@ def kernel_signatures(program: m.Program) -> dict:
     except Exception:  # noqa: BLE001 -- a tool still draws/traces a file whose annotations are bad
         ann = None
     sigs = {} if ann is None else {(k.module_hash, k.kernel_key): k for k in ann.kernel_signatures}
-    if len(_SIG_CACHE) > 64:
-        _SIG_CACHE.clear()
-    _SIG_CACHE[id(program)] = (raw, sigs)
+    program._derived["kernel_signatures"] = (raw, sigs)
     return sigs
 
-
-_SIZE_CACHE: dict = {}
 
 
 def _region_sizes(program: m.Program) -> dict:
     """``{region_id: size}``, built once per program (launch spans are clamped to their region)."""
-    hit = _SIZE_CACHE.get(id(program))
+    hit = program._derived.get("region_sizes")
     if hit is not None and hit[0] is program.regions and hit[1] == len(program.regions):
         return hit[2]
     sizes = {r.region_id: r.size for r in program.regions}
-    if len(_SIZE_CACHE) > 64:
-        _SIZE_CACHE.clear()
-    _SIZE_CACHE[id(program)] = (program.regions, len(program.regions), sizes)
+    program._derived["region_sizes"] = (program.regions, len(program.regions), sizes)
     return sizes
 
 

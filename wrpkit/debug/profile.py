@@ -397,19 +397,32 @@ def _rounds(repeat, warmup) -> tuple:
     return r, w
 
 
-def _snapshot(machine: st.Machine, region_ids) -> dict:
-    return {rid: np.array(machine.region(rid), copy=True) for rid in region_ids}
+def _round_start(machine: st.Machine, prog: m.Program, given: dict) -> dict:
+    """Each region's bytes at the start of a round (``{region_id: array or None}``): the inputs where
+    given (whole regions), else the capture's own data, as a view of the file's mapping (no copy of
+    a capture of many GiB), or None for a region the capture leaves zeroed."""
+    start = {}
+    for r in prog.regions:
+        if r.region_id in given:
+            start[r.region_id] = given[r.region_id]
+        elif not r.has_initial_data or r.data is None:
+            start[r.region_id] = None
+        elif len(memoryview(r.data).cast("B")) == r.size:
+            start[r.region_id] = np.frombuffer(r.data, dtype=np.uint8, count=r.size)
+        else:  # not the whole region in the record (not seen in a valid file): what Warp loaded
+            start[r.region_id] = np.array(machine.region(r.region_id), copy=True)
+    return start
 
 
 def _restore(engine, snap: dict) -> None:
-    """Write every region of ``snap`` into a loaded engine (bound as ``__wrpkit_r<id>``)."""
+    """Write every region of ``snap`` into a loaded engine (bound as ``__wrpkit_r<id>``); None: zeros."""
     for rid, data in snap.items():
         name = f"{st.REGION_BINDING}{rid}"
         view = engine.view(name)
         if view is not None:
-            view[:] = data
+            view[:] = 0 if data is None else data
         else:
-            engine.write(name, data)
+            engine.write(name, np.zeros(engine.read(name).nbytes, np.uint8) if data is None else data)
 
 
 def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
@@ -423,7 +436,7 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         stage: Called with ``"loading"``, then ``"replaying"`` once the first op is about to run.
         Others: as :func:`profile`.
     """
-    from .trace import apply_inputs  # noqa: PLC0415
+    from .common import input_bytes  # noqa: PLC0415
 
     t0 = time.perf_counter() if started is None else started
     prog = opened.program
@@ -464,9 +477,9 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         whole_launch = _engine_launch(whole)
         if zero is not None:
             calib_launch, zero_leaf = _engine_launch(calib), stepper.leaf_of[id(zero)]
-        apply_inputs(machine, opened, inputs)
-        region_ids = [r.region_id for r in prog.regions]
-        snap = _snapshot(machine, region_ids)
+        # Every round starts from the same memory: the inputs over the captured data (restored below).
+        snap = _round_start(machine, prog, input_bytes(opened, inputs, lambda r: np.array(machine.region(r),
+                                                                                          copy=True)))
         result.load_seconds = time.perf_counter() - t0
         samples: dict = {}  # (path, iterations) -> raw ms per timed round
         order: list = []  # (path, iterations, index, op) of the first timed round, in run order

@@ -306,6 +306,9 @@ class PythonEngine:
         from ..run.runtime import load  # noqa: PLC0415
 
         self.prog = load(wrp_bytes, device=device, modules=modules)
+        # The rewritten image is bytes made for this load: held for reset() and pickling, which a
+        # stepper never uses, it would be one more copy of the capture's data for the engine's life.
+        self.prog.release_captured()
         self.is_cpu = bool(self.prog.device.is_cpu)
         self._arrays = {}
 

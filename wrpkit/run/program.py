@@ -100,6 +100,7 @@ class Program:
         self.annotations = prepared.annotations
         self._prepared = prepared
         self._closed = False
+        self._captured_released = False  # release_captured(): reset, pickling and isolated runs refuse
         self._bundle = None
         self._lock = threading.RLock()
         self._sig = dict(prepared.signature)
@@ -190,6 +191,7 @@ class Program:
             WrpRuntimeError: Warp failed to write a binding.
         """
         self._check_open()
+        self._check_captured("reset()")
         regions = self.model.region_map()
         targets = [(self._slots.get(b.name), b.region_id) for b in self.model.resolved_bindings()]
         targets += [(slot, region_id) for region_id, slot in self._hidden.items()]
@@ -214,6 +216,35 @@ class Program:
             raise WrpError(f"this Program{src} is closed: its graph and memory were released by close()",
                            hint="Load it again with wrpkit.load(...), or close it only when done with it.")
 
+    def _check_captured(self, what: str) -> None:
+        if self._captured_released:
+            raise WrpError(f"{what} needs the captured data, which this Program let go of (release_captured())",
+                           hint="Load the capture again with wrpkit.load(...).")
+
+    @_serialised
+    def release_captured(self) -> None:
+        """Let go of the bytes the program was loaded from; Warp keeps its own copy of the graph's memory.
+
+        A program loaded from bytes in memory holds them for :meth:`reset`,
+        pickling and ``run(isolate=True)``, which start from the captured data:
+        for a large capture that is a second copy of it (one loaded from a file
+        holds only the file's mapping, which costs no memory).  After this call
+        those three raise :class:`~wrpkit.errors.WrpError`; everything else works.
+        """
+        self._check_open()
+        if self._captured_released:
+            return
+        import dataclasses  # noqa: PLC0415
+
+        self._captured_released = True
+        self.model = dataclasses.replace(self.model, regions=[dataclasses.replace(r, data=None)
+                                                              for r in self.model.regions])
+        _detach_views(self.model)
+        # The source's bytes go (a file's mapping stays: it is the file's pages, and close() closes it).
+        self._prepared = dataclasses.replace(self._prepared, model=self.model, source_buffer=None, wrp_bytes=None,
+                                             deferred=[], _keep=[k for k in self._prepared._keep
+                                                                 if hasattr(k, "close")])
+
     def __reduce__(self):
         """Pickle as the program's ``.wrpk`` bundle bytes plus its device.
 
@@ -222,6 +253,7 @@ class Program:
         program, not the current contents of its bindings, travels.
         """
         self._check_open()
+        self._check_captured("pickling")
         return (_program_from_bundle, (self.bundle_bytes(), str(self.device)))
 
     def bundle_bytes(self) -> bytes:
@@ -532,6 +564,27 @@ _unpickled: dict = {}
 _unpickled_lock = threading.Lock()
 #: Graphs kept per bundle and device (one per task that held one at the same time).
 _UNPICKLED_PER_BUNDLE = 8
+
+
+def _detach_views(model) -> None:
+    """Replace every ``memoryview`` the model's records hold (a launch's argument bytes, names) by
+    ``bytes`` of its own: a view of a few bytes keeps the whole buffer it was decoded from alive."""
+    import dataclasses  # noqa: PLC0415
+
+    stack = [model]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, (list, tuple)):
+            stack.extend(obj)
+            continue
+        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+            continue
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name, None)
+            if isinstance(value, memoryview):
+                object.__setattr__(obj, f.name, bytes(value))
+            elif isinstance(value, (list, tuple)) or dataclasses.is_dataclass(value):
+                stack.append(value)
 
 
 def _reusable(prog: Program) -> bool:
