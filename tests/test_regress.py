@@ -793,17 +793,9 @@ def test_a_dying_worker_fails_only_its_case(suite, tmp_path):
 def _wrpkit_processes():
     """``(pid, parent pid, argv, /proc entry)`` of every replay child and zygote this test process started
     (its children and theirs: other sessions on the machine may run their own)."""
-    found = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            argv = (p / "cmdline").read_bytes().split(b"\0")
-            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"wrpkit.run.child" in argv or b"wrpkit.run.zygote" in argv:
-            found.append((int(p.name), ppid, argv, p))
+    from proc_helpers import processes  # noqa: PLC0415
+
+    found = processes(lambda argv: b"wrpkit.run.child" in argv or b"wrpkit.run.zygote" in argv)
     ours = {pid for pid, ppid, _, _ in found if ppid == os.getpid()}
     return [x for x in found if x[1] == os.getpid() or x[1] in ours]
 

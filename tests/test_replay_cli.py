@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -617,18 +616,11 @@ def test_replay_file_returns_a_report_and_prints_nothing(tmp_path, capfd):
 
 def _children_started_here() -> list:
     """``(pid, argv)`` of this process's live children that are replay children or wrp-replay."""
-    found = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        try:
-            argv = (p / "cmdline").read_bytes().split(b"\0")
-            ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == os.getpid() and (b"wrpkit.run.child" in argv or any(a.endswith(b"wrp-replay") for a in argv)):
-            found.append((int(p.name), argv))
-    return found
+    from proc_helpers import processes  # noqa: PLC0415
+
+    return [(pid, argv) for pid, ppid, argv, _ in
+            processes(lambda argv: b"wrpkit.run.child" in argv or any(a.endswith(b"wrp-replay") for a in argv))
+            if ppid == os.getpid()]
 
 
 @pytest.mark.parametrize("engine", ["python", "native"])
