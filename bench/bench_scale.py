@@ -195,6 +195,11 @@ def _exe(name: str) -> str:
     return str(p) if p.exists() else shutil.which(name) or name
 
 
+def _writes_disk(label: str) -> bool:
+    """Whether a row writes to disk (its writeback would slow the rows run after it)."""
+    return "--output" in label or label.startswith("cp ")
+
+
 def rows_for(wrp: Path, wrpk: Path, wrpk_v1: Path, wrpk_plain: Path) -> list:
     """``[(label, command)]`` of the measured commands."""
     wrp_cmd, native = _exe("wrp"), _exe("wrp-replay")
@@ -310,7 +315,11 @@ def main() -> None:
             if "cat" in cmd[-1] or cmd[0] == "sh":
                 measure(cmd)
         measure([_exe("wrp-replay"), str(wrp)])
-        rounds = [{label: measure(cmd) for label, cmd in rows} for _ in range(a.reps)]  # interleaved
+        # Rows that write to disk (--output, cp) are measured after the others, in rounds of their own:
+        # interleaved with them, their writeback slowed whatever ran next.
+        writes = [r for r in rows if _writes_disk(r[0])]
+        rounds = [{label: measure(cmd) for label, cmd in rows if not _writes_disk(label)} for _ in range(a.reps)]
+        rounds = [dict(r, **{label: measure(cmd) for label, cmd in writes}) for r in rounds]
         for written in a.dir.glob("out_*"):  # the --output rows' files: not kept beside the captures
             written.unlink()
         table[mib] = {label: (statistics.median(r[label][0] for r in rounds),
