@@ -347,14 +347,13 @@ int run(const CliArgs& args)
         std::string name, path;
         NpyDtype dtype;
         std::vector<uint64_t> shape;
-        std::vector<uint8_t> view;
-        bool written;
+        std::vector<uint8_t> view;  // a file by path: its bytes, written once the program is released
     };
     std::vector<PendingOutput> pending;
     const bool on_cpu = std::string(wrp_program_device(prog.p)).compare(0, 3, "cpu") == 0;
     for (const NamedPath& o : args.outputs) {
         const wrp_binding_info& b = find(bindings, o.name);
-        PendingOutput out{o.name, o.path, binding_dtype(b), binding_shape(b), {}, false};
+        PendingOutput out{o.name, o.path, binding_dtype(b), binding_shape(b), {}};
         std::vector<uint8_t> host;
         const uint8_t* region = nullptr;
         size_t region_size = static_cast<size_t>(b.size);
@@ -368,21 +367,25 @@ int run(const CliArgs& args)
                 check(wrp_program_get(prog.p, b.name, host.data(), host.size()));
             region = host.data();
         }
-        const size_t view_size = static_cast<size_t>(b.has_signature ? input_bytes(b) : b.size);
-        if (is_passed_fd(o.path) && view_is_whole(b)) {
-            write_npy_atomic(o.path, out.dtype, out.shape, region, region_size);
-            out.written = true;
-        } else if (!host.empty() && view_is_whole(b)) {
-            out.view = std::move(host);
-        } else {
-            out.view.resize(view_size);
-            gather_view_into(b, region, region_size, out.view.data());
-            if (is_passed_fd(o.path)) {
-                write_npy_atomic(o.path, out.dtype, out.shape, out.view.data(), out.view.size());
-                out.view = std::vector<uint8_t>();
-                out.written = true;
-            }
+        // The view in C order: the region itself when the view is all of it, else gathered from it.
+        const bool whole = view_is_whole(b);
+        std::vector<uint8_t> gathered;
+        const uint8_t* bytes = region;
+        size_t nbytes = region_size;
+        if (!whole) {
+            gathered.resize(static_cast<size_t>(input_bytes(b)));
+            gather_view_into(b, region, region_size, gathered.data());
+            bytes = gathered.data();
+            nbytes = gathered.size();
         }
+        if (is_passed_fd(o.path))
+            write_npy_atomic(o.path, out.dtype, out.shape, bytes, nbytes);
+        else if (!whole)
+            out.view = std::move(gathered);
+        else if (!host.empty())
+            out.view = std::move(host);  // the host copy is the view itself
+        else
+            out.view.assign(bytes, bytes + nbytes);  // the one copy of a CPU program's memory
         pending.push_back(std::move(out));
     }
     const std::string device = wrp_program_device(prog.p), warp_version = wrp_program_warp_version(prog.p);
@@ -401,7 +404,7 @@ int run(const CliArgs& args)
 
     std::vector<OutputDone> done;
     for (const PendingOutput& o : pending) {
-        if (!o.written)
+        if (!is_passed_fd(o.path))  // written above, before the program was released
             write_npy_atomic(o.path, o.dtype, o.shape, o.view.data(), o.view.size());
         done.push_back({o.name, o.path, o.dtype.descr(), o.shape});
     }

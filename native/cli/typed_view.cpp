@@ -169,7 +169,7 @@ std::vector<uint8_t> gather_view(const wrp_binding_info& b, const std::vector<ui
 
 void gather_view_into(const wrp_binding_info& b, const uint8_t* region, size_t region_size, uint8_t* out)
 {
-    if (!b.has_signature) {
+    if (view_is_whole(b)) {  // untyped, or the whole region in C order: one copy, not one per element
         if (region_size)
             std::memcpy(out, region, region_size);
         return;
