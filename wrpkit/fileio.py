@@ -740,14 +740,19 @@ def npz_arrays(data) -> dict:
                 out[key] = _npy_view(member)
         return out
     except Exception as e:  # noqa: BLE001  (any failure: a bad npz)
-        raise ValueError(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)) from None
+        raise _unreadable(e) from None
 
 
 def _npy_array(data):
     try:
         return _npy_view(data)
-    except Exception as e:  # noqa: BLE001
-        raise ValueError(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e)) from None
+    except Exception as e:  # noqa: BLE001  (any failure: a bad npy)
+        raise _unreadable(e) from None
+
+
+def _unreadable(e: Exception) -> ValueError:
+    """Why numpy's bytes could not be read: our own ValueError as it is, anything else named by its class."""
+    return e if isinstance(e, ValueError) else ValueError(f"{type(e).__name__}: {e}")
 
 
 _NUMPY_FILES = {"npz": (npz_arrays, "Write it with numpy.savez(path, name=array, ...)."),

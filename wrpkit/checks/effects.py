@@ -127,7 +127,6 @@ def kernel_signatures(program: m.Program) -> dict:
     return sigs
 
 
-
 def _region_sizes(program: m.Program) -> dict:
     """``{region_id: size}``, built once per program (launch spans are clamped to their region)."""
     hit = program._derived.get("region_sizes")

@@ -75,56 +75,6 @@ def _print_report(report) -> None:
         con.print(f"wrote {report.output}", markup=False)
 
 
-def _replay(ctx, file, engine, device, as_json, dtype_items, input_items, max_memory, inputs_npz, output, golden,
-            kernels, timeout, repeat, warmup, no_verify, allow_raw_pointers, allow_unreached, modules_dir, rtol, atol,
-            equal_nan):
-    """The replay of :func:`replay`: its child started ahead, then the library's :func:`replay_file`."""
-    if engine == "python":
-        # The replay's child starts now, before anything else is imported: its Python start, `import warp`
-        # and Warp's initialisation run on the other core while this process reads and validates the file.
-        from ..run.spawn import prestart  # noqa: PLC0415
-
-        prestart("wrpkit.run.child", {"op": "preload", "device": device})
-        if not as_json:
-            from .output import import_rich  # noqa: PLC0415
-
-            import_rich()  # while the child imports Warp, not after the replay
-    from ..checks.memory import parse_size  # noqa: PLC0415
-    from ..run.replay import replay_file  # noqa: PLC0415
-    from .output import import_rich, reported_errors  # noqa: PLC0415
-
-    # The same error handling as the `wrp` group's, so that the command also reports cleanly on its own.
-    with reported_errors(ctx, as_json):
-        # With --json, stdout carries exactly one JSON object: anything printed
-        # on the way (Warp's messages) goes to stderr.
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            dtypes = {n: t.strip() for n, t in name_items(dtype_items, "--dtype", "TYPE", "--dtype x=vec3f").items()}
-            inputs = name_items(input_items, "--input", "FILE.npy", "--input x=x.npy")
-            budget = parse_size(max_memory) if max_memory is not None else None
-            if engine == "native" and not (inputs_npz or inputs or output or golden or dtypes or kernels
-                                           or timeout is not None):
-                # wrp-replay starts now and maps and validates the file while this process does the same;
-                # a file big enough to be refused for regions no op reaches waits for that check.
-                from ..checks.memory import UNREACHED_REFUSE_BYTES  # noqa: PLC0415
-                from ..run.engines import ReplayRequest, prestart_replayer  # noqa: PLC0415
-
-                prestart_replayer(file, ReplayRequest(device=device, repeat=repeat, warmup=warmup,
-                                                      verify_checksums=not no_verify,
-                                                      allow_raw_pointers=allow_raw_pointers, max_memory=budget),
-                                  modules_dir, approve_above=None if allow_unreached else UNREACHED_REFUSE_BYTES)
-            # --timeout: ends this process at once (exit 124) while the file is prepared; the replay's
-            # child keeps the rest of the time itself.
-            watchdog = Watchdog(timeout, repeat + warmup) if timeout is not None else None
-            report = replay_file(file, device=device, inputs_npz=inputs_npz, inputs=inputs, output=output,
-                                 repeat=repeat, warmup=warmup, golden=golden, rtol=rtol, atol=atol,
-                                 equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
-                                 watchdog=watchdog, allow_raw_pointers=allow_raw_pointers,
-                                 modules_dir=modules_dir, dtypes=dtypes, kernels=kernels, max_memory=budget,
-                                 allow_unreached=allow_unreached,
-                                 while_replaying=None if as_json or engine == "python" else import_rich)
-    return report
-
-
 @click.command("replay")
 @click.argument("file", type=click.Path(exists=True, dir_okay=True, path_type=Path))
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N (the capture's device family).")
@@ -196,10 +146,51 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay stock.wrp --kernels sim.py --output out.npz
       wrp replay h200.wrp --device cuda:0 --max-memory 120G
     """
+    if engine == "python":
+        # The replay's child starts now, before anything else is imported: its Python start, `import warp`
+        # and Warp's initialisation run on the other core while this process reads and validates the file.
+        from ..run.spawn import prestart  # noqa: PLC0415
+
+        prestart("wrpkit.run.child", {"op": "preload", "device": device})
+        if not as_json:
+            from .output import import_rich  # noqa: PLC0415
+
+            import_rich()  # while the child imports Warp, not after the replay
     try:
-        report = _replay(ctx, file, engine, device, as_json, dtype_items, input_items, max_memory, inputs_npz, output,
-                         golden, kernels, timeout, repeat, warmup, no_verify, allow_raw_pointers, allow_unreached,
-                         modules_dir, rtol, atol, equal_nan)
+        from ..checks.memory import parse_size  # noqa: PLC0415
+        from ..run.replay import replay_file  # noqa: PLC0415
+        from .output import import_rich, reported_errors  # noqa: PLC0415
+
+        # The same error handling as the `wrp` group's, so that the command also reports cleanly on its own.
+        with reported_errors(ctx, as_json):
+            # With --json, stdout carries exactly one JSON object: anything printed
+            # on the way (Warp's messages) goes to stderr.
+            with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+                dtypes = {n: t.strip()
+                          for n, t in name_items(dtype_items, "--dtype", "TYPE", "--dtype x=vec3f").items()}
+                inputs = name_items(input_items, "--input", "FILE.npy", "--input x=x.npy")
+                budget = parse_size(max_memory) if max_memory is not None else None
+                if engine == "native" and not (inputs_npz or inputs or output or golden or dtypes or kernels
+                                               or timeout is not None):
+                    # wrp-replay starts now and maps and validates the file while this process does the same;
+                    # a file big enough to be refused for regions no op reaches waits for that check.
+                    from ..checks.memory import UNREACHED_REFUSE_BYTES  # noqa: PLC0415
+                    from ..run.engines import ReplayRequest, prestart_replayer  # noqa: PLC0415
+
+                    prestart_replayer(file, ReplayRequest(device=device, repeat=repeat, warmup=warmup,
+                                                          verify_checksums=not no_verify,
+                                                          allow_raw_pointers=allow_raw_pointers, max_memory=budget),
+                                      modules_dir, approve_above=None if allow_unreached else UNREACHED_REFUSE_BYTES)
+                # --timeout: ends this process at once (exit 124) while the file is prepared; the replay's
+                # child keeps the rest of the time itself.
+                watchdog = Watchdog(timeout, repeat + warmup) if timeout is not None else None
+                report = replay_file(file, device=device, inputs_npz=inputs_npz, inputs=inputs, output=output,
+                                     repeat=repeat, warmup=warmup, golden=golden, rtol=rtol, atol=atol,
+                                     equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
+                                     watchdog=watchdog, allow_raw_pointers=allow_raw_pointers,
+                                     modules_dir=modules_dir, dtypes=dtypes, kernels=kernels, max_memory=budget,
+                                     allow_unreached=allow_unreached,
+                                     while_replaying=None if as_json or engine == "python" else import_rich)
     finally:
         # A child started ahead that the replay did not take (the command failed before it: a usage
         # error, a refused file) ends with the command, in this process too (a caller of main()).

@@ -398,15 +398,16 @@ def _rounds(repeat, warmup) -> tuple:
 
 
 def _round_start(machine: st.Machine, prog: m.Program, given: dict) -> dict:
-    """Each region's bytes at the start of a round (``{region_id: array or None}``): the inputs where
-    given (whole regions), else the capture's own data, as a view of the file's mapping (no copy of
-    a capture of many GiB), or None for a region the capture leaves zeroed."""
+    """Each region's bytes at the start of a round (``{region_id: array}``): the inputs where given
+    (whole regions), else the capture's own data, as a view of the file's mapping (no copy of a
+    capture of many GiB), or zeros for a region the capture leaves zeroed (``np.zeros`` of a large
+    size is pages the kernel maps on demand to its zero page: reading them costs no memory)."""
     start = {}
     for r in prog.regions:
         if r.region_id in given:
             start[r.region_id] = given[r.region_id]
         elif not r.has_initial_data or r.data is None:
-            start[r.region_id] = None
+            start[r.region_id] = np.zeros(r.size, dtype=np.uint8)
         elif len(memoryview(r.data).cast("B")) == r.size:
             start[r.region_id] = np.frombuffer(r.data, dtype=np.uint8, count=r.size)
         else:  # not the whole region in the record (not seen in a valid file): what Warp loaded
@@ -415,14 +416,14 @@ def _round_start(machine: st.Machine, prog: m.Program, given: dict) -> dict:
 
 
 def _restore(engine, snap: dict) -> None:
-    """Write every region of ``snap`` into a loaded engine (bound as ``__wrpkit_r<id>``); None: zeros."""
+    """Write every region of ``snap`` into a loaded engine (bound as ``__wrpkit_r<id>``)."""
     for rid, data in snap.items():
         name = f"{st.REGION_BINDING}{rid}"
         view = engine.view(name)
         if view is not None:
-            view[:] = 0 if data is None else data
+            view[:] = data
         else:
-            engine.write(name, np.zeros(engine.read(name).nbytes, np.uint8) if data is None else data)
+            engine.write(name, data)
 
 
 def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,

@@ -651,7 +651,6 @@ def _program_from_bundle(bundle: bytes, device: str) -> Program:
     """
     import sys  # noqa: PLC0415
 
-
     view = memoryview(bundle).cast("B")
     # The header holds the manifest's SHA-256, which covers every blob's: it names the content.
     key = (bytes(view[:128]), view.nbytes, str(device))
@@ -663,9 +662,8 @@ def _program_from_bundle(bundle: bytes, device: str) -> Program:
             if sys.getrefcount(prog) <= 3:
                 prog.reset()
                 return prog
-    init_warp(cpu_only=str(device).strip().lower() == "cpu")
     prep = prepare(bundle)
-    prog = load_prepared(prep, device)
+    prog = load_prepared(prep, device)  # starts Warp quietly (resolve_device)
     if prep.kind == "wrpk":
         prep.wrp_bytes = None  # as load() does: Warp copied what it needs
     if _reusable(prog):
