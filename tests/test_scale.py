@@ -443,6 +443,39 @@ def test_validators_and_check_warn_of_an_unreachable_region(edited):
         assert "declares" not in _cli("validate", edited[f]).stdout
 
 
+@wp.kernel
+def k_bump(a: wp.array(dtype=wp.float32)):
+    i = wp.tid()
+    a[i] = a[i] + 1.0
+
+
+def test_a_real_capture_launched_on_a_slice_is_flagged_only_where_no_binding_names_the_array(tmp_path):
+    """A capacity buffer (64 MiB) of which a launch uses a slice of 1000 floats, as simulations preallocate:
+    saved unbound, its region is flagged (what reaches it is the slice's 4000 bytes) and still replays, being
+    under the refusal threshold, with its warning; saved as a binding, nothing is flagged."""
+    buf = wp.zeros((64 << 20) // 4, dtype=wp.float32, device="cpu")
+    wp.capture_begin(device="cpu", apic=True)
+    wp.launch(k_bump, dim=1000, inputs=[buf[:1000]], device="cpu")
+    graph = wp.capture_end(device="cpu")
+    unbound, bound = tmp_path / "unbound.wrp", tmp_path / "bound.wrp"
+    wp.capture_save(graph, str(unbound))
+    wp.capture_save(graph, str(bound), inputs={"buf": buf})
+
+    c = _cli("check", unbound)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "lint-memory" in c.stdout and "reaches past byte 4000" in c.stdout
+    assert "slice" in c.stdout and "--allow-unreached" in c.stdout  # the likely cause and the way out
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+
+    for engine in ("python", "native") if native_paths().replayer is not None else ("python",):
+        r = _cli("replay", unbound, "--engine", engine, "--json")
+        assert r.returncode == 0, r.stderr
+        assert any("reaches past byte 4000" in w for w in json.loads(r.stdout)["warnings"])
+    c, v = _cli("check", bound), _cli("validate", bound)
+    assert c.returncode == 0 and "lint-memory" not in c.stdout, c.stdout
+    assert v.returncode == 0 and "reaches past" not in v.stdout + v.stderr, v.stdout
+
+
 def _assert_oom(proc, *words):
     assert proc.returncode == 3, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     text = (proc.stdout + proc.stderr).lower()

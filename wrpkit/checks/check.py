@@ -288,7 +288,8 @@ def memory_findings(prog: m.Program, kind: str) -> list:
     """``memory`` findings: the declared memory against the host's available memory (CPU captures;
     a CUDA device's free memory is checked when the replay loads), and ``lint-memory`` warnings for
     regions far larger than any op reaches."""
-    from .memory import check_budget, declared_memory, host_available, unreached_regions  # noqa: PLC0415
+    from .memory import (UNREACHED_FIX, UNREACHED_REFUSE_BYTES, check_budget, declared_memory,  # noqa: PLC0415
+                         format_size, host_available, unreached_regions)
 
     out = []
     need = declared_memory(prog)
@@ -300,8 +301,8 @@ def memory_findings(prog: m.Program, kind: str) -> list:
             out.append(Finding("memory", FAIL, e.message, e.hint))
     for u in unreached_regions(prog):
         out.append(Finding("lint-memory", WARN, u.message(),
-                           "wrp replay refuses such a file above 1 GiB unreached unless --allow-unreached; "
-                           "recapture it."))
+                           f"wrp replay refuses a file with over {format_size(UNREACHED_REFUSE_BYTES)} unreached. "
+                           + UNREACHED_FIX))
     return out
 
 

@@ -209,7 +209,13 @@ class Unreached:
     def message(self) -> str:
         return (f"region {self.region_id} declares {format_size_exact(self.size)} but no op or binding "
                 f"reaches past byte {self.reached}: loading it allocates and zeroes "
-                f"{format_size(self.unreached)} that nothing uses (an edited file?)")
+                f"{format_size(self.unreached)} that nothing uses (an edited file, or launches on a slice "
+                f"of an array the capture does not save?)")
+
+
+#: What to do about an unreached region: the one hint of ``wrp replay``'s refusal and of ``wrp check``.
+UNREACHED_FIX = ("Recapture the file, naming the whole array as a binding if a launch uses a slice of it "
+                 "(capture_save(..., inputs={...})), or pass --allow-unreached to replay it anyway.")
 
 
 def unreached_regions(model) -> list:
@@ -230,4 +236,4 @@ def env_max_memory() -> Optional[int]:
 
 
 __all__ = ["declared_memory", "check_budget", "host_available", "parse_size", "format_size", "unreached_regions",
-           "region_reach", "DeclaredMemory", "Unreached", "UNREACHED_REFUSE_BYTES"]
+           "region_reach", "DeclaredMemory", "Unreached", "UNREACHED_REFUSE_BYTES", "UNREACHED_FIX"]

@@ -162,8 +162,8 @@ def check_memory(prep, device: str, max_memory, allow_unreached: bool) -> list:
         WrpOutOfMemoryError: The declared memory exceeds the host's available memory or ``max_memory``.
         WrpValidationError: Regions nothing reaches hold more than the refusal threshold.
     """
-    from ..checks.memory import (UNREACHED_REFUSE_BYTES, check_budget, format_size, host_available,  # noqa: PLC0415
-                                 unreached_regions)
+    from ..checks.memory import (UNREACHED_FIX, UNREACHED_REFUSE_BYTES, check_budget, format_size,  # noqa: PLC0415
+                                 host_available, unreached_regions)
     from ..errors import WrpValidationError  # noqa: PLC0415
 
     unreached = unreached_regions(prep.model)
@@ -172,8 +172,7 @@ def check_memory(prep, device: str, max_memory, allow_unreached: bool) -> list:
         raise WrpValidationError(
             [u.message() for u in unreached],
             hint=f"Together {format_size(wasted)} that no op reaches (over the {format_size(UNREACHED_REFUSE_BYTES)} "
-                 "a replay allocates without asking). Recapture the file, or pass --allow-unreached to replay "
-                 "it anyway.")
+                 f"a replay allocates without asking). {UNREACHED_FIX}")
     if device.strip().lower().startswith("cpu"):
         check_budget(prep.model, "cpu", host_available() if max_memory is None else None, max_memory)
     return [u.message() for u in unreached]
