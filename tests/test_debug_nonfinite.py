@@ -423,3 +423,36 @@ def test_diff_prints_enum_fields_by_name(tmp_path):
     assert op["fields"]["dtype"] == {"a": "INT32", "b": "FLOAT32"}
     r = wrp("diff", a, b)
     assert "dtype: INT32 -> FLOAT32" in r.stdout
+
+
+@warp.kernel
+def _k_double(y: warp.array(dtype=float)):
+    i = warp.tid()
+    y[i] = y[i] * 2.0
+
+
+def test_a_copy_that_first_writes_a_nan_is_named_with_its_op_table_roles(tmp_path):
+    """The NaN is in the captured input; a ``wp.copy`` is the first op to write it into another array.
+    The trace names the copy, its ``dst``/``src`` roles and the element, as an eager look at the data says
+    (the op's region names once raised a NameError for every op but a launch), and the table names the
+    regions each op writes by binding."""
+    import numpy as np  # noqa: PLC0415
+
+    data = np.array([1.0, 2.0, np.nan, 4.0, 5.0], np.float32)
+    x = warp.array(data, device="cpu")
+    y = warp.zeros(5, dtype=float, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        warp.copy(y, x)
+        warp.launch(_k_double, dim=5, inputs=[y], device="cpu")
+    path = tmp_path / "copy_nan.wrp"
+    rec.save(path, inputs={"x": x}, outputs={"y": y})
+
+    nf = wrpkit.trace(path).first_nonfinite
+    assert nf["op"] == "MEMCPY_D2D" and nf["kernel"] is None and nf["seq"] == 0
+    assert nf["argument"] == "dst" and nf["binding"] == "y"
+    assert nf["element"] == int(np.flatnonzero(np.isnan(data))[0])
+    assert [(i["argument"], i["binding"], i["nan"]) for i in nf["inputs"]] == [("src", "x", 1)]
+    r = wrp("trace", path)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "MEMCPY_D2D wrote 1 NaN" in text and "argument dst (binding y), first at element 2" in text, text

@@ -143,6 +143,13 @@ def launch_argument(arguments, param):
     return arguments[i] if 0 <= i < len(arguments) else None
 
 
+def argument_name(arguments, param_index: int) -> str:
+    """What every tool calls the kernel argument at launch parameter ``param_index`` (1-based): its name
+    where a signature gives it, else ``argN`` numbered from 0 (``arg2``), as ``wrp inspect`` shows it."""
+    i = param_index - 1
+    return arguments[i].name if 0 <= i < len(arguments) else f"arg{i}"
+
+
 def argument_mode(arg) -> str:
     """The mode of one kernel argument as the file records it (``"touches"`` where it does not say)."""
     if arg is None:
@@ -200,7 +207,7 @@ def _launch_accesses(op: m.KernelLaunch, program: m.Program, signature) -> list:
             shape, strides = la.shape[:la.ndim], la.strides[:la.ndim]
             lo, hi = strided_reach(shape, strides) if 0 not in shape else (0, -la.element_size)
             out.append(Access(la.region_id, la.byte_offset + lo, hi - lo + la.element_size, argument_mode(a),
-                              a.name if a is not None else f"arg{la.param_index - 1}", la.param_index, "data"))
+                              argument_name(args, la.param_index), la.param_index, "data"))
         return out
     blob = op.value_data
     sizes = _region_sizes(program)
@@ -208,7 +215,7 @@ def _launch_accesses(op: m.KernelLaunch, program: m.Program, signature) -> list:
         if not rels:
             continue
         a = launch_argument(args, p)
-        name = a.name if a is not None else f"arg{p.param_index - 1}"
+        name = argument_name(args, p.param_index)
         mode = argument_mode(a)
         try:
             descriptors = list(argument_arrays(p, rels))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import model as m
 from ..formats.container import Capture
-from .effects import effects, launch_argument
+from .effects import argument_name, effects, launch_argument
 from ..formats.wrp1_layout import FILE_HEADER_SIZE, SECTION_ENTRY, SECTION_ENTRY_SIZE
 
 _SECTION_NAMES = {1: "METADATA", 2: "MEMORY", 3: "OPERATIONS", 0x41505257: "ANNOTATIONS"}
@@ -114,7 +114,7 @@ def launch_args(op: m.KernelLaunch, program: m.Program, signatures: dict | None 
     rows = []
     for p in op.params:
         ka = launch_argument(args, p)
-        name = ka.name if ka is not None else f"arg{p.param_index - 1}"
+        name = argument_name(args, p.param_index)
         typ = ka.type if ka is not None else None
         accs = by_param.get(p.param_index)
         if accs:

@@ -59,7 +59,8 @@ def unchecked_lines(unchecked: list) -> list:
     for u in unchecked[:20]:
         who = ", ".join(f"{w['name']} (path {w['path']})" for w in u["writers"][:3])
         more = f" and {len(u['writers']) - 3} more" if len(u["writers"]) > 3 else ""
-        name = f" ({u['binding']})" if u.get("binding") else " (unbound)"
+        name = (f" ({u['binding']})" if u.get("binding")
+                else f" (unbound, argument {u['argument']})" if u.get("argument") else " (unbound)")
         same = f"; left unchanged {u['unchanged']}x" if u.get("unchanged") else ""
         out.append(wrapped(f"  region {u['region']}{name}: written {u['writes']}x by {who}{more}{same}"))
     if len(unchecked) > 20:

@@ -21,7 +21,7 @@ from typing import Optional
 
 from .. import model as m
 from ..checks.region_types import merged_signatures, region_types
-from ..checks.effects import effects, launch_argument, merge_modes
+from ..checks.effects import argument_name, effects, launch_argument, merge_modes
 from ..formats import annotations as ann
 
 #: Longest op sequence that :func:`fold_repeats` looks for.
@@ -382,7 +382,7 @@ class _Builder:
         arg_lines = []
         for p, rels in op.param_relocations():
             a = launch_argument(args, p)
-            name = a.name if a is not None else f"arg{p.param_index - 1}"
+            name = argument_name(args, p.param_index)
             raw = value[p.value_offset:p.value_offset + p.value_size]
             accs = [x for x in by_param.get(p.param_index, ()) if x.part == "data"]
             if accs:

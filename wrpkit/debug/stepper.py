@@ -29,7 +29,6 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.effects import launch_argument
 from ..environment import WARP_WHILE_GUARD, while_guard_error
 from ..errors import WrpError, WrpRuntimeError
 from ..formats import annotations as ann
@@ -47,27 +46,17 @@ def kernel_signatures(annotations) -> dict:
     return {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
 
 
-def region_arguments(op: m.Op, signature=None) -> dict:
-    """``{region_id: name}``: what the op calls each region it touches.
-
-    A kernel argument's name where the signature gives it (else ``arg N``,
-    numbered from 0 as ``wrp inspect`` numbers arguments); for other ops the
-    record field without ``_region_id`` (``dst``, ``keys``).
+def region_arguments(fx) -> dict:
+    """``{region_id: name}``: what an op calls each region it touches, from its effects
+    (:func:`wrpkit.checks.effects.effects`, so every tool names them alike): a kernel
+    argument (``x``, a struct field ``s.pos``, ``argN`` where the file names no
+    arguments, as ``wrp inspect`` does) or the op table's role (``dst``, ``keys``).
+    An array's data comes before its gradient or index buffer.
     """
-    out = {}
-    if isinstance(op, m.KernelLaunch):
-        args = signature.arguments if signature is not None else ()
-        for p, relocs in op.param_relocations():
-            a = launch_argument(args, p)
-            name = a.name if a is not None else f"arg {p.param_index - 1}"
-            for r in relocs:
-                if r.kind == m.RelocKind.DATA_PTR and r.region_id >= 0:
-                    out.setdefault(r.region_id, name)
-        return out
-    for f in _region_fields(op):
-        rid = getattr(op, f)
-        if rid >= 0:
-            out.setdefault(rid, f[: -len("_region_id")] or f)
+    out: dict = {}
+    for acc in sorted(fx.accesses, key=lambda a: a.part not in ("", "data")):
+        if acc.region_id >= 0:
+            out.setdefault(acc.region_id, acc.name)
     return out
 
 

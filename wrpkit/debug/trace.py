@@ -390,20 +390,23 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                 fx = effects(op, prog, sigs)
                 modes = fx.region_modes()
                 known = writes_of[id(op)] = ([r for r in fx.written_regions() if r in infos], fx,
-                                             {r for r, mode in modes.items() if mode == "touches"})
-            rids, fx, touched_only = known
+                                             {r for r, mode in modes.items() if mode == "touches"},
+                                             st.region_arguments(fx))
+            rids, fx, touched_only, arguments = known
             writes = []
             seq = len(result.ops)
             for rid in rids:
                 info = infos[rid]
                 raw = machine.region(rid)
                 stats = st.region_stats(info, raw)
+                stats["argument"] = arguments.get(rid)  # what this op calls it (an unbound region's only name)
                 writes.append(stats)
                 if info.sig is None:
                     u = unknown.get(rid)
                     if u is None:
                         u = unknown[rid] = {"region": rid, "binding": info.bindings[0] if info.bindings else None,
-                                            "writes": 0, "writers": [], "unchanged": 0}
+                                            "argument": arguments.get(rid), "writes": 0, "writers": [],
+                                            "unchanged": 0}
                     # An argument whose access the file does not record counts as written (the
                     # conservative rule of checks.effects); the digests say whether this op changed it.
                     if rid in touched_only and stats["digest"] == (
@@ -426,9 +429,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
             if result.first_nonfinite is None:
                 for w in writes:
                     if w["nan"] or w["inf"]:
-                        sig = (sigs.get((op.module_hash, op.kernel_key))
-                               if isinstance(op, m.KernelLaunch) else None)
-                        result.first_nonfinite = _nonfinite_record(op, sig, fx, rec, w, infos, machine,
+                        result.first_nonfinite = _nonfinite_record(fx, rec, w, infos, machine,
                                                                    lambda r: before_stats(r, set(rids)))
                         stop = stop_at_nonfinite
                         break
@@ -481,12 +482,12 @@ def _initial_state(opened, inputs):
     return initial
 
 
-def _nonfinite_record(op, sig, fx, rec: dict, w: dict, infos: dict, machine, before) -> dict:
+def _nonfinite_record(fx, rec: dict, w: dict, infos: dict, machine, before) -> dict:
     """``first_nonfinite``: where, what, how many, and the op's inputs as they were before it ran.
 
     ``fx`` is the op's :class:`~wrpkit.checks.effects.OpEffects`.
     """
-    names = st.region_arguments(op, sig)
+    names = st.region_arguments(fx)
     info = infos[w["region"]]
     inputs = []
     for r in fx.read_regions():
