@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from as_installed import cache_bytecode  # noqa: E402  (bench/ is on sys.path)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,8 +48,8 @@ def capture_bench_args(doc: str, runs: int, extra=None) -> tuple:
 
     ``--dir`` (reused between runs), ``--launches``, ``--region-mib`` and
     ``--runs`` (default ``runs``); ``extra(parser)`` may add options.  The
-    directory is made, child processes cache bytecode under it
-    (:func:`cache_bytecode`), and the capture is made or reused
+    directory is made, wrpkit's bytecode is cached as an install has it
+    (``as_installed.cache_bytecode``), and the capture is made or reused
     (:func:`make_capture`).
     """
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -60,20 +61,8 @@ def capture_bench_args(doc: str, runs: int, extra=None) -> tuple:
         extra(ap)
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
-    cache_bytecode(a.dir)
+    cache_bytecode()
     return a, make_capture(a.dir, a.launches, a.region_mib)
-
-
-def cache_bytecode(directory: Path) -> None:
-    """Let the child processes cache compiled bytecode, under ``directory``.
-
-    pip compiles an installed package's ``.pyc`` files, so a user's ``wrp``
-    does not recompile wrpkit at each start; a source checkout run with
-    ``PYTHONDONTWRITEBYTECODE=1`` would (about 80 ms per CLI start here).
-    The first, unmeasured run of each command fills the cache.
-    """
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    os.environ["PYTHONPYCACHEPREFIX"] = str(directory / "pycache")
 
 
 def run_measured(argv: list) -> tuple:
