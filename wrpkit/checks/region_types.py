@@ -34,7 +34,7 @@ from .. import model as m
 from ..errors import WrpBindingError
 from ..formats import annotations as ann
 from ..formats.launch_arrays import ARRAY_BYTES, descriptor_view
-from .effects import array_field_dtype_name, effects, kernel_signatures, launch_argument
+from .effects import array_field_dtype_name, effects, kernel_signatures
 
 #: Rank of each source, strongest first.
 SOURCES = ("--dtype", "signature", "kernel argument", "op record", "input")

@@ -8,7 +8,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..errors import WrpBindingError, WrpError, WrpUsageError
+from ..errors import WrpBindingError, WrpUsageError
 from ..formats import annotations as ann
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np

@@ -313,7 +313,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         WrpError: Any problem found before or while replaying; nothing is written in that case.
     """
     from ..checks.binding_stats import stats_spec, timing_summary, with_warp_shape  # noqa: PLC0415
-    from ..fileio import atomic_write, check_output_path  # noqa: PLC0415
+    from ..fileio import check_output_path  # noqa: PLC0415
     from . import prepare as preparation  # noqa: PLC0415
     from .engines import ReplayRequest, engine as engine_named, typed_like  # noqa: PLC0415
 

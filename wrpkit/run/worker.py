@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError,
                       timeout_message)
-from .spawn import child_channel, child_env, output_tail, spawn_served, take_prestarted  # noqa: F401  (child_env: also imported from here)
+from .spawn import child_channel, output_tail, spawn_served, take_prestarted
 
 
 
