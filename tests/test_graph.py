@@ -186,6 +186,26 @@ def test_svg_and_dot(captures, tmp_path):
         subprocess.run(["dot", "-Tsvg", "-o", str(tmp_path / "x.svg")], input=dot.encode(), check=True)
 
 
+def test_dot_label_of_an_array_no_kernel_names_says_its_region_once(tmp_path):
+    """An unbound array that only a fill and a copy touch has no name but its region: once in its label."""
+    x = wp.array(np.ones(8, np.float32), device="cpu")
+    scratch = wp.zeros(8, dtype=float, device="cpu")
+    wp.capture_begin(device="cpu", apic=True)
+    scratch.fill_(2.0)
+    wp.copy(x, scratch)
+    graph = wp.capture_end(device="cpu")
+    path = tmp_path / "fill_copy.wrp"
+    wp.capture_save(graph, str(path), inputs={"x": x})
+    with open_capture(path) as cap:
+        gr = g.build_graph(cap.program, title="fill")
+        rid = next(r.region_id for r in cap.program.regions if r.region_id not in
+                   {b.region_id for b in cap.program.bindings})
+    labels = [ln for ln in draw.render_dot(gr).splitlines() if "shape=ellipse" in ln]
+    unbound = [ln for ln in labels if f"region {rid}" in ln]
+    assert len(unbound) == 1 and unbound[0].count(f"region {rid}") == 1, labels
+    assert any('label="x"' in ln for ln in labels), labels
+
+
 def test_cli_graph_formats_and_errors(captures, tmp_path):
     src = captures["nested_cond"]
     for ext in ("html", "svg", "dot"):

@@ -234,7 +234,7 @@ def render_dot(graph: Graph) -> str:
     emit(graph.items, 1)
     for a in graph.arrays:
         lab = a.name + (f"\n{a.dtype} {shape_text(a.shape)}" if a.dtype else "") + \
-            ("" if a.bindings else f"\nregion {a.region_id}")
+            ("" if a.bindings or a.name == f"region {a.region_id}" else f"\nregion {a.region_id}")
         lines.append(f"  {q('a' + str(a.id))} [shape=ellipse, style=filled, fillcolor=\"#fffbe6\", label={q(lab)}];")
     for x, y in zip(order, order[1:]):
         lines.append(f"  {q(x)} -> {q(y)} [color=\"#cccccc\", weight=10];")

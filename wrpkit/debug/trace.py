@@ -405,8 +405,11 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                     u = unknown.get(rid)
                     if u is None:
                         u = unknown[rid] = {"region": rid, "binding": info.bindings[0] if info.bindings else None,
-                                            "argument": arguments.get(rid), "writes": 0, "writers": [],
-                                            "unchanged": 0}
+                                            "argument": None, "writes": 0, "writers": [], "unchanged": 0}
+                    if u["argument"] is None and isinstance(op, m.KernelLaunch):
+                        # the first kernel argument that writes it: the name wrp inspect gives an unbound
+                        # region (an op such as MEMTILE only says "region")
+                        u["argument"] = arguments.get(rid)
                     # An argument whose access the file does not record counts as written (the
                     # conservative rule of checks.effects); the digests say whether this op changed it.
                     if rid in touched_only and stats["digest"] == (
