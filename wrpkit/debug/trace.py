@@ -408,7 +408,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                                             "argument": None, "writes": 0, "writers": [], "unchanged": 0}
                     if u["argument"] is None and isinstance(op, m.KernelLaunch):
                         # the first kernel argument that writes it: the name wrp inspect gives an unbound
-                        # region (an op such as MEMTILE only says "region")
+                        # region (a fill only calls it "region", its op-table role)
                         u["argument"] = arguments.get(rid)
                     # An argument whose access the file does not record counts as written (the
                     # conservative rule of checks.effects); the digests say whether this op changed it.
