@@ -718,6 +718,39 @@ def test_update_writes_goldens_that_then_pass(suite, tmp_path):
     assert again.ok and {c.verdict for c in again.cases} == {"pass"}
 
 
+@wp.kernel
+def _k_halve(y: wp.array(dtype=float)):
+    i = wp.tid()
+    y[i] = y[i] * 0.5
+
+
+def test_update_of_an_output_holding_nan_says_so_and_is_stable(tmp_path):
+    """A replay whose output holds a NaN (copied from the captured input): --update writes the golden and
+    says the case needs --equal-nan; a second --update leaves it unchanged (it used to rewrite it and call
+    it changed every time); the case fails without --equal-nan and passes with it."""
+    s = tmp_path / "s"
+    s.mkdir()
+    x = wp.array(np.array([1.0, np.nan, 3.0], np.float32), device="cpu")
+    y = wp.zeros(3, dtype=float, device="cpu")
+    with wrpkit.capture(device="cpu") as rec:
+        wp.copy(y, x)
+        wp.launch(_k_halve, dim=3, inputs=[y], device="cpu")
+    rec.save(s / "nan.wrp", inputs={"x": x}, outputs={"y": y})
+
+    def update() -> str:
+        r = CliRunner().invoke(main, ["regress", str(s), "--update", "--json"])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.stdout)["cases"][0]["updated"]
+
+    first = update()
+    assert first.startswith("wrote nan_expected.npz: new golden") and "y holds NaN" in first
+    assert "--equal-nan" in first, first
+    written = (s / "nan_expected.npz").read_bytes()
+    assert update() == "unchanged" and (s / "nan_expected.npz").read_bytes() == written
+    assert CliRunner().invoke(main, ["regress", str(s)]).exit_code == 1
+    assert CliRunner().invoke(main, ["regress", str(s), "--equal-nan"]).exit_code == 0
+
+
 def test_an_untyped_golden_is_compared_as_bytes_and_says_so(suite, tmp_path):
     # A stock capture types nothing, so a golden written by --update holds raw bytes, and rtol cannot
     # apply to them: a change far inside the tolerance fails, and the verdict says why and what to do.

@@ -95,8 +95,9 @@ def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
         if name not in old:
             changes.append(f"{name} added")
             continue
-        c = compare_arrays(arr, old[name], settings["rtol"], settings["atol"], equal_nan=settings["equal_nan"],
-                           strict_dtype=True)
+        # A NaN where the golden has one is no change to the golden, whatever the comparison's setting
+        # (with equal_nan off, every --update would otherwise rewrite it and call it changed).
+        c = compare_arrays(arr, old[name], settings["rtol"], settings["atol"], equal_nan=True, strict_dtype=True)
         if not c.ok:
             what = f"max abs {c.max_abs:.3g}" if c.max_abs else c.reason or "changed"
             changes.append(f"{name} changed ({c.mismatches} element{'s' if c.mismatches != 1 else ''}, {what})"
@@ -111,6 +112,11 @@ def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
     atomic_write(golden, [buf.getvalue()])
     raw = [n for n in case_res.raw_bytes if n in new]
     note = f" ({', '.join(raw)} as raw bytes: the capture records no dtype)" if raw else ""
+    with_nan = [] if settings["equal_nan"] else [
+        n for n, a in new.items() if n not in raw and a.dtype.kind in "fc" and bool(np.isnan(a).any())]
+    if with_nan:
+        note += (f" ({', '.join(with_nan)} {'holds' if len(with_nan) == 1 else 'hold'} NaN, which equals nothing: "
+                 f"the case fails without --equal-nan or equal_nan = true in {SUITE_FILE})")
     if not new:
         note = " (empty: the capture names no output, so the case will compare nothing)"
     return f"wrote {golden.name}: " + (", ".join(changes) if old else "new golden") + note
