@@ -433,9 +433,9 @@ def _k_double(y: warp.array(dtype=float)):
 
 def test_a_copy_that_first_writes_a_nan_is_named_with_its_op_table_roles(tmp_path):
     """The NaN is in the captured input; a ``wp.copy`` is the first op to write it into another array.
-    The trace names the copy, its ``dst``/``src`` roles and the element, as an eager look at the data says
-    (the op's region names once raised a NameError for every op but a launch), and the table names the
-    regions each op writes by binding."""
+    The trace names the copy, its ``dst``/``src`` roles, the bindings and the element, as an eager look at
+    the data says, in Python and on the command line (the op's region names once raised a NameError for
+    every op but a launch)."""
     import numpy as np  # noqa: PLC0415
 
     data = np.array([1.0, 2.0, np.nan, 4.0, 5.0], np.float32)
