@@ -149,6 +149,13 @@ class WrpModuleError(WrpError):
     exit_code = EXIT_INVALID
 
 
+class WrpSignatureError(WrpError):
+    """A capture that trusted keys must sign is unsigned, signed by no trusted key, malformed in its
+    signature, or changed after signing (``schema/SIGNATURE-RULES.md``)."""
+
+    exit_code = EXIT_INVALID
+
+
 class WrpUsageError(WrpError):
     """A bad option or value the user typed (an output name of no known form, a bad range)."""
 

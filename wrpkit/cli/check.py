@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..errors import WrpError
+from .options import trust_options
 from .output import console, dump_json, escape, report_error, stderr_console
 
 
@@ -16,7 +17,8 @@ from .output import console, dump_json, escape, report_error, stderr_console
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
-def check(file, device, as_json, modules_dir):
+@trust_options
+def check(file, device, as_json, modules_dir, trust):
     """Preflight: will FILE load and replay on DEVICE here, and if not, why?
 
     \b
@@ -40,7 +42,7 @@ def check(file, device, as_json, modules_dir):
     except WrpError as e:
         raise click.BadParameter(e.message, param_hint="--device") from None
     try:
-        with open_capture(file, modules_dir=modules_dir) as cap:
+        with open_capture(file, modules_dir=modules_dir, trust=trust) as cap:
             findings = preflight(cap, device)
     except WrpError as e:
         if not as_json:

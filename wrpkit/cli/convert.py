@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from .options import resign, trust_options
 from .output import console, dump_json, plural, size, stderr_console
 
 
@@ -33,7 +34,10 @@ def _edit_problems(prog, modules) -> list:
 @click.option("--container-version", type=click.IntRange(1, 2), metavar="N",
               help="For a .wrpk output: 2 (default) lets a replay map large region data from the file; 1 is for "
                    "older wrpkit readers (replays copy that data).")
-def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, container_version):
+@trust_options
+@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+              help="Sign DST with this EC private key (as `wrp sign DST --key` does).")
+def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, container_version, trust, key):
     """Convert SRC to DST; the format is picked from DST's extension.
 
     \b
@@ -44,8 +48,17 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, contai
     module file identical.  Outputs are written atomically.  A .json input
     (an edit) is validated as `wrp validate` would, and refused with every
     problem named (exit 3) before anything is written.
+    DST is a new file: a signature of SRC does not carry over (a note says
+    so); --key signs DST, and --trusted-key checks SRC's signature first.
     Exit codes: 0 written; 1 DST cannot be written; 2 bad option, path or
-    output name; 3 SRC invalid, or an edit that makes it invalid.
+    output name; 3 SRC invalid, unsigned or untrusted (with --trusted-key),
+    or an edit that makes it invalid.
+
+    \b
+    Examples:
+      wrp convert step.wrp step.wrpk
+      wrp convert step.wrpk step.json --no-modules
+      wrp convert step.wrp step.wrpk --trusted-key ci.pub --key release.pem
     """
     from ..formats.convert import convert as do_convert  # noqa: PLC0415
     from ..formats.convert import estimate_output_size  # noqa: PLC0415
@@ -61,16 +74,18 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, contai
             task = bar.add_task(f"writing {dst}", total=total)
             res = do_convert(src, dst, progress=lambda n: bar.advance(task, n), verify_checksums=not no_verify,
                              include_modules=not no_modules, modules_dir=modules_dir, validate=_edit_problems,
-                             container_version=container_version)
+                             container_version=container_version, trust=trust)
     else:
         res = do_convert(src, dst, verify_checksums=not no_verify, include_modules=not no_modules,
-                         modules_dir=modules_dir, validate=_edit_problems, container_version=container_version)
+                         modules_dir=modules_dir, validate=_edit_problems, container_version=container_version,
+                         trust=trust)
+    signed = resign(src, res.destination, res.destination_form, key, quiet or as_json)
     # The destination's own size is what `wrp inspect` reports for it; module files are counted apart.
     file_size = os.stat(res.destination).st_size
     if as_json:
         dump_json({"source": str(res.source), "destination": str(res.destination), "from": res.source_form,
                    "to": res.destination_form, "bytes_written": res.bytes_written, "file_size": file_size,
-                   "modules": res.modules})
+                   "modules": res.modules, "signature": signed})
     elif not quiet:
         beside = ""
         if res.destination_form == "wrp" and res.modules:

@@ -50,6 +50,9 @@ def inspect(file, with_ops, as_json, verify, no_verify, kernels):
 
             typing = type_program(cap.program, kernels).to_json()
         info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program))
+        from ..formats.signature import describe  # noqa: PLC0415
+
+        info["signed"] = describe(file)
         if as_json:
             if typing is not None:
                 info["kernels_typed"] = typing
@@ -85,6 +88,15 @@ def _print_summary(info: dict) -> None:
               f"{info['max_depth']}), {plural(len(info['kernels']), 'kernel')}, "
               f"{plural(len(info['bindings']), 'binding')}, {plural(len(info['regions']), 'region')}, "
               f"{plural(len(info['modules']), 'module')}", markup=False)
+    signed = info.get("signed")
+    if signed is None:
+        con.print("  unsigned (no STEM.sig beside it)", markup=False)
+    elif "error" in signed:
+        con.print(f"  signature {signed['path']}: unreadable ({signed['error']})", markup=False)
+    else:
+        who = signed["key"][:23] + "…" if signed["key"] else "a key with no hint"
+        con.print(f"  signed: {signed['path']}, {signed['kind']} {who} (unverified: wrp validate "
+                  "--trusted-key checks it)", markup=False)
     t = table("Sections", ["name", "offset", "size"])
     for s in info["sections"]:
         t.add_row(s["name"], str(s["offset"]), size(s["size"]))

@@ -1,9 +1,10 @@
-"""Option types and helpers the commands share: ``--timeout`` seconds and its watchdog, the inputs and
-``--kernels`` options, and the lines that say what ``--kernels`` typed."""
+"""Option types and helpers the commands share: ``--timeout`` seconds and its watchdog, the inputs,
+``--kernels`` and trust (``--trusted-key``) options, and the lines that say what ``--kernels`` typed."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import threading
@@ -120,6 +121,46 @@ def kernels_option(fn):
                         type=click.Path(dir_okay=False, path_type=Path),
                         help="The .py file that defines the capture's kernels (repeatable): imported as a script "
                              "without its __main__ block; every matching kernel types the arrays it is passed.")(fn)
+
+
+def trust_options(fn):
+    """``--trusted-key PEM`` (repeatable), ``--trusted-keys DIR`` and ``--signature PATH``, given to the
+    command as one ``trust`` argument: a :class:`~wrpkit.formats.signature.Trust`, or None when neither
+    the options nor ``WRPKIT_TRUSTED_KEYS`` ask for a signature (``schema/SIGNATURE-RULES.md``)."""
+
+    @functools.wraps(fn)
+    def with_trust(*args, trusted_key=(), trusted_keys=(), signature=None, **kwargs):
+        from ..formats.signature import Trust  # noqa: PLC0415
+
+        return fn(*args, trust=Trust.resolve(list(trusted_key), list(trusted_keys), signature), **kwargs)
+
+    with_trust = click.option("--signature", type=click.Path(dir_okay=False), metavar="SIG",
+                              help="The capture's signature, when it is not STEM.sig beside it.")(with_trust)
+    with_trust = click.option("--trusted-keys", "trusted_keys", multiple=True, metavar="DIR",
+                              type=click.Path(file_okay=False),
+                              help="A folder of trusted *.pem keys or CA certificates (repeatable).")(with_trust)
+    return click.option("--trusted-key", "trusted_key", multiple=True, metavar="PEM",
+                        type=click.Path(dir_okay=False),
+                        help="Require a signature by this EC public key or CA certificate (repeatable; default: "
+                             "WRPKIT_TRUSTED_KEYS). Checked before anything is loaded; exit 3 when unsigned, "
+                             "untrusted or changed.")(with_trust)
+
+
+def resign(src, dst, form: str, key, quiet: bool):
+    """After a command wrote ``dst`` from ``src``: sign it with ``key``, or note that a signed
+    ``src``'s signature does not carry over to the new file.  Returns the signature's path or None."""
+    from ..formats.signature import describe  # noqa: PLC0415
+
+    if key is not None:
+        from ..formats.signing import sign_capture  # noqa: PLC0415
+
+        return str(sign_capture(dst, key, kind=form).signature)
+    if not quiet and describe(src) is not None:
+        from .output import stderr_console  # noqa: PLC0415
+
+        stderr_console().print(f"note: {src} is signed; {dst} is a new file and is not (sign it with "
+                               f"`wrp sign {dst} --key KEY.pem`, or pass --key)", markup=False, highlight=False)
+    return None
 
 
 def kernel_match_lines(typing: dict) -> list:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp
+from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp, trust_options
 from .output import console, dump_json, table
 
 #: Top-level ops shown in the table (the --json and -o outputs have them all).
@@ -51,8 +51,9 @@ def _pct(share: float) -> str:
 @kernels_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"kernels", "top_level", "ops", "total_ms", '
               '"replay_ms", ...}.')
+@trust_options
 def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, nvtx, clock, timeout, kernels,
-            as_json):
+            as_json, trust):
     """Time every op of FILE: per op run, per kernel and per top-level op.
 
     \b
@@ -90,6 +91,9 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
       wrp profile stock.wrp --kernels sim.py --inputs in.npz
       wrp profile sim.wrp --device cuda:0 --nvtx      (under nsys profile)
     """
+    from ..formats.signature import verify_path  # noqa: PLC0415
+
+    verify_path(trust, file)
     from ..debug.profile import profile as run_profile  # noqa: PLC0415
 
     if out is not None:

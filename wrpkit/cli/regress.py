@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds
+from .options import Seconds, trust_options
 
 _WIDTH = 80
 
@@ -117,9 +117,10 @@ def _print_summary(report) -> None:
 @click.option("--atol", type=click.FloatRange(min=0), default=None, help="Absolute tolerance where the suite sets "
               "none (default 1e-6).")
 @click.option("--equal-nan", is_flag=True, default=None, help="NaN equals NaN where the suite does not say.")
+@trust_options
 @click.pass_context
 def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout, update, dask_address, ray_address,
-            keyword, rtol, atol, equal_nan):
+            keyword, rtol, atol, equal_nan, trust):
     """Replay every capture of the folder SUITE and compare it with its golden.
 
     \b
@@ -142,6 +143,7 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
       wrp regress corpus/ --dask tcp://10.0.0.5:8786 --json > verdicts.json
       wrp regress corpus/ -k cloth --html report.html
       wrp regress corpus/ --update             write missing or changed goldens
+      wrp regress corpus/ --trusted-key ci.pub unsigned or altered cases are errors
     """
     if engine == "python" and not (dask_address or ray_address) and suite.is_dir():
         from ..run.zygote import prestart  # noqa: PLC0415  (imports next to nothing)
@@ -162,7 +164,7 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
             with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
                 report = run_regress(suite, jobs=jobs, device=device, engine=engine, timeout=timeout, update=update,
                                      keyword=keyword, dask=dask_address, ray=ray_address, rtol=rtol, atol=atol,
-                                     equal_nan=equal_nan, progress=progress)
+                                     equal_nan=equal_nan, progress=progress, trust=trust)
         finally:
             progress.clear()
             from ..run.zygote import discard_prestarted  # noqa: PLC0415

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, Watchdog, kernel_match_lines, name_items
+from .options import Seconds, Watchdog, kernel_match_lines, name_items, trust_options
 
 
 def _fmt(v) -> str:
@@ -114,10 +114,11 @@ def _print_report(report) -> None:
               type=click.Path(dir_okay=False, path_type=Path),
               help="The .py file that defines the capture's kernels (repeatable): types every binding a "
                    "matching kernel is passed (imported as a script, without its __main__ block).")
+@trust_options
 @click.pass_context
 def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, equal_nan, engine,
            as_json, no_verify, timeout, allow_raw_pointers, modules_dir, max_memory, allow_unreached, dtype_items,
-           kernels):
+           kernels, trust):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
 
     \b
@@ -145,6 +146,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
       wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
       wrp replay stock.wrp --kernels sim.py --output out.npz
       wrp replay h200.wrp --device cuda:0 --max-memory 120G
+      wrp replay shipped.wrp --trusted-key pub.pem   # refused (exit 3) unless signed
     """
     if engine == "python":
         # The replay's child starts now, before anything else is imported: its Python start, `import warp`
@@ -179,7 +181,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
 
                     prestart_replayer(file, ReplayRequest(device=device, repeat=repeat, warmup=warmup,
                                                           verify_checksums=not no_verify,
-                                                          allow_raw_pointers=allow_raw_pointers, max_memory=budget),
+                                                          allow_raw_pointers=allow_raw_pointers, max_memory=budget,
+                                                          trust=trust),
                                       modules_dir, approve_above=None if allow_unreached else UNREACHED_REFUSE_BYTES)
                 # --timeout: ends this process at once (exit 124) while the file is prepared; the replay's
                 # child keeps the rest of the time itself.
@@ -189,7 +192,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
                                      equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
                                      watchdog=watchdog, allow_raw_pointers=allow_raw_pointers,
                                      modules_dir=modules_dir, dtypes=dtypes, kernels=kernels, max_memory=budget,
-                                     allow_unreached=allow_unreached,
+                                     allow_unreached=allow_unreached, trust=trust,
                                      while_replaying=None if as_json or engine == "python" else import_rich)
     finally:
         # A child started ahead that the replay did not take (the command failed before it: a usage

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp
+from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp, trust_options
 from .output import console, dump_json, escape, table
 
 
@@ -98,8 +98,9 @@ def _fmt(v) -> str:
 @kernels_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"ops": [...], "first_nonfinite": ..., '
               '"first_divergence": ..., "unchecked": [...]}.')
+@trust_options
 def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump, save_path, against, timeout,
-          kernels, as_json):
+          kernels, as_json, trust):
     """Replay FILE op by op and record what every op writes.
 
     \b
@@ -137,6 +138,9 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
       wrp trace untrusted.wrp --timeout 10 --save t.trace
       wrp trace stock.wrp --kernels sim.py
     """
+    from ..formats.signature import verify_path  # noqa: PLC0415
+
+    verify_path(trust, file)
     from ..debug.trace import trace as run_trace  # noqa: PLC0415
     from ..fileio import check_output_dir, check_output_path  # noqa: PLC0415
 

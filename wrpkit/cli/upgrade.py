@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..formats.wrp1_layout import LAYOUTS
+from .options import resign, trust_options
 from .output import dump_json, size
 
 
@@ -24,7 +25,10 @@ from .output import dump_json, size
                    "writing nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the upgrade report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No report.")
-def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet):
+@trust_options
+@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+              help="Sign DST with this EC private key (as `wrp sign DST --key` does).")
+def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet, trust, key):
     """Rewrite SRC (written by Warp 1.13 to 1.18) as DST for the installed Warp.
 
     \b
@@ -37,7 +41,8 @@ def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet
     A SRC that is already current is no error: exit 0, "already format 18",
     and DST is written only with --copy-current (so batches run through).
     Exit codes: 0 upgraded (or already current); 2 bad option or path;
-    3 SRC invalid; 1 DST cannot be written.
+    3 SRC invalid (or, with --trusted-key, unsigned or untrusted); 1 DST
+    cannot be written.  DST is a new file, unsigned unless --key signs it.
 
     \b
     Examples:
@@ -49,8 +54,10 @@ def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet
     from ..run.upgrade import upgrade as do_upgrade  # noqa: PLC0415
 
     res = do_upgrade(src, dst, collision=collision, kernels=list(kernels), durable=not no_fsync,
-                     copy_current=copy_current)
+                     copy_current=copy_current, trust=trust)
     rep = res.report
+    wrote_dst = not res.already_current or res.bytes_written > 0
+    signed = resign(src, res.dst, res.form, key, quiet or as_json) if wrote_dst else None
     if res.already_current:
         from ..formats.wrp1_layout import CURRENT_FORMAT  # noqa: PLC0415
 
@@ -59,7 +66,7 @@ def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet
             dump_json({"source": str(res.src), "destination": str(res.dst) if wrote else None, "form": res.form,
                        "already_current": True, "format_version": CURRENT_FORMAT,
                        "module_files": res.module_files, "bytes_written": res.bytes_written,
-                       "capture_bytes": res.capture_bytes})
+                       "capture_bytes": res.capture_bytes, "signature": signed})
         elif not quiet:
             click.echo(f"{res.src} is already format {CURRENT_FORMAT}: nothing to upgrade; "
                        + (f"copied to {res.dst} ({size(res.capture_bytes)})" if wrote
@@ -74,7 +81,7 @@ def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet
                          "binary_filename": k.binary_filename, "route": k.route, "detail": k.detail}
                         for k in rep.kernels],
             "notes": rep.notes, "module_files": res.module_files, "bytes_written": res.bytes_written,
-            "capture_bytes": res.capture_bytes, "already_current": False})
+            "capture_bytes": res.capture_bytes, "already_current": False, "signature": signed})
         return
     if quiet:
         return

@@ -7,6 +7,7 @@ import sys
 import click
 
 from ..errors import EXIT_INVALID, WrpError
+from .options import trust_options
 from .output import console, dump_json, escape, report_error, stderr_console
 
 
@@ -16,7 +17,8 @@ from .output import console, dump_json, escape, report_error, stderr_console
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
 @click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
-def validate(file, as_json, no_verify, modules_dir):
+@trust_options
+def validate(file, as_json, no_verify, modules_dir, trust):
     """Check a capture's structure: every rule Warp's loader applies, plus wrpkit's.
 
     \b
@@ -24,13 +26,22 @@ def validate(file, as_json, no_verify, modules_dir):
     binding, mesh or pointer location exists and every byte range fits inside
     its region, that binding names are unique, that nested bodies are well
     formed, and that every module file is present and non-empty.
-    Exit 0 when valid; 3 with every problem listed otherwise.
+    Exit 0 when valid; 3 with every problem listed otherwise.  With
+    --trusted-key (or WRPKIT_TRUSTED_KEYS), the signature is checked first:
+    exit 3 when unsigned, signed by no trusted key, or changed since.
+
+    \b
+    Examples:
+      wrp validate step.wrp
+      wrp validate step.wrp --trusted-key pub.pem
+      wrp validate step.wrpk --json
     """
     from ..formats.container import open_capture  # noqa: PLC0415
     from ..checks.validate import validate_capture  # noqa: PLC0415
 
     try:
-        with open_capture(file, verify_checksums=not no_verify, modules_dir=modules_dir, thorough=True) as cap:
+        with open_capture(file, verify_checksums=not no_verify, modules_dir=modules_dir, thorough=True,
+                          trust=trust) as cap:
             problems = validate_capture(cap)
     except WrpError as e:
         if not as_json:

@@ -43,6 +43,9 @@ class Capture:
     program: Program
     modules_dir: Optional[Path]
     mapped: MappedFile = field(repr=False)
+    #: ``{file name: bytes}`` of the module files a signature check hashed (see ``trust`` of
+    #: :func:`open_capture`): these are the bytes loaded, whatever happens to the files after.
+    verified_modules: dict = field(default_factory=dict, repr=False)
 
     def module_state(self, filename: str) -> str:
         """``present``, ``missing``, ``empty`` or ``unsafe`` (a symlink, FIFO,
@@ -117,6 +120,8 @@ class Capture:
             raise WrpModuleError(message, hint=hint)
         if self.modules_dir is None:
             return self._bundled(filename)
+        if filename in self.verified_modules:
+            return self.verified_modules[filename]
         data = read_file(self.modules_dir / filename, "module file")
         if not data:
             raise WrpModuleError(f"module file {self.modules_dir / filename} is empty (0 bytes)",
@@ -179,7 +184,7 @@ class Capture:
 def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: bool = True,
                  prefetch: bool = False, deferred: Optional[list] = None, share_ops: bool = False,
                  on_regions: Optional[Callable[[list], None]] = None, modules_dir=None,
-                 thorough: bool = False) -> Capture:
+                 thorough: bool = False, trust=None) -> Capture:
     """Open and decode a ``.wrp``, ``.wrpk`` or ``.json`` capture.
 
     The container is chosen by the file's magic bytes, not its name.
@@ -200,6 +205,9 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
         thorough: For ``.wrpk`` with ``verify_checksums``: also verify the whole
             digest of a blob that has chunk digests (see
             :func:`wrpkit.formats.wrpk.reader.decode_wrpk`).
+        trust: A :class:`wrpkit.formats.signature.Trust`: the capture must be signed by one of
+            its keys, checked on the file's bytes before they are decoded; the module files it
+            hashed are the ones later read (:attr:`Capture.verified_modules`).  None: no check.
 
     ``path`` is the user's: a symbolic link to the file is followed.
 
@@ -209,18 +217,23 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
     Raises:
         WrpError: The path is missing or not a regular file.
         WrpFormatError: The bytes are not a valid capture; names field and offset.
+        WrpSignatureError: ``trust`` was given and the capture is not signed by it, or changed.
     """
     p = Path(path)
     mapped = map_file(p, "capture", prefetch=prefetch, follow_symlinks=True)
     try:
         kind = wrp1.sniff(mapped.buffer)
-        if kind == "wrp":
-            prog = wrp1.decode_wrp1(mapped.buffer, limits=limits, share_ops=share_ops, on_regions=on_regions)
-            return Capture(p, "wrp", prog, _modules_dir(p, modules_dir), mapped)
-        if modules_dir is not None:
+        if kind != "wrp" and modules_dir is not None:
             raise WrpError(f"--modules-dir applies to a .wrp, but {p} is not one (a .wrpk or .json carries its "
                            "modules)", hint="Leave out --modules-dir for this file.")
-        if bytes(mapped.buffer[:64]).lstrip().startswith(b"{"):
+        if kind != "wrp" and bytes(mapped.buffer[:64]).lstrip().startswith(b"{"):
+            kind = "json"
+        mods = _modules_dir(p, modules_dir) if kind == "wrp" else None
+        verified = trust.verify(p, mapped.buffer, kind, mods) if trust is not None else {}
+        if kind == "wrp":
+            prog = wrp1.decode_wrp1(mapped.buffer, limits=limits, share_ops=share_ops, on_regions=on_regions)
+            return Capture(p, "wrp", prog, mods, mapped, verified)
+        if kind == "json":
             return Capture(p, "json", _decode_json(p, mapped.buffer), None, mapped)
         if kind == "wrpk":
             from .wrpk import reader  # noqa: PLC0415  (a .wrpk's reader is only needed here)

@@ -87,7 +87,8 @@ def _sniff_json(path: Path) -> bool:
 
 def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verify_checksums: bool = True,
             include_modules: bool = True, modules_dir=None,
-            validate: Optional[Callable] = None, container_version: Optional[int] = None) -> ConvertResult:
+            validate: Optional[Callable] = None, container_version: Optional[int] = None,
+            trust=None) -> ConvertResult:
     """Convert a capture between ``.wrp``, ``.wrpk`` and ``.json``.
 
     The output's folder is created if needed.
@@ -108,6 +109,8 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             in a layer above this one).
         container_version: For a ``.wrpk`` output: its container version (default
             :data:`~.wrpk.tables.CONTAINER_VERSION`, 2; 1 for readers that know only 1).
+        trust: A :class:`~wrpkit.formats.signature.Trust` the input must be signed by, or None.
+            The output is a new file, unsigned.
 
     Returns:
         A :class:`ConvertResult`.
@@ -132,6 +135,10 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
     if form != "json":
         include_modules = True
     if _sniff_json(src):
+        if trust is not None:
+            from ..fileio import read_file  # noqa: PLC0415
+
+            trust.verify(src, read_file(src, "capture", follow_symlinks=True), "json", None)
         meta: dict = {}
         prog, modules = _read_json(src, meta)
         _refuse_edited_extents(prog, meta["launch_extents_exceeded"], src)
@@ -162,7 +169,7 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             on_regions = hasher.start_regions
         try:
             cap = open_capture(src, verify_checksums=verify_checksums, prefetch=True, deferred=deferred,
-                               share_ops=True, on_regions=on_regions, modules_dir=modules_dir)
+                               share_ops=True, on_regions=on_regions, modules_dir=modules_dir, trust=trust)
         except BaseException:
             if hasher is not None:
                 hasher.close()

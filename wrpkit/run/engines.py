@@ -153,6 +153,8 @@ class ReplayRequest:
         identify: On a crash wrp-replay could not place, search for the op (more children).
         while_replaying: Called in this process once the replay's process runs, while
             it replays (the command line imports its table printer then), or None.
+        trust: The :class:`~wrpkit.formats.signature.Trust` the capture was checked against here;
+            wrp-replay, which reads the files again itself, checks them again against it.
     """
 
     device: str = "cpu"
@@ -169,6 +171,7 @@ class ReplayRequest:
     raw: bool = False
     identify: bool = True
     while_replaying: Optional[Callable[[], None]] = None
+    trust: Optional[object] = None
 
     @property
     def replays(self) -> int:
@@ -422,6 +425,11 @@ def replayer_args(exe: Path, source: str, request: ReplayRequest, modules_dir) -
         args += ["--max-memory", str(request.max_memory)]
     if request.timeout is not None:
         args += ["--timeout", repr(float(request.timeout))]
+    if request.trust is not None:
+        for key in request.trust.sources:
+            args += ["--trusted-key", key]
+        if request.trust.signature is not None:
+            args += ["--signature", os.fspath(request.trust.signature)]
     return args
 
 

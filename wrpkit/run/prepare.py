@@ -16,6 +16,7 @@ from typing import Mapping, Optional
 
 from ..formats import annotations as ann
 from ..formats import wrp1
+from ..formats.signature import ENVIRONMENT, Trust
 from ..formats.wrp1_layout import CURRENT_FORMAT, upgrade_message
 from ..environment import installed_warp_version, parse_device
 from ..errors import (
@@ -24,6 +25,7 @@ from ..errors import (
     WrpError,
     WrpFormatError,
     WrpModuleError,
+    WrpUsageError,
     WrpValidationError,
     WrpVersionError,
 )
@@ -146,7 +148,7 @@ def resolve_capture_path(path) -> Path:
 
 def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool = True,
             allow_raw_pointers: bool = False, _validated: bool = False, modules_dir=None,
-            prefetch: bool = True) -> Prepared:
+            prefetch: bool = True, trust=ENVIRONMENT) -> Prepared:
     """Decode and validate a capture without loading it into Warp.
 
     Args:
@@ -176,7 +178,17 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
         WrpValidationError: The program breaks a validation rule, or holds
             raw process pointers (without ``allow_raw_pointers``).
         WrpModuleError: A module file is missing, empty or altered.
+        WrpSignatureError: ``trust`` requires a signature this capture lacks, or it changed after signing.
     """
+    is_path = isinstance(source, (str, os.PathLike))
+    if trust is ENVIRONMENT:
+        trust = Trust.from_environment() if is_path else None
+    if trust is not None and not is_path:
+        raise WrpUsageError("a capture given as bytes cannot be checked against its signature",
+                            hint="Pass the capture's path (its signature and module files are beside it).")
+    if trust is not None and modules is not None:
+        raise WrpUsageError("module files given in memory cannot be checked against the capture's signature",
+                            hint="Leave out modules=: the signed module files are read from the capture's folder.")
     keep = []
     path = None
     modules_given = modules is not None
@@ -188,7 +200,7 @@ def prepare(source, modules: Optional[Mapping] = None, *, verify_checksums: bool
 
         path = resolve_capture_path(source)
         cap = open_capture(path, verify_checksums=verify_checksums, prefetch=prefetch, deferred=deferred,
-                           modules_dir=modules_dir)
+                           modules_dir=modules_dir, trust=trust)
         keep.append(cap)
         model, kind = cap.program, cap.kind
         source_buffer, source_stat = cap.mapped.buffer, cap.mapped.stat

@@ -78,6 +78,18 @@ def _skipped(job: dict) -> CaseResult:
 
 
 
+def _untrusted(job: dict, trust) -> Optional[CaseResult]:
+    """The error result of a case whose capture ``trust`` refuses, or None when it is signed and unchanged."""
+    from ..formats.signature import verify_path  # noqa: PLC0415
+    from .regress_case import _unreadable  # noqa: PLC0415
+
+    try:
+        verify_path(trust, job["capture"], job.get("modules_dir"))
+    except WrpError as e:
+        return _unreadable(job, e)
+    return None
+
+
 def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
     """Write a case's replayed bindings as its golden if they differ from it; say what changed."""
     from ..checks.compare import compare_arrays  # noqa: PLC0415
@@ -206,7 +218,7 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
             timeout: Optional[float] = None, update: bool = False, keyword: Optional[str] = None,
             dask: Optional[str] = None, ray: Optional[str] = None, rtol: Optional[float] = None,
             atol: Optional[float] = None, equal_nan: Optional[bool] = None,
-            progress: Optional[Callable] = None, connect_timeout: float = 10.0) -> RegressReport:
+            progress: Optional[Callable] = None, connect_timeout: float = 10.0, trust=None) -> RegressReport:
     """Replay every case of a suite against its golden and return the verdicts.
 
     Args:
@@ -226,6 +238,8 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         rtol, atol, equal_nan: Tolerances where the suite sets none.
         progress: Called as ``progress(done, total, result)`` after each case (in completion order).
         connect_timeout: Seconds to wait for the Dask scheduler or the Ray cluster's address to answer.
+        trust: A :class:`~wrpkit.formats.signature.Trust` every case's capture must be signed by
+            (its ``STEM.sig``): a case that is not is an error, refused here before any worker reads it.
 
     Returns:
         A :class:`RegressReport`.
@@ -264,14 +278,14 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
     try:
         return _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout,
                         {"device": device, "timeout": timeout, "rtol": rtol, "atol": atol, "equal_nan": equal_nan},
-                        zygote)
+                        zygote, trust)
     finally:
         if zygote is not None:
             zygote.close()
 
 
 def _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout, overrides,
-             zygote) -> RegressReport:
+             zygote, trust=None) -> RegressReport:
     """:func:`regress` once its options are checked (and its zygote started)."""
     import datetime  # noqa: PLC0415
 
@@ -289,6 +303,8 @@ def _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, 
     for i, job in enumerate(all_jobs):
         if job["settings"].get("skip"):
             results[i] = _skipped(job)
+        elif trust is not None and (refused := _untrusted(job, trust)) is not None:
+            results[i] = _finish(job, refused)
         else:
             run_jobs.append(job)
             index.append(i)

@@ -270,7 +270,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
                 equal_nan: bool = False, engine: str = "python", verify_checksums: bool = True, watchdog=None,
                 allow_raw_pointers: bool = False, modules_dir=None, dtypes: Optional[Mapping] = None, kernels=(),
                 max_memory: Optional[int] = None, allow_unreached: bool = False,
-                while_replaying: Optional[Callable[[], None]] = None) -> ReplayReport:
+                while_replaying: Optional[Callable[[], None]] = None, trust=None) -> ReplayReport:
     """Replay a ``.wrp`` or ``.wrpk`` and report timings and outputs; compare with a golden file, write every
     binding to an ``.npz``.
 
@@ -305,6 +305,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         allow_unreached: Replay a file whose regions are far larger than any op reaches.
         while_replaying: Called in this process while the replay's process runs (the
             native engine; the command line imports its table printer then), or None.
+        trust: A :class:`~wrpkit.formats.signature.Trust` the capture must be signed by (checked
+            before anything is decoded, here and again by wrp-replay), or None.
 
     Returns:
         The :class:`ReplayReport`; its ``exit_code`` is 1 when a binding differs from the golden.
@@ -327,7 +329,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         # verifies a bundle's region data itself.
         hashes_here = engine == "python" and verify_checksums and file.suffix.lower() != ".wrp"
         prep = preparation.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
-                                   modules_dir=modules_dir, prefetch=hashes_here)
+                                   modules_dir=modules_dir, prefetch=hashes_here, trust=trust)
     except BaseException:
         if watchdog is not None:
             watchdog.disarm()
@@ -357,7 +359,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         request = ReplayRequest(
             device=device, inputs=given.inputs, repeat=repeat, warmup=warmup, verify_checksums=verify_checksums,
             allow_raw_pointers=allow_raw_pointers, max_memory=max_memory, while_replaying=while_replaying,
-            read_back=list(prep.sizes) if output is not None else list(given.golden or ()),
+            trust=trust, read_back=list(prep.sizes) if output is not None else list(given.golden or ()),
             stats={n: stats_spec(prep.signature.get(n), prep.sizes[n], given.hint(n)) for n in outputs})
         if watchdog is not None:
             # From here on the child keeps the time (it is killed, or wrp-replay stops itself): this

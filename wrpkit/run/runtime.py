@@ -4,6 +4,7 @@ process, or as an :class:`IsolatedProgram` that replays in a child process.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Mapping, Optional
@@ -193,7 +194,8 @@ class IsolatedProgram:
 
 
 def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isolate: bool = False,
-         allow_raw_pointers: bool = False, modules_dir=None, max_memory=None):
+         allow_raw_pointers: bool = False, modules_dir=None, max_memory=None, trusted_keys=None,
+         signature=None):
     """Load a ``.wrp`` or ``.wrpk`` (path or bytes) as a runnable :class:`~wrpkit.run.program.Program`.
 
     Checks, in order: the container decodes and validates with wrpkit's codec;
@@ -222,6 +224,12 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
             allocate, replacing the check against the device's free memory
             (host: available memory; CUDA: free device memory) that runs
             before anything is allocated.
+        trusted_keys: Paths of PEM public keys or CA certificates (or folders of ``*.pem``): the
+            capture must be signed by one of them (``wrp sign``, or ``model_signing sign``), its
+            file and module files unchanged since, checked before anything is decoded or loaded.
+            None: what the environment variable ``WRPKIT_TRUSTED_KEYS`` requires (nothing when
+            it is unset).
+        signature: The signature file, when it is not ``STEM.sig`` beside the capture.
 
     A path may be a symbolic link, or a stem to which ``.wrp`` is added (as
     ``wp.capture_load`` does).
@@ -234,11 +242,17 @@ def load(path_or_bytes, device="cpu", modules: Optional[Mapping] = None, *, isol
         WrpVersionError: Recorded with another Warp version (recapture needed).
         WrpRuntimeError: Warp failed to load it.
         WrpOutOfMemoryError: Its memory does not fit the device (or ``max_memory``), or an allocation failed.
+        WrpSignatureError: Unsigned, signed by no trusted key, or changed after signing (exit 3).
     """
     from ..checks.memory import parse_size  # noqa: PLC0415
+    from ..formats.signature import ENVIRONMENT, Trust  # noqa: PLC0415
 
     max_memory = parse_size(max_memory) if max_memory is not None else None
-    prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir)
+    paths = [trusted_keys] if isinstance(trusted_keys, (str, os.PathLike)) else list(trusted_keys or [])
+    trust = (Trust.from_paths([p for p in paths if not os.path.isdir(p)], [p for p in paths if os.path.isdir(p)],
+                              signature) if paths else Trust.resolve(signature=signature) if signature else ENVIRONMENT)
+    prep = prepare(path_or_bytes, modules, allow_raw_pointers=allow_raw_pointers, modules_dir=modules_dir,
+                   trust=trust)
     if isolate:
         check_runnable(prep.model, device, what=str(prep.path) if prep.path is not None else "the capture")
         if prep.path is None and prep.kind in ("wrp", "wrpk"):

@@ -252,7 +252,7 @@ def output_form(path) -> str:
 
 
 def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), progress=None,
-            durable: bool = True, copy_current: bool = False) -> UpgradeResult:
+            durable: bool = True, copy_current: bool = False, trust=None) -> UpgradeResult:
     """Rewrite a capture of an older Warp (format 3, 10, 13 to 16) as format 18 for the installed Warp.
 
     Formats 10 to 16 keep their kernel objects (copied into ``<stem>_modules/``
@@ -297,7 +297,7 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
         raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
     check_output_path(dst, [src])
     version = installed_warp_version()
-    with open_capture(src, share_ops=True, prefetch=True) as cap:
+    with open_capture(src, share_ops=True, prefetch=True, trust=trust) as cap:
         prog = cap.program
         if prog.format_version == CURRENT_FORMAT:
             if prog.warp_version != version:
@@ -322,7 +322,7 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
         names = sorted(f.name for f in mdir.iterdir()) if form == "wrp" and mdir.is_dir() else []
         return UpgradeResult(src, dst, None, form, res.bytes_written, names, already_current=True,
                              capture_bytes=dst.stat().st_size)
-    with open_capture(src, share_ops=True, prefetch=True) as cap:
+    with open_capture(src, share_ops=True, prefetch=True, trust=trust) as cap:
         prog = cap.program
         layout = LAYOUTS[prog.format_version]
         rebuilt, rebuilt_files = [], {}
