@@ -1,7 +1,7 @@
 """Coverage-guided fuzz targets for wrpkit's Python decoders (atheris / libFuzzer).
 
 Usage: python tests/fuzz_python.py TARGET [libFuzzer args...] [CORPUS_DIR...]
-TARGET is one of: wrp1, wrpk, wrpk-manifest, json.
+TARGET is one of: wrp1, wrpk, wrpk-manifest, json, signature.
 
 Each target feeds the bytes to a decoder.  The only acceptable failure is a
 :class:`wrpkit.errors.WrpError` (a clean refusal); any other exception, a
@@ -28,6 +28,7 @@ with atheris.instrument_imports(include=["wrpkit"]):
     from wrpkit.errors import WrpError
     from wrpkit.checks.validate import validate_program
     from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1
+    from wrpkit.formats.signature import parse_bundle, parse_statement
 
 
 def fuzz_wrp1(data: bytes) -> None:
@@ -75,7 +76,18 @@ def fuzz_json(data: bytes) -> None:
     validate_program(prog)
 
 
-TARGETS = {"wrp1": fuzz_wrp1, "wrpk": fuzz_wrpk, "wrpk-manifest": fuzz_wrpk_manifest, "json": fuzz_json}
+def fuzz_signature(data: bytes) -> None:
+    """A signature bundle, and the same bytes as the statement inside one (schema/SIGNATURE-RULES.md)."""
+    for parse in (parse_bundle, parse_statement):
+        try:
+            parse(data, "fuzz.sig")
+        except WrpError as e:
+            if not e.message.startswith("signature malformed: fuzz.sig: "):
+                raise AssertionError(f"refused with another verdict: {e.message}") from None
+
+
+TARGETS = {"wrp1": fuzz_wrp1, "wrpk": fuzz_wrpk, "wrpk-manifest": fuzz_wrpk_manifest, "json": fuzz_json,
+           "signature": fuzz_signature}
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ SECONDS = int(os.environ.get("WRPKIT_FUZZ_SECONDS", "5"))
 @pytest.fixture(scope="module")
 def corpus(captures, tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
-    seeds = {"wrp1": root / "wrp1", "wrpk": root / "wrpk", "json": root / "json"}
+    seeds = {"wrp1": root / "wrp1", "wrpk": root / "wrpk", "json": root / "json", "signature": root / "signature"}
     for d in seeds.values():
         d.mkdir()
     for name in ("views", "capture_while", "scalars"):
@@ -46,10 +46,30 @@ def corpus(captures, tmp_path_factory):
     for v in hostile.generate(captures["views"], root / "hostile"):
         if v.path.is_file() and not v.path.is_symlink() and v.category in ("bitflip", "huge", "op-size", "nesting"):
             (seeds["wrp1"] / v.name).write_bytes(v.path.read_bytes())
+    _signature_seeds(captures["views"], root, seeds["signature"])
     return seeds
 
 
-@pytest.mark.parametrize("target", ["wrp1", "wrpk", "wrpk-manifest", "json"])
+def _signature_seeds(capture: Path, root: Path, out: Path) -> None:
+    """A real signature of a capture (key made by openssl, signed by wrp sign) and its statement."""
+    import base64  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+
+    from wrpkit.formats.signing import sign_capture  # noqa: PLC0415
+
+    key = root / "key.pem"
+    subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(key)], check=True)
+    cap = root / "signed" / capture.name
+    cap.parent.mkdir()
+    shutil.copyfile(capture, cap)
+    shutil.copytree(capture.with_name(capture.stem + "_modules"), cap.with_name(capture.stem + "_modules"))
+    bundle = sign_capture(cap, key, kind="wrp").signature.read_bytes()
+    (out / "bundle.sig").write_bytes(bundle)
+    (out / "statement.json").write_bytes(base64.b64decode(json.loads(bundle)["dsseEnvelope"]["payload"]))
+
+
+@pytest.mark.parametrize("target", ["wrp1", "wrpk", "wrpk-manifest", "json", "signature"])
 def test_fuzz_target_finds_nothing(corpus, target, tmp_path):
     work = tmp_path / "corpus"
     work.mkdir()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .options import kernel_match_lines, quiet_warp
+from .options import kernel_match_lines, quiet_warp, resign, trust_options
 from .output import console, dump_json, escape, size
 
 
@@ -18,7 +18,10 @@ from .output import console, dump_json, escape, size
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
               metavar="OUT", help="OUT.wrp (with OUT_modules/) or OUT.wrpk (one file).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (kernels matched, reasons) as JSON.")
-def annotate(file, kernels, out, as_json):
+@trust_options
+@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+              help="Sign the output with this EC private key (as `wrp sign OUT --key` does).")
+def annotate(file, kernels, out, as_json, trust, key):
     """Write OUT: FILE with its kernels and bindings typed from --kernels.
 
     \b
@@ -42,10 +45,14 @@ def annotate(file, kernels, out, as_json):
     """
     from ..run.source_types import annotate as run_annotate  # noqa: PLC0415
 
+    from ..formats.signature import verify_path  # noqa: PLC0415
+
+    verify_path(trust, file)
     quiet_warp(None)
     res = run_annotate(file, out, list(kernels))
+    signed = resign(file, res.dst, "wrpk" if Path(res.dst).suffix.lower() == ".wrpk" else "wrp", key, as_json)
     if as_json:
-        dump_json(res.to_json())
+        dump_json(dict(res.to_json(), signature=signed))
         return
     con = console()
     t = res.typing

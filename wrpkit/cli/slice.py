@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .options import gather_inputs, input_options, kernels_option, quiet_warp
+from .options import gather_inputs, input_options, kernels_option, quiet_warp, resign, trust_options
 from .output import console, dump_json, escape, size
 
 
@@ -26,7 +26,10 @@ from .output import console, dump_json, escape, size
 @click.option("--device", default=None, help="Device that replays ops before A (default: the capture's family).")
 @kernels_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def slice(file, ops, steps, out, inputs_npz, input_items, device, kernels, as_json):  # noqa: A001
+@trust_options
+@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+              help="Sign the output with this EC private key (as `wrp sign OUT --key` does).")
+def slice(file, ops, steps, out, inputs_npz, input_items, device, kernels, as_json, trust, key):  # noqa: A001
     """Write a capture holding only top-level ops A to B-1 of FILE (--ops), or steps A to B-1 (--steps).
 
     \b
@@ -57,12 +60,16 @@ def slice(file, ops, steps, out, inputs_npz, input_items, device, kernels, as_js
     if (ops is None) == (steps is None):
         raise WrpUsageError("give one of --ops A:B and --steps A:B",
                             hint="--ops: top-level ops (wrp inspect --ops); --steps: the # column of wrp trace.")
+    from ..formats.signature import verify_path  # noqa: PLC0415
+
+    verify_path(trust, file)
     quiet_warp(device)
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         res = run_slice(file, out, ops=ops, steps=steps, inputs=inputs, device=device, kernels=kernels)
+    signed = resign(file, res.path, "wrpk" if Path(res.path).suffix.lower() == ".wrpk" else "wrp", key, as_json)
     if as_json:
-        dump_json(res.to_json())
+        dump_json(dict(res.to_json(), signature=signed))
         return
     if res.unit == "steps":
         console().print(f"[green]wrote[/] {escape(str(res.path))}: steps {res.start}:{res.stop} ({res.ops} op(s), flat), "

@@ -207,7 +207,9 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
             :func:`wrpkit.formats.wrpk.reader.decode_wrpk`).
         trust: A :class:`wrpkit.formats.signature.Trust`: the capture must be signed by one of
             its keys, checked on the file's bytes before they are decoded; the module files it
-            hashed are the ones later read (:attr:`Capture.verified_modules`).  None: no check.
+            hashed are the ones later read (:attr:`Capture.verified_modules`); a signed ``.wrpk``'s
+            blob checksums are then not checked again (the signature's digest covers every byte).
+            None: no check.
 
     ``path`` is the user's: a symbolic link to the file is followed.
 
@@ -230,6 +232,10 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
             kind = "json"
         mods = _modules_dir(p, modules_dir) if kind == "wrp" else None
         verified = trust.verify(p, mapped.buffer, kind, mods) if trust is not None else {}
+        if trust is not None:
+            # The signed digest covers every byte of the file: the blob checksums would be a second
+            # pass over the same bytes that proves nothing more.
+            verify_checksums = False
         if kind == "wrp":
             prog = wrp1.decode_wrp1(mapped.buffer, limits=limits, share_ops=share_ops, on_regions=on_regions)
             return Capture(p, "wrp", prog, mods, mapped, verified)
