@@ -1,17 +1,22 @@
 """Coverage-guided fuzzing of the C++ decoders (native/fuzz) with libFuzzer, ASan and UBSan.
 
-Two targets are built with clang (``-DWRP_BUILD_FUZZERS=ON``):
+Three targets are built with clang (``-DWRP_BUILD_FUZZERS=ON``):
 
 * ``fuzz_wrp1``: the input is a ``.wrp``; the WRP1 parser and validator run on it.
 * ``fuzz_wrpk``: the input is a ``.wrpk``; header, manifest checksum and
   FlatBuffer verification, blob layout and checksums, the rebuilt WRP1 image's
   validation and the module ELF checks run on it.
+* ``fuzz_signature``: the input is a signature of a fixed small capture
+  (schema/SIGNATURE-RULES.md): its first byte says whether the rest is a
+  bundle as it is (0) or a statement the target signs itself with its trusted
+  key (1) or certificate (2), so that mutations reach every check.
 
-Both open inputs with ``validate_only`` and are linked against a stub of the
-Warp runtime that aborts if entered: they never call into Warp.  They are
-seeded with real captures of ``tests/programs.py``, the hostile variants of
-``tests/hostile.py`` and their ``.wrpk`` bundles, written to a temporary
-corpus.  Each target runs for a few seconds here (``WRP_FUZZ_SECONDS``);
+The first two open inputs with ``validate_only``; all are linked against a stub
+of the Warp runtime that aborts if entered: they never call into Warp.  The
+decoders' targets are seeded with real captures of ``tests/programs.py``, the
+hostile variants of ``tests/hostile.py`` and their ``.wrpk`` bundles, written
+to a temporary corpus; the signature target with bundles and statements made
+here (:func:`write_signature_seeds`).  Each target runs for a few seconds here (``WRP_FUZZ_SECONDS``);
 ``bench/FUZZING.md`` records longer runs.  Regression inputs (small byte
 strings built in the test: every crasher found, and the hazards the decoder
 was built against) are fed to the fuzz binaries one at a time.
@@ -19,7 +24,7 @@ was built against) are fed to the fuzz binaries one at a time.
 Without clang++ or libFuzzer the tests skip, saying why.  To write a seed
 corpus for a long run by hand::
 
-    python tests/test_fuzz_native.py SEED_DIR   # writes SEED_DIR/wrp1 and SEED_DIR/wrpk
+    python tests/test_fuzz_native.py SEED_DIR   # writes SEED_DIR/wrp1, SEED_DIR/wrpk and SEED_DIR/signature
 """
 
 from __future__ import annotations
@@ -62,7 +67,8 @@ def find_clang() -> str | None:
 
 @pytest.fixture(scope="session")
 def fuzzers(tmp_path_factory) -> dict:
-    """``{"wrp1": Path, "wrpk": Path}`` of the fuzz binaries, built with clang into a temporary directory."""
+    """``{"wrp1": Path, "wrpk": Path, "signature": Path}`` of the fuzz binaries, built with clang into a
+    temporary directory."""
     cmake = shutil.which("cmake")
     if not cmake:
         pytest.skip("cmake is not installed")
@@ -81,10 +87,10 @@ def fuzzers(tmp_path_factory) -> dict:
         reason = " ".join(configure.stderr.split("no fuzz targets are built")[0].split()[-40:])
         pytest.skip(f"libFuzzer is not usable with {clang}: {reason}")
     build = subprocess.run([cmake, "--build", str(bdir), "--parallel", str(os.cpu_count() or 2), "--target",
-                            "fuzz_wrp1", "fuzz_wrpk"], capture_output=True, text=True)
+                            "fuzz_wrp1", "fuzz_wrpk", "fuzz_signature"], capture_output=True, text=True)
     if build.returncode != 0:
         pytest.fail(f"building the fuzz targets failed:\n{build.stdout[-4000:]}\n{build.stderr[-4000:]}")
-    return {"wrp1": bdir / "native" / "fuzz" / "fuzz_wrp1", "wrpk": bdir / "native" / "fuzz" / "fuzz_wrpk"}
+    return {name: bdir / "native" / "fuzz" / f"fuzz_{name}" for name in ("wrp1", "wrpk", "signature")}
 
 
 # ---------------------------------------------------------------------------
@@ -208,6 +214,89 @@ def seeds(tmp_path_factory) -> tuple:
     return write_seeds(root / "seeds", root / "work")
 
 
+# The capture fuzz_signature signs (its kFiles, byte for byte): resource name -> content.
+SIGNATURE_FUZZ_FILES = {"cap.wrp": b"WRP1 signed fuzz capture\n", "cap_modules/a.o": b"module a\n",
+                        "cap_modules/b.o": b"module b\n"}
+
+
+def fuzz_statement(files: dict = None, subject: str = None, **extra) -> bytes:
+    """An in-toto statement of model-signing listing ``files`` (resource name -> content)."""
+    files = SIGNATURE_FUZZ_FILES if files is None else files
+    resources = [{"algorithm": "sha256", "name": n, "digest": hashlib.sha256(b).hexdigest()} for n, b in files.items()]
+    digest = subject or hashlib.sha256(b"".join(bytes.fromhex(r["digest"]) for r in resources)).hexdigest()
+    import json  # noqa: PLC0415
+
+    statement = {"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": "cap", "digest": {"sha256": digest}}],
+                 "predicateType": "https://model_signing/signature/v1.0",
+                 "predicate": {"resources": resources, "serialization": {"ignore_paths": [], "hash_type": "sha256",
+                                                                         "method": "files", "allow_symlinks": False}}}
+    statement.update(extra)
+    return json.dumps(statement, indent=2).encode()
+
+
+def untrusted_bundle(statement: bytes, certificate: bool = False) -> bytes:
+    """A model-signing bundle of ``statement`` signed with a key made here (no fuzz target trusts it)."""
+    import base64  # noqa: PLC0415
+    import datetime  # noqa: PLC0415
+    import json  # noqa: PLC0415
+
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec  # noqa: PLC0415
+    from cryptography.x509.oid import NameOID  # noqa: PLC0415
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    ptype = b"application/vnd.in-toto+json"
+    pae = b"DSSEv1 %d %s %d %s" % (len(ptype), ptype, len(statement), statement)
+    sig = key.sign(pae, ec.ECDSA(hashes.SHA256()))
+    if certificate:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fuzz seed")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), True)
+                .sign(key, hashes.SHA256()))
+        der = cert.public_bytes(serialization.Encoding.DER)
+        material = {"x509CertificateChain": {"certificates": [{"rawBytes": base64.b64encode(der).decode()}]}}
+    else:
+        pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        material = {"publicKey": {"hint": hashlib.sha256(pem).hexdigest()}, "tlogEntries": []}
+    return json.dumps({"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json", "verificationMaterial": material,
+                       "dsseEnvelope": {"payload": base64.b64encode(statement).decode(),
+                                        "payloadType": ptype.decode(),
+                                        "signatures": [{"sig": base64.b64encode(sig).decode(), "keyid": ""}]}}).encode()
+
+
+def write_signature_seeds(out: Path) -> Path:
+    """Seeds of fuzz_signature in ``out/signature``: bundles as they are (first byte 0) and statements the
+    target signs (1: with its key, 2: with its certificate), good ones and one per verdict of the rules."""
+    folder = out / "signature"
+    folder.mkdir(parents=True, exist_ok=True)
+    good = fuzz_statement()
+    without_b = {k: v for k, v in SIGNATURE_FUZZ_FILES.items() if k != "cap_modules/b.o"}
+    statements = [
+        good,
+        fuzz_statement(without_b),                                                # added after signing
+        fuzz_statement({**SIGNATURE_FUZZ_FILES, "cap_modules/c.o": b"c"}),       # removed after signing
+        fuzz_statement({**SIGNATURE_FUZZ_FILES, "cap.wrp": b"other"}),           # changed after signing
+        fuzz_statement({k: v for k, v in SIGNATURE_FUZZ_FILES.items() if k != "cap.wrp"}),  # not covered
+        fuzz_statement(subject="0" * 64),                                        # malformed: subject digest
+        fuzz_statement({**SIGNATURE_FUZZ_FILES, "other/../x": b"x"}),            # malformed: a name
+        fuzz_statement(_type="https://in-toto.io/Statement/v0.1"),
+    ]
+    seeds = [bytes([mode]) + st for st in statements for mode in (1, 2)]
+    seeds += [b"\0" + untrusted_bundle(good), b"\0" + untrusted_bundle(good, certificate=True),
+              b"\0" + untrusted_bundle(good)[:200], b"\0{}", b"\0" + b"[" * 2000]
+    for data in seeds:
+        (folder / hashlib.sha1(data).hexdigest()).write_bytes(data)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def signature_seeds(tmp_path_factory) -> Path:
+    return write_signature_seeds(tmp_path_factory.mktemp("fuzz-signature-seeds"))
+
+
 # ---------------------------------------------------------------------------
 # Short fuzzing runs
 # ---------------------------------------------------------------------------
@@ -220,9 +309,12 @@ def run_fuzzer(exe: Path, args: list, timeout: float) -> subprocess.CompletedPro
                           timeout=timeout, env=env)
 
 
-@pytest.mark.parametrize("target", ["wrp1", "wrpk"])
-def test_fuzz_target_runs_without_crashing(fuzzers, seeds, tmp_path, target):
-    seed_dir = seeds[0] if target == "wrp1" else seeds[1]
+@pytest.mark.parametrize("target", ["wrp1", "wrpk", "signature"])
+def test_fuzz_target_runs_without_crashing(fuzzers, request, tmp_path, target):
+    if target == "signature":
+        seed_dir = request.getfixturevalue("signature_seeds")
+    else:
+        seed_dir = request.getfixturevalue("seeds")[0 if target == "wrp1" else 1]
     assert len(list(seed_dir.iterdir())) >= 10
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -420,6 +512,36 @@ def test_regression_input(fuzzers, regressions, tmp_path, name):
         assert "status=2:" in first and expected in first, verdicts
 
 
+SIGNATURE_REGRESSIONS = {  # name: (input, the first words of the verdict, or "ok")
+    "key_signed_statement": (b"\1" + fuzz_statement(), "ok"),
+    "certificate_signed_statement": (b"\2" + fuzz_statement(), "ok"),
+    "module_missing_from_statement": (
+        b"\1" + fuzz_statement({k: v for k, v in SIGNATURE_FUZZ_FILES.items() if k != "cap_modules/b.o"}),
+        "added after signing: cap_modules/b.o"),
+    "capture_changed": (b"\2" + fuzz_statement({**SIGNATURE_FUZZ_FILES, "cap.wrp": b"x"}),
+                        "changed after signing: cap.wrp"),
+    "deep_nesting": (b"\0" + b"[" * 100000, "signature malformed"),
+    "deep_nesting_in_payload": (b"\1" + b"[" * 100000 + b"]" * 100000, "signature malformed"),
+    "not_json": (b"\0\xff\xfe", "signature malformed"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIGNATURE_REGRESSIONS))
+def test_signature_regression_input(fuzzers, tmp_path, name):
+    data, expected = SIGNATURE_REGRESSIONS[name]
+    path = tmp_path / name
+    path.write_bytes(data)
+    res = subprocess.run([str(fuzzers["signature"]), str(path)], capture_output=True, text=True, errors="replace",
+                         timeout=60, env={"PATH": "/usr/bin:/bin", "WRP_FUZZ_VERBOSE": "1"})
+    assert res.returncode == 0, res.stderr[-4000:]
+    verdicts = [line for line in res.stderr.splitlines() if line.startswith("fuzz: ")]
+    assert verdicts, res.stderr[-2000:]
+    if expected == "ok":
+        assert "status=0: ok" in verdicts[0], verdicts
+    else:
+        assert "status=8: " + expected in verdicts[0], verdicts
+
+
 if __name__ == "__main__":  # python tests/test_fuzz_native.py SEED_DIR
     import tempfile
 
@@ -427,4 +549,6 @@ if __name__ == "__main__":  # python tests/test_fuzz_native.py SEED_DIR
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "fuzz-seeds")
     with tempfile.TemporaryDirectory() as work:
         a, b = write_seeds(target, Path(work))
-    print(f"{len(list(a.iterdir()))} WRP1 seeds in {a}, {len(list(b.iterdir()))} WRPK seeds in {b}")
+    c = write_signature_seeds(target)
+    print(f"{len(list(a.iterdir()))} WRP1 seeds in {a}, {len(list(b.iterdir()))} WRPK seeds in {b}, "
+          f"{len(list(c.iterdir()))} signature seeds in {c}")

@@ -380,3 +380,66 @@ def test_regress_counts_an_untrusted_case_as_an_error(captures, keys, tmp_path):
     assert cases["good/views"]["verdict"] == "pass"
     assert cases["bad/views"]["verdict"] == "error"
     assert cases["bad/views"]["message"].startswith("changed after signing: views_modules/")
+
+
+# ---------------------------------------------------------------------------
+# Python and C++ give the same verdict
+# ---------------------------------------------------------------------------
+
+
+def _same_words(py: str, cpp: str) -> bool:
+    """The same message, except that a malformed signature's detail may be worded by each parser."""
+    if py.startswith("signature malformed: "):
+        return cpp.startswith(py[: py.index(": ", len("signature malformed: ")) + 2])
+    return py == cpp
+
+
+def _cpp_error(res) -> str:
+    try:
+        return json.loads(res.stdout)["error"]
+    except (ValueError, KeyError):
+        return res.stdout + res.stderr
+
+
+PARITY = dict(REFUSALS, **{"good": (lambda cap, keys: None, None)})
+
+
+@pytest.mark.parametrize("case", sorted(PARITY))
+def test_python_and_cpp_agree(signed, keys, replayer, case):
+    damage, words = PARITY[case]
+    damage(signed, keys)
+    py = wrp("validate", signed, "--trusted-key", keys["a"][1], "--json")
+    cpp = run(replayer, signed, "--trusted-key", keys["a"][1], "--json")
+    assert py.returncode == cpp.returncode == (0 if words is None else 3), (py.stdout, cpp.stdout, cpp.stderr)
+    if words is not None:
+        py_error, cpp_error = json.loads(py.stdout)["error"], _cpp_error(cpp)
+        assert py_error.split(":")[0] == words
+        assert _same_words(py_error, cpp_error), (py_error, cpp_error)
+
+
+@pytest.mark.parametrize("hostile", ["dotdot", "duplicate", "blake2"])
+def test_python_and_cpp_agree_on_hostile_statements(signed, keys, replayer, hostile):
+    good = [_resource(signed.name, signed.read_bytes())]
+    extra = {"dotdot": [_resource("../outside.o", b"x")], "duplicate": [good[0]],
+             "blake2": [dict(_resource("b.o", b"x"), algorithm="blake2")]}[hostile]
+    _sign_statement(signed, keys["a"][0], good + extra)
+    py = wrp("validate", signed, "--trusted-key", keys["a"][1], "--json")
+    cpp = run(replayer, signed, "--trusted-key", keys["a"][1], "--json")
+    assert py.returncode == cpp.returncode == 3
+    assert _same_words(json.loads(py.stdout)["error"], _cpp_error(cpp))
+
+
+def test_cpp_environment_and_certificates(captures, keys, replayer, tmp_path):
+    d = keys["dir"]
+    cap = capture_copy(captures, tmp_path / "cap")
+    res = wrp("sign", cap, "--key", d / "leaf.key.pem", "--certificate", d / "leaf.pem")
+    assert res.returncode == 2 and "--chain" in res.stderr  # model-signing needs the chain up to the root
+    res = wrp("sign", cap, "--key", d / "leaf.key.pem", "--certificate", d / "leaf.pem", "--chain", d / "ca.pem")
+    assert res.returncode == 0, res.stderr
+    assert run(replayer, cap, "--trusted-key", d / "ca.pem").returncode == 0
+    res = run(replayer, cap, env={"WRPKIT_TRUSTED_KEYS": str(d / "ca2.pem")})
+    assert res.returncode == 3 and "not signed by a trusted key" in res.stderr + res.stdout
+    res = run(replayer, cap, "--json", env={"WRPKIT_TRUSTED_KEYS": str(keys["a"][1])})
+    assert res.returncode == 3
+    # Through the python CLI's native engine: the parent checks, and wrp-replay checks again itself.
+    assert wrp("replay", cap, "--engine", "native", "--trusted-key", d / "ca.pem").returncode == 0

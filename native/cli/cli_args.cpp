@@ -16,7 +16,8 @@ const char* const kUsage =
     "                  [--output NAME=y.npy]... [--repeat N] [--warmup N]\n"
     "                  [--timeout SECONDS] [--json [--raw-times] [--stats]]\n"
     "                  [--max-memory SIZE] [--warp-lib-dir DIR] [--list [--verify]]\n"
-    "                  [--modules-dir DIR]\n"
+    "                  [--modules-dir DIR] [--trusted-key PEM]...\n"
+    "                  [--trusted-keys DIR] [--signature PATH]\n"
     "\n"
     "Replay a Warp captured graph without Python: a .wrp written by wp.capture_save\n"
     "(with the module files in <stem>_modules/ beside it) or a single-file .wrpk\n"
@@ -63,6 +64,15 @@ const char* const kUsage =
     "                       installed beside wrp-replay\n"
     "  --modules-dir DIR    a .wrp's module files (default: <stem>_modules/ beside\n"
     "                       FILE, or beside the target when FILE is a symbolic link)\n"
+    "  --trusted-key PEM    refuse FILE (exit 3, before it is decoded or Warp is\n"
+    "                       loaded) unless its signature verifies with an EC public\n"
+    "                       key or a CA certificate of PEM and covers FILE and a\n"
+    "                       .wrp's module files unchanged (schema/SIGNATURE-RULES.md;\n"
+    "                       signatures of wrp sign or model_signing sign).\n"
+    "                       Repeatable.  Default: $WRPKIT_TRUSTED_KEYS (PEM files or\n"
+    "                       directories, separated by ':'; unset or empty: no check)\n"
+    "  --trusted-keys DIR   the same with every *.pem file in DIR\n"
+    "  --signature PATH     the signature file (default: <stem>.sig beside FILE)\n"
     "  --list               validate the file and list its format, who wrote it and\n"
     "                       its bindings without loading Warp (a .wrp whose modules\n"
     "                       directory is absent is still listed, as wrp inspect\n"
@@ -240,6 +250,15 @@ CliArgs parse_args(int argc, char** argv)
             a.modules_dir = next();
             if (a.modules_dir.empty())
                 usage_error("--modules-dir needs a directory");
+        } else if (arg == "--trusted-key" || arg == "--trusted-keys") {
+            std::string path = next();
+            if (path.empty())
+                usage_error(arg + (arg == "--trusted-key" ? " needs a PEM file" : " needs a directory"));
+            a.trusted_keys.push_back(path);
+        } else if (arg == "--signature") {
+            a.signature = next();
+            if (a.signature.empty())
+                usage_error("--signature needs a file");
         } else if (arg == "--approve-fd") {
             uint32_t fd = parse_count(arg, next(), 0);
             if (fd > (1u << 20))

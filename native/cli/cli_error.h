@@ -14,7 +14,8 @@ enum ExitCode {
     kExitOk = 0,            // success
     kExitRuntime = 1,       // replay/runtime failed, or an I/O error (cannot read or write a file)
     kExitUsage = 2,         // bad option, path not found, unknown binding, wrong input, wrong device
-    kExitInvalidFile = 3,   // invalid, corrupted, unsafe, incomplete, another Warp/format version, or out of memory
+    kExitInvalidFile = 3,   // invalid, corrupted, unsafe, incomplete, another Warp/format version, out of memory,
+                            // or (with trusted keys) unsigned, signed by no trusted key, or changed after signing
     kExitCrash = 4,         // the replay crashed (a fatal signal); nothing written
     kExitInternal = 70,     // a bug
     kExitTimeout = 124,     // --timeout ran out; nothing written

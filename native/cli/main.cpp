@@ -258,6 +258,12 @@ int run(const CliArgs& args)
             throw CliError(kExitRuntime, "cannot read " + args.file + ": " + std::strerror(errno));
         close(fd);
     }
+    if (!args.signature.empty() && args.trusted_keys.empty()) {
+        const char* env = std::getenv("WRPKIT_TRUSTED_KEYS");
+        if (!env || !*env)
+            throw CliError(kExitUsage, "--signature needs the keys to check it with: --trusted-key PEM, "
+                           "--trusted-keys DIR or $WRPKIT_TRUSTED_KEYS");
+    }
     Program prog;
     for (const NamedPath& o : args.outputs)
         prepare_output(o.path);  // every output place is checked before the file is even opened

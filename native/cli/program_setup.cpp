@@ -20,6 +20,7 @@ int exit_code_for(wrp_status s)
     case WRP_OK: return kExitOk;
     case WRP_ERR_INVALID_FILE: return kExitInvalidFile;
     case WRP_ERR_INCOMPATIBLE: return kExitInvalidFile;
+    case WRP_ERR_UNTRUSTED: return kExitInvalidFile;  // unsigned, untrusted or changed after signing: exit 3
     case WRP_ERR_OUT_OF_MEMORY: return kExitInvalidFile;  // too big for this device: exit 3, as wrp's
     case WRP_ERR_INVALID_ARGUMENT: return kExitUsage;
     case WRP_ERR_NO_DEVICE: return kExitUsage;
@@ -118,6 +119,15 @@ wrp_options options_for(const CliArgs& args)
     opts.capture_warp_stderr = 1;  // Warp's diagnostics belong in our error message
     if (args.max_memory)
         opts.max_memory_bytes = args.max_memory;
+    // --trusted-key / --trusted-keys (none: the library reads $WRPKIT_TRUSTED_KEYS), --signature.  The
+    // pointers stay valid while `args` does (both callers keep it to the end).
+    static thread_local std::vector<const char*> keys;
+    keys.clear();
+    for (const std::string& k : args.trusted_keys)
+        keys.push_back(k.c_str());
+    opts.trusted_keys = keys.empty() ? nullptr : keys.data();
+    opts.num_trusted_keys = keys.size();
+    opts.signature_path = args.signature.empty() ? nullptr : args.signature.c_str();
     if (args.approve_fd >= 0) {
         opts.before_allocate = wait_for_approval;
         opts.before_allocate_user_data = const_cast<CliArgs*>(&args);

@@ -30,7 +30,8 @@ std::vector<wrp_binding_info> list_bindings(wrp_program* p);
 // The binding called `name`; CliError(kExitUsage) naming the file's bindings if none.
 const wrp_binding_info& find(const std::vector<wrp_binding_info>& bindings, const std::string& name);
 
-// The library options the command line asks for (with --list: validation only).
+// The library options the command line asks for (with --list: validation only).  Its trusted_keys
+// point into `args`, which must outlive it.
 wrp_options options_for(const CliArgs& args);
 
 // Copy the --input arrays into their bindings; returns the "inputs" list of the --json report.

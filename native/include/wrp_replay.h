@@ -130,7 +130,16 @@ typedef enum wrp_status {
      * (Warp only loads captures of its own version): recapture it.  Also a
      * replay of an older format (see wrp_program_format_version): convert it
      * with `wrp upgrade IN OUT`. */
-    WRP_ERR_INCOMPATIBLE = 7
+    WRP_ERR_INCOMPATIBLE = 7,
+    /* Trusted keys were given (wrp_options.trusted_keys, or the environment
+     * variable WRPKIT_TRUSTED_KEYS) and the capture is unsigned, signed by no
+     * trusted key, or changed after signing (schema/SIGNATURE-RULES.md,
+     * steps 1-6).  The message starts with the rule's words: "not signed:",
+     * "signature malformed:", "not signed by a trusted key:", "not covered by
+     * the signature:", "changed after signing:", "removed after signing:" or
+     * "added after signing:".  Nothing of the file was decoded and nothing
+     * was loaded into Warp.  wrp-replay exits 3. */
+    WRP_ERR_UNTRUSTED = 8
 } wrp_status;
 
 /* Options for opening a program.  Always call wrp_options_init() first so
@@ -208,6 +217,31 @@ typedef struct wrp_options {
     int (*before_allocate)(void* user_data, uint64_t declared_bytes);
     /* Passed to before_allocate as is. */
     void* before_allocate_user_data;
+    /* Signed captures (schema/SIGNATURE-RULES.md): paths of PEM files (EC
+     * public keys on P-256, P-384 or P-521, and/or CA certificates) or of
+     * directories whose *.pem files are all loaded.  With num_trusted_keys
+     * > 0, wrp_program_open() refuses a file that is not signed by one of
+     * them with WRP_ERR_UNTRUSTED, checked right after the file is mapped,
+     * before it is decoded and before anything is loaded into Warp; the
+     * module files of a .wrp are read once, hashed, and exactly those bytes
+     * are loaded.  The signed set of a .wrp `DIR/STEM.wrp` (told by its
+     * bytes, as the loader tells it) is STEM.wrp plus every entry of its
+     * modules directory (see modules_dir) that is not a directory, named
+     * `STEM_modules/NAME` (a symbolic link there is refused); of a .wrpk, the
+     * one file.  With none given (the default: NULL, 0), the environment
+     * variable WRPKIT_TRUSTED_KEYS (paths separated by ':'; unset or empty:
+     * no requirement) is used instead.  A key path that is missing,
+     * unreadable, holds a private key or no public key or certificate is
+     * WRP_ERR_INVALID_ARGUMENT; a signature or module file that exists but
+     * cannot be read, WRP_ERR_INVALID_FILE.  wrp_program_open_memory()
+     * ignores these fields and the environment: its caller verified the
+     * bytes. */
+    const char* const* trusted_keys;
+    size_t num_trusted_keys;
+    /* The signature (an OpenSSF model-signing bundle, as `wrp sign` and
+     * `model_signing sign` write); NULL or "" for `DIR/STEM.sig` beside the
+     * file (its last suffix replaced by ".sig"). */
+    const char* signature_path;
 } wrp_options;
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name
@@ -291,7 +325,9 @@ WRP_API uint64_t wrp_last_error_bytes(void);
  * wrp_options.modules_dir for where modules are looked for).  Each module
  * file is read once into memory, checked, and exactly those bytes are loaded,
  * so hard-linked module files are accepted; a module file that is a symbolic
- * link is refused.  `opts` may be NULL for defaults.
+ * link is refused.  `opts` may be NULL for defaults.  When trusted keys are
+ * given (wrp_options.trusted_keys, else $WRPKIT_TRUSTED_KEYS), the file's
+ * signature is checked first and a refusal is WRP_ERR_UNTRUSTED.
  * On success *out_program receives the program; on failure it is set to
  * NULL and wrp_last_error() explains why. */
 WRP_API wrp_status wrp_program_open(const char* path, const wrp_options* opts, wrp_program** out_program);
@@ -302,7 +338,9 @@ WRP_API wrp_status wrp_program_open(const char* path, const wrp_options* opts, w
  * are only read during the call (the library copies what it keeps).  A .wrpk
  * held in one MAP_SHARED mapping of its file (as wrp_program_open maps it) has
  * its region data pages mapped, not copied, into the image Warp loads from.
- * Entries the graph does not use are ignored. */
+ * Entries the graph does not use are ignored.  No signature is checked
+ * here (the trust fields of wrp_options and WRPKIT_TRUSTED_KEYS are
+ * ignored): the caller verified the bytes it passes. */
 WRP_API wrp_status wrp_program_open_memory(
     const void* wrp_data,
     size_t wrp_size,
@@ -311,6 +349,16 @@ WRP_API wrp_status wrp_program_open_memory(
     const wrp_options* opts,
     wrp_program** out_program
 );
+
+/* Only the signature check of wrp_program_open() (schema/SIGNATURE-RULES.md)
+ * on `path` (any file: .wrp, .wrpk, or the .json form): WRP_OK when it is
+ * signed by a trusted key and unchanged, WRP_ERR_UNTRUSTED with the verdict
+ * in wrp_last_error() when not.  Uses opts->trusted_keys, signature_path,
+ * modules_dir and max_file_bytes (opts may be NULL); with no trusted keys
+ * there, the environment variable WRPKIT_TRUSTED_KEYS, and with neither it
+ * fails with WRP_ERR_INVALID_ARGUMENT ("no trusted keys given").  A file
+ * that cannot be read is WRP_ERR_INVALID_FILE.  Warp is never loaded. */
+WRP_API wrp_status wrp_verify_signature(const char* path, const wrp_options* opts);
 
 /* Release the program and everything Warp allocated for it.  NULL is
  * accepted.  Never fails. */

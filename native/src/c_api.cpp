@@ -7,7 +7,9 @@
 #include <string>
 
 #include "error.h"
+#include "mapped_file.h"
 #include "program.h"
+#include "signature.h"
 #include "wrp_replay.h"
 
 #ifndef WRP_LIBRARY_VERSION
@@ -113,6 +115,27 @@ wrp_status wrp_program_open_memory(const void* wrp_data, size_t wrp_size, const 
             wrp::fail(WRP_ERR_INVALID_ARGUMENT, "no .wrp or .wrpk bytes given");
         finish_open(out_program, wrp::Program::open_memory(static_cast<const uint8_t*>(wrp_data), wrp_size, modules,
                                                            num_modules, wrp::OpenOptions::from(opts)));
+    });
+}
+
+wrp_status wrp_verify_signature(const char* path, const wrp_options* opts)
+{
+    return guarded([&] {
+        if (!path || !*path)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "path is NULL or empty");
+        wrp::OpenOptions o = wrp::OpenOptions::from(opts);
+        bool from_environment = false;
+        std::vector<std::string> keys = wrp::requested_trusted_keys(o.trusted_keys, o.num_trusted_keys,
+                                                                    &from_environment);
+        if (keys.empty())
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "no trusted keys given");
+        wrp::MappedFile file = wrp::MappedFile::open(path, o.limits.max_file_bytes, "file", /*follow=*/true);
+        wrp::CaptureToVerify capture;
+        capture.path = path;
+        capture.data = file.data();
+        capture.size = file.size();
+        capture.modules_dir = o.modules_dir;
+        wrp::verify_signature(capture, wrp::TrustedKeys::load(keys, from_environment), o.signature_path, nullptr);
     });
 }
 

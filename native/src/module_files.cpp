@@ -13,6 +13,7 @@
 #include "elf_symbols.h"
 #include "error.h"
 #include "sha256.h"
+#include "signature.h"
 
 namespace wrp {
 namespace {
@@ -194,7 +195,7 @@ std::vector<uint8_t> read_module_at(int dirfd, const std::string& name, const st
 }  // namespace
 
 std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const std::string& modules_dir,
-                                           const Wrp1Graph& g, bool checks)
+                                           const Wrp1Graph& g, bool checks, SignedModules* verified)
 {
     std::vector<std::string> names = required_module_files(g);
     std::vector<ModuleImage> out;
@@ -218,7 +219,18 @@ std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const st
             std::string display = dir + "/" + printable(name);
             ModuleImage m;
             m.filename = name;
-            m.owned = read_module_at(dirfd, name, display);
+            auto hashed = verified ? verified->files.find(name) : decltype(verified->files.begin())();
+            if (verified && hashed != verified->files.end()) {
+                m.owned = std::move(hashed->second);  // the bytes the signature check hashed, not read again
+                verified->files.erase(hashed);
+            } else {
+                // Not read by the signature check: missing, a symbolic link, over the size limit (each
+                // refused here as without a signature), or new since it was checked.
+                m.owned = read_module_at(dirfd, name, display);
+                if (verified)
+                    fail(WRP_ERR_UNTRUSTED, "added after signing: %s%s", verified->resource_prefix.c_str(),
+                         printable(name).c_str());
+            }
             m.data = m.owned.data();
             m.size = m.owned.size();
             if (checks)

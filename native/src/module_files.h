@@ -39,9 +39,14 @@ std::string modules_dir_for(const std::string& wrp_path);
 // it; for a symbolic link without one beside it, the one beside its target.
 std::string find_modules_dir(const std::string& wrp_path);
 
-// `modules_dir` "" = find_modules_dir(wrp_path).
+struct SignedModules;
+
+// `modules_dir` "" = find_modules_dir(wrp_path).  `verified` (a signed capture): the module files
+// the signature check read and hashed; a needed file is taken from there (moved out, not read
+// again), and one that was not there when the signature was checked is refused
+// (WRP_ERR_UNTRUSTED, "added after signing").
 std::vector<ModuleImage> read_module_files(const std::string& wrp_path, const std::string& modules_dir,
-                                           const Wrp1Graph& g, bool checks);
+                                           const Wrp1Graph& g, bool checks, SignedModules* verified = nullptr);
 std::vector<ModuleImage> select_module_bytes(const wrp_module_bytes* modules, size_t count, const Wrp1Graph& g,
                                              bool checks);
 

@@ -32,6 +32,7 @@
 
 #include "error.h"
 #include "mapped_file.h"
+#include "signature.h"
 #include "stderr_capture.h"
 #include "warp_runtime.h"
 #include "wrp1_validator.h"
@@ -123,6 +124,9 @@ OpenOptions OpenOptions::from(const wrp_options* user)
     out.op_limit = o.op_limit;
     out.before_allocate = o.before_allocate;
     out.before_allocate_user_data = o.before_allocate_user_data;
+    out.trusted_keys = o.trusted_keys;
+    out.num_trusted_keys = o.num_trusted_keys;
+    out.signature_path = o.signature_path ? o.signature_path : "";
     if (o.max_file_bytes)
         out.limits.max_file_bytes = o.max_file_bytes;
     if (o.max_memory_bytes)
@@ -134,6 +138,8 @@ OpenOptions OpenOptions::from(const wrp_options* user)
 Program::Program(const OpenOptions& opts)
     : opts_(opts)
 {
+    opts_.trusted_keys = nullptr;  // the caller's, only valid during the open (which has used them)
+    opts_.num_trusted_keys = 0;
 }
 
 Program::~Program() { release(); }
@@ -141,6 +147,22 @@ Program::~Program() { release(); }
 std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenOptions& opts)
 {
     MappedFile file = MappedFile::open(path, opts.limits.max_file_bytes, "file", /*follow=*/true);
+    // A signed capture: the verdict comes before the file is decoded or anything reaches Warp, on
+    // the very bytes decoded below; a .wrp's module files are read once, and those bytes are loaded.
+    bool keys_from_environment = false;
+    std::vector<std::string> keys = requested_trusted_keys(opts.trusted_keys, opts.num_trusted_keys,
+                                                           &keys_from_environment);
+    SignedModules signed_modules;
+    const bool check_signature = !keys.empty();
+    if (check_signature) {
+        CaptureToVerify capture;
+        capture.path = path;
+        capture.data = file.data();
+        capture.size = file.size();
+        capture.modules_dir = opts.modules_dir;
+        verify_signature(capture, TrustedKeys::load(keys, keys_from_environment), opts.signature_path,
+                         &signed_modules);
+    }
     if (is_wrpk(file.data(), file.size()))
         // `file` (a MAP_SHARED mapping) outlives Warp's load; the image maps its region data pages.
         return open_bundle(file.data(), file.size(), nullptr, 0, opts, /*map_source_pages=*/true);
@@ -151,7 +173,8 @@ std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenO
     std::string dir = opts.modules_dir.empty() ? find_modules_dir(path) : opts.modules_dir;
     struct stat st;
     if (!(opts.validate_only && opts.modules_optional && stat(dir.c_str(), &st) != 0))
-        modules = read_module_files(path, opts.modules_dir, p->graph_, !opts.skip_checks);
+        modules = read_module_files(path, opts.modules_dir, p->graph_, !opts.skip_checks,
+                                    check_signature ? &signed_modules : nullptr);
     p->start(file.data(), file.size(), modules);
     return p;
 }

@@ -37,6 +37,11 @@ struct OpenOptions {
     uint64_t op_limit = 0;          // 0: the whole graph; N: its first N top-level ops
     int (*before_allocate)(void*, uint64_t) = nullptr;  // the host's last word before Warp allocates
     void* before_allocate_user_data = nullptr;
+    // Signed captures (open_file and wrp_verify_signature only): the caller's wrp_options.trusted_keys
+    // as given (checked where they are used: open_memory ignores them), and the signature's path.
+    const char* const* trusted_keys = nullptr;
+    size_t num_trusted_keys = 0;
+    std::string signature_path;  // "" = <stem>.sig beside the file
     ValidationLimits limits;
 
     static OpenOptions from(const wrp_options* opts);

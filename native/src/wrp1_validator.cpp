@@ -522,7 +522,7 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
                         static_cast<unsigned long long>(r.remaining()));
 }
 
-void read_memory(const uint8_t* image, const Section& s, Wrp1Graph& g, const ValidationLimits& limits)
+void read_memory(const uint8_t* image, const Section& s, Wrp1Graph& g, const ValidationLimits& /*limits*/)
 {
     ByteReader r(image, s.offset, s.offset + s.size, "memory");
     uint64_t at = r.pos();

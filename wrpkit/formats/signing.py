@@ -82,6 +82,10 @@ def sign_capture(capture, key, *, kind: str, signature=None, modules_dir=None, c
     except ImportError as e:
         raise WrpError(f"signing needs the model-signing package: {e}",
                        hint="pip install 'model-signing==1.1.1' (it comes with wrpkit).") from None
+    if certificate is not None and not chain:
+        # model-signing's certificate signer needs the chain (and fails on an empty one).
+        raise WrpUsageError("--certificate needs --chain: the certificates from it up to the root CA",
+                            hint="For a certificate a root CA issued directly, pass that root: --chain ROOT.pem.")
     for what, p in (("private key", key), ("certificate", certificate), *(("certificate", c) for c in chain)):
         if p is not None and not Path(p).is_file():
             raise WrpUsageError(f"{what} not found: {p}", hint="Check the path.")

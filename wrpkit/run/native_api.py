@@ -25,7 +25,10 @@ class _Options(ctypes.Structure):
                 ("modules_optional", ctypes.c_int), ("op_limit", ctypes.c_uint64),
                 # NULL here: this process has checked the file before it opens it
                 ("before_allocate", ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64)),
-                ("before_allocate_user_data", ctypes.c_void_p)]
+                ("before_allocate_user_data", ctypes.c_void_p),
+                # signed captures (schema/SIGNATURE-RULES.md): PEM files or folders, and the .sig path
+                ("trusted_keys", ctypes.POINTER(ctypes.c_char_p)), ("num_trusted_keys", ctypes.c_size_t),
+                ("signature_path", ctypes.c_char_p)]
 
 
 class _Module(ctypes.Structure):
@@ -54,8 +57,39 @@ def library():
     lib.wrp_program_data_ptr.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
                                          ctypes.POINTER(ctypes.c_size_t)]
     lib.wrp_program_run.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    lib.wrp_verify_signature.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Options)]
     _check_options_layout(lib)
     return lib
+
+
+def verify_signature(path, trusted_keys=(), signature_path=None, modules_dir=None) -> tuple:
+    """The C++ verdict on a capture's signature (``wrp_verify_signature``), for parity with Python's.
+
+    Args:
+        path: The capture (``.wrp``, ``.wrpk`` or ``.json``), as given.
+        trusted_keys: PEM files or folders of ``*.pem``; empty: the library reads
+            ``WRPKIT_TRUSTED_KEYS`` itself (and with neither says "no trusted keys given").
+        signature_path: The signature; None for ``STEM.sig`` beside the capture.
+        modules_dir: A ``.wrp``'s modules folder; None for ``<stem>_modules/`` beside it.
+
+    Returns:
+        ``(status, message)``: 0 and "" when it is signed by a trusted key and unchanged; else the
+        ``wrp_status`` (8: unsigned, untrusted or changed; 1: a bad key path; 2: an unreadable file)
+        and the library's message.
+    """
+    lib = library()
+    opts = _Options()
+    lib.wrp_options_init(ctypes.byref(opts))
+    keys = [os.fsencode(k) for k in trusted_keys]
+    array = (ctypes.c_char_p * max(1, len(keys)))(*keys)
+    opts.trusted_keys = ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p)) if keys else None
+    opts.num_trusted_keys = len(keys)
+    sig = os.fsencode(signature_path) if signature_path is not None else None
+    mods = os.fsencode(modules_dir) if modules_dir is not None else None
+    opts.signature_path = sig
+    opts.modules_dir = mods
+    rc = lib.wrp_verify_signature(os.fsencode(path), ctypes.byref(opts))
+    return rc, ("" if rc == 0 else (lib.wrp_last_error() or b"").decode(errors="replace"))
 
 
 def _check_options_layout(lib) -> None:
