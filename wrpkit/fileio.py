@@ -11,19 +11,33 @@ directory, checks every write and the close, fsyncs and publishes with one
 and no temporary file behind.  :func:`publish_wrp` publishes a ``.wrp`` and
 its ``<stem>_modules/`` so that a reader never sees a ``.wrp`` whose modules
 are missing.
+
+Special destinations: an output that exists and is not a regular file (a
+character device such as ``/dev/null``, a FIFO, a socket, a block device, or
+a symbolic link to one), or that names one of this process's own files
+(``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``), is never replaced: the data
+is staged in an unnamed temporary file, checked as a regular output is, then
+written in place into the opened destination (:func:`special_output`).  A
+``.wrp`` cannot go there (its ``<stem>_modules/`` has no place beside a device).
+
+Every failure to read or write is a :class:`~wrpkit.errors.WrpIOError`
+(exit 1) naming the path and the operating system's reason in words, and a
+failed write leaves nothing behind: no temporary file, no folder it made.
 """
 
 from __future__ import annotations
 
+import errno
 import functools
 import mmap
 import os
+import re
 import stat
 import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Union
 
-from .errors import WrpError, WrpIOError, WrpModuleError, WrpNotFoundError
+from .errors import WrpError, WrpIOError, WrpModuleError, WrpNotFoundError, WrpUsageError
 
 PathLike = Union[str, os.PathLike]
 
@@ -126,7 +140,8 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False,
         A :class:`MappedFile`.
 
     Raises:
-        WrpError: The file is missing, a symlink, a FIFO, a directory or unreadable.
+        WrpError: The file is missing, a symlink, a FIFO or a directory.
+        WrpIOError: It exists but cannot be read or mapped (exit 1).
     """
     fd = open_regular(path, what, follow_symlinks=follow_symlinks)
     try:
@@ -139,7 +154,7 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False,
         else:
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:
-        raise WrpError(f"cannot map {what} {path}: {e}") from None
+        raise WrpIOError(f"cannot read {what} {path}: {_reason(e)}") from None
     finally:
         os.close(fd)
     return MappedFile(Path(path), mm, size, st)
@@ -159,11 +174,31 @@ def read_file(path: PathLike, what: str = "file", max_size: int = 1 << 34, *,
             raise WrpError(f"{what} {path} is {size} bytes, above the limit of {max_size}")
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(size + 1)
+    except OSError as e:
+        raise WrpIOError(f"cannot read {what} {path}: {_reason(e)}") from None
     finally:
         os.close(fd)
     if len(data) != size:
         raise WrpError(f"{what} {path} changed size while it was read")
     return data
+
+
+def read_user_text(path: PathLike, what: str = "file") -> str:
+    """The text of a small file the user named (a trace, a profile): a FIFO or ``<(...)`` too.
+
+    Raises:
+        WrpNotFoundError: It is missing or a directory (a usage error, exit 2).
+        WrpIOError: It exists but cannot be read (exit 1), with the reason in words.
+        UnicodeDecodeError: It is not UTF-8 text (the caller says what it expected).
+    """
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        raise WrpNotFoundError(f"{what} not found: {path}", hint="Check the path.") from None
+    except IsADirectoryError:
+        raise WrpNotFoundError(f"{what} is a directory, not a file: {path}", hint="Pass a regular file.") from None
+    except OSError as e:
+        raise WrpIOError(f"cannot read {what} {path}: {_reason(e)}") from None
 
 
 def _fsync_dir(d: Path) -> None:
@@ -291,6 +326,216 @@ def _sync_file_range():
     return fn
 
 
+# ---------------------------------------------------------------------------
+# Special destinations: written in place, never replaced
+# ---------------------------------------------------------------------------
+
+#: This process's own files by name: /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N.
+_STREAMS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/(self|thread-self|\d+)(?:/task/\d+)?/fd)/(\d+)")
+#: Bytes copied per write from the staging file into a special destination.
+_COPY_PIECE = 1 << 20
+
+
+def _own_fd(path: PathLike) -> Optional[int]:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``: 1, ``/dev/fd/5``: 5), following
+    the symbolic links on the way (a link to ``/dev/stdout`` names it too); None for any other path."""
+    p = os.path.abspath(os.fspath(path))
+    for _ in range(40):  # the kernel's own limit on links followed
+        p = os.path.normpath(p)
+        if p in _STREAMS:
+            return _STREAMS[p]
+        m = _FD_PATH.fullmatch(p)
+        if m and m.group(1) in (None, "self", "thread-self", str(os.getpid())):
+            return int(m.group(2))
+        try:
+            target = os.readlink(p)
+        except OSError:
+            return None
+        p = os.path.join(os.path.dirname(p), target)
+    return None
+
+
+def _special_kind(mode: int) -> Optional[str]:
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return None
+
+
+def special_output(path: PathLike) -> Optional[str]:
+    """What an output is when it is written in place instead of replaced; None for a regular file or a new path.
+
+    An output is written in place when it names one of this process's own
+    files (``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``: ``"standard
+    output"``, ``"standard error"``, ``"file descriptor N"``), or exists and is
+    not a regular file or folder (``"a character device"``, ``"a FIFO"``,
+    ``"a socket"``, ``"a block device"``), through symbolic links too: the path
+    is the user's, and ``wrp convert x.wrp /dev/null.wrpk`` must never turn
+    ``/dev/null`` into a regular file.
+    """
+    fd = _own_fd(path)
+    if fd is not None:
+        return {0: "standard input", 1: "standard output", 2: "standard error"}.get(fd, f"file descriptor {fd}")
+    try:
+        return _special_kind(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return None
+
+
+def output_size(path: PathLike, written: int) -> int:
+    """The size of an output just written: its file's size, or ``written`` for a special file
+    (``/dev/null`` says 0 bytes, a FIFO what is still unread)."""
+    if special_output(path) is not None:
+        return written
+    return os.stat(path).st_size
+
+
+def _refuse_wrp_beside(dest: Path, kind: str) -> WrpUsageError:
+    return WrpUsageError(
+        f"cannot write a .wrp to {dest}: it is {kind}, and a .wrp comes with its module files in "
+        f"{modules_dir_for(dest).name}/ beside it, which has no place there",
+        hint="Write a .wrpk there instead (one self-contained file), or name a regular file.")
+
+
+def _check_special(out: Path, kind: str, modules_beside: bool) -> None:
+    """Refuse, before any long work, a special output that cannot be written (see :func:`check_output_path`)."""
+    if modules_beside:
+        raise _refuse_wrp_beside(out, kind)
+    if kind == "a socket":
+        raise WrpIOError(f"cannot write {out}: it is a socket, which cannot be opened as a file",
+                         hint="Name a regular file, a FIFO or a device.")
+    fd = _own_fd(out)
+    if fd is not None:
+        import fcntl  # noqa: PLC0415
+
+        try:
+            mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except OSError:
+            raise _not_open(out, kind) from None
+        if mode == os.O_RDONLY:
+            raise WrpIOError(f"cannot write {out}: {kind} is open for reading only", hint="Name a file.")
+        return
+    if not os.access(out, os.W_OK):
+        raise WrpIOError(f"cannot write {out}: {os.strerror(errno.EACCES)} (it is {kind})",
+                         hint="Name a file you may write.")
+
+
+def _not_open(out: Path, kind: str) -> WrpIOError:
+    return WrpIOError(f"cannot write {out}: {kind} is not open",
+                      hint="Open it for writing in the shell (e.g. >file, or 3>file for /dev/fd/3), or name a file.")
+
+
+def _write_all(fd: int, data) -> None:
+    """``os.write`` until all of ``data`` is written (a pipe takes part of it; a non-blocking one may wait)."""
+    view = memoryview(data).cast("B")
+    while view.nbytes:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:  # a descriptor the shell left non-blocking: wait until it takes more
+            import select  # noqa: PLC0415
+
+            select.select([], [fd], [])
+            continue
+        view = view[n:]
+
+
+def _special_write_error(dest: Path, kind: str, e: OSError, fd_named: Optional[int]) -> BaseException:
+    """The error of a write into a special destination that failed, as a user reads it."""
+    if e.errno == errno.EPIPE:
+        if fd_named == 1:
+            return BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))  # stdout closed: exit 141, quietly
+        return WrpIOError(f"cannot write {dest}: {_reason(e)}: its reader closed it before the end",
+                          hint="Keep the reading end open until the writer is done.")
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return WrpIOError(f"cannot write {dest}: {_reason(e)}", hint=f"{dest} is {kind} that takes no more data; "
+                          "write somewhere else.")
+    if e.errno == errno.ENXIO:
+        return WrpIOError(f"cannot write {dest}: {_reason(e)} (it is {kind}, which cannot be opened to write)",
+                          hint="Name a regular file, a FIFO or a device.")
+    return WrpIOError(f"cannot write {dest}: {_reason(e)}")
+
+
+def _write_in_place(dest: Path, kind: str, chunks: Iterable, progress, finish, before_publish,
+                    durable: bool) -> int:
+    """The special-destination route of :func:`atomic_write`: staged, checked, then written in place.
+
+    The bytes go to an unnamed temporary file (``$TMPDIR``) first, where
+    ``finish`` may rewrite and check them exactly as for a regular output, so
+    that a check that fails writes nothing to the destination.  Then the
+    destination is opened to write (``O_WRONLY``: no ``O_CREAT``, no
+    ``O_TRUNC``; a FIFO waits for its reader, as ``cat > fifo`` does), or for
+    ``/dev/stdout``, ``/dev/fd/N`` its descriptor is used as it is, and the
+    bytes are copied into it.
+    """
+    if kind == "a socket":
+        raise WrpIOError(f"cannot write {dest}: it is a socket, which cannot be opened as a file",
+                         hint="Name a regular file, a FIFO or a device.")
+    import tempfile  # noqa: PLC0415
+
+    try:
+        stage = tempfile.TemporaryFile(prefix="wrpkit-out-")
+    except OSError as e:
+        raise WrpIOError(f"cannot write {dest}: cannot make its staging file in {tempfile.gettempdir()}: "
+                         f"{_reason(e)}", hint="Set TMPDIR to a folder with room, or write a regular file.") from None
+    total = 0
+    with stage:
+        try:
+            for c in chunks:
+                n = c.nbytes if isinstance(c, memoryview) else len(c)
+                stage.write(c)
+                total += n
+                if progress is not None:
+                    progress(n)
+            stage.flush()
+            if finish is not None:
+                finish(stage.fileno())
+            if before_publish is not None:
+                before_publish()
+            size = os.fstat(stage.fileno()).st_size
+        except OSError as e:
+            raise WrpIOError(f"cannot write {dest}: {_reason(e)} (while staging it in {tempfile.gettempdir()})",
+                             hint="Free space there or set TMPDIR to a folder with room, or write a regular "
+                                  "file.") from None
+        fd_named = _own_fd(dest)
+        if fd_named in (1, 2):
+            for s in (sys.stdout, sys.stderr):  # what Python printed before comes first
+                if s is not None:
+                    s.flush()
+        try:
+            if fd_named is not None:
+                out = os.dup(fd_named)
+            else:
+                out = os.open(dest, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0))
+        except OSError as e:
+            if e.errno == errno.EBADF:
+                raise _not_open(dest, kind) from None
+            raise _special_write_error(dest, kind, e, fd_named) from None
+        try:
+            offset = 0
+            while offset < size:
+                piece = os.pread(stage.fileno(), min(_COPY_PIECE, size - offset), offset)
+                if not piece:
+                    break
+                _write_all(out, piece)
+                offset += len(piece)
+            if durable and _special_kind(os.fstat(out).st_mode) in (None, "a block device"):
+                try:
+                    os.fsync(out)  # a regular file behind /dev/stdout, or a disk: its data is on it
+                except OSError as e:
+                    if e.errno not in (errno.EINVAL, errno.EROFS, errno.ENOTSUP):
+                        raise
+        except OSError as e:
+            raise _special_write_error(dest, kind, e, fd_named) from None
+        finally:
+            try:
+                os.close(out)
+            except OSError:
+                pass
+    return total
+
+
 def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, before_publish=None,
                  writeback: bool = True, durable: bool = True) -> int:
     """Write ``chunks`` to ``path`` atomically and (by default) durably.
@@ -322,16 +567,36 @@ def atomic_write(path: PathLike, chunks: Iterable, progress=None, finish=None, b
             after a power loss the new file may be lost, as with ``cp``.
             For batches that sync once at the end.
 
+    A destination that exists and is not a regular file (a device, a FIFO,
+    ``/dev/stdout``: :func:`special_output`) is written in place, never
+    replaced: the bytes are staged and checked in an unnamed temporary file
+    first (``finish`` runs there), then copied into it.
+
     Returns:
         Bytes written.
 
     Raises:
-        WrpError: The destination directory is missing or a write failed; the
-            destination is left as it was and no temporary file remains.
+        WrpIOError: A write failed (the path and the reason in words); the
+            destination is left as it was, and no temporary file or folder
+            this call made remains.
+        WrpError: The destination is a directory.
         Whatever ``finish`` raises, with the same guarantee.
     """
     dest = Path(path)
-    d = make_parents(dest)
+    kind = special_output(dest)
+    if kind is not None:
+        return _write_in_place(dest, kind, chunks, progress, finish, before_publish, durable)
+    d, made = _make_parents(dest)
+    try:
+        return _atomic_write_file(dest, d, chunks, progress, finish, before_publish, writeback, durable)
+    except BaseException:
+        remove_empty_folders(made)
+        raise
+
+
+def _atomic_write_file(dest: Path, d: Path, chunks, progress, finish, before_publish, writeback: bool,
+                       durable: bool) -> int:
+    """The regular-file route of :func:`atomic_write`, into the existing folder ``d``."""
     if dest.is_dir():
         raise WrpError(f"output {dest} is a directory")
     fd = _open_anonymous(d)
@@ -461,17 +726,42 @@ def is_plain_basename(name: str) -> bool:
     return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\:\0")
 
 
+def _reason(e: BaseException) -> str:
+    """The operating system's reason for ``e`` in words ("No space left on device"), without errno or path."""
+    return getattr(e, "strerror", None) or str(e) or type(e).__name__
+
+
 def _cannot_write(dest: Path, e: OSError) -> WrpIOError:
     """The I/O error of an output that cannot be written, with a hint that fixes its cause."""
-    import errno  # noqa: PLC0415
-
     d = dest.parent if str(dest.parent) else Path(".")
     hint = None
     if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         hint = f"Make {d} writable, or write somewhere else."
     elif e.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = f"Free space on the file system of {d}, or write somewhere else."
-    return WrpIOError(f"cannot write {dest}: {e.strerror or e}", hint=hint)
+    return WrpIOError(f"cannot write {dest}: {_reason(e)}", hint=hint)
+
+
+def io_error(e: OSError, path=None, doing: str = "access") -> WrpIOError:
+    """An ``OSError`` as the I/O error a user reads: ``cannot <doing> <path>: <reason in words>`` (exit 1).
+
+    Args:
+        e: The error.
+        path: The path to name; default the one the error names.
+        doing: ``"read"``, ``"write"``, ``"create folder"``, ...
+    """
+    where = path if path is not None else (e.filename if getattr(e, "filename", None) is not None else None)
+    if isinstance(where, bytes):
+        where = os.fsdecode(where)
+    hint = None
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        hint = "Free space on that file system, or write somewhere else."
+    elif e.errno in (errno.EACCES, errno.EPERM) and doing in ("read", "access"):
+        hint = "Give this user read access to it (and search access to its folders), or copy it somewhere readable."
+    elif e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        hint = "Make that place writable, or write somewhere else."
+    return WrpIOError(f"cannot {doing} {where}: {_reason(e)}" if where is not None else f"cannot {doing}: {_reason(e)}",
+                      hint=hint)
 
 
 def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress=None, finish=None,
@@ -503,6 +793,9 @@ def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress
         WrpError: A write failed.
     """
     dest = Path(path)
+    kind = special_output(dest)
+    if kind is not None:
+        raise _refuse_wrp_beside(dest, kind)
     mdir = modules_dir_for(dest)
     for name in modules:
         if not is_plain_basename(name):
@@ -510,15 +803,32 @@ def publish_wrp(path: PathLike, wrp_chunks: Iterable, modules: Mapping, progress
     if modules and (mdir.is_symlink() or (mdir.exists() and not mdir.is_dir())):
         raise WrpError(f"{mdir} exists and is not a directory")
     written = [0]
+    made = []
 
     def publish_modules():
         # The .wrp is complete, checked and synced but not yet in place.
         if modules:
-            mdir.mkdir(exist_ok=True)
+            try:
+                mdir.mkdir()
+                made.append(mdir)
+            except FileExistsError:
+                pass
+            except OSError as e:
+                raise _cannot_write(mdir, e) from None
             for name, data in modules.items():
                 written[0] += atomic_write(mdir / name, [data], progress, durable=durable)
 
-    return atomic_write(dest, wrp_chunks, progress, finish, publish_modules, writeback, durable) + written[0]
+    try:
+        return atomic_write(dest, wrp_chunks, progress, finish, publish_modules, writeback, durable) + written[0]
+    except BaseException:
+        if made:  # a folder this call made for module files that never got their .wrp
+            for name in modules:
+                try:
+                    os.unlink(mdir / name)
+                except OSError:
+                    pass
+            remove_empty_folders(made)
+        raise
 
 
 def pwrite_all(fd: int, data, offset: int) -> None:
@@ -551,8 +861,64 @@ def _probe_writable(d: Path, dest: Path) -> None:
         pass
 
 
+#: Folders :func:`make_parents` and :func:`make_folder` created in this process, oldest first: a command
+#: that fails removes the ones still empty (:func:`remove_created_folders`), so that it leaves nothing behind.
+_CREATED: list = []
+
+
+def _is_dir(p: Path) -> bool:
+    """``p.is_dir()`` that answers False where the path cannot be looked at (the caller's next step says why)."""
+    try:
+        return p.is_dir()
+    except OSError:
+        return False
+
+
+def _make_parents(path: PathLike):
+    """:func:`make_parents`, also returning the folders it created (outermost first)."""
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if _is_dir(parent):
+        return parent, []
+    missing = []
+    a = parent
+    while True:
+        try:
+            os.lstat(a)
+            break
+        except FileNotFoundError:
+            missing.append(a)
+        except OSError:
+            break
+        if a.parent == a:
+            break
+        a = a.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        made = [m for m in reversed(missing) if _is_dir(m)]
+        remove_empty_folders(made)
+        hint = None
+        for a in parent.parents:
+            try:
+                if a.exists() and not a.is_dir():
+                    hint = f"{a} is a file, not a folder; write somewhere else."
+                    break
+            except OSError:
+                break
+        err = _cannot_write(missing[-1] if missing else out, e)  # its hint names the nearest existing folder
+        raise WrpIOError(f"cannot write {out}: cannot create folder {parent}: {_reason(e)}",
+                         hint=hint or err.hint) from None
+    made = list(reversed(missing))
+    _CREATED.extend(made)
+    return parent, made
+
+
 def make_parents(path: PathLike) -> Path:
     """Create the missing parent folders of an output, as ``cp``, ``tar`` and ``wrp convert`` do.
+
+    The folders it creates are remembered: a command that then fails removes
+    them again while they are empty (:func:`remove_created_folders`).
 
     Returns:
         The parent folder.
@@ -560,50 +926,92 @@ def make_parents(path: PathLike) -> Path:
     Raises:
         WrpIOError: A folder cannot be created (read-only place, a file in the way).
     """
-    out = Path(path)
-    parent = out.parent if str(out.parent) else Path(".")
-    if parent.is_dir():
-        return parent
+    return _make_parents(path)[0]
+
+
+def make_folder(path: PathLike, what: str = "folder") -> list:
+    """Create the folder ``path`` and its missing parents unless it exists.
+
+    Remembered as :func:`make_parents` remembers its folders.
+
+    Returns:
+        The folders created, outermost first (``path`` last); empty when it existed.
+
+    Raises:
+        WrpIOError: It cannot be created, or a file is in the way.
+    """
+    folder = Path(path)
+    if _is_dir(folder):
+        return []
+    _, made = _make_parents(folder)
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir()
+    except FileExistsError:
+        if _is_dir(folder):
+            return made
+        remove_empty_folders(made)
+        raise WrpIOError(f"cannot create {what} {folder}: it is a file, not a folder", hint="Name a folder.") from None
     except OSError as e:
-        hint = None
-        for a in parent.parents:
-            if a.exists() and not a.is_dir():
-                hint = f"{a} is a file, not a folder; write somewhere else."
-                break
-        err = _cannot_write(out, e)
-        raise WrpIOError(f"cannot create folder {parent} for {out}: {e.strerror or e}",
-                         hint=hint or err.hint) from None
-    return parent
+        remove_empty_folders(made)
+        raise WrpIOError(f"cannot create {what} {folder}: {_reason(e)}",
+                         hint=_cannot_write(folder, e).hint) from None
+    _CREATED.append(folder)
+    return made + [folder]
 
 
-def check_output_path(path: PathLike, inputs: Iterable = ()) -> Path:
+def remove_empty_folders(folders) -> None:
+    """Remove each of ``folders`` (outermost first, as :func:`make_folder` lists them) that is empty, innermost
+    first; never anything else."""
+    for f in reversed(list(folders)):
+        try:
+            os.rmdir(f)
+        except OSError:
+            pass
+
+
+def remove_created_folders() -> None:
+    """Remove the folders this process created for outputs (:func:`make_parents`, :func:`make_folder`) that are
+    still empty: what a command that failed calls, so that it leaves no empty folder behind."""
+    made = list(_CREATED)
+    del _CREATED[:]
+    remove_empty_folders(made)
+
+
+def check_output_path(path: PathLike, inputs: Iterable = (), *, modules_beside: bool = False) -> Path:
     """Make an output path ready before any long work: every command calls it first.
 
     Refuses an output that is one of the inputs, creates its missing parent
     folders and checks, with a real temporary file, that its folder takes
-    new files.
+    new files.  An output that is a special file (:func:`special_output`:
+    a device, a FIFO, ``/dev/stdout``) is written in place, so its folder is
+    not probed: it must be open for writing (or writable by this user).
 
     Args:
         path: The output file.
         inputs: Input paths it must not be.
+        modules_beside: The output is a ``.wrp``, written with its
+            ``<stem>_modules/`` beside it: a special file is refused.
 
     Returns:
         The output path.
 
     Raises:
-        WrpError: The output is an input.
-        WrpIOError: The folder cannot be created or written (exit 1).
+        WrpError: The output is an input, or a directory.
+        WrpUsageError: A ``.wrp`` output (``modules_beside``) names a special file (exit 2).
+        WrpIOError: The folder cannot be created or written, or a special file cannot be written (exit 1).
     """
     out = Path(path)
+    kind = special_output(out)
+    if kind is not None:
+        _check_special(out, kind, modules_beside)
+        return out
     for i in inputs:
         try:
             if out.exists() and os.path.samefile(out, i):
                 raise WrpError(f"output {out} is the same file as input {i}")
         except OSError:
             pass
-    if out.is_dir():
+    if _is_dir(out):
         raise WrpError(f"output {out} is a directory", hint="Name a file inside it.")
     _probe_writable(make_parents(out), out)
     return out
@@ -620,14 +1028,18 @@ def check_output_dir(path: PathLike) -> Path:
         WrpIOError: The folder is a file, or the place cannot be written (exit 1).
     """
     out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise WrpIOError(f"cannot write {out}: it is a file, not a folder", hint="Name a folder.")
-    probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
+    try:
+        if out.exists() and not out.is_dir():
+            what = special_output(out) or "a file"
+            raise WrpIOError(f"cannot write {out}: it is {what}, not a folder", hint="Name a folder.")
+        probe = out
+        while not probe.exists():
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+    except OSError as e:
+        raise io_error(e, out, "write") from None
+    if not _is_dir(probe):
         raise WrpIOError(f"cannot create folder {out}: {probe} is a file, not a folder",
                          hint="Write somewhere else.")
     _probe_writable(probe, out)
@@ -767,6 +1179,8 @@ def _load_numpy_file(path: PathLike, what: str, kind: str):
     parse, hint = _NUMPY_FILES[kind]
     try:
         mapped = map_file(path, what, follow_symlinks=True)  # the user's path
+    except WrpIOError:
+        raise  # a file that exists but cannot be read: an I/O error (exit 1), not a bad input
     except WrpError as e:
         raise WrpBindingError(e.message, hint=e.hint) from None
     try:
@@ -783,7 +1197,8 @@ def load_npz(path: PathLike, what: str = "inputs file") -> dict:
         what: What the file is, for messages ("inputs file", "golden file").
 
     Raises:
-        WrpBindingError: The file is missing or not a readable ``.npz``.
+        WrpBindingError: The file is missing or not a valid ``.npz`` (exit 2).
+        WrpIOError: The file exists but cannot be read (exit 1).
     """
     return _load_numpy_file(path, what, "npz")
 
@@ -796,15 +1211,17 @@ def load_npy(path: PathLike, what: str = "input file"):
         what: What the file is, for messages.
 
     Raises:
-        WrpBindingError: The file is missing or not a readable ``.npy``.
+        WrpBindingError: The file is missing or not a valid ``.npy`` (exit 2).
+        WrpIOError: The file exists but cannot be read (exit 1).
     """
     return _load_numpy_file(path, what, "npy")
 
 
 __all__ = [
-    "MappedFile", "map_file", "read_file", "open_regular", "atomic_write", "publish_wrp", "modules_dir_for",
-    "find_modules_dir", "sibling_modules_dirs",
-    "is_plain_basename", "check_output_path", "check_output_dir", "make_parents", "pwrite_all", "load_npz",
-    "load_npy", "npz_arrays",
+    "MappedFile", "map_file", "read_file", "read_user_text", "open_regular", "atomic_write", "publish_wrp",
+    "modules_dir_for", "find_modules_dir", "sibling_modules_dirs",
+    "is_plain_basename", "check_output_path", "check_output_dir", "make_parents", "make_folder",
+    "remove_empty_folders", "remove_created_folders", "special_output", "output_size", "io_error", "pwrite_all",
+    "load_npz", "load_npy", "npz_arrays",
 ]
 

@@ -6,20 +6,20 @@ from pathlib import Path
 
 import click
 
-from .options import kernel_match_lines, quiet_warp, resign, trust_options
+from .options import UserPath, kernel_match_lines, quiet_warp, refuse_signing_in_place, resign, trust_options
 from .output import console, dump_json, escape, size
 
 
 @click.command("annotate")
-@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("file", type=UserPath(dir_okay=False, path_type=Path))
 @click.option("--kernels", "kernels", multiple=True, required=True, metavar="FILE.py",
-              type=click.Path(dir_okay=False, path_type=Path),
+              type=UserPath(dir_okay=False, path_type=Path),
               help="The .py file that defines the capture's kernels (repeatable).")
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", "out", required=True, type=UserPath(dir_okay=False, path_type=Path),
               metavar="OUT", help="OUT.wrp (with OUT_modules/) or OUT.wrpk (one file).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (kernels matched, reasons) as JSON.")
 @trust_options
-@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+@click.option("--key", "key", type=UserPath(dir_okay=False), metavar="PRIVATE.pem",
               help="Sign the output with this EC private key (as `wrp sign OUT --key` does).")
 def annotate(file, kernels, out, as_json, trust, key):
     """Write OUT: FILE with its kernels and bindings typed from --kernels.
@@ -47,6 +47,7 @@ def annotate(file, kernels, out, as_json, trust, key):
 
     from ..formats.signature import verify_path  # noqa: PLC0415
 
+    refuse_signing_in_place(out, key)
     verify_path(trust, file)
     quiet_warp(None)
     res = run_annotate(file, out, list(kernels))

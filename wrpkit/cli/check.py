@@ -7,15 +7,15 @@ import sys
 import click
 
 from ..errors import WrpError
-from .options import trust_options
+from .options import UserPath, trust_options
 from .output import console, dump_json, escape, report_error, stderr_console
 
 
 @click.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=True))
+@click.argument("file", type=UserPath(exists=True, dir_okay=True))
 @click.option("--device", default="cpu", show_default=True, help="Where it should run: cpu or cuda:N.")
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
-@click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--modules-dir", type=UserPath(file_okay=False), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
 @trust_options
 def check(file, device, as_json, modules_dir, trust):

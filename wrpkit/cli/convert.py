@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
-from .options import resign, trust_options
+from .options import UserPath, refuse_signing_in_place, resign, trust_options
 from .output import console, dump_json, plural, size, stderr_console
 
 
@@ -23,19 +22,19 @@ def _edit_problems(prog, modules) -> list:
 
 
 @click.command()
-@click.argument("src", type=click.Path(exists=True, dir_okay=True))
-@click.argument("dst", type=click.Path(dir_okay=False))
+@click.argument("src", type=UserPath(exists=True, dir_okay=True))
+@click.argument("dst", type=UserPath(dir_okay=False))
 @click.option("--no-verify", is_flag=True, help="For a .wrpk input: skip blob checksums (trusted files only).")
 @click.option("--no-modules", is_flag=True, help="For a .json output: leave module binaries out.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary line.")
-@click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--modules-dir", type=UserPath(file_okay=False), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
 @click.option("--container-version", type=click.IntRange(1, 2), metavar="N",
               help="For a .wrpk output: 2 (default) lets a replay map large region data from the file; 1 is for "
                    "older wrpkit readers (replays copy that data).")
 @trust_options
-@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+@click.option("--key", "key", type=UserPath(dir_okay=False), metavar="PRIVATE.pem",
               help="Sign DST with this EC private key (as `wrp sign DST --key` does).")
 def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, container_version, trust, key):
     """Convert SRC to DST; the format is picked from DST's extension.
@@ -62,8 +61,9 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, contai
     """
     from ..formats.convert import convert as do_convert  # noqa: PLC0415
     from ..formats.convert import estimate_output_size  # noqa: PLC0415
-    from ..fileio import modules_dir_for  # noqa: PLC0415
+    from ..fileio import modules_dir_for, output_size  # noqa: PLC0415
 
+    refuse_signing_in_place(dst, key)
     show = not (quiet or as_json) and sys.stderr.isatty()
     total = estimate_output_size(src) if show else 0
     if show and total > (32 << 20):
@@ -81,7 +81,7 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, contai
                          trust=trust)
     signed = resign(src, res.destination, res.destination_form, key, quiet or as_json)
     # The destination's own size is what `wrp inspect` reports for it; module files are counted apart.
-    file_size = os.stat(res.destination).st_size
+    file_size = output_size(res.destination, res.bytes_written)
     if as_json:
         dump_json({"source": str(res.source), "destination": str(res.destination), "from": res.source_form,
                    "to": res.destination_form, "bytes_written": res.bytes_written, "file_size": file_size,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from .options import UserPath
+
 from .output import console, dump_json, escape
 
 
@@ -63,8 +65,8 @@ def _op_lines(rows: list, indent: str = "  ") -> list:
 
 
 @click.command("diff")
-@click.argument("a", type=click.Path(dir_okay=True, path_type=Path))
-@click.argument("b", type=click.Path(dir_okay=True, path_type=Path))
+@click.argument("a", type=UserPath(dir_okay=True, path_type=Path))
+@click.argument("b", type=UserPath(dir_okay=True, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help='Print {"identical": ..., "ops": [...], ...}.')
 def diff(a, b, as_json):
     """Compare captures A and B structurally.

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
+from .options import UserPath
+
 from .output import console, dump_json, size
 
 
 @click.command("export-runtime")
-@click.argument("directory", type=click.Path(file_okay=False))
+@click.argument("directory", type=UserPath(file_okay=False))
 @click.option("--overwrite", is_flag=True, help="Replace the files of an existing, non-empty folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def export_runtime(directory, overwrite, as_json):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .options import kernels_option
+from .options import UserPath, kernels_option
 
 from .output import console, dump_json, size
 
@@ -14,14 +14,14 @@ _FORMATS = (".html", ".svg", ".dot")
 
 
 @click.command()
-@click.argument("file", type=click.Path(dir_okay=True))
-@click.option("-o", "--output", "out", type=click.Path(dir_okay=False),
+@click.argument("file", type=UserPath(dir_okay=True))
+@click.option("-o", "--output", "out", type=UserPath(dir_okay=False),
               help="Where to write: OUT.html (default FILE's stem + .html), OUT.svg or OUT.dot.")
 @click.option("--open", "open_it", is_flag=True, help="Open the result in the default web browser.")
 @click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
 @kernels_option
-@click.option("--profile", "profile_path", type=click.Path(exists=True, dir_okay=False), metavar="PROFILE.json",
+@click.option("--profile", "profile_path", type=UserPath(exists=True, dir_okay=False), metavar="PROFILE.json",
               help="Colour each op by its share of the time in a `wrp profile -o` file (or its --json).")
 def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
     """Draw a capture: ops in order, arrays as data nodes, read and write edges.

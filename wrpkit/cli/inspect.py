@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from ..checks.summary import shape_text
-from .options import kernel_match_lines, kernels_option
+from .options import UserPath, kernel_match_lines, kernels_option
 from .output import console, dump_json, plural, size, styled, table
 
 
 @click.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=True, allow_dash=False))
+@click.argument("file", type=UserPath(exists=True, dir_okay=True, allow_dash=False))
 @click.option("--ops", "with_ops", is_flag=True,
               help="List every op with its key fields (and the binding each launch argument points to), "
                    "nested bodies indented.")

@@ -13,7 +13,36 @@ from pathlib import Path
 
 import click
 
-from ..errors import EXIT_TIMEOUT, WrpBindingError, timeout_hint, timeout_message
+from ..errors import EXIT_TIMEOUT, WrpBindingError, WrpIOError, timeout_hint, timeout_message
+
+
+class UserPath(click.Path):
+    """``click.Path`` for a path the user typed; whether it can be read is wrpkit's to say, not click's.
+
+    click's own checks would call a file this user may not read a usage error
+    ("Invalid value: ... is not readable", exit 2), and a path inside a folder
+    this user may not search "does not exist".  Both are I/O errors (exit 1,
+    :mod:`wrpkit.errors`): readability is left to the command, which opens the
+    file and names the operating system's reason; with ``exists``, a path that
+    cannot be looked at (other than missing) is reported so here.  A missing
+    path stays a usage error (exit 2), as click words it.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("readable", False)
+        super().__init__(**kwargs)
+
+    def convert(self, value, param, ctx):
+        if self.exists and not (self.allow_dash and value in ("-", b"-")):
+            try:
+                os.stat(value)
+            except (FileNotFoundError, NotADirectoryError):
+                pass  # click says it does not exist (exit 2)
+            except OSError as e:
+                raise WrpIOError(f"cannot read {os.fsdecode(value)}: {e.strerror or e}",
+                                 hint="Give this user read access to it (and search access to its folders).") \
+                    from None
+        return super().convert(value, param, ctx)
 
 
 class Seconds(click.ParamType):
@@ -111,14 +140,14 @@ def input_options(fn):
     """``--inputs IN.npz`` and ``--input NAME=X.npy`` (repeatable), as ``wrp replay`` has them."""
     fn = click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy",
                       help="One input (repeatable).")(fn)
-    return click.option("--inputs", "inputs_npz", type=click.Path(path_type=Path), metavar="IN.npz",
+    return click.option("--inputs", "inputs_npz", type=UserPath(path_type=Path), metavar="IN.npz",
                         help="Inputs keyed by binding name.")(fn)
 
 
 def kernels_option(fn):
     """``--kernels FILE.py`` (repeatable): type a stock capture's kernels from the user's source."""
     return click.option("--kernels", "kernels", multiple=True, metavar="FILE.py",
-                        type=click.Path(dir_okay=False, path_type=Path),
+                        type=UserPath(dir_okay=False, path_type=Path),
                         help="The .py file that defines the capture's kernels (repeatable): imported as a script "
                              "without its __main__ block; every matching kernel types the arrays it is passed.")(fn)
 
@@ -134,16 +163,35 @@ def trust_options(fn):
 
         return fn(*args, trust=Trust.resolve(list(trusted_key), list(trusted_keys), signature), **kwargs)
 
-    with_trust = click.option("--signature", type=click.Path(dir_okay=False), metavar="SIG",
+    with_trust = click.option("--signature", type=UserPath(dir_okay=False), metavar="SIG",
                               help="The capture's signature, when it is not STEM.sig beside it.")(with_trust)
     with_trust = click.option("--trusted-keys", "trusted_keys", multiple=True, metavar="DIR",
-                              type=click.Path(file_okay=False),
+                              type=UserPath(file_okay=False),
                               help="A folder of trusted *.pem keys or CA certificates (repeatable).")(with_trust)
     return click.option("--trusted-key", "trusted_key", multiple=True, metavar="PEM",
-                        type=click.Path(dir_okay=False),
+                        type=UserPath(dir_okay=False),
                         help="Require a signature by this EC public key or CA certificate (repeatable; default: "
                              "WRPKIT_TRUSTED_KEYS). Checked before anything is loaded; exit 3 when unsigned, "
                              "untrusted or changed.")(with_trust)
+
+
+def refuse_signing_in_place(dst, key) -> None:
+    """Before any work: ``--key`` signs a file that stays where it is written, which a device, a FIFO
+    or ``/dev/stdout`` is not (the output itself is written there in place: wrpkit.fileio).
+
+    Raises:
+        WrpUsageError: ``key`` is given and ``dst`` is such a special file (exit 2).
+    """
+    if key is None:
+        return
+    from ..fileio import special_output  # noqa: PLC0415
+
+    kind = special_output(dst)
+    if kind is not None:
+        from ..errors import WrpUsageError  # noqa: PLC0415
+
+        raise WrpUsageError(f"cannot sign {dst}: it is {kind}, not a file the signature could be checked against "
+                            "later", hint="Write a regular file to sign it, or leave out --key.")
 
 
 def resign(src, dst, form: str, key, quiet: bool):

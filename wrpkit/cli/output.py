@@ -7,6 +7,7 @@ from, so every command formats errors, JSON and sizes the same way.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -131,11 +132,16 @@ def reported_errors(ctx: click.Context, as_json: bool):
 
     A :class:`~wrpkit.errors.WrpError` prints its ``error:``/``hint:`` lines
     (and its JSON with ``as_json``) and exits with its code; a click usage
-    error is shown as click shows it; Ctrl-C exits 130; anything else is an
+    error is shown as click shows it; Ctrl-C exits 130; an ``OSError`` that
+    no layer below worded (a file system that failed under it) is an I/O
+    error (exit 1) naming its path and reason; anything else is an
     internal error (exit 70; ``WRP_DEBUG=1`` re-raises it for a traceback).
+    A command that fails leaves no folder it made for its outputs behind.
     The ``wrp`` group wraps every command in it, and a command that is also
     used on its own (``replay``) wraps its body too.
     """
+    if sys.stdout is None:  # started with stdout closed (`>&-`): what it prints stops, as at a closed pipe
+        sys.stdout = _ClosedStdout()
     try:
         try:
             yield
@@ -144,22 +150,33 @@ def reported_errors(ctx: click.Context, as_json: bool):
             # pipe (`| head`) then surfaces as BrokenPipeError below, not at exit.
             sys.stdout.flush()
     except BrokenPipeError:
+        _leave_nothing_behind()
         stop_on_closed_pipe(ctx)
     except WrpError as e:
+        _leave_nothing_behind()
         report_error(e, as_json)
         ctx.exit(e.exit_code)
     except click.ClickException as e:  # the command's usage errors (bad option, missing path)
+        _leave_nothing_behind()
         usage_error(e, as_json)
     except (click.exceptions.Exit, click.exceptions.Abort):
         raise
     except KeyboardInterrupt:
+        _leave_nothing_behind()
         if as_json:
             print_json_error("interrupted", EXIT_INTERRUPTED)
         stderr_console().print("interrupted")
         ctx.exit(EXIT_INTERRUPTED)
     except Exception as e:  # noqa: BLE001  (last line of defence)
+        _leave_nothing_behind()
         if os.environ.get("WRP_DEBUG"):
             raise
+        if isinstance(e, OSError) and e.errno in _IO_ERRNOS:
+            from ..fileio import io_error  # noqa: PLC0415
+
+            err = io_error(e)
+            report_error(err, as_json)
+            ctx.exit(err.exit_code)
         msg = f"internal error: {type(e).__name__}: {e}"
         hint = "rerun with WRP_DEBUG=1 for a traceback and report it"
         if as_json:
@@ -167,6 +184,47 @@ def reported_errors(ctx: click.Context, as_json: bool):
         stderr_console().print(f"error: {msg}", markup=False)
         stderr_console().print(f"hint: {hint}", markup=False)
         ctx.exit(EXIT_INTERNAL)
+
+
+#: ``OSError`` numbers that say the file system or a file failed, not wrpkit: an I/O error (exit 1)
+#: wherever one surfaces unworded.  Others (a bad descriptor, a bad argument) stay internal errors (70).
+_IO_ERRNOS = frozenset(getattr(errno, name) for name in (
+    "ENOSPC", "EDQUOT", "EIO", "EACCES", "EPERM", "EROFS", "ENOENT", "ENOTDIR", "EISDIR", "ELOOP", "ENAMETOOLONG",
+    "EFBIG", "EMFILE", "ENFILE", "ENXIO", "ENODEV", "ETXTBSY", "EPIPE", "ESTALE", "EXDEV", "ENOTEMPTY", "EEXIST")
+    if hasattr(errno, name))
+
+
+class _ClosedStdout:
+    """``sys.stdout`` of a command started with its stdout closed (Python leaves None there): the first
+    write meets a closed pipe, so the command stops as :func:`stop_on_closed_pipe` says (141), never
+    with an internal error, and never ends 0 having printed nothing."""
+
+    encoding = "utf-8"
+    errors = "strict"
+
+    def write(self, text):
+        if text:
+            raise BrokenPipeError(errno.EPIPE, "stdout is closed")
+        return 0
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        raise OSError(errno.EBADF, "stdout is closed")
+
+
+def _leave_nothing_behind() -> None:
+    """Remove the folders this command made for outputs that it never wrote (still empty)."""
+    try:
+        from ..fileio import remove_created_folders  # noqa: PLC0415
+
+        remove_created_folders()
+    except Exception:  # noqa: BLE001  (never hide the error being reported)
+        pass
 
 
 def stop_on_closed_pipe(ctx: click.Context):
@@ -179,7 +237,7 @@ def stop_on_closed_pipe(ctx: click.Context):
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         pass
     ctx.exit(EXIT_PIPE)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp, trust_options
+from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp,
+                      trust_options)
 from .output import console, dump_json, table
 
 #: Top-level ops shown in the table (the --json and -o outputs have them all).
@@ -29,7 +30,7 @@ def _pct(share: float) -> str:
 
 
 @click.command("profile")
-@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.argument("file", type=UserPath(dir_okay=True, path_type=Path))
 @click.option("--device", default=None, help="cpu or cuda:N (default: the capture's own device family).")
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True,
               help="Step through Warp's Python API or the C++ replayer's C API (both in a child process).")
@@ -38,7 +39,7 @@ def _pct(share: float) -> str:
               help="Timed rounds of the whole step; every figure is a median over them.")
 @click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, metavar="N",
               help="Untimed rounds first.")
-@click.option("-o", "--output", "out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.json",
+@click.option("-o", "--output", "out", type=UserPath(dir_okay=False, path_type=Path), metavar="OUT.json",
               help="Write Chrome trace-event JSON (Chromium DevTools' Performance panel, Perfetto UI; "
                    "wrp graph --profile).")
 @click.option("--nvtx", is_flag=True, help="Push one NVTX range per op, named 'SEQ KERNEL' (for nsys / Nsight "
@@ -100,13 +101,6 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
         from ..fileio import check_output_path  # noqa: PLC0415
 
         # Before the long work: a folder that cannot be made or written to fails now (exit 1).
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            from ..errors import WrpIOError  # noqa: PLC0415
-
-            raise WrpIOError(f"cannot write {out}: {e.strerror or e}",
-                             hint="Make its folder writable, or write somewhere else.") from None
         check_output_path(out, [file])
     if engine == "python":
         quiet_warp(device)

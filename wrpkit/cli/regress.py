@@ -10,24 +10,24 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, trust_options
+from .options import Seconds, UserPath, trust_options
 
 _WIDTH = 80
 
 
 def _prepare_output(path: Path | None) -> Path | None:
-    """Create a missing parent folder of an output and check it is writable, before any case runs."""
+    """Create a missing parent folder of an output and check it is writable, before any case runs (a folder
+    made here is removed again if the run fails; a device, a FIFO or /dev/stdout is written in place)."""
     if path is None:
         return None
     from ..errors import WrpIOError  # noqa: PLC0415
     from ..fileio import check_output_path  # noqa: PLC0415
 
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise WrpIOError(f"cannot write {path}: it is a folder", hint="Give a file name, e.g. results.xml.")
     except OSError as e:
         raise WrpIOError(f"cannot write {path}: {e.strerror or e}", hint="Choose a folder you may write.") from None
-    if path.is_dir():
-        raise WrpIOError(f"cannot write {path}: it is a folder", hint="Give a file name, e.g. results.xml.")
     return check_output_path(path)
 
 
@@ -90,14 +90,14 @@ def _print_summary(report) -> None:
 
 
 @click.command("regress")
-@click.argument("suite", type=click.Path(path_type=Path))
+@click.argument("suite", type=UserPath(path_type=Path))
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Replay worker processes side by side (each a warm contained child that loads case after "
                    "case).")
-@click.option("--junit", "junit", type=click.Path(path_type=Path), metavar="OUT.xml",
+@click.option("--junit", "junit", type=UserPath(path_type=Path), metavar="OUT.xml",
               help="Write JUnit XML (one testcase per case) for CI.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with one record per case.")
-@click.option("--html", "html_out", type=click.Path(path_type=Path), metavar="OUT.html",
+@click.option("--html", "html_out", type=UserPath(path_type=Path), metavar="OUT.html",
               help="Write a self-contained page (opens offline; no script, no fetch).")
 @click.option("--device", default=None, metavar="D",
               help="Device for cases that name none in wrp-suite.toml (default: each capture's own: cpu or cuda:0).")
@@ -149,8 +149,7 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
         from ..run.zygote import prestart  # noqa: PLC0415  (imports next to nothing)
 
         prestart()  # its `import warp` runs beside the imports below and the scan of the suite
-    from ..errors import WrpError  # noqa: PLC0415
-    from ..fileio import atomic_write  # noqa: PLC0415
+    from ..fileio import atomic_write, io_error  # noqa: PLC0415
     from ..run.regress import regress as run_regress  # noqa: PLC0415
     from .output import reported_errors  # noqa: PLC0415
 
@@ -170,13 +169,15 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
             from ..run.zygote import discard_prestarted  # noqa: PLC0415
 
             discard_prestarted()  # a run that stopped before it took the zygote
-        try:
-            if junit is not None:
-                atomic_write(junit, [report.to_junit().encode()])
-            if html_out is not None:
-                atomic_write(html_out, [report.to_html().encode()])
-        except OSError as e:
-            raise WrpError(f"cannot write the report: {e}") from None
+        for path, text in ((junit, report.to_junit), (html_out, report.to_html)):
+            if path is None:
+                continue
+            try:
+                atomic_write(path, [text().encode()])
+            except BrokenPipeError:
+                raise  # /dev/stdout whose reader quit: stop quietly (141), as every output to stdout does
+            except OSError as e:
+                raise io_error(e, path, "write") from None
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False))
     else:

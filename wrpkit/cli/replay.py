@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, Watchdog, kernel_match_lines, name_items, trust_options
+from .options import Seconds, UserPath, Watchdog, kernel_match_lines, name_items, trust_options
 
 
 def _fmt(v) -> str:
@@ -76,16 +76,16 @@ def _print_report(report) -> None:
 
 
 @click.command("replay")
-@click.argument("file", type=click.Path(exists=True, dir_okay=True, path_type=Path))
+@click.argument("file", type=UserPath(exists=True, dir_okay=True, path_type=Path))
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N (the capture's device family).")
-@click.option("--inputs", "inputs_npz", type=click.Path(path_type=Path), metavar="IN.npz",
+@click.option("--inputs", "inputs_npz", type=UserPath(path_type=Path), metavar="IN.npz",
               help="Inputs keyed by binding name.")
 @click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy", help="One input (repeatable).")
-@click.option("--output", "output", type=click.Path(path_type=Path), metavar="OUT.npz",
+@click.option("--output", "output", type=UserPath(path_type=Path), metavar="OUT.npz",
               help="Write every binding after the last replay.")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Timed replays.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Untimed replays first.")
-@click.option("--check", "golden", type=click.Path(path_type=Path), metavar="GOLDEN.npz",
+@click.option("--check", "golden", type=UserPath(path_type=Path), metavar="GOLDEN.npz",
               help="Compare bindings with a golden .npz; exit 1 on mismatch.")
 @click.option("--rtol", type=click.FloatRange(min=0), default=1e-5, show_default=True)
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-6, show_default=True)
@@ -100,7 +100,7 @@ def _print_report(report) -> None:
 @click.option("--allow-raw-pointers", is_flag=True,
               help="Replay a file whose kernel arguments hold live process pointers (HashGrid, Bvh or Volume "
                    "ids), refused by default: they dangle in a new process.")
-@click.option("--modules-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+@click.option("--modules-dir", type=UserPath(file_okay=False, path_type=Path), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
 @click.option("--max-memory", "max_memory", metavar="SIZE", default=None,
               help="Memory the replay may allocate (e.g. 64G), instead of the device's free memory, which the "
@@ -111,7 +111,7 @@ def _print_report(report) -> None:
               help="Type a binding the file records no signature for, as a 1-D array of a Warp type "
                    "(float32, vec3f, mat33f, ...). Repeatable.")
 @click.option("--kernels", "kernels", multiple=True, metavar="FILE.py",
-              type=click.Path(dir_okay=False, path_type=Path),
+              type=UserPath(dir_okay=False, path_type=Path),
               help="The .py file that defines the capture's kernels (repeatable): types every binding a "
                    "matching kernel is passed (imported as a script, without its __main__ block).")
 @trust_options

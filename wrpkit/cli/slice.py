@@ -8,26 +8,27 @@ from pathlib import Path
 
 import click
 
-from .options import gather_inputs, input_options, kernels_option, quiet_warp, resign, trust_options
+from .options import (UserPath, gather_inputs, input_options, kernels_option, quiet_warp, refuse_signing_in_place,
+                      resign, trust_options)
 from .output import console, dump_json, escape, size
 
 
 @click.command("slice")
-@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.argument("file", type=UserPath(dir_okay=True, path_type=Path))
 @click.option("--ops", "ops", metavar="A:B",
               help="Top-level ops A to B-1 (as `wrp inspect --ops` numbers them; negative counts from the end); "
                    "an IF or WHILE is kept whole.")
 @click.option("--steps", "steps", metavar="A:B",
               help="The ops that ran at steps A to B-1, as `wrp trace` numbers them (its # column), inside IF "
                    "and WHILE bodies at their iteration: a flat program. --steps K:K+1 is one launch alone.")
-@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+@click.option("-o", "--output", "out", required=True, type=UserPath(dir_okay=False, path_type=Path),
               metavar="OUT", help="The slice: OUT.wrp (with OUT_modules/) or OUT.wrpk (one file).")
 @input_options
 @click.option("--device", default=None, help="Device that replays ops before A (default: the capture's family).")
 @kernels_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @trust_options
-@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+@click.option("--key", "key", type=UserPath(dir_okay=False), metavar="PRIVATE.pem",
               help="Sign the output with this EC private key (as `wrp sign OUT --key` does).")
 def slice(file, ops, steps, out, inputs_npz, input_items, device, kernels, as_json, trust, key):  # noqa: A001
     """Write a capture holding only top-level ops A to B-1 of FILE (--ops), or steps A to B-1 (--steps).
@@ -60,6 +61,7 @@ def slice(file, ops, steps, out, inputs_npz, input_items, device, kernels, as_js
     if (ops is None) == (steps is None):
         raise WrpUsageError("give one of --ops A:B and --steps A:B",
                             hint="--ops: top-level ops (wrp inspect --ops); --steps: the # column of wrp trace.")
+    refuse_signing_in_place(out, key)
     from ..formats.signature import verify_path  # noqa: PLC0415
 
     verify_path(trust, file)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from .options import Seconds, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp, trust_options
+from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp,
+                      trust_options)
 from .output import console, dump_json, escape, table
 
 
@@ -79,18 +80,18 @@ def _fmt(v) -> str:
 
 
 @click.command("trace")
-@click.argument("file", type=click.Path(dir_okay=True, path_type=Path))
+@click.argument("file", type=UserPath(dir_okay=True, path_type=Path))
 @click.option("--device", default=None, help="cpu or cuda:N (default: the capture's own device family).")
 @click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True,
               help="Step through Warp's Python API or the C++ replayer's C API (both in a child process).")
 @input_options
 @click.option("--stop-at-nonfinite", is_flag=True, help="Stop at the first op that leaves a NaN or Inf in a "
               "region it writes, and show its inputs.")
-@click.option("--dump", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+@click.option("--dump", type=UserPath(file_okay=False, path_type=Path), metavar="DIR",
               help="Write each op's written regions as .npy (typed where the dtype is known).")
-@click.option("--save", "save_path", type=click.Path(dir_okay=False, path_type=Path), metavar="TRACE",
+@click.option("--save", "save_path", type=UserPath(dir_okay=False, path_type=Path), metavar="TRACE",
               help="Write the trace (JSON) for a later --against.")
-@click.option("--against", type=click.Path(dir_okay=False, path_type=Path), metavar="TRACE",
+@click.option("--against", type=UserPath(dir_okay=False, path_type=Path), metavar="TRACE",
               help="Compare with a saved trace; report the first op whose digests differ (exit 1).")
 @click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
               help="Give up when the trace takes longer than SECONDS of wall time (fractional allowed): "

@@ -5,17 +5,17 @@ from __future__ import annotations
 import click
 
 from ..formats.wrp1_layout import LAYOUTS
-from .options import resign, trust_options
+from .options import UserPath, refuse_signing_in_place, resign, trust_options
 from .output import dump_json, size
 
 
 @click.command()
-@click.argument("src", type=click.Path(dir_okay=False))
-@click.argument("dst", type=click.Path(dir_okay=False))
+@click.argument("src", type=UserPath(dir_okay=False))
+@click.argument("dst", type=UserPath(dir_okay=False))
 @click.option("--collision", type=click.Choice(["producer", "intent"]), default="producer", show_default=True,
               help="Formats 3/10 kernel-key collisions: replay what the producing Warp ran (producer) or each "
                    "launch's own module's kernel (intent).")
-@click.option("--kernels", "kernels", multiple=True, type=click.Path(dir_okay=False),
+@click.option("--kernels", "kernels", multiple=True, type=UserPath(dir_okay=False),
               help="Format 3 only: a .py module defining the kernels, compiled by the installed Warp. Repeatable.")
 @click.option("--no-fsync", "no_fsync", is_flag=True,
               help="Do not fsync the output (still validated and published atomically, but a power loss may "
@@ -26,7 +26,7 @@ from .output import dump_json, size
 @click.option("--json", "as_json", is_flag=True, help="Print the upgrade report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No report.")
 @trust_options
-@click.option("--key", "key", type=click.Path(dir_okay=False), metavar="PRIVATE.pem",
+@click.option("--key", "key", type=UserPath(dir_okay=False), metavar="PRIVATE.pem",
               help="Sign DST with this EC private key (as `wrp sign DST --key` does).")
 def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet, trust, key):
     """Rewrite SRC (written by Warp 1.13 to 1.18) as DST for the installed Warp.
@@ -53,6 +53,7 @@ def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet
     """
     from ..run.upgrade import upgrade as do_upgrade  # noqa: PLC0415
 
+    refuse_signing_in_place(dst, key)
     res = do_upgrade(src, dst, collision=collision, kernels=list(kernels), durable=not no_fsync,
                      copy_current=copy_current, trust=trust)
     rep = res.report

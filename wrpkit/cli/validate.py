@@ -7,15 +7,15 @@ import sys
 import click
 
 from ..errors import EXIT_INVALID, WrpError
-from .options import trust_options
+from .options import UserPath, trust_options
 from .output import console, dump_json, escape, report_error, stderr_console
 
 
 @click.command()
-@click.argument("file", type=click.Path(exists=True, dir_okay=True))
+@click.argument("file", type=UserPath(exists=True, dir_okay=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--no-verify", is_flag=True, help="For .wrpk: skip blob checksum verification.")
-@click.option("--modules-dir", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--modules-dir", type=UserPath(file_okay=False), metavar="DIR",
               help="Folder of the .wrp's module files (default: <stem>_modules/ beside it).")
 @trust_options
 def validate(file, as_json, no_verify, modules_dir, trust):

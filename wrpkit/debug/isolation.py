@@ -91,8 +91,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
     arrays = {k: np.ascontiguousarray(as_array(v)) for k, v in inputs.items()}
     in_at, in_size = layout({k: a.nbytes for k, a in arrays.items()})
     # The dump folder (if any) goes last: the child, which may still be writing into it, is ended first.
-    with tempfile.TemporaryDirectory(prefix=f"wrpkit-{kind}-") if collect is not None else nullcontext() as d, \
-            ExitStack() as held:
+    with _private_folder(kind) if collect is not None else nullcontext() as d, ExitStack() as held:
         source = ChildSource(opened.prepared)
         held.callback(source.close)
         in_area, slot, stage = (held.enter_context(closing(SharedArea(in_size, "wrpkit-inputs"))),
@@ -130,6 +129,21 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         if collect is not None:
             collect(Path(d))
         return answer["result"]
+
+
+def _private_folder(kind: str):
+    """The child's private folder for files it writes (``$TMPDIR``), removed when done.
+
+    Raises:
+        WrpIOError: It cannot be made (``$TMPDIR`` full or read-only): the place and the reason (exit 1).
+    """
+    try:
+        return tempfile.TemporaryDirectory(prefix=f"wrpkit-{kind}-")
+    except OSError as e:
+        from ..errors import WrpIOError  # noqa: PLC0415
+
+        raise WrpIOError(f"cannot create a temporary folder in {tempfile.gettempdir()}: {e.strerror or e}",
+                         hint="Set TMPDIR to a writable folder with room.") from None
 
 
 def _end_child(proc, sock, out_fd: int) -> None:

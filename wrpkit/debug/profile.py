@@ -44,7 +44,7 @@ import numpy as np
 from .. import model as m
 from ..environment import WARP_WHILE_GUARD, while_guard_error
 from ..errors import WrpBindingError, WrpError, WrpFormatError, WrpNotFoundError, WrpRuntimeError
-from ..fileio import atomic_write
+from ..fileio import atomic_write, read_user_text
 from ..formats import wrp1
 from . import stepper as st
 from .common import open_program
@@ -870,8 +870,8 @@ def load_profile(path) -> dict:
     """
     hint = "Pass a file written by `wrp profile FILE -o OUT.json` (or its --json output)."
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(read_user_text(path, "profile"))  # missing: exit 2; unreadable: exit 1
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WrpFormatError(f"cannot read profile {path}: {e}", hint=hint) from None
     ops = None
     meta: dict = {}

@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import model as m
 from ..errors import WrpError, WrpRuntimeError, WrpUsageError
-from ..fileio import check_output_path, publish_wrp
+from ..fileio import check_output_path, output_size, publish_wrp
 from ..formats import wrp1
 from . import stepper as st
 from .common import input_bytes, open_program, parse_range
@@ -154,7 +154,8 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
     if suffix not in (".wrp", ".wrpk"):
         raise WrpUsageError(f"cannot write a slice to {out}: the output must end in .wrp or .wrpk",
                        hint="For example -o piece.wrpk (one self-contained file).")
-    check_output_path(out, [source] if not isinstance(source, (bytes, bytearray, memoryview)) else [])
+    check_output_path(out, [source] if not isinstance(source, (bytes, bytearray, memoryview)) else [],
+                      modules_beside=suffix == ".wrp")
     opened = open_program(source, modules)
     if kernels:
         from ..run.source_types import type_capture  # noqa: PLC0415
@@ -183,7 +184,6 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
     prefix_seconds = time.perf_counter() - t0
     sliced = dataclasses.replace(prog, regions=_regions_from(prog, state), ops=list(cut))
     files = _all_module_files(opened)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".wrp":
         n = publish_wrp(out, wrp1.iter_wrp1_chunks(sliced), files)
     else:
@@ -191,7 +191,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
 
         n = builder.write_wrpk(out, sliced, files)
     res = SliceResult(out, start, stop, len(cut), sum(1 for r in sliced.regions if r.has_initial_data),
-                      int(n or out.stat().st_size), prefix_seconds)
+                      int(n if n is not None else output_size(out, 0)), prefix_seconds)
     res.unit = "steps" if steps is not None else "ops"
     return res
 

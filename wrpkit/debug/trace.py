@@ -17,6 +17,8 @@ iteration, 0-based.  How ops are run one at a time: :mod:`wrpkit.debug.stepper`.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import gc
 import io
 import json
@@ -32,7 +34,7 @@ import numpy as np
 from .. import model as m
 from ..checks.effects import effects
 from ..errors import EXIT_FAILED, EXIT_OK, WrpError, WrpFormatError
-from ..fileio import atomic_write
+from ..fileio import atomic_write, io_error, make_folder, read_user_text
 from ..formats import wrp1
 from . import stepper as st
 from .common import input_bytes, open_program
@@ -120,9 +122,10 @@ def load_trace(path) -> dict:
     Raises:
         WrpFormatError: The file is not a wrpkit trace.
     """
+    text = read_user_text(path, "trace")  # missing: exit 2; unreadable: an I/O error (exit 1)
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WrpFormatError(f"cannot read trace {path}: {e}", hint="Pass a file written by `wrp trace --save`.") \
             from None
     if not isinstance(data, dict) or data.get("format") != TRACE_FORMAT or not isinstance(data.get("ops"), list):
@@ -325,16 +328,49 @@ def _trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mappin
 
 
 def _publish_dump(src: Path, dst: Path) -> None:
-    """Move the child's dump files into ``dst`` (each file replaced atomically)."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for f in sorted(src.iterdir()):
-        target = dst / f.name
-        try:
-            os.replace(f, target)
-        except OSError:  # another file system: copy next to the target, then rename
-            tmp = dst / f".{f.name}.wrpkit-tmp"
+    """Move the child's dump files into ``dst``, all of them or none.
+
+    On the private folder's own file system each file is renamed into place
+    (atomically, no space needed).  On another, every file is first copied
+    beside its target under a temporary name, and only once all are copied
+    are they renamed into place: a copy that fails (a full disk) leaves
+    ``dst`` as it was, with no temporary file and no folder this made.
+
+    Raises:
+        WrpIOError: A file cannot be written (its path and the reason in words; exit 1).
+    """
+    files = sorted(src.iterdir()) if src.is_dir() else []
+    made = make_folder(dst, "dump folder")
+    staged = []  # (temporary name, target): copies not yet renamed into place
+    placed = []  # targets already in place
+    target = dst
+    try:
+        for f in files:
+            target = dst / f.name
+            try:
+                os.replace(f, target)
+                placed.append(target)
+                continue
+            except OSError as e:
+                if e.errno != errno.EXDEV:
+                    raise
+            tmp = dst / f".{f.name}.{os.getpid()}.wrpkit-tmp"
+            staged.append((tmp, target))
             shutil.copyfile(f, tmp)
+        for tmp, target in staged:
             os.replace(tmp, target)
+            placed.append(target)
+    except OSError as e:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        if made:  # the folder is this call's: nothing of it stays
+            for p in placed:
+                with contextlib.suppress(OSError):
+                    os.unlink(p)
+            with contextlib.suppress(OSError):
+                os.rmdir(dst)
+        raise io_error(e, target, "write") from None
 
 
 def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], stop_at_nonfinite: bool, dump,
@@ -357,7 +393,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
     result = TraceResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device)
     dump_dir = Path(dump) if dump is not None else None
     if dump_dir is not None:
-        dump_dir.mkdir(parents=True, exist_ok=True)
+        make_folder(dump_dir, "dump folder")
     unknown: dict = {}  # region id -> {"region", "writes", "writers", "unchanged"} (dtype unknown: not checked)
     last: dict = {}  # region id -> its statistics after the latest op that wrote it
     clock = time.perf_counter

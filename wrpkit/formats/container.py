@@ -16,10 +16,17 @@ from typing import Callable, Optional
 
 from . import wrp1
 from .wrp1_limits import DEFAULT_LIMITS, Limits
-from ..errors import WrpError, WrpFormatError, WrpModuleError
+from ..errors import WrpError, WrpFormatError, WrpIOError, WrpModuleError
 from ..fileio import (MappedFile, find_modules_dir, is_plain_basename, map_file, read_file,
                       sibling_modules_dirs)
 from ..model import Program
+
+def _is_dir(p: Path) -> bool:
+    try:
+        return p.is_dir()
+    except OSError:
+        return False
+
 
 #: Module file states reported by :meth:`Capture.module_state`.
 PRESENT, MISSING, EMPTY, UNSAFE = "present", "missing", "empty", "unsafe"
@@ -60,6 +67,11 @@ class Capture:
         ``hint`` how to fix that reason.  Hard links are accepted: the bytes
         are read once, checked, and exactly those bytes are loaded
         (``schema/VALIDATION-RULES.md``).
+
+        Raises:
+            WrpIOError: The file or its folder exists but cannot be looked at (a folder this
+                user may not search): an I/O error (exit 1) naming it and the reason, not a
+                broken module.
         """
         if not is_plain_basename(filename):
             return (UNSAFE, f"module file name {filename!r} is not a plain file name",
@@ -78,13 +90,16 @@ class Capture:
         where = self.modules_dir / filename
         try:
             st = os.lstat(where)
-        except OSError:
-            if not self.modules_dir.is_dir():
+        except (FileNotFoundError, NotADirectoryError):
+            if not _is_dir(self.modules_dir):
                 return MISSING, f"module file {filename!r} is missing: there is no folder {self.modules_dir}", \
                     self._missing_dir_hint()
             return (MISSING, f"module file {filename!r} is missing from {self.modules_dir}",
                     "Copy the whole <stem>_modules/ folder along with the .wrp, or bundle both with "
                     "`wrp convert X.wrp X.wrpk`.")
+        except OSError as e:
+            raise WrpIOError(f"cannot read module file {where}: {e.strerror or e}",
+                             hint=f"Give this user read and search access to {self.modules_dir}.") from None
         if stat.S_ISLNK(st.st_mode):
             return (UNSAFE, f"module file {where} is a symbolic link; module names come from inside the file, so "
                             "links there are not followed",

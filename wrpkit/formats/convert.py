@@ -16,7 +16,7 @@ from typing import Callable, Optional
 from . import wrp1
 from .container import open_capture
 from ..errors import WrpError, WrpFormatError, WrpModuleError, WrpNotFoundError, WrpUsageError
-from ..fileio import atomic_write, check_output_path, map_file, publish_wrp
+from ..fileio import atomic_write, check_output_path, io_error, map_file, publish_wrp
 
 #: Output forms by file extension.
 FORMATS = {".wrp": "wrp", ".wrpk": "wrpk", ".json": "json"}
@@ -128,10 +128,13 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
             raise WrpUsageError(f"container version {container_version} applies to a .wrpk output and is one of "
                            f"{', '.join(map(str, CONTAINER_VERSIONS))}", hint="Drop the option, or write a .wrpk.")
     wrpk_version = {} if container_version is None else {"container_version": container_version}
-    if not src.exists() and not src.is_symlink():
-        raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
+    try:
+        if not src.exists() and not src.is_symlink():
+            raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
+    except OSError as e:
+        raise io_error(e, src, "read") from None
     # `wrp convert x.wrpk out/x.wrp` creates out/, as cp and tar would (check_output_path does).
-    check_output_path(dst, [src])
+    check_output_path(dst, [src], modules_beside=form == "wrp")
     if form != "json":
         include_modules = True
     if _sniff_json(src):
@@ -219,10 +222,14 @@ def _write_form(prog, modules, src, dst, src_form, form, progress, finish, hashe
 
 
 def estimate_output_size(src) -> int:
-    """Rough byte count a conversion of ``src`` writes (for progress bars)."""
+    """Rough byte count a conversion of ``src`` writes (for progress bars); 0 where it cannot be looked at
+    (the conversion itself then says why)."""
     p = Path(src)
-    total = p.stat().st_size
-    mdir = p.with_name(p.stem + "_modules")
-    if mdir.is_dir():
-        total += sum(f.stat().st_size for f in mdir.iterdir() if f.is_file())
+    try:
+        total = p.stat().st_size
+        mdir = p.with_name(p.stem + "_modules")
+        if mdir.is_dir():
+            total += sum(f.stat().st_size for f in mdir.iterdir() if f.is_file())
+    except OSError:
+        return 0
     return total

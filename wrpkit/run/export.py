@@ -9,13 +9,15 @@ empty environment (``env -i``) and no Python installed.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..errors import WrpError, WrpNotFoundError
-from ..fileio import atomic_write, make_parents, map_file
+from ..errors import WrpError, WrpIOError, WrpNotFoundError
+from ..fileio import atomic_write, io_error, make_folder, map_file, read_file, remove_empty_folders
 
 #: Warp's shared libraries ``wrp-replay`` loads (CPU graphs need both).
 WARP_LIBRARIES = ("warp.so", "warp-clang.so")
@@ -133,32 +135,58 @@ def export_runtime(dest, replayer, warp_bin=None, *, overwrite: bool = False) ->
             raise WrpNotFoundError(f"{name} not found: {src}",
                                    hint="Reinstall warp-lang (pip install warp-lang==1.19.0)." if name != replayer.name
                                    else "Build wrpkit with `pip install .`, which builds wrp-replay.")
-    if dest.exists() and not dest.is_dir():
-        raise WrpError(f"{dest} exists and is not a directory")
-    if dest.is_dir() and any(dest.iterdir()) and not overwrite:
-        raise WrpError(f"{dest} is not empty", hint="Pass an empty or new folder, or --overwrite.")
-    # `wrp export-runtime dist/replayer` on a fresh tree makes dist/ too, as cp -r would.
-    make_parents(dest)
     try:
-        dest.mkdir(exist_ok=True)
+        if dest.exists() and not dest.is_dir():
+            raise WrpError(f"{dest} exists and is not a directory")
+        if dest.is_dir() and any(dest.iterdir()) and not overwrite:
+            raise WrpError(f"{dest} is not empty", hint="Pass an empty or new folder, or --overwrite.")
     except OSError as e:
-        from ..errors import WrpIOError  # noqa: PLC0415
-
-        raise WrpIOError(f"cannot create {dest}: {e.strerror or e}") from None
+        raise io_error(e, dest, "create folder") from None
     version = _warp_version()
+    lic = _license_file()
+    # `wrp export-runtime dist/replayer` on a fresh tree makes dist/ too, as cp -r would.
+    made = make_folder(dest)
+    # Every file is written into a private folder inside DEST first, then all are renamed into
+    # place: a failure (a full disk) leaves DEST as it was, and a DEST this call made is removed.
+    stage = dest / f".wrpkit-export.{os.getpid()}.{os.urandom(4).hex()}"
     written = 0
     files = []
-    for name, src in sources.items():
-        with map_file(src, name) as mf:
-            written += atomic_write(dest / name, [mf.buffer])
+
+    def put(name: str, chunks) -> None:
+        nonlocal written
+        try:
+            written += atomic_write(stage / name, chunks)
+        except WrpIOError as e:  # named as the user knows it: DEST/NAME, not the private folder
+            raise WrpIOError(e.message.replace(str(stage), str(dest)),
+                             hint=e.hint.replace(str(stage), str(dest)) if e.hint else None) from None
         files.append(name)
-    os.chmod(dest / replayer.name, 0o755)
-    lic = _license_file()
-    if lic is not None:
-        written += atomic_write(dest / "LICENSE-warp.md", [lic.read_bytes()])
-        files.append("LICENSE-warp.md")
-    written += atomic_write(dest / "README.txt", [_readme(version, replayer.name).encode()])
-    files.append("README.txt")
+
+    try:
+        try:
+            stage.mkdir()
+        except OSError as e:
+            raise io_error(e, dest, "write") from None
+        for name, src in sources.items():
+            with map_file(src, name) as mf:
+                put(name, [mf.buffer])
+        os.chmod(stage / replayer.name, 0o755)
+        if lic is not None:
+            put("LICENSE-warp.md", [read_file(lic, "Warp's license")])
+        put("README.txt", [_readme(version, replayer.name).encode()])
+        for name in files:
+            try:
+                os.replace(stage / name, dest / name)
+            except OSError as e:
+                raise io_error(e, dest / name, "write") from None
+    except BaseException:
+        if made:  # a folder this call made: nothing of it stays
+            for name in files:
+                with contextlib.suppress(OSError):
+                    os.unlink(dest / name)
+        shutil.rmtree(stage, ignore_errors=True)
+        remove_empty_folders(made)
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
     return ExportResult(dest, files, version, written)
 
 

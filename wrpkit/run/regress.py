@@ -93,13 +93,15 @@ def _untrusted(job: dict, trust) -> Optional[CaseResult]:
 def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
     """Write a case's replayed bindings as its golden if they differ from it; say what changed."""
     from ..checks.compare import compare_arrays  # noqa: PLC0415
-    from ..fileio import atomic_write  # noqa: PLC0415
+    from ..fileio import atomic_write, io_error  # noqa: PLC0415
 
     new = case_res.replayed or {}
     old = {}
     if golden.is_file():
         try:
             old = read_npz(golden.read_bytes(), golden.name)
+        except OSError as e:
+            raise io_error(e, golden, "read") from None
         except WrpError:
             old = {}
     changes = []

@@ -184,19 +184,30 @@ def discover(suite, *, keyword: Optional[str] = None, overrides: Optional[dict] 
             matches ``keyword``), names one case twice (``x.wrp`` and
             ``x.wrpk``), or its ``wrp-suite.toml`` is bad.
     """
+    from ..fileio import io_error  # noqa: PLC0415
+
     root = Path(suite)
-    if not root.exists():
-        raise WrpNotFoundError(f"suite {root} does not exist",
-                               hint="Pass a folder of captures (NAME.wrp or NAME.wrpk, with NAME_expected.npz).")
-    if not root.is_dir():
-        raise usage_error(WrpError(f"suite {root} is not a folder",
-                                   hint="Pass the folder that holds the captures; `wrp replay FILE --check` "
-                                        "checks one."))
+    try:
+        if not root.exists():
+            raise WrpNotFoundError(f"suite {root} does not exist",
+                                   hint="Pass a folder of captures (NAME.wrp or NAME.wrpk, with NAME_expected.npz).")
+        if not root.is_dir():
+            raise usage_error(WrpError(f"suite {root} is not a folder",
+                                       hint="Pass the folder that holds the captures; `wrp replay FILE --check` "
+                                            "checks one."))
+        os.listdir(root)  # a folder this user may not read is an I/O error (exit 1), not an empty suite
+        has_config = (root / SUITE_FILE).exists()
+    except OSError as e:
+        raise io_error(e, root, "read") from None
     defaults, patterns = ({}, [])
-    if (root / SUITE_FILE).exists():
+    if has_config:
         defaults, patterns = read_suite_config(root / SUITE_FILE)
     found = {}
-    for dirpath, dirnames, filenames in os.walk(root):
+
+    def unreadable(e: OSError):
+        raise io_error(e, None, "read")
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
         dirnames[:] = sorted(d for d in dirnames if not d.endswith("_modules") and not d.startswith("."))
         here = Path(dirpath)
         for fn in sorted(filenames):

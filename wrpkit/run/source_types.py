@@ -394,7 +394,7 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
         WrpError: Bad output path.
     """
     from ..checks.validate import validate_program  # noqa: PLC0415
-    from ..fileio import check_output_path, publish_wrp  # noqa: PLC0415
+    from ..fileio import check_output_path, output_size, publish_wrp  # noqa: PLC0415
     from ..formats import wrp1  # noqa: PLC0415
     from .prepare import prepare  # noqa: PLC0415
 
@@ -407,7 +407,7 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
 
         raise WrpUsageError(f"cannot write {dst}: the output must end in .wrp or .wrpk",
                        hint="For example -o typed.wrp (with typed_modules/) or -o typed.wrpk (one file).")
-    check_output_path(dst, [src])
+    check_output_path(dst, [src], modules_beside=suffix == ".wrp")
     prep = prepare(src)
     have = prep.annotations
     if have is not None and (have.kernel_signatures or have.signature):
@@ -429,14 +429,13 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
 
         raise WrpError("the annotated capture would not validate, so nothing was written: "
                        + "; ".join(str(p) for p in problems[:5]))
-    dst.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".wrpk":
         from ..formats.wrpk import builder  # noqa: PLC0415
 
         n = builder.write_wrpk(dst, program, files)
     else:
         n = publish_wrp(dst, wrp1.iter_wrp1_chunks(program), files)
-    return AnnotateResult(src, dst, typing, int(n or dst.stat().st_size))
+    return AnnotateResult(src, dst, typing, int(n if n is not None else output_size(dst, 0)))
 
 
 __all__ = ["annotate", "AnnotateResult", "type_from_source", "type_capture", "type_program", "retype", "SourceTyping", "KernelMatch", "import_kernels",

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 from .. import environment
 from .. import model as m
 from ..errors import WrpError, WrpFormatError, WrpKernelsError, WrpNotFoundError
-from ..fileio import check_output_path, modules_dir_for, publish_wrp, read_file
+from ..fileio import check_output_path, io_error, modules_dir_for, output_size, publish_wrp, read_file
 from ..formats import wrp1
 from ..formats.annotations import Annotations, ModuleDigest, encode_annotations
 from ..formats.container import open_capture
@@ -293,9 +293,12 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
     src, dst = Path(src), Path(dst)
     if collision not in COLLISION_POLICIES:
         raise WrpError(f"unknown collision policy {collision!r}; choose one of {', '.join(COLLISION_POLICIES)}")
-    if not src.exists():
-        raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
-    check_output_path(dst, [src])
+    try:
+        if not src.exists():
+            raise WrpNotFoundError(f"input not found: {src}", hint="Check the path.")
+    except OSError as e:
+        raise io_error(e, src, "read") from None
+    check_output_path(dst, [src], modules_beside=output_form(dst) == "wrp")
     version = installed_warp_version()
     with open_capture(src, share_ops=True, prefetch=True, trust=trust) as cap:
         prog = cap.program
@@ -321,7 +324,7 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
         mdir = modules_dir_for(dst)
         names = sorted(f.name for f in mdir.iterdir()) if form == "wrp" and mdir.is_dir() else []
         return UpgradeResult(src, dst, None, form, res.bytes_written, names, already_current=True,
-                             capture_bytes=dst.stat().st_size)
+                             capture_bytes=output_size(dst, res.bytes_written))
     with open_capture(src, share_ops=True, prefetch=True, trust=trust) as cap:
         prog = cap.program
         layout = LAYOUTS[prog.format_version]
@@ -379,7 +382,7 @@ def upgrade(src, dst, *, collision: str = "producer", kernels: Sequence = (), pr
             # With writeback hints (the default): the disk starts on the data
             # while the rest is written and checked (bench/bench_upgrade.py).
             n = publish_wrp(dst, wrp1.iter_wrp1_chunks(new), out_files, progress, check, durable=durable)
-    return UpgradeResult(src, dst, report, form, n, sorted(out_files), capture_bytes=dst.stat().st_size)
+    return UpgradeResult(src, dst, report, form, n, sorted(out_files), capture_bytes=output_size(dst, n))
 
 
 __all__ = ["upgrade", "UpgradeResult", "rebuild_kernels", "installed_warp_version", "WrpFormatError"]
