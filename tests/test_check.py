@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,7 +110,13 @@ def test_lint_flags_a_hashgrid_id_passed_as_uint64(tmp_path):
     code, data = run_check(path)
     lint = [f for f in data["findings"] if f["check"] == "lint-pointer"]
     assert lint and lint[0]["status"] == "fail" and "k_uses_grid_id" in lint[0]["message"]
-    assert code == 1 and not data["loadable"]  # it loads, but its replay dereferences a dangling pointer
+    # Numbered from 0 as `wrp inspect --ops` numbers the grid id argument (the kernel's first).
+    assert "argument 0 holds" in lint[0]["message"]
+    # It loads, but its replay dereferences a dangling pointer: the exit code wrp replay gives it.
+    assert code == 3 and not data["loadable"]
+    res = subprocess.run([str(Path(sys.executable).parent / "wrp"), "replay", str(path)], capture_output=True,
+                         text=True)
+    assert res.returncode == code and "argument 0 holds" in res.stderr
 
 
 def _grid_capture_with_id(tmp_path, value: int):
@@ -197,7 +206,7 @@ def test_capture_layer_warns_about_live_pointers_when_the_capture_ends(tmp_path)
 
     grid = wp.HashGrid(4, 4, 4, device="cpu")
     out = wp.zeros(4, dtype=wp.float32, device="cpu")
-    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 1") as record:
+    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 0") as record:
         with wrpkit.capture(device="cpu") as rec:
             for _ in range(3):  # one warning, not one per launch
                 wp.launch(k_uses_grid_id, dim=4, inputs=[grid.id, out], device="cpu")
@@ -216,7 +225,7 @@ def test_saving_a_plain_warp_capture_lints_it(tmp_path):
     from wrpkit.run.recording import WrpLintWarning  # noqa: PLC0415
 
     g, out, _grid = _stock_grid_capture()
-    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 1"):
+    with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 0"):
         wrpkit.save(g, tmp_path / "grid.wrp", outputs={"out": out})
 
 

@@ -581,7 +581,14 @@ private:
                     continue;
                 char text[96];
                 std::snprintf(text, sizeof(text), "%#llx", static_cast<unsigned long long>(v));
-                g_.raw_pointers.push_back("kernel " + quoted(key) + " argument " + std::to_string(j + 1) + " holds " +
+                // Numbered from 0 as `wrp inspect --ops` numbers arguments, named where the file
+                // records the kernel's signature (checks/check.py _argument_words).
+                std::string argument = "argument " + std::to_string(j);
+                auto sig = g_.kernel_signatures.find({hash, key});
+                if (sig != g_.kernel_signatures.end() && j < sig->second.arguments.size() &&
+                    sig->second.arguments[j].name != "arg" + std::to_string(j))
+                    argument += " (" + sig->second.arguments[j].name + ")";
+                g_.raw_pointers.push_back("kernel " + quoted(key) + " " + argument + " holds " +
                                           text + " at byte " + std::to_string(off) +
                                           " with no relocation: it looks like a live process pointer (a HashGrid, Bvh "
                                           "or Volume id passed as uint64?)");

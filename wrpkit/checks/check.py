@@ -89,7 +89,10 @@ def lint_program(prog: m.Program) -> list:
     See :func:`lint_launches`; this lints every kernel launch of ``prog``,
     nested bodies included.
     """
-    return lint_launches(op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.KernelLaunch))
+    from .effects import kernel_signatures  # noqa: PLC0415
+
+    return lint_launches((op for _, op in m.walk_ops(prog.ops) if isinstance(op, m.KernelLaunch)),
+                         kernel_signatures(prog))
 
 
 # Where a live process pointer lies.  The heap of a PIE interpreter (most
@@ -119,8 +122,11 @@ def _looks_like_a_process_pointer(v: int, whole_u64_argument: bool) -> bool:
             and v >> ((v & -v).bit_length() - 1) >= ROUND_ODD_PART)
 
 
-def lint_launches(launches) -> list:
+def lint_launches(launches, signatures=None) -> list:
     """Lint findings for kernel launches (:class:`wrpkit.model.KernelLaunch`).
+
+    Arguments are named as ``wrp inspect --ops`` names them: the 0-based index, and the name
+    where ``signatures`` (``{(module_hash, kernel_key): KernelSignature}``) gives one.
 
     * A 64-bit kernel argument (or struct field) that holds a live
       process pointer without a relocation: HashGrid, Bvh or Volume ids
@@ -137,6 +143,8 @@ def lint_launches(launches) -> list:
         key = (op.module_hash, op.kernel_key)
         layout = tuple((p.value_size, p.value_align) for p in op.params)
         layouts.setdefault(key, set()).add(layout)
+        sig = (signatures or {}).get(key)
+        args = sig.arguments if sig is not None else ()
         for j, (p, rels) in enumerate(op.param_relocations()):
             covered = _descriptor_bytes(rels)
             blob = bytes(op.value_data[p.value_offset:p.value_offset + p.value_size])
@@ -149,7 +157,8 @@ def lint_launches(launches) -> list:
                     flagged.add((key, j, off))
                     out.append(Finding(
                         "lint-pointer", FAIL,
-                        f"kernel {op.kernel_key!r} argument {j + 1} holds {v:#x} at byte {off} with no relocation: "
+                        f"kernel {op.kernel_key!r} {_argument_words(args, p.param_index)} holds {v:#x} at byte {off} "
+                        "with no relocation: "
                         "it looks like a live process pointer (a HashGrid, Bvh or Volume id passed as uint64?)",
                         "A captured process pointer dangles in a new process. Pass meshes through "
                         "wp.handle-typed arguments (Warp rebuilds them at load); HashGrid, Bvh and Volume "
@@ -164,6 +173,15 @@ def lint_launches(launches) -> list:
     return out
 
 
+def _argument_words(args, param_index: int) -> str:
+    """``argument 1`` (0-based, as ``wrp inspect --ops`` numbers it), with ``(name)`` where it is known."""
+    from .effects import argument_name  # noqa: PLC0415
+
+    i = param_index - 1
+    name = argument_name(args, param_index)
+    return f"argument {i}" + (f" ({name})" if name != f"arg{i}" else "")
+
+
 #: The exit code of each check's failure, the same as the failure's code in
 #: ``wrp replay`` and ``wrp-replay`` (see :data:`wrpkit.errors.EXIT_CODES`).
 #: Checks not named here exit with EXIT_FAILED.
@@ -171,11 +189,11 @@ _CHECK_EXIT_CODES = {
     "device": EXIT_USAGE,
     "warp-version": EXIT_INVALID, "structure": EXIT_INVALID, "modules": EXIT_INVALID,
     "cpu-object": EXIT_INVALID, "cpu-target": EXIT_INVALID, "kernel-symbols": EXIT_INVALID,
-    "cuda-arch": EXIT_INVALID,
+    "cuda-arch": EXIT_INVALID, "lint-pointer": EXIT_INVALID,
 }
 # The order in which replay meets these failures: the file's own problems
 # (it is decoded and validated first), then the device, then Warp's version.
-_CHECK_ORDER = ("structure", "modules", "cpu-object", "kernel-symbols", "device", "warp-version")
+_CHECK_ORDER = ("structure", "modules", "cpu-object", "kernel-symbols", "lint-pointer", "device", "warp-version")
 
 
 def exit_code(findings: list) -> int:
