@@ -18,6 +18,7 @@ the command documents differently in ``codes``.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -130,6 +131,10 @@ RECIPES = {
                                   ("{file}", "--timeout", "-1"), ("{file}", "--engine", "gpu"),
                                   ("{file}", "--clock", "moon"))),
     # regress reads a folder (the sample's: its capture, inputs and golden), not a capture.
+    # sign validates FILE as validate does, and signs a capture of any Warp version as it is.
+    "sign": Recipe(("{file}", "--key", "{key}", "-o", "{out}"), out="x.sig", codes=READS_ANY_VERSION,
+                   bad_values=(("{file}", "--key", "{dir}/nosuch.pem", "-o", "{dir}/x.sig"),
+                               ("{file}", "--key", "{file}", "-o", "{dir}/x.sig"))),
     "regress": Recipe(("{suite}", "--junit", "{out}"), out="r.xml", takes_file=False,
                       bad_values=(("{dir}/nosuch",), ("{suite}", "-j", "0"), ("{suite}", "--timeout", "-1"))),
 }
@@ -246,7 +251,21 @@ def _fresh(tmp: Path) -> Path:
 
 
 def _fill(args, file, out, base, d):
-    return [str(a).format(file=file, out=out, base=base, dir=d, suite=Path(base).parent) for a in args]
+    return [str(a).format(file=file, out=out, base=base, dir=d, suite=Path(base).parent, key=_signing_key())
+            for a in args]
+
+
+@functools.lru_cache(maxsize=None)
+def _signing_key() -> str:
+    """An EC private key made by openssl once per run (``{key}`` in a recipe), removed at exit."""
+    import atexit  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    d = Path(tempfile.mkdtemp(prefix="wrp-matrix-key-"))
+    atexit.register(shutil.rmtree, d, True)
+    subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", str(d / "key.pem")],
+                   check=True, capture_output=True)
+    return str(d / "key.pem")
 
 
 def matrix_cases(name: str, recipe: Recipe, files: dict) -> list:

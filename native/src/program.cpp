@@ -163,9 +163,19 @@ std::unique_ptr<Program> Program::open_file(const std::string& path, const OpenO
         verify_signature(capture, TrustedKeys::load(keys, keys_from_environment), opts.signature_path,
                          &signed_modules);
     }
-    if (is_wrpk(file.data(), file.size()))
+    if (is_wrpk(file.data(), file.size())) {
         // `file` (a MAP_SHARED mapping) outlives Warp's load; the image maps its region data pages.
-        return open_bundle(file.data(), file.size(), nullptr, 0, opts, /*map_source_pages=*/true);
+        // A signed bundle's blob checksums would be a second pass over bytes whose signed digest
+        // was just checked, proving nothing more: they are skipped (as in wrpkit's Python reader).
+        OpenOptions bundle_opts = opts;
+        if (check_signature)
+            bundle_opts.verify_checksums = false;
+        std::unique_ptr<Program> p = open_bundle(file.data(), file.size(), nullptr, 0, bundle_opts,
+                                                 /*map_source_pages=*/true);
+        if (check_signature)
+            p->bundle_verified_ = true;
+        return p;
+    }
     std::unique_ptr<Program> p(new Program(opts));
     p->graph_ = validate_wrp1(file.data(), file.size(), opts.limits);
     p->describe_bindings();
