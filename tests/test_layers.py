@@ -7,7 +7,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "wrpkit"
 # Lowest first.  The package root (model, errors, fileio, environment) is level 0;
-# wrpkit/__init__.py is the public API and may name any layer (lazily).
+# wrpkit/__init__.py is the public API and wrpkit/__main__.py the `wrp` entry point: both may name
+# any layer (lazily).
 LEVELS = {"": 0, "formats": 1, "checks": 2, "run": 3, "debug": 4, "cli": 5}
 
 
@@ -38,7 +39,7 @@ def _imports(path: Path, pkg: Path = PKG):
 
 
 def _sources(pkg: Path = PKG):
-    return [p for p in pkg.rglob("*.py") if "fbs" not in p.parts and p != pkg / "__init__.py"]
+    return [p for p in pkg.rglob("*.py") if "fbs" not in p.parts and p not in (pkg / "__init__.py", pkg / "__main__.py")]
 
 
 def _upward_imports(pkg: Path = PKG) -> list:

@@ -72,7 +72,7 @@ EXIT_CODES = {
     EXIT_CRASH: "the replay crashed (a fatal signal); contained, nothing was written",
     EXIT_INTERNAL: "internal error (a bug)",
     EXIT_TIMEOUT: "--timeout ran out; nothing was written",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C); nothing was written",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C or SIGTERM); no output is left half-written",
     EXIT_PIPE: "stdout was closed (a reader such as head quit); output stopped quietly",
 }
 

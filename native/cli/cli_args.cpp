@@ -113,7 +113,7 @@ const char* const kUsage =
     "  4    the replay crashed (a fatal signal); contained, nothing was written\n"
     "  70   internal error (a bug)\n"
     "  124  --timeout ran out; nothing was written\n"
-    "  130  interrupted (Ctrl-C); nothing was written\n"
+    "  130  interrupted (Ctrl-C or SIGTERM); no output is left half-written\n"
     "  141  stdout was closed (a reader such as head quit); output stopped quietly\n";
 
 namespace {

@@ -39,7 +39,7 @@ struct OutputDone {
     std::vector<uint64_t> shape;
 };
 
-// Ctrl-C: one line on stderr (and the JSON error with --json), then exit 130, the same as wrp's.
+// Ctrl-C or SIGTERM: one line on stderr (and the JSON error with --json), then exit 130, the same as wrp's.
 // Only async-signal-safe calls; outputs are written atomically, so none is left half-written.
 const char kInterruptedStderr[] = "wrp-replay: error: interrupted; nothing was written\n";
 char g_interrupted_stdout[256];
@@ -69,6 +69,7 @@ void arm_interrupt(bool json)
     sa.sa_handler = on_interrupt;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);  // ends a replay as Ctrl-C does: the same line and code (130)
 }
 
 // --timeout: a real-time interval timer whose SIGALRM handler writes a message prepared in advance and

@@ -1,5 +1,7 @@
-"""``python -m wrpkit.cli``: the ``wrp`` command line."""
+"""``python -m wrpkit.cli``: the ``wrp`` command line (as ``python -m wrpkit``)."""
 
-from . import main
+import sys
 
-main()
+from ..__main__ import main
+
+sys.exit(main())

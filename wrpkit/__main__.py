@@ -1,0 +1,49 @@
+"""The ``wrp`` command's first code: ``python -m wrpkit`` and the installed ``wrp`` script.
+
+It runs before anything else is imported, so that Ctrl-C (SIGINT) or SIGTERM at any moment,
+imports included, ends the command with one line, ``interrupted``, and exit 130, never a
+traceback (``docs/reliability.md``).  The command line itself is :data:`wrpkit.cli.main`.
+"""
+
+import signal
+import sys
+
+
+def _terminated(signum, frame):
+    # SIGTERM ends a command as Ctrl-C does (the same exit code, 130): the same clean-up runs,
+    # children are stopped and nothing half-written is left.
+    raise KeyboardInterrupt
+
+
+def main():
+    """Run ``wrp`` with ``sys.argv``; return its exit code (for ``sys.exit``)."""
+    try:
+        if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _terminated)
+        # The installed `wrp` (native/launcher/wrp_launcher.c) starts this process with SIGINT and
+        # SIGTERM blocked, so that none is lost or fatal before this handler is in place: one that
+        # came meanwhile is delivered now, as a KeyboardInterrupt caught below.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        from .cli import main as group
+
+        return group.main(prog_name="wrp")
+    except KeyboardInterrupt:
+        return _interrupted()
+
+
+def _interrupted() -> int:
+    # Reached when the interrupt comes before the command's own handler (imports, parsing): the
+    # command's handler says the same, and prints the JSON error too with --json.
+    try:
+        if "--json" in sys.argv[1:]:
+            sys.stdout.write('{"error": "interrupted", "exit_code": 130, "hint": null}\n')
+            sys.stdout.flush()
+        sys.stderr.write("interrupted\n")
+        sys.stderr.flush()
+    except (OSError, KeyboardInterrupt):
+        pass
+    return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
