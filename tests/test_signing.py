@@ -443,3 +443,24 @@ def test_cpp_environment_and_certificates(captures, keys, replayer, tmp_path):
     assert res.returncode == 3
     # Through the python CLI's native engine: the parent checks, and wrp-replay checks again itself.
     assert wrp("replay", cap, "--engine", "native", "--trusted-key", d / "ca.pem").returncode == 0
+
+
+@pytest.mark.slow  # exports a runtime folder (Warp's libraries)
+def test_signed_in_one_folder_verified_in_another_with_no_python(captures, keys, tmp_path, replayer):
+    """A user's path: sign, copy the capture elsewhere, verify with export-runtime's wrp-replay under env -i."""
+    cap = capture_copy(captures, tmp_path / "made")
+    assert wrp("sign", cap, "--key", keys["a"][0]).returncode == 0
+    shipped = tmp_path / "device" / "captures"
+    shipped.mkdir(parents=True)
+    for p in (cap, cap.with_suffix(".sig")):
+        shutil.copy(p, shipped)
+    shutil.copytree(modules_of(cap), shipped / modules_of(cap).name)
+    rt = tmp_path / "device" / "rt"
+    assert wrp("export-runtime", rt).returncode == 0
+    plain = {"PATH": "/usr/bin:/bin"}
+    res = subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in plain.items()), str(rt / "wrp-replay"),
+                          str(shipped / cap.name), "--trusted-key", str(keys["a"][1])], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run(["env", "-i", f"WRPKIT_TRUSTED_KEYS={keys['b'][1]}", str(rt / "wrp-replay"),
+                          str(shipped / cap.name)], capture_output=True, text=True)
+    assert res.returncode == 3 and "not signed by a trusted key" in res.stderr
