@@ -76,7 +76,9 @@ def main() -> None:
         for mib in [int(s) for s in args.sizes.split(",")]:
             d = work / f"{mib}"
             d.mkdir(exist_ok=True)
-            wrp, wrpk = d / "big.wrp", d / "big.wrpk"
+            # Each in a folder of its own: big.wrp and big.wrpk would share big.sig.
+            (d / "bundle").mkdir(exist_ok=True)
+            wrp, wrpk = d / "big.wrp", d / "bundle" / "big.wrpk"
             if not wrp.exists():
                 make_capture(wrp, mib)
             if not wrpk.exists():

@@ -29,6 +29,12 @@ def main():
         return group.main(prog_name="wrp")
     except KeyboardInterrupt:
         return _interrupted()
+    finally:
+        # The command has ended (its outputs published or left as they were): a signal now would
+        # kill the interpreter as it shuts down (Python gives back the default action of signals
+        # it handled, and any thread may receive one), so both are ignored from here to the exit.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _interrupted() -> int:

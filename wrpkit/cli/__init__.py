@@ -50,6 +50,30 @@ class WrpGroup(click.Group):
             cmd = getattr(importlib.import_module(mod), attr)
         return cmd
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """click's ``main``, except that Ctrl-C anywhere click itself catches it (while it parses, or
+        while a usage error is shown) is "interrupted", exit 130, as in every command, not
+        click's "Aborted!" and exit 1."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        import sys  # noqa: PLC0415
+
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.Abort:  # click's word for a KeyboardInterrupt it caught
+            from ..errors import EXIT_INTERRUPTED  # noqa: PLC0415
+            from .output import print_json_error, stderr_console, wants_json  # noqa: PLC0415
+
+            if wants_json(sys.argv[1:] if args is None else args):
+                print_json_error("interrupted", EXIT_INTERRUPTED)
+            stderr_console().print("interrupted")
+            sys.exit(EXIT_INTERRUPTED)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        # A command returns None; an Exit (every error report ends in one) returns its code.
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def make_context(self, info_name, args, parent=None, **extra):
         as_json = wants_json(args)
         try:
