@@ -217,6 +217,20 @@ def _deep(cap, keys):
     cap.with_suffix(".sig").write_text("[" * 100000 + "]" * 100000)
 
 
+def _huge(cap, keys):
+    # Over the 64 MiB a signature may hold: refused before it is read (a sparse file, no disk used).
+    with open(cap.with_suffix(".sig"), "r+b") as f:
+        f.truncate(65 << 20)
+
+
+def _huge_field(cap, keys):
+    # A hint of 8 MiB inside a bundle under the cap: a field of the wrong size, refused as such.
+    sig = cap.with_suffix(".sig")
+    bundle = json.loads(sig.read_text())
+    bundle["verificationMaterial"]["publicKey"]["hint"] = "a" * (8 << 20)
+    sig.write_text(json.dumps(bundle))
+
+
 def _payload_swapped(cap, keys):
     # The envelope's payload replaced by another statement: the signature no longer covers it.
     sig = cap.with_suffix(".sig")
@@ -237,6 +251,8 @@ REFUSALS = {
     "truncated signature": (_truncated, "signature malformed"),
     "garbage signature": (_garbage, "signature malformed"),
     "deeply nested signature": (_deep, "signature malformed"),
+    "huge signature": (_huge, "signature malformed"),
+    "huge field": (_huge_field, "signature malformed"),
     "payload swapped": (_payload_swapped, "not signed by a trusted key"),
 }
 
