@@ -246,3 +246,32 @@ def test_approve_fd_waits_for_the_callers_go_ahead(native, caps):
     assert rc == 0, err
     res = run(native.exe, path, "--approve-above", "1M", check_rc=2)
     assert "--approve-above needs --approve-fd" in res.stderr
+
+
+def test_outputs_that_are_devices_or_fifos_are_written_in_place(native, caps, tmp_path):
+    """--output to /dev/full, /dev/null (also through a symbolic link) or a FIFO: the node stays what
+    it is; a full device is exit 1 naming the path; a FIFO's reader gets a whole .npy."""
+    import stat  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    path = caps["local_saxpb"]
+    link = tmp_path / "full"
+    link.symlink_to("/dev/full")
+    for dest in ("/dev/full", str(link)):
+        res = run(native.exe, path, "--output", f"y={dest}", "--warp-lib-dir", WARP_BIN)
+        assert res.returncode == 1 and f"cannot write {dest}: No space left on device" in res.stderr, res.stderr
+        assert stat.S_ISCHR(os.stat(dest).st_mode) and link.is_symlink()
+    run(native.exe, path, "--output", "y=/dev/null", "--warp-lib-dir", WARP_BIN, check_rc=0)
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "y.fifo"
+    os.mkfifo(fifo)
+    got = {}
+    reader = threading.Thread(target=lambda: got.update(data=fifo.read_bytes()))
+    reader.start()
+    res = subprocess.run([str(native.exe), str(path), "--output", f"y={fifo}", "--warp-lib-dir", str(WARP_BIN)],
+                         capture_output=True, text=True, timeout=120)
+    reader.join(timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert np.load(__import__("io").BytesIO(got["data"])).nbytes == 64

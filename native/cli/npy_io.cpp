@@ -4,6 +4,7 @@
 #include "npy_io.h"
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <cstdlib>
 #include <fcntl.h>
@@ -342,6 +343,23 @@ bool is_passed_fd(const std::string& path)
     return passed_fd(path) >= 0;
 }
 
+// A destination that is not a regular file to replace: a character or block device (/dev/null,
+// /dev/full), a FIFO or a socket (a symbolic link to one too), or /dev/stdout and /dev/stderr.
+// Those are written in place: an atomic rename would replace the device node with a regular file.
+static bool is_special_output(const std::string& path)
+{
+    if (path == "/dev/stdout" || path == "/dev/stderr")
+        return true;
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
+// Write the whole of `head` then `data` to an open destination; false with errno set on failure.
+static bool write_npy_to(int fd, const std::string& head, const uint8_t* data, size_t size)
+{
+    return write_all(fd, head.data(), head.size()) && write_all(fd, data, size);
+}
+
 void prepare_output(const std::string& path)
 {
     int passed = passed_fd(path);
@@ -351,6 +369,8 @@ void prepare_output(const std::string& path)
                                              " is not open");
         return;  // written in place by write_npy_atomic: no folder to make, nothing to probe
     }
+    if (is_special_output(path))
+        return;  // a device, FIFO or /dev/stdout: written in place, never replaced
     size_t slash = path.find_last_of('/');
     std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
     // Missing parent folders are created, as wrp's commands create them (mkdir -p).
@@ -399,12 +419,39 @@ void write_npy_atomic(const std::string& path, const NpyDtype& dtype, const std:
         head += static_cast<char>((len >> (8 * i)) & 0xff);
     head += dict;
 
-    // /dev/fd/N: an open file the caller passed (a memory file): written in place, from its start.
+    // /dev/fd/N: an open file the caller passed.  A memory file (wrp replay's) is written from its
+    // start; a pipe or a device as it comes.
     if (int fd = passed_fd(path); fd >= 0) {
-        bool ok = ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0 && write_all(fd, head.data(), head.size()) &&
-            write_all(fd, data, size);
+        struct stat st;
+        bool regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+        bool ok = (!regular || (ftruncate(fd, 0) == 0 && lseek(fd, 0, SEEK_SET) == 0)) &&
+            write_npy_to(fd, head, data, size);
         if (!ok)
             throw CliError(kExitRuntime, "cannot write " + path + ": " + std::strerror(errno));
+        return;
+    }
+    // A device, a FIFO or /dev/stdout: opened as it is (no O_CREAT, no O_TRUNC) and written in place.
+    if (is_special_output(path)) {
+        // A FIFO whose reader left: EPIPE, an error naming the path, not death by SIGPIPE (which
+        // is held while writing and the one it raised taken back).
+        sigset_t pipe_set, old_set;
+        sigemptyset(&pipe_set);
+        sigaddset(&pipe_set, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+        int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+        bool ok = fd >= 0 && write_npy_to(fd, head, data, size);
+        int err = errno;
+        if (fd >= 0 && close(fd) != 0 && ok) {
+            ok = false;
+            err = errno;
+        }
+        struct timespec now = {0, 0};
+        while (sigtimedwait(&pipe_set, nullptr, &now) == SIGPIPE) {
+        }
+        pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+        if (!ok)
+            throw CliError(kExitRuntime, "cannot write " + path + ": " + std::strerror(err) +
+                                             (err == EPIPE ? " (its reader closed it before the end)" : ""));
         return;
     }
     size_t slash = path.find_last_of('/');
