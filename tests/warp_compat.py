@@ -255,7 +255,47 @@ def check_case(case_dir: Path, wrp_replay: Path, python: str = sys.executable) -
             got = np.load(case_dir / f"native_{i}.npy")
             if not _same(got, want[n], slots.get(n, ())):
                 problems.append(f"wrp-replay: binding {n!r} differs from stock Warp")
+    problem = convert_verdict_problem(wrp, case_dir / "roundtrip")
+    if problem:
+        problems.append(problem)
+    for v in _hostile_variants(wrp, case_dir / "hostile"):
+        problem = convert_verdict_problem(v, case_dir / "roundtrip")
+        if problem:
+            problems.append(f"{v.name}: {problem}")
     return {"ok": not problems, "problems": problems, "warnings": warned}
+
+
+def convert_verdict_problem(src: Path, work: Path) -> str:
+    """What breaks "one verdict per file across convert directions" for ``src``, or "".
+
+    ``src`` -> ``.json`` must be refused, or its ``.json`` must convert back to a ``.wrp`` (and a
+    ``.wrpk``): what converts out converts back (issue 40, item 6)."""
+    from wrpkit.cli.convert import _edit_problems  # noqa: PLC0415
+    from wrpkit.errors import WrpError  # noqa: PLC0415
+    from wrpkit.formats.convert import convert  # noqa: PLC0415
+
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / (src.stem + ".json")
+    try:
+        convert(src, out, validate=_edit_problems)
+    except WrpError:
+        return ""
+    for back in (work / (src.stem + "_back.wrp"), work / (src.stem + "_back.wrpk")):
+        try:
+            convert(out, back, validate=_edit_problems)
+        except WrpError as e:
+            return f"converts to .json but its .json does not convert back to {back.suffix}: {e}"
+    return ""
+
+
+def _hostile_variants(wrp: Path, out: Path) -> list:
+    """Damaged copies of a kept file (tests/hostile.py), regular files only; [] for a file without one."""
+    import hostile  # noqa: PLC0415
+
+    try:
+        return [v for v in hostile.generate(wrp, out) if v.path.is_file() and not v.path.is_symlink()]
+    except Exception:  # noqa: BLE001  (a file hostile.py has no damage for: no kernel launch with relocations)
+        return []
 
 
 def check_all(keep_dir: Path, wrp_replay: Path, workers: int = 3) -> dict:

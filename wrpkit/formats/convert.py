@@ -104,9 +104,10 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
         modules_dir: For a ``.wrp`` input: the folder of its module files
             (default ``<stem>_modules/`` beside it).
         validate: ``validate(program, modules) -> [problem texts]`` run on a
-            ``.json`` input (an edit) before anything is written; any problem
-            refuses it (``wrp convert`` passes wrpkit's validator, which lives
-            in a layer above this one).
+            ``.json`` input (an edit) and on any input converted to ``.json``
+            before anything is written, so that both directions give one
+            verdict; any problem refuses it (``wrp convert`` passes wrpkit's
+            validator, which lives in a layer above this one).
         container_version: For a ``.wrpk`` output: its container version (default
             :data:`~.wrpk.tables.CONTAINER_VERSION`, 2; 1 for readers that know only 1).
         trust: A :class:`~wrpkit.formats.signature.Trust` the input must be signed by, or None.
@@ -181,6 +182,16 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
         if hasher is not None:
             stack.enter_context(hasher)  # exits first: no hash still reads the input when it closes
         modules = cap.module_files() if include_modules else None
+        if form == "json" and validate is not None:
+            # The way back from .json validates the program (an edit may break it), so the way out
+            # gives the same verdict: what converts to .json converts back (one verdict per file).
+            from ..errors import WrpValidationError  # noqa: PLC0415
+
+            problems = validate(cap.program, modules)
+            if problems:
+                raise WrpValidationError(
+                    problems, hint=f"{src} breaks the rules `wrp validate` applies, so its .json could not be "
+                                   "converted back; nothing was written. `wrp validate` lists every problem.")
         return _write(cap.program, modules, src, dst, cap.kind, form, progress, deferred, hasher, wrpk_version)
 
 
