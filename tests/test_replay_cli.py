@@ -644,3 +644,32 @@ def test_a_replay_that_fails_early_leaves_no_child_behind(engine, tmp_path):
         while _children_started_here() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _children_started_here() == [], (extra, _children_started_here())
+
+
+# ---------------------------------------------------------------------------
+# --output NAME=Y.npy: one binding, as --input NAME=X.npy reads one
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_output_name_equals_path_writes_that_binding_alone(tmp_path, engine):
+    if engine == "native" and native_paths().replayer is None:
+        pytest.skip("wrp-replay is not installed")
+    name = _kernel_program()
+    path = rc.wrpkit_capture(name)
+    inputs = write_npz(tmp_path / "in.npz", **rc.fresh_inputs(name))
+    out = tmp_path / "all.npz"
+    first = next(iter(read_npz(inputs)))
+    r = invoke(path, "--inputs", inputs, "--output", out, "--output", f"{first}=" + str(tmp_path / "one.npy"),
+               "--engine", engine, "--json")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["npy_outputs"] == {first: str(tmp_path / "one.npy")}
+    one = np.load(tmp_path / "one.npy")
+    whole = read_npz(out)[first]
+    assert one.dtype == whole.dtype and one.shape == whole.shape and one.tobytes() == whole.tobytes()
+    # A value of neither form, a second .npz and an unknown binding are usage errors; nothing is written.
+    for bad in (["--output", tmp_path / "y.npy"], ["--output", out, "--output", tmp_path / "b.npz"],
+                ["--output", f"nosuch={tmp_path / 'n.npy'}"]):
+        r = invoke(path, *bad, "--engine", engine)
+        assert r.exit_code == 2, (bad, r.stderr)
+    assert not (tmp_path / "y.npy").exists() and not (tmp_path / "n.npy").exists()

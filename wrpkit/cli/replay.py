@@ -18,6 +18,30 @@ import click
 from .options import Seconds, UserPath, Watchdog, kernel_match_lines, name_items, trust_options
 
 
+def output_places(items) -> tuple:
+    """``(OUT.npz or None, {binding: Y.npy})`` of the ``--output`` values.
+
+    Raises:
+        WrpUsageError: A value that is neither ``NAME=PATH`` nor a path ending in ``.npz``, or two ``.npz``.
+    """
+    from ..errors import WrpUsageError  # noqa: PLC0415
+
+    npz, npy = None, {}
+    for item in items:
+        name, sep, path = str(item).partition("=")
+        if sep and name and path:
+            npy[name] = Path(path)
+        elif not sep and str(item).lower().endswith(".npz"):
+            if npz is not None:
+                raise WrpUsageError(f"--output {item}: a second .npz ({npz} is the first)",
+                                    hint="Give one OUT.npz (it holds every binding), or NAME=Y.npy for one binding.")
+            npz = Path(item)
+        else:
+            raise WrpUsageError(f"--output {item!r} is neither OUT.npz (every binding) nor NAME=Y.npy (one binding)",
+                                hint="For example --output out.npz, or --output y=y.npy.")
+    return npz, npy
+
+
 def _fmt(v) -> str:
     if v is None:
         return "-"
@@ -73,6 +97,8 @@ def _print_report(report) -> None:
         con.print("[green]check passed[/]" if chk["ok"] else "[bold red]check failed[/]")
     if report.output:
         con.print(f"wrote {report.output}", markup=False)
+    for name, path in (report.npy_outputs or {}).items():
+        con.print(f"wrote {path} ({name})", markup=False)
 
 
 @click.command("replay")
@@ -81,8 +107,9 @@ def _print_report(report) -> None:
 @click.option("--inputs", "inputs_npz", type=UserPath(path_type=Path), metavar="IN.npz",
               help="Inputs keyed by binding name.")
 @click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy", help="One input (repeatable).")
-@click.option("--output", "output", type=UserPath(path_type=Path), metavar="OUT.npz",
-              help="Write every binding after the last replay.")
+@click.option("--output", "output_items", multiple=True, metavar="OUT.npz|NAME=Y.npy",
+              help="OUT.npz: every binding after the last replay. NAME=Y.npy: binding NAME alone, as .npy "
+                   "(repeatable, like --input).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Timed replays.")
 @click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Untimed replays first.")
 @click.option("--check", "golden", type=UserPath(path_type=Path), metavar="GOLDEN.npz",
@@ -116,7 +143,7 @@ def _print_report(report) -> None:
                    "matching kernel is passed (imported as a script, without its __main__ block).")
 @trust_options
 @click.pass_context
-def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, golden, rtol, atol, equal_nan, engine,
+def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, warmup, golden, rtol, atol, equal_nan, engine,
            as_json, no_verify, timeout, allow_raw_pointers, modules_dir, max_memory, allow_unreached, dtype_items,
            kernels, trust):
     """Replay a captured graph FILE (.wrp or .wrpk) and report timings and outputs.
@@ -138,6 +165,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
     \b
     Examples:
       wrp replay sim.wrp --inputs in.npz --output out.npz
+      wrp replay sim.wrp --input x=x.npy --output y=y.npy
       wrp replay sim.wrp --repeat 1000 --warmup 10 --json
       wrp replay sim.wrp --inputs in.npz --check expected.npz --rtol 1e-6
       wrp replay sim.wrp --check expected.npz --equal-nan
@@ -171,8 +199,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
                 dtypes = {n: t.strip()
                           for n, t in name_items(dtype_items, "--dtype", "TYPE", "--dtype x=vec3f").items()}
                 inputs = name_items(input_items, "--input", "FILE.npy", "--input x=x.npy")
+                output, npy_outputs = output_places(output_items)
                 budget = parse_size(max_memory) if max_memory is not None else None
-                if engine == "native" and not (inputs_npz or inputs or output or golden or dtypes or kernels
+                if engine == "native" and not (inputs_npz or inputs or output or npy_outputs or golden or dtypes or kernels
                                                or timeout is not None):
                     # wrp-replay starts now and maps and validates the file while this process does the same;
                     # a file big enough to be refused for regions no op reaches waits for that check.
@@ -188,6 +217,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output, repeat, warmup, g
                 # child keeps the rest of the time itself.
                 watchdog = Watchdog(timeout, repeat + warmup) if timeout is not None else None
                 report = replay_file(file, device=device, inputs_npz=inputs_npz, inputs=inputs, output=output,
+                                     npy_outputs=npy_outputs,
                                      repeat=repeat, warmup=warmup, golden=golden, rtol=rtol, atol=atol,
                                      equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
                                      watchdog=watchdog, allow_raw_pointers=allow_raw_pointers,

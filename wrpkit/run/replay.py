@@ -39,6 +39,7 @@ class ReplayReport:
         warnings: Warnings found before the replay (regions nothing reaches).
         check: The comparison with the golden file, or None without one.
         output: The ``.npz`` written, or None.
+        npy_outputs: ``{binding: path}`` of the ``.npy`` files written (``--output NAME=Y.npy``), or None.
         kernels: What ``--kernels`` typed (``SourceTyping.to_json()``), or None.
         notices: The lines that say so of ``unset_inputs`` (:func:`unset_input_notices`; not in the JSON,
             which has ``unset_inputs``).
@@ -56,6 +57,7 @@ class ReplayReport:
     warnings: list
     check: Optional[dict] = None
     output: Optional[str] = None
+    npy_outputs: Optional[dict] = None
     kernels: Optional[dict] = None
     notices: list = field(default_factory=list)
 
@@ -81,7 +83,7 @@ class ReplayReport:
         out = {"file": self.file, "device": self.device, "engine": self.engine, "warp_version": self.warp_version,
                "repeat": self.repeat, "warmup": self.warmup, "timings": self.timings, "outputs": self.outputs,
                "unset_inputs": self.unset_inputs, "warnings": self.warnings, "check": self.check,
-               "output": self.output, "ok": self.ok}
+               "output": self.output, "npy_outputs": self.npy_outputs, "ok": self.ok}
         if self.kernels is not None:
             out["kernels"] = self.kernels
         return json_safe(out)
@@ -226,6 +228,19 @@ def _write_npz(output, results: dict) -> None:
     atomic_write(output, [], finish=write)
 
 
+def _write_npy(path, array) -> None:
+    """``numpy.save`` of one binding straight into the atomic write's file (as :func:`_write_npz`)."""
+    import numpy as np  # noqa: PLC0415
+
+    from ..fileio import atomic_write  # noqa: PLC0415
+
+    def write(fd: int) -> None:
+        with os.fdopen(os.dup(fd), "wb") as f:
+            np.save(f, array)
+
+    atomic_write(path, [], finish=write)
+
+
 @dataclass
 class _Given:
     """The user's arrays: inputs (raw and coerced to their bindings) and the golden values."""
@@ -270,7 +285,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
                 equal_nan: bool = False, engine: str = "python", verify_checksums: bool = True, watchdog=None,
                 allow_raw_pointers: bool = False, modules_dir=None, dtypes: Optional[Mapping] = None, kernels=(),
                 max_memory: Optional[int] = None, allow_unreached: bool = False,
-                while_replaying: Optional[Callable[[], None]] = None, trust=None) -> ReplayReport:
+                while_replaying: Optional[Callable[[], None]] = None, trust=None,
+                npy_outputs: Optional[Mapping] = None) -> ReplayReport:
     """Replay a ``.wrp`` or ``.wrpk`` and report timings and outputs; compare with a golden file, write every
     binding to an ``.npz``.
 
@@ -307,6 +323,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
             native engine; the command line imports its table printer then), or None.
         trust: A :class:`~wrpkit.formats.signature.Trust` the capture must be signed by (checked
             before anything is decoded, here and again by wrp-replay), or None.
+        npy_outputs: ``{binding: path}``: write each of those bindings alone as a ``.npy`` after
+            the last replay (as ``--input NAME=X.npy`` reads one).
 
     Returns:
         The :class:`ReplayReport`; its ``exit_code`` is 1 when a binding differs from the golden.
@@ -352,6 +370,11 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
             output = check_output_path(output, given.sources)
             if output.exists() and output.is_dir():
                 raise WrpError(f"output {output} is a directory")
+        npy_outputs = dict(npy_outputs or {})
+        for name in npy_outputs:
+            if name not in prep.sizes:
+                raise preparation.unknown_binding(name, prep.sizes)
+            npy_outputs[name] = check_output_path(npy_outputs[name], given.sources)
 
         outputs = [n for n in prep.sizes if prep.signature.get(n) is None or prep.signature[n].is_output]
         # Only what is asked for comes back: every binding for --output, the golden's for --check;
@@ -359,7 +382,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         request = ReplayRequest(
             device=device, inputs=given.inputs, repeat=repeat, warmup=warmup, verify_checksums=verify_checksums,
             allow_raw_pointers=allow_raw_pointers, max_memory=max_memory, while_replaying=while_replaying,
-            trust=trust, read_back=list(prep.sizes) if output is not None else list(given.golden or ()),
+            trust=trust, read_back=list(prep.sizes) if output is not None
+            else list(dict.fromkeys([*(given.golden or ()), *npy_outputs])),
             stats={n: stats_spec(prep.signature.get(n), prep.sizes[n], given.hint(n)) for n in outputs})
         if watchdog is not None:
             # From here on the child keeps the time (it is killed, or wrp-replay stops itself): this
@@ -408,6 +432,9 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
     if output is not None:
         _write_npz(output, results)
         report.output = str(output)
+    for name, path in npy_outputs.items():
+        _write_npy(path, results[name])
+    report.npy_outputs = {n: str(p) for n, p in npy_outputs.items()} or None
     return report
 
 
