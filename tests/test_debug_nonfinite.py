@@ -456,3 +456,21 @@ def test_a_copy_that_first_writes_a_nan_is_named_with_its_op_table_roles(tmp_pat
     assert r.exit_code == 0, r.output
     text = " ".join(r.output.split())
     assert "MEMCPY_D2D wrote 1 NaN" in text and "argument dst (binding y), first at element 2" in text, text
+
+
+def test_strict_fails_a_gate_that_an_untyped_trace_would_pass(chains):
+    """`wrp trace --stop-at-nonfinite` on an untyped stock capture holding an Inf passes (exit 0: its
+    regions are unchecked); with --strict it fails and names them, and passes once --kernels types them
+    (then the Inf itself fails it)."""
+    c = chains[chain.VARIANTS[0]]
+    plain = wrp("trace", c["stock"], "--stop-at-nonfinite")
+    assert plain.exit_code == 0, plain.output
+    strict = wrp("trace", c["stock"], "--stop-at-nonfinite", "--strict")
+    assert strict.exit_code == 1 and "--strict" in strict.stderr and "not checked" in strict.stderr
+    doc = json.loads(wrp("trace", c["stock"], "--strict", "--json").stdout)
+    assert doc["strict_failed"] is True and doc["unchecked"]
+    typed = wrp("trace", c["stock"], "--strict", "--kernels", SCRIPT, "--json")
+    assert json.loads(typed.stdout)["strict_failed"] is False
+    assert typed.exit_code == 0  # every region checked; the NaN is named, not a failure without the gate
+    gated = wrp("trace", c["stock"], "--strict", "--stop-at-nonfinite", "--kernels", SCRIPT)
+    assert gated.exit_code == 1 and "not checked" not in gated.stderr

@@ -10,7 +10,7 @@ import click
 
 from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp,
                       trust_options)
-from .output import console, dump_json, escape, table
+from .output import console, dump_json, escape, stderr_console, table
 
 
 def wrapped(text: str, indent: str = "    ", label: str = "", style: str = "") -> str:
@@ -97,11 +97,14 @@ def _fmt(v) -> str:
               help="Give up when the trace takes longer than SECONDS of wall time (fractional allowed): "
                    "exit 124, nothing written. Bounds WHILE loops that do not end.")
 @kernels_option
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when any written region could not be checked for NaN/Inf (its dtype unknown: type a "
+                   "stock capture with --kernels), naming them: an incomplete answer fails a CI gate.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"ops": [...], "first_nonfinite": ..., '
               '"first_divergence": ..., "unchecked": [...]}.')
 @trust_options
 def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump, save_path, against, timeout,
-          kernels, as_json, trust):
+          kernels, strict, as_json, trust):
     """Replay FILE op by op and record what every op writes.
 
     \b
@@ -125,8 +128,9 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     a fatal signal there (kernel code, Warp's runtime) ends with exit 4 and
     names the op that was running. Nothing (--save, --dump) is written
     unless the trace finishes.
-    Exit codes: 0 ok; 1 a NaN/Inf found with --stop-at-nonfinite, or a
-    divergence with --against; 2 bad input (a --kernels file that fails to
+    Exit codes: 0 ok; 1 a NaN/Inf found with --stop-at-nonfinite, a
+    divergence with --against, or with --strict a written region left
+    unchecked; 2 bad input (a --kernels file that fails to
     import, or none of whose kernels matches); 3 invalid file; 4 the trace
     crashed (contained); 124 --timeout ran out; 130 Ctrl-C.
 
@@ -135,6 +139,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
       wrp trace sim.wrp --inputs in.npz --stop-at-nonfinite
       wrp trace sim.wrp --save python.trace
       wrp trace sim.wrp --engine native --against python.trace
+      wrp trace stock.wrp --stop-at-nonfinite --strict   # a CI gate
       wrp trace sim.wrp --dump steps/ --json | jq '.ops[3].writes'
       wrp trace untrusted.wrp --timeout 10 --save t.trace
       wrp trace stock.wrp --kernels sim.py
@@ -158,13 +163,17 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
                            dump=dump, against=against, isolate=True, timeout=timeout, kernels=kernels)
     if save_path is not None:
         result.save(save_path)
-    code = result.exit_code(stop_at_nonfinite)
+    code = result.exit_code(stop_at_nonfinite, strict)
     if as_json:
         d = result.to_json()
         dump_json({"ops": d["ops"], "first_nonfinite": d["first_nonfinite"],
                    "first_divergence": d["first_divergence"], "file": d["file"], "engine": d["engine"],
                    "device": d["device"], "unknown_dtypes": d["unknown_dtypes"], "unchecked": d["unchecked"],
-                   "kernels": d["kernels"], "program": d["program"], "against_warning": d["against_warning"]})
+                   "kernels": d["kernels"], "program": d["program"], "against_warning": d["against_warning"],
+                   "strict_failed": bool(strict and result.unchecked)})
+        if strict and result.unchecked:
+            stderr_console().print(f"error: --strict: {len(result.unchecked)} written region(s) were not checked "
+                                   "for NaN/Inf (their dtype is unknown; --json lists them)", markup=False)
         sys.exit(code)
     con = console()
     t = table(f"{file} ({result.engine} engine, {result.device}): {len(result.ops)} ops",
@@ -211,4 +220,9 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
         con.print(f"[green]same digests as {escape(str(against))}[/] at every op", highlight=False)
     if save_path is not None:
         con.print(f"trace saved to {save_path}", markup=False)
+    if strict and result.unchecked:
+        stderr_console().print(f"error: --strict: {len(result.unchecked)} written region(s) were not checked for "
+                               "NaN/Inf (listed above)", markup=False)
+        stderr_console().print("hint: Type a stock capture's arrays with --kernels FILE.py (the script that defines "
+                               "its kernels), or capture it with wrpkit.capture.", markup=False)
     sys.exit(code)

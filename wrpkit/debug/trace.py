@@ -95,10 +95,13 @@ class TraceResult:
     digest_cpu_seconds: float = 0.0
     step_cpu_seconds: float = 0.0
 
-    def exit_code(self, stop_at_nonfinite: bool = False) -> int:
+    def exit_code(self, stop_at_nonfinite: bool = False, strict: bool = False) -> int:
         """The verdict as an exit code: 1 when the trace diverged from ``against``, or found a NaN/Inf and
-        ``stop_at_nonfinite`` asked for that to fail; else 0 (a full trace that names a NaN succeeded)."""
-        bad = (stop_at_nonfinite and self.first_nonfinite is not None) or self.first_divergence is not None
+        ``stop_at_nonfinite`` asked for that to fail, or (``strict``) left a written region unchecked
+        for want of its dtype, since then "no NaN or Inf" is not a whole answer; else 0 (a full trace
+        that names a NaN succeeded)."""
+        bad = ((stop_at_nonfinite and self.first_nonfinite is not None) or self.first_divergence is not None
+               or (strict and bool(self.unchecked)))
         return EXIT_FAILED if bad else EXIT_OK
 
     def to_json(self) -> dict:
