@@ -268,7 +268,9 @@ def test_cli_table_fits_80_columns_and_json_has_the_documented_keys(caps):
 
 def test_chrome_trace_has_one_event_per_op_run_inside_while_and_if_events(caps, tmp_path):
     out = tmp_path / "deep" / "er" / "p.json"  # missing folders are made
-    r = wrp("profile", caps["while_if"], "-o", out, "--json", "--repeat", "2")
+    # The wall clock: this checks the events' nesting, which zero-length ops (a coarse CPU-time clock,
+    # which --clock auto takes on a busy machine) would blur at the IF events' edges.
+    r = wrp("profile", caps["while_if"], "-o", out, "--json", "--repeat", "2", "--clock", "wall")
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
     trace = check_trace_event_file(out)["data"]  # the format's rules, nesting on one thread included
@@ -794,3 +796,38 @@ def test_trace_event_rules_refuse_what_viewers_refuse(tmp_path, bad, rule):
                     ' {"name": "b", "ph": "X", "ts": 1, "dur": 2, "pid": 1, "tid": 2},'
                     ' {"name": "c", "ph": "X", "ts": 0.5, "dur": 1.5, "pid": 1, "tid": 1}]}')
     assert check_trace_event_file(path)["events"] == 3
+
+
+def test_auto_clock_takes_cpu_time_when_the_thread_waits_and_wall_time_when_it_works():
+    """The choice is made on real clocks: a launch that waits (sleeps, as a thread waiting for a core
+    does) costs wall time but no CPU time, so CPU time is chosen."""
+    import time as _time  # noqa: PLC0415
+
+    from wrpkit.debug.profile import _choose_clock  # noqa: PLC0415
+
+    waits = _choose_clock(lambda: _time.sleep(0.01))
+    assert waits["clock"] == "cpu" and waits["wall_ms"] > 5 * max(waits["cpu_ms"], 0.1), waits
+
+    def work():
+        t = _time.thread_time()
+        while _time.thread_time() - t < 0.01:
+            pass
+
+    # Computing, the thread waits only if the machine is busy (this test may share it): then CPU time is
+    # the right clock, and the choice must follow the figures it reports.
+    from wrpkit.debug.profile import BUSY_WALL_OVER_CPU  # noqa: PLC0415
+
+    busy = _choose_clock(work)
+    assert busy["cpu_ms"] >= 9.0  # it did compute for 10 ms of CPU time each time
+    assert busy["clock"] == ("cpu" if busy["wall_ms"] > BUSY_WALL_OVER_CPU * busy["cpu_ms"] else "wall"), busy
+
+
+def test_low_coverage_says_so_and_names_the_other_clock():
+    from wrpkit.debug.profile import MIN_COVERAGE, ProfileResult  # noqa: PLC0415
+
+    low = ProfileResult("x.wrp", "python", "cpu", total_ms=0.2, replay_ms=1.0, timer="host")
+    assert "20%" in low.coverage_warning and "--clock cpu" in low.coverage_warning
+    assert "--clock wall" in ProfileResult("x.wrp", "python", "cpu", total_ms=0.2, replay_ms=1.0,
+                                           timer="host-cpu").coverage_warning
+    assert ProfileResult("x.wrp", "python", "cpu", total_ms=MIN_COVERAGE, replay_ms=1.0).coverage_warning is None
+    assert low.to_json()["coverage_warning"] == low.coverage_warning

@@ -10,7 +10,7 @@ import click
 
 from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp,
                       trust_options)
-from .output import console, dump_json, table
+from .output import console, dump_json, stderr_console, table
 
 #: Top-level ops shown in the table (the --json and -o outputs have them all).
 TOP_ROWS = 15
@@ -44,9 +44,9 @@ def _pct(share: float) -> str:
                    "wrp graph --profile).")
 @click.option("--nvtx", is_flag=True, help="Push one NVTX range per op, named 'SEQ KERNEL' (for nsys / Nsight "
               "Compute; needs libnvToolsExt).")
-@click.option("--clock", type=click.Choice(["wall", "cpu"]), default="wall", show_default=True,
-              help="CPU devices: the wall clock, or the thread's CPU time (leaves out waits for a core on a busy "
-                   "machine).")
+@click.option("--clock", type=click.Choice(["auto", "wall", "cpu"]), default="auto", show_default=True,
+              help="CPU devices: auto picks the thread's CPU time when a whole replay's wall time is well above its "
+                   "CPU time (a busy machine), else the wall clock, and says which; wall or cpu forces one.")
 @click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
               help="Give up when the profile takes longer than SECONDS of wall time: exit 124, nothing written.")
 @kernels_option
@@ -137,6 +137,11 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     cov = result.coverage
     con.print(f"sum of ops {fmt_ms(result.total_ms)} ms; whole replay {fmt_ms(result.replay_ms)} ms"
               + (f" (coverage {100 * cov:.0f}%)" if cov is not None else ""), highlight=False, markup=False)
+    if result.clock_choice is not None:
+        con.print(f"clock: {result.clock_choice['clock']} (auto: {result.clock_choice['why']})", highlight=False,
+                  markup=False)
+    if result.coverage_warning:
+        stderr_console().print(f"warning: {result.coverage_warning}", highlight=False, markup=False)
     # Both floors always: they are equal when a stepped launch costs no more than an empty step.
     con.print(f"subtracted: {fmt_ms(result.launch_floor_ms)} ms per launch, "
               f"{fmt_ms(result.floor_ms)} ms per other op ({result.timer} timer)", highlight=False, markup=False)

@@ -55,7 +55,13 @@ PROFILE_FORMAT = "wrpkit-profile/1"
 EMPTY_STEPS = 16
 #: What a profile child reports (beside its engine, device and load time).
 CHILD_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "launch_floor_ms", "timer",
-                "repeat", "warmup", "step_ms", "replay_rounds_ms", "grouped_ops", "group_floor_ms")
+                "repeat", "warmup", "step_ms", "replay_rounds_ms", "grouped_ops", "group_floor_ms", "clock_choice")
+#: Below this share of a whole replay, the sum of the ops is a poor account of where the time goes:
+#: the result says so (:attr:`ProfileResult.coverage_warning`) and which clock to try.
+MIN_COVERAGE = 0.75
+#: ``clock="auto"`` on a CPU device takes the thread's CPU time when a whole replay's wall time is
+#: more than this many times its CPU time (the thread waited for a core: a busy machine).
+BUSY_WALL_OVER_CPU = 1.3
 #: Zero-size launches in the graph that calibrates the launch floor (CPU), replayed once per round.
 CALIBRATION_LAUNCHES = 2000
 #: Most consecutive leaf ops of one body stepped together in one launch (see :func:`_groups`).
@@ -129,6 +135,8 @@ class ProfileResult:
     typing: Optional[dict] = None
     grouped_ops: int = 0
     group_floor_ms: float = 0.0
+    #: With ``clock="auto"`` on a CPU device: ``{"clock", "wall_ms", "cpu_ms", "why"}`` of the choice.
+    clock_choice: Optional[dict] = None
     #: The profiled program (not serialized): the Chrome trace's IF/WHILE events come from it.
     program: Optional[m.Program] = field(default=None, repr=False, compare=False)
 
@@ -136,6 +144,19 @@ class ProfileResult:
     def coverage(self) -> Optional[float]:
         """``total_ms / replay_ms`` (None when the replay took no measurable time)."""
         return self.total_ms / self.replay_ms if self.replay_ms > 0 else None
+
+    @property
+    def coverage_warning(self) -> Optional[str]:
+        """A sentence when the ops' sum covers less than :data:`MIN_COVERAGE` of a whole replay, naming
+        the clock to try; None otherwise."""
+        cov = self.coverage
+        if cov is None or cov >= MIN_COVERAGE:
+            return None
+        other = {"host": "--clock cpu (the thread's CPU time, which leaves out waits for a core)",
+                 "host-cpu": "--clock wall"}.get(self.timer)
+        return (f"the ops' sum covers {100 * cov:.0f}% of a whole replay (timer {self.timer}), under the "
+                f"{100 * MIN_COVERAGE:.0f}% that makes per-op shares trustworthy: the machine is busy, or the "
+                "ops are too short to time alone" + (f"; try {other}" if other else "") + ", or more --repeat")
 
     def top(self, n: int = 10, by: str = "kernel") -> list:
         """The ``n`` entries with the most time: ``by`` ``"kernel"``, ``"top_level"`` or ``"op"`` (one per run).
@@ -157,7 +178,8 @@ class ProfileResult:
                 "launch_floor_ms": self.launch_floor_ms, "coverage": self.coverage, "kernels": self.kernels,
                 "top_level": self.top_level, "ops": self.ops,
                 "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms, "typing": self.typing,
-                "grouped_ops": self.grouped_ops, "group_floor_ms": self.group_floor_ms}
+                "grouped_ops": self.grouped_ops, "group_floor_ms": self.group_floor_ms,
+                "clock_choice": self.clock_choice, "coverage_warning": self.coverage_warning}
 
     def chrome_trace(self, program: Optional[m.Program] = None) -> dict:
         """The profile in Chrome's trace-event format (see :func:`chrome_trace`)."""
@@ -297,7 +319,7 @@ class _TimedMachine(st.Machine):
 
 
 def profile(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None, repeat: int = 5,
-            warmup: int = 1, nvtx: bool = False, clock: str = "wall", modules: Optional[Mapping] = None,
+            warmup: int = 1, nvtx: bool = False, clock: str = "auto", modules: Optional[Mapping] = None,
             isolate: bool = True, timeout: Optional[float] = None, kernels=()) -> ProfileResult:
     """Time every leaf op of a capture, per op run, per kernel and per top-level op.
 
@@ -311,10 +333,14 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
         warmup: Untimed rounds first.
         nvtx: Push one NVTX range per op, named ``"<seq> <kernel>"``, so that
             Nsight Systems / Compute show wrpkit's op names.
-        clock: On a CPU device, ``"wall"`` (the default) or ``"cpu"``: the
-            profiling thread's CPU time, which leaves out waits for a core on
-            a busy machine.  CUDA devices are timed with CUDA events (python
-            engine) or the wall clock (native engine).
+        clock: On a CPU device, ``"auto"`` (the default: the thread's CPU time
+            when a whole replay, timed both ways before the rounds, took more
+            than :data:`BUSY_WALL_OVER_CPU` times its CPU time in wall time,
+            else the wall clock; :attr:`ProfileResult.clock_choice` says
+            which and why), ``"wall"`` or ``"cpu"`` (the profiling thread's CPU
+            time, which leaves out waits for a core on a busy machine).  CUDA
+            devices are timed with CUDA events (python engine) or the wall
+            clock (native engine).
         modules: ``{filename: bytes}`` of module files (for bytes input).
         isolate: Validate here, then load and step in a child process
             (:mod:`wrpkit.debug.child`): a crash raises
@@ -343,8 +369,8 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     repeat, warmup = _rounds(repeat, warmup)
     if engine not in ("python", "native"):
         raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
-    if clock not in ("wall", "cpu"):
-        raise WrpBindingError(f"unknown clock {clock!r}", hint="Use 'wall' or 'cpu'.")
+    if clock not in ("wall", "cpu", "auto"):
+        raise WrpBindingError(f"unknown clock {clock!r}", hint="Use 'auto', 'wall' or 'cpu'.")
     opened = open_program(source, modules)
     from ..run.worker import verify_deferred  # noqa: PLC0415
     from ..run.prepare import check_runnable  # noqa: PLC0415
@@ -373,7 +399,7 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
 
 
 def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
-                      nvtx: bool = False, clock: str = "wall", timeout: Optional[float] = None,
+                      nvtx: bool = False, clock: str = "auto", timeout: Optional[float] = None,
                       started: Optional[float] = None) -> ProfileResult:
     """Profile a validated capture in a child process (:mod:`wrpkit.debug.isolation`); the body of
     ``profile(..., isolate=True)``.  The child times everything; its start counts in no figure."""
@@ -384,6 +410,25 @@ def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapp
                            data["device"], **{k: data[k] for k in CHILD_FIELDS}, load_seconds=data["load_seconds"])
     result.program = opened.program
     return result
+
+
+def _choose_clock(whole_launch, tries: int = 3) -> dict:
+    """The clock ``clock="auto"`` times a CPU device with: the whole graph replayed ``tries`` times,
+    timed by the wall clock and by this thread's CPU time at once; the CPU time when the wall time
+    is more than :data:`BUSY_WALL_OVER_CPU` times it (the thread waited for a core), else the wall
+    clock (which also counts what the CPU time does not: page faults served, memory bandwidth)."""
+    walls, cpus = [], []
+    for _ in range(tries):
+        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+        whole_launch()
+        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+        walls.append((w1 - w0) * 1e-6)
+        cpus.append((c1 - c0) * 1e-6)
+    wall, cpu = float(np.median(walls)), float(np.median(cpus))
+    busy = cpu > 0 and wall > BUSY_WALL_OVER_CPU * cpu
+    why = (f"wall time {wall / cpu:.2f}x the CPU time: the thread waited for a core" if busy
+           else "wall time close to the CPU time: not busy")
+    return {"clock": "cpu" if busy else "wall", "wall_ms": wall, "cpu_ms": cpu, "why": why}
 
 
 def _rounds(repeat, warmup) -> tuple:
@@ -427,7 +472,7 @@ def _restore(engine, snap: dict) -> None:
 
 
 def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
-                nvtx: bool = False, clock: str = "wall", started: Optional[float] = None, before=None,
+                nvtx: bool = False, clock: str = "auto", started: Optional[float] = None, before=None,
                 stage=None) -> ProfileResult:
     """Profile a validated capture in this process (the body of :func:`profile`).
 
@@ -465,7 +510,8 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
             calib.close()
         raise
     del image
-    timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(clock)
+    timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(
+        "wall" if clock == "auto" else clock)
     machine = _TimedMachine(stepper, eng, timer, Nvtx() if nvtx else None)
     whole = None
     result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device,
@@ -476,6 +522,10 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         whole = st.open_engine(engine, image, opened.modules, device)
         del image
         whole_launch = _engine_launch(whole)
+        if clock == "auto" and eng.is_cpu:
+            result.clock_choice = _choose_clock(whole_launch)
+            machine.timer = timer = HostTimer(result.clock_choice["clock"])
+            result.timer = timer.name
         if zero is not None:
             calib_launch, zero_leaf = _engine_launch(calib), stepper.leaf_of[id(zero)]
         # Every round starts from the same memory: the inputs over the captured data (restored below).
