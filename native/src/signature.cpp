@@ -47,36 +47,26 @@ const char* const kPredicateType = "https://model_signing/signature/v1.0";
 
 // --- OpenSSL objects, freed with their scope -------------------------------------------------
 
-struct FreeBio {
-    void operator()(BIO* p) const { BIO_free(p); }
+// A unique_ptr deleter that calls OpenSSL's own free function for the type.
+template <auto Free>
+struct OpenSslFree {
+    template <class T>
+    void operator()(T* p) const { Free(p); }
 };
-struct FreePkey {
-    void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
-};
-struct FreeX509 {
-    void operator()(X509* p) const { X509_free(p); }
-};
-struct FreeStore {
-    void operator()(X509_STORE* p) const { X509_STORE_free(p); }
-};
-struct FreeStoreCtx {
-    void operator()(X509_STORE_CTX* p) const { X509_STORE_CTX_free(p); }
-};
-struct FreeMdCtx {
-    void operator()(EVP_MD_CTX* p) const { EVP_MD_CTX_free(p); }
-};
+// sk_X509_pop_free and OPENSSL_free are macros: the deleters that need a body of their own.
 struct FreeCertStack {
     void operator()(STACK_OF(X509) * p) const { sk_X509_pop_free(p, X509_free); }
 };
 struct FreeOpenssl {
     void operator()(void* p) const { OPENSSL_free(p); }
 };
-using BioPtr = std::unique_ptr<BIO, FreeBio>;
-using PkeyPtr = std::unique_ptr<EVP_PKEY, FreePkey>;
-using X509Ptr = std::unique_ptr<X509, FreeX509>;
-using StorePtr = std::unique_ptr<X509_STORE, FreeStore>;
-using StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, FreeStoreCtx>;
-using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, FreeMdCtx>;
+
+using BioPtr = std::unique_ptr<BIO, OpenSslFree<BIO_free>>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, OpenSslFree<EVP_PKEY_free>>;
+using X509Ptr = std::unique_ptr<X509, OpenSslFree<X509_free>>;
+using StorePtr = std::unique_ptr<X509_STORE, OpenSslFree<X509_STORE_free>>;
+using StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, OpenSslFree<X509_STORE_CTX_free>>;
+using MdCtxPtr = std::unique_ptr<EVP_MD_CTX, OpenSslFree<EVP_MD_CTX_free>>;
 using CertStackPtr = std::unique_ptr<STACK_OF(X509), FreeCertStack>;
 
 [[noreturn]] void out_of_memory_in_openssl() { throw std::bad_alloc(); }
