@@ -323,3 +323,63 @@ def test_native_api_mirrors_the_c_options_struct():
     scratch = ctypes.create_string_buffer(4096)
     lib.wrp_options_init(ctypes.cast(scratch, ctypes.POINTER(native_api._Options)))
     assert ctypes.c_uint32.from_buffer(scratch).value == ctypes.sizeof(native_api._Options)
+
+
+_STEP_KERNELS = '''
+import warp as wp
+
+
+@wp.kernel
+def grad(x: wp.array(dtype=float), g: wp.array(dtype=float)):
+    i = wp.tid()
+    g[i] = 2.0 * x[i]
+
+
+@wp.kernel
+def step(x: wp.array(dtype=float), g: wp.array(dtype=float), lr: float):
+    i = wp.tid()
+    x[i] = x[i] - lr * g[i]
+'''
+
+_STEP_CAPTURE = '''
+import sys
+import warp as wp
+from sgd_kernels import grad, step
+
+wp.config.quiet = True
+lr, n = float(sys.argv[2]), int(sys.argv[3])
+x = wp.ones(n, dtype=float, device="cpu")
+g = wp.zeros(n, dtype=float, device="cpu")
+wp.capture_begin(device="cpu", apic=True)
+for _ in range(16):
+    wp.launch(grad, dim=n, inputs=[x, g], device="cpu")
+    wp.launch(step, dim=n, inputs=[x, g, lr], device="cpu")
+wp.capture_save(wp.capture_end(device="cpu"), sys.argv[1], inputs={"x": x}, outputs={"g": g})
+'''
+
+
+def test_diff_of_a_step_in_a_loop_reads_as_the_change_made(tmp_path):
+    """A 32-launch SGD step captured by stock Warp three times: lr 0.1, lr 0.2, and 64 elements instead
+    of 128. One changed scalar is one entry with its count; an array argument reads as its shape; with
+    --kernels the scalar reads as the number it is."""
+    import subprocess  # noqa: PLC0415
+
+    (tmp_path / "sgd_kernels.py").write_text(_STEP_KERNELS)
+    (tmp_path / "capture.py").write_text(_STEP_CAPTURE)
+    for name, lr, n in (("a", "0.1", "128"), ("b", "0.2", "128"), ("c", "0.1", "64")):
+        subprocess.run([sys.executable, "capture.py", f"{name}.wrp", lr, n], cwd=tmp_path, check=True,
+                       capture_output=True)
+    r = wrp("diff", tmp_path / "a.wrp", tmp_path / "b.wrp")
+    assert r.exit_code == 1
+    ops = r.output[r.output.index("ops ("):].splitlines()
+    assert ops[0] == "ops (16 difference(s)):" and len(ops) == 3, r.output  # 16 launches, one entry
+    assert "KERNEL_LAUNCH step (16 times)" in ops[1] and ops[2].strip().startswith("arg 2:")
+    typed = wrp("diff", tmp_path / "a.wrp", tmp_path / "b.wrp", "--kernels", tmp_path / "sgd_kernels.py")
+    assert "arg 2 (lr): 0.1 -> 0.2" in typed.output, typed.output
+    assert len(typed.output.splitlines()) <= 10  # the whole one-kernel edit of the step
+    shapes = wrp("diff", tmp_path / "a.wrp", tmp_path / "c.wrp")
+    assert "arg 0: array shape (128,) -> (64,)" in shapes.output and "(16 times)" in shapes.output
+    assert '"hex"' not in shapes.output
+    d = json.loads(wrp("diff", tmp_path / "a.wrp", tmp_path / "c.wrp", "--json").output)
+    arg0 = next(op for op in d["ops"] if op["kernel"] == "grad")["fields"]["args"][0]
+    assert arg0["a"]["array"]["shape"] == [128] and arg0["b"]["array"]["shape"] == [64]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .options import UserPath
+from .options import UserPath, kernels_option
 
 from .output import console, dump_json, escape
 
@@ -38,13 +38,34 @@ def _abbrev(h) -> str:
     return h if not isinstance(h, str) or len(h) <= 20 else h[:16] + "..."
 
 
+def _array_change(a: dict, b: dict) -> str:
+    """What differs between two array descriptors: ``shape (128,) -> (64,)`` (strides too where they differ)."""
+    def dims(v):
+        return "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
+
+    parts = [f"{k} {dims(a[k])} -> {dims(b[k])}" for k in ("shape", "strides") if a[k] != b[k]]
+    return "array " + ("; ".join(parts) if parts else f"ndim {a['ndim']} -> {b['ndim']}")
+
+
+def _relocation_change(a: list, b: list) -> str:
+    """Only the relocations that differ: those of A that B lacks, and of B that A lacks."""
+    only_a = [r for r in a if r not in b]
+    only_b = [r for r in b if r not in a]
+    return f"{len(a)} -> {len(b)}; only in a: {_short(only_a)}; only in b: {_short(only_b)}"
+
+
 def _field_lines(fields: dict, indent: str) -> list:
     out = []
     for k, v in fields.items():
         if k == "args":
             for a in v:
                 name = f"{a['param']} ({a['name']})" if a["name"] else f"{a['param']}"
-                out.append(f"{indent}arg {name}: {_short(a['a'])} -> {_short(a['b'])}")
+                if isinstance(a["a"], dict) and "array" in a["a"] and isinstance(a["b"], dict) and "array" in a["b"]:
+                    out.append(f"{indent}arg {name}: {_array_change(a['a']['array'], a['b']['array'])}")
+                else:
+                    out.append(f"{indent}arg {name}: {_short(a['a'])} -> {_short(a['b'])}")
+        elif k == "relocations":
+            out.append(f"{indent}relocations: {_relocation_change(v['a'], v['b'])}")
         elif isinstance(v, list):  # a nested body
             out.append(f"{indent}{k}:")
             out += _op_lines(v, indent + "  ")
@@ -53,22 +74,36 @@ def _field_lines(fields: dict, indent: str) -> list:
     return out
 
 
+def _indices(values: list) -> str:
+    """Op positions, all of them when few, else the first two, an ellipsis and the last."""
+    return ", ".join(map(str, values)) if len(values) <= 4 else f"{values[0]}, {values[1]}, ..., {values[-1]}"
+
+
 def _op_lines(rows: list, indent: str = "  ") -> list:
-    out = []
+    """One entry per distinct change: the same change repeated (a step launched in a loop) is one
+    entry with its count and where it happens."""
     sign = {"added": "+", "removed": "-", "changed": "~"}
+    groups: dict = {}
     for r in rows:
-        where = f"a[{r['a']}]" if r["a"] is not None else ""
-        where += (" " if where and r["b"] is not None else "") + (f"b[{r['b']}]" if r["b"] is not None else "")
-        out.append(f"{indent}{sign[r['change']]} {where} {r['kind']} {r['kernel'] or ''}".rstrip())
-        out += _field_lines(r["fields"], indent + "    ")
+        key = (r["change"], r["kind"], r["kernel"] or "", tuple(_field_lines(r["fields"], indent + "    ")))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (change, kind, kernel, lines), same in groups.items():
+        ia = [r["a"] for r in same if r["a"] is not None]
+        ib = [r["b"] for r in same if r["b"] is not None]
+        where = (f"a[{_indices(ia)}]" if ia else "") + (" " if ia and ib else "") + (f"b[{_indices(ib)}]" if ib else "")
+        times = f" ({len(same)} times)" if len(same) > 1 else ""
+        out.append(f"{indent}{sign[change]} {where} {kind} {kernel}".rstrip() + times)
+        out += list(lines)
     return out
 
 
 @click.command("diff")
 @click.argument("a", type=UserPath(dir_okay=True, path_type=Path))
 @click.argument("b", type=UserPath(dir_okay=True, path_type=Path))
+@kernels_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"identical": ..., "ops": [...], ...}.')
-def diff(a, b, as_json):
+def diff(a, b, kernels, as_json):
     """Compare captures A and B structurally.
 
     \b
@@ -83,6 +118,9 @@ def diff(a, b, as_json):
     bodies, enum fields by name. Pointer values patched at load are not
     differences: one program captured twice diffs as identical, and so is
     a region whose initial data an op overwrites before anything reads it.
+    Array arguments read as their descriptors (shape 128 -> 64), the same
+    change repeated (a step launched in a loop) is one entry with its count,
+    and --kernels FILE.py types a stock capture's scalars as numbers.
     Exit codes: 0 identical; 1 different; 2 or more: could not compare,
     with the code of the reason (2 a path missing or unreadable, or a bad
     option; 3 an input invalid or of another Warp version), never 1.
@@ -90,13 +128,14 @@ def diff(a, b, as_json):
     \b
     Examples:
       wrp diff v1.wrp v2.wrp
+      wrp diff stock_v1.wrp stock_v2.wrp --kernels sim.py
       wrp diff a.wrp b.wrpk --json | jq '.ops[] | select(.change=="changed")'
     """
     from ..debug.diff import diff as run_diff  # noqa: PLC0415
     from ..errors import EXIT_FAILED, EXIT_USAGE, WrpError  # noqa: PLC0415
 
     try:
-        res = run_diff(a, b)
+        res = run_diff(a, b, kernels=kernels)
     except WrpError as e:
         # 1 means "different" here, so a failure that is 1 elsewhere (a file that cannot be
         # read) is 2, "could not compare", as diff(1) answers trouble.

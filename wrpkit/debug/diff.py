@@ -30,6 +30,7 @@ from .. import model as m
 from ..checks.effects import launch_argument
 from ..errors import WrpValidationError
 from ..formats import annotations as ann
+from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays, descriptor_view
 
 # Op fields that hold process-specific handles (never compared).
 _HANDLE_FIELDS = {"bvh_id", "grid_id", "at"}
@@ -90,16 +91,27 @@ def _open(source):
     return cap
 
 
-def diff(a, b) -> DiffResult:
+def diff(a, b, kernels=()) -> DiffResult:
     """Compare two captures (paths to ``.wrp`` or ``.wrpk`` files).
+
+    Args:
+        a, b: The captures.
+        kernels: ``.py`` files defining their kernels (``--kernels``): a stock capture's scalar
+            arguments are then compared as the numbers they are, not as bytes.
 
     Returns:
         A :class:`DiffResult`.
 
     Raises:
         WrpFormatError, WrpValidationError: Either file is invalid.
+        WrpKernelsError: (``kernels``) A file fails to import, or none of its kernels matches.
     """
     with _open(a) as ca, _open(b) as cb:
+        if kernels:
+            from ..run.source_types import type_program  # noqa: PLC0415  (imports the user's kernels)
+
+            for cap in (ca, cb):
+                type_program(cap.program, list(kernels))
         return diff_programs(ca.program, cb.program, str(a), str(b), _module_reader(ca), _module_reader(cb))
 
 
@@ -426,6 +438,8 @@ class _Context:
     def _arg_changes(self, x: m.KernelLaunch, y: m.KernelLaunch) -> list:
         va, vb = _masked(x), _masked(y)
         ks = self.ann_a.kernel_signature(x.module_hash, x.kernel_key) if self.ann_a is not None else None
+        rels_a = {p.param_index: rels for p, rels in x.param_relocations()}
+        rels_b = {p.param_index: rels for p, rels in y.param_relocations()}
         changes = []
         for pa, pb in zip(x.params, y.params):
             ba = va[pa.value_offset:pa.value_offset + pa.value_size]
@@ -435,7 +449,13 @@ class _Context:
             arg = launch_argument(ks.arguments, pa) if ks is not None else None
             row = {"param": pa.param_index - 1, "name": arg.name if arg is not None else None,
                    "type": arg.type if arg is not None else None}
-            row["a"], row["b"] = _decode_arg(arg, ba), _decode_arg(arg, bb)
+            # An array argument reads as its descriptor (shape, strides), whether or not the file is typed.
+            da = _array_of(pa, rels_a.get(pa.param_index, ()), ba)
+            db = _array_of(pb, rels_b.get(pb.param_index, ()), bb)
+            if da is not None and db is not None:
+                row["a"], row["b"] = da, db
+            else:
+                row["a"], row["b"] = _decode_arg(arg, ba), _decode_arg(arg, bb)
             changes.append(row)
         return changes
 
@@ -454,6 +474,20 @@ def _masked(op: m.KernelLaunch) -> bytes:
     return bytes(buf)
 
 
+def _array_of(param: m.LaunchParam, rels, raw: bytes) -> Optional[dict]:
+    """``{"array": {"ndim", "shape", "strides"}}`` of an argument that is one ``array_t`` (its
+    relocations say so), else None (a struct of arrays, an indexed array, a scalar)."""
+    try:
+        found = list(argument_arrays(param, rels))
+    except DescriptorLayoutError:
+        return None
+    if len(found) != 1 or found[0].indexed or found[0].offset != 0 or len(raw) != found[0].size:
+        return None
+    ndim, shape, strides = descriptor_view(raw, 0)
+    n = max(1, min(int(ndim), 4))
+    return {"array": {"ndim": int(ndim), "shape": list(shape[:n]), "strides": list(strides[:n])}}
+
+
 def _decode_arg(arg, raw: bytes):
     """A scalar argument's value decoded through its annotation, else its bytes in hex."""
     dt = getattr(arg, "dtype", None) if arg is not None else None
@@ -462,8 +496,12 @@ def _decode_arg(arg, raw: bytes):
             base, dims = ann.element_layout(dt)
             n = len(raw) // base.itemsize
             if n * base.itemsize == len(raw) and n == int(np.prod(dims or (1,))):
-                vals = np.frombuffer(raw, dtype=base).reshape(dims or ()).tolist()
-                return vals
+                vals = np.frombuffer(raw, dtype=base).reshape(dims or ())
+                if base.kind == "f" and base.itemsize < 8:
+                    # The shortest decimal that reads back as the same float32/16 (0.1, not 0.10000000149...).
+                    shortest = [float(str(v)) for v in vals.reshape(-1)]  # numpy scalars print shortest
+                    return np.array(shortest, dtype=object).reshape(vals.shape).tolist()
+                return vals.tolist()
         except (ValueError, TypeError):
             pass
     return {"hex": raw[:64].hex() + ("..." if len(raw) > 64 else "")}
