@@ -149,7 +149,7 @@ def test_json_report_keys_and_stats(tmp_path):
     assert r.exit_code == 0
     rep = json.loads(r.stdout)
     assert list(rep) == ["file", "device", "engine", "warp_version", "repeat", "warmup", "timings", "outputs",
-                         "unset_inputs", "warnings", "check", "output", "ok"]
+                         "unset_inputs", "warnings", "check", "output", "npy_outputs", "ok"]
     assert rep["repeat"] == 3 and rep["warmup"] == 2 and rep["engine"] == "python" and rep["device"] == "cpu"
     host = rep["timings"]["host_ms"]
     assert host["count"] == 3 and host["min"] <= host["median"] <= host["max"]
