@@ -1,4 +1,7 @@
 // error.cpp -- message formatting helpers for wrp::Error.
+#include <sys/resource.h>
+#include <cstring>
+#include <cerrno>
 #include "error.h"
 
 #include <cstdio>
@@ -77,6 +80,27 @@ void fail_out_of_memory(uint64_t requested_bytes, const char* fmt, ...)
     std::string s = vformat(fmt, args);
     va_end(args);
     throw Error(WRP_ERR_OUT_OF_MEMORY, s, requested_bytes);
+}
+
+void fail_if_resource_limit(int err, const std::string& doing, uint64_t requested_bytes)
+{
+    if (err == EMFILE) {
+        struct rlimit rl;
+        std::string limit;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            limit = " (this process may open " + std::to_string(rl.rlim_cur) + ": ulimit -n)";
+        fail(WRP_ERR_RUNTIME, "cannot %s: too many open files%s; raise the limit on open files (ulimit -n)",
+             doing.c_str(), limit.c_str());
+    }
+    if (err == ENFILE)
+        fail(WRP_ERR_RUNTIME, "cannot %s: too many open files in the system (the kernel's file table is full)",
+             doing.c_str());
+    if (err == EAGAIN)
+        fail(WRP_ERR_RUNTIME, "cannot %s: no new process or thread can be started: the limit on processes is "
+             "reached (ulimit -u, RLIMIT_NPROC, or the cgroup's pids.max)", doing.c_str());
+    if (err == ENOMEM)
+        fail_out_of_memory(requested_bytes, "out of memory on the host: cannot %s: %s", doing.c_str(),
+                           std::strerror(err));
 }
 
 void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...)

@@ -49,6 +49,11 @@ std::string quoted(const std::string& s);
 [[noreturn]] void fail_out_of_memory(uint64_t requested_bytes, const char* fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+// A resource limit met while `doing` (errno `err`): too many open files (EMFILE, ENFILE) or no process or
+// thread (EAGAIN) is WRP_ERR_RUNTIME (exit 1) in words; ENOMEM is fail_out_of_memory (exit 3). Returns when
+// `err` is none of those, for the caller's own message (as wrpkit.limits.resource_error).
+void fail_if_resource_limit(int err, const std::string& doing, uint64_t requested_bytes = 0);
+
 // A validation failure of the .wrp (or a module file): "<where> at byte <at>: <what>".
 [[noreturn]] void fail_invalid_at(const std::string& where, uint64_t at, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -89,31 +89,18 @@ def declared_memory(model) -> DeclaredMemory:
 
 
 def host_available() -> Optional[int]:
-    """Bytes of host memory a new allocation can take: ``MemAvailable``, bounded by the cgroup's limit."""
-    avail = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except (OSError, ValueError, IndexError):
-        avail = None
-    for limit_file, usage_file in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-                                   ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
-                                    "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
-        try:
-            with open(limit_file) as f:
-                limit = f.read().strip()
-            with open(usage_file) as f:
-                used = int(f.read().strip())
-        except (OSError, ValueError):
-            continue
-        if limit.isdigit() and int(limit) < (1 << 60):
-            room = max(0, int(limit) - used)
-            avail = room if avail is None else min(avail, room)
-        break
-    return avail
+    """Bytes of host memory a new allocation can take: ``MemAvailable``, bounded by the process's memory
+    cgroup (its and its ancestors' ``memory.max`` or ``memory.limit_in_bytes`` less their usage) and by
+    ``RLIMIT_AS`` less the address space in use (:func:`wrpkit.limits.host_memory`)."""
+    global _last_host
+    from ..limits import host_memory  # noqa: PLC0415
+
+    _last_host = host_memory()
+    return _last_host.available
+
+
+#: The last :func:`host_available` reading, so that a refusal names what bounded it.
+_last_host = None
 
 
 def check_budget(model, device: str, available: Optional[int], max_memory: Optional[int] = None) -> DeclaredMemory:
@@ -141,6 +128,10 @@ def check_budget(model, device: str, available: Optional[int], max_memory: Optio
         hint = "Raise --max-memory (max_memory=) if the device has the room."
     else:
         said = f"more than the {format_size_exact(available)} device {device} has free"
+        bound = _last_host.bound if device == "cpu" and _last_host is not None and \
+            _last_host.available == available else ""
+        if bound:
+            said += f" (bounded by {bound})"
         hint = ("Free memory or replay on a larger device; --max-memory SIZE (max_memory=) replays it anyway "
                 "if you know it fits (e.g. memory that will be freed).")
     return _raise(WrpOutOfMemoryError(

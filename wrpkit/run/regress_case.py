@@ -23,6 +23,7 @@ import numpy as np
 from ..checks.json_values import json_safe
 from ..errors import EXIT_FAILED, WrpDeviceError, WrpError
 from ..fileio import pwrite_all
+from ..limits import is_resource_error, resource_error
 from .regress_suite import SUITE_FILE, Case
 
 #: Every verdict, in the order summaries list them.
@@ -333,6 +334,11 @@ def _verdict(res: CaseResult, work) -> None:
         if isinstance(e, WrpDeviceError):
             res.verdict = "skip"
     except Exception as e:  # noqa: BLE001  (a bug must fail its case, not the run)
+        if is_resource_error(e):  # open files, processes, threads, memory: worded, with its exit code
+            err = resource_error(e)
+            res.verdict, res.message, res.hint = "error", err.message, err.hint
+            res.error_class, res.exit_code = type(err).__name__, err.exit_code
+            return
         res.verdict, res.message = "error", f"internal error: {type(e).__name__}: {e}"
         res.error_class, res.exit_code = type(e).__name__, 70
         res.hint = "Rerun the case alone with `wrp replay` and WRP_DEBUG=1 for a traceback, and report it."

@@ -13,6 +13,7 @@ Warp's memory from there (results the other way).
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -75,7 +76,14 @@ class SharedArea:
 
     def __init__(self, size: int, name: str = "wrpkit-bindings", fd: Optional[int] = None):
         self.size = int(size)
-        self.fd = memory_file(name) if fd is None else fd
+        try:
+            self.fd = memory_file(name) if fd is None else fd
+        except OSError as e:
+            from ..limits import is_resource_error, resource_error  # noqa: PLC0415
+
+            if is_resource_error(e):
+                raise resource_error(e, f"create a shared memory file ({name})") from None
+            raise
         try:
             if fd is None and self.size:
                 os.ftruncate(self.fd, self.size)
@@ -84,6 +92,10 @@ class SharedArea:
             if fd is None:
                 os.close(self.fd)
             from ..errors import WrpOutOfMemoryError  # noqa: PLC0415
+            from ..limits import is_resource_error, resource_error  # noqa: PLC0415
+
+            if isinstance(e, OSError) and is_resource_error(e) and e.errno != errno.ENOMEM:
+                raise resource_error(e, f"map {self.size} bytes of shared memory ({name})") from None
 
             raise WrpOutOfMemoryError(f"out of memory on the host: cannot map {self.size} bytes of shared memory "
                                       f"({name}): {getattr(e, 'strerror', None) or e}", requested=self.size,
@@ -118,7 +130,14 @@ def map_readonly(fd: int) -> tuple:
     if not size:
         return None, 0
     flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-    return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ), size
+    try:
+        return mmap.mmap(fd, size, flags=flags, prot=mmap.PROT_READ), size
+    except OSError as e:
+        from ..limits import is_resource_error, resource_error  # noqa: PLC0415
+
+        if is_resource_error(e):  # no address space for it (ulimit -v): exit 3 with the numbers, not a traceback
+            raise resource_error(e, "map the capture in the replay process", requested=size) from None
+        raise
 
 
 def send(sock: socket.socket, message: dict, fds: Iterable[int] = ()) -> None:

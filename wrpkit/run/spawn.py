@@ -72,6 +72,10 @@ def spawn_served(module: str, extra: tuple = ()) -> tuple:
     except OSError as e:
         ours.close()
         os.close(out_fd)
+        from ..limits import is_resource_error, resource_error  # noqa: PLC0415
+
+        if is_resource_error(e):  # no process, file or memory left for it: the limit in words
+            raise resource_error(e, "start the replay process") from None
         raise WrpRuntimeError(f"cannot start the replay process: {e}") from None
     finally:
         theirs.close()
