@@ -418,3 +418,219 @@ def test_every_promise_names_the_tests_that_keep_it():
     here = {name for name in globals() if name.startswith("test_")}
     here.discard("test_every_promise_names_the_tests_that_keep_it")
     assert named == here, f"only in docs/reliability.md: {sorted(named - here)}; not there: {sorted(here - named)}"
+
+
+# ---------------------------------------------------------------------------
+# A file that changes under the reader (issue 40, deliverable 4): a capture truncated while it is read is
+# "FILE changed while being read", exit 3, never a death by SIGBUS (native/src/mapped_file.h,
+# wrpkit/run/file_guard.py).
+# ---------------------------------------------------------------------------
+
+EXIT_CHANGED = 3  # docs/exit-codes.md: a file that cannot be used
+CHANGED = "changed while being read"
+
+
+@pytest.fixture(scope="module")
+def big_bundle(tmp_path_factory) -> dict:
+    """A real capture of a few MiB (one float32 array, bench/bench_scale.py's maker) and its ``.wrpk``."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from bench_scale import make_capture  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    d = tmp_path_factory.mktemp("changing")
+    make_capture(d / "big.wrp", 24)
+    p = wrp("convert", d / "big.wrp", d / "big.wrpk")
+    assert p.returncode == 0, p.stderr
+    return {"wrp": d / "big.wrp", "wrpk": d / "big.wrpk", "dir": d}
+
+
+def _library_path():
+    from wrpkit.run.engines import _find_library  # noqa: PLC0415
+
+    return _find_library()
+
+
+def assert_changed_or_done(p: subprocess.CompletedProcess, path: Path, what: str) -> None:
+    """Exit 0 (the read finished before the file was cut), the file's own refusal (3: it is truncated), or
+    3 with "PATH changed while being read"; never a signal, a traceback or an internal error."""
+    text = (p.stdout or "") + (p.stderr or "")
+    assert p.returncode >= 0, f"{what}: killed by signal {-p.returncode}:\n{text}"
+    assert p.returncode in (0, EXIT_CHANGED), f"{what}: exit {p.returncode}:\n{text}"
+    assert "Traceback" not in text and "internal error" not in text and "Bus error" not in text, f"{what}:\n{text}"
+    if p.returncode == EXIT_CHANGED and CHANGED in text:  # cut while it was read
+        assert f"{path.name} {CHANGED}" in text, f"{what}: the file is not named:\n{text}"
+    elif p.returncode == EXIT_CHANGED:  # cut before it was opened (its own check), or between two reads
+        assert "truncated" in text or f"{path.name} changed after it was validated" in text, f"{what}:\n{text}"
+
+
+_READ_AFTER_CUT = r"""
+import hashlib, mmap, os, sys
+from wrpkit import fileio
+from wrpkit.run import file_guard
+path, how = sys.argv[1], sys.argv[2]
+file_guard.install()  # as the wrp command line does
+m = fileio.map_file(path, "capture", follow_symlinks=True)
+if how == "unguarded":  # another mapping of the same file, not wrpkit's: its fault is still a SIGBUS
+    fd = os.open(path, os.O_RDONLY)
+    other = mmap.mmap(fd, os.fstat(fd).st_size, access=mmap.ACCESS_READ)
+    os.truncate(path, 4096)
+    hashlib.sha256(other).hexdigest()
+else:
+    os.truncate(path, 4096)
+    hashlib.sha256(m.buffer).hexdigest()
+print("the read finished")
+"""
+
+
+def test_a_mapped_file_truncated_before_it_is_read_is_exit_3_naming_it(big_bundle, tmp_path):
+    """Deterministic: a process maps a capture through wrpkit, the file is truncated, then read: one line
+    naming it and exit 3 (the library's SIGBUS handler); a mapping that is not wrpkit's still dies of
+    SIGBUS (the handler passes what is not its own to the previous disposition)."""
+    if _library_path() is None:
+        pytest.skip("libwrp_replay is not built: Python reads have no fault handler")
+    for name, how in (("cut.wrpk", "guarded"), ("cut.wrp", "guarded"), ("other.wrpk", "unguarded")):
+        f = tmp_path / name
+        shutil.copy(big_bundle["wrpk" if name.endswith("k") else "wrp"], f)
+        p = subprocess.run([sys.executable, "-c", _READ_AFTER_CUT, str(f), how], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+        if how == "unguarded":
+            assert p.returncode == -7, (p.returncode, p.stderr)  # SIGBUS, as without wrpkit
+            continue
+        assert p.returncode == EXIT_CHANGED, (p.returncode, p.stdout, p.stderr)
+        assert p.stderr.strip() == (f"error: capture {f} changed while being read (it was truncated or rewritten "
+                                    "by another program); run again once it is complete"), p.stderr
+        assert "the read finished" not in p.stdout
+
+
+_C_API_AFTER_CUT = r"""
+import ctypes, mmap, os, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.wrp_guard_mapping.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+lib.wrp_unguard_mapping.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+path = sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+size = os.fstat(fd).st_size
+mm = mmap.mmap(fd, size)  # writable, so that ctypes can take its address
+at = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+assert lib.wrp_guard_mapping(at, size, b"host: error: " + path.encode() + b" changed while being read") == 1
+if sys.argv[3] == "unguard":
+    lib.wrp_unguard_mapping(at, size)
+os.ftruncate(fd, 4096)
+ctypes.string_at(at + size - 8, 8)
+print("the read finished")
+"""
+
+
+def test_the_c_api_guards_a_hosts_mapping(big_bundle, tmp_path):
+    """``wrp_guard_mapping``: a host's mapping put under the library's handler ends with the host's line and
+    exit 3; once ``wrp_unguard_mapping`` removed it, a fault there is the host's SIGBUS again."""
+    lib = _library_path()
+    if lib is None:
+        pytest.skip("libwrp_replay is not built")
+    for how, code in (("guard", EXIT_CHANGED), ("unguard", -7)):
+        f = tmp_path / f"{how}.wrpk"
+        shutil.copy(big_bundle["wrpk"], f)
+        p = subprocess.run([sys.executable, "-c", _C_API_AFTER_CUT, str(lib), str(f), how], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == code, (how, p.returncode, p.stderr)
+        if code == EXIT_CHANGED:
+            assert p.stderr == f"host: error: {f} changed while being read\n"
+
+
+def _race_commands(b: dict, out: Path) -> dict:
+    cmds = {
+        "validate": [*wrp_exe(), "validate", "{cap}"],
+        "inspect": [*wrp_exe(), "inspect", "--ops", "{cap}"],
+        "convert": [*wrp_exe(), "convert", "{cap}", str(out / "o.wrpk")],
+        "replay": [*wrp_exe(), "replay", "{cap}"],
+    }
+    if _have_replayer():
+        from wrpkit.run.engines import native_paths  # noqa: PLC0415
+
+        cmds["replay-native"] = [*wrp_exe(), "replay", "--engine", "native", "{cap}"]
+        cmds["wrp-replay"] = [str(native_paths().require_replayer()), "{cap}"]
+    return cmds
+
+
+def _run_and_cut(cmd: list, src: Path, cap: Path, delay: float, env: dict) -> subprocess.CompletedProcess:
+    """Copy ``src`` to ``cap``, start ``cmd`` on it and truncate it to a few pages after ``delay`` seconds."""
+    import time  # noqa: PLC0415
+
+    shutil.copy(src, cap)
+    proc = subprocess.Popen([a.format(cap=cap) for a in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=cap.parent)
+    time.sleep(delay)
+    os.truncate(cap, 3 * 4096 + 100)
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.slow  # six commands, each run and cut at several seeded moments (about a minute on 2 cores)
+def test_a_capture_truncated_at_a_random_moment_never_kills_a_reader(big_bundle, tmp_path):
+    """As a user meets it: ``wrp validate``/``inspect``/``convert``/``replay`` (both engines) and
+    ``wrp-replay`` run on a capture that another program truncates at a random moment (seeded): exit 0
+    (the read finished first) or 3 naming the file, never a signal, a traceback or an internal error, and
+    ``convert`` leaves no output or temporary file behind when it fails."""
+    import random  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    rng = random.Random(40)
+    env = dict(os.environ, WRP_NO_PROGRESS="1")
+    out = tmp_path / "out"
+    out.mkdir()
+    seen = {}
+    for kind in ("wrpk", "wrp"):
+        src = big_bundle[kind]
+        if kind == "wrp":
+            shutil.copytree(big_bundle["dir"] / "big_modules", tmp_path / "cap_modules", dirs_exist_ok=True)
+        cap = tmp_path / f"cap.{kind}"
+        for name, cmd in _race_commands(big_bundle, out).items():
+            shutil.copy(src, cap)
+            t0 = time.monotonic()
+            whole = subprocess.run([a.format(cap=cap) for a in cmd], capture_output=True, text=True, env=env,
+                                   cwd=tmp_path, timeout=300)
+            took = time.monotonic() - t0
+            assert whole.returncode == 0, (name, whole.stderr)
+            (out / "o.wrpk").unlink(missing_ok=True)
+            for _ in range(4):
+                p = _run_and_cut(cmd, src, cap, rng.uniform(0.0, took), env)
+                assert_changed_or_done(p, cap, f"{name} {kind}")
+                seen[p.returncode] = seen.get(p.returncode, 0) + 1
+                if name == "convert":
+                    assert leftovers(out) == [], leftovers(out)
+                    if p.returncode:
+                        assert not (out / "o.wrpk").exists()
+                    (out / "o.wrpk").unlink(missing_ok=True)
+    assert seen.get(EXIT_CHANGED), f"no run was cut while it read: {seen}"
+
+
+def test_wrp_replay_reads_an_unreadable_file_or_module_as_an_io_error(captures):
+    """wrp-replay (no Python: nobody can run it even where the interpreter is root's) gives an
+    unreadable capture or module file exit 1 and "Permission denied", as every wrp command does."""
+    replayer = Path(sys.executable).with_name("wrp-replay")
+    if not replayer.exists():
+        pytest.skip("wrp-replay is not installed")
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("reading as another user needs root and setpriv")
+    prefix = ["setpriv", "--reuid=nobody", "--regid=nogroup" if _group_exists("nogroup") else "--regid=nobody",
+              "--clear-groups"]
+    if subprocess.run([*prefix, str(replayer), "--version"], capture_output=True).returncode != 0:
+        pytest.skip("nobody cannot run wrp-replay here")
+    d = Path(tempfile.mkdtemp(prefix="wrpkit-faults-", dir="/tmp"))
+    try:
+        d.chmod(0o755)
+        cap = rc.copy_capture(captures["views"], d / "cap")
+        for p in (d / "cap", cap, cap.with_name("views_modules"), *cap.with_name("views_modules").iterdir()):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        cap.chmod(0)
+        res = subprocess.run([*prefix, str(replayer), str(cap), "--list"], capture_output=True, text=True)
+        assert res.returncode == EXIT_FAILED and "Permission denied" in res.stderr and str(cap) in res.stderr
+        cap.chmod(0o644)
+        module = next(cap.with_name("views_modules").iterdir())
+        module.chmod(0)
+        res = subprocess.run([*prefix, str(replayer), str(cap), "--list"], capture_output=True, text=True)
+        assert res.returncode == EXIT_FAILED and "cannot read module file" in res.stderr, res.stderr
+        assert "Permission denied" in res.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)

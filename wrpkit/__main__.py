@@ -5,6 +5,7 @@ imports included, ends the command with one line, ``interrupted``, and exit 130,
 traceback (``docs/reliability.md``).  The command line itself is :data:`wrpkit.cli.main`.
 """
 
+import os
 import signal
 import sys
 
@@ -17,6 +18,12 @@ def _terminated(signum, frame):
 
 def main():
     """Run ``wrp`` with ``sys.argv``; return its exit code (for ``sys.exit``)."""
+    # numpy's OpenBLAS starts a thread per core at import and, when the process limit (ulimit -u, a
+    # cgroup's pids.max) refuses one, raises SIGINT on itself: "interrupted" for a process nobody
+    # interrupted. wrpkit does no linear algebra, so one thread (and its buffers, under ulimit -v) is
+    # enough; the replay children inherit it. A user's own setting stands.
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
     try:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _terminated)

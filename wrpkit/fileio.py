@@ -37,9 +37,30 @@ import sys
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Union
 
-from .errors import WrpError, WrpIOError, WrpModuleError, WrpNotFoundError, WrpUsageError
+from .errors import (WrpError, WrpFormatError, WrpIOError, WrpModuleError, WrpNotFoundError, WrpOutOfMemoryError,
+                     WrpUsageError)
 
 PathLike = Union[str, os.PathLike]
+
+
+#: The guard of mapped files against a file that changes under the reader (truncated while it is read:
+#: the next load from a page past its new end is a SIGBUS, which Python cannot turn into an exception).
+#: Set by a higher layer (:func:`wrpkit.run.file_guard.install`, from the ``wrp`` command line and the
+#: children that replay, trace and profile): called as ``guard(mm, size, path, what)`` for every mapping
+#: :func:`map_file` makes; returns a callable that removes the guard (called before unmapping), or None.
+_MAP_GUARD = None
+
+
+def set_map_guard(guard) -> None:
+    """Install ``guard`` (see :data:`_MAP_GUARD`) for the mappings made from now on; None removes it."""
+    global _MAP_GUARD
+    _MAP_GUARD = guard
+
+
+def file_changed_message(what: str, path) -> str:
+    """The words for a file that changed (was truncated) while it was read: the same in Python and C++."""
+    return (f"{what} {path} changed while being read (it was truncated or rewritten by another program); "
+            "run again once it is complete")
 
 
 class MappedFile:
@@ -49,13 +70,14 @@ class MappedFile:
     in use.  Empty files get an empty ``bytes`` buffer (mmap cannot map 0 bytes).
     """
 
-    def __init__(self, path: Path, mm, size: int, st: Optional[os.stat_result] = None):
+    def __init__(self, path: Path, mm, size: int, st: Optional[os.stat_result] = None, unguard=None):
         self.path = path
         self._mmap = mm
         self.size = size
         #: ``os.fstat`` of the file as it was mapped (who it is: device, inode, mtime).
         self.stat = st
         self.buffer = memoryview(mm) if mm is not None else memoryview(b"")
+        self._unguard = unguard
 
     def close(self) -> None:
         # Views handed out keep the mapping alive; closing with exported
@@ -63,7 +85,11 @@ class MappedFile:
         try:
             self.buffer.release()
             if self._mmap is not None:
-                self._mmap.close()
+                if self._unguard is not None and not self._mmap.closed:
+                    self._mmap.close()  # BufferError with views out: then stays guarded until the GC unmaps it
+                    self._unguard()
+                else:
+                    self._mmap.close()
         except BufferError:
             pass
 
@@ -154,10 +180,15 @@ def map_file(path: PathLike, what: str = "file", *, prefetch: bool = False,
         else:
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
     except (OSError, ValueError) as e:
+        if isinstance(e, OSError) and e.errno in (errno.ENOMEM, errno.EMFILE, errno.ENFILE):
+            from .limits import resource_error  # noqa: PLC0415  (no address space for it: exit 3, with the numbers)
+
+            raise resource_error(e, f"map {what} {path}", requested=locals().get("size")) from None
         raise WrpIOError(f"cannot read {what} {path}: {_reason(e)}") from None
     finally:
         os.close(fd)
-    return MappedFile(Path(path), mm, size, st)
+    unguard = _MAP_GUARD(mm, size, path, what) if mm is not None and _MAP_GUARD is not None else None
+    return MappedFile(Path(path), mm, size, st, unguard)
 
 
 def read_file(path: PathLike, what: str = "file", max_size: int = 1 << 34, *,
@@ -179,7 +210,7 @@ def read_file(path: PathLike, what: str = "file", max_size: int = 1 << 34, *,
     finally:
         os.close(fd)
     if len(data) != size:
-        raise WrpError(f"{what} {path} changed size while it was read")
+        raise WrpFormatError(file_changed_message(what, path))  # exit 3, as a mapped file that changed
     return data
 
 
@@ -745,6 +776,9 @@ def _cannot_write(dest: Path, e: OSError) -> WrpIOError:
 def io_error(e: OSError, path=None, doing: str = "access") -> WrpIOError:
     """An ``OSError`` as the I/O error a user reads: ``cannot <doing> <path>: <reason in words>`` (exit 1).
 
+    A resource limit is :func:`wrpkit.limits.resource_error`'s instead: too many open files (exit 1),
+    out of memory or address space, as mapping a file under ``ulimit -v`` (exit 3, with the numbers).
+
     Args:
         e: The error.
         path: The path to name; default the one the error names.
@@ -753,6 +787,10 @@ def io_error(e: OSError, path=None, doing: str = "access") -> WrpIOError:
     where = path if path is not None else (e.filename if getattr(e, "filename", None) is not None else None)
     if isinstance(where, bytes):
         where = os.fsdecode(where)
+    if e.errno in (errno.ENOMEM, errno.EMFILE, errno.ENFILE):  # a resource limit, not the file: in its words
+        from .limits import resource_error  # noqa: PLC0415
+
+        return resource_error(e, f"{doing} {where}" if where is not None else doing)
     hint = None
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         hint = "Free space on that file system, or write somewhere else."
@@ -1179,8 +1217,8 @@ def _load_numpy_file(path: PathLike, what: str, kind: str):
     parse, hint = _NUMPY_FILES[kind]
     try:
         mapped = map_file(path, what, follow_symlinks=True)  # the user's path
-    except WrpIOError:
-        raise  # a file that exists but cannot be read: an I/O error (exit 1), not a bad input
+    except (WrpIOError, WrpOutOfMemoryError):
+        raise  # a file that exists but cannot be read (or mapped: ulimit -v): exit 1 or 3, not a bad input
     except WrpError as e:
         raise WrpBindingError(e.message, hint=e.hint) from None
     try:
@@ -1218,7 +1256,8 @@ def load_npy(path: PathLike, what: str = "input file"):
 
 
 __all__ = [
-    "MappedFile", "map_file", "read_file", "read_user_text", "open_regular", "atomic_write", "publish_wrp",
+    "MappedFile", "map_file", "set_map_guard", "file_changed_message", "read_file", "read_user_text", "open_regular",
+    "atomic_write", "publish_wrp",
     "modules_dir_for", "find_modules_dir", "sibling_modules_dirs",
     "is_plain_basename", "check_output_path", "check_output_dir", "make_parents", "make_folder",
     "remove_empty_folders", "remove_created_folders", "special_output", "output_size", "io_error", "pwrite_all",

@@ -13,6 +13,7 @@
 #include "cli_error.h"
 #include "crash_signals.h"
 #include "json_writer.h"
+#include "mapped_file.h"
 
 namespace wrpcli {
 
@@ -48,8 +49,11 @@ void put(int fd, const char* s, size_t n)
     }
 }
 
-extern "C" void on_crash(int sig)
+extern "C" void on_crash(int sig, siginfo_t* info, void*)
 {
+    // A SIGBUS in a mapped input file is that file changing under us (truncated), not a crash.
+    if (sig == SIGBUS && info && info->si_code > 0)
+        wrp::exit_if_mapped_fault(info->si_addr, g_fd);
     if (g_locate && !g_locator_argv.empty()) {
         // Only async-signal-safe calls: stderr back to the terminal's (Warp may have it redirected),
         // the signal number written in place, then execve.  Returns only if the exec failed.
@@ -137,8 +141,8 @@ void arm_crash_guard(const std::string& stage, const std::string& context, bool 
     sigaltstack(&ss, nullptr);
     struct sigaction sa;
     std::memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_crash;
-    sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
+    sa.sa_sigaction = on_crash;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
     for (size_t i = 0; i < kNumCrashSignals; i++)
         sigaction(kCrashSignals[i].number, &sa, g_armed ? nullptr : &g_old[i]);
@@ -152,6 +156,7 @@ void disarm_crash_guard()
     for (size_t i = 0; i < kNumCrashSignals; i++)
         sigaction(kCrashSignals[i].number, &g_old[i], nullptr);
     g_armed = false;
+    wrp::reinstall_fault_handler();  // g_old may predate the first mapped file: its SIGBUS handler comes back
 }
 
 }  // namespace wrpcli

@@ -25,6 +25,7 @@
 #include "crash_guard.h"
 #include "json_writer.h"
 #include "locate_crash.h"
+#include "mapped_file.h"
 #include "npy_io.h"
 #include "program_setup.h"
 #include "typed_view.h"
@@ -461,6 +462,8 @@ int main(int argc, char** argv)
     int code;
     std::string message;
     uint64_t requested_bytes = 0;  // out of memory: the size asked for, in --json's error
+    // An input file truncated while it is read: this line, exit 3 (mapped_file.h), never SIGBUS.
+    wrp::set_fault_prefix("wrp-replay: error: ");
     try {
         // --locate-crash=SIGNUM (last, never typed by a user): the crash guard re-executed us after a
         // replay died of SIGNUM; find the op (locate_crash.h).

@@ -48,6 +48,28 @@
  *   same thread, including for a failed wrp_program_open().
  *   No C++ exception ever leaves this API.
  *
+ * Files that change while they are read
+ *   Captures and module files are memory-mapped.  A file truncated (or
+ *   rewritten in place) by another program while it is mapped makes the
+ *   kernel send SIGBUS on the next read of a page past its new end.  The
+ *   first time this library maps a file it installs a process-wide SIGBUS
+ *   handler (sigaction, SA_SIGINFO | SA_ONSTACK) and registers every file it
+ *   maps (a lock-free table of up to 256 ranges, removed at unmap):
+ *   - a fault in one of its files while the library hashes it (checksum
+ *     verification of wrp_program_open) makes that call fail with
+ *     WRP_ERR_INVALID_FILE and "<file> PATH changed while being read ...";
+ *   - a fault in one of its files anywhere else (a load into the device
+ *     after the checks) cannot be resumed: the handler writes
+ *     "error: file PATH changed while being read ..." on stderr and ends the
+ *     process with _exit(3) (exit 3: a file that cannot be used), rather
+ *     than letting it die of SIGBUS;
+ *   - a SIGBUS anywhere else goes to the disposition the handler replaced
+ *     (the host's own handler installed before, or the default action).
+ *   A host that installs its own SIGBUS handler after opening a program
+ *   replaces this one (and gets the plain SIGBUS, as without it); one that
+ *   chains to the previous handler keeps the message.
+ *   wrp_guard_mapping() puts a host's own mapping under the same handler.
+ *
  * Thread safety
  *   - wrp_last_error() is thread-local: each thread sees the message of its
  *     own last failing call.
@@ -173,9 +195,12 @@ typedef struct wrp_options {
     /* Memory the open may allocate, in bytes.  Warp allocates (and zeroes)
      * every memory region when the program opens, so before anything is
      * allocated the total of the file's regions is compared with this, or,
-     * when 0 (the default), with the device's free memory (CPU: the host's
-     * available memory, bounded by the process's cgroup; CUDA: the device's
-     * free memory).  A file that does not fit fails with
+     * when 0 (the default), with the device's free memory (CPU: the least
+     * of MemAvailable, the room under the process's memory cgroup and its
+     * ancestors (v2 memory.max - memory.current, v1 memory.limit_in_bytes -
+     * memory.usage_in_bytes, inactive page cache counted as room) and
+     * RLIMIT_AS less the address space in use, checked again once Warp's
+     * libraries are loaded; CUDA: the device's free memory).  A file that does not fit fails with
      * WRP_ERR_OUT_OF_MEMORY, naming the total, the largest regions and the
      * device's figure. */
     uint64_t max_memory_bytes;
@@ -306,6 +331,23 @@ WRP_API void wrp_options_init(wrp_options* opts);
 
 /* Version string of this library, e.g. "0.1.0". */
 WRP_API const char* wrp_library_version(void);
+
+/* Put [data, data + size), a read-only mapping of a file made by the caller,
+ * under this library's SIGBUS handler (see "Files that change while they are
+ * read"): a fault in it writes `line` (copied; a newline is added) to stderr
+ * and ends the process with _exit(3).  Installs the handler if not yet
+ * installed.  Returns 1, or 0 when the table is full or an argument is NULL.
+ * Thread-safe; not async-signal-safe.  wrpkit's Python tools use it for the
+ * files they map. */
+WRP_API int wrp_guard_mapping(const void* data, size_t size, const char* line);
+
+/* Register [data, data + size), a second mapping of pages of a guarded range
+ * (mremap with old_size 0), under the line of the range that holds `original`
+ * (nothing when none does). */
+WRP_API void wrp_guard_alias(const void* data, size_t size, const void* original);
+
+/* Remove every range registered inside [data, data + size) (call before munmap). */
+WRP_API void wrp_unguard_mapping(const void* data, size_t size);
 
 /* Message of the last failing call made by this thread ("" if none).
  * Valid until this thread's next call into this library. */

@@ -259,4 +259,27 @@ wrp_status wrp_program_run(wrp_program* program, uint32_t count)
     return guarded([&] { program_of(program).run(count); });
 }
 
+int wrp_guard_mapping(const void* data, size_t size, const char* line)
+{
+    if (!data || !size || !line)
+        return 0;
+    try {
+        return wrp::guard_range(data, size, line) ? 1 : 0;
+    } catch (...) {
+        return 0;
+    }
+}
+
+void wrp_guard_alias(const void* data, size_t size, const void* original)
+{
+    if (data && size && original)
+        wrp::guard_alias(data, size, original);
+}
+
+void wrp_unguard_mapping(const void* data, size_t size)
+{
+    if (data && size)
+        wrp::unguard_range(data, size);
+}
+
 }  // extern "C"

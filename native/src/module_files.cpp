@@ -154,6 +154,9 @@ std::vector<uint8_t> read_module_at(int dirfd, const std::string& name, const st
                  "module file %s is a symbolic link; module file names come from inside the file, so links there "
                  "are not followed. Replace the link with a copy of its target (cp --remove-destination "
                  "\"$(readlink -f %s)\" %s)", display.c_str(), display.c_str(), display.c_str());
+        fail_if_resource_limit(err, "open module file " + display);  // ulimit -n: exit 1, in words
+        if (err == EACCES || err == EPERM || err == EIO)  // unreadable, not broken: an I/O error (exit 1)
+            fail(WRP_ERR_RUNTIME, "cannot read module file %s: %s", display.c_str(), std::strerror(err));
         fail(WRP_ERR_INVALID_FILE, "cannot open module file %s: %s. %s", display.c_str(), std::strerror(err), kRestore);
     }
     struct stat st;

@@ -99,7 +99,7 @@ private:
     // Bytes of every region together; `largest` gets the three largest, described.
     uint64_t declared_memory(std::string* largest) const;
     // WRP_ERR_OUT_OF_MEMORY when the declared memory exceeds `available` (0: unknown) or max_memory_bytes.
-    void check_memory(uint64_t available, const std::string& device) const;
+    void check_memory(uint64_t available, const std::string& device, const std::string& bound = "") const;
     [[noreturn]] void warp_failed(const std::string& what, const std::string& before_error, const std::string& captured) const;
     void release() noexcept;
 

@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "mapped_file.h"
+
 namespace wrp {
 
 StderrCapture::StderrCapture(bool enabled)
@@ -21,7 +23,9 @@ StderrCapture::StderrCapture(bool enabled)
             close(saved_fd_);
         close(capture_fd_);
         saved_fd_ = capture_fd_ = -1;
+        return;
     }
+    set_fault_stderr(saved_fd_);  // a file truncated meanwhile is reported on the real stderr
 }
 
 StderrCapture::~StderrCapture() { finish(); }
@@ -32,6 +36,7 @@ std::string StderrCapture::finish()
         return "";
     std::fflush(stderr);
     dup2(saved_fd_, 2);
+    set_fault_stderr(-1);
     close(saved_fd_);
     saved_fd_ = -1;
     std::string text;

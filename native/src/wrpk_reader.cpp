@@ -16,6 +16,7 @@
 #include "byte_reader.h"
 #include "checked_math.h"
 #include "error.h"
+#include "mapped_file.h"
 #include "sha256.h"
 #include "wrp1_model.h"
 #include "wrp_generated.h"
@@ -1066,6 +1067,7 @@ public:
                 // old_size 0: a second mapping of the same (shared) pages, replacing the reserved ones.
                 void* r = mremap(const_cast<uint8_t*>(src + head), 0, middle, MREMAP_MAYMOVE | MREMAP_FIXED, at);
                 if (r == at) {
+                    guard_alias(at, middle, src + head);  // the file's pages: a fault there names the file too
                     std::memcpy(dst, src, head);
                     std::memcpy(reinterpret_cast<uint8_t*>(hi), src + head + middle, n - head - middle);
                     return middle;
@@ -1122,11 +1124,24 @@ void ChecksumVerifier::verify(size_t index)
     const bool whole = it.chunk == ~uint64_t(0);
     const uint8_t* expect = whole ? c.sha256.data() : c.chunk_sha + 32 * it.chunk;
     uint8_t digest[32];
-    sha256(c.data + it.begin, static_cast<size_t>(it.end - it.begin), digest);
-    if (std::memcmp(digest, expect, 32) == 0)
+    // The bytes are the mapped file's: one truncated meanwhile faults here, which guarded_read turns
+    // into "... changed while being read" (sha256 holds nothing to destroy: a siglongjmp is safe).
+    struct HashJob {
+        const uint8_t* data;
+        size_t size;
+        uint8_t* out;
+    } job{c.data + it.begin, static_cast<size_t>(it.end - it.begin), digest};
+    const void* fault_at = nullptr;
+    bool read = guarded_read([](void* a) {
+        auto* j = static_cast<HashJob*>(a);
+        sha256(j->data, j->size, j->out);
+    }, &job, &fault_at);
+    if (read && std::memcmp(digest, expect, 32) == 0)
         return;
     failed_.store(true, std::memory_order_relaxed);
     try {
+        if (!read)
+            fail(WRP_ERR_INVALID_FILE, "%s", mapped_fault_message(fault_at).c_str());
         if (whole)
             fail_invalid_at(c.path, c.offset,
                             "integrity check failed: SHA-256 of %s does not match (%zu bytes, SHA-256 %s, recorded "
@@ -1231,8 +1246,10 @@ ImageBuffer& ImageBuffer::operator=(ImageBuffer&& other) noexcept
 
 ImageBuffer::~ImageBuffer()
 {
-    if (base_)
+    if (base_) {
+        unguard_range(base_, length_);
         munmap(base_, length_);  // the reserved memory and every file page mapped into it
+    }
 }
 
 ImageBuffer ImageBuffer::reserve(size_t size, size_t shift)

@@ -16,6 +16,7 @@ import sys
 import click
 
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, WrpError
+from ..limits import is_resource_error, resource_error
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,9 +83,15 @@ def report_error(err: WrpError, as_json: bool = False) -> None:
     problems = [str(p) for p in getattr(err, "problems", [])]
     if as_json:
         print_json_error(err.message, err.exit_code, err.hint, problems or None, _error_fields(err))
-    from rich.text import Text  # noqa: PLC0415
+    try:
+        from rich.text import Text  # noqa: PLC0415
 
-    con = stderr_console()
+        con = stderr_console()
+    except (OSError, ImportError, MemoryError):  # no file (ulimit -n) or memory left to import rich: plain lines
+        sys.stderr.write(f"error: {err.message}\n" + "".join(f"       {p}\n" for p in problems[1:21])
+                         + (f"hint: {err.hint}\n" if err.hint else ""))
+        sys.stderr.flush()
+        return
     # Text, not markup: a message quotes file contents and names ("[defaults]") rich would eat.
     con.print(Text.assemble(("error:", "bold red"), " ", err.message), highlight=False)
     for p in problems[1:21]:
@@ -171,6 +178,10 @@ def reported_errors(ctx: click.Context, as_json: bool):
         _leave_nothing_behind()
         if os.environ.get("WRP_DEBUG"):
             raise
+        if is_resource_error(e):  # a limit (open files, processes, threads, memory) that no layer below worded
+            err = resource_error(e)
+            report_error(err, as_json)
+            ctx.exit(err.exit_code)
         if isinstance(e, OSError) and e.errno in _IO_ERRNOS:
             from ..fileio import io_error  # noqa: PLC0415
 

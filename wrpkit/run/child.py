@@ -91,7 +91,10 @@ def received_capture(message: dict, capture_fd: int, modules_fd: int):
     from .prepare import prepare  # noqa: PLC0415
     from .shared import SharedArea, map_readonly  # noqa: PLC0415
 
-    mm, _ = map_readonly(capture_fd)
+    from .file_guard import guard_received  # noqa: PLC0415
+
+    mm, size = map_readonly(capture_fd)
+    guard_received(mm, size, capture_fd)  # truncated by another program meanwhile: exit 3 naming it, no SIGBUS
     os.close(capture_fd)
     modules_area = SharedArea(message["modules_size"], fd=modules_fd)
     modules = {name: modules_area.view(off, n) for name, (off, n) in message["modules"].items()}

@@ -29,8 +29,7 @@ from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFo
                       WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
 
 NATIVE_EXE = "wrp-replay"
-NATIVE_LIB = "libwrp_replay.so" if sys.platform != "darwin" else "libwrp_replay.dylib"
-_PACKAGE_NATIVE = Path(__file__).resolve().parents[1] / "_native"
+from .native_lib import NATIVE_LIB, PACKAGE_NATIVE as _PACKAGE_NATIVE, find_library as _find_library  # noqa: E402
 
 
 # ---------------------------------------------------------------------------
@@ -99,15 +98,6 @@ def _find_replayer() -> Optional[Path]:
         candidates.append(Path(which))
     candidates.append(_PACKAGE_NATIVE / "bin" / exe)
     return next((c for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
-
-
-def _find_library() -> Optional[Path]:
-    # $WRP_REPLAY_LIB, else wrpkit/_native/lib/; an editable install puts the built library in
-    # site-packages, beside the source tree, hence the sys.path entries.
-    candidates = [Path(os.environ["WRP_REPLAY_LIB"])] if os.environ.get("WRP_REPLAY_LIB") else []
-    candidates += [_PACKAGE_NATIVE / "lib" / NATIVE_LIB, _PACKAGE_NATIVE / NATIVE_LIB]
-    candidates += [Path(p) / "wrpkit" / "_native" / "lib" / NATIVE_LIB for p in sys.path if p]
-    return next((c for c in candidates if c.is_file()), None)
 
 
 def _warp_lib_dir() -> Optional[str]:
@@ -544,6 +534,10 @@ def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRe
             child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                                      pass_fds=tuple(fds))
         except OSError as e:
+            from ..limits import is_resource_error, resource_error  # noqa: PLC0415
+
+            if is_resource_error(e):  # no process, file or memory left for it: the limit in words
+                raise resource_error(e, f"run {exe}") from None
             raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
     with child:
         try:

@@ -72,6 +72,8 @@ def build_mapped_image(prog) -> tuple:
     Raises:
         MemoryError: The address space for the image cannot be reserved.
     """
+    from .file_guard import guard_alias  # noqa: PLC0415
+
     remap = _mremap()
     page = mmap.PAGESIZE
     chunks = [memoryview(c).cast("B") if not isinstance(c, memoryview) or c.format != "B" or c.ndim != 1
@@ -124,6 +126,7 @@ def build_mapped_image(prog) -> tuple:
                 if middle > 0:
                     got = remap(src + head, 0, middle, _MREMAP_MAYMOVE | _MREMAP_FIXED, lo)
                     if got == lo:
+                        guard_alias(reserved, lo, middle, src + head)  # a fault there names the file too
                         image[at:at + head] = np.frombuffer(c[:head], dtype=np.uint8)
                         image[at + head + middle:at + n] = np.frombuffer(c[head + middle:], dtype=np.uint8)
                         continue

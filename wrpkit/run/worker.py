@@ -38,8 +38,8 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError,
-                      timeout_message)
+from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpFormatError, WrpRuntimeError,
+                      WrpTimeoutError, timeout_message)
 from .spawn import child_channel, output_tail, spawn_served, take_prestarted
 
 
@@ -120,6 +120,11 @@ def start_verification(prep):
 
 def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
     """:func:`no_result_error` from a child's exit code and what it printed."""
+    from .file_guard import file_changed_error  # noqa: PLC0415
+
+    changed = file_changed_error(returncode, output)  # its capture was truncated under it: exit 3, the file named
+    if changed is not None:
+        return changed
     tail = " | ".join(output.strip().splitlines()[-5:])
     return WrpRuntimeError(f"the replay process ended with exit code {returncode} and no result: {tail}",
                            hint="Warp's own diagnostic, if any, is quoted above.")
@@ -159,7 +164,7 @@ class ChildSource:
     file.  Module files travel in another (they are small).
 
     Raises:
-        WrpError: The file changed after it was validated.
+        WrpFormatError: The file changed after it was validated (exit 3, as a file changed while being read).
     """
 
     def __init__(self, prep):
@@ -186,8 +191,8 @@ class ChildSource:
             if (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != (was.st_dev, was.st_ino, was.st_size,
                                                                       was.st_mtime_ns):
                 os.close(fd)
-                raise WrpError(f"{prep.path} changed after it was validated; nothing was replayed",
-                               hint="Run the command again once the file is no longer being written.")
+                raise WrpFormatError(f"{prep.path} changed after it was validated; nothing was replayed",
+                                     hint="Run the command again once the file is no longer being written.")
             return fd
         if prep.kind in ("wrp", "wrpk") and prep.source_buffer is not None:
             data = memoryview(prep.source_buffer).cast("B")
