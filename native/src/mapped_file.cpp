@@ -132,6 +132,18 @@ extern "C" void wrp_on_sigbus(int sig, siginfo_t* info, void* uc)
         raise(sig);
 }
 
+// Make wrp_on_sigbus SIGBUS's handler, keeping the one it replaces in g_prev_bus for faults outside
+// the registered files.
+bool take_sigbus()
+{
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = wrp_on_sigbus;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGBUS, &sa, &g_prev_bus) == 0;
+}
+
 void install_handler()
 {
     if (g_installed.load(std::memory_order_acquire))
@@ -139,12 +151,7 @@ void install_handler()
     std::lock_guard<std::mutex> lock(g_install_mutex);
     if (g_installed.load(std::memory_order_relaxed))
         return;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = wrp_on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    if (sigaction(SIGBUS, &sa, &g_prev_bus) == 0)
+    if (take_sigbus())
         g_installed.store(true, std::memory_order_release);
 }
 
@@ -182,12 +189,7 @@ void reinstall_fault_handler()
     struct sigaction cur;
     if (sigaction(SIGBUS, nullptr, &cur) != 0 || ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == wrp_on_sigbus))
         return;
-    struct sigaction sa;
-    std::memset(&sa, 0, sizeof(sa));
-    sa.sa_sigaction = wrp_on_sigbus;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGBUS, &sa, &g_prev_bus);
+    take_sigbus();
 }
 
 void set_fault_stderr(int fd) { g_stderr_fd.store(fd, std::memory_order_relaxed); }

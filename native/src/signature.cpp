@@ -277,6 +277,28 @@ bool verify_ecdsa(EVP_PKEY* k, const std::string& sig, const std::string& messag
     return ok;
 }
 
+// Read `fd` to its end into `out`, keeping at most `limit` + 1 bytes (so that a file that grew past
+// `limit` shows as longer than it); false with `err` set on a read error.
+bool read_fd(int fd, size_t limit, std::string& out, int& err)
+{
+    out.clear();
+    char buf[65536];
+    for (;;) {
+        ssize_t n = ::read(fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            err = errno;
+            return false;
+        }
+        if (n == 0)
+            return true;
+        out.append(buf, std::min(static_cast<size_t>(n), limit + 1 - out.size()));
+        if (out.size() > limit)
+            return true;
+    }
+}
+
 // Read a whole small file; "" in `error` on success.
 bool read_file(const std::string& path, uint64_t cap, std::string& out, std::string& error)
 {
@@ -297,29 +319,14 @@ bool read_file(const std::string& path, uint64_t cap, std::string& out, std::str
         close(fd);
         return false;
     }
-    out.clear();
-    char buf[65536];
-    for (;;) {
-        ssize_t n = ::read(fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            error = std::strerror(errno);
-            close(fd);
-            return false;
-        }
-        if (n == 0)
-            break;
-        if (out.size() + static_cast<size_t>(n) > cap) {
-            error = format("it grew over the limit of %llu MiB while it was read",
-                           static_cast<unsigned long long>(cap >> 20));
-            close(fd);
-            return false;
-        }
-        out.append(buf, static_cast<size_t>(n));
-    }
+    int err = 0;
+    bool ok = read_fd(fd, cap, out, err);
     close(fd);
-    return true;
+    if (!ok)
+        error = std::strerror(err);
+    else if (out.size() > cap)
+        error = format("it grew over the limit of %llu MiB while it was read", static_cast<unsigned long long>(cap >> 20));
+    return ok && out.size() <= cap;
 }
 
 }  // namespace
@@ -1010,7 +1017,8 @@ void verify_signature(const CaptureToVerify& capture, const TrustedKeys& keys, c
     if (fd < 0) {
         if (errno == ENOENT)
             untrusted("not signed: no signature file %s", shown.c_str());
-        fail(WRP_ERR_INVALID_FILE, "cannot read signature %s: %s", shown.c_str(), std::strerror(errno));
+        // Unreadable (permission, I/O): an I/O error, exit 1, as in Python; not a verdict on the capture.
+        fail(WRP_ERR_RUNTIME, "cannot read signature %s: %s", shown.c_str(), std::strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -1023,24 +1031,11 @@ void verify_signature(const CaptureToVerify& capture, const TrustedKeys& keys, c
         malformed("the file is %llu bytes, over the limit of %llu MiB", static_cast<unsigned long long>(st.st_size),
                   static_cast<unsigned long long>(kMaxBundleBytes >> 20));
     }
-    std::string bytes;
-    char buf[65536];
-    for (;;) {
-        ssize_t n = ::read(fd, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int err = errno;
-            close(fd);
-            fail(WRP_ERR_INVALID_FILE, "cannot read signature %s: %s", shown.c_str(), std::strerror(err));
-        }
-        if (n == 0)
-            break;
-        if (bytes.size() + static_cast<size_t>(n) > kMaxBundleBytes + 1) {  // it grows: the cap decides below
-            bytes.append(buf, kMaxBundleBytes + 1 - bytes.size());
-            break;
-        }
-        bytes.append(buf, static_cast<size_t>(n));
+    std::string bytes;  // over the cap (the file grew): step 2 refuses it below
+    int err = 0;
+    if (!read_fd(fd, kMaxBundleBytes, bytes, err)) {
+        close(fd);
+        fail(WRP_ERR_RUNTIME, "cannot read signature %s: %s", shown.c_str(), std::strerror(err));
     }
     close(fd);
     verify_signature_bytes(capture, keys, path, reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), modules);
