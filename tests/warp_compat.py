@@ -259,7 +259,7 @@ def check_case(case_dir: Path, wrp_replay: Path, python: str = sys.executable) -
     if problem:
         problems.append(problem)
     for v in _hostile_variants(wrp, case_dir / "hostile"):
-        problem = convert_verdict_problem(v, case_dir / "roundtrip")
+        problem = convert_verdict_problem(v.path, case_dir / "roundtrip")
         if problem:
             problems.append(f"{v.name}: {problem}")
     return {"ok": not problems, "problems": problems, "warnings": warned}
