@@ -80,14 +80,6 @@ class WrpGroup(click.Group):
             ctx = super().make_context(info_name, args, parent=parent, **extra)
         except click.ClickException as e:  # a usage error of the group itself (unknown command)
             usage_error(e, as_json)
-        except KeyboardInterrupt:  # Ctrl-C while the command line is parsed: as in a command (not click's "Aborted!")
-            from ..errors import EXIT_INTERRUPTED  # noqa: PLC0415
-            from .output import print_json_error, stderr_console  # noqa: PLC0415
-
-            if as_json:
-                print_json_error("interrupted", EXIT_INTERRUPTED)
-            stderr_console().print("interrupted")
-            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         ctx.meta[_JSON] = as_json
         return ctx
 
