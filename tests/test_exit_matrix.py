@@ -105,6 +105,10 @@ RECIPES = {
     "trace": Recipe(("{file}", "--save", "{out}"), out="t.trace", inputs=True,
                     bad_values=(("{file}", "--device", NO_GPU), ("{file}", "--timeout", "-1"),
                                 ("{file}", "--engine", "gpu"))),
+    # memcheck writes nothing; a clean capture is 0 (1 is "an out-of-bounds access found").
+    "memcheck": Recipe(("{file}",), inputs=True,
+                       bad_values=(("{file}", "--device", NO_GPU), ("{file}", "--timeout", "-1"),
+                                   ("{file}", "--engine", "gpu"))),
     "graph": Recipe(("{file}", "-o", "{out}"), out="g.html", bad_values=(("{file}", "-o", "{dir}/g.png"),),
                     codes=READS_ANY_VERSION),
     # upgrade of an older format is what it is for (0); a current file is copied (--copy-current).

@@ -542,8 +542,11 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         fail(WRP_ERR_INVALID_ARGUMENT, "the file was captured for %s, but device \"%s\" was requested; use %s",
              file_cpu ? "the CPU" : "CUDA", opts_.device_name.c_str(), file_cpu ? "\"cpu\"" : "\"cuda:N\"");
     if (!graph_.raw_pointers.empty() && !opts_.allow_raw_pointers)
-        fail(WRP_ERR_INVALID_FILE, "%s%s; its replay in a new process would dereference a dangling pointer (allow it "
-             "with --allow-raw-pointers)", graph_.raw_pointers[0].c_str(),
+        // The hint is wrpkit/checks/check.py's RAW_POINTER_HINT, in wrp-replay's words.
+        fail(WRP_ERR_INVALID_FILE, "%s%s; its replay in a new process would dereference a dangling pointer. A wp.Mesh "
+             "id: declare that kernel argument `wp.handle` instead of `wp.uint64` and recapture (Warp rebuilds meshes "
+             "at load). A HashGrid, Bvh or Volume cannot be saved by Warp 1.19: replay the graph in the process that "
+             "captured it, or allow it with --allow-raw-pointers", graph_.raw_pointers[0].c_str(),
              graph_.raw_pointers.size() > 1 ? (" (and " + std::to_string(graph_.raw_pointers.size() - 1) +
                                               " more)").c_str() : "");
     describe_crash_context(modules);

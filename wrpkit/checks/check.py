@@ -51,6 +51,15 @@ class Finding:
     exit_code: Optional[int] = None
 
 
+#: What to change when a kernel argument holds a live process pointer: the one hint that
+#: ``wrp check``, every loading route (``wrpkit.run.prepare.refuse_raw_pointers``) and
+#: ``wrpkit.capture``'s save give (``wrp-replay`` says the same in native/src/program.cpp).
+RAW_POINTER_HINT = ("A wp.Mesh id: declare that kernel argument `wp.handle` instead of `wp.uint64` and recapture "
+                    "(Warp rebuilds meshes at load). A HashGrid, Bvh or Volume cannot be saved by Warp 1.19: replay "
+                    "the graph in the process that captured it, or pass --allow-raw-pointers / "
+                    "allow_raw_pointers=True to run it anyway (contained: a crash ends with exit code 4).")
+
+
 def _annotation_digests(prog: m.Program) -> dict:
     """``{binary_filename: ModuleDigest}`` recorded by wrpkit, or {} (bad annotations are validate's job)."""
     if not prog.annotations:
@@ -160,9 +169,7 @@ def lint_launches(launches, signatures=None) -> list:
                         f"kernel {op.kernel_key!r} {_argument_words(args, p.param_index)} holds {v:#x} at byte {off} "
                         "with no relocation: "
                         "it looks like a live process pointer (a HashGrid, Bvh or Volume id passed as uint64?)",
-                        "A captured process pointer dangles in a new process. Pass meshes through "
-                        "wp.handle-typed arguments (Warp rebuilds them at load); HashGrid, Bvh and Volume "
-                        "cannot be saved yet, so replay such graphs in the capturing process."))
+                        RAW_POINTER_HINT))
     for (mh, kk), seen in layouts.items():
         if len(seen) > 1:
             out.append(Finding(

@@ -35,7 +35,7 @@ class WrpGroup(click.Group):
 
     lazy = {name: f"wrpkit.cli.{name}:{name}"
             for name in ("inspect", "validate", "check", "convert", "replay", "graph", "upgrade", "trace", "slice",
-                         "diff", "regress", "annotate", "profile", "sign")}
+                         "diff", "regress", "annotate", "profile", "sign", "memcheck")}
     lazy["export-runtime"] = "wrpkit.cli.export_runtime:export_runtime"
 
     def list_commands(self, ctx):

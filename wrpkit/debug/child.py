@@ -1,4 +1,4 @@
-"""The child of ``wrp trace`` and ``wrp profile``: ``python -m wrpkit.debug.child --serve FD``.
+"""The child of ``wrp trace``, ``wrp profile`` and ``wrp memcheck``: ``python -m wrpkit.debug.child --serve FD``.
 
 :func:`wrpkit.debug.isolation.run_in_child` sends one message over the socket
 ``FD``: the job (the kind of run and its options) with the descriptors of the
@@ -48,8 +48,15 @@ def _profile(opened, job: dict, inputs: dict, before, stage) -> dict:
             **{k: getattr(result, k) for k in CHILD_FIELDS}}
 
 
+def _memcheck(opened, job: dict, inputs: dict, before, stage) -> dict:
+    from .memcheck import run_memcheck  # noqa: PLC0415
+
+    return run_memcheck(opened, device=job["device"], engine=job["engine"], mode=job["mode"],
+                        guard_bytes=job["guard_bytes"], inputs=inputs, before=before, stage=stage)
+
+
 #: The child bodies, by the ``kind`` that :func:`~wrpkit.debug.isolation.run_in_child` names.
-KINDS = {"trace": _trace, "profile": _profile}
+KINDS = {"trace": _trace, "profile": _profile, "memcheck": _memcheck}
 
 
 def main(sock_fd: int) -> int:

@@ -56,7 +56,8 @@ def as_array(value) -> np.ndarray:
 
 def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, timeout: Optional[float] = None,
                  started: Optional[float] = None,
-                 collect: Optional[Callable[[Path], None]] = None) -> dict:
+                 collect: Optional[Callable[[Path], None]] = None, env: Optional[Mapping] = None,
+                 crashed: Optional[Callable] = None) -> dict:
     """Run the child of ``kind`` (``"trace"`` or ``"profile"``) on a validated capture; return its result.
 
     Args:
@@ -108,7 +109,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
                    "in_size": in_size, "slot_size": SLOT.size, "stage_size": STAGE_SIZE}
         if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
             message["annotations"] = base64.b64encode(bytes(opened.program.annotations)).decode("ascii")
-        proc, sock, out_fd = spawn_served("wrpkit.debug.child")
+        proc, sock, out_fd = spawn_served("wrpkit.debug.child", env=dict(env) if env else None)
         held.callback(_end_child, proc, sock, out_fd)
         answer = _ask(sock, message, [source.capture_fd, source.modules_area.fd, in_area.fd, slot.fd, stage.fd],
                       timeout, started)
@@ -117,6 +118,10 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
             if returncode < 0:
                 crash = ChildCrashed(-returncode, _stage_text(stage), output_tail(out_fd))
                 seq, index, iteration, path = SLOT.unpack(bytes(slot.view()))
+                if crashed is not None:
+                    answer = crashed(crash, (seq, index, iteration, path.rstrip(b"\0").decode("utf-8", "replace")))
+                    if answer is not None:
+                        return answer
                 ran = crash.stage == "replaying" and seq >= 0
                 raise crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
                                   index if ran else None, True,

@@ -20,3 +20,12 @@ def find_library() -> Optional[Path]:
     candidates += [PACKAGE_NATIVE / "lib" / NATIVE_LIB, PACKAGE_NATIVE / NATIVE_LIB]
     candidates += [Path(p) / "wrpkit" / "_native" / "lib" / NATIVE_LIB for p in sys.path if p]
     return next((c for c in candidates if c.is_file()), None)
+
+
+def find_memguard() -> Optional[Path]:
+    """``libwrp_memguard`` (``wrp memcheck``'s guard-page allocator), beside ``libwrp_replay``; None when not built."""
+    lib = find_library()
+    if lib is None:
+        return None
+    guard = lib.with_name("libwrp_memguard.so" if sys.platform != "darwin" else "libwrp_memguard.dylib")
+    return guard if guard.is_file() else None

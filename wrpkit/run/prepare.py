@@ -321,15 +321,13 @@ def refuse_raw_pointers(model) -> None:
         WrpValidationError: One problem per argument, naming the kernel, the
             argument and the likely object kind.
     """
-    from ..checks.check import raw_pointer_findings  # noqa: PLC0415
+    from ..checks.check import RAW_POINTER_HINT, raw_pointer_findings  # noqa: PLC0415
 
     found = raw_pointer_findings(model)
     if found:
         raise WrpValidationError(
             [f.message for f in found],
-            hint="Its replay in a new process would dereference a dangling pointer. Replay it in the process "
-                 "that captured it, or pass --allow-raw-pointers / allow_raw_pointers=True to run it anyway "
-                 "(contained: a crash ends with exit code 4).")
+            hint=RAW_POINTER_HINT)
 
 
 def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature]) -> np.ndarray:

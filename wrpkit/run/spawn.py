@@ -51,8 +51,10 @@ def child_channel() -> tuple:
     return ours, theirs, memory_file("wrpkit-child-output")
 
 
-def spawn_served(module: str, extra: tuple = ()) -> tuple:
+def spawn_served(module: str, extra: tuple = (), env: Optional[dict] = None) -> tuple:
     """Start ``python -m module --serve FD [extra]``, FD being one end of a new Unix socket pair.
+
+    ``env``: variables added to the child's environment (``wrp memcheck`` preloads its allocator).
 
     The child has wrpkit importable (:func:`child_env`), no stdin, and its
     stdout and stderr in a memory file (read with :func:`output_tail`), so
@@ -67,7 +69,7 @@ def spawn_served(module: str, extra: tuple = ()) -> tuple:
     ours, theirs, out_fd = child_channel()
     try:
         proc = subprocess.Popen([sys.executable, "-m", module, "--serve", str(theirs.fileno()), *extra],
-                                stdin=subprocess.DEVNULL, stdout=out_fd, stderr=out_fd, env=child_env(),
+                                stdin=subprocess.DEVNULL, stdout=out_fd, stderr=out_fd, env={**child_env(), **(env or {})},
                                 pass_fds=(theirs.fileno(),))
     except OSError as e:
         ours.close()

@@ -1,0 +1,137 @@
+"""``wrp memcheck`` on programs with an out-of-bounds access planted where a user would not look.
+
+Each case of ``tests/memcheck_program.py`` (a too-large launch, an off-by-one
+over a ``wp.array2d``'s columns, a write through an indexed array, a read
+before an array's start, a bad launch inside an IF inside a WHILE) is captured
+at test time with stock Warp and with ``wrpkit.capture``, with and without
+the bug.  The answer is held against Warp's own: the same step run eagerly in
+Warp's debug mode, whose bounds assertion stops at the launch that went out
+of bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PROGRAM = Path(__file__).with_name("memcheck_program.py")
+KERNELS = Path(__file__).with_name("memcheck_kernels.py")
+WRP = Path(sys.executable).with_name("wrp")
+CASES = ("launch", "rows", "indexed", "under", "nested")
+#: What each planted bug is, as memcheck must name it: kernel, argument (0-based), its name, access,
+#: flat element, side, and (nested) the path and WHILE iteration.
+EXPECTED = {
+    "launch": ("scale", 1, "y", "write", 64, "after the end", "0", None),
+    "rows": ("fill_rows", 0, "a", "write", 32, "after the end", "1", None),
+    "indexed": ("scatter", 0, "dst", "write", 64, "after the end", "1", None),
+    "under": ("lookback", 0, "a", "read", -1, "before the start", "1", None),
+    "nested": ("scale", 1, "y", "write", 64, "after the end", "0.1.0", 2),
+}
+
+
+def run(*args, timeout=300):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def captures(tmp_path_factory) -> dict:
+    """``{(case, bug, how): path}`` for every case, with and without the bug, stock and wrpkit."""
+    d = tmp_path_factory.mktemp("memcheck")
+    out = {}
+    for case in CASES:
+        for bug in (1, 0):
+            for how in ("stock", "wrpkit"):
+                path = d / f"{case}-{bug}-{how}.wrp"
+                r = run(sys.executable, PROGRAM, case, bug, how, path)
+                assert r.returncode == 0, r.stderr
+                out[(case, bug, how)] = path
+    return out
+
+
+@pytest.fixture(scope="module")
+def eager(tmp_path_factory) -> dict:
+    """``{case: kernel}``: the launch Warp's debug mode stopped at, run eagerly (no capture)."""
+    out = {}
+    for case in CASES:
+        r = run(sys.executable, PROGRAM, case, 1, "eager-debug", "-")
+        assert "Assertion failed" in r.stderr, (case, r.stdout, r.stderr)
+        launches = re.findall(r"^LAUNCH (\d+) (\w+)$", r.stdout, re.M)
+        assert launches and "DONE" not in r.stdout
+        out[case] = launches[-1][1]
+        ok = run(sys.executable, PROGRAM, case, 0, "eager-debug", "-")
+        assert ok.returncode == 0 and "DONE" in ok.stdout, (case, ok.stderr)
+    return out
+
+
+def memcheck(path, *extra):
+    r = run(WRP, "memcheck", path, "--json", *extra)
+    return r.returncode, json.loads(r.stdout), r
+
+
+@pytest.mark.parametrize("how", ["stock", "wrpkit"])
+@pytest.mark.parametrize("case", CASES)
+def test_names_the_access_warps_debug_mode_stops_at(captures, eager, case, how):
+    code, d, r = memcheck(captures[(case, 1, how)])
+    assert code == 1, r.stderr
+    v = d["violation"]
+    kernel, arg, name, access, element, side, path, iteration = EXPECTED[case]
+    assert v["kernel"] == kernel == eager[case]
+    assert (v["access"], v["side"], v["path"], v["iteration"], v["kind"]) == (access, side, path, iteration,
+                                                                              "KERNEL_LAUNCH")
+    hit = [a for a in v["arguments"] if a["index"] == arg]
+    assert hit, v["arguments"]
+    assert hit[0]["element"] == element
+    # a wrpkit capture knows its argument names; a stock one is numbered as inspect numbers it
+    assert hit[0]["name"] == (name if how == "wrpkit" else f"arg{arg}")
+    ops = run(WRP, "inspect", captures[(case, 1, how)], "--ops", "--json")
+    assert ops.returncode == 0
+
+
+@pytest.mark.parametrize("how", ["stock", "wrpkit"])
+@pytest.mark.parametrize("case", CASES)
+def test_clean_without_the_bug(captures, case, how):
+    code, d, r = memcheck(captures[(case, 0, how)])
+    assert code == 0, r.stdout + r.stderr
+    assert d["clean"] and d["violation"] is None
+    assert d["passes"] == ["overrun", "underrun"] and d["ops"] > 0 and d["regions"] > 0
+    assert d["unguarded"] == []
+
+
+def test_both_engines_and_text(captures):
+    for engine in ("python", "native"):
+        r = run(WRP, "memcheck", captures[("launch", 1, "wrpkit")], "--engine", engine)
+        assert r.returncode == 1, r.stderr
+        text = " ".join(r.stdout.split())
+        assert "out-of-bounds write: op 0 kernel 'scale' writes region" in text
+        assert "argument 1 (y float32) at element 64 of its 64" in text
+        assert "not seen by memcheck:" in text
+    r = run(WRP, "memcheck", captures[("launch", 0, "wrpkit")])
+    assert r.returncode == 0 and "no out-of-bounds access in 2 ops" in r.stdout
+
+
+def test_kernels_names_stock_arguments_and_their_lines(captures):
+    code, d, r = memcheck(captures[("launch", 1, "stock")], "--kernels", KERNELS)
+    assert code == 1, r.stderr
+    arg = [a for a in d["violation"]["arguments"] if a["index"] == 1][0]
+    assert arg["name"] == "y"
+    src = KERNELS.read_text().splitlines()
+    want = [n for n, line in enumerate(src, 1) if line.strip() == "y[i] = x[i] * 2.0"]
+    assert arg["lines"] == want
+
+
+def test_refusals(captures, tmp_path):
+    r = run(WRP, "memcheck", captures[("launch", 1, "stock")], "--device", "cuda:0")
+    assert r.returncode == 2 and "compute-sanitizer" in r.stderr and "Traceback" not in r.stderr
+    bad = tmp_path / "cut.wrp"
+    bad.write_bytes(captures[("launch", 1, "stock")].read_bytes()[:100])
+    r = run(WRP, "memcheck", bad)
+    assert r.returncode == 3 and "Traceback" not in r.stderr
+    r = run(WRP, "memcheck", tmp_path / "missing.wrp")
+    assert r.returncode == 2
+    r = run(WRP, "memcheck", "--help")
+    assert r.returncode == 0 and "Examples:" in r.stdout
