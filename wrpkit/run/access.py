@@ -12,7 +12,8 @@ read, ``a[i] += v`` and ``wp.atomic_*`` are both, ``wp.tile_load`` reads and
 ``wp.tile_store`` writes, calls into ``@wp.func`` functions are analysed
 through their own trees, and anything else an array is handed to (a builtin
 wrpkit does not list, a function it cannot resolve) counts as read and write.
-Only array arguments are analysed; other arguments are ``UNKNOWN``.
+Only array arguments are analysed; other arguments are ``UNKNOWN``.  The same
+walk records the source line of each read and write (:func:`argument_lines`).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def kernel_signature(kernel, key: str, module_hash: str, launch=None):
 
     Each argument's name, type text, dtype and ndim from the kernel's own
     code, its access from :func:`kernel_argument_access`, and its value size
-    from ``launch`` (a :class:`~wrpkit.model.KernelLaunch` of it; 0 without one).
+    from ``launch`` (a :class:`~wrpkit.model.KernelLaunch` of it; 0 without one);
+    the file and line of its ``def`` (:func:`wrpkit.run.call_sites.kernel_source`).
     Used by ``wrpkit.capture`` (the kernels it recorded) and by ``--kernels``
     (the user's kernels matched to a stock capture).
     """
@@ -109,53 +111,102 @@ def kernel_signature(kernel, key: str, module_hash: str, launch=None):
         size = params[i].value_size if i < len(params) else 0
         args.append(ann.KernelArgument(var.label, tname, int(size), dtype, ndim,
                                        int(access[i]) if i < len(access) else 0))
-    return ann.KernelSignature(key, module_hash, tuple(args))
+    from .call_sites import kernel_source  # noqa: PLC0415
+
+    source_file, source_line = kernel_source(kernel)  # the `def`'s file (relative to the program's root) and line
+    return ann.KernelSignature(key, module_hash, tuple(args), source_file, source_line)
+
+
+def argument_lines(kernel) -> dict:
+    """Where a kernel's source touches each array it is given: ``{name: {"read": [line, ...], "write": [...]}}``.
+
+    One entry per array argument, and per array field of a struct argument
+    (``"s.pos"``), in declaration order, each with the sorted absolute line
+    numbers (in ``kernel.adj.filename``, numbered as Warp numbers them in its
+    messages) where the kernel indexes, loads, stores or applies an atomic to
+    it, as :func:`kernel_argument_access` finds (an atomic or ``a[i] += v`` is
+    both).  A ``@wp.func`` the array is handed to counts at its own lines when
+    it is in the kernel's file, at the line of the call when not; a whole
+    struct handed somewhere unanalysable counts for each of its array fields.
+    Never raises: a kernel whose source cannot be analysed gets empty lists.
+
+    Args:
+        kernel: A ``wp.Kernel``.
+    """
+    from .kernel_types import kernel_argument_types  # noqa: PLC0415
+
+    try:
+        types = kernel_argument_types(kernel)
+    except Exception:  # noqa: BLE001 -- a type Warp could not resolve: nothing to name
+        return {}
+    keys = []
+    for t in types:
+        if t.is_array:
+            keys.append((t.name, t.name))
+        else:
+            keys.extend((slot.path, t.name) for slot in t.arrays)
+    try:
+        adj = kernel.adj
+        _, lines = _analyse(adj, frozenset(v.label for v in adj.args), ())
+    except Exception:  # noqa: BLE001 -- the analysis must never break a tool
+        lines = {}
+    out = {}
+    for key, arg in keys:
+        reads, writes = set(lines.get(key, ((), ()))[0]), set(lines.get(key, ((), ()))[1])
+        if key != arg:  # a struct field: also where the whole struct was touched, and a nested field's parent
+            parts = key.split(".")
+            for n in range(1, len(parts)):
+                whole = lines.get(".".join(parts[:n]))
+                if whole:
+                    reads |= whole[0]
+                    writes |= whole[1]
+        out[key] = {"read": sorted(reads), "write": sorted(writes)}
+    return out
 
 
 def _analyse_kernel(kernel) -> tuple:
-    from warp._src import types as wt  # noqa: PLC0415
+    from .kernel_types import kernel_argument_types  # noqa: PLC0415
 
     adj = kernel.adj
     labels = [v.label for v in adj.args]
     flags = _analyse_function(adj, frozenset(labels), ())
     out = []
-    for v in adj.args:
-        if wt.is_array(v.type):
-            out.append(_flags_to_access(flags.get(v.label, 0)))
-        elif _struct_array_fields(v.type):
-            # A struct holding arrays: what the kernel does to its array fields (its other fields are values).
+    for v, t in zip(adj.args, kernel_argument_types(kernel)):
+        # An array, or a struct holding arrays: what the kernel does to its arrays (a struct's
+        # other fields are values), by the types Warp resolved.
+        if t.is_array or t.arrays:
             out.append(_flags_to_access(flags.get(v.label, 0)))
         else:
             out.append(ArgumentAccess.UNKNOWN)
     return tuple(out)
 
 
-def _struct_array_fields(t) -> frozenset:
-    """Names of the array fields of a ``@wp.struct`` type (empty for anything else)."""
-    from warp._src import codegen  # noqa: PLC0415
-    from warp._src import types as wt  # noqa: PLC0415
-
-    if not isinstance(t, codegen.Struct):
-        return frozenset()
-    return frozenset(name for name, var in t.vars.items() if wt.is_array(var.type))
-
-
 def _analyse_function(adj, params: frozenset, stack: tuple) -> dict:
     """``{param name: flags}`` of one function (kernel or ``@wp.func``) for the named parameters."""
+    return _analyse(adj, params, stack)[0]
+
+
+def _analyse(adj, params: frozenset, stack: tuple) -> tuple:
+    """``({param: flags}, {param or "param.field": (read lines, write lines)})`` of one function.
+
+    Lines are absolute in ``adj.filename``; what a ``@wp.func`` of another file does counts at
+    the line that calls it.
+    """
     key = (id(adj), params)
     hit = _func_cache.get(key)
     if hit is not None and hit[0] is adj:
-        return hit[1]
+        return hit[1], hit[2]
     if id(adj) in stack:  # recursion: assume the worst
-        return {p: _R | _W for p in params}
+        return {p: _R | _W for p in params}, {}
     tree = adj.tree
     fdef = tree.body[0] if isinstance(tree, ast.Module) else tree
     walker = _Walker(adj, params, stack + (id(adj),))
     for stmt in fdef.body:
         walker.visit(stmt)
     result = {p: walker.flags.get(p, 0) for p in params}
-    _func_cache[key] = (adj, result)
-    return result
+    lines = {k: (frozenset(r), frozenset(w)) for k, (r, w) in walker.lines.items()}
+    _func_cache[key] = (adj, result, lines)
+    return result, lines
 
 
 class _Walker(ast.NodeVisitor):
@@ -177,6 +228,10 @@ class _Walker(ast.NodeVisitor):
                 if fields:
                     self.struct_arrays[v.label] = fields
         self.flags: dict = {}
+        #: ``{param or "param.field": (read lines, write lines)}``, absolute in ``adj.filename``
+        self.lines: dict = {}
+        self._first_line = int(getattr(adj, "fun_lineno", 0) or 0)
+        self._line = None  # absolute line of the innermost node being visited
 
     # -- dispatch: ast.NodeVisitor's, with the method looked up once per node class and leaves that
     # cannot name an array (constants, operators, contexts) skipped
@@ -191,7 +246,15 @@ class _Walker(ast.NodeVisitor):
             else:
                 method = getattr(_Walker, "visit_" + cls.__name__, _Walker.generic_visit)
             self._dispatch[cls] = method
-        return method(self, node)
+        lineno = getattr(node, "lineno", None)
+        if lineno is None:
+            return method(self, node)
+        outer = self._line
+        self._line = lineno - 1 + self._first_line  # as Warp numbers a kernel's lines (Adjoint.set_lineno)
+        try:
+            return method(self, node)
+        finally:
+            self._line = outer
 
     def _skip(self, node) -> None:
         return None
@@ -207,9 +270,33 @@ class _Walker(ast.NodeVisitor):
                 self.visit(value)
 
     # -- helpers ---------------------------------------------------------
-    def _mark(self, roots, f: int) -> None:
+    def _mark(self, roots, f: int, node=None) -> None:
         for r in roots:
             self.flags[r] = self.flags.get(r, 0) | f
+        if f and roots and self._line is not None:
+            field = self._field(node) if node is not None else None
+            for r in roots:
+                self._record(f"{r}.{field}" if field else r, f, self._line)
+
+    def _record(self, key: str, f: int, line: int) -> None:
+        entry = self.lines.get(key)
+        if entry is None:
+            entry = self.lines[key] = (set(), set())
+        if f & _R:
+            entry[0].add(line)
+        if f & _W:
+            entry[1].add(line)
+
+    def _field(self, node) -> "str | None":
+        """The array field of a struct parameter an expression is rooted at (``s.pos[i]`` -> ``pos``), or None."""
+        below = None
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            if isinstance(node, ast.Attribute):
+                below = node.attr
+            node = node.value
+        if isinstance(node, ast.Name) and below is not None and below in self.struct_arrays.get(node.id, ()):
+            return below
+        return None
 
     def _roots(self, node) -> set:
         """Parameters an expression's array may refer to (empty when it is not rooted at one).
@@ -318,7 +405,7 @@ class _Walker(ast.NodeVisitor):
                 self.alias.pop(target.id, None)
         elif isinstance(target, (ast.Subscript, ast.Attribute)):
             roots = self._roots(target)
-            self._mark(roots, _W)
+            self._mark(roots, _W, target)
             self._visit_indices(target)
         elif isinstance(target, (ast.Tuple, ast.List)):
             for e in target.elts:
@@ -328,7 +415,7 @@ class _Walker(ast.NodeVisitor):
         self.visit(node.value)
         t = node.target
         if isinstance(t, (ast.Subscript, ast.Attribute)):
-            self._mark(self._roots(t), _R | _W)
+            self._mark(self._roots(t), _R | _W, t)
             self._visit_indices(t)
         elif isinstance(t, ast.Name) and t.id in self.alias:
             self._mark(self.alias[t.id], _R | _W)
@@ -347,7 +434,7 @@ class _Walker(ast.NodeVisitor):
             return
         roots = self._roots(node)
         if roots:
-            self._mark(roots, _R)
+            self._mark(roots, _R, node)
             self._visit_indices(node)
         else:
             self.generic_visit(node)
@@ -362,7 +449,7 @@ class _Walker(ast.NodeVisitor):
         roots = self._roots(node)
         if roots:
             if node.attr not in _META_ATTRS:
-                self._mark(roots, _R)
+                self._mark(roots, _R, node)
             self._visit_indices(node)
         else:
             self.generic_visit(node)
@@ -400,7 +487,22 @@ class _Walker(ast.NodeVisitor):
                 continue
             self._visit_indices(a)
             if user is not None:
-                f = self._user_flags(user, where)
+                f, sub = self._user_access(user, where)
+                if not sub:  # nothing located inside the function (recursion): the call's line
+                    self._mark(roots, f, a)
+                    continue
+                # the flags, and the lines of the function's own body where it touches the array
+                self.flags.update({r: self.flags.get(r, 0) | f for r in roots})
+                field = self._field(a)
+                for r in roots:
+                    base = f"{r}.{field}" if field else r
+                    for suffix, (reads, writes) in sub.items():
+                        k = base if field else base + suffix
+                        for line in reads:
+                            self._record(k, _R, line)
+                        for line in writes:
+                            self._record(k, _W, line)
+                continue
             elif name.startswith("atomic_") or name.startswith("tile_atomic") or name.startswith("tile_scatter"):
                 f = _R | _W if where == 0 else _R
             elif name in _META_BUILTINS:
@@ -411,7 +513,7 @@ class _Walker(ast.NodeVisitor):
                 f = _W
             else:
                 f = _R | _W
-            self._mark(roots, f)
+            self._mark(roots, f, a)
 
     def _passes_array(self, node) -> bool:
         """Whether a call argument hands over an array (or a view, or a struct holding arrays) itself."""
@@ -432,21 +534,47 @@ class _Walker(ast.NodeVisitor):
 
     def _user_flags(self, func, where) -> int:
         """Flags a ``@wp.func`` puts on the parameter an array is passed to (all overloads together)."""
+        return self._user_access(func, where)[0]
+
+    def _user_access(self, func, where) -> tuple:
+        """``(flags, {"" or ".field": (read lines, write lines)})`` a ``@wp.func`` puts on the parameter an
+        array is passed to (all overloads together).  Lines are in this function's file: what a function
+        of another file does counts at the line of the call."""
         adjs = [func.adj]
         adjs += [o.adj for o in (getattr(func, "user_overloads", None) or {}).values() if getattr(o, "adj", None)]
         out = 0
+        sub: dict = {}
+        here = getattr(self.adj, "filename", None)
+
+        def add(suffix, f, lines) -> None:
+            entry = sub.setdefault(suffix, (set(), set()))
+            if f & _R:
+                entry[0].update(lines)
+            if f & _W:
+                entry[1].update(lines)
+
+        call_line = () if self._line is None else (self._line,)
         for adj in adjs:
             labels = [a.arg for a in _fdef(adj).args.args]
             if isinstance(where, int):
-                if where >= len(labels):
-                    return _R | _W
-                pname = labels[where]
+                pname = labels[where] if where < len(labels) else None
             else:
-                pname = where
-                if pname not in labels:
-                    return _R | _W
-            out |= _analyse_function(adj, frozenset({pname}), self.stack).get(pname, _R | _W)
-        return out
+                pname = where if where in labels else None
+            if pname is None:
+                add("", _R | _W, call_line)
+                return _R | _W, sub
+            flags, lines = _analyse(adj, frozenset({pname}), self.stack)
+            f = flags.get(pname, _R | _W)
+            out |= f
+            if getattr(adj, "filename", None) != here:
+                add("", f, call_line)
+                continue
+            for k, (reads, writes) in lines.items():
+                if k == pname or k.startswith(pname + "."):
+                    suffix = k[len(pname):]
+                    add(suffix, _R, reads)
+                    add(suffix, _W, writes)
+        return out, sub
 
 
 def _fdef(adj):
@@ -454,4 +582,4 @@ def _fdef(adj):
     return tree.body[0] if isinstance(tree, ast.Module) else tree
 
 
-__all__ = ["kernel_argument_access", "kernel_signature"]
+__all__ = ["argument_lines", "kernel_argument_access", "kernel_signature"]

@@ -168,8 +168,11 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
 
     Kernel signatures the file already records are kept; a matched kernel
     adds its signature where the file has none.  Bindings without a
-    signature get one when a matched kernel argument covers their whole
-    region (1-D, the argument's dtype).
+    signature get one when a matched kernel argument (or a struct's array
+    field) covers their whole region: its dtype, with the shape the launch's
+    array descriptor records, and the roles the binding list states
+    (:func:`binding_signatures`).  Every argument type is the one Warp
+    resolved (:func:`wrpkit.run.kernel_types.kernel_argument_types`).
 
     Args:
         program: The decoded capture.
@@ -184,6 +187,7 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
             recorded kernel matches any of them (each is named with its reason).
     """
     from ..environment import init_warp  # noqa: PLC0415
+    from .kernel_types import kernel_argument_types  # noqa: PLC0415
 
     t0 = time.perf_counter()
     init_warp(cpu_only=program.device_type == m.DeviceType.CPU)
@@ -192,6 +196,7 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
     first = _first_launches(program)
     have = {(k.module_hash, k.kernel_key) for k in (annotations.kernel_signatures if annotations else ())}
     typing = SourceTyping([p for p, _ in imported])
+    warp_types: dict = {}  # Warp's own resolved argument types of each matched kernel
     for rk in program.kernels:
         recorded = mod_names.get(rk.module_hash, "")
         match = KernelMatch(rk.kernel_key, rk.module_hash, recorded)
@@ -227,6 +232,8 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
         from .access import kernel_signature  # noqa: PLC0415
 
         match.signature = kernel_signature(k, rk.kernel_key, rk.module_hash, op)
+        if (rk.module_hash, rk.kernel_key) not in have:
+            warp_types[(rk.module_hash, rk.kernel_key)] = kernel_argument_types(k)
         mangled = _kernel_hash(k, int(rk.block_dim) if rk.block_dim else 256)
         if mangled is not None and rk.forward_name:
             match.code = "same" if rk.forward_name.startswith(mangled + "_") else "changed"
@@ -238,20 +245,97 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
     base = annotations or ann.Annotations(producer="wrpkit --kernels")
     added = tuple(k.signature for k in typing.matched if (k.module_hash, k.kernel_key) not in have)
     merged = dataclasses.replace(base, kernel_signatures=tuple(base.kernel_signatures) + added)
-    sigs, typing.bindings_typed = binding_signatures(program, merged)
+    sigs, typing.bindings_typed = binding_signatures(program, merged, warp_types)
     typing.annotations = dataclasses.replace(merged, signature=tuple(merged.signature) + tuple(sigs))
     typing.seconds = time.perf_counter() - t0
     return typing
 
 
-def binding_signatures(program: m.Program, annotations: ann.Annotations) -> tuple:
-    """``([ArraySignature], [name])`` for bindings without a signature that a typed kernel argument covers whole.
+def _annotation_slots(ks: ann.KernelSignature, param) -> tuple:
+    """Array slots of one launch parameter as a kernel signature records them (top-level arrays only).
 
-    The argument's dtype, 1-D over the whole region (the region a binding
-    names always starts at the allocation's start), marked input and output.
+    A file's own kernel signatures (``wrpkit.capture``) name each array argument's dtype and ndim;
+    a struct's array fields are recorded by C layout only, so they are left to Warp's own types.
     """
     from ..checks.summary import launch_argument  # noqa: PLC0415
+    from .kernel_types import ArraySlot  # noqa: PLC0415
 
+    arg = launch_argument(ks.arguments, param)
+    if arg is None or arg.dtype is None or arg.dtype.fields or int(arg.ndim) <= 0:
+        return ()
+    family = "indexedarray" if str(arg.type).startswith("indexedarray") else "array"
+    return (ArraySlot(arg.name, 0, family, int(arg.ndim), arg.dtype),)
+
+
+def _descriptor_shape(op: m.KernelLaunch, param, desc, slot) -> Optional[tuple]:
+    """``(shape, strides)`` the launch's descriptor records for an array slot, or None when it does not fit."""
+    from ..formats.launch_arrays import descriptor_view  # noqa: PLC0415
+
+    base = param.value_offset + desc.offset
+    if base < 0 or base + desc.size > len(op.value_data):
+        return None
+    ndim, shape, strides = descriptor_view(op.value_data, base)
+    if not 1 <= ndim <= 4 or (slot.ndim and ndim != slot.ndim) or any(d < 0 for d in shape[:ndim]):
+        return None
+    return tuple(int(d) for d in shape[:ndim]), tuple(int(x) for x in strides[:ndim])
+
+
+def _covers(shape: tuple, strides: tuple, itemsize: int, size: int) -> bool:
+    """Whether a C-contiguous ``shape``/``strides`` array of ``itemsize`` elements spans exactly ``size`` bytes."""
+    expect = itemsize
+    for d, st in zip(reversed(shape), reversed(strides)):
+        if d > 1 and st != expect:
+            return False
+        expect *= d
+    return expect == size
+
+
+#: An indexedarray's index arrays are ``int32`` (``indexedarray_t.indices``).
+_INDEX_DTYPE = ann.DataType("int32", ann.ScalarKind.INT32, (), 4)
+
+
+def _index_arrays(op: m.KernelLaunch, param, desc, region_of: dict, sizes: dict, found: dict) -> int:
+    """Type the index arrays of an ``indexedarray`` descriptor (``int32``, 1-D, as long as its own shape says);
+    returns how many regions it typed whole."""
+    from ..formats.launch_arrays import INDEXED_ARRAY_BYTES, index_counts  # noqa: PLC0415
+
+    base = param.value_offset + desc.offset
+    if base < 0 or base + INDEXED_ARRAY_BYTES > len(op.value_data):
+        return 0
+    counts = index_counts(op.value_data, base)
+    typed = 0
+    for k, rel in enumerate(desc.relocations[2:6]):
+        rid = rel.region_id
+        if rel.kind != m.RelocKind.DATA_PTR or rel.region_offset or rid not in region_of \
+                or (found.get(rid) or (None, None))[1] is not None:
+            continue
+        n = int(counts[k])
+        if n > 0 and n * 4 == sizes.get(rid, -1):
+            found[rid] = (_INDEX_DTYPE, (n,), (4,))
+            typed += 1
+    return typed
+
+
+def binding_signatures(program: m.Program, annotations: ann.Annotations, kernel_types: Optional[dict] = None) -> tuple:
+    """``([ArraySignature], [name])`` for bindings without a signature that a typed kernel argument covers whole.
+
+    Each binding gets the element dtype of the kernel argument (or struct array
+    field) its region is passed as, with the dimensions and shape that the
+    launch's own array descriptor records when that descriptor spans the whole
+    region contiguously (a ``wp.array2d`` binding is typed 2-D); otherwise
+    1-D over the whole region.  Roles are what the file's binding list says
+    (:func:`wrpkit.model.binding_roles`); where it does not say, both.
+
+    Args:
+        program: The decoded capture.
+        annotations: Its annotations with the kernel signatures to type from.
+        kernel_types: ``{(module_hash, kernel_key): kernel_argument_types(kernel)}``,
+            Warp's own resolved argument types (struct array fields included);
+            kernels not in it are typed from their signature in ``annotations``.
+    """
+    from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays  # noqa: PLC0415
+
+    kernel_types = kernel_types or {}
     known = annotations.signature_map()
     region_of = {}
     # One per name (stock capture_save writes an in-place array twice, as an input and an
@@ -263,38 +347,70 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations) -> tupl
         return [], []
     sizes = {r.region_id: r.size for r in program.regions}
     by_key = {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
-    dtypes: dict = {}
+    found: dict = {}  # region -> (dtype, shape, strides); shape None until a descriptor spans it whole
+    whole = 0
+    seen: set = set()
     for _, op in m.walk_ops(program.ops):
-        if not isinstance(op, m.KernelLaunch):
+        if not isinstance(op, m.KernelLaunch) or id(op) in seen:
             continue
-        ks = by_key.get((op.module_hash, op.kernel_key))
-        if ks is None:
+        seen.add(id(op))
+        key = (op.module_hash, op.kernel_key)
+        types = kernel_types.get(key)
+        ks = by_key.get(key)
+        if types is None and ks is None:
             continue
         for p, relocs in op.param_relocations():
-            data = [r for r in relocs if r.kind == m.RelocKind.DATA_PTR]
-            if len(data) != 1 or data[0].region_offset or data[0].region_id not in region_of \
-                    or data[0].region_id in dtypes:
+            i = p.param_index - 1
+            if types is not None:
+                slots = types[i].arrays if 0 <= i < len(types) else ()
+            else:
+                slots = _annotation_slots(ks, p)
+            slots = {sl.offset: sl for sl in slots if sl.family in ("array", "indexedarray")}
+            if not slots:
                 continue
-            arg = launch_argument(ks.arguments, p)
-            if arg is None or arg.dtype is None or arg.dtype.fields or arg.dtype.size <= 0:
-                continue
-            dtypes[data[0].region_id] = arg.dtype
-        if len(dtypes) == len(region_of):
-            break  # every untyped binding has its dtype: the rest of a long stream adds nothing
+            try:
+                descs = list(argument_arrays(p, relocs))
+            except DescriptorLayoutError:
+                continue  # a malformed argument is the validator's to report
+            for d in descs:
+                sl = slots.get(d.offset)
+                if sl is not None and d.indexed:
+                    whole += _index_arrays(op, p, d, region_of, sizes, found)
+                data = d.relocations[0] if d.relocations else None
+                if sl is None or sl.dtype is None or sl.dtype.fields or sl.dtype.size <= 0 or data is None \
+                        or data.kind != m.RelocKind.DATA_PTR or data.region_offset or data.region_id not in region_of:
+                    continue
+                rid = data.region_id
+                have = found.get(rid)
+                if have is not None and have[1] is not None:
+                    continue
+                got = _descriptor_shape(op, p, d, sl)
+                if got is not None and _covers(got[0], got[1], int(sl.dtype.size), sizes.get(rid, -1)):
+                    if have is None or have[0] == sl.dtype:
+                        found[rid] = (sl.dtype, got[0], got[1])
+                        whole += 1
+                elif have is None:
+                    found[rid] = (sl.dtype, None, None)
+        if whole == len(region_of):
+            break  # every untyped binding has its shape: the rest of a long stream adds nothing
+    roles = m.binding_roles([b.name for b in program.bindings])
     out, names = [], []
-    for rid, dt in dtypes.items():
-        size = sizes.get(rid, 0)
-        n = size // int(dt.size)
-        if n * int(dt.size) != size:
-            continue
+    for rid, (dt, shape, strides) in found.items():
+        if shape is None:
+            size = sizes.get(rid, 0)
+            n = size // int(dt.size)
+            if n * int(dt.size) != size:
+                continue
+            shape, strides = (n,), (int(dt.size),)
         for name in region_of[rid]:
-            # Stock Warp records no roles: every binding stays both an input and an output (as --dtype types it).
-            out.append(ann.ArraySignature(name=name, dtype=dt, shape=(n,), strides=(int(dt.size),),
-                                          is_input=True, is_output=True))
+            is_in, is_out = roles.get(name, (None, None))
+            if is_in is None and is_out is None:
+                # The binding list does not say (stock Warp records no roles): both, as --dtype types it.
+                is_in = is_out = True
+            out.append(ann.ArraySignature(name=name, dtype=dt, shape=shape, strides=strides,
+                                          is_input=bool(is_in), is_output=bool(is_out)))
             names.append(name)
     return out, names
-
-
 
 
 def retype(target, annotations: ann.Annotations) -> None:

@@ -8,7 +8,6 @@ kernels (``--kernels``) to replace Warp 1.13 objects it cannot call.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -64,19 +63,6 @@ def installed_warp_version() -> str:
         raise WrpError("Warp (warp-lang) is not installed; `wrp upgrade` writes the format of the installed Warp",
                        hint="pip install warp-lang, then run the upgrade again.")
     return found
-
-
-def _ctype_of(t):
-    from warp._src import codegen  # noqa: PLC0415
-
-    if isinstance(t, codegen.Struct):
-        return t.ctype
-    if isinstance(t, type) and issubclass(t, (ctypes.Array, ctypes.Structure, ctypes._SimpleCData)):
-        return t
-    ct = getattr(t, "_type_", None)
-    if isinstance(ct, type) and issubclass(ct, ctypes._SimpleCData):
-        return ct
-    return None
 
 
 def import_kernels_file(path):
@@ -154,22 +140,14 @@ def kernel_arg_specs(k) -> tuple:
     Raises:
         WrpKernelsError: An argument whose C layout wrpkit cannot determine.
     """
-    from warp._src import types as wt  # noqa: PLC0415
+    from .kernel_types import kernel_argument_types  # noqa: PLC0415
 
     args = []
-    for a in k.adj.args:
-        if wt.is_array(a.type):
-            ctype = {wt.array: wt.array_t, wt.indexedarray: wt.indexedarray_t}.get(type(a.type))
-            if ctype is None:
-                raise WrpKernelsError(f"argument {a.label} of kernel {k.key!r} is a {type(a.type).__name__}, "
-                                      "whose layout wrpkit does not match")
-            args.append(ArgSpec(a.label, True, ctypes.sizeof(ctype), ctypes.alignment(ctype)))
-            continue
-        ct = _ctype_of(a.type)
-        if ct is None:
-            raise WrpKernelsError(f"argument {a.label} of kernel {k.key!r} has type {a.type!r}, whose C layout "
-                                  "wrpkit cannot determine")
-        args.append(ArgSpec(a.label, False, ctypes.sizeof(ct), ctypes.alignment(ct)))
+    for a in kernel_argument_types(k):
+        if a.problem is not None:
+            raise WrpKernelsError(f"{a.problem} (kernel {k.key!r})",
+                                  hint="Pass the kernels as the capture launched them; file an issue naming this type.")
+        args.append(ArgSpec(a.name, a.is_array, a.size, a.alignment))
     return tuple(args)
 
 
@@ -190,7 +168,8 @@ def rebuild_kernels(paths: Sequence, device: str = "cpu") -> tuple:
         WrpError: A file cannot be imported or compiled, or defines no kernel.
     """
     import warp as wp  # noqa: PLC0415
-    from warp._src import types as wt  # noqa: PLC0415
+
+    from .kernel_types import kernel_argument_types  # noqa: PLC0415
 
     wp.init()
     kernels, binaries = [], {}
@@ -200,9 +179,9 @@ def rebuild_kernels(paths: Sequence, device: str = "cpu") -> tuple:
         if not found:
             raise WrpKernelsError(f"{path} defines no Warp kernel", hint="Pass the module that defines the kernels.")
         for k in found:
-            for a in k.adj.args:
-                if wt.is_array(a.type) and not isinstance(a.type, wt.array):
-                    raise WrpError(f"argument {a.label} of kernel {k.key!r} is a {type(a.type).__name__}, "
+            for a in kernel_argument_types(k):
+                if a.is_array and a.family != "array":
+                    raise WrpError(f"argument {a.name} of kernel {k.key!r} is a wp.{a.family}, "
                                    "which Warp 1.13 captures could not hold")
             try:
                 exe = k.module.load(device)

@@ -10,6 +10,8 @@ fields) to it (:func:`dtype_from_warp`, :func:`signature_of_array`) and back
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..formats import annotations as ann
 import numpy as np
 
@@ -101,17 +103,38 @@ def dtype_from_warp(t) -> ann.DataType:
     raise TypeError(f"{t!r} is not a Warp data type")
 
 
+def array_family(t) -> Optional[type]:
+    """The array class Warp's launch expects for ``t`` (its own ``concrete_array_type``), None for a non-array."""
+    from warp._src import types as wt  # noqa: PLC0415
+
+    if not wt.is_array(t):
+        return None
+    return wt.concrete_array_type(t)
+
+
+def array_ctype(family: type) -> Optional[type]:
+    """The descriptor ctypes class Warp passes for an array family."""
+    from warp._src import types as wt  # noqa: PLC0415
+
+    known = getattr(wt, "_ARRAY_CTYPE_MAP", None)
+    if isinstance(known, dict) and family in known:
+        return known[family]
+    table = {wt.array: wt.array_t, wt.indexedarray: wt.indexedarray_t}
+    fabric = getattr(wt, "fabricarray", None)
+    if fabric is not None:
+        table[fabric] = wt.fabricarray_t
+        table[wt.indexedfabricarray] = wt.indexedfabricarray_t
+    return table.get(family)
+
+
 def _field_dtype(t) -> ann.DataType:
     """ann.DataType of a struct field: element types, or the C layout of array fields."""
     from warp._src import types as wt  # noqa: PLC0415
 
     if wt.is_array(t):
-        if isinstance(t, wt.indexedarray):
-            ctype = wt.indexedarray_t
-        elif hasattr(wt, "fabricarray") and isinstance(t, (wt.fabricarray, getattr(wt, "indexedfabricarray", ()))):
-            ctype = wt.fabricarray_t if isinstance(t, wt.fabricarray) else wt.indexedfabricarray_t
-        else:
-            ctype = wt.array_t
+        # The descriptor Warp packs for the field's array family (wp.indexedarray[...] and
+        # wp.indexedarray(...) alike): asked of Warp's resolved type, as for kernel arguments.
+        ctype = array_ctype(array_family(t)) or wt.array_t
         return _dtype_from_ctype(ctype, wt.type_repr(t))
     return dtype_from_warp(t)
 
@@ -168,4 +191,4 @@ def signature_of_array(name: str, arr, byte_offset: int = 0, is_input: bool = Fa
     )
 
 
-__all__ = ["dtype_from_warp", "warp_dtype", "signature_of_array"]
+__all__ = ["array_ctype", "array_family", "dtype_from_warp", "warp_dtype", "signature_of_array"]
