@@ -125,9 +125,12 @@ def test_capture_parameters_mirror_warp():
 
     params = dict(inspect.signature(wp.capture_begin).parameters)
     params.pop("apic")
+    # wrpkit's own options come after Warp's, keyword-only: call_sites (where each op was issued).
+    own = ["call_sites"]
     mine = inspect.signature(wrpkit.capture).parameters
-    assert list(mine) == list(params)
-    assert list(inspect.signature(wrpkit.begin_capture).parameters) == list(params)
+    assert list(mine) == list(params) + own
+    assert list(inspect.signature(wrpkit.begin_capture).parameters) == list(params) + own
+    assert all(mine[n].kind is inspect.Parameter.KEYWORD_ONLY for n in own)
     for name, p in params.items():
         assert mine[name].default == p.default
 

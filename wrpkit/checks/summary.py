@@ -50,19 +50,26 @@ def _value(v):
 
 
 def op_record(op: m.Op, program: m.Program | None = None, signatures: dict | None = None,
-              names: dict | None = None) -> dict:
+              names: dict | None = None, sources=None, path: tuple = ()) -> dict:
     """One op as a JSON-ready dict: ``{"op": NAME, "offset": byte, ...fields}``, nested bodies included.
 
     With ``program``, each op also lists the byte ranges it ``reads`` and
     ``writes`` (:func:`wrpkit.checks.effects.effects`: ``{"region", "offset",
     "bytes", "name", "mode"}``) and each KERNEL_LAUNCH its ``args`` (see
-    :func:`launch_args`).
+    :func:`launch_args`).  With ``sources`` (a
+    :class:`wrpkit.checks.sources.Sources`) and the op's ``path``, each op has
+    its ``source``: where the program issued it (``{"file", "line",
+    "function", "stack"}``), or None when the capture does not say.
     """
     d = {"op": op.op_type.name, "offset": op.at}
+    if sources is not None:
+        d["source"] = sources.op(path) if path else None
     for name in m.op_fields(type(op)):
         v = getattr(op, name)
         if name in ("then_ops", "else_ops", "body"):
-            d[name] = [op_record(x, program, signatures, names) for x in v]
+            sub = path + (1 if name == "else_ops" else 0,)
+            d[name] = [op_record(x, program, signatures, names, sources, sub + (i,) if path else ())
+                       for i, x in enumerate(v)]
         elif name in ("params", "adjoint_params", "relocations"):
             d[name] = [dict(x._asdict()) for x in v]
         else:
@@ -212,24 +219,31 @@ def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None,
 
 
 def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None = None, names: dict | None = None,
-                  program: m.Program | None = None):
+                  program: m.Program | None = None, sources=None):
     """Yield ``(depth, index_path, name, line)`` for every op, nested bodies indented.
 
     With ``signatures`` and ``names`` (see :func:`op_line`) launches list their
-    array access and the binding each argument points to.
+    array access and the binding each argument points to; with ``sources``
+    (:class:`wrpkit.checks.sources.Sources`) each line ends with where the
+    program issued the op, ``at sim.py:42 in step()``.
     """
     for i, op in enumerate(ops):
         ip = f"{path}{i}"
-        yield depth, ip, op.op_type.name, op_line(op, signatures, names, program)
+        line = op_line(op, signatures, names, program)
+        if sources is not None and sources.has_call_sites:
+            where = sources.op_where(ip)
+            if where:
+                line += f"  at {where}"
+        yield depth, ip, op.op_type.name, line
         if isinstance(op, m.If):
             if op.then_ops:
                 yield depth + 1, "", "then:", ""
-                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".", signatures, names, program)
+                yield from iter_op_lines(op.then_ops, depth + 2, ip + ".", signatures, names, program, sources)
             if op.else_ops:
                 yield depth + 1, "", "else:", ""
-                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures, names, program)
+                yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures, names, program, sources)
         elif isinstance(op, m.While):
-            yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures, names, program)
+            yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures, names, program, sources)
 
 
 def kernel_signatures(prog: m.Program) -> dict:
@@ -286,7 +300,7 @@ def producer_text(p: m.Program) -> str:
             else f"unknown (format {p.format_version} records no version)")
 
 
-def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = None) -> dict:
+def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = None, sources=None) -> dict:
     """Summarize a capture for ``wrp inspect``.
 
     Args:
@@ -294,17 +308,24 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         with_ops: Include every op (``"ops"``), nested bodies included.
         signature: Optional ``{binding name: {"dtype": ..., "shape": [...]}}``
             to merge into the binding rows.
+        sources: A :class:`wrpkit.checks.sources.Sources` (by default the
+            capture's own): each kernel row's ``source`` (``{"file", "line"}``
+            of its ``def``) and, with ``with_ops``, each op's ``source``.
 
     Returns:
         A dict with stable keys: ``file``, ``container``, ``file_size``,
         ``format_version``, ``warp_version``, ``device``, ``target_arch``,
         ``sections``, ``op_counts``, ``op_total``, ``top_level_ops``,
         ``max_depth``, ``kernels``, ``bindings``, ``regions``, ``modules``,
-        ``meshes``, ``pointer_locations`` and, with ``with_ops``, ``ops``.
+        ``meshes``, ``pointer_locations``, ``source_root`` and, with ``with_ops``, ``ops``.
         ``bindings`` has one row per name with its roles, ``"input"`` and
         ``"output"`` (true, false, or null where a stock file does not tell).
     """
     p = cap.program
+    if sources is None:
+        from .sources import Sources  # noqa: PLC0415
+
+        sources = Sources.of(p)
     regions = p.region_map()
     mod_by_hash = {mod.module_hash: mod for mod in p.modules}
     # One pass over the stream gathers every count (it can hold millions of ops).
@@ -377,6 +398,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
             "module_name": mod_by_hash[k.module_hash].module_name if k.module_hash in mod_by_hash else None,
             "forward_name": k.forward_name, "backward_name": k.backward_name, "block_dim": k.block_dim,
             "launches": launches.get((k.module_hash, k.kernel_key), 0),
+            "source": sources.kernel(k.module_hash, k.kernel_key),
         } for k in p.kernels], key=lambda k: (k["kernel_key"], k["module_hash"])),
         "bindings": bindings,
         "regions": _region_rows(p),
@@ -387,9 +409,10 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         "pointer_locations": [{"region_id": pl.region_id, "offset": pl.offset, "stride": pl.stride,
                                "count": pl.count} for pl in p.pointer_locations],
         "annotations_bytes": len(p.annotations),
+        "source_root": sources.root or None,
     }
     if with_ops:
         sigs = kernel_signatures(p)
         names = region_names(p)
-        out["ops"] = [op_record(op, p, sigs, names) for op in p.ops]
+        out["ops"] = [op_record(op, p, sigs, names, sources, (i,)) for i, op in enumerate(p.ops)]
     return out

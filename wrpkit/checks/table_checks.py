@@ -21,6 +21,7 @@ from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS
 from ..fileio import is_plain_basename
 from .module_files import backward_launched
 from .problem import Problem
+from .sources import MAX_TEXT
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -59,6 +60,7 @@ class TableChecks:
             return {}
         self._binding_signatures(ann)
         self._module_digests(ann)
+        self._call_sites(ann)
         out = {}
         for i, k in enumerate(ann.kernel_signatures):
             w = f"annotations.kernel_signatures[{i}]"
@@ -67,6 +69,8 @@ class TableChecks:
                 self.err(w, f"kernel {k.kernel_key!r} of module {k.module_hash[:12]} is not in the kernel table")
             elif key in out:
                 self.err(w, f"kernel {k.kernel_key!r} has two signatures")
+            if len(k.source_file) > MAX_TEXT:
+                self.err(w, f"source_file is {len(k.source_file)} characters (at most {MAX_TEXT})", severity="warning")
             for j, a in enumerate(k.arguments):
                 if a.ndim > 4:
                     self.err(f"{w}.arguments[{j}]", f"argument {a.name!r} declares ndim {a.ndim} (at most 4)")
@@ -119,6 +123,37 @@ class TableChecks:
             if lo < 0 or hi > reg.size:
                 self.err(w, f"the view of {s.name!r} addresses bytes [{lo}, {hi}) outside region "
                             f"{reg.region_id} of {reg.size} bytes")
+
+    def _call_sites(self, ann):
+        """Call sites are a help for people, not for replay: what is wrong with them is a warning
+        (tools then ignore that call site), never an error."""
+        from .sources import MAX_FRAMES, MAX_PATH, iter_op_paths, path_text, resolve  # noqa: PLC0415
+
+        if len(ann.source_root) > MAX_TEXT:
+            self.err("annotations.source_root", f"is {len(ann.source_root)} characters (at most {MAX_TEXT})",
+                     severity="warning")
+        if not ann.call_sites:
+            return
+        total = sum(1 for _ in iter_op_paths(self.prog.ops))
+        if len(ann.call_sites) > total:
+            self.err("annotations.call_sites", f"{len(ann.call_sites)} call sites for {total} ops", severity="warning")
+        seen = set()
+        for i, c in enumerate(ann.call_sites):
+            w = f"annotations.call_sites[{i}]"
+            path = tuple(c.op_path)
+            if len(path) > MAX_PATH or resolve(self.prog.ops, path) is None:
+                shown = path_text(path[:MAX_PATH]) if len(path) % 2 else list(path[:MAX_PATH])
+                self.err(w, f"op path {shown} names no op of this capture (ignored)", severity="warning")
+            elif path in seen:
+                self.err(w, f"op {path_text(path)} has two call sites (the first is used)", severity="warning")
+            seen.add(path)
+            if len(c.frames) > MAX_FRAMES:
+                self.err(w, f"{len(c.frames)} stack frames (at most {MAX_FRAMES}; the rest are ignored)",
+                         severity="warning")
+            for j, f in enumerate(c.frames[:MAX_FRAMES]):
+                if len(f.file) > MAX_TEXT or len(f.function) > MAX_TEXT:
+                    self.err(f"{w}.frames[{j}]", f"a file or function name longer than {MAX_TEXT} characters",
+                             severity="warning")
 
     def _module_digests(self, ann):
         names = {mod.binary_filename for mod in self.prog.modules}

@@ -79,21 +79,33 @@ def _indices(values: list) -> str:
     return ", ".join(map(str, values)) if len(values) <= 4 else f"{values[0]}, {values[1]}, ..., {values[-1]}"
 
 
+def _source_text(row: dict) -> str:
+    """`` at sim.py:42 in step()``: where the op was issued (in b, else in a), or ""."""
+    from ..checks.sources import where_text  # noqa: PLC0415
+
+    src = row.get("source") or {}
+    a, b = where_text(src.get("a")), where_text(src.get("b"))
+    if a and b and a != b:
+        return f" at {a} (a) / {b} (b)"
+    return f" at {b or a}" if (a or b) else ""
+
+
 def _op_lines(rows: list, indent: str = "  ") -> list:
     """One entry per distinct change: the same change repeated (a step launched in a loop) is one
     entry with its count and where it happens."""
     sign = {"added": "+", "removed": "-", "changed": "~"}
     groups: dict = {}
     for r in rows:
-        key = (r["change"], r["kind"], r["kernel"] or "", tuple(_field_lines(r["fields"], indent + "    ")))
+        key = (r["change"], r["kind"], r["kernel"] or "", tuple(_field_lines(r["fields"], indent + "    ")),
+               _source_text(r))
         groups.setdefault(key, []).append(r)
     out = []
-    for (change, kind, kernel, lines), same in groups.items():
+    for (change, kind, kernel, lines, source), same in groups.items():
         ia = [r["a"] for r in same if r["a"] is not None]
         ib = [r["b"] for r in same if r["b"] is not None]
         where = (f"a[{_indices(ia)}]" if ia else "") + (" " if ia and ib else "") + (f"b[{_indices(ib)}]" if ib else "")
         times = f" ({len(same)} times)" if len(same) > 1 else ""
-        out.append(f"{indent}{sign[change]} {where} {kind} {kernel}".rstrip() + times)
+        out.append(f"{indent}{sign[change]} {where} {kind} {kernel}".rstrip() + times + source)
         out += list(lines)
     return out
 

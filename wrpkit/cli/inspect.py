@@ -13,7 +13,7 @@ from .output import console, dump_json, plural, size, styled, table
 @click.argument("file", type=UserPath(exists=True, dir_okay=True, allow_dash=False))
 @click.option("--ops", "with_ops", is_flag=True,
               help="List every op with its key fields (and the binding each launch argument points to), "
-                   "nested bodies indented.")
+                   "nested bodies indented, and where the program issued it (captures made with wrpkit.capture).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (stable keys) instead of tables.")
 @click.option("--verify", is_flag=True,
               help="For .wrpk: also hash every blob (region data, modules) against its SHA-256, as wrp validate "
@@ -31,7 +31,9 @@ def inspect(file, with_ops, as_json, verify, no_verify, kernels):
     Bindings have one row each, with their roles: a binding given to
     capture_save as input and as output (an in-place array) is one row
     with both.  In --json: "input" and "output" are true, false, or null
-    where a stock file does not record it.
+    where a stock file does not record it.  A capture made with
+    wrpkit.capture says where each op was issued ("source" per op in --json,
+    "at sim.py:42 in step()" with --ops) and where each kernel is defined.
 
     \b
     Examples:
@@ -43,13 +45,20 @@ def inspect(file, with_ops, as_json, verify, no_verify, kernels):
     from ..checks.summary import (binding_signature_rows, iter_op_lines, kernel_signatures,  # noqa: PLC0415
                                   region_names, summarize)
 
+    from ..checks.sources import Sources  # noqa: PLC0415
+
     with open_capture(file, verify_checksums=verify and not no_verify, thorough=True) as cap:
         typing = None
+        sources = Sources.of(cap.program)
         if kernels:  # imports the user's kernels, and so Warp: only when asked
             from ..run.source_types import type_program  # noqa: PLC0415
 
-            typing = type_program(cap.program, kernels).to_json()
-        info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program))
+            typed = type_program(cap.program, kernels)
+            typing = typed.to_json()
+            if getattr(typed, "annotations", None) is not None:  # the kernels' definition lines
+                sources = Sources(typed.annotations, cap.program.ops)
+        info = summarize(cap, with_ops=with_ops and as_json, signature=binding_signature_rows(cap.program),
+                         sources=sources)
         from ..formats.signature import describe  # noqa: PLC0415
 
         info["signed"] = describe(file)
@@ -63,7 +72,7 @@ def inspect(file, with_ops, as_json, verify, no_verify, kernels):
             console().print(line, highlight=False)
         if with_ops:
             _print_ops(iter_op_lines(cap.program.ops, signatures=kernel_signatures(cap.program),
-                                     names=region_names(cap.program), program=cap.program))
+                                     names=region_names(cap.program), program=cap.program, sources=sources))
 
 
 def _arch(info: dict) -> str:
@@ -105,10 +114,13 @@ def _print_summary(info: dict) -> None:
     for k, v in info["op_counts"].items():
         t.add_row(k, str(v))
     con.print(t)
-    t = table("Kernels", ["kernel", "module", "launches", "backward"])
+    with_source = any(k.get("source") for k in info["kernels"])
+    t = table("Kernels", ["kernel", "module", "launches", "backward"] + (["defined at"] if with_source else []))
     for k in info["kernels"]:
+        src = k.get("source")
         t.add_row(k["kernel_key"], f"{k['module_name']} {k['module_hash'][:8]}", str(k["launches"]),
-                  "has adjoint" if k["backward_name"] else "-")
+                  "has adjoint" if k["backward_name"] else "-",
+                  *([f"{src['file']}:{src['line']}" if src else "-"] if with_source else []))
     con.print(t)
     t = table("Bindings", ["name", "role", "region", "size", "dtype", "shape"])
     for b in info["bindings"]:

@@ -48,7 +48,10 @@ class DiffResult:
         ops: ``[{"a": index or None, "b": index or None, "change": ...,
             "kind": op kind, "kernel": key or None, "fields": {...}}]``
             over top-level ops; changes inside IF/WHILE bodies are under the
-            body's name in ``fields`` (as a list of the same shape).
+            body's name in ``fields`` (as a list of the same shape).  When
+            either capture records call sites (``wrpkit.capture``), each row
+            also has ``source``: ``{"a": .., "b": ..}``, where each program
+            issued the op (``{"file", "line", "function", "stack"}`` or None).
     """
 
     a: str
@@ -342,6 +345,11 @@ class _Context:
         self.ann_a, self.ann_b = ann.read_annotations(pa), ann.read_annotations(pb)
         self.sig_a = self.ann_a.signature_map() if self.ann_a is not None else {}
         self.sig_b = self.ann_b.signature_map() if self.ann_b is not None else {}
+        from ..checks.sources import Sources  # noqa: PLC0415
+
+        self.src_a = Sources(self.ann_a, pa.ops) if self.ann_a is not None else Sources()
+        self.src_b = Sources(self.ann_b, pb.ops) if self.ann_b is not None else Sources()
+        self.with_sources = self.src_a.has_call_sites or self.src_b.has_call_sites
 
     # -- regions ----------------------------------------------------------------
 
@@ -366,29 +374,34 @@ class _Context:
             return (op.op_type, op.kernel_key)
         return (op.op_type,)
 
-    def ops(self, a: list, b: list) -> list:
+    def ops(self, a: list, b: list, pa: tuple = (), pb: tuple = ()) -> list:
+        """Rows of the differences between op lists ``a`` and ``b``, which lie at paths ``pa`` and
+        ``pb`` (the enclosing op and body, :mod:`wrpkit.checks.sources`; empty at top level)."""
         out = []
         sm = difflib.SequenceMatcher(None, [self._align_key(x) for x in a], [self._align_key(x) for x in b],
                                      autojunk=False)
         for tag, i1, i2, j1, j2 in sm.get_opcodes():
             if tag == "equal":
                 for i, j in zip(range(i1, i2), range(j1, j2)):
-                    f = self.op_fields(a[i], b[j])
+                    f = self.op_fields(a[i], b[j], pa + (i,), pb + (j,))
                     if f:
-                        out.append(self._row(i, j, "changed", a[i], f))
+                        out.append(self._row(i, j, "changed", a[i], f, pa, pb))
                 continue
             for i in range(i1, i2):
-                out.append(self._row(i, None, "removed", a[i], {}))
+                out.append(self._row(i, None, "removed", a[i], {}, pa, pb))
             for j in range(j1, j2):
-                out.append(self._row(None, j, "added", b[j], {}))
+                out.append(self._row(None, j, "added", b[j], {}, pa, pb))
         return out
 
-    @staticmethod
-    def _row(i, j, change, op, fields) -> dict:
-        return {"a": i, "b": j, "change": change, "kind": op.op_type.name,
-                "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None, "fields": fields}
+    def _row(self, i, j, change, op, fields, pa: tuple = (), pb: tuple = ()) -> dict:
+        row = {"a": i, "b": j, "change": change, "kind": op.op_type.name,
+               "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None, "fields": fields}
+        if self.with_sources:
+            row["source"] = {"a": self.src_a.op(pa + (i,)) if i is not None else None,
+                             "b": self.src_b.op(pb + (j,)) if j is not None else None}
+        return row
 
-    def op_fields(self, x: m.Op, y: m.Op) -> dict:
+    def op_fields(self, x: m.Op, y: m.Op, pa: tuple = (), pb: tuple = ()) -> dict:
         if isinstance(x, m.KernelLaunch):
             return self.launch_fields(x, y)
         out = {}
@@ -397,7 +410,8 @@ class _Context:
                 continue
             va, vb = getattr(x, n), getattr(y, n)
             if n in ("then_ops", "else_ops", "body"):
-                sub = self.ops(va, vb)
+                body = 1 if n == "else_ops" else 0
+                sub = self.ops(va, vb, pa + (body,) if pa else (), pb + (body,) if pb else ())
                 if sub:
                     out[n] = sub
             elif isinstance(va, (bytes, bytearray, memoryview)):

@@ -79,12 +79,16 @@ class Item:
     is_group: bool = False
     #: With a profile (``wrp graph --profile``): ``[ms, runs]`` of this op, or summed over a group.
     time: Optional[list] = None
+    #: Where the program issued the op (``"sim.py:42 in step()"``, :mod:`wrpkit.checks.sources`); "" when unknown.
+    source: str = ""
 
     def to_json(self, tables: "_Tables") -> dict:
         """This item as the page's JSON: details and edge lists as indices into shared tables."""
         d = {"id": self.id, "k": self.kind, "l": self.label}
         if self.index:
             d["i"] = self.index
+        if self.source:
+            d["s"] = self.source
         if self.time is not None:
             d["t"] = self.time
         if self.edges:
@@ -126,7 +130,8 @@ def _rest_is_derivable(group: "Item") -> bool:
             return False
         for (pre, n), b, c in zip(base, body, rep):
             idx = f"{pre}{n + j * p}"
-            if c.is_group or c.kind != b.kind or c.label != b.label or c.index != idx or c.id != "o" + idx:
+            if c.is_group or c.kind != b.kind or c.label != b.label or c.index != idx or c.id != "o" + idx \
+                    or c.source != b.source:
                 return False
     return True
 
@@ -250,6 +255,11 @@ class _Builder:
             self.has_access = self.has_access or any(a.access for k in self.sigs.values() for a in k.arguments)
         self.modules = {mod.module_hash: mod.module_name for mod in prog.modules}
         self.regions = {r.region_id: r for r in prog.regions}
+        from ..checks.sources import Sources  # noqa: PLC0415
+
+        self.sources = Sources(self.annotations, prog.ops) if self.annotations is not None else Sources()
+        if extra_signatures:  # kernels typed from the user's source (--kernels) carry their definition lines
+            self.sources.add_kernels(extra_signatures.values())
         self.array_of_region: dict = {}
         self.arrays: list = []
         sig_map = self.annotations.signature_map() if self.annotations is not None else {}
@@ -310,6 +320,12 @@ class _Builder:
         return f"{name}+{offset}"
 
     def item(self, op: m.Op, index: str) -> Item:
+        it = self._item(op, index)
+        if self.sources.has_call_sites:
+            it.source = self.sources.op_where(index)
+        return it
+
+    def _item(self, op: m.Op, index: str) -> Item:
         t = op.op_type
         self.op_total += 1
         if t == m.OpType.IF:
@@ -362,6 +378,9 @@ class _Builder:
                    "direction": "forward" if op.is_forward else "backward"}
         if op.block_dim:
             details["block_dim"] = str(op.block_dim)
+        defined = self.sources.kernel_where(op.module_hash, op.kernel_key)
+        if defined:
+            details["defined at"] = defined
         value = bytes(op.value_data) if op.value_data is not None else b""
         edges: dict = {}
         by_param: dict = {}

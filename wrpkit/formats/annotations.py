@@ -235,6 +235,32 @@ class KernelSignature:
     kernel_key: str
     module_hash: str
     arguments: tuple = ()
+    #: File of the kernel's ``def``, relative to the program's root when under it ("" when not recorded).
+    source_file: str = ""
+    #: 1-based line of the kernel's ``def`` in :attr:`source_file` (0 when not recorded).
+    source_line: int = 0
+
+
+@dataclass(frozen=True)
+class SourceFrame:
+    """One frame of the Python stack that issued an op (schema table ``SourceFrame``)."""
+
+    file: str
+    line: int = 0
+    function: str = ""
+
+
+@dataclass(frozen=True)
+class CallSite:
+    """Where one op was issued in the user's program (schema table ``CallSite``).
+
+    ``op_path`` is the op's top-level index, then a ``(body, index)`` pair per
+    IF/WHILE body it lies in (body 0: ``then_ops`` or a WHILE body; 1:
+    ``else_ops``).  ``frames`` is the stack at the call, innermost first.
+    """
+
+    op_path: tuple
+    frames: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -263,6 +289,10 @@ class Annotations:
     signature: tuple = ()
     kernel_signatures: tuple = ()
     module_digests: tuple = field(default=())
+    #: :class:`CallSite` of each op whose call was recorded, in stream order.
+    call_sites: tuple = ()
+    #: Name of the directory relative source paths start from ("" when none was recorded).
+    source_root: str = ""
 
     def signature_map(self) -> dict:
         """``{binding name: ArraySignature}``."""
@@ -402,7 +432,8 @@ def check_fits(sig: ArraySignature, region_size: int) -> None:
 
 
 def encode_annotations(annotations: Optional[Annotations] = None, *, producer: Optional[str] = None,
-                       signature=(), kernel_signatures=(), module_digests=()) -> bytes:
+                       signature=(), kernel_signatures=(), module_digests=(), call_sites=(),
+                       source_root: str = "") -> bytes:
     """Encode annotations as an ``Annotations`` FlatBuffer with identifier ``"WRPK"``.
 
     Pass either an :class:`Annotations` or its parts as keywords.
@@ -417,7 +448,8 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
             from .. import __version__  # noqa: PLC0415
 
             producer = f"wrpkit {__version__}"
-        annotations = Annotations(producer, tuple(signature), tuple(kernel_signatures), tuple(module_digests))
+        annotations = Annotations(producer, tuple(signature), tuple(kernel_signatures), tuple(module_digests),
+                                  tuple(call_sites), source_root)
 
     return encode_annotations_buffer(annotations)
 
@@ -490,12 +522,22 @@ def _annotations_from(root: dict) -> Annotations:
             a = _named("KernelArgument", a)
             args.append(KernelArgument(a["name"], a["type"], int(a["value_size"]), _data_type(a["dtype"]),
                                        int(a["ndim"]), int(a["access"])))
-        ksigs.append(KernelSignature(k["kernel_key"], k["module_hash"], tuple(args)))
+        ksigs.append(KernelSignature(k["kernel_key"], k["module_hash"], tuple(args), k["source_file"],
+                                     int(k["source_line"])))
     digests = []
     for d in root["module_digests"]:
         d = _named("ModuleDigest", d)
         digests.append(ModuleDigest(d["binary_filename"], bytes(d["sha256"]), int(d["size"])))
-    return Annotations(root["producer"], tuple(sigs), tuple(ksigs), tuple(digests))
+    sites = []
+    for c in root["call_sites"]:
+        c = _named("CallSite", c)
+        frames = []
+        for f in c["frames"]:
+            f = _named("SourceFrame", f)
+            frames.append(SourceFrame(f["file"], int(f["line"]), f["function"]))
+        sites.append(CallSite(tuple(int(i) for i in c["op_path"]), tuple(frames)))
+    return Annotations(root["producer"], tuple(sigs), tuple(ksigs), tuple(digests), tuple(sites),
+                       root["source_root"])
 
 
 def read_annotations(program) -> Optional[Annotations]:
@@ -537,6 +579,7 @@ def argument_access(program) -> dict:
 
 __all__ = [
     "ArgumentAccess", "ACCESS_WORDS", "argument_access", "ScalarKind", "DataType", "StructField", "ArraySignature", "KernelArgument", "KernelSignature",
+    "SourceFrame", "CallSite",
     "ModuleDigest", "Annotations", "element_layout", "numpy_dtype", "dtype_matches", "view_region", "check_fits",
     "encode_annotations", "decode_annotations",
     "read_annotations", "FILE_IDENTIFIER", "scalar_numpy",

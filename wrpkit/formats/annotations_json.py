@@ -1,4 +1,4 @@
-"""wrpkit's annotations (signature, kernel signatures, module digests) as readable JSON.
+"""wrpkit's annotations (signature, kernel signatures, module digests, call sites) as readable JSON.
 
 In a ``.json`` capture the annotations are written as fields a person can
 read and edit (binding names, dtypes, shapes, strides, roles; digests in
@@ -60,11 +60,20 @@ def annotations_to_json(raw) -> Optional[dict]:
                        "strides": list(s.strides), "byte_offset": s.byte_offset, "is_input": s.is_input,
                        "is_output": s.is_output} for s in a.signature],
         "kernel_signatures": [{"kernel_key": k.kernel_key, "module_hash": k.module_hash,
-                               "arguments": [_argument_out(x) for x in k.arguments]}
+                               "arguments": [_argument_out(x) for x in k.arguments],
+                               **({"source_file": k.source_file, "source_line": k.source_line}
+                                  if k.source_file or k.source_line else {})}
                               for k in a.kernel_signatures],
         "module_digests": [{"binary_filename": d.binary_filename, "sha256": bytes(d.sha256).hex(), "size": d.size}
                            for d in a.module_digests],
     }
+    # Written only when present, so that the JSON of older captures is unchanged.
+    if a.call_sites:
+        out["call_sites"] = [{"op_path": list(c.op_path),
+                              "frames": [{"file": f.file, "line": f.line, "function": f.function} for f in c.frames]}
+                             for c in a.call_sites]
+    if a.source_root:
+        out["source_root"] = a.source_root
     try:
         if annotations_from_json(out, "annotations") != bytes(raw):
             return None
@@ -143,7 +152,8 @@ def annotations_from_json(d, path: str = "annotations") -> bytes:
                 else:
                     kw[f.name] = _get(a, f.name, q, int, f.default)
             args.append(ann.KernelArgument(**kw))
-        ksigs.append(ann.KernelSignature(_get(k, "kernel_key", p, str), _get(k, "module_hash", p, str), tuple(args)))
+        ksigs.append(ann.KernelSignature(_get(k, "kernel_key", p, str), _get(k, "module_hash", p, str), tuple(args),
+                                         _get(k, "source_file", p, str, ""), _get(k, "source_line", p, int, 0)))
     digests = []
     for i, g in enumerate(_get(d, "module_digests", path, list)):
         p = f"{path}.module_digests[{i}]"
@@ -154,7 +164,16 @@ def annotations_from_json(d, path: str = "annotations") -> bytes:
         if len(sha) != 32:
             _err(p + ".sha256", "expected 64 hex digits")
         digests.append(ann.ModuleDigest(_get(g, "binary_filename", p, str), sha, _get(g, "size", p, int)))
-    a = ann.Annotations(_get(d, "producer", path, str), tuple(sigs), tuple(ksigs), tuple(digests))
+    sites = []
+    for i, c in enumerate(_get(d, "call_sites", path, list, [])):
+        p = f"{path}.call_sites[{i}]"
+        frames = tuple(ann.SourceFrame(_get(f, "file", f"{p}.frames[{j}]", str),
+                                       _get(f, "line", f"{p}.frames[{j}]", int, 0),
+                                       _get(f, "function", f"{p}.frames[{j}]", str, ""))
+                       for j, f in enumerate(_get(c, "frames", p, list, [])))
+        sites.append(ann.CallSite(_ints(c, "op_path", p), frames))
+    a = ann.Annotations(_get(d, "producer", path, str), tuple(sigs), tuple(ksigs), tuple(digests), tuple(sites),
+                        _get(d, "source_root", path, str, ""))
     try:
         return ann.encode_annotations(a)
     except (TypeError, ValueError, OverflowError) as e:

@@ -10,7 +10,9 @@ with plain ``wp.capture_begin(apic=True)``) writes a ``.wrp`` that stock
 * the typed signature of every binding (dtype, shape, byte strides, byte
   offset in its region, input/output flags),
 * the argument signature of every captured kernel,
-* the SHA-256 of every module file.
+* the SHA-256 of every module file,
+* where each op was issued in the user's program (file, line, function and a
+  short stack: :mod:`wrpkit.run.call_sites`) and where each kernel is defined.
 
 Example::
 
@@ -60,6 +62,7 @@ class Recording:
         self._program = None
         self._mapped = None  # keeps the buffer that _program views alive
         self._launches = _LaunchLog()
+        self._sites = None  # the CallSiteLog while capturing (None when call sites are off)
         self.lint_findings = None  # set when the capture ends (see end_capture)
 
     @property
@@ -225,12 +228,17 @@ class _LaunchLog:
 
 
 def begin_capture(device=None, stream=None, force_module_load: Optional[bool] = None, external: bool = False,
-                  capture_mode=wp.CaptureMode.THREAD_LOCAL) -> Recording:
+                  capture_mode=wp.CaptureMode.THREAD_LOCAL, *, call_sites: bool = True) -> Recording:
     """Begin capturing Warp work (``wp.capture_begin(..., apic=True)``).
 
     Takes exactly the parameters of ``wp.capture_begin`` except ``apic``,
     which is always on.  Returns the pending :class:`Recording`, which
     :func:`end_capture` completes.
+
+    Args:
+        call_sites: Record where each op is issued in the program (file,
+            line, function, short stack), saved in the annotations.  False
+            skips it (``bench/bench_call_sites.py`` measures what it costs).
     """
     with _lock:
         try:
@@ -243,6 +251,10 @@ def begin_capture(device=None, stream=None, force_module_load: Optional[bool] = 
         apic = getattr(getattr(wp._src.context, "runtime", None), "_apic_capture", None)
         if apic is not None and hasattr(apic, "build_launch_info"):
             rec._launches.attach(apic)
+        if call_sites and apic is not None:
+            from . import call_sites as cs  # noqa: PLC0415
+
+            rec._sites = cs.start(apic)
         _active.append(rec)
     return rec
 
@@ -251,6 +263,10 @@ def _end_locked(rec: Recording):
     """Stop observing and end ``rec``'s Warp capture; return Warp's graph.  The caller holds ``_lock``."""
     _active.remove(rec)
     rec._launches.detach()
+    if rec._sites is not None:
+        from . import call_sites as cs  # noqa: PLC0415
+
+        cs.stop(rec._sites)
     try:
         if rec.device.is_cpu:
             return wp.capture_end(device=rec.device)
@@ -273,6 +289,10 @@ def end_capture(_stacklevel: int = 2) -> Recording:
         rec = _active[-1]
         graph = _end_locked(rec)
     rec.graph = graph
+    if rec._sites is not None:
+        with contextlib.suppress(Exception):  # the graph carries them to save(); never break a capture
+            graph._wrpkit_call_sites = rec._sites
+        rec._sites = None
     if rec._launches.attached:
         from ..checks.check import lint_launches  # noqa: PLC0415
 
@@ -283,15 +303,19 @@ def end_capture(_stacklevel: int = 2) -> Recording:
 
 @contextlib.contextmanager
 def capture(device=None, stream=None, force_module_load: Optional[bool] = None, external: bool = False,
-            capture_mode=wp.CaptureMode.THREAD_LOCAL):
+            capture_mode=wp.CaptureMode.THREAD_LOCAL, *, call_sites: bool = True):
     """Capture the Warp work issued in a ``with`` block.
 
     Takes exactly the parameters of ``wp.capture_begin`` except ``apic``
     (always on).  Yields a :class:`Recording`, complete after the block.
     If the block raises, the capture is ended and discarded.
+
+    Args:
+        call_sites: Record where each op is issued (file, line, function and a
+            short stack, ``wrp inspect --ops`` shows it); False skips it.
     """
     rec = begin_capture(device=device, stream=stream, force_module_load=force_module_load, external=external,
-                        capture_mode=capture_mode)
+                        capture_mode=capture_mode, call_sites=call_sites)
     try:
         yield rec
     except BaseException:
@@ -408,9 +432,20 @@ def _export(graph, tmp: Path, inputs: Mapping, outputs: Mapping):
             if fname and fname not in modules:
                 modules[fname] = read_file(mdir / fname, "module file")
     digests = [ann.ModuleDigest.of(name, data) for name, data in modules.items()]
+    from . import call_sites as cs  # noqa: PLC0415
+
+    root = cs.program_root()  # kernel and call-site paths are relative to it
+    sites = ()
+    log = getattr(graph, "_wrpkit_call_sites", None)
+    if log is not None:
+        try:
+            sites = cs.encode_sites(log, prog, root)[0]
+        except Exception:  # noqa: BLE001 -- call sites are a help: a surprise must not stop the save
+            sites = ()
+    root_name = root.name
     prog.annotations = ann.encode_annotations(signature=list(sigs.values()),
                                               kernel_signatures=_kernel_signatures(graph, prog),
-                                              module_digests=digests)
+                                              module_digests=digests, call_sites=sites, source_root=root_name)
     return prog, mapped, modules
 
 

@@ -42,6 +42,7 @@
       for (var m = 0; m < p; m++) {
         var q = (j - 1) * p + m, idx = base[m][0] + (base[m][1] + j * p);
         var it = {id: "o" + idx, k: body[m].k, l: body[m].l, i: idx};
+        if (body[m].s) it.s = body[m].s;  // a repeat's op is issued where the first repeat's is
         if (g.rd[q] >= 0) it.d = g.rd[q];
         if (g.re[q] >= 0) it.e = g.re[q];
         if (g.rt && g.rt[q]) it.t = g.rt[q];
@@ -260,6 +261,7 @@
         " of " + ms(P.total_ms) + " ms</td></tr><tr><td>runs</td><td>" + it.t[1] + "</td></tr>" +
         (it.t[1] > 0 ? "<tr><td>per run</td><td>" + ms(it.t[0] / it.t[1]) + " ms</td></tr>" : "") + "</table>";
     }
+    if (it.s) h += '<h3>issued at</h3><table id="source"><tr><td>' + esc(it.s) + "</td></tr></table>";
     h += table(d);
     if (d.arguments && d.arguments.length) {
       h += "<h3>arguments</h3><table>";

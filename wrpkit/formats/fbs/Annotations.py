@@ -115,8 +115,46 @@ class Annotations(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         return o == 0
 
+    # Where each op was issued in the user's program, in stream order
+    # (`wrpkit.capture` records it; ops it could not place have none).
+    # Annotations
+    def CallSites(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from wrpkit.formats.fbs.CallSite import CallSite
+            obj = CallSite()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Annotations
+    def CallSitesLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Annotations
+    def CallSitesIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        return o == 0
+
+    # Name (last path component) of the directory that relative source
+    # paths are relative to: the directory of the program's `__main__`
+    # script, or the working directory when there is none.  Empty when no
+    # path was recorded.
+    # Annotations
+    def SourceRoot(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(14))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
 def AnnotationsStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(6)
 
 def Start(builder):
     AnnotationsStart(builder)
@@ -163,6 +201,24 @@ def AnnotationsStartModuleDigestsVector(builder, numElems):
 def StartModuleDigestsVector(builder, numElems):
     return AnnotationsStartModuleDigestsVector(builder, numElems)
 
+def AnnotationsAddCallSites(builder, callSites):
+    builder.PrependUOffsetTRelativeSlot(4, flatbuffers.number_types.UOffsetTFlags.py_type(callSites), 0)
+
+def AddCallSites(builder, callSites):
+    AnnotationsAddCallSites(builder, callSites)
+
+def AnnotationsStartCallSitesVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartCallSitesVector(builder, numElems):
+    return AnnotationsStartCallSitesVector(builder, numElems)
+
+def AnnotationsAddSourceRoot(builder, sourceRoot):
+    builder.PrependUOffsetTRelativeSlot(5, flatbuffers.number_types.UOffsetTFlags.py_type(sourceRoot), 0)
+
+def AddSourceRoot(builder, sourceRoot):
+    AnnotationsAddSourceRoot(builder, sourceRoot)
+
 def AnnotationsEnd(builder):
     return builder.EndObject()
 
@@ -170,6 +226,7 @@ def End(builder):
     return AnnotationsEnd(builder)
 
 import wrpkit.formats.fbs.ArraySignature
+import wrpkit.formats.fbs.CallSite
 import wrpkit.formats.fbs.KernelSignature
 import wrpkit.formats.fbs.ModuleDigest
 try:
@@ -186,11 +243,15 @@ class AnnotationsT(object):
         signature = None,
         kernelSignatures = None,
         moduleDigests = None,
+        callSites = None,
+        sourceRoot = None,
     ):
         self.producer = producer  # type: Optional[str]
         self.signature = signature  # type: Optional[List[wrpkit.formats.fbs.ArraySignature.ArraySignatureT]]
         self.kernelSignatures = kernelSignatures  # type: Optional[List[wrpkit.formats.fbs.KernelSignature.KernelSignatureT]]
         self.moduleDigests = moduleDigests  # type: Optional[List[wrpkit.formats.fbs.ModuleDigest.ModuleDigestT]]
+        self.callSites = callSites  # type: Optional[List[wrpkit.formats.fbs.CallSite.CallSiteT]]
+        self.sourceRoot = sourceRoot  # type: Optional[str]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -238,6 +299,15 @@ class AnnotationsT(object):
                 else:
                     moduleDigest_ = wrpkit.formats.fbs.ModuleDigest.ModuleDigestT.InitFromObj(annotations.ModuleDigests(i))
                     self.moduleDigests.append(moduleDigest_)
+        if not annotations.CallSitesIsNone():
+            self.callSites = []
+            for i in range(annotations.CallSitesLength()):
+                if annotations.CallSites(i) is None:
+                    self.callSites.append(None)
+                else:
+                    callSite_ = wrpkit.formats.fbs.CallSite.CallSiteT.InitFromObj(annotations.CallSites(i))
+                    self.callSites.append(callSite_)
+        self.sourceRoot = annotations.SourceRoot()
 
     # AnnotationsT
     def Pack(self, builder):
@@ -267,6 +337,16 @@ class AnnotationsT(object):
             for i in reversed(range(len(self.moduleDigests))):
                 builder.PrependUOffsetTRelative(moduleDigestslist[i])
             moduleDigests = builder.EndVector()
+        if self.callSites is not None:
+            callSiteslist = []
+            for i in range(len(self.callSites)):
+                callSiteslist.append(self.callSites[i].Pack(builder))
+            AnnotationsStartCallSitesVector(builder, len(self.callSites))
+            for i in reversed(range(len(self.callSites))):
+                builder.PrependUOffsetTRelative(callSiteslist[i])
+            callSites = builder.EndVector()
+        if self.sourceRoot is not None:
+            sourceRoot = builder.CreateString(self.sourceRoot)
         AnnotationsStart(builder)
         if self.producer is not None:
             AnnotationsAddProducer(builder, producer)
@@ -276,5 +356,9 @@ class AnnotationsT(object):
             AnnotationsAddKernelSignatures(builder, kernelSignatures)
         if self.moduleDigests is not None:
             AnnotationsAddModuleDigests(builder, moduleDigests)
+        if self.callSites is not None:
+            AnnotationsAddCallSites(builder, callSites)
+        if self.sourceRoot is not None:
+            AnnotationsAddSourceRoot(builder, sourceRoot)
         annotations = AnnotationsEnd(builder)
         return annotations

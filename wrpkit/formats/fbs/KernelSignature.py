@@ -68,8 +68,27 @@ class KernelSignature(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
         return o == 0
 
+    # File of the kernel's Python definition, relative to the program's
+    # root (`Annotations.source_root`) when it lies under it, else absolute
+    # ("/"-separated).  Empty when not recorded.
+    # KernelSignature
+    def SourceFile(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
+        if o != 0:
+            return self._tab.String(o + self._tab.Pos)
+        return None
+
+    # 1-based line of the kernel's `def` in `source_file`; 0 when not
+    # recorded.
+    # KernelSignature
+    def SourceLine(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def KernelSignatureStart(builder):
-    builder.StartObject(3)
+    builder.StartObject(5)
 
 def Start(builder):
     KernelSignatureStart(builder)
@@ -98,6 +117,18 @@ def KernelSignatureStartArgumentsVector(builder, numElems):
 def StartArgumentsVector(builder, numElems):
     return KernelSignatureStartArgumentsVector(builder, numElems)
 
+def KernelSignatureAddSourceFile(builder, sourceFile):
+    builder.PrependUOffsetTRelativeSlot(3, flatbuffers.number_types.UOffsetTFlags.py_type(sourceFile), 0)
+
+def AddSourceFile(builder, sourceFile):
+    KernelSignatureAddSourceFile(builder, sourceFile)
+
+def KernelSignatureAddSourceLine(builder, sourceLine):
+    builder.PrependUint32Slot(4, sourceLine, 0)
+
+def AddSourceLine(builder, sourceLine):
+    KernelSignatureAddSourceLine(builder, sourceLine)
+
 def KernelSignatureEnd(builder):
     return builder.EndObject()
 
@@ -118,10 +149,14 @@ class KernelSignatureT(object):
         kernelKey = None,
         moduleHash = None,
         arguments = None,
+        sourceFile = None,
+        sourceLine = 0,
     ):
         self.kernelKey = kernelKey  # type: Optional[str]
         self.moduleHash = moduleHash  # type: Optional[str]
         self.arguments = arguments  # type: Optional[List[wrpkit.formats.fbs.KernelArgument.KernelArgumentT]]
+        self.sourceFile = sourceFile  # type: Optional[str]
+        self.sourceLine = sourceLine  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -154,6 +189,8 @@ class KernelSignatureT(object):
                 else:
                     kernelArgument_ = wrpkit.formats.fbs.KernelArgument.KernelArgumentT.InitFromObj(kernelSignature.Arguments(i))
                     self.arguments.append(kernelArgument_)
+        self.sourceFile = kernelSignature.SourceFile()
+        self.sourceLine = kernelSignature.SourceLine()
 
     # KernelSignatureT
     def Pack(self, builder):
@@ -169,6 +206,8 @@ class KernelSignatureT(object):
             for i in reversed(range(len(self.arguments))):
                 builder.PrependUOffsetTRelative(argumentslist[i])
             arguments = builder.EndVector()
+        if self.sourceFile is not None:
+            sourceFile = builder.CreateString(self.sourceFile)
         KernelSignatureStart(builder)
         if self.kernelKey is not None:
             KernelSignatureAddKernelKey(builder, kernelKey)
@@ -176,5 +215,8 @@ class KernelSignatureT(object):
             KernelSignatureAddModuleHash(builder, moduleHash)
         if self.arguments is not None:
             KernelSignatureAddArguments(builder, arguments)
+        if self.sourceFile is not None:
+            KernelSignatureAddSourceFile(builder, sourceFile)
+        KernelSignatureAddSourceLine(builder, self.sourceLine)
         kernelSignature = KernelSignatureEnd(builder)
         return kernelSignature
