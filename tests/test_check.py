@@ -214,10 +214,16 @@ def test_capture_layer_warns_about_live_pointers_when_the_capture_ends(tmp_path)
     lint = [w for w in record if issubclass(w.category, WrpLintWarning)]
     assert len(lint) == 1 and lint[0].filename == __file__
     assert [f.check for f in rec.lint_findings] == ["lint-pointer"]
-    # Saving does not repeat what the end of the capture said.
+    # Saving refuses it, with the line to change, and writes nothing ...
+    from wrpkit.errors import WrpValidationError  # noqa: PLC0415
+
+    with pytest.raises(WrpValidationError, match="k_uses_grid_id.*argument 0") as refused:
+        rec.save(tmp_path / "grid.wrp", outputs={"out": out})
+    assert "wp.handle" in refused.value.hint and not (tmp_path / "grid.wrp").exists()
+    # ... unless asked, and then it does not repeat what the end of the capture said.
     with warnings.catch_warnings():
         warnings.simplefilter("error", WrpLintWarning)
-        rec.save(tmp_path / "grid.wrp", outputs={"out": out})
+        rec.save(tmp_path / "grid.wrp", outputs={"out": out}, allow_raw_pointers=True)
 
 
 def test_saving_a_plain_warp_capture_lints_it(tmp_path):
@@ -226,7 +232,7 @@ def test_saving_a_plain_warp_capture_lints_it(tmp_path):
 
     g, out, _grid = _stock_grid_capture()
     with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 0"):
-        wrpkit.save(g, tmp_path / "grid.wrp", outputs={"out": out})
+        wrpkit.save(g, tmp_path / "grid.wrp", outputs={"out": out}, allow_raw_pointers=True)
 
 
 def test_clean_capture_saves_without_lint_warnings(tmp_path):

@@ -92,6 +92,42 @@ def _descriptor_bytes(rels) -> set:
     return covered
 
 
+def unrecorded_call_message(call: str, where: str) -> tuple:
+    """``(message, fix)`` for a structure call a CPU capture ran without recording (``Mesh.refit()``):
+    the words ``wrpkit.capture``'s warning and ``wrp check``'s finding share."""
+    at = f" at {where}" if where else ""
+    return (f"{call}{at} ran during this CPU capture, but Warp does not record it: a replay runs without it, "
+            "so what its kernels read from that structure differs from the live step",
+            "Call it outside the captured step (before each wp.capture_launch), or keep the structure fixed "
+            "during the step; a replay in another process sees the structure as it was built at load")
+
+
+def unrecorded_call_findings(prog: m.Program) -> list:
+    """``lint-unrecorded`` warnings: each structure call the capture's annotations say ran unrecorded
+    (``wrpkit.capture`` logs them), or, for a CPU capture without annotations that uses meshes, that
+    such a call would not be recorded either."""
+    from ..errors import WrpError  # noqa: PLC0415
+    from ..formats.annotations import read_annotations  # noqa: PLC0415
+    from .sources import Sources, where_text  # noqa: PLC0415
+
+    try:
+        ann = read_annotations(prog)
+    except WrpError:
+        ann = None
+    out = []
+    for u in Sources(ann).unrecorded:
+        text, fix = unrecorded_call_message(u["call"], where_text(u) if u.get("file") else "")
+        out.append(Finding("lint-unrecorded", WARN, text, fix))
+    if ann is None and prog.device_type == m.DeviceType.CPU and prog.meshes:
+        out.append(Finding("lint-unrecorded", WARN,
+                           f"this CPU capture uses {len(prog.meshes)} wp.Mesh: a Mesh.refit() or Mesh.points "
+                           "assignment inside the captured step is not recorded by Warp, and a stock capture cannot "
+                           "say whether one ran",
+                           "Capture with wrpkit.capture, which names each such call, or keep the meshes fixed "
+                           "during the step."))
+    return out
+
+
 def lint_program(prog: m.Program) -> list:
     """Findings for captures that save but cannot replay correctly elsewhere.
 
@@ -304,6 +340,7 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
     else:
         out.append(Finding("structure", OK, "every reference and byte range checks out"))
     out.extend(lint_program(prog))
+    out.extend(unrecorded_call_findings(prog))
     out.extend(extent_findings(prog))
     out.extend(memory_findings(prog, kind))
     return out

@@ -23,6 +23,8 @@ from .. import model as m
 MAX_FRAMES = 8
 MAX_TEXT = 4096
 MAX_PATH = 1 + 2 * 64
+#: Unrecorded structure calls kept per capture (``Annotations.unrecorded_calls``).
+MAX_UNRECORDED = 64
 
 
 def iter_op_paths(ops, prefix: tuple = ()):
@@ -118,9 +120,15 @@ class Sources:
         self._ops: dict = {}
         self._kernels: dict = {}
         self.root = ""
+        #: ``[{"call": "Mesh.refit()", "file", "line", "function", "stack"}]``: structure calls the
+        #: capture ran that Warp did not record (``Annotations.unrecorded_calls``).
+        self.unrecorded: list = []
         if annotations is None:
             return
         self.root = annotations.source_root or ""
+        for u in getattr(annotations, "unrecorded_calls", ())[:MAX_UNRECORDED]:
+            frames = [_frame(f) for f in u.frames[:MAX_FRAMES]]
+            self.unrecorded.append({"call": u.call[:MAX_TEXT], **(frames[0] if frames else {}), "stack": frames})
         for site in annotations.call_sites:
             path = tuple(site.op_path)
             if not site.frames or path in self._ops:
@@ -189,4 +197,4 @@ def kernel_source(program, module_hash: str, kernel_key: str) -> Optional[dict]:
 
 
 __all__ = ["Sources", "op_source", "kernel_source", "iter_op_paths", "path_text", "parse_path", "resolve",
-           "where_text", "call_site_key", "MAX_FRAMES", "MAX_TEXT", "MAX_PATH"]
+           "where_text", "call_site_key", "MAX_FRAMES", "MAX_TEXT", "MAX_PATH", "MAX_UNRECORDED"]

@@ -127,11 +127,19 @@ class TableChecks:
     def _call_sites(self, ann):
         """Call sites are a help for people, not for replay: what is wrong with them is a warning
         (tools then ignore that call site), never an error."""
-        from .sources import MAX_FRAMES, MAX_PATH, iter_op_paths, path_text, resolve  # noqa: PLC0415
+        from .sources import MAX_FRAMES, MAX_PATH, MAX_UNRECORDED, iter_op_paths, path_text, resolve  # noqa: PLC0415
 
         if len(ann.source_root) > MAX_TEXT:
             self.err("annotations.source_root", f"is {len(ann.source_root)} characters (at most {MAX_TEXT})",
                      severity="warning")
+        if len(ann.unrecorded_calls) > MAX_UNRECORDED:
+            self.err("annotations.unrecorded_calls", f"{len(ann.unrecorded_calls)} entries (at most "
+                     f"{MAX_UNRECORDED}; the rest are ignored)", severity="warning")
+        for i, u in enumerate(ann.unrecorded_calls[:MAX_UNRECORDED]):
+            if len(u.call) > MAX_TEXT or len(u.frames) > MAX_FRAMES or any(
+                    len(f.file) > MAX_TEXT or len(f.function) > MAX_TEXT for f in u.frames):
+                self.err(f"annotations.unrecorded_calls[{i}]", f"a call text or stack longer than allowed ("
+                         f"{MAX_TEXT} characters, {MAX_FRAMES} frames; ignored)", severity="warning")
         if not ann.call_sites:
             return
         total = sum(1 for _ in iter_op_paths(self.prog.ops))

@@ -315,14 +315,9 @@ def _kernel_lines(typing, op) -> dict:
 
 def _call_site(opened, path: str) -> Optional[dict]:
     """Where the op at ``path`` was launched, when the capture records it."""
-    try:
-        from ..checks import sources  # noqa: PLC0415
-    except ImportError:
-        return None
-    try:
-        return sources.op_source(opened.annotations, path)
-    except Exception:  # noqa: BLE001
-        return None
+    from ..checks.sources import op_source  # noqa: PLC0415
+
+    return op_source(opened.program, path)
 
 
 def arrays_in_region(op: m.KernelLaunch, sig, region_id: int, offset: int) -> list:

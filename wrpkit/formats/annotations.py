@@ -264,6 +264,15 @@ class CallSite:
 
 
 @dataclass(frozen=True)
+class UnrecordedCall:
+    """A call on a Warp structure that ran during a CPU capture but is not in the graph
+    (schema table ``UnrecordedCall``): ``call`` as written (``"Mesh.refit()"``), ``frames`` innermost first."""
+
+    call: str
+    frames: tuple = ()
+
+
+@dataclass(frozen=True)
 class ModuleDigest:
     """SHA-256 of one module file."""
 
@@ -293,6 +302,8 @@ class Annotations:
     call_sites: tuple = ()
     #: Name of the directory relative source paths start from ("" when none was recorded).
     source_root: str = ""
+    #: :class:`UnrecordedCall` of each structure call the capture ran but Warp did not record.
+    unrecorded_calls: tuple = ()
 
     def signature_map(self) -> dict:
         """``{binding name: ArraySignature}``."""
@@ -433,7 +444,7 @@ def check_fits(sig: ArraySignature, region_size: int) -> None:
 
 def encode_annotations(annotations: Optional[Annotations] = None, *, producer: Optional[str] = None,
                        signature=(), kernel_signatures=(), module_digests=(), call_sites=(),
-                       source_root: str = "") -> bytes:
+                       source_root: str = "", unrecorded_calls=()) -> bytes:
     """Encode annotations as an ``Annotations`` FlatBuffer with identifier ``"WRPK"``.
 
     Pass either an :class:`Annotations` or its parts as keywords.
@@ -449,7 +460,7 @@ def encode_annotations(annotations: Optional[Annotations] = None, *, producer: O
 
             producer = f"wrpkit {__version__}"
         annotations = Annotations(producer, tuple(signature), tuple(kernel_signatures), tuple(module_digests),
-                                  tuple(call_sites), source_root)
+                                  tuple(call_sites), source_root, tuple(unrecorded_calls))
 
     return encode_annotations_buffer(annotations)
 
@@ -536,8 +547,16 @@ def _annotations_from(root: dict) -> Annotations:
             f = _named("SourceFrame", f)
             frames.append(SourceFrame(f["file"], int(f["line"]), f["function"]))
         sites.append(CallSite(tuple(int(i) for i in c["op_path"]), tuple(frames)))
+    unrecorded = []
+    for u in root.get("unrecorded_calls") or ():
+        u = _named("UnrecordedCall", u)
+        frames = []
+        for f in u["frames"]:
+            f = _named("SourceFrame", f)
+            frames.append(SourceFrame(f["file"], int(f["line"]), f["function"]))
+        unrecorded.append(UnrecordedCall(u["call"], tuple(frames)))
     return Annotations(root["producer"], tuple(sigs), tuple(ksigs), tuple(digests), tuple(sites),
-                       root["source_root"])
+                       root["source_root"], tuple(unrecorded))
 
 
 def read_annotations(program) -> Optional[Annotations]:
@@ -579,7 +598,7 @@ def argument_access(program) -> dict:
 
 __all__ = [
     "ArgumentAccess", "ACCESS_WORDS", "argument_access", "ScalarKind", "DataType", "StructField", "ArraySignature", "KernelArgument", "KernelSignature",
-    "SourceFrame", "CallSite",
+    "SourceFrame", "CallSite", "UnrecordedCall",
     "ModuleDigest", "Annotations", "element_layout", "numpy_dtype", "dtype_matches", "view_region", "check_fits",
     "encode_annotations", "decode_annotations",
     "read_annotations", "FILE_IDENTIFIER", "scalar_numpy",

@@ -74,6 +74,10 @@ def annotations_to_json(raw) -> Optional[dict]:
                              for c in a.call_sites]
     if a.source_root:
         out["source_root"] = a.source_root
+    if a.unrecorded_calls:
+        out["unrecorded_calls"] = [{"call": u.call, "frames": [{"file": f.file, "line": f.line,
+                                                                "function": f.function} for f in u.frames]}
+                                   for u in a.unrecorded_calls]
     try:
         if annotations_from_json(out, "annotations") != bytes(raw):
             return None
@@ -172,8 +176,16 @@ def annotations_from_json(d, path: str = "annotations") -> bytes:
                                        _get(f, "function", f"{p}.frames[{j}]", str, ""))
                        for j, f in enumerate(_get(c, "frames", p, list, [])))
         sites.append(ann.CallSite(_ints(c, "op_path", p), frames))
+    unrecorded = []
+    for i, u in enumerate(_get(d, "unrecorded_calls", path, list, [])):
+        p = f"{path}.unrecorded_calls[{i}]"
+        frames = tuple(ann.SourceFrame(_get(f, "file", f"{p}.frames[{j}]", str),
+                                       _get(f, "line", f"{p}.frames[{j}]", int, 0),
+                                       _get(f, "function", f"{p}.frames[{j}]", str, ""))
+                       for j, f in enumerate(_get(u, "frames", p, list, [])))
+        unrecorded.append(ann.UnrecordedCall(_get(u, "call", p, str), frames))
     a = ann.Annotations(_get(d, "producer", path, str), tuple(sigs), tuple(ksigs), tuple(digests), tuple(sites),
-                        _get(d, "source_root", path, str, ""))
+                        _get(d, "source_root", path, str, ""), tuple(unrecorded))
     try:
         return ann.encode_annotations(a)
     except (TypeError, ValueError, OverflowError) as e:

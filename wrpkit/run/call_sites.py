@@ -37,6 +37,19 @@ MAX_FRAMES = 4
 _BEGIN, _END, _FREE, _COND = ("wp_apic_begin_branch", "wp_apic_end_branch", "wp_apic_free_branch_body",
                               "wp_apic_record_conditional")
 
+#: Warp's native calls that change a structure a kernel may query (a mesh's BVH, a hash grid)
+#: without recording an op in a CPU capture, each with the call as the user wrote it.  A capture
+#: that runs one is logged (:attr:`CallSiteLog.unrecorded`): its replay runs without it.
+UNRECORDED_CALLS = {
+    "wp_mesh_refit_host": "Mesh.refit()",
+    "wp_mesh_set_points_host": "Mesh.points = ...",
+    "wp_mesh_set_velocities_host": "Mesh.velocities = ...",
+    "wp_bvh_refit_host": "Bvh.refit()",
+    "wp_bvh_rebuild_host": "Bvh.rebuild()",
+    "wp_hash_grid_update_host": "HashGrid.build()",
+    "wp_hash_grid_reserve_host": "HashGrid.reserve()",
+}
+
 _install_lock = threading.Lock()
 _active_logs: list = []       # the CallSiteLogs of captures in progress
 _originals: dict = {}         # name -> the native function the wrapper replaced
@@ -91,6 +104,7 @@ class CallSiteLog:
         self._ctx = [[self._count(), []]]   # [base count, [(relative path, stack)]] per open body, outermost first
         self._bodies: dict = {}             # body pointer -> its entries, until its conditional is recorded
         self.sites: dict = {}               # op path -> stack (filled as top-level ops are recorded)
+        self.unrecorded: list = []          # [(call text, stack)]: UNRECORDED_CALLS that added no op
 
     def _count(self) -> int:
         return int(self._count_fn(self._state))
@@ -190,6 +204,8 @@ def _wrap(name: str, fn):
                     pass
             return r
     else:
+        unrecorded = UNRECORDED_CALLS.get(name)
+
         def wrapper(*args):
             logs = _active_logs
             if not logs:
@@ -209,6 +225,10 @@ def _wrap(name: str, fn):
                         if stack is None:
                             stack = user_stack(skip=2)
                         log.added(n0, n1, stack)
+                    elif unrecorded is not None:
+                        if stack is None:
+                            stack = user_stack(skip=2)
+                        log.unrecorded.append((unrecorded, stack))
                 except Exception:  # noqa: BLE001
                     pass
             return r
@@ -374,5 +394,19 @@ def encode_sites(log, prog, root=None) -> tuple:
     return tuple(out), (root.name if out else "")
 
 
+def encode_unrecorded(log, root=None) -> tuple:
+    """The :class:`~wrpkit.formats.annotations.UnrecordedCall` of each structure call ``log`` saw
+    run without being recorded, in call order (at most ``MAX_UNRECORDED``)."""
+    from ..checks.sources import MAX_UNRECORDED  # noqa: PLC0415
+    from ..formats import annotations as ann  # noqa: PLC0415
+
+    if log is None or not log.unrecorded:
+        return ()
+    root = root if root is not None else program_root()
+    return tuple(ann.UnrecordedCall(call, tuple(ann.SourceFrame(relative_source(f[0], root), int(f[1]), str(f[2]))
+                                                for f in stack))
+                 for call, stack in log.unrecorded[:MAX_UNRECORDED])
+
+
 __all__ = ["CallSiteLog", "start", "stop", "user_stack", "program_root", "relative_source", "kernel_source",
-           "encode_sites", "MAX_FRAMES"]
+           "encode_sites", "encode_unrecorded", "UNRECORDED_CALLS", "MAX_FRAMES"]

@@ -64,6 +64,8 @@ class Recording:
         self._launches = _LaunchLog()
         self._sites = None  # the CallSiteLog while capturing (None when call sites are off)
         self.lint_findings = None  # set when the capture ends (see end_capture)
+        #: ``[(call, stack)]``: structure calls (``Mesh.refit()``, ...) the capture ran but Warp did not record.
+        self.unrecorded_calls = []
 
     @property
     def complete(self) -> bool:
@@ -96,7 +98,8 @@ class Recording:
                 self.lint_findings = warn_lints(prog)
         return self._program
 
-    def save(self, path, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None) -> Path:
+    def save(self, path, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None, *,
+             allow_raw_pointers: bool = False) -> Path:
         """Save the graph to a ``.wrp`` (plus ``<stem>_modules/``) with typed signatures.
 
         Args:
@@ -105,14 +108,22 @@ class Recording:
             inputs: ``{name: wp.array}`` bound as inputs.
             outputs: ``{name: wp.array}`` bound as outputs.  A name may be both
                 an input and an output when it names the same array (in place).
+            allow_raw_pointers: Save a graph whose kernels are passed live process
+                pointers anyway (see :func:`save`).
 
         Returns:
             The path of the file written.
+
+        Raises:
+            WrpValidationError: A kernel argument holds a live process pointer (a
+                HashGrid, Bvh, Volume or Mesh id passed as ``wp.uint64``); the hint
+                says which line to change.  Nothing is written.
         """
         from ..formats.container import open_capture  # noqa: PLC0415
 
         # The lint already ran when the capture ended; save() must not repeat it.
-        dest = save(self._need_graph(), path, inputs, outputs, lint=self.lint_findings is None)
+        dest = save(self._need_graph(), path, inputs, outputs, lint=self.lint_findings is None,
+                    allow_raw_pointers=allow_raw_pointers)
         cap = open_capture(dest)
         self._program, self._mapped = cap.program, cap
         return dest
@@ -153,6 +164,25 @@ def warn_lints(prog, stacklevel: int = 3) -> list:
     from ..checks.check import lint_program  # noqa: PLC0415
 
     return _warn(lint_program(prog), stacklevel)
+
+
+def _warn_unrecorded(log, stacklevel: int) -> list:
+    """A :class:`WrpLintWarning` for each structure call (``Mesh.refit()``, ...) that ran during the
+    capture without being recorded; returns ``[(call text, stack)]`` (the saved file keeps them
+    for ``wrp check``)."""
+    import warnings  # noqa: PLC0415
+
+    from ..checks.check import unrecorded_call_message  # noqa: PLC0415
+
+    seen = set()
+    for call, stack in log.unrecorded:
+        where = f"{stack[0][0]}:{stack[0][1]} in {stack[0][2]}()" if stack else ""
+        if (call, where) in seen:
+            continue
+        seen.add((call, where))
+        text, fix = unrecorded_call_message(call, where)
+        warnings.warn(WrpLintWarning(f"{text}. Fix: {fix}"), stacklevel=stacklevel + 1)
+    return list(log.unrecorded)
 
 
 def _warn(findings: list, stacklevel: int) -> list:
@@ -292,6 +322,7 @@ def end_capture(_stacklevel: int = 2) -> Recording:
     if rec._sites is not None:
         with contextlib.suppress(Exception):  # the graph carries them to save(); never break a capture
             graph._wrpkit_call_sites = rec._sites
+        rec.unrecorded_calls = _warn_unrecorded(rec._sites, _stacklevel)
         rec._sites = None
     if rec._launches.attached:
         from ..checks.check import lint_launches  # noqa: PLC0415
@@ -435,22 +466,24 @@ def _export(graph, tmp: Path, inputs: Mapping, outputs: Mapping):
     from . import call_sites as cs  # noqa: PLC0415
 
     root = cs.program_root()  # kernel and call-site paths are relative to it
-    sites = ()
+    sites = unrecorded = ()
     log = getattr(graph, "_wrpkit_call_sites", None)
     if log is not None:
         try:
             sites = cs.encode_sites(log, prog, root)[0]
+            unrecorded = cs.encode_unrecorded(log, root)
         except Exception:  # noqa: BLE001 -- call sites are a help: a surprise must not stop the save
-            sites = ()
+            sites = unrecorded = ()
     root_name = root.name
     prog.annotations = ann.encode_annotations(signature=list(sigs.values()),
                                               kernel_signatures=_kernel_signatures(graph, prog),
-                                              module_digests=digests, call_sites=sites, source_root=root_name)
+                                              module_digests=digests, call_sites=sites, source_root=root_name,
+                                              unrecorded_calls=unrecorded)
     return prog, mapped, modules
 
 
 def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mapping] = None, *,
-         lint: bool = True) -> Path:
+         lint: bool = True, allow_raw_pointers: bool = False) -> Path:
     """Save a graph captured with ``apic=True`` to a ``.wrp`` with typed signatures.
 
     The file is what ``wp.capture_save`` writes (stock ``wp.capture_load``
@@ -469,11 +502,19 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
             may not replay in another process (e.g. a HashGrid id passed as
             ``uint64``).  :meth:`Recording.save` turns it off: its capture
             was linted when it ended.
+        allow_raw_pointers: Save anyway when a kernel argument holds a live
+            process pointer (a replay in the capturing process still works;
+            anywhere else it dereferences a dangling pointer, which
+            ``wrp replay`` refuses unless told ``--allow-raw-pointers``).
 
     Returns:
         The path of the file written.
 
     Raises:
+        WrpValidationError: A kernel argument holds a live process pointer and
+            ``allow_raw_pointers`` is False: the message names the kernel and
+            the argument, the hint the line to change (a Mesh id: declare the
+            argument ``wp.handle``).  Nothing is written.
         WrpBindingError: A binding is not a wp.array on the graph's device, or
             one name is bound to two different arrays.
         WrpError: The graph cannot be saved.
@@ -490,6 +531,10 @@ def save(graph, path, inputs: Optional[Mapping] = None, outputs: Optional[Mappin
     with tempfile.TemporaryDirectory(prefix="wrpkit-save-") as d:
         prog, mapped, modules = _export(graph, Path(d), dict(inputs or {}), dict(outputs or {}))
         try:
+            if not allow_raw_pointers:
+                from .prepare import refuse_raw_pointers  # noqa: PLC0415
+
+                refuse_raw_pointers(prog)  # at save time, with the line to change, not at the replay elsewhere
             if bundle:
                 from ..formats.wrpk.builder import write_wrpk  # noqa: PLC0415
 

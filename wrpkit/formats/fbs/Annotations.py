@@ -153,8 +153,35 @@ class Annotations(object):
             return self._tab.String(o + self._tab.Pos)
         return None
 
+    # Calls on Warp structures that ran during the capture without being
+    # recorded (`wrp check` warns about each, naming it).
+    # Annotations
+    def UnrecordedCalls(self, j):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            x = self._tab.Vector(o)
+            x += flatbuffers.number_types.UOffsetTFlags.py_type(j) * 4
+            x = self._tab.Indirect(x)
+            from wrpkit.formats.fbs.UnrecordedCall import UnrecordedCall
+            obj = UnrecordedCall()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
+    # Annotations
+    def UnrecordedCallsLength(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        if o != 0:
+            return self._tab.VectorLen(o)
+        return 0
+
+    # Annotations
+    def UnrecordedCallsIsNone(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(16))
+        return o == 0
+
 def AnnotationsStart(builder):
-    builder.StartObject(6)
+    builder.StartObject(7)
 
 def Start(builder):
     AnnotationsStart(builder)
@@ -219,6 +246,18 @@ def AnnotationsAddSourceRoot(builder, sourceRoot):
 def AddSourceRoot(builder, sourceRoot):
     AnnotationsAddSourceRoot(builder, sourceRoot)
 
+def AnnotationsAddUnrecordedCalls(builder, unrecordedCalls):
+    builder.PrependUOffsetTRelativeSlot(6, flatbuffers.number_types.UOffsetTFlags.py_type(unrecordedCalls), 0)
+
+def AddUnrecordedCalls(builder, unrecordedCalls):
+    AnnotationsAddUnrecordedCalls(builder, unrecordedCalls)
+
+def AnnotationsStartUnrecordedCallsVector(builder, numElems):
+    return builder.StartVector(4, numElems, 4)
+
+def StartUnrecordedCallsVector(builder, numElems):
+    return AnnotationsStartUnrecordedCallsVector(builder, numElems)
+
 def AnnotationsEnd(builder):
     return builder.EndObject()
 
@@ -229,6 +268,7 @@ import wrpkit.formats.fbs.ArraySignature
 import wrpkit.formats.fbs.CallSite
 import wrpkit.formats.fbs.KernelSignature
 import wrpkit.formats.fbs.ModuleDigest
+import wrpkit.formats.fbs.UnrecordedCall
 try:
     from typing import List
 except:
@@ -245,6 +285,7 @@ class AnnotationsT(object):
         moduleDigests = None,
         callSites = None,
         sourceRoot = None,
+        unrecordedCalls = None,
     ):
         self.producer = producer  # type: Optional[str]
         self.signature = signature  # type: Optional[List[wrpkit.formats.fbs.ArraySignature.ArraySignatureT]]
@@ -252,6 +293,7 @@ class AnnotationsT(object):
         self.moduleDigests = moduleDigests  # type: Optional[List[wrpkit.formats.fbs.ModuleDigest.ModuleDigestT]]
         self.callSites = callSites  # type: Optional[List[wrpkit.formats.fbs.CallSite.CallSiteT]]
         self.sourceRoot = sourceRoot  # type: Optional[str]
+        self.unrecordedCalls = unrecordedCalls  # type: Optional[List[wrpkit.formats.fbs.UnrecordedCall.UnrecordedCallT]]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -308,6 +350,14 @@ class AnnotationsT(object):
                     callSite_ = wrpkit.formats.fbs.CallSite.CallSiteT.InitFromObj(annotations.CallSites(i))
                     self.callSites.append(callSite_)
         self.sourceRoot = annotations.SourceRoot()
+        if not annotations.UnrecordedCallsIsNone():
+            self.unrecordedCalls = []
+            for i in range(annotations.UnrecordedCallsLength()):
+                if annotations.UnrecordedCalls(i) is None:
+                    self.unrecordedCalls.append(None)
+                else:
+                    unrecordedCall_ = wrpkit.formats.fbs.UnrecordedCall.UnrecordedCallT.InitFromObj(annotations.UnrecordedCalls(i))
+                    self.unrecordedCalls.append(unrecordedCall_)
 
     # AnnotationsT
     def Pack(self, builder):
@@ -347,6 +397,14 @@ class AnnotationsT(object):
             callSites = builder.EndVector()
         if self.sourceRoot is not None:
             sourceRoot = builder.CreateString(self.sourceRoot)
+        if self.unrecordedCalls is not None:
+            unrecordedCallslist = []
+            for i in range(len(self.unrecordedCalls)):
+                unrecordedCallslist.append(self.unrecordedCalls[i].Pack(builder))
+            AnnotationsStartUnrecordedCallsVector(builder, len(self.unrecordedCalls))
+            for i in reversed(range(len(self.unrecordedCalls))):
+                builder.PrependUOffsetTRelative(unrecordedCallslist[i])
+            unrecordedCalls = builder.EndVector()
         AnnotationsStart(builder)
         if self.producer is not None:
             AnnotationsAddProducer(builder, producer)
@@ -360,5 +418,7 @@ class AnnotationsT(object):
             AnnotationsAddCallSites(builder, callSites)
         if self.sourceRoot is not None:
             AnnotationsAddSourceRoot(builder, sourceRoot)
+        if self.unrecordedCalls is not None:
+            AnnotationsAddUnrecordedCalls(builder, unrecordedCalls)
         annotations = AnnotationsEnd(builder)
         return annotations
