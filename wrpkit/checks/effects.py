@@ -137,6 +137,23 @@ def _region_sizes(program: m.Program) -> dict:
     return sizes
 
 
+#: What a backward launch does to an array's gradient, by what its forward launch does to the array
+#: (reverse-mode differentiation, as Warp's generated adjoints do it): an array the forward pass reads
+#: gets its gradient accumulated (``adj_x += ...``: read and written); the gradient of an array it
+#: only writes is read (the adjoint of a store reads ``adj_y[i]``); both, both.  The array's own data
+#: is only read by the adjoint (its forward values; Warp does not store them again).  ``wp.Tape``'s
+#: backward launches are these; ``effects`` gives each its accesses from here, so trace, graph,
+#: slice, diff and inspect agree that ``loss_k (backward)`` writes ``f``'s gradient, not ``loss``.
+ADJOINT_MODES = {"read": "readwrite", "write": "read", "readwrite": "readwrite", "touches": "touches",
+                 "unused": "unused"}
+
+
+def launch_label(op) -> str:
+    """What every tool calls a kernel launch: its key, with ``(backward)`` for an adjoint launch
+    (``wp.Tape.backward``), so that forward and backward launches of one kernel are never merged."""
+    return op.kernel_key if op.is_forward else f"{op.kernel_key} (backward)"
+
+
 def launch_argument(arguments, param):
     """The kernel argument a launch parameter passes (``param_index`` is 1-based: 0 is the launch bounds)."""
     i = param.param_index - 1
@@ -251,7 +268,12 @@ def _launch_accesses(op: m.KernelLaunch, program: m.Program, signature) -> list:
                         out.append(Access(r.region_id, r.region_offset, 4 * max(0, counts[k]), "read", label,
                                           p.param_index, "index", fname))
             span = _span(ndim, shape, strides, elem)
-            for r, part, how in ((data, "data", mode), (grad, "grad", "touches")):
+            if op.is_forward:
+                modes = ((data, "data", mode), (grad, "grad", "touches"))
+            else:  # what the adjoint does: see ADJOINT_MODES
+                modes = ((data, "data", "unused" if mode == "unused" else "read"),
+                         (grad, "grad", ADJOINT_MODES.get(mode, "touches")))
+            for r, part, how in modes:
                 if r.kind != m.RelocKind.DATA_PTR or r.region_id < 0 or (part == "grad" and op.is_forward):
                     continue
                 start = max(0, r.region_offset + span[0])
@@ -306,5 +328,6 @@ def effects(op: m.Op, program: m.Program, signatures: Optional[dict] = None) -> 
     return OpEffects(tuple(out))
 
 
-__all__ = ["Access", "OpEffects", "effects", "kernel_signatures", "launch_argument", "argument_mode",
+__all__ = ["Access", "OpEffects", "effects", "kernel_signatures", "launch_argument", "launch_label", "argument_mode",
+           "ADJOINT_MODES",
            "merge_modes", "READ_MODES", "WRITE_MODES", "array_field_dtype_name"]

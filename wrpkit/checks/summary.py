@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .. import model as m
 from ..formats.container import Capture
-from .effects import argument_name, effects, launch_argument
+from .effects import argument_name, effects, launch_argument, launch_label
 from ..formats.wrp1_layout import FILE_HEADER_SIZE, SECTION_ENTRY, SECTION_ENTRY_SIZE
 
 _SECTION_NAMES = {1: "METADATA", 2: "MEMORY", 3: "OPERATIONS", 0x41505257: "ANNOTATIONS"}
@@ -166,9 +166,11 @@ def launch_access(op: m.KernelLaunch, program: m.Program, signatures: dict | Non
     """``[(argument name, mode, region id)]`` for each array a launch passes (from :func:`effects`).
 
     ``mode`` is ``"read"``, ``"write"``, ``"readwrite"``, ``"unused"`` or
-    ``"touches"`` where the file does not say.
+    ``"touches"`` where the file does not say.  A backward launch lists each array's gradient
+    too (``x.grad``): what it writes are the gradients (:data:`~wrpkit.checks.effects.ADJOINT_MODES`).
     """
-    return [(a.name, a.mode, a.region_id) for a in effects(op, program, signatures).accesses if a.part == "data"]
+    return [(a.name if a.part == "data" else f"{a.name}.grad", a.mode, a.region_id)
+            for a in effects(op, program, signatures).accesses if a.part == "data" or (a.part == "grad" and not op.is_forward)]
 
 
 def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None,
@@ -184,8 +186,7 @@ def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None,
     """
     t = op.op_type
     if t == m.OpType.KERNEL_LAUNCH:
-        kind = "" if op.is_forward else " backward"
-        line = (f"{op.kernel_key}{kind} dim={shape_text(op.shape[:max(op.ndim, 1)])} threads={op.size} "
+        line = (f"{launch_label(op)} dim={shape_text(op.shape[:max(op.ndim, 1)])} threads={op.size} "
                 f"args={len(op.params)} relocs={len(op.relocations)} value_bytes={len(op.value_data)}")
         if program is not None:
             acc = launch_access(op, program, signatures)

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.effects import launch_argument
+from ..checks.effects import launch_argument, launch_label
 from ..errors import WrpValidationError
 from ..formats import annotations as ann
 from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays, descriptor_view
@@ -168,8 +168,9 @@ def diff_programs(pa: m.Program, pb: m.Program, name_a: str = "a", name_b: str =
         lambda x, y: {k: {"a": x[k], "b": y[k]} for k in x if x[k] != y[k]})
     # A kernel's own code: the per-kernel hash in its symbol name, and its function's bytes.
     # The module hash, file name and symbol names follow from those, so they are not repeated.
+    ka, kb = kernel_identities(pa, pb)
     res.kernels = _keyed(
-        "kernel", {k.kernel_key: k for k in pa.kernels}, {k.kernel_key: k for k in pb.kernels},
+        "kernel", ka, kb,
         lambda x, y: _fields(("forward_smem_bytes", "backward_smem_bytes", "block_dim"), x, y)
         | _pair("forward_name", _unhashed(x.forward_name), _unhashed(y.forward_name))
         | _pair("backward_name", _unhashed(x.backward_name), _unhashed(y.backward_name)))
@@ -238,19 +239,62 @@ def _function_digest(p: m.Program, kernel: m.Kernel, read) -> Optional[str]:
     return hashlib.sha256(memoryview(data)[off:off + size]).hexdigest()[:32]
 
 
+def kernel_identities(pa: m.Program, pb: m.Program) -> tuple:
+    """``({name: Kernel}, {name: Kernel})``: each program's kernels under names that pair them.
+
+    A kernel is its key *and* its module: Warp's factories (``bsr_mv``) and closures with
+    ``@wp.kernel(module="unique")`` give several kernels one key, each in a module of its own.
+    Kernels pair by key and module name; a key left with one unpaired kernel on each side pairs
+    across modules (a "unique" module's name holds the kernel's hash, so an edit renames it).
+    The name is the key where it names one kernel in both programs, else ``key [module]``.
+    """
+    def named(p):
+        mods = {x.module_hash: x.module_name for x in p.modules}
+        return [(k.kernel_key, mods.get(k.module_hash, k.module_hash), k) for k in p.kernels]
+
+    la, lb = named(pa), named(pb)
+    shared = {key for key, _, _ in la}
+    once = {key for key in shared | {k for k, _, _ in lb}
+            if sum(1 for k, _, _ in la if k == key) <= 1 and sum(1 for k, _, _ in lb if k == key) <= 1}
+    a_ids = {(key, mod): k for key, mod, k in la}
+    b_ids = {(key, mod): k for key, mod, k in lb}
+    pairs = {ident: ident for ident in a_ids if ident in b_ids}
+    left_a: dict = {}
+    left_b: dict = {}
+    for ident in a_ids:
+        if ident not in pairs:
+            left_a.setdefault(ident[0], []).append(ident)
+    for ident in b_ids:
+        if ident not in pairs.values():
+            left_b.setdefault(ident[0], []).append(ident)
+    for key, ids in left_a.items():
+        if len(ids) == 1 and len(left_b.get(key, ())) == 1:
+            pairs[ids[0]] = left_b[key][0]
+
+    def name(ident) -> str:
+        return ident[0] if ident[0] in once else f"{ident[0]} [{ident[1]}]"
+
+    out_a = {name(i): a_ids[i] for i in a_ids}
+    out_b = {}
+    paired_b = {j: i for i, j in pairs.items()}
+    for j in b_ids:
+        out_b[name(paired_b[j]) if j in paired_b else name(j)] = b_ids[j]
+    return out_a, out_b
+
+
 def _code_changes(pa: m.Program, pb: m.Program, read_a, read_b) -> list:
     """Kernels in both programs whose own code differs (per-kernel hash, then function bytes)."""
-    kb = {k.kernel_key: k for k in pb.kernels}
+    ka, kb = kernel_identities(pa, pb)
     out = []
-    for x in pa.kernels:
-        y = kb.get(x.kernel_key)
+    for label, x in ka.items():
+        y = kb.get(label)
         if y is None:
             continue
         ha, hb = _split_symbol(x.forward_name)[1], _split_symbol(y.forward_name)[1]
         fa, fb = _function_digest(pa, x, read_a), _function_digest(pb, y, read_b)
         same_bytes = None if fa is None or fb is None else fa == fb
         if ha != hb or same_bytes is False:
-            out.append({"kernel": x.kernel_key, "change": "code changed", "hash": {"a": ha, "b": hb},
+            out.append({"kernel": label, "change": "code changed", "hash": {"a": ha, "b": hb},
                         "function_bytes": None if same_bytes is None else ("same" if same_bytes else "differ")})
     return out
 
@@ -339,9 +383,22 @@ def _json_value(v):
     return v
 
 
+def _relocation(r, meshes: dict) -> tuple:
+    """A relocation as compared: a HANDLE slot holds the captured process's handle, which Warp
+    replaces at load with the structure it rebuilt, so it is compared by what it refers to (``mesh 0``,
+    the index in the file's mesh table), not by its value; an unknown handle is just ``handle``."""
+    kind = _enum_name(m.RelocKind, r.kind)
+    if r.kind == m.RelocKind.HANDLE:
+        i = meshes.get(r.region_offset)
+        return (r.value_byte_offset, r.region_id, f"mesh {i}" if i is not None else "handle", kind)
+    return (r.value_byte_offset, r.region_id, r.region_offset, kind)
+
+
 class _Context:
     def __init__(self, pa: m.Program, pb: m.Program):
         self.pa, self.pb = pa, pb
+        self.meshes_a = {mesh.original_ptr: i for i, mesh in enumerate(pa.meshes)}
+        self.meshes_b = {mesh.original_ptr: i for i, mesh in enumerate(pb.meshes)}
         self.ann_a, self.ann_b = ann.read_annotations(pa), ann.read_annotations(pb)
         self.sig_a = self.ann_a.signature_map() if self.ann_a is not None else {}
         self.sig_b = self.ann_b.signature_map() if self.ann_b is not None else {}
@@ -371,7 +428,7 @@ class _Context:
     @staticmethod
     def _align_key(op: m.Op):
         if isinstance(op, m.KernelLaunch):
-            return (op.op_type, op.kernel_key)
+            return (op.op_type, op.kernel_key, op.is_forward)
         return (op.op_type,)
 
     def ops(self, a: list, b: list, pa: tuple = (), pb: tuple = ()) -> list:
@@ -395,7 +452,7 @@ class _Context:
 
     def _row(self, i, j, change, op, fields, pa: tuple = (), pb: tuple = ()) -> dict:
         row = {"a": i, "b": j, "change": change, "kind": op.op_type.name,
-               "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None, "fields": fields}
+               "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None, "fields": fields}
         if self.with_sources:
             row["source"] = {"a": self.src_a.op(pa + (i,)) if i is not None else None,
                              "b": self.src_b.op(pb + (j,)) if j is not None else None}
@@ -432,10 +489,8 @@ class _Context:
             out["dim"] = {"a": da, "b": db}
         out.update(_fields(("size", "max_blocks", "block_dim", "smem_bytes", "grid_stride", "is_forward",
                             "cluster_dim"), x, y))
-        ra = [(r.value_byte_offset, r.region_id, r.region_offset, _enum_name(m.RelocKind, r.kind))
-              for r in x.relocations]
-        rb = [(r.value_byte_offset, r.region_id, r.region_offset, _enum_name(m.RelocKind, r.kind))
-              for r in y.relocations]
+        ra = [_relocation(r, self.meshes_a) for r in x.relocations]
+        rb = [_relocation(r, self.meshes_b) for r in y.relocations]
         if ra != rb:
             out["relocations"] = {"a": [list(r) for r in ra], "b": [list(r) for r in rb]}
         # Arguments numbered from 0, as `wrp inspect` numbers them (Warp's param_index counts the bounds slot).

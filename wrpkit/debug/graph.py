@@ -371,6 +371,8 @@ class _Builder:
         sig = self.sigs.get((op.module_hash, op.kernel_key))
         args = sig.arguments if sig is not None else ()
         short = op.kernel_key.rsplit(".", 1)[-1] if "." in op.kernel_key else op.kernel_key
+        if not op.is_forward:
+            short += " (backward)"  # as launch_label names it: never one box for both directions
         dims = list(op.shape[:op.ndim]) if op.ndim else [op.dim]
         details = {"op": "KERNEL_LAUNCH", "kernel": op.kernel_key,
                    "module": f"{self.modules.get(op.module_hash, '?')} {op.module_hash[:8]}",
