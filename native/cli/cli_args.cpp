@@ -7,6 +7,8 @@
 #include <cctype>
 #include <cstring>
 
+#include <fcntl.h>
+
 #include "cli_error.h"
 
 namespace wrpcli {
@@ -18,6 +20,7 @@ const char* const kUsage =
     "                  [--max-memory SIZE] [--warp-lib-dir DIR] [--list [--verify]]\n"
     "                  [--modules-dir DIR] [--trusted-key PEM]...\n"
     "                  [--trusted-keys DIR] [--signature PATH]\n"
+    "                  [--kernel-output-fd FD]\n"
     "\n"
     "Replay a Warp captured graph without Python: a .wrp written by wp.capture_save\n"
     "(with the module files in <stem>_modules/ beside it) or a single-file .wrpk\n"
@@ -54,6 +57,11 @@ const char* const kUsage =
     "                       stdout; a failure prints {\"error\": ..., \"exit_code\":\n"
     "                       ...}.  Timings are summary statistics (count, mean, min,\n"
     "                       p5, median, p95, max, in ms)\n"
+    "  --kernel-output-fd FD\n"
+    "                       write what the kernels print (printf in kernel code) to\n"
+    "                       the open file descriptor FD; by default it goes to\n"
+    "                       stdout, or to stderr with --json (stdout then carries\n"
+    "                       the JSON object only)\n"
     "  --raw-times          with --json, also every replay's time\n"
     "                       (timings.replays_ms)\n"
     "  --stats              with --json, also every binding's shape, dtype, min, max,\n"
@@ -264,6 +272,11 @@ CliArgs parse_args(int argc, char** argv)
             if (fd > (1u << 20))
                 usage_error("--approve-fd needs an open file descriptor number");
             a.approve_fd = static_cast<int>(fd);
+        } else if (arg == "--kernel-output-fd") {
+            uint32_t fd = parse_count(arg, next(), 0);
+            if (fd > (1u << 20) || fcntl(static_cast<int>(fd), F_GETFL) < 0)
+                usage_error("--kernel-output-fd needs an open file descriptor number");
+            a.kernel_output_fd = static_cast<int>(fd);
         } else if (arg == "--approve-above") {
             a.approve_above = parse_size(arg, next());
         } else if (arg == "--warp-lib-dir") {

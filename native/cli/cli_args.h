@@ -35,6 +35,7 @@ struct CliArgs {
     std::string modules_dir;  // --modules-dir: a .wrp's module files ("" = <stem>_modules/)
     std::vector<std::string> trusted_keys;  // --trusted-key PEM / --trusted-keys DIR, in the order given
     std::string signature;  // --signature: the signature file ("" = <stem>.sig beside FILE)
+    int kernel_output_fd = -1;  // --kernel-output-fd: where the kernels' printf goes (-1: stdout, stderr with --json)
     int approve_fd = -1;  // --approve-fd: wait for the caller's go-ahead on this fd before allocating
     uint64_t approve_above = 0;  // --approve-above: ... only when the file declares more than this
 };

@@ -37,6 +37,8 @@ std::vector<char*> g_locator_argv;
 char g_sig_arg[48];
 size_t g_sig_digits_at = 0;
 bool g_locate = false;
+// The report's stdout while fd 1 is diverted to the kernel output (divert_stdout), else -1.
+volatile int g_report_stdout = -1;
 
 void put(int fd, const char* s, size_t n)
 {
@@ -58,6 +60,7 @@ extern "C" void on_crash(int sig, siginfo_t* info, void*)
         // Only async-signal-safe calls: stderr back to the terminal's (Warp may have it redirected),
         // the signal number written in place, then execve.  Returns only if the exec failed.
         dup2(g_fd, 2);
+        restore_stdout_in_handler();  // the located crash's --json error goes on the report's stdout
         int n = sig, k = 0;
         char digits[8];
         do {
@@ -77,6 +80,7 @@ extern "C" void on_crash(int sig, siginfo_t* info, void*)
     put(g_fd, name, std::strlen(name));
     put(g_fd, g_err_suffix, g_err_suffix_len);
     if (g_json) {
+        restore_stdout_in_handler();
         put(1, g_json_prefix, std::strlen(g_json_prefix));
         put(1, name, std::strlen(name));
         put(1, g_json_suffix, g_json_suffix_len);
@@ -147,6 +151,39 @@ void arm_crash_guard(const std::string& stage, const std::string& context, bool 
     for (size_t i = 0; i < kNumCrashSignals; i++)
         sigaction(kCrashSignals[i].number, &sa, g_armed ? nullptr : &g_old[i]);
     g_armed = true;
+}
+
+void divert_stdout(int fd)
+{
+    if (fd == 1 || g_report_stdout >= 0)
+        return;
+    std::fflush(stdout);
+    int saved = fcntl(1, F_DUPFD_CLOEXEC, 3);
+    if (saved < 0)
+        return;  // best effort: the kernels then print on stdout, as without the option
+    if (dup2(fd, 1) < 0) {
+        close(saved);
+        return;
+    }
+    g_report_stdout = saved;
+}
+
+void restore_stdout()
+{
+    if (g_report_stdout < 0)
+        return;
+    std::fflush(stdout);  // the kernels' printf lines, buffered by C stdio
+    int saved = g_report_stdout;
+    dup2(saved, 1);
+    g_report_stdout = -1;
+    close(saved);
+}
+
+void restore_stdout_in_handler()
+{
+    int saved = g_report_stdout;
+    if (saved >= 0)
+        dup2(saved, 1);  // the descriptor stays open: the handler _exits or execs
 }
 
 void disarm_crash_guard()

@@ -36,4 +36,15 @@ const char* crash_signal_name(int sig);
 // The flag the re-executed process is given, "--locate-crash=".
 extern const char* const kLocateCrashFlag;
 
+// Kernel output (printf in kernel code, C stdio's stdout): while diverted, file descriptor 1 is a
+// copy of `fd` (--kernel-output-fd, or stderr with --json), so that the report written on stdout
+// stays exactly what it is.  divert_stdout() flushes C stdio first; restore_stdout() flushes the
+// kernels' buffered lines to where they go, then points fd 1 back at the report's stdout (a no-op
+// when not diverted).  restore_stdout_in_handler() does the same with async-signal-safe calls only
+// (no flush: what C stdio still buffers is lost, as on any crash): a crash, timeout or interrupt
+// handler calls it before it writes --json's error on fd 1 (or re-executes wrp-replay).
+void divert_stdout(int fd);
+void restore_stdout();
+void restore_stdout_in_handler();
+
 }  // namespace wrpcli

@@ -49,6 +49,7 @@ int g_interrupted_fd = 2;
 
 extern "C" void on_interrupt(int)
 {
+    restore_stdout_in_handler();  // fd 1 may be the kernels' output (--kernel-output-fd): the error goes on stdout
     (void)write_all(g_interrupted_fd, kInterruptedStderr, sizeof(kInterruptedStderr) - 1);
     if (g_interrupted_stdout_len)
         (void)write_all(1, g_interrupted_stdout, g_interrupted_stdout_len);
@@ -87,6 +88,7 @@ int g_timeout_fd = 2;
 extern "C" void on_timeout(int)
 {
     // Nothing more can be done if a write fails: the exit status still says it.
+    restore_stdout_in_handler();
     (void)write_all(g_timeout_fd, g_timeout_stderr, g_timeout_stderr_len);
     if (g_timeout_stdout_len)
         (void)write_all(1, g_timeout_stdout, g_timeout_stdout_len);
@@ -310,6 +312,13 @@ int run(const CliArgs& args)
     // A crash from here on re-executes wrp-replay to find the op (see locate_crash).
     arm_crash_guard("while replaying", std::string("Warp runs the whole graph in one call, so the op that crashed "
                     "is not known here. ") + wrp_program_crash_context(prog.p), args.json, /*locate=*/true);
+    // Kernel output (printf in kernel code, which C stdio writes to fd 1): to --kernel-output-fd, else
+    // stderr with --json (stdout then carries exactly one JSON object), else stdout.  Every line is out
+    // before anything of the report is printed.
+    struct KernelOutput {
+        explicit KernelOutput(int fd) { divert_stdout(fd); }
+        ~KernelOutput() { restore_stdout(); }  // also when a replay fails: the error goes on stdout
+    } kernel_output(args.kernel_output_fd >= 0 ? args.kernel_output_fd : args.json ? 2 : 1);
     if (args.warmup)
         check(wrp_program_run(prog.p, args.warmup));
     std::vector<double> ms;
@@ -319,6 +328,7 @@ int run(const CliArgs& args)
         auto t1 = std::chrono::steady_clock::now();
         ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     }
+    restore_stdout();
     // Read the outputs, then release Warp's memory, still guarded: a replay that wrote outside its
     // arrays may have corrupted the heap, which free() then detects (SIGABRT, malloc's "invalid
     // pointer"): that is reported as the crash it is, before any output exists.
@@ -497,6 +507,7 @@ int main(int argc, char** argv)
     }
     disarm_timeout();  // this failure is reported as it is, not overtaken by the timeout
     disarm_crash_guard();
+    restore_stdout();  // a no-op unless the kernels' output was diverted
     std::fflush(stdout);
     std::fprintf(stderr, "wrp-replay: error: %s\n", message.c_str());
     if (code == kExitUsage && message.find("input ") != 0 && message.find("no binding") != 0)

@@ -105,9 +105,11 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     if engine == "python":
         quiet_warp(device)
     inputs = gather_inputs(inputs_npz, input_items)
+    # What the kernels print (wp.printf) passes through as it is: on stdout, or on stderr with --json.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_profile(file, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
-                             nvtx=nvtx, clock=clock, isolate=True, timeout=timeout, kernels=kernels)
+                             nvtx=nvtx, clock=clock, isolate=True, timeout=timeout, kernels=kernels,
+                             kernel_output=sys.stderr if as_json else sys.stdout)
     if out is not None:
         result.save_chrome_trace(out)
     if as_json:
@@ -125,6 +127,16 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     for k in result.kernels:
         t.add_row(k["name"], str(k["calls"]), fmt_ms(k["total_ms"]), fmt_ms(k["median_ms"]), _pct(k["share"]))
     con.print(t)
+    if result.call_sites:
+        sites = result.call_sites[:TOP_ROWS]
+        more = "" if len(result.call_sites) <= TOP_ROWS else f", the {TOP_ROWS} costliest of {len(result.call_sites)}"
+        t = table(f"by call site (ms){more}", ["call site", "issues", "calls", "total", "per call", "share"],
+                  numeric=("calls", "total", "per call", "share"))
+        for r in sites:
+            names = ", ".join(r["names"][:3]) + (", ..." if len(r["names"]) > 3 else "")
+            t.add_row(f"{r['call_site']} {r['function']}()", names, str(r["calls"]), fmt_ms(r["total_ms"]),
+                      fmt_ms(r["median_ms"]), _pct(r["share"]))
+        con.print(t)
     tops = sorted(result.top_level, key=lambda r: -r["total_ms"])
     shown = tops[:TOP_ROWS]
     t = table(f"by top-level op (ms){'' if len(tops) <= TOP_ROWS else f', the {TOP_ROWS} costliest of {len(tops)}'}",

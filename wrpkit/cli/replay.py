@@ -176,6 +176,11 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
       wrp replay h200.wrp --device cuda:0 --max-memory 120G
       wrp replay shipped.wrp --trusted-key pub.pem   # refused (exit 3) unless signed
     """
+    from ..run.spawn import KernelOutput  # noqa: PLC0415
+
+    # What the kernels print (wp.printf) passes through to the user as it is, as Warp's own replay
+    # prints it: on stdout, or on stderr with --json, so that stdout stays one JSON object.
+    kernel_output = KernelOutput(sys.stderr if as_json else sys.stdout)
     if engine == "python":
         # The replay's child starts now, before anything else is imported: its Python start, `import warp`
         # and Warp's initialisation run on the other core while this process reads and validates the file.
@@ -211,7 +216,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
                     prestart_replayer(file, ReplayRequest(device=device, repeat=repeat, warmup=warmup,
                                                           verify_checksums=not no_verify,
                                                           allow_raw_pointers=allow_raw_pointers, max_memory=budget,
-                                                          trust=trust),
+                                                          trust=trust, kernel_output=kernel_output),
                                       modules_dir, approve_above=None if allow_unreached else UNREACHED_REFUSE_BYTES)
                 # --timeout: ends this process at once (exit 124) while the file is prepared; the replay's
                 # child keeps the rest of the time itself.
@@ -222,7 +227,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
                                      equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
                                      watchdog=watchdog, allow_raw_pointers=allow_raw_pointers,
                                      modules_dir=modules_dir, dtypes=dtypes, kernels=kernels, max_memory=budget,
-                                     allow_unreached=allow_unreached, trust=trust,
+                                     allow_unreached=allow_unreached, trust=trust, kernel_output=kernel_output,
                                      while_replaying=None if as_json or engine == "python" else import_rich)
     finally:
         # A child started ahead that the replay did not take (the command failed before it: a usage
@@ -232,6 +237,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
 
         discard_replayer()
         discard_child()
+        kernel_output.close()
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False))
     else:

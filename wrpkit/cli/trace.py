@@ -34,7 +34,16 @@ def nonfinite_headline(nf: dict) -> str:
     name = f"binding {nf['binding']}" if nf["binding"] else "unbound"
     return wrapped(f"first non-finite: step {nf['seq']}: op {nf['index']} (path {nf['path']}{it}) {what} "
                    f"wrote {nf['nan']} NaN / {nf['inf']} Inf into region {nf['region']}{arg} ({name}), "
-                   f"first at element {nf['element']}", label="first non-finite:", style="bold red")
+                   f"first at element {nf['element']}", label="first non-finite:", style="bold red") + _at(nf)
+
+
+def _at(rec: dict) -> str:
+    """A line ``    at sim.py:42 in step()`` where the trace names the op's source (the call in the
+    program that issued it), else ""."""
+    from ..checks.sources import where_text  # noqa: PLC0415
+
+    where = where_text(rec.get("source"))
+    return "\n" + wrapped(f"    at {where}") if where else ""
 
 
 def divergence_line(dv: dict) -> str:
@@ -49,7 +58,7 @@ def divergence_line(dv: dict) -> str:
         oit = f" iteration {other['iteration']}" if other.get("iteration") is not None else ""
         head += (f"; the other trace has op {other.get('index')} (path {other.get('path')}{oit}) "
                  f"{other.get('kernel') or other.get('op') or ''} there")
-    return wrapped(head, label="first divergence:", style="bold red")
+    return wrapped(head, label="first divergence:", style="bold red") + _at(dv)
 
 
 def unchecked_lines(unchecked: list) -> list:
@@ -158,9 +167,11 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
     if engine == "python":
         quiet_warp(device)
     inputs = gather_inputs(inputs_npz, input_items)
+    # What the kernels print (wp.printf) passes through as it is: on stdout, or on stderr with --json.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_trace(file, device=device, engine=engine, inputs=inputs, stop_at_nonfinite=stop_at_nonfinite,
-                           dump=dump, against=against, isolate=True, timeout=timeout, kernels=kernels)
+                           dump=dump, against=against, isolate=True, timeout=timeout, kernels=kernels,
+                           kernel_output=sys.stderr if as_json else sys.stdout)
     if save_path is not None:
         result.save(save_path)
     code = result.exit_code(stop_at_nonfinite, strict)

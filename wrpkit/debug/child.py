@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from ..errors import WrpError
-from ..run.child import error_info, received_capture, set_stage
+from ..run.child import KernelOutputShown, error_info, received_capture, set_stage
 from .isolation import SLOT
 
 
@@ -37,12 +37,12 @@ def _trace(opened, job: dict, inputs: dict, before, stage) -> dict:
     return data
 
 
-def _profile(opened, job: dict, inputs: dict, before, stage) -> dict:
+def _profile(opened, job: dict, inputs: dict, before, stage, shown=None) -> dict:
     from .profile import CHILD_FIELDS, run_profile  # noqa: PLC0415
 
     result = run_profile(opened, device=job["device"], engine=job["engine"], inputs=inputs,
                          repeat=job["repeat"], warmup=job["warmup"], nvtx=job["nvtx"], clock=job["clock"],
-                         before=before, stage=stage)
+                         before=before, stage=stage, shown=shown)
     stage("writing")
     return {"engine": result.engine, "device": result.device, "load_seconds": result.load_seconds,
             **{k: getattr(result, k) for k in CHILD_FIELDS}}
@@ -57,6 +57,10 @@ def _memcheck(opened, job: dict, inputs: dict, before, stage) -> dict:
 
 #: The child bodies, by the ``kind`` that :func:`~wrpkit.debug.isolation.run_in_child` names.
 KINDS = {"trace": _trace, "profile": _profile, "memcheck": _memcheck}
+#: The kinds whose body chooses which of its replays show their kernel output (it takes ``shown=``, a
+#: context manager that shows what runs inside it): ``profile`` replays the program many times over
+#: for its timings and shows the first round's stepped replay only.  Every other kind shows all it ran.
+SHOWS_ITSELF = {"profile"}
 
 
 def main(sock_fd: int) -> int:
@@ -70,6 +74,8 @@ def main(sock_fd: int) -> int:
         return 0
     capture_fd, modules_fd, in_fd, slot_fd, stage_fd = fds[:5]
     job = message["job"]
+    # The kernels' own output (wp.printf), when the parent asked for it (run_in_child's kernel_output).
+    shown = KernelOutputShown(fds[5] if message.get("kernel_output") and len(fds) > 5 else None)
     try:
         stage = SharedArea(message["stage_size"], fd=stage_fd)
         slot = SharedArea(message["slot_size"], fd=slot_fd)
@@ -97,7 +103,12 @@ def main(sock_fd: int) -> int:
             pack(mm, 0, seq[0], index, iterations[-1] if iterations else -1, encode(path))
             seq[0] += 1
 
-        data = body(opened, job, inputs, before, lambda text: set_stage(stage, text))
+        if job["kind"] in SHOWS_ITSELF:
+            data = body(opened, job, inputs, before, lambda text: set_stage(stage, text),
+                        shown=shown if shown.fd is not None else None)
+        else:
+            with shown:
+                data = body(opened, job, inputs, before, lambda text: set_stage(stage, text))
         send(sock, {"result": data})
         return 0
     except WrpError as e:

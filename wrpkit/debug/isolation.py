@@ -36,7 +36,7 @@ import numpy as np
 
 from ..errors import TIMEOUT_HINT, WrpTimeoutError, timeout_message
 from ..run.crash import crash_error
-from ..run.spawn import output_tail, spawn_served
+from ..run.spawn import kernel_output_of, output_tail, spawn_served
 from ..run.worker import ChildCrashed, ChildSource, ended_without_result, error_from
 
 #: Layout of the op slot: seq, index, iteration (-1: none), path (NUL-padded UTF-8).
@@ -57,7 +57,7 @@ def as_array(value) -> np.ndarray:
 def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, timeout: Optional[float] = None,
                  started: Optional[float] = None,
                  collect: Optional[Callable[[Path], None]] = None, env: Optional[Mapping] = None,
-                 crashed: Optional[Callable] = None) -> dict:
+                 crashed: Optional[Callable] = None, kernel_output=None) -> dict:
     """Run the child of ``kind`` (``"trace"`` or ``"profile"``) on a validated capture; return its result.
 
     Args:
@@ -71,6 +71,13 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
             ``dump`` folder of a private temporary folder, and ``collect`` is
             called with that folder after the child succeeded, before it is
             removed (to move the files into place).  None: no folder is made.
+        kernel_output: Where the kernels' own output (``wp.printf``) goes: a stream, a
+            :class:`~wrpkit.run.spawn.KernelOutput`, ``"stdout"``, or None (not shown: it stays in
+            the child's output, which a crash's ``stderr`` (:func:`~wrpkit.run.spawn.output_tail`)
+            quotes as before).  All of it is out before this returns (a crash too).  Every kind
+            shows all it ran, except those of :data:`wrpkit.debug.child.SHOWS_ITSELF`, which
+            choose (``profile``: the first round's stepped replay only).  Warp's own messages are
+            never part of it.
 
     Returns:
         The child's result (JSON values).
@@ -109,10 +116,17 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
                    "in_size": in_size, "slot_size": SLOT.size, "stage_size": STAGE_SIZE}
         if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
             message["annotations"] = base64.b64encode(bytes(opened.program.annotations)).decode("ascii")
+        shown, owned = kernel_output_of(kernel_output)
+        if owned:
+            held.callback(shown.close)
+        fds = [source.capture_fd, source.modules_area.fd, in_area.fd, slot.fd, stage.fd]
+        if shown is not None:
+            message["kernel_output"] = True
+            fds.append(shown.fd())
+            held.callback(shown.flush)  # what the child printed, also when it crashed or timed out
         proc, sock, out_fd = spawn_served("wrpkit.debug.child", env=dict(env) if env else None)
         held.callback(_end_child, proc, sock, out_fd)
-        answer = _ask(sock, message, [source.capture_fd, source.modules_area.fd, in_area.fd, slot.fd, stage.fd],
-                      timeout, started)
+        answer = _ask(sock, message, fds, timeout, started)
         if answer is None:
             returncode = proc.wait()
             if returncode < 0:

@@ -28,6 +28,7 @@ Nothing here prints.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import dataclasses
@@ -85,6 +86,12 @@ class ProfileResult:
             ``median_ms`` (per call), ``share`` (of ``total_ms``, 0..1).
         top_level: Per top-level op, in program order: ``index``, ``op``,
             ``name`` (kernel key or op kind), ``calls``, ``total_ms``, ``share``.
+        call_sites: Per line of the program that issued ops (captures made
+            with ``wrpkit.capture``), most time first: ``call_site``
+            (``"sim.py:42"``), ``file``, ``line``, ``function``, ``names``
+            (kernel keys or op kinds issued there), ``calls``, ``total_ms``,
+            ``median_ms``, ``share``; ops the capture does not place are left
+            out.  Empty for a stock capture.
         total_ms: Sum of the per-op medians (``ms``).
         replay_ms: Median time of a plain replay of the whole graph, from the same state.
         floor_ms: Median time of an empty step (subtracted from every op
@@ -122,6 +129,7 @@ class ProfileResult:
     ops: list = field(default_factory=list)
     kernels: list = field(default_factory=list)
     top_level: list = field(default_factory=list)
+    call_sites: list = field(default_factory=list)
     total_ms: float = 0.0
     replay_ms: float = 0.0
     floor_ms: float = 0.0
@@ -159,14 +167,16 @@ class ProfileResult:
                 "ops are too short to time alone" + (f"; try {other}" if other else "") + ", or more --repeat")
 
     def top(self, n: int = 10, by: str = "kernel") -> list:
-        """The ``n`` entries with the most time: ``by`` ``"kernel"``, ``"top_level"`` or ``"op"`` (one per run).
+        """The ``n`` entries with the most time: ``by`` ``"kernel"``, ``"top_level"``, ``"call_site"`` or
+        ``"op"`` (one per run).
 
         Raises:
             WrpError: ``by`` is none of those.
         """
-        rows = {"kernel": self.kernels, "top_level": self.top_level, "op": self.ops}.get(by)
+        rows = {"kernel": self.kernels, "top_level": self.top_level, "op": self.ops,
+                "call_site": self.call_sites}.get(by)
         if rows is None:
-            raise WrpError(f"cannot rank by {by!r}", hint="Use 'kernel', 'top_level' or 'op'.")
+            raise WrpError(f"cannot rank by {by!r}", hint="Use 'kernel', 'top_level', 'call_site' or 'op'.")
         key = "ms" if by == "op" else "total_ms"
         return sorted(rows, key=lambda r: -r[key])[:max(0, int(n))]
 
@@ -176,7 +186,7 @@ class ProfileResult:
                 "timer": self.timer, "repeat": self.repeat, "warmup": self.warmup,
                 "total_ms": self.total_ms, "replay_ms": self.replay_ms, "floor_ms": self.floor_ms,
                 "launch_floor_ms": self.launch_floor_ms, "coverage": self.coverage, "kernels": self.kernels,
-                "top_level": self.top_level, "ops": self.ops,
+                "top_level": self.top_level, "call_sites": self.call_sites, "ops": self.ops,
                 "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms, "typing": self.typing,
                 "grouped_ops": self.grouped_ops, "group_floor_ms": self.group_floor_ms,
                 "clock_choice": self.clock_choice, "coverage_warning": self.coverage_warning}
@@ -320,7 +330,7 @@ class _TimedMachine(st.Machine):
 
 def profile(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None, repeat: int = 5,
             warmup: int = 1, nvtx: bool = False, clock: str = "auto", modules: Optional[Mapping] = None,
-            isolate: bool = True, timeout: Optional[float] = None, kernels=()) -> ProfileResult:
+            isolate: bool = True, timeout: Optional[float] = None, kernels=(), kernel_output=None) -> ProfileResult:
     """Time every leaf op of a capture, per op run, per kernel and per top-level op.
 
     Args:
@@ -352,6 +362,10 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
             --kernels`` does; every matching kernel types the arrays it is
             passed, so that ``inputs`` are checked against those types.
             :attr:`ProfileResult.typing` says how each matched.
+        kernel_output: (``isolate``) Where the kernels' own output (``wp.printf``) of one replay,
+            the first round's stepped one, goes: a stream, ``"stdout"``, or None (the default: not
+            shown; :func:`wrpkit.debug.isolation.run_in_child`).  In this process every replay
+            prints where the process's output goes, as Warp does.
 
     Returns:
         A :class:`ProfileResult`.
@@ -390,22 +404,55 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
         Nvtx()  # refuse here, before the child starts, when there is no NVTX library
     if isolate or timeout is not None:
         result = _profile_in_child(opened, device=device, engine=engine, inputs=inputs, repeat=repeat,
-                                   warmup=warmup, nvtx=nvtx, clock=clock, timeout=timeout, started=t0)
+                                   warmup=warmup, nvtx=nvtx, clock=clock, timeout=timeout, started=t0,
+                                   kernel_output=kernel_output)
     else:
         result = run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
                              nvtx=nvtx, clock=clock, started=t0)
     result.typing = typing.to_json() if typing is not None else None
+    result.call_sites = call_site_rows(result.ops, opened.program)
     return result
+
+
+def call_site_rows(ops: list, program: m.Program) -> list:
+    """Op times summed per line of the program that issued the ops (see :attr:`ProfileResult.call_sites`).
+
+    Args:
+        ops: :attr:`ProfileResult.ops`.
+        program: The profiled program; its annotations say where each op was issued
+            (:class:`wrpkit.checks.sources.Sources`).
+    """
+    from ..checks.sources import Sources, call_site_key  # noqa: PLC0415
+
+    sources = Sources.of(program)
+    if not sources.has_call_sites:
+        return []
+    per: dict = {}
+    for o in ops:
+        src = sources.op(o["path"])
+        key = call_site_key(src)
+        if key is None:
+            continue
+        row = per.setdefault(key, [src, [], []])
+        row[1].append(o["ms"])
+        name = o["kernel"] or o["op"]
+        if name not in row[2]:
+            row[2].append(name)
+    total = sum(o["ms"] for o in ops)
+    return sorted(({"call_site": key, "file": src["file"], "line": src["line"], "function": src["function"],
+                    "names": names, "calls": len(v), "total_ms": _ns(sum(v)), "median_ms": _ns(statistics.median(v)),
+                    "share": round(sum(v) / total, 6) if total > 0 else 0.0}
+                   for key, (src, v, names) in per.items()), key=lambda r: (-r["total_ms"], r["call_site"]))
 
 
 def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
                       nvtx: bool = False, clock: str = "auto", timeout: Optional[float] = None,
-                      started: Optional[float] = None) -> ProfileResult:
+                      started: Optional[float] = None, kernel_output=None) -> ProfileResult:
     """Profile a validated capture in a child process (:mod:`wrpkit.debug.isolation`); the body of
     ``profile(..., isolate=True)``.  The child times everything; its start counts in no figure."""
     job = {"device": device, "engine": engine, "repeat": int(repeat), "warmup": int(warmup), "nvtx": bool(nvtx),
            "clock": clock}
-    data = run_in_child(opened, "profile", job, inputs, timeout=timeout, started=started)
+    data = run_in_child(opened, "profile", job, inputs, timeout=timeout, started=started, kernel_output=kernel_output)
     result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
                            data["device"], **{k: data[k] for k in CHILD_FIELDS}, load_seconds=data["load_seconds"])
     result.program = opened.program
@@ -473,13 +520,17 @@ def _restore(engine, snap: dict) -> None:
 
 def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
                 nvtx: bool = False, clock: str = "auto", started: Optional[float] = None, before=None,
-                stage=None) -> ProfileResult:
+                stage=None, shown=None) -> ProfileResult:
     """Profile a validated capture in this process (the body of :func:`profile`).
 
     Args:
         opened: What :func:`~wrpkit.debug.common.open_program` returned.
         before: Called as ``before(op, index, path, iterations)`` just before each op runs.
         stage: Called with ``"loading"``, then ``"replaying"`` once the first op is about to run.
+        shown: Called for a context manager that the first round's stepped replay runs in: its
+            kernels' output (``wp.printf``) is shown (:mod:`wrpkit.debug.child`), one replay's
+            worth; every other replay here (the other rounds, the whole-graph and grouped
+            replays) prints where the process's output goes.  None: nothing is set up.
         Others: as :func:`profile`.
     """
     from .common import input_bytes  # noqa: PLC0415
@@ -594,9 +645,10 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
                     if before is not None:
                         before(op, index, path, iterations)
 
-                w0 = time.perf_counter()
-                st.walk_program(prog.ops, machine, visit, before=set_label)
-                w1 = time.perf_counter()
+                with shown() if shown is not None and rnd == 0 else contextlib.nullcontext():
+                    w0 = time.perf_counter()
+                    st.walk_program(prog.ops, machine, visit, before=set_label)
+                    w1 = time.perf_counter()
                 _restore(whole, snap)
                 if nvtx:
                     machine.nvtx.push(b"whole graph replay")

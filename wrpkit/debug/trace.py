@@ -233,7 +233,7 @@ def apply_inputs(machine: st.Machine, opened, inputs: Optional[Mapping]) -> None
 
 def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None,
           stop_at_nonfinite: bool = False, dump=None, against=None, modules: Optional[Mapping] = None,
-          isolate: bool = False, timeout: Optional[float] = None, kernels=()) -> TraceResult:
+          isolate: bool = False, timeout: Optional[float] = None, kernels=(), kernel_output=None) -> TraceResult:
     """Replay a capture op by op; record each written region's digest and statistics.
 
     Args:
@@ -250,11 +250,15 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             ``binding`` (None for an unbound array), ``argument`` (the kernel
             argument's name), ``dtype``, ``element`` (flat index in the typed
             array), ``nan``, ``inf`` and ``inputs``: the op's input regions
-            as they were BEFORE it ran (each with its ``argument``).
+            as they were BEFORE it ran (each with its ``argument``), and
+            ``source``: where the program issued the op (``{"file", "line",
+            "function", "stack"}``, :mod:`wrpkit.checks.sources`), None when the
+            capture does not record it.
         dump: A folder: write each op's written regions as ``.npy`` (typed
             where the dtype is known, else ``uint8``).
         against: A trace (path, :class:`TraceResult` or its ``to_json()``) to
-            compare with; sets :attr:`TraceResult.first_divergence`.
+            compare with; sets :attr:`TraceResult.first_divergence` (with the
+            op's ``source``, as ``first_nonfinite``).
         modules: ``{filename: bytes}`` of module files (for bytes input).
         isolate: Validate here, then load and step in a child process
             (:mod:`wrpkit.debug.child`), so that a crash in kernel code
@@ -268,6 +272,10 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             capture records no types): each recorded kernel that matches
             (:mod:`wrpkit.run.source_types`) types the regions it is passed;
             :attr:`TraceResult.kernels` says how each matched.
+        kernel_output: (``isolate``) Where the kernels' own output (``wp.printf``) goes: a
+            stream, ``"stdout"``, or None (the default: not shown;
+            :func:`wrpkit.debug.isolation.run_in_child`).  In this process it goes where the
+            process's output goes, as Warp's own replay prints it.
 
     Returns:
         A :class:`TraceResult`.
@@ -305,7 +313,8 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
     verify_deferred(opened.prepared)
     if isolate or timeout is not None:
         result = _trace_in_child(opened, device=device, engine=engine, inputs=inputs,
-                                stop_at_nonfinite=stop_at_nonfinite, dump=dump, timeout=timeout, started=t0)
+                                stop_at_nonfinite=stop_at_nonfinite, dump=dump, timeout=timeout, started=t0,
+                                kernel_output=kernel_output)
     else:
         result = run_trace(opened, device=device, engine=engine, inputs=inputs,
                            stop_at_nonfinite=stop_at_nonfinite, dump=dump, started=t0)
@@ -315,16 +324,29 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
     if other is not None:
         result.first_divergence = compare_traces(result.ops, other)
         result.against_warning = program_mismatch(result.program, other_program, result.ops, other)
+    _add_sources(result, opened.program)
     return result
 
 
+def _add_sources(result: TraceResult, program: m.Program) -> None:
+    """Name where the program issued the ops the verdicts point at (``source``: None when the capture does not say)."""
+    from ..checks.sources import Sources  # noqa: PLC0415
+
+    sources = Sources.of(program)
+    for rec in (result.first_nonfinite, result.first_divergence):
+        if rec is not None:
+            rec["source"] = sources.op(rec["path"]) if rec.get("path") is not None else None
+
+
 def _trace_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], stop_at_nonfinite: bool,
-                    dump=None, timeout: Optional[float] = None, started: Optional[float] = None) -> TraceResult:
+                    dump=None, timeout: Optional[float] = None, started: Optional[float] = None,
+                    kernel_output=None) -> TraceResult:
     """Step a validated capture in a child process (:mod:`wrpkit.debug.isolation`); the body of
     ``trace(..., isolate=True)``.  The dump files move to ``dump`` only after the child succeeded."""
     job = {"device": device, "engine": engine, "stop_at_nonfinite": bool(stop_at_nonfinite), "dump": dump is not None}
     collect = None if dump is None else (lambda d: _publish_dump(d / "dump", Path(dump)))
-    data = run_in_child(opened, "trace", job, inputs, timeout=timeout, started=started, collect=collect)
+    data = run_in_child(opened, "trace", job, inputs, timeout=timeout, started=started, collect=collect,
+                        kernel_output=kernel_output)
     return TraceResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
                        data["device"], data["ops"], data["first_nonfinite"], None, data["unknown_dtypes"],
                        data.get("unchecked") or [], **{k: data[k] for k in CHILD_TIMINGS})

@@ -27,6 +27,66 @@ from ..errors import WrpError
 # ---------------------------------------------------------------------------
 
 
+class KernelOutputShown:
+    """Show the kernels' own output (C stdio's stdout: ``wp.printf``, CUDA's ``printf``) on ``fd``.
+
+    The parent's :class:`~wrpkit.run.spawn.KernelOutput` handed ``fd`` over.  Each
+    ``with`` block points this process's file descriptor 1 at it, and Python's
+    ``sys.stdout`` at ``sys.stderr`` meanwhile, so that Warp's own messages (a
+    module's "load on device ... took ..." line) stay in the child's output
+    memory file and never pass for the kernels'; on leaving, C's buffer is
+    flushed (every kernel line is out before the answer is sent) and fd 1 is
+    the output memory file again.  A block entered while another is open
+    does nothing more.  ``fd`` None: nothing is diverted.
+    """
+
+    def __init__(self, fd):
+        self.fd = fd
+        self._depth = 0
+        self._saved = -1
+        self._python_stdout = None
+
+    def __call__(self):
+        return self
+
+    def __enter__(self):
+        self._depth += 1
+        if self.fd is None or self._depth > 1:
+            return self
+        sys.stdout.flush()
+        _c_flush()
+        self._saved = os.dup(1)
+        os.dup2(self.fd, 1)
+        self._python_stdout, sys.stdout = sys.stdout, sys.stderr
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self.fd is None or self._depth > 0 or self._saved < 0:
+            return False
+        _c_flush()  # the kernels' lines C stdio still buffers (CUDA's are out at each synchronisation)
+        sys.stdout = self._python_stdout
+        os.dup2(self._saved, 1)
+        os.close(self._saved)
+        self._saved = -1
+        return False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _c_flush() -> None:
+    """``fflush(NULL)``: write out what C stdio buffers (the kernels' printf)."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
 def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
     """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, device_ms or None)``."""
     graph, launch = prog.graph, wp.capture_launch
@@ -137,19 +197,25 @@ def set_stage(stage, text: str) -> None:
 
 
 def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
-    """One request: inputs from the shared inputs area, replays, statistics, results into the results area."""
+    """One request: inputs from the shared inputs area, replays, statistics, results into the results area.
+
+    With ``kernel_output``, a third descriptor: where the replays' kernel output goes
+    (:class:`KernelOutputShown`), every replay's, warmups included, as Warp's own replay prints it.
+    """
     from ..checks.binding_stats import region_stats  # noqa: PLC0415
     from .shared import SharedArea  # noqa: PLC0415
 
     in_area = SharedArea(message["in_size"], fd=fds[0])
     out_area = SharedArea(message["out_size"], fd=fds[1])
+    shown = KernelOutputShown(fds[2] if message.get("kernel_output") and len(fds) > 2 else None)
     try:
         if message.get("reset"):
             prog.reset()  # the memory no binding names too, which only this process can reach
         for name, (off, n) in message["inputs"].items():
             prog.write_bytes(name, in_area.view(off, n))
         set_stage(stage, "replaying")
-        host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
+        with shown:
+            host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
         set_stage(stage, "reading")
         summary = {}
         for name, spec in message["stats"].items():
@@ -161,6 +227,7 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
     finally:
         in_area.close()
         out_area.close()
+        shown.close()
     return {"host_ms": host_ms, "device_ms": device_ms, "stats": summary}
 
 

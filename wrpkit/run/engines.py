@@ -145,6 +145,10 @@ class ReplayRequest:
             it replays (the command line imports its table printer then), or None.
         trust: The :class:`~wrpkit.formats.signature.Trust` the capture was checked against here;
             wrp-replay, which reads the files again itself, checks them again against it.
+        kernel_output: The :class:`~wrpkit.run.spawn.KernelOutput` the kernels' own output
+            (``wp.printf``) goes to, all of it before the replay returns; None: not shown (the
+            python engine's child keeps it with Warp's messages; wrp-replay writes it on the
+            stderr the engine reads and does not show).
     """
 
     device: str = "cpu"
@@ -162,6 +166,7 @@ class ReplayRequest:
     identify: bool = True
     while_replaying: Optional[Callable[[], None]] = None
     trust: Optional[object] = None
+    kernel_output: Optional[object] = None
 
     @property
     def replays(self) -> int:
@@ -210,7 +215,8 @@ class PythonEngine:
                                   verify_checksums=request.verify_checksums, timeout=request.timeout,
                                   timeout_total=request.timeout_total, read_back=list(request.read_back),
                                   stats=dict(request.stats), max_memory=request.max_memory,
-                                  raw=request.raw, identify=request.identify)
+                                  raw=request.raw, identify=request.identify,
+                                  kernel_output=request.kernel_output)
         except WrpTimeoutError:
             if request.timeout_total is None or request.replays <= 1:
                 raise
@@ -279,6 +285,8 @@ class NativeEngine:
             proc = _run_replayer(exe, args, paths.env(), fds, request)
             return self._finish(prep, proc, request, outs, here, (time.perf_counter() - t0) * 1e3)
         finally:
+            if request.kernel_output is not None:
+                request.kernel_output.flush()  # every kernel line is out before the caller prints its report
             if pending is not None:
                 pending.discard()
             for fd in fds:
@@ -415,6 +423,8 @@ def replayer_args(exe: Path, source: str, request: ReplayRequest, modules_dir) -
         args += ["--max-memory", str(request.max_memory)]
     if request.timeout is not None:
         args += ["--timeout", repr(float(request.timeout))]
+    if request.kernel_output is not None:
+        args += ["--kernel-output-fd", str(request.kernel_output.fd())]
     if request.trust is not None:
         for key in request.trust.sources:
             args += ["--trusted-key", key]
@@ -495,7 +505,8 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
     wait = ["--approve-fd", str(read_end), "--approve-above", str(int(approve_above))] if read_end >= 0 else []
     try:
         child = subprocess.Popen(args + wait, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=paths.env(), pass_fds=(read_end,) if read_end >= 0 else ())
+                                 env=paths.env(),
+                                 pass_fds=((read_end,) if read_end >= 0 else ()) + _kernel_fds(request))
     except OSError:
         if write_end >= 0:
             os.close(write_end)
@@ -532,7 +543,7 @@ def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRe
     if child is None:
         try:
             child = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                     pass_fds=tuple(fds))
+                                     pass_fds=tuple(fds) + _kernel_fds(request))
         except OSError as e:
             from ..limits import is_resource_error, resource_error  # noqa: PLC0415
 
@@ -553,6 +564,11 @@ def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRe
             child.kill()
             raise
     return subprocess.CompletedProcess(args, child.returncode, out, err)
+
+
+def _kernel_fds(request: ReplayRequest) -> tuple:
+    """The descriptor ``--kernel-output-fd`` names (:func:`replayer_args`), for ``pass_fds``."""
+    return (request.kernel_output.fd(),) if request.kernel_output is not None else ()
 
 
 def _native_timings(report: dict) -> Optional[list]:

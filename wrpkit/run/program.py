@@ -285,6 +285,10 @@ class Program:
         (seconds) bounds the child.  It costs a process start and a load per
         call (see the README's benchmarks).
 
+        What the kernels print (``wp.printf``) goes where Warp prints it, this
+        process's stdout (C stdio: it may show only at exit when stdout is not
+        a terminal); an isolated run's child forwards its own to ``sys.stdout``.
+
         Runs on one Program from several threads are serialised (see the
         class's "Threads").  A run starts from the bindings the previous run
         left; ``reset=True`` restores the captured bindings first, under the
@@ -382,7 +386,9 @@ class Program:
         repeat = int(repeat)
         if repeat < 0:
             raise WrpError(f"repeat must be >= 0, got {repeat}")
-        run = replay_in_child(self._prepared, str(self.device), state, repeat, timeout=timeout, raw=True)
+        # The kernels' own output (wp.printf) goes to sys.stdout, as an in-process run's goes to stdout.
+        run = replay_in_child(self._prepared, str(self.device), state, repeat, timeout=timeout, raw=True,
+                              kernel_output="stdout")
         for name, slot in self._slots.items():
             self._write_raw(slot, run.results[name])
 

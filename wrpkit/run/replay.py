@@ -286,7 +286,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
                 allow_raw_pointers: bool = False, modules_dir=None, dtypes: Optional[Mapping] = None, kernels=(),
                 max_memory: Optional[int] = None, allow_unreached: bool = False,
                 while_replaying: Optional[Callable[[], None]] = None, trust=None,
-                npy_outputs: Optional[Mapping] = None) -> ReplayReport:
+                npy_outputs: Optional[Mapping] = None, kernel_output=None) -> ReplayReport:
     """Replay a ``.wrp`` or ``.wrpk`` and report timings and outputs; compare with a golden file, write every
     binding to an ``.npz``.
 
@@ -325,6 +325,10 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
             before anything is decoded, here and again by wrp-replay), or None.
         npy_outputs: ``{binding: path}``: write each of those bindings alone as a ``.npy`` after
             the last replay (as ``--input NAME=X.npy`` reads one).
+        kernel_output: Where the kernels' own output (``wp.printf``) of every replay goes, all of it
+            before this returns: a stream, a :class:`~wrpkit.run.spawn.KernelOutput`, ``"stdout"``,
+            or None (the default: not shown; this function prints nothing).  ``wrp replay`` passes
+            its stdout, or its stderr with ``--json``.
 
     Returns:
         The :class:`ReplayReport`; its ``exit_code`` is 1 when a binding differs from the golden.
@@ -336,9 +340,11 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
     from ..fileio import check_output_path  # noqa: PLC0415
     from . import prepare as preparation  # noqa: PLC0415
     from .engines import ReplayRequest, engine as engine_named, typed_like  # noqa: PLC0415
+    from .spawn import kernel_output_of  # noqa: PLC0415
 
     chosen = engine_named(engine)
     file = Path(file)
+    shown, owned = kernel_output_of(kernel_output)
     try:
         file = preparation.resolve_capture_path(file)
         # Both engines replay in a child that maps the file itself: this process reads its records
@@ -382,7 +388,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         request = ReplayRequest(
             device=device, inputs=given.inputs, repeat=repeat, warmup=warmup, verify_checksums=verify_checksums,
             allow_raw_pointers=allow_raw_pointers, max_memory=max_memory, while_replaying=while_replaying,
-            trust=trust, read_back=list(prep.sizes) if output is not None
+            trust=trust, kernel_output=shown, read_back=list(prep.sizes) if output is not None
             else list(dict.fromkeys([*(given.golden or ()), *npy_outputs])),
             stats={n: stats_spec(prep.signature.get(n), prep.sizes[n], given.hint(n)) for n in outputs})
         if watchdog is not None:
@@ -392,6 +398,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
             request.timeout, request.timeout_total = watchdog.remaining(), watchdog.seconds
         run = chosen.replay(prep, request)
     finally:
+        if owned:
+            shown.close()
         if watchdog is not None:
             watchdog.disarm()  # replayed (or failed) in time: what follows is never cut short
         for k in prep._keep:

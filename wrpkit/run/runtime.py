@@ -125,6 +125,8 @@ class IsolatedProgram:
 
         Every binding comes back from the child (through shared memory: a new
         child after a crash starts from them); only ``outputs`` are returned.
+        What the kernels print (``wp.printf``) is forwarded to ``sys.stdout``, all
+        of it before this returns, as an in-process run prints it to stdout.
 
         Args:
             inputs: As for :meth:`Program.run`.
@@ -170,8 +172,10 @@ class IsolatedProgram:
         send = self._state if not self._worker.alive else {n: self._state[n] for n in self._dirty}
         try:
             # Every binding comes back (in shared memory): a new child after a crash starts from them.
+            # The kernels' own output (wp.printf) goes to sys.stdout, as an in-process run's goes to the
+            # process's stdout.
             run = replay_in_worker(self._worker, send, repeat, timeout=timeout, full_state=self._state,
-                                   reset=self._reset_child)
+                                   reset=self._reset_child, kernel_output="stdout")
         except BaseException:
             # A failed run changes nothing here (its child is gone, and the next one starts fresh).
             self._state, self._dirty, self._reset_child = before, dirty, reset_child

@@ -95,6 +95,108 @@ def output_tail(out_fd: int, size: int = 4000) -> str:
         return ""
 
 
+class KernelOutput:
+    """Where the kernels' own output of a replay in another process goes: a pass-through, never formatted.
+
+    Kernel code prints (``wp.printf``, ``print`` in a kernel, CUDA's device
+    ``printf``) with C's stdio, to its process's file descriptor 1.  In a
+    child that is the output memory file that Warp's messages go to
+    (:func:`spawn_served`), so a replay in a child would print nothing.  A
+    child asked to show it (``run`` requests of :mod:`wrpkit.run.child`,
+    :func:`wrpkit.debug.isolation.run_in_child`, ``wrp-replay
+    --kernel-output-fd``) points its fd 1 at :meth:`fd` while its replays
+    run, sends Warp's own Python-level messages elsewhere, and flushes C's
+    buffer before it answers, so every kernel line is out before the caller
+    prints anything of its own.
+
+    This is the one place that decides where those bytes go, and it decides
+    nothing about them: the command line (or the Python API) names a stream,
+    and the child writes into it.  A stream with a file descriptor (a
+    terminal, a pipe, a file) is written directly by the child, as it runs,
+    through a copy of that descriptor; any other (``io.StringIO``, click's test
+    runner, pytest's ``capsys``) gets what the child wrote into a memory file,
+    copied by :meth:`flush` once the request is answered.  ``stream=None``
+    discards it (``/dev/null``).
+
+    Args:
+        stream: A file object (text or binary), or None to discard.
+    """
+
+    def __init__(self, stream):
+        self.stream = stream
+        self._fd = -1
+        self._spooled = False
+        self._copied = 0
+
+    def fd(self) -> int:
+        """The descriptor to hand the child (the same one each time; this object closes it)."""
+        self._flush_stream()  # what this process printed before comes first
+        if self._fd < 0:
+            if self.stream is None:
+                self._fd = os.open(os.devnull, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            else:
+                try:
+                    self._fd = os.dup(self.stream.fileno())
+                except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both
+                    from .shared import memory_file  # noqa: PLC0415
+
+                    self._fd = memory_file("wrpkit-kernel-output")
+                    self._spooled = True
+        return self._fd
+
+    def flush(self) -> None:
+        """Copy into the stream what a child wrote since the last call (for a stream without a descriptor)."""
+        if not self._spooled or self._fd < 0:
+            return
+        end = os.fstat(self._fd).st_size
+        while self._copied < end:
+            data = os.pread(self._fd, min(end - self._copied, 1 << 20), self._copied)
+            if not data:
+                break
+            self._copied += len(data)
+            buffer = getattr(self.stream, "buffer", None)
+            try:
+                if buffer is not None:
+                    self.stream.flush()
+                    buffer.write(data)
+                else:
+                    self.stream.write(data.decode("utf-8", "replace"))
+            except (OSError, ValueError):  # a closed stream: the kernels' output is dropped, the replay stands
+                self._copied = end
+                break
+        self._flush_stream()
+
+    def close(self) -> None:
+        """Copy what is left (:meth:`flush`) and close the descriptor."""
+        self.flush()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _flush_stream(self) -> None:
+        flush = getattr(self.stream, "flush", None)
+        if flush is not None:
+            try:
+                flush()
+            except (OSError, ValueError):
+                pass
+
+
+def kernel_output_of(target) -> tuple:
+    """``(KernelOutput or None, owned)`` for a ``kernel_output=`` argument.
+
+    ``target``: a :class:`KernelOutput` (the caller's, left open), a stream
+    (a :class:`KernelOutput` made for it: ``owned``, the callee closes it),
+    ``"stdout"`` (this process's ``sys.stdout`` now), or None (the kernels'
+    output is not shown: it stays in the child's output, as Warp's messages do).
+    """
+    if target is None or isinstance(target, KernelOutput):
+        return target, False
+    if isinstance(target, str) and target == "stdout":
+        target = sys.stdout
+    return KernelOutput(target), True
+
+
 def prestart(module: str, message: dict, extra: tuple = ()) -> None:
     """Start a child of ``module`` now and send it ``message`` (it answers nothing), for :func:`take_prestarted`.
 

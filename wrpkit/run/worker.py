@@ -470,7 +470,7 @@ class ReplayWorker:
         return output_tail(self._out_fd)
 
     def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None, *,
-            read_back=None, stats: Optional[Mapping] = None, reset: bool = False) -> ChildRun:
+            read_back=None, stats: Optional[Mapping] = None, reset: bool = False, kernel_output=None) -> ChildRun:
         """Replay in the child: set ``inputs`` (whole bindings as ``uint8``), replay, answer.
 
         Args:
@@ -483,6 +483,9 @@ class ReplayWorker:
                 to summarise in the child.
             reset: Restore all of the child's graph memory to the captured bytes first
                 (:meth:`~wrpkit.run.program.Program.reset`; a child started now is fresh anyway).
+            kernel_output: A :class:`~wrpkit.run.spawn.KernelOutput`: the replays' kernel output
+                (``wp.printf``) goes there, all of it before this returns; None: it stays in the
+                child's output, with Warp's messages.
 
         Returns:
             A :class:`ChildRun` whose ``results`` are ``uint8`` views of a
@@ -514,8 +517,13 @@ class ReplayWorker:
                     in_area.view(off, size)[:] = np.ascontiguousarray(inputs[n]).reshape(-1).view(np.uint8)
             message = {"op": "run", "repeat": int(repeat), "warmup": int(warmup), "inputs": in_at,
                        "in_size": in_size, "outputs": out_at, "out_size": out_size, "stats": dict(stats or {}),
-                       "reset": bool(reset)}
-            answer, _, deadline = self._ask(message, [in_area.fd, out_area.fd], timeout, deadline)
+                       "reset": bool(reset), "kernel_output": kernel_output is not None}
+            fds = [in_area.fd, out_area.fd] + ([kernel_output.fd()] if kernel_output is not None else [])
+            try:
+                answer, _, deadline = self._ask(message, fds, timeout, deadline)
+            finally:
+                if kernel_output is not None:
+                    kernel_output.flush()  # the kernels' lines, before the caller says anything of its own
             if answer is not None and "error" not in answer:
                 results = {n: out_area.view(off, size) for n, (off, size) in out_at.items()}
                 return ChildRun(results, answer["host_ms"], answer["device_ms"], answer.get("stats", {}))
