@@ -139,12 +139,14 @@ def _region_sizes(program: m.Program) -> dict:
 
 #: What a backward launch does to an array's gradient, by what its forward launch does to the array
 #: (reverse-mode differentiation, as Warp's generated adjoints do it): an array the forward pass reads
-#: gets its gradient accumulated (``adj_x += ...``: read and written); the gradient of an array it
-#: only writes is read (the adjoint of a store reads ``adj_y[i]``); both, both.  The array's own data
-#: is only read by the adjoint (its forward values; Warp does not store them again).  ``wp.Tape``'s
-#: backward launches are these; ``effects`` gives each its accesses from here, so trace, graph,
-#: slice, diff and inspect agree that ``loss_k (backward)`` writes ``f``'s gradient, not ``loss``.
-ADJOINT_MODES = {"read": "readwrite", "write": "read", "readwrite": "readwrite", "touches": "touches",
+#: gets its gradient accumulated (``adj_x += ...``); the gradient of an array it writes is read and
+#: then zeroed (``adj_array_store`` in Warp's ``array.h``: a stored value has no gradient left, unless
+#: the array retains its gradient); so every gradient is read and written, except an unused
+#: argument's.  The array's own data is only read by the adjoint (its forward values; Warp does not
+#: store them again).  ``wp.Tape``'s backward launches are these; ``effects`` gives each its accesses
+#: from here, so trace, graph, slice, diff and inspect agree that ``loss_k (backward)`` writes
+#: ``f``'s gradient, not ``loss``.
+ADJOINT_MODES = {"read": "readwrite", "write": "readwrite", "readwrite": "readwrite", "touches": "touches",
                  "unused": "unused"}
 
 

@@ -100,7 +100,8 @@ def memcheck(file, device, engine, inputs_npz, input_items, timeout, kernels, as
         quiet_warp("cpu")  # memcheck runs on the CPU only (a CUDA device is refused with a hint)
     inputs = gather_inputs(inputs_npz, input_items)
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-        result = run_memcheck(file, device=device, engine=engine, inputs=inputs, timeout=timeout, kernels=kernels)
+        result = run_memcheck(file, device=device, engine=engine, inputs=inputs, timeout=timeout, kernels=kernels,
+                              kernel_output=sys.stderr if as_json else sys.stdout)
     code = 0 if result.clean else 1
     if as_json:
         dump_json(result.to_json())

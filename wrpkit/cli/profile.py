@@ -136,6 +136,11 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
             names = ", ".join(r["names"][:3]) + (", ..." if len(r["names"]) > 3 else "")
             t.add_row(f"{r['call_site']} {r['function']}()", names, str(r["calls"]), fmt_ms(r["total_ms"]),
                       fmt_ms(r["median_ms"]), _pct(r["share"]))
+            callers = r.get("callers") or []
+            if len(callers) > 1:  # a helper called from several lines: which call costs what
+                for c in callers[:3]:
+                    t.add_row(f"  via {c['call_site']} {c['function']}()", "", str(c["calls"]),
+                              fmt_ms(c["total_ms"]), "", _pct(c["share"]))
         con.print(t)
     tops = sorted(result.top_level, key=lambda r: -r["total_ms"])
     shown = tops[:TOP_ROWS]

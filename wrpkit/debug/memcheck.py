@@ -105,7 +105,8 @@ class MemcheckResult:
 
 
 def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None,
-             modules: Optional[Mapping] = None, timeout: Optional[float] = None, kernels=()) -> MemcheckResult:
+             modules: Optional[Mapping] = None, timeout: Optional[float] = None, kernels=(),
+             kernel_output=None) -> MemcheckResult:
     """Replay a capture with every region between inaccessible pages; name the first access outside one.
 
     Args:
@@ -118,6 +119,8 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
         kernels: ``.py`` files defining the capture's kernels: types a stock
             capture's arrays (element indices instead of bytes) and gives the
             source lines of the kernel that access the argument.
+        kernel_output: Where the kernels' own output (``wp.printf``) of the first pass goes (a
+            stream, :func:`wrpkit.debug.isolation.run_in_child`); None: not shown.
 
     Returns:
         A :class:`MemcheckResult`; ``violation`` is None when no pass found one.
@@ -181,7 +184,8 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
         job = {"device": device, "engine": engine, "mode": mode, "guard_bytes": GUARD_BYTES}
         left = None if timeout is None else timeout
         data = run_in_child(opened, "memcheck", job, inputs, timeout=left, started=t0,
-                            env={"LD_PRELOAD": preload}, crashed=crashed)
+                            env={"LD_PRELOAD": preload}, crashed=crashed,
+                            kernel_output=kernel_output if mode == 0 else None)  # one replay's worth, as trace
         if fault:
             result.violation = describe_violation(opened, fault, name, typing)
             result.ops = max(0, fault["slot"][0] + 1)

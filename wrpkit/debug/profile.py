@@ -43,6 +43,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
+from ..checks.effects import launch_label
 from ..environment import WARP_WHILE_GUARD, while_guard_error
 from ..errors import WrpBindingError, WrpError, WrpFormatError, WrpNotFoundError, WrpRuntimeError
 from ..fileio import atomic_write, read_user_text
@@ -87,7 +88,9 @@ class ProfileResult:
         top_level: Per top-level op, in program order: ``index``, ``op``,
             ``name`` (kernel key or op kind), ``calls``, ``total_ms``, ``share``.
         call_sites: Per line of the program that issued ops (captures made
-            with ``wrpkit.capture``), most time first: ``call_site``
+            with ``wrpkit.capture``), most time first, each with ``callers``: the
+            same time split by the line that called the function holding it
+            (a helper called from several places): ``call_site``
             (``"sim.py:42"``), ``file``, ``line``, ``function``, ``names``
             (kernel keys or op kinds issued there), ``calls``, ``total_ms``,
             ``median_ms``, ``share``; ops the capture does not place are left
@@ -433,16 +436,27 @@ def call_site_rows(ops: list, program: m.Program) -> list:
         key = call_site_key(src)
         if key is None:
             continue
-        row = per.setdefault(key, [src, [], []])
+        row = per.setdefault(key, [src, [], [], {}])
         row[1].append(o["ms"])
         name = o["kernel"] or o["op"]
         if name not in row[2]:
             row[2].append(name)
+        # The line that called the function holding the call (a helper called from several places).
+        caller = src["stack"][1] if len(src.get("stack") or ()) > 1 else None
+        if caller is not None:
+            row[3].setdefault((call_site_key(caller), caller.get("function", "")), []).append(o["ms"])
     total = sum(o["ms"] for o in ops)
+
+    def share(v):
+        return round(sum(v) / total, 6) if total > 0 else 0.0
+
     return sorted(({"call_site": key, "file": src["file"], "line": src["line"], "function": src["function"],
                     "names": names, "calls": len(v), "total_ms": _ns(sum(v)), "median_ms": _ns(statistics.median(v)),
-                    "share": round(sum(v) / total, 6) if total > 0 else 0.0}
-                   for key, (src, v, names) in per.items()), key=lambda r: (-r["total_ms"], r["call_site"]))
+                    "share": share(v),
+                    "callers": sorted(({"call_site": ck, "function": fn, "calls": len(cv), "total_ms": _ns(sum(cv)),
+                                        "share": share(cv)} for (ck, fn), cv in callers.items()),
+                                      key=lambda r: (-r["total_ms"], r["call_site"]))}
+                   for key, (src, v, names, callers) in per.items()), key=lambda r: (-r["total_ms"], r["call_site"]))
 
 
 def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
@@ -639,7 +653,7 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
 
                 def set_label(op, index, path, iterations):
                     if nvtx:
-                        name = op.kernel_key if isinstance(op, m.KernelLaunch) else op.op_type.name
+                        name = launch_label(op) if isinstance(op, m.KernelLaunch) else op.op_type.name
                         machine.label = f"{seq[0]} {name}".encode()
                     seq[0] += 1
                     if before is not None:
@@ -701,7 +715,7 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
             result.ops.append({"seq": seq, "index": index, "path": path,
                                "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
                                "op": op.op_type.name,
-                               "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None,
+                               "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None,
                                "ms": _ns(ms), "raw_ms": _ns(raw)})
     finally:
         machine.close()
@@ -853,7 +867,7 @@ def summarize(result: ProfileResult, program: Optional[m.Program] = None) -> Non
         calls, ms, first = per_top[index]
         op = program.ops[index] if program is not None and 0 <= index < len(program.ops) else None
         kind = op.op_type.name if op is not None else (first["op"] if first["path"] == str(index) else "?")
-        name = op.kernel_key if isinstance(op, m.KernelLaunch) else kind
+        name = launch_label(op) if isinstance(op, m.KernelLaunch) else kind
         rows.append({"index": index, "op": kind, "name": name, "calls": calls, "total_ms": _ns(ms),
                      "share": round(share(ms), 6)})
     result.top_level = rows
@@ -1027,7 +1041,7 @@ def check_profile_matches(profile: dict, program: m.Program) -> None:
 
     for path, p in profile["paths"].items():
         op = op_at_path(program.ops, path)
-        kernel = op.kernel_key if isinstance(op, m.KernelLaunch) else None
+        kernel = launch_label(op) if isinstance(op, m.KernelLaunch) else None
         if op is None or (p.get("op") and p["op"] != op.op_type.name) or (p.get("kernel") and p["kernel"] != kernel):
             what = "no op" if op is None else f"{op.op_type.name} {kernel or ''}".strip()
             raise WrpBindingError(f"the profile is not of this capture: it times "

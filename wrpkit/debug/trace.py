@@ -32,7 +32,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.effects import effects
+from ..checks.effects import effects, launch_label
 from ..errors import EXIT_FAILED, EXIT_OK, WrpError, WrpFormatError
 from ..fileio import atomic_write, io_error, make_folder, read_user_text
 from ..formats import wrp1
@@ -478,7 +478,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                         u["unchanged"] += 1
                     else:
                         u["writes"] += 1
-                        name = op.kernel_key if isinstance(op, m.KernelLaunch) else op.op_type.name
+                        name = launch_label(op) if isinstance(op, m.KernelLaunch) else op.op_type.name
                         if len(u["writers"]) < 8 and all(w["path"] != path or w["name"] != name
                                                          for w in u["writers"]):
                             u["writers"].append({"seq": seq, "index": index, "path": path, "name": name})
@@ -486,7 +486,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                     _dump(dump_dir, seq, path, iterations, info, raw)
             rec = {"seq": seq, "index": index, "path": path,
                    "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
-                   "op": op.op_type.name, "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None,
+                   "op": op.op_type.name, "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None,
                    "writes": writes}
             result.ops.append(rec)
             stop = False

@@ -29,7 +29,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.effects import effects
+from ..checks.effects import effects, launch_label
 from ..errors import WrpError
 from . import stepper as st
 
@@ -111,7 +111,7 @@ def _writers(program: m.Program) -> dict:
                 walk(op.body, index, path + ".")
             else:
                 row = {"index": index, "path": path, "op": op.op_type.name,
-                       "kernel": op.kernel_key if isinstance(op, m.KernelLaunch) else None}
+                       "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None}
                 for rid in effects(op, program, sigs).written_regions():
                     out.setdefault(rid, []).append(row)
 
