@@ -124,9 +124,16 @@ def test_kernels_names_stock_arguments_and_their_lines(captures):
     assert arg["lines"] == want
 
 
+def test_strict_passes_only_when_every_region_was_guarded(captures):
+    code, d, r = memcheck(captures[("nested", 0, "wrpkit")], "--strict")
+    assert code == 0 and d["strict_failed"] is False and d["unguarded"] == [] and d["regions"] >= 5, r.stderr
+    code, d, r = memcheck(captures[("nested", 1, "wrpkit")], "--strict")
+    assert code == 1 and d["violation"] is not None and d["strict_failed"] is False
+
+
 def test_refusals(captures, tmp_path):
     r = run(WRP, "memcheck", captures[("launch", 1, "stock")], "--device", "cuda:0")
-    assert r.returncode == 2 and "compute-sanitizer" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "recorded for the CPU" in r.stderr and "Traceback" not in r.stderr
     bad = tmp_path / "cut.wrp"
     bad.write_bytes(captures[("launch", 1, "stock")].read_bytes()[:100])
     r = run(WRP, "memcheck", bad)
@@ -135,3 +142,24 @@ def test_refusals(captures, tmp_path):
     assert r.returncode == 2
     r = run(WRP, "memcheck", "--help")
     assert r.returncode == 0 and "Examples:" in r.stdout
+
+
+def test_compute_sanitizer_reports_are_read_in_the_captures_terms(captures):
+    """A CUDA capture is checked by NVIDIA's compute-sanitizer on wrp-replay (no GPU here: its report,
+    in the form its manual shows, is read against a real capture's kernel symbols)."""
+    from wrpkit.debug.common import open_program  # noqa: PLC0415
+    from wrpkit.debug.memcheck import sanitizer_violation  # noqa: PLC0415
+
+    prog = open_program(captures[("launch", 1, "stock")]).program
+    scale = next(k for k in prog.kernels if k.kernel_key == "scale")
+    report = ("========= COMPUTE-SANITIZER\n"
+              "========= Invalid __global__ write of size 4 bytes\n"
+              f"=========     at {scale.forward_name}+0x1d0\n"
+              "=========     by thread (64,0,0) in block (0,0,0)\n"
+              "=========     Address 0x7f3a2c000100 is out of bounds\n"
+              "=========     and is 1 bytes after the nearest allocation at 0x7f3a2c000000 of size 256 bytes\n")
+    v = sanitizer_violation(report, prog)
+    assert (v["kernel"], v["access"], v["thread"], v["block"], v["size"]) == ("scale", "write", [64, 0, 0],
+                                                                            [0, 0, 0], 4)
+    assert v["side"].startswith("Address 0x7f3a2c000100 is out of bounds")
+    assert sanitizer_violation("========= ERROR SUMMARY: 0 errors\n", prog) is None

@@ -10,11 +10,16 @@ import click
 
 from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp,
                       trust_options)
-from .output import console, dump_json, escape
+from .output import console, dump_json, escape, stderr_console
 
 
 def violation_lines(v: dict) -> list:
     """The first out-of-bounds access in words: what, where in the step, which argument and element."""
+    if v.get("pass") == "compute-sanitizer":  # a CUDA capture: NVIDIA's checker names kernel, thread, block
+        return [f"[bold red]out-of-bounds {v['access']}[/] ({v['memory']} memory, {v['size']} bytes): kernel "
+                f"{escape(repr(v['kernel']))}, thread ({', '.join(map(str, v['thread']))}) in block "
+                f"({', '.join(map(str, v['block']))}): {escape(v['side'])}",
+                "  (compute-sanitizer's report; `wrp trace` names the op that launched it)"]
     where = f"op {v['op']}" if v["op"] is not None else "while Warp loaded the capture"
     if v["path"] is not None and (v["path"] != str(v["op"]) or v["iteration"] is not None):
         where += f" (path {v['path']}" + (f", WHILE iteration {v['iteration']}" if v["iteration"] is not None
@@ -63,10 +68,13 @@ def violation_lines(v: dict) -> list:
 @click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
               help="Give up when the check takes longer than SECONDS of wall time (both passes): exit 124.")
 @kernels_option
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when any region could not be guarded (listed as unguarded), naming them: an incomplete "
+                   "answer fails a CI gate.")
 @click.option("--json", "as_json", is_flag=True, help='Print {"clean": ..., "violation": {...} | null, '
               '"passes": [...], "unguarded": [...], "limits": [...]}.')
 @trust_options
-def memcheck(file, device, engine, inputs_npz, input_items, timeout, kernels, as_json, trust):
+def memcheck(file, device, engine, inputs_npz, input_items, timeout, kernels, strict, as_json, trust):
     """Replay FILE so that any read or write outside an array's memory is caught, and name the first.
 
     \b
@@ -82,15 +90,16 @@ def memcheck(file, device, engine, inputs_npz, input_items, timeout, kernels, as
     validation before anything runs. What no pass can see (an index past
     one dimension that stays inside the array) is said with every answer.
     Nothing is written.
-    Exit codes: 0 no out-of-bounds access; 1 one found; 2 bad input or a
-    CUDA device; 3 invalid file; 4 the replay crashed for another reason;
-    124 --timeout ran out; 130 Ctrl-C.
+    Exit codes: 0 no out-of-bounds access; 1 one found, or with --strict a
+    region left unguarded; 2 bad input or a CUDA device; 3 invalid file; 4
+    the replay crashed for another reason; 124 --timeout ran out; 130 Ctrl-C.
 
     \b
     Examples:
       wrp memcheck sim.wrp
       wrp memcheck stock.wrp --kernels sim.py --inputs in.npz
       wrp memcheck sim.wrp --json | jq .violation
+      wrp memcheck sim.wrp --strict          # a CI gate: unguarded regions fail it
     """
     from ..debug.memcheck import memcheck as run_memcheck  # noqa: PLC0415
     from ..formats.signature import verify_path  # noqa: PLC0415
@@ -102,9 +111,13 @@ def memcheck(file, device, engine, inputs_npz, input_items, timeout, kernels, as
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         result = run_memcheck(file, device=device, engine=engine, inputs=inputs, timeout=timeout, kernels=kernels,
                               kernel_output=sys.stderr if as_json else sys.stdout)
-    code = 0 if result.clean else 1
+    strict_failed = bool(strict and result.clean and result.unguarded)
+    code = 0 if result.clean and not strict_failed else 1
     if as_json:
-        dump_json(result.to_json())
+        dump_json({**result.to_json(), "strict_failed": strict_failed})
+        if strict_failed:
+            stderr_console().print(f"error: --strict: {len(result.unguarded)} region(s) could not be guarded "
+                                   "(--json lists them as unguarded)", markup=False)
         sys.exit(code)
     con = console()
     for line in kernel_match_lines(result.kernels):
@@ -121,4 +134,7 @@ def memcheck(file, device, engine, inputs_npz, input_items, timeout, kernels, as
     con.print("not seen by memcheck:", highlight=False, markup=False)
     for limit in result.limits:
         con.print(f"  - {limit}", highlight=False, markup=False)
+    if strict_failed:
+        stderr_console().print(f"error: --strict: region(s) {', '.join(str(r) for r in result.unguarded)} could not "
+                               "be guarded, so accesses outside them were not checked", markup=False)
     sys.exit(code)

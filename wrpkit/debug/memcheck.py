@@ -144,16 +144,10 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
     t0 = time.perf_counter()
     opened = open_program(source, modules)
     typing = type_capture(opened, list(kernels or ()))
-    device = "cpu" if device is None else str(device)
-    if device.strip().lower() != "cpu":
-        raise WrpUsageError(
-            f"wrp memcheck runs on the CPU; {device} was asked for",
-            hint="For a CUDA capture run NVIDIA's checker on the C++ replayer: `compute-sanitizer --tool memcheck "
-                 "wrp-replay FILE --device cuda:0`; recapture on CPU (device=\"cpu\") to check it here.")
-    if opened.program.device_type != m.DeviceType.CPU:
-        raise WrpUsageError("wrp memcheck runs on the CPU, and this capture was recorded for CUDA",
-                            hint="Run `compute-sanitizer --tool memcheck wrp-replay FILE --device cuda:0`, or "
-                                 "recapture the step with device=\"cpu\" and check that.")
+    is_cuda_file = opened.program.device_type != m.DeviceType.CPU
+    device = ("cuda:0" if is_cuda_file else "cpu") if device is None else str(device)
+    if device.strip().lower() != "cpu" or is_cuda_file:
+        return _memcheck_cuda(opened, device, inputs, timeout, t0, typing)
     if engine not in ("python", "native"):
         raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
     guard = find_memguard()
@@ -191,6 +185,83 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
             result.ops = max(0, fault["slot"][0] + 1)
             break
         result.ops, result.regions, result.unguarded = data["ops"], data["regions"], data["unguarded"]
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+#: The first error block of NVIDIA's compute-sanitizer (memcheck tool): kind, size, kernel symbol,
+#: thread, block and the address line (see its manual, "memcheck_demo Output").
+_SANITIZER_ERROR = re.compile(r"=+ Invalid __(?P<space>\w+)__ (?P<access>read|write) of size (?P<size>\d+) bytes?\s*\n"
+                              r"=+\s+at (?P<symbol>[^\s(+]+)[^\n]*\n"
+                              r"=+\s+by thread \((?P<thread>[\d,]+)\) in block \((?P<block>[\d,]+)\)\s*\n"
+                              r"=+\s+(?P<address>Address [^\n]*)")
+
+
+def sanitizer_violation(text: str, program: m.Program) -> Optional[dict]:
+    """The first out-of-bounds access compute-sanitizer reported, in the capture's terms (its kernel
+    key from the symbol), or None when its output holds none."""
+    hit = _SANITIZER_ERROR.search(text)
+    if hit is None:
+        return None
+    symbol = hit["symbol"]
+    kernel = next((("" if symbol == k.forward_name else "backward ", k.kernel_key) for k in program.kernels
+                   if symbol in (k.forward_name, k.backward_name)), None)
+    return {"pass": "compute-sanitizer", "access": hit["access"], "step": None, "op": None, "path": None,
+            "iteration": None, "kind": "KERNEL_LAUNCH",
+            "kernel": (kernel[1] + (" (backward)" if kernel[0] else "")) if kernel else symbol,
+            "module": None, "region": None, "binding": None, "region_size": None, "byte_offset": None,
+            "side": hit["address"], "arguments": [], "kernel_source": None, "call_site": None,
+            "thread": [int(v) for v in hit["thread"].split(",")], "block": [int(v) for v in hit["block"].split(",")],
+            "memory": hit["space"], "size": int(hit["size"]), "report": hit.group(0)}
+
+
+def _memcheck_cuda(opened, device: str, inputs, timeout, t0: float, typing) -> MemcheckResult:
+    """A CUDA capture: ``wrp-replay`` under NVIDIA's compute-sanitizer (memcheck tool), where it is installed.
+
+    Guard pages are host memory; on a GPU the checker that sees every access is NVIDIA's own.  It
+    names the kernel, thread and block, not the op: a capture launching one kernel several times
+    needs the op found with ``wrp trace`` (a CPU recapture gets the whole answer here).
+    """
+    import os  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    from ..errors import WrpTimeoutError, timeout_message  # noqa: PLC0415
+    from ..run.engines import native_paths  # noqa: PLC0415
+
+    if opened.program.device_type == m.DeviceType.CPU:
+        raise WrpUsageError(f"this capture was recorded for the CPU; {device} was asked for",
+                            hint="Leave --device out: wrp memcheck checks a CPU capture on the CPU.")
+    if inputs:
+        raise WrpUsageError("wrp memcheck of a CUDA capture replays it with its captured data; --inputs are not "
+                            "passed to compute-sanitizer", hint="Leave --inputs out, or check a CPU capture.")
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    sanitizer = shutil.which("compute-sanitizer") or shutil.which("compute-sanitizer", path=os.path.join(home, "bin"))
+    if sanitizer is None or opened.path is None:
+        raise WrpUsageError(
+            f"wrp memcheck checks a CUDA capture with NVIDIA's compute-sanitizer, which is not installed here"
+            if sanitizer is None else "wrp memcheck of a CUDA capture needs its file on disk",
+            hint="Install the CUDA toolkit's compute-sanitizer (or put it on PATH / set CUDA_HOME), or recapture "
+                 "the step with device=\"cpu\" and check that: guard pages name the op, argument and element.")
+    replayer = native_paths().require_replayer()
+    cmd = [sanitizer, "--tool", "memcheck", "--print-limit", "1", "--error-exitcode", "86",
+           str(replayer), str(opened.path), "--device", device]
+    left = None if timeout is None else max(0.001, timeout - (time.perf_counter() - t0))
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=left)
+    except subprocess.TimeoutExpired:
+        raise WrpTimeoutError(timeout_message(timeout)) from None
+    text = done.stdout + done.stderr
+    result = MemcheckResult(str(opened.path), device, "compute-sanitizer")
+    result.passes = ["compute-sanitizer"]
+    result.limits = ["compute-sanitizer names the kernel, thread and block, not the op (wrp trace finds it)"]
+    if typing is not None:
+        result.kernels = typing.to_json()
+    result.violation = sanitizer_violation(text, opened.program)
+    if result.violation is None and done.returncode not in (0, 86):
+        raise WrpRuntimeError(f"compute-sanitizer ended with exit code {done.returncode}: "
+                              f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}",
+                              hint="Run the command yourself: " + " ".join(map(str, cmd)))
     result.seconds = time.perf_counter() - t0
     return result
 
