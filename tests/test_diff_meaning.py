@@ -81,3 +81,65 @@ def test_backward_launches_are_named_and_write_gradients(tmp_path):
     xs = np.arange(16, dtype=np.float32)
     assert np.array_equal(got["x_grad"].view(np.float32), 2 * xs)  # d(sum x^2)/dx
     assert not got["f_grad"].view(np.float32).any()
+
+
+CHAIN = '''
+import sys
+import numpy as np
+import warp as wp
+
+wp.config.quiet = True
+SIGN = {sign}
+
+
+@wp.kernel
+def stretch(x: wp.array(dtype=float), y: wp.array(dtype=float)):
+    i = wp.tid()
+    y[i] = 3.0 + SIGN * x[i]
+
+
+@wp.kernel
+def root(y: wp.array(dtype=float), z: wp.array(dtype=float)):
+    i = wp.tid()
+    z[i] = wp.sqrt(y[i])
+
+
+if __name__ == "__main__":
+    x = wp.array(np.arange(8, dtype=np.float32))
+    y = wp.zeros(8, dtype=float)
+    z = wp.zeros(8, dtype=float)
+    wp.launch(stretch, dim=8, inputs=[x, y])
+    wp.launch(root, dim=8, inputs=[y, z])
+    wp.capture_begin(device="cpu", apic=True)
+    wp.launch(stretch, dim=8, inputs=[x, y])
+    wp.launch(root, dim=8, inputs=[y, z])
+    g = wp.capture_end()
+    wp.capture_save(g, sys.argv[1], inputs={{"x": x}}, outputs={{"z": z}})
+'''
+
+
+def test_a_typed_trace_matches_an_untyped_one_and_an_edit_is_found_where_it_is(tmp_path):
+    paths = {}
+    for name, sign in (("a", "-1.0"), ("edited", "1.0")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "chain.py").write_text(CHAIN.format(sign=sign))
+        paths[name] = d / "step.wrp"
+        r = run(sys.executable, d / "chain.py", paths[name])
+        assert r.returncode == 0, r.stderr
+    kernels = tmp_path / "a" / "chain.py"
+    plain, typed = tmp_path / "plain.trace", tmp_path / "typed.trace"
+    assert run(WRP, "trace", paths["a"], "--save", plain).returncode == 0
+    assert run(WRP, "trace", paths["a"], "--kernels", kernels, "--save", typed).returncode == 0
+    # One run traced with and without types: the untyped trace lists x as maybe written by
+    # `stretch` (its file does not say), which it left unchanged: no divergence, either way round.
+    for args in (("--against", typed), ("--kernels", kernels, "--against", plain)):
+        r = run(WRP, "trace", paths["a"], *args, "--json")
+        d = json.loads(r.stdout)
+        assert r.returncode == 0 and d["first_divergence"] is None, d["first_divergence"]
+    # The edited twin differs at its first op, the one whose kernel changed, typed or not.
+    for args in ((), ("--kernels", kernels)):
+        r = run(WRP, "trace", paths["edited"], *args, "--against", plain, "--json")
+        dv = json.loads(r.stdout)["first_divergence"]
+        assert r.returncode == 1 and (dv["seq"], dv["kernel"], dv["reason"]) == (0, "stretch",
+                                                                                  "a written region differs"), dv

@@ -140,13 +140,21 @@ def _key(rec: dict) -> tuple:
     return rec.get("index"), rec.get("path"), tuple(rec.get("iterations") or ())
 
 
+def _unchanged_maybe(write: dict) -> bool:
+    """A write the trace listed only because the file does not say the op writes the region (an
+    untyped trace's ``touches``), whose bytes the op left as they were: not a write after all."""
+    return bool(write.get("maybe")) and write.get("changed") is False
+
+
 def compare_traces(ops: list, other: list) -> Optional[dict]:
     """The first op where two traces differ (order, op, or a written region's digest), or None.
 
     ``reason`` says exactly what: ``"the op streams differ here"``, ``"a written
     region differs"`` (both traces wrote it, with other bytes), or ``"a written
     region is absent from the other trace"`` / ``"... from this trace"``
-    (``absent_from`` then says which: ``"other"`` or ``"this"``).
+    (``absent_from`` then says which: ``"other"`` or ``"this"``).  A region one trace lists only
+    as maybe written (``maybe``: its file does not say; an untyped stock capture) and left unchanged
+    is not a write: a typed trace and an untyped one of the same run compare as the same.
     """
     for a, b in zip(ops, other):
         if not isinstance(b, dict):
@@ -160,6 +168,8 @@ def compare_traces(ops: list, other: list) -> Optional[dict]:
         theirs = {w.get("region"): w for w in b.get("writes") or () if isinstance(w, dict)}
         for w in a["writes"]:
             o = theirs.get(w["region"])
+            if o is None and _unchanged_maybe(w):
+                continue  # one trace only guessed the op might write it, and it did not
             if o is None:
                 return {**where, "reason": "a written region is absent from the other trace", "absent_from": "other",
                         "region": w["region"], "binding": w["binding"], "digest": w["digest"], "other_digest": None}
@@ -168,7 +178,7 @@ def compare_traces(ops: list, other: list) -> Optional[dict]:
                         "binding": w["binding"], "digest": w["digest"], "other_digest": o.get("digest")}
         mine = {w["region"] for w in a["writes"]}
         for rid, o in theirs.items():
-            if rid not in mine:
+            if rid not in mine and not _unchanged_maybe(o):
                 return {**where, "reason": "a written region is absent from this trace", "absent_from": "this",
                         "region": rid, "binding": o.get("binding"), "digest": None, "other_digest": o.get("digest")}
     if len(ops) != len(other):
@@ -461,6 +471,13 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                 raw = machine.region(rid)
                 stats = st.region_stats(info, raw)
                 stats["argument"] = arguments.get(rid)  # what this op calls it (an unbound region's only name)
+                if rid in touched_only:
+                    # The file does not say whether this op writes the region: it is listed (the
+                    # conservative rule), marked, with whether its bytes changed, so that a trace typed
+                    # with --kernels (which knows it was only read) compares without a false divergence.
+                    stats["maybe"] = True
+                    stats["changed"] = stats["digest"] != (last[rid]["digest"] if rid in last
+                                                           else initial_digest(rid))
                 writes.append(stats)
                 if info.sig is None:
                     u = unknown.get(rid)
@@ -473,8 +490,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                         u["argument"] = arguments.get(rid)
                     # An argument whose access the file does not record counts as written (the
                     # conservative rule of checks.effects); the digests say whether this op changed it.
-                    if rid in touched_only and stats["digest"] == (
-                            last[rid]["digest"] if rid in last else initial_digest(rid)):
+                    if rid in touched_only and not stats["changed"]:
                         u["unchanged"] += 1
                     else:
                         u["writes"] += 1
