@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Optional
 
 
@@ -35,6 +35,7 @@ class _LazyNumpy:
 np = _LazyNumpy()
 
 from ..errors import WrpBindingError, WrpFormatError
+from ..records import record
 from .fbs.ArgumentAccess import ArgumentAccess as _SchemaArgumentAccess
 from .fbs.ScalarKind import ScalarKind as _SchemaScalarKind
 
@@ -106,7 +107,7 @@ SCALAR_NAMES = {
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StructField:
     """One field of a ``@wp.struct`` element type."""
 
@@ -115,7 +116,7 @@ class StructField:
     type: "DataType"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DataType:
     """The element type of an array or of a struct field.
 
@@ -148,7 +149,7 @@ class DataType:
         return self.name
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArraySignature:
     """The typed view of one binding: what ``Program.run`` returns for it.
 
@@ -207,7 +208,7 @@ class ArraySignature:
         return element_layout(self.dtype)[0]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelArgument:
     """One argument of a kernel, as declared in Python."""
 
@@ -228,7 +229,7 @@ class KernelArgument:
             return None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelSignature:
     """A kernel's argument list."""
 
@@ -241,7 +242,7 @@ class KernelSignature:
     source_line: int = 0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SourceFrame:
     """One frame of the Python stack that issued an op (schema table ``SourceFrame``)."""
 
@@ -250,7 +251,7 @@ class SourceFrame:
     function: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CallSite:
     """Where one op was issued in the user's program (schema table ``CallSite``).
 
@@ -263,7 +264,7 @@ class CallSite:
     frames: tuple = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class UnrecordedCall:
     """A call on a Warp structure that ran during a CPU capture but is not in the graph
     (schema table ``UnrecordedCall``): ``call`` as written (``"Mesh.refit()"``), ``frames`` innermost first."""
@@ -272,7 +273,7 @@ class UnrecordedCall:
     frames: tuple = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModuleDigest:
     """SHA-256 of one module file."""
 
@@ -290,7 +291,7 @@ class ModuleDigest:
         return mv.nbytes == self.size and hashlib.sha256(mv).digest() == self.sha256
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Annotations:
     """Everything wrpkit records about a capture beyond Warp's own records."""
 
@@ -542,21 +543,22 @@ def _annotations_from(root: dict) -> Annotations:
     sites = []
     for c in root["call_sites"]:
         c = _named("CallSite", c)
-        frames = []
-        for f in c["frames"]:
-            f = _named("SourceFrame", f)
-            frames.append(SourceFrame(f["file"], int(f["line"]), f["function"]))
-        sites.append(CallSite(tuple(int(i) for i in c["op_path"]), tuple(frames)))
+        sites.append(CallSite(tuple(int(i) for i in c["op_path"]), _source_frames(c["frames"])))
     unrecorded = []
     for u in root.get("unrecorded_calls") or ():
         u = _named("UnrecordedCall", u)
-        frames = []
-        for f in u["frames"]:
-            f = _named("SourceFrame", f)
-            frames.append(SourceFrame(f["file"], int(f["line"]), f["function"]))
-        unrecorded.append(UnrecordedCall(u["call"], tuple(frames)))
+        unrecorded.append(UnrecordedCall(u["call"], _source_frames(u["frames"])))
     return Annotations(root["producer"], tuple(sigs), tuple(ksigs), tuple(digests), tuple(sites),
                        root["source_root"], tuple(unrecorded))
+
+
+def _source_frames(vals) -> tuple:
+    """The :class:`SourceFrame` records of a ``[SourceFrame]`` vector (call sites, unrecorded calls)."""
+    out = []
+    for f in vals:
+        f = _named("SourceFrame", f)
+        out.append(SourceFrame(f["file"], int(f["line"]), f["function"]))
+    return tuple(out)
 
 
 def read_annotations(program) -> Optional[Annotations]:

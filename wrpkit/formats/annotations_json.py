@@ -69,15 +69,11 @@ def annotations_to_json(raw) -> Optional[dict]:
     }
     # Written only when present, so that the JSON of older captures is unchanged.
     if a.call_sites:
-        out["call_sites"] = [{"op_path": list(c.op_path),
-                              "frames": [{"file": f.file, "line": f.line, "function": f.function} for f in c.frames]}
-                             for c in a.call_sites]
+        out["call_sites"] = [{"op_path": list(c.op_path), "frames": _frames_out(c.frames)} for c in a.call_sites]
     if a.source_root:
         out["source_root"] = a.source_root
     if a.unrecorded_calls:
-        out["unrecorded_calls"] = [{"call": u.call, "frames": [{"file": f.file, "line": f.line,
-                                                                "function": f.function} for f in u.frames]}
-                                   for u in a.unrecorded_calls]
+        out["unrecorded_calls"] = [{"call": u.call, "frames": _frames_out(u.frames)} for u in a.unrecorded_calls]
     try:
         if annotations_from_json(out, "annotations") != bytes(raw):
             return None
@@ -128,6 +124,19 @@ def _dtype_in(d, path: str) -> ann.DataType:
     return ann.DataType(_get(d, "name", path, str), scalar, _ints(d, "shape", path), _get(d, "size", path, int), fields)
 
 
+def _frames_out(frames) -> list:
+    """A ``[SourceFrame]`` vector as JSON."""
+    return [{"file": f.file, "line": f.line, "function": f.function} for f in frames]
+
+
+def _frames(d: dict, p: str) -> tuple:
+    """The ``frames`` of a call site or an unrecorded call at JSON path ``p``, checked."""
+    return tuple(ann.SourceFrame(_get(f, "file", f"{p}.frames[{j}]", str),
+                                 _get(f, "line", f"{p}.frames[{j}]", int, 0),
+                                 _get(f, "function", f"{p}.frames[{j}]", str, ""))
+                 for j, f in enumerate(_get(d, "frames", p, list, [])))
+
+
 def annotations_from_json(d, path: str = "annotations") -> bytes:
     """Encode the readable form (see :func:`annotations_to_json`) as annotation bytes.
 
@@ -171,19 +180,11 @@ def annotations_from_json(d, path: str = "annotations") -> bytes:
     sites = []
     for i, c in enumerate(_get(d, "call_sites", path, list, [])):
         p = f"{path}.call_sites[{i}]"
-        frames = tuple(ann.SourceFrame(_get(f, "file", f"{p}.frames[{j}]", str),
-                                       _get(f, "line", f"{p}.frames[{j}]", int, 0),
-                                       _get(f, "function", f"{p}.frames[{j}]", str, ""))
-                       for j, f in enumerate(_get(c, "frames", p, list, [])))
-        sites.append(ann.CallSite(_ints(c, "op_path", p), frames))
+        sites.append(ann.CallSite(_ints(c, "op_path", p), _frames(c, p)))
     unrecorded = []
     for i, u in enumerate(_get(d, "unrecorded_calls", path, list, [])):
         p = f"{path}.unrecorded_calls[{i}]"
-        frames = tuple(ann.SourceFrame(_get(f, "file", f"{p}.frames[{j}]", str),
-                                       _get(f, "line", f"{p}.frames[{j}]", int, 0),
-                                       _get(f, "function", f"{p}.frames[{j}]", str, ""))
-                       for j, f in enumerate(_get(u, "frames", p, list, [])))
-        unrecorded.append(ann.UnrecordedCall(_get(u, "call", p, str), frames))
+        unrecorded.append(ann.UnrecordedCall(_get(u, "call", p, str), _frames(u, p)))
     a = ann.Annotations(_get(d, "producer", path, str), tuple(sigs), tuple(ksigs), tuple(digests), tuple(sites),
                         _get(d, "source_root", path, str, ""), tuple(unrecorded))
     try:
