@@ -163,3 +163,50 @@ def test_compute_sanitizer_reports_are_read_in_the_captures_terms(captures):
                                                                             [0, 0, 0], 4)
     assert v["side"].startswith("Address 0x7f3a2c000100 is out of bounds")
     assert sanitizer_violation("========= ERROR SUMMARY: 0 errors\n", prog) is None
+
+
+OVERLOADS = '''
+import sys
+from typing import Any
+import numpy as np
+import warp as wp
+
+wp.config.quiet = True
+
+
+@wp.kernel
+def cast(dest: wp.array(dtype=Any), src: wp.array(dtype=Any)):
+    i = wp.tid()
+    dest[i] = dest.dtype(src[i])
+
+
+big_src = wp.array(np.ones(64, np.float64))
+big_dst = wp.zeros(64, dtype=wp.float64)
+small_src = wp.array(np.ones(16, np.float32))
+small_dst = wp.zeros(16, dtype=wp.float32)
+wp.launch(cast, dim=64, inputs=[big_dst, big_src])
+wp.launch(cast, dim=16, inputs=[small_dst, small_src])
+wp.capture_begin(device="cpu", apic=True)
+wp.launch(cast, dim=64, inputs=[big_dst, big_src])
+wp.launch(cast, dim=16, inputs=[small_dst, small_src])
+g = wp.capture_end()
+wp.capture_save(g, sys.argv[1], inputs={"small_src": small_src}, outputs={"small_dst": small_dst})
+'''
+
+
+def test_a_generic_kernel_replayed_with_one_overload_is_caught_and_explained(tmp_path):
+    """Warp's own fem examples launch a generic kernel (``_array_cast_kernel``) with two dtypes; the
+    file records one overload, so the replay runs the float64 code on the float32 arrays, past their
+    end (stock Warp's replay of fem/example_navier_stokes dies of heap corruption). memcheck names
+    the launch and gives wrp check's lint-overloads finding as the cause."""
+    script = tmp_path / "overloads.py"
+    script.write_text(OVERLOADS)
+    path = tmp_path / "cast.wrp"
+    r = run(sys.executable, script, path)
+    assert r.returncode == 0, r.stderr
+    code, d, r = memcheck(path)
+    assert code == 1, r.stderr
+    v = d["violation"]
+    assert (v["op"], v["kernel"], v["side"]) == (1, "cast", "after the end")
+    assert v["byte_offset"] == 64 and v["region_size"] == 64  # 16 float32, read as float64
+    assert "kernel 'cast' has 2 compiled overloads" in v["cause"] and "lint-overloads" in v["cause"]

@@ -447,11 +447,11 @@ def _module_findings(cap: Capture, kind: str) -> list:
                 out.append(Finding("kernel-symbols", FAIL, msg, "The file was altered; recapture it."))
             if not check_kernel_symbols(info, symbols.get(mod.module_hash, []), name):
                 out.append(Finding("kernel-symbols", OK, f"{name} defines every kernel the graph names"))
-            out.extend(_overload_findings(prog, mod, info))
+            out.extend(overload_findings(prog, mod, info))
     return out
 
 
-def _overload_findings(prog: m.Program, mod: m.Module, info) -> list:
+def overload_findings(prog: m.Program, mod: m.Module, info) -> list:
     """Warn when a launched kernel has several compiled overloads in its module.
 
     The file records one kernel per (module, key), so every launch of an

@@ -54,6 +54,8 @@ def violation_lines(v: dict) -> list:
         cs = v["call_site"]
         out.append(f"  launched at {escape(str(cs.get('file')))}:{cs.get('line')}"
                    + (f" in {escape(str(cs['function']))}()" if cs.get("function") else ""))
+    if v.get("cause"):
+        out.append(f"  [yellow]likely cause[/]: {escape(v['cause'])}")
     if not v["arguments"] and v["kernel"]:
         out.append("  (no array argument of this launch lies in that region)")
     return out

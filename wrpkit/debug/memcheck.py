@@ -69,8 +69,9 @@ class MemcheckResult:
             ``a[3, 8]`` of a 4x8 array reaches is reported as ``[4, 0]``), ``lines``:
             the kernel's source lines that access it, where ``--kernels`` gave
             its source), ``kernel_source`` (file and line of its definition,
-            where known) and ``call_site`` (where the op was launched, where
-            recorded).
+            where known), ``call_site`` (where the op was launched, where
+            recorded) and ``cause`` (``wrp check``'s lint-overloads finding when the
+            kernel is a generic one whose overloads share one record, else None).
         passes: The passes that ran, in order.
         ops: Ops run in the last pass.
         regions: Regions guarded.
@@ -210,7 +211,7 @@ def sanitizer_violation(text: str, program: m.Program) -> Optional[dict]:
             "iteration": None, "kind": "KERNEL_LAUNCH",
             "kernel": (kernel[1] + (" (backward)" if kernel[0] else "")) if kernel else symbol,
             "module": None, "region": None, "binding": None, "region_size": None, "byte_offset": None,
-            "side": hit["address"], "arguments": [], "kernel_source": None, "call_site": None,
+            "side": hit["address"], "arguments": [], "kernel_source": None, "call_site": None, "cause": None,
             "thread": [int(v) for v in hit["thread"].split(",")], "block": [int(v) for v in hit["block"].split(",")],
             "memory": hit["space"], "size": int(hit["size"]), "report": hit.group(0)}
 
@@ -348,7 +349,7 @@ def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict
            "kind": op.op_type.name if op is not None else None, "kernel": None, "module": None,
            "region": rid if rid >= 0 else None, "binding": bindings[0] if bindings else None, "region_size": size,
            "byte_offset": offset, "side": "after the end" if offset >= size else "before the start",
-           "arguments": [], "kernel_source": None, "call_site": None}
+           "arguments": [], "kernel_source": None, "call_site": None, "cause": None}
     if isinstance(op, m.KernelLaunch):
         modules = {mod.module_hash: mod.binary_filename for mod in prog.modules}
         out["kernel"], out["module"] = op.kernel_key, modules.get(op.module_hash)
@@ -359,8 +360,28 @@ def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict
                             for a in arrays_in_region(op, sig, rid, offset)]
         if sig is not None and getattr(sig, "source_file", None):
             out["kernel_source"] = {"file": sig.source_file, "line": int(getattr(sig, "source_line", 0) or 0)}
+        out["cause"] = _overload_cause(opened, op)
     out["call_site"] = _call_site(opened, path) if ran else None
     return out
+
+
+def _overload_cause(opened, op: m.KernelLaunch) -> Optional[str]:
+    """``wrp check``'s lint-overloads finding for the launch's kernel, when it has one: a generic
+    kernel whose overloads share one record replays one overload's code for every launch, which
+    reads and writes another dtype's extent (Warp's ``_array_cast_kernel`` in its fem examples)."""
+    from ..checks.check import overload_findings  # noqa: PLC0415
+    from ..checks.elf import read_object  # noqa: PLC0415
+
+    mod = next((x for x in opened.program.modules if x.module_hash == op.module_hash), None)
+    data = opened.modules.get(mod.binary_filename) if mod is not None else None
+    if data is None:
+        return None
+    try:
+        findings = overload_findings(opened.program, mod, read_object(data, mod.binary_filename))
+    except Exception:  # noqa: BLE001 -- a CUDA image or an odd object: no cause to add
+        return None
+    hit = next((f for f in findings if f"kernel {op.kernel_key!r} " in f.message), None)
+    return f"{hit.message} (wrp check: lint-overloads). {hit.fix}" if hit is not None else None
 
 
 def _kernel_lines(typing, op) -> dict:
