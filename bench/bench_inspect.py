@@ -7,12 +7,16 @@ region, then reports in one run, each measured in a fresh process:
 * wall time and peak RSS of the stock route,
   ``python -c "import warp; warp.capture_load(FILE, device='cpu')"``;
 * the time to fully decode the file with ``wrpkit.formats.wrp1.decode_wrp1`` (in this
-  process, best of several runs, file mapped read-only).
+  process, best of several runs, file mapped read-only);
+* start-up: wall and CPU time of ``wrp inspect`` (tables) and ``wrp inspect --json`` of a 3 KiB
+  capture (``samples/while_loop.py``), where nearly all of it is starting Python and importing, beside
+  ``python -c pass`` (the interpreter alone); medians of ``--tiny-runs`` runs, interleaved.
 
 Targets (issue #2, raised to 10x by issue 16): inspect >= 10x faster than the stock route, peak memory
-<= 64 MiB; full decode <= 100 ms.
+<= 64 MiB; full decode <= 100 ms.  Issue 42: ``wrp inspect`` within 0.1 s of wall time on the 3 KiB
+capture and on the big one.
 
-Usage: python bench/bench_inspect.py [--dir DIR] [--launches N] [--region-mib M] [--runs R]
+Usage: python bench/bench_inspect.py [--dir DIR] [--launches N] [--region-mib M] [--runs R] [--tiny-runs T]
 """
 
 from __future__ import annotations
@@ -83,8 +87,33 @@ def run_measured(argv: list) -> tuple:
     return wall, usage.ru_maxrss / 1024.0, usage.ru_utime + usage.ru_stime
 
 
+def make_tiny_capture(directory: Path) -> Path:
+    """The 3 KiB capture of ``samples/while_loop.py`` (made once in ``directory``)."""
+    path = directory / "while_loop.wrp"
+    if not path.exists():
+        subprocess.run([sys.executable, str(ROOT / "samples" / "while_loop.py"), str(directory)], check=True,
+                       stdout=subprocess.DEVNULL)
+    return path
+
+
+def startup_rows(directory: Path, runs: int) -> tuple:
+    """``(tiny capture, {label: (median wall s, median CPU s)})`` for the start-up rows, runs interleaved."""
+    tiny = make_tiny_capture(directory)
+    cmds = {"python -c pass": [sys.executable, "-c", "pass"],
+            "wrp inspect": [sys.executable, "-m", "wrpkit.cli", "inspect", str(tiny)],
+            "wrp inspect --json": [sys.executable, "-m", "wrpkit.cli", "inspect", str(tiny), "--json"]}
+    for cmd in cmds.values():
+        run_measured(cmd)  # warm the page cache
+    samples = {label: [] for label in cmds}
+    for _ in range(runs):
+        for label, cmd in cmds.items():
+            samples[label].append(run_measured(cmd))
+    return tiny, {label: (statistics.median(s[0] for s in got), statistics.median(s[2] for s in got))
+                  for label, got in samples.items()}
+
+
 def main() -> int:
-    a, path = capture_bench_args(__doc__, runs=5)
+    a, path = capture_bench_args(__doc__, runs=5, extra=lambda ap: ap.add_argument("--tiny-runs", type=int, default=10))
     size = path.stat().st_size
 
     inspect_cmd = [sys.executable, "-m", "wrpkit.cli", "inspect", str(path), "--json"]
@@ -120,6 +149,14 @@ def main() -> int:
           f"inspect peak RSS {rows['wrp inspect'][1]:.1f} MiB (target <= 64 MiB)")
     print(f"full decode (decode_wrp1 over mmap): best {min(decode_times) * 1e3:.1f} ms, "
           f"median {statistics.median(decode_times) * 1e3:.1f} ms (target <= 100 ms)")
+
+    tiny, startup = startup_rows(a.dir, a.tiny_runs)
+    print(f"start-up: {tiny} ({tiny.stat().st_size / 1024:.1f} KiB); median of {a.tiny_runs} interleaved runs")
+    print(f"{'command':<40}{'wall (s)':>10}{'CPU (s)':>10}")
+    for label, (wall, cpu) in startup.items():
+        shown = label if label.startswith("python") else f"{label} of a 3 KiB capture"
+        print(f"{shown:<40}{wall:>10.3f}{cpu:>10.3f}")
+    print(f"wrp inspect of a 3 KiB capture: wall {startup['wrp inspect'][0]:.3f} s (target <= 0.1 s)")
     return 0
 
 

@@ -14,8 +14,10 @@ Large byte fields (``Region.data``, ``Module.binary``) may be zero-copy
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import ClassVar, NamedTuple, Optional, Union
+
+from .records import record
 
 Bytes = Union[bytes, bytearray, memoryview]
 
@@ -102,7 +104,7 @@ class CudaFallbackReason(enum.IntEnum):
 # ---------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class CudaCompileRecipe:
     """NVRTC options of a CUDA module; all zero for CPU modules."""
 
@@ -115,7 +117,7 @@ class CudaCompileRecipe:
     arch_suffix: int = 0
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Module:
     """One compiled Warp module (a file in ``<stem>_modules/``)."""
 
@@ -136,7 +138,7 @@ class Module:
     source: Optional[Bytes] = field(default=None, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Kernel:
     """A kernel that launches in the graph; (module_hash, kernel_key) is unique."""
 
@@ -149,7 +151,7 @@ class Kernel:
     block_dim: int = 1
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Binding:
     """A named graph parameter; it always covers a whole region."""
 
@@ -157,7 +159,7 @@ class Binding:
     region_id: int
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Mesh:
     """A ``wp.Mesh`` rebuilt at load from regions (``APICMeshRecord``)."""
 
@@ -172,7 +174,7 @@ class Mesh:
     original_ptr: int
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class PointerLocation:
     """``count`` 8-byte handle slots at ``offset + i * stride`` in a region."""
 
@@ -182,7 +184,7 @@ class PointerLocation:
     count: int
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Region:
     """One base allocation; ``data`` holds its initial bytes when present."""
 
@@ -353,7 +355,7 @@ def _name(name: str) -> str:
     return name
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Fixed(Length):
     """A constant number of bytes (or a constant factor)."""
 
@@ -363,7 +365,7 @@ class Fixed(Length):
         return str(int(self.n))
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Field(Length):
     """The value of one record field (a count, a size, a stride); negative is an error."""
 
@@ -374,7 +376,7 @@ class Field(Length):
         return f"({t} if ({t} := op.{_name(self.name)}) >= 0 else _negative({self.name!r}, {t}))"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Len(Length):
     """The byte length of a variable part that follows the record: ``len(op.<model_field>)`` in the
     model, the record field ``record_field`` that says it in the file (MEMCPY_H2D's ``size``)."""
@@ -386,7 +388,7 @@ class Len(Length):
         return f"len(op.{_name(self.model_field)})"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class ScalarSize(Length):
     """The byte size of the ``APICType`` a field holds (0 for an unknown type, as the validators
     refuse it before they form a length)."""
@@ -397,7 +399,7 @@ class ScalarSize(Length):
         return f"_SCALAR.get(op.{_name(self.name)}, 0)"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class _Pair(Length):
     """A term of two terms, ``a`` evaluated first."""
 
@@ -408,7 +410,7 @@ class _Pair(Length):
         return (self.a, self.b)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Sum(_Pair):
     """``a + b``, checked."""
 
@@ -416,7 +418,7 @@ class Sum(_Pair):
         return c.checked(f"{self.a.code(c)} + {self.b.code(c)}")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Product(_Pair):
     """``a * b``, checked."""
 
@@ -424,7 +426,7 @@ class Product(_Pair):
         return c.checked(f"{self.a.code(c)} * {self.b.code(c)}")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Max(_Pair):
     """The larger of ``a`` and ``b``."""
 
@@ -432,7 +434,7 @@ class Max(_Pair):
         return f"max({self.a.code(c)}, {self.b.code(c)})"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Strided(Length):
     """``count`` elements ``stride`` bytes apart, each ``lanes`` scalars of ``scalar`` bytes:
     ``(count - 1) * stride + lanes * scalar``, 0 when count is 0 (then the other terms are not
@@ -453,7 +455,7 @@ class Strided(Length):
         return (self.count, self.stride, self.lanes, self.scalar)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class IfEq(Length):
     """``then`` when the record field ``name`` equals ``value``, else ``otherwise``."""
 
@@ -469,7 +471,7 @@ class IfEq(Length):
         return (self.then, self.otherwise)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class Adjacent(Length):
     """1 when reference ``second`` starts ``gap`` bytes after reference ``first`` in the same region,
     else 0 (roles of the same op; their fields are ``<role>_region_id`` and ``<role>_offset``).
@@ -489,7 +491,7 @@ class Adjacent(Length):
         return f"int(op.{ra} == op.{rb} and op.{ob} - op.{oa} == {int(self.gap)})"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TailLast(Length):
     """The last int32 of the record's variable tail (``model_field`` in the model; never below 0),
     or ``otherwise`` when the record carries no tail (BSR_TRANSPOSE's capacity offsets)."""
@@ -561,7 +563,7 @@ class RegionRef(NamedTuple):
         return self.access(op) if callable(self.access) else self.access
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Op:
     """Base of every operation; ``op_type`` is the Warp op number.
 
@@ -590,7 +592,7 @@ class Op:
         return self.op_type.name
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class KernelLaunch(Op):
     """The ``KERNEL_LAUNCH`` op (the fields of Warp's APIC record)."""
 
@@ -633,7 +635,7 @@ class KernelLaunch(Op):
             start += p.num_relocs
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class MemcpyH2D(Op):
     """The ``MEMCPY_H2D`` op (the fields of Warp's APIC record)."""
 
@@ -646,7 +648,7 @@ class MemcpyH2D(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class MemcpyD2D(Op):
     """The ``MEMCPY_D2D`` op (the fields of Warp's APIC record)."""
 
@@ -662,7 +664,7 @@ class MemcpyD2D(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Memset(Op):
     """The ``MEMSET`` op (the fields of Warp's APIC record)."""
 
@@ -675,7 +677,7 @@ class Memset(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Alloc(Op):
     """The ``ALLOC`` op (the fields of Warp's APIC record)."""
 
@@ -686,7 +688,7 @@ class Alloc(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class If(Op):
     """The ``IF`` op (the fields of Warp's APIC record)."""
 
@@ -699,7 +701,7 @@ class If(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class While(Op):
     """The ``WHILE`` op (the fields of Warp's APIC record)."""
 
@@ -711,7 +713,7 @@ class While(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Scan(Op):
     """The ``SCAN`` op (the fields of Warp's APIC record)."""
 
@@ -735,7 +737,7 @@ class Scan(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Memtile(Op):
     """The ``MEMTILE`` op (the fields of Warp's APIC record)."""
 
@@ -749,7 +751,7 @@ class Memtile(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class SegmentedSort(Op):
     """The ``SEGMENTED_SORT`` op (the fields of Warp's APIC record)."""
 
@@ -776,7 +778,7 @@ class SegmentedSort(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class RadixSort(Op):
     """The ``RADIX_SORT`` op (the fields of Warp's APIC record)."""
 
@@ -798,7 +800,7 @@ class RadixSort(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class RunlengthEncode(Op):
     """The ``RUNLENGTH_ENCODE`` op (the fields of Warp's APIC record)."""
 
@@ -822,7 +824,7 @@ class RunlengthEncode(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class BsrFromTriplets(Op):
     """The ``BSR_FROM_TRIPLETS`` op (the fields of Warp's APIC record)."""
 
@@ -883,7 +885,7 @@ class BsrFromTriplets(Op):
 _TRANSPOSE_CAPACITY = TailLast("padded_tail", Field("nnz_upper_bound"))
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class BsrTranspose(Op):
     """The ``BSR_TRANSPOSE`` op (the fields of Warp's APIC record)."""
 
@@ -929,7 +931,7 @@ class BsrTranspose(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Reduction(Op):
     """The ``REDUCTION`` op (the fields of Warp's APIC record)."""
 
@@ -960,7 +962,7 @@ class Reduction(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class BvhRefit(Op):
     """The ``BVH_REFIT`` op (the fields of Warp's APIC record)."""
 
@@ -972,7 +974,7 @@ class BvhRefit(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class BvhRebuild(Op):
     """The ``BVH_REBUILD`` op (the fields of Warp's APIC record)."""
 
@@ -984,7 +986,7 @@ class BvhRebuild(Op):
     at: int = field(default=-1, compare=False, repr=False)
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class HashGridUpdate(Op):
     """The ``HASH_GRID_UPDATE`` op (the fields of Warp's APIC record)."""
 
@@ -1095,7 +1097,7 @@ def walk_ops(ops, depth: int = 0):
 # ---------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Program:
     """A captured Warp program: everything a ``.wrp`` file holds.
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import json
 import os
 import sys
 
@@ -122,6 +121,8 @@ def error_object(message: str, exit_code: int, hint=None, problems=None, fields=
 
 def print_json_error(message: str, exit_code: int, hint=None, problems=None, fields=None) -> None:
     """Print :func:`error_object` on stdout, one line."""
+    import json  # noqa: PLC0415  (only a command with --json pays for it)
+
     click.echo(json.dumps(error_object(message, exit_code, hint, problems, fields)))
 
 
@@ -264,6 +265,8 @@ def wants_json(args) -> bool:
 
 
 def dump_json(obj) -> None:
+    import json  # noqa: PLC0415  (only a command with --json pays for it)
+
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
 
 

@@ -12,10 +12,7 @@ bytes it hashed, which are then the bytes loaded.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 import os
 import re
 import stat
@@ -405,6 +402,8 @@ def _json_depth_ok(raw: bytes) -> bool:
 
 
 def _json(raw: bytes, what: str):
+    import json  # noqa: PLC0415  (imported with a signature to read: `wrp inspect` of an unsigned capture never is)
+
     if not _json_depth_ok(raw):
         raise _Malformed(f"{what} nests deeper than {MAX_JSON_DEPTH} levels")
     try:
@@ -430,6 +429,9 @@ _KINDS = {str: "a string", dict: "an object", list: "an array"}
 
 
 def _b64(text: str, where: str) -> bytes:
+    import base64  # noqa: PLC0415  (as json in _json)
+    import binascii  # noqa: PLC0415
+
     raw = text.encode("ascii", "replace")
     if len(raw) % 4 or not _B64.fullmatch(raw):
         raise _Malformed(f"{where} is not base64")
