@@ -82,7 +82,7 @@ def main() -> None:
     cli = _exe("wrp")
     print(f"{'capture':<14} {'command':<14} {'wall s':>8} {'x replay':>9} {'peak MiB':>9} {'x replay':>9}")
     for f in (step, big):
-        cmds = {"wrp replay": [cli, "replay", str(f)], "wrp trace": [cli, "trace", str(f)],
+        cmds = {"wrp replay": [cli, "replay", str(f), "--engine", "python"], "wrp trace": [cli, "trace", str(f)],
                 "wrp memcheck": [cli, "memcheck", str(f)]}
         got = {k: [] for k in cmds}
         for _ in range(args.reps):

@@ -8,7 +8,8 @@ allow), made with stock ``wp.capture_save`` and bundled with ``wrp convert``:
   shared memory of every process, sampled from ``/proc`` every 10 ms) of
   ``cat``, stock ``capture_load`` + ``capture_launch``, ``wrp-replay`` (.wrp,
   .wrpk, a container-version-1 .wrpk, a .wrpk without chunk digests, ``--list``), ``wrpkit.load().run()`` (.wrp
-  and .wrpk), ``wrp replay`` on both engines (.wrp and .wrpk) and ``wrp inspect``;
+  and .wrpk), ``wrp replay`` by default (``--engine auto``) and on both engines named (.wrp and .wrpk)
+  and ``wrp inspect``;
   each as a ratio to ``wrp-replay big.wrp`` (wall) and to the capture's data
   (memory); ``--reps N`` runs every row N times, interleaved, and shows medians;
 * the slope of each row (seconds per GiB, least squares over the sizes);
@@ -216,15 +217,20 @@ def rows_for(wrp: Path, wrpk: Path, wrpk_v1: Path, wrpk_plain: Path) -> list:
         ("wrp-replay big.wrpk --list --verify", [native, str(wrpk), "--list", "--verify"]),
         ("wrp-replay --list --verify (no chunk digests)", [native, str(wrpk_plain), "--list", "--verify"]),
         ("wrpkit.load(.wrp).run()", [PY, "-c", LOAD_RUN, str(wrp)]),
-        ("wrp replay big.wrp (python)", [wrp_cmd, "replay", str(wrp)]),
-        ("wrp replay big.wrpk (python)", [wrp_cmd, "replay", str(wrpk)]),
+        # the default route (--engine auto: the native engine here), then each engine named
+        ("wrp replay big.wrp (default)", [wrp_cmd, "replay", str(wrp)]),
+        ("wrp replay big.wrpk (default)", [wrp_cmd, "replay", str(wrpk)]),
+        ("wrp replay big.wrp --engine python", [wrp_cmd, "replay", str(wrp), "--engine", "python"]),
+        ("wrp replay big.wrpk --engine python", [wrp_cmd, "replay", str(wrpk), "--engine", "python"]),
         ("wrp replay big.wrp --engine native", [wrp_cmd, "replay", str(wrp), "--engine", "native"]),
         ("wrp replay big.wrpk --engine native", [wrp_cmd, "replay", str(wrpk), "--engine", "native"]),
         # --output: the outputs written to disk (fsynced), against cp writing the same bytes (not synced)
         ("cp big.wrp", ["cp", str(wrp), str(wrp.with_name("out_cp.wrp"))]),
         ("wrp-replay big.wrp --output", [native, str(wrp), "--output", f"a={wrp.with_name('out_native.npy')}"]),
-        ("wrp replay big.wrp --output (python)", [wrp_cmd, "replay", str(wrp), "--output",
-                                                  str(wrp.with_name("out_python.npz"))]),
+        ("wrp replay big.wrp --output (default)", [wrp_cmd, "replay", str(wrp), "--output",
+                                                   str(wrp.with_name("out_default.npz"))]),
+        ("wrp replay big.wrp --output --engine python", [wrp_cmd, "replay", str(wrp), "--engine", "python",
+                                                         "--output", str(wrp.with_name("out_python.npz"))]),
         ("wrp replay big.wrp --output --engine native", [wrp_cmd, "replay", str(wrp), "--engine", "native",
                                                          "--output", str(wrp.with_name("out_engine.npz"))]),
         ("wrp inspect big.wrp", [wrp_cmd, "inspect", str(wrp)]),

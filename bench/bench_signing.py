@@ -51,7 +51,8 @@ def rows(wrp: Path, wrpk: Path, pub: Path) -> list:
             (f"wrp-replay big{ext}", [native, str(f)], [native, str(f), "--trusted-key", str(pub)]),
             (f"wrp replay big{ext} --engine native", [cli, "replay", str(f), "--engine", "native"],
              [cli, "replay", str(f), "--engine", "native", "--trusted-key", str(pub)]),
-            (f"wrp replay big{ext} (python)", [cli, "replay", str(f)], [cli, "replay", str(f), "--trusted-key", str(pub)]),
+            (f"wrp replay big{ext} (python)", [cli, "replay", str(f), "--engine", "python"],
+             [cli, "replay", str(f), "--engine", "python", "--trusted-key", str(pub)]),
             (f"wrpkit.load(big{ext}).run()", [PY, "-c", LOAD_RUN, str(f)], [PY, "-c", LOAD_RUN, str(f), str(pub)]),
             (f"wrp validate big{ext}", [cli, "validate", str(f)], [cli, "validate", str(f), "--trusted-key", str(pub)]),
         ]

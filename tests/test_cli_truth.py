@@ -274,7 +274,8 @@ def test_ctrl_c_stops_a_long_python_replay_and_its_child(tmp_path):
     work = tmp_path / "o"
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "wrpkit.cli", "replay", str(path), "--output", "out.npz", "--json"],
+    proc = subprocess.Popen([sys.executable, "-m", "wrpkit.cli", "replay", str(path), "--engine", "python", "--output",
+                             "out.npz", "--json"],
                             cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=interruptible)
     try:

@@ -671,7 +671,9 @@ def test_cli_json_junit_and_html_say_the_same(suite, serial, tmp_path):
     root = ET.fromstring(xml_text)
     suite_el = root.find("testsuite")
     props = {p.get("name"): p.get("value") for p in suite_el.find("properties")}
-    assert props["warp_version"] == wp.config.version and props["engine"] == "python" and "device" in props
+    # the default, --engine auto: whichever it chose, the JUnit properties and the JSON say the same
+    assert props["warp_version"] == wp.config.version and props["engine"] == rep["engine"] and "device" in props
+    assert rep["engine"] in ("python", "native") and rep["engine_reason"].startswith("--engine auto: ")
     assert int(suite_el.get("failures")) == 1 and int(suite_el.get("errors")) == sum(v == "error" for v in js.values())
     for tc in root.iter("testcase"):
         secs = next(c["seconds"] for c in rep["cases"] if c["name"] == tc.get("name"))
@@ -1133,3 +1135,61 @@ def test_a_case_that_compares_nothing_says_so(tmp_path):
     changed[3] ^= 1
     np.savez(s / "named_expected.npz", p=changed)
     assert {c.name: c.verdict for c in wrpkit.regress(s).cases} == {"named": "fail", "unnamed": "pass"}
+
+
+# ---------------------------------------------------------------------------
+# --engine auto (the default): the faster engine for the run
+# ---------------------------------------------------------------------------
+
+
+def test_auto_engine_choice_by_cases_per_worker():
+    from wrpkit.run.engines import NATIVE_MAX_CASES_PER_WORKER as most
+    from wrpkit.run.regress import choose_regress_engine
+
+    class Case:
+        def __init__(self, skip=None):
+            self.settings = type("S", (), {"skip": skip})()
+
+    few, many = [Case()] * most, [Case()] * (most + 1)
+    assert choose_regress_engine(few, replayer_found=True).name == "native"
+    c = choose_regress_engine(many, replayer_found=True)
+    assert c.name == "python" and c.auto and f"{most + 1} cases" in c.reason and "warm python replay child" in c.reason
+    assert choose_regress_engine(many, jobs=2, replayer_found=True).name == "native"  # 6 a worker
+    assert choose_regress_engine(few + [Case("no GPU")], replayer_found=True).name == "native"  # skipped: not counted
+    for where in ("--dask", "--ray"):
+        c = choose_regress_engine(None, distributed=where, replayer_found=True)
+        assert c.name == "python" and where in c.reason
+    c = choose_regress_engine(few, replayer_found=False)
+    assert c.name == "python" and "not built or installed" in c.reason
+
+
+def _small_suite(d: Path) -> Path:
+    _axpy(d / "one")
+    return d
+
+
+def test_cli_default_engine_is_said_and_python_forces(tmp_path, monkeypatch):
+    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+
+    s = _small_suite(tmp_path / "s")
+    r = CliRunner().invoke(main, ["regress", str(s), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    want = "native" if native_paths().replayer is not None else "python"
+    assert rep["engine"] == want and {c["engine"] for c in rep["cases"]} == {want}
+    assert rep["engine_reason"].startswith("--engine auto: ")
+    r = CliRunner().invoke(main, ["regress", str(s)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0 and f"engine: {want} (--engine auto: " in r.stdout, r.output
+    r = CliRunner().invoke(main, ["regress", str(s), "--engine", "python", "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "python" and rep["engine_reason"] == "--engine python"
+    assert {c["engine"] for c in rep["cases"]} == {"python"}
+    # wrp-replay nowhere to be found: the default replays with the python engine and says so
+    import wrpkit.run.engines as engines  # noqa: PLC0415
+
+    monkeypatch.setattr(engines, "_find_replayer", lambda: None)
+    r = CliRunner().invoke(main, ["regress", str(s), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "python" and "wrp-replay is not built or installed" in rep["engine_reason"]

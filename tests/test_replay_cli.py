@@ -148,9 +148,11 @@ def test_json_report_keys_and_stats(tmp_path):
     r = invoke(rc.wrpkit_capture(name), "--repeat", 3, "--warmup", 2, "--json")
     assert r.exit_code == 0
     rep = json.loads(r.stdout)
-    assert list(rep) == ["file", "device", "engine", "warp_version", "repeat", "warmup", "timings", "outputs",
-                         "unset_inputs", "warnings", "check", "output", "npy_outputs", "ok"]
-    assert rep["repeat"] == 3 and rep["warmup"] == 2 and rep["engine"] == "python" and rep["device"] == "cpu"
+    assert list(rep) == ["file", "device", "engine", "engine_reason", "warp_version", "repeat", "warmup", "timings",
+                         "outputs", "unset_inputs", "warnings", "check", "output", "npy_outputs", "ok"]
+    # the default (--engine auto): the native engine wherever wrp-replay is installed
+    assert rep["engine"] == ("native" if _native_available() else "python") and "--engine auto" in rep["engine_reason"]
+    assert rep["repeat"] == 3 and rep["warmup"] == 2 and rep["device"] == "cpu"
     host = rep["timings"]["host_ms"]
     assert host["count"] == 3 and host["min"] <= host["median"] <= host["max"]
     assert rep["timings"]["device_ms"] is None  # CPU
@@ -489,6 +491,114 @@ def test_native_engine_errors_are_checked_first(tmp_path):
     out = tmp_path / "out.npz"
     r = invoke(dst, "--engine", "native", "--output", out)
     _assert_fails(r, WrpVersionError.exit_code, "1.0.0", "recapture", out=out)
+
+
+# ---------------------------------------------------------------------------
+# --engine auto (the default): the native engine wherever the options allow it
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not _native_available(), reason="wrp-replay is not built")
+def test_default_engine_is_native_and_says_so(tmp_path):
+    name = _kernel_program()
+    inputs = write_npz(tmp_path / "in.npz", **rc.fresh_inputs(name))
+    out = {e: tmp_path / f"{e}.npz" for e in ("default", "python")}
+    r = invoke(rc.wrpkit_capture(name), "--inputs", inputs, "--output", out["default"], "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "native", rep
+    assert "--engine auto" in rep["engine_reason"] and "no option needs the python engine" in rep["engine_reason"]
+    # the text report names the engine and the reason on a line of its own
+    r = invoke(rc.wrpkit_capture(name), "--inputs", inputs)
+    assert r.exit_code == 0, r.stderr
+    assert "native engine" in r.stdout and "engine: native (--engine auto: no option needs" in r.stdout
+    # --engine python still forces the python engine, and the outputs are the same bytes
+    r = invoke(rc.wrpkit_capture(name), "--inputs", inputs, "--output", out["python"], "--engine", "python", "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "python" and rep["engine_reason"] == "--engine python"
+    a, b = read_npz(out["default"]), read_npz(out["python"])
+    assert set(a) == set(b) and all(rc.same_bytes(a[k], b[k]) for k in a)
+    r = invoke(rc.wrpkit_capture(name), "--engine", "native", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["engine_reason"] == "--engine native"
+
+
+def test_auto_picks_python_where_an_option_needs_it():
+    """A CUDA device: only the python engine times replays on the device (device_ms); wrp-replay times the host."""
+    from wrpkit.run.engines import choose_engine
+
+    for device in ("cuda", "cuda:0", None):
+        c = choose_engine("auto", device=device, replayer_found=True)
+        assert c.name == "python" and c.auto and "needs the python engine" in c.reason and "device" in c.reason
+    assert choose_engine("auto", device="cpu", replayer_found=True).name == "native"
+    c = choose_engine("auto", device="cpu", needs_python="--foo: only the python engine", replayer_found=True)
+    assert (c.name, c.reason) == ("python", "--foo: only the python engine")
+    for forced in ("python", "native"):
+        for device in ("cpu", "cuda:0"):
+            c = choose_engine(forced, device=device, replayer_found=False)
+            assert (c.name, c.reason, c.auto) == (forced, f"--engine {forced}", False)
+    with pytest.raises(Exception, match="no engine"):
+        choose_engine("fast")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(wp.get_cuda_device_count() == 0, reason="needs a CUDA device")
+def test_auto_on_cuda_picks_python_and_says_why(tmp_path):
+    name = _kernel_program()
+    r = invoke(rc.wrpkit_capture(name), "--device", "cuda:0", "--json")
+    if r.exit_code == WrpDeviceError.exit_code:
+        pytest.skip("the capture is a CPU one")
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "python" and "--device cuda:0 needs the python engine" in rep["engine_reason"]
+
+
+def test_auto_falls_back_to_python_without_the_native_replayer(tmp_path, monkeypatch):
+    """wrp-replay not found anywhere (not $WRP_REPLAY, not beside Python, not on PATH, not in the package):
+    the default replays with the python engine and says so; --engine native is the clear error it was."""
+    import wrpkit.run.engines as engines
+
+    # $WRP_REPLAY and PATH point nowhere; the copy beside this Python (the venv's) cannot be moved, so the
+    # one search (_find_replayer, which native_paths() and choose_engine() use) is told it found nothing
+    monkeypatch.setenv("WRP_REPLAY", str(tmp_path / "nowhere" / "wrp-replay"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(engines, "_find_replayer", lambda: None)
+    assert engines.native_paths().replayer is None
+    name = _kernel_program()
+    inputs = write_npz(tmp_path / "in.npz", **rc.fresh_inputs(name))
+    out = tmp_path / "out.npz"
+    r = invoke(rc.wrpkit_capture(name), "--inputs", inputs, "--output", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["engine"] == "python" and "wrp-replay is not built or installed" in rep["engine_reason"]
+    assert "python engine replayed instead" in rep["engine_reason"]
+    got = read_npz(out)
+    for b, v in rc.expected(name).items():
+        assert rc.same_bytes(got[b], v), (name, b)
+    r = invoke(rc.wrpkit_capture(name), "--inputs", inputs)
+    assert r.exit_code == 0 and "engine: python (--engine auto: wrp-replay is not built" in r.stdout.replace("\n", " ")
+    r = invoke(rc.wrpkit_capture(name), "--engine", "native", "--output", tmp_path / "n.npz")
+    _assert_fails(r, 1, "wrp-replay", "not built or installed", out=tmp_path / "n.npz")
+
+
+@pytest.mark.skipif(not _native_available(), reason="wrp-replay is not built")
+def test_auto_falls_back_to_python_when_the_native_replayer_cannot_run(tmp_path, monkeypatch):
+    """wrp-replay found but unable to load Warp's runtime (its warp.so missing): the default falls back to the
+    python engine, says why, and writes the same bytes; --engine native still fails as before."""
+    monkeypatch.setenv("WRP_WARP_LIB_DIR", str(tmp_path / "no-warp"))
+    name = _kernel_program()
+    inputs = write_npz(tmp_path / "in.npz", **rc.fresh_inputs(name))
+    for extra in ([], ["--inputs", inputs, "--output", tmp_path / "out.npz"]):  # prestarted, and started later
+        r = invoke(rc.wrpkit_capture(name), *extra, "--json")
+        assert r.exit_code == 0, r.stderr
+        rep = json.loads(r.stdout)
+        assert rep["engine"] == "python", rep
+        why = rep["engine_reason"]
+        assert "the native engine could not run" in why and "Warp runtime not found" in why
+    got = read_npz(tmp_path / "out.npz")
+    for b, v in rc.expected(name).items():
+        assert rc.same_bytes(got[b], v), (name, b)
+    r = invoke(rc.wrpkit_capture(name), "--engine", "native")
+    assert r.exit_code == 1 and "Warp runtime not found" in r.stderr
 
 
 # ---------------------------------------------------------------------------

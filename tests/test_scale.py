@@ -210,7 +210,8 @@ def test_replay_starts_its_one_child_before_it_reads_the_capture(typed, tmp_path
     """The python engine's child is started first, so that its ``import warp`` overlaps the validation."""
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
-    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", typed["wrp"], "--json")
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", typed["wrp"], "--engine", "python",
+                                    "--json")
     assert code == 0
     parent = lines[0].split()[0]
     children = [i for i, ln in enumerate(lines) if "execve(" in ln and "wrpkit.run.child" in ln]
@@ -224,7 +225,7 @@ def test_a_refused_replay_kills_the_child_it_started(edited, tmp_path):
     """The prestarted child of a replay refused before it runs is killed, not left importing Warp."""
     if shutil.which("strace") is None:
         pytest.skip("strace is not installed")
-    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", edited["huge"])
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", edited["huge"], "--engine", "python")
     assert code == 3
     children = [ln.split()[0] for ln in lines if "execve(" in ln and "wrpkit.run.child" in ln]
     # strace pads a pid to five columns ("7802  +++ killed ..."), so compare words, not text
@@ -580,9 +581,10 @@ def test_an_address_space_too_small_for_warps_library_is_out_of_memory_in_every_
     assert peak.returncode == 0, peak.stderr[-2000:]
     limit = (int(peak.stdout.split()[-1]) << 10) + size // 2  # the imports fit; the library does not
     words = ("warp.so", str(size))
-    _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"]), *words)
-    assert _assert_oom_json(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--json"),
-                            size)["requested_bytes"] == size
+    # the python engine's child (named: the default, --engine auto, is the native engine)
+    _assert_oom(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--engine", "python"), *words)
+    assert _assert_oom_json(_limited(limit >> 20, _wrp_exe(), "replay", edited["small"], "--engine", "python",
+                                     "--json"), size)["requested_bytes"] == size
     _assert_oom(_limited((size // 2) >> 20, _wrp_replay_exe(), edited["small"]), *words)
     assert _assert_oom_json(_limited((size // 2) >> 20, _wrp_replay_exe(), edited["small"], "--json"),
                             size)["requested_bytes"] == size

@@ -56,6 +56,20 @@ class _Progress:
             sys.stderr.flush()
 
 
+def _many_cases(suite: Path, jobs: int) -> bool:
+    """Whether ``--engine auto`` will likely pick the python engine (more captures below ``suite`` than the
+    native engine takes a worker), counted without reading them: its replay child then starts ahead."""
+    from ..run.engines import NATIVE_MAX_CASES_PER_WORKER  # noqa: PLC0415
+
+    limit = NATIVE_MAX_CASES_PER_WORKER * max(1, int(jobs))
+    n = 0
+    for _root, _dirs, files in os.walk(suite):
+        n += sum(1 for f in files if f.lower().endswith((".wrp", ".wrpk")))
+        if n > limit:
+            return True
+    return False
+
+
 def _print_summary(report) -> None:
     from rich.table import Table  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
@@ -67,6 +81,8 @@ def _print_summary(report) -> None:
              "skip": "dim"}
     con.print(Text(f"{report.suite}: {len(report.cases)} case{'s' if len(report.cases) != 1 else ''} "
                    f"({report.engine} engine, {report.ran_on}, Warp {report.warp_version})", style="bold"))
+    if report.engine_reason:
+        con.print(Text(f"engine: {report.engine} ({report.engine_reason})", style="dim"))
     t = Table(show_edge=False, pad_edge=False)
     t.add_column("case", overflow="fold", ratio=2)
     t.add_column("verdict", no_wrap=True)
@@ -101,7 +117,9 @@ def _print_summary(report) -> None:
               help="Write a self-contained page (opens offline; no script, no fetch).")
 @click.option("--device", default=None, metavar="D",
               help="Device for cases that name none in wrp-suite.toml (default: each capture's own: cpu or cuda:0).")
-@click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
+@click.option("--engine", type=click.Choice(["auto", "python", "native"]), default="auto", show_default=True,
+              help="auto: the native engine (wrp-replay per case) for up to 10 cases a worker, the python engine "
+                   "(a warm replay child per worker) above that and on --dask or --ray; the report says which and why.")
 @click.option("--timeout", type=Seconds(), default=None, metavar="S",
               help="Seconds per case for loading and replaying where the suite sets none (default 300).")
 @click.option("--update", is_flag=True, help="Write missing or changed goldens from the replays (atomically) "
@@ -145,7 +163,8 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
       wrp regress corpus/ --update             write missing or changed goldens
       wrp regress corpus/ --trusted-key ci.pub unsigned or altered cases are errors
     """
-    if engine == "python" and not (dask_address or ray_address) and suite.is_dir():
+    if (engine == "python" or (engine == "auto" and _many_cases(suite, jobs))) and not (dask_address or ray_address) \
+            and suite.is_dir():
         from ..run.zygote import prestart  # noqa: PLC0415  (imports next to nothing)
 
         prestart()  # its `import warp` runs beside the imports below and the scan of the suite

@@ -72,6 +72,7 @@ def _print_report(report) -> None:
         if s:
             tt.add_row(label, _fmt(s["min"]), _fmt(s["median"]), _fmt(s["mean"]), _fmt(s["max"]))
     con.print(tt)
+    con.print(f"engine: {report.engine} ({report.engine_reason})", markup=False)
     ot = table("outputs", ["binding", "shape", "dtype", "min", "max", "mean", "NaN", "Inf"])
     for name, s in report.outputs.items():
         ot.add_row(name, shape_text(s["shape"]), s["dtype"], _fmt(s["min"]), _fmt(s["max"]), _fmt(s["mean"]),
@@ -118,7 +119,9 @@ def _print_report(report) -> None:
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-6, show_default=True)
 @click.option("--equal-nan", is_flag=True, help="With --check: NaN in the output equals NaN in the golden at the "
               "same element (by default it is a mismatch).")
-@click.option("--engine", type=click.Choice(["python", "native"]), default="python", show_default=True)
+@click.option("--engine", type=click.Choice(["auto", "python", "native"]), default="auto", show_default=True,
+              help="auto: the native engine (wrp-replay, the faster) unless an option needs the python one "
+                   "(--device cuda: device timings) or wrp-replay cannot run; the output says which and why.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.option("--no-verify", is_flag=True, help="For a .wrpk: skip blob checksums (trusted files only).")
 @click.option("--timeout", type=Seconds(), default=None, metavar="SECONDS",
@@ -169,6 +172,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
       wrp replay sim.wrp --repeat 1000 --warmup 10 --json
       wrp replay sim.wrp --inputs in.npz --check expected.npz --rtol 1e-6
       wrp replay sim.wrp --check expected.npz --equal-nan
+      wrp replay sim.wrp --engine python      # force an engine (default auto)
       wrp replay untrusted.wrp --timeout 10 --output out.npz
       wrp replay renamed.wrp --modules-dir old_name_modules
       wrp replay stock.wrp --dtype x=vec3f --input x=x.npy
@@ -181,6 +185,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
     # What the kernels print (wp.printf) passes through to the user as it is, as Warp's own replay
     # prints it: on stdout, or on stderr with --json, so that stdout stays one JSON object.
     kernel_output = KernelOutput(sys.stderr if as_json else sys.stdout)
+    from ..run.engines import choose_engine  # noqa: PLC0415  (imports nothing heavy; looks for wrp-replay)
+
+    requested, engine = engine, choose_engine(engine, device=device).name  # replay_file decides the same
     if engine == "python":
         # The replay's child starts now, before anything else is imported: its Python start, `import warp`
         # and Warp's initialisation run on the other core while this process reads and validates the file.
@@ -224,7 +231,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
                 report = replay_file(file, device=device, inputs_npz=inputs_npz, inputs=inputs, output=output,
                                      npy_outputs=npy_outputs,
                                      repeat=repeat, warmup=warmup, golden=golden, rtol=rtol, atol=atol,
-                                     equal_nan=equal_nan, engine=engine, verify_checksums=not no_verify,
+                                     equal_nan=equal_nan, engine=requested, verify_checksums=not no_verify,
                                      watchdog=watchdog, allow_raw_pointers=allow_raw_pointers,
                                      modules_dir=modules_dir, dtypes=dtypes, kernels=kernels, max_memory=budget,
                                      allow_unreached=allow_unreached, trust=trust, kernel_output=kernel_output,

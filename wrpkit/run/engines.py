@@ -59,11 +59,11 @@ class NativePaths:
             WrpError: It is not built or installed.
         """
         if self.replayer is None:
-            raise WrpError(
+            raise _unavailable(WrpError(
                 f"the native replayer `{NATIVE_EXE}` is not built or installed (looked next to {sys.executable}, "
                 "on PATH and in wrpkit/_native/bin/)",
                 hint="Install wrpkit with `pip install .` from the source tree, which builds it with CMake, "
-                     "or use --engine python.")
+                     "or use --engine python."))
         return self.replayer
 
     def require_library(self) -> Path:
@@ -84,6 +84,12 @@ class NativePaths:
         if not env.get("WRP_WARP_LIB_DIR") and self.warp_lib_dir is not None:
             env["WRP_WARP_LIB_DIR"] = self.warp_lib_dir
         return env
+
+
+def _unavailable(error: WrpError) -> WrpError:
+    """``error``, marked as the native engine's being unable to run at all (:func:`engine_unavailable`)."""
+    error.engine_unavailable = True
+    return error
 
 
 def _find_replayer() -> Optional[Path]:
@@ -373,11 +379,89 @@ class NativeEngine:
         if proc.returncode == 1 and hit_while_guard(msg):
             return warp_replay_error(msg, said="")  # what the python engine says of the same loop
         cls = {2: WrpBindingError, 3: WrpFormatError}.get(proc.returncode, WrpRuntimeError)
-        return cls(msg, hint="Rerun with --engine python to compare.")
+        err = cls(msg, hint="Rerun with --engine python to compare.")
+        if proc.returncode == 1 and "Warp runtime not found" in msg:
+            _unavailable(err)  # its warp.so is missing: --engine auto falls back to the python engine
+        return err
 
 
 #: The engines by their ``--engine`` name.
 ENGINES = {"python": PythonEngine, "native": NativeEngine}
+
+#: The ``--engine`` values of ``wrp replay`` and ``wrp regress``: ``auto`` (the default) picks one
+#: (:func:`choose_engine`).
+ENGINE_CHOICES = ("auto", "python", "native")
+
+#: ``wrp regress --engine auto``: the most cases a worker replays for which the native engine is the faster.
+#: wrp-replay starts for each case (about 0.1 s: its start and Warp's libraries), the python engine once per
+#: worker (about 1 s: a child importing Warp) and then takes about 0.03 s a case (2026-12-06, a shared 2-core
+#: box, medians of 3: 1 case 0.8 s against 1.6 s, 10 cases 1.5 s against 1.8 s, 30 cases 3.9 s against 2.5 s).
+NATIVE_MAX_CASES_PER_WORKER = 10
+
+#: Why ``auto`` picks the native engine.
+NATIVE_REASON = f"--engine auto: no option needs the python engine, and {NATIVE_EXE} is faster"
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    """The engine a run uses and why.
+
+    Attributes:
+        name: ``python`` or ``native``.
+        reason: Why, in words (``wrp replay`` prints it; its ``--json`` has it as ``engine_reason``).
+        auto: Picked by ``--engine auto`` (so a native engine that cannot run falls back to python).
+    """
+
+    name: str
+    reason: str
+    auto: bool = False
+
+
+def choose_engine(requested: str = "auto", *, device: Optional[str] = "cpu", needs_python: Optional[str] = None,
+                  replayer_found: Optional[bool] = None) -> EngineChoice:
+    """The engine for ``--engine requested``: ``python`` or ``native`` as named; ``auto`` the native
+    engine (the faster: ``wrp-replay``, no child importing Warp) wherever the options allow it.
+
+    ``auto`` picks the python engine where
+
+    * ``device`` is a CUDA device: the python engine also times each replay on the device
+      (CUDA events, ``device_ms``), which wrp-replay does not;
+    * ``needs_python`` names another reason (an option only the python engine serves);
+    * wrp-replay is not built or installed (:func:`native_paths`).
+
+    Args:
+        requested: ``auto``, ``python`` or ``native``.
+        device: The ``--device`` given (None: each capture's own, which may be CUDA).
+        needs_python: Why the caller's options need the python engine, or None.
+        replayer_found: Whether wrp-replay is there (None: look now).
+
+    Raises:
+        WrpError: ``requested`` is no engine.
+    """
+    if requested in ENGINES:
+        return EngineChoice(requested, f"--engine {requested}")
+    if requested != "auto":
+        raise WrpError(f"no engine {requested!r} (engines: {', '.join(ENGINE_CHOICES)})")
+    if needs_python:
+        return EngineChoice("python", needs_python, auto=True)
+    dev = (device or "").strip().lower()
+    if not dev.startswith("cpu"):
+        return EngineChoice("python", "--engine auto: " + (f"--device {device}" if device else "each capture's own "
+                            "device (cpu or cuda:0)") + " needs the python engine, which times replays on a CUDA "
+                            f"device too (device ms; {NATIVE_EXE} times the host only)", auto=True)
+    if replayer_found is None:
+        replayer_found = _find_replayer() is not None
+    if not replayer_found:
+        return EngineChoice("python", f"--engine auto: {NATIVE_EXE} is not built or installed (looked next to "
+                                      f"{sys.executable}, on PATH and in wrpkit/_native/bin/), so the python engine "
+                                      "replayed instead", auto=True)
+    return EngineChoice("native", NATIVE_REASON, auto=True)
+
+
+def engine_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the native engine could not run at all (wrp-replay missing, not executable, or
+    without Warp's runtime), where the python engine would: ``--engine auto`` then falls back to it."""
+    return bool(getattr(error, "engine_unavailable", False))
 
 
 def engine(name: str):
@@ -549,7 +633,7 @@ def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRe
 
             if is_resource_error(e):  # no process, file or memory left for it: the limit in words
                 raise resource_error(e, f"run {exe}") from None
-            raise WrpRuntimeError(f"cannot run {exe}: {e}") from None
+            raise _unavailable(WrpRuntimeError(f"cannot run {exe}: {e}")) from None  # auto: python instead
     with child:
         try:
             if request.while_replaying is not None:
@@ -640,4 +724,5 @@ def _read_npy_fd(fd: int, what: str) -> np.ndarray:
 
 __all__ = ["native_paths", "NativePaths", "NATIVE_EXE", "NATIVE_LIB", "ReplayRequest", "EngineRun", "PythonEngine",
            "NativeEngine", "ENGINES", "engine", "typed_like", "replayer_args", "prestart_replayer", "take_prestarted",
-           "discard_prestarted", "PrestartedReplayer"]
+           "discard_prestarted", "PrestartedReplayer", "ENGINE_CHOICES", "EngineChoice", "choose_engine",
+           "engine_unavailable", "NATIVE_REASON", "NATIVE_MAX_CASES_PER_WORKER"]

@@ -143,7 +143,8 @@ class RegressReport:
     Attributes:
         suite: The suite folder.
         cases: One :class:`~wrpkit.run.regress_case.CaseResult` per case, in case order.
-        engine, device: The options the run was given (device None: each case's own).
+        engine: The engine that replayed the cases (``python`` or ``native``).
+        device: The ``--device`` given (None: each case's own).
         warp_version: The Warp that replayed (the installed one).
         ran_on: ``serial``, ``2 local workers``, ``dask tcp://... (2 workers)``, ``ray ...``.
         seconds: Wall time of the whole run.
@@ -159,6 +160,7 @@ class RegressReport:
     seconds: float = 0.0
     started: str = ""
     update: bool = False
+    engine_reason: str = ""
 
     def _with(self, *verdicts) -> list:
         return [c for c in self.cases if c.verdict in verdicts]
@@ -197,7 +199,8 @@ class RegressReport:
 
     def to_json(self) -> dict:
         """The report as JSON-able data: run fields, counts, and one record per case."""
-        return json_safe({"suite": self.suite, "engine": self.engine, "device": self.device,
+        return json_safe({"suite": self.suite, "engine": self.engine, "engine_reason": self.engine_reason,
+                          "device": self.device,
                            "warp_version": self.warp_version, "ran_on": self.ran_on, "started": self.started,
                            "seconds": self.seconds, "update": self.update, "ok": self.ok,
                            "exit_code": self.exit_code, "counts": self.counts(),
@@ -228,8 +231,9 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         jobs: Local worker processes (1: serially, in this process and one replay child).
         device: The device for cases that name none (default: the capture's
             own family, ``cpu`` or ``cuda:0``).
-        engine: ``"python"`` (Warp's Python API in a contained child) or
-            ``"native"`` (``wrp-replay``).
+        engine: ``"python"`` (Warp's Python API in a contained child), ``"native"`` (``wrp-replay``)
+            or ``"auto"``: the faster for this run (:func:`choose_regress_engine`); the report's
+            ``engine`` and ``engine_reason`` say which replayed and why.
         timeout: Seconds per case for loading and replaying, where the suite
             sets none (default :data:`~wrpkit.run.regress_suite.DEFAULT_TIMEOUT`).
         update: Write missing or changed goldens (atomically) from the
@@ -253,8 +257,8 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
     """
     if dask and ray:
         raise usage_error(WrpError("give --dask or --ray, not both"))
-    if engine not in ("python", "native"):
-        raise usage_error(WrpError(f"engine must be python or native, not {engine!r}"))
+    if engine not in ("auto", "python", "native"):
+        raise usage_error(WrpError(f"engine must be auto, python or native, not {engine!r}"))
     if int(jobs) < 1:
         raise usage_error(WrpError(f"-j must be at least 1, not {jobs}"))
     if device is not None:
@@ -264,10 +268,25 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
             parse_device(device)
         except WrpError as e:
             raise usage_error(e) from None
+    from .engines import EngineChoice  # noqa: PLC0415
+
+    cases = None
+    if engine == "auto":
+        if not (dask or ray):
+            # the number of cases decides (a warm replay child per worker against a wrp-replay per case)
+            cases = discover(suite, keyword=keyword, overrides={"device": device, "timeout": timeout, "rtol": rtol,
+                                                                "atol": atol, "equal_nan": equal_nan})
+        where = "--dask" if dask else "--ray" if ray else None
+        choice = choose_regress_engine(cases, jobs=int(jobs), distributed=where)
+    else:
+        choice = EngineChoice(engine, f"--engine {engine}")
+    engine = choice.name
     if engine == "native":
         from .engines import native_paths  # noqa: PLC0415
+        from .zygote import discard_prestarted  # noqa: PLC0415
 
         native_paths().require_replayer()  # refuse now, not once per case
+        discard_prestarted()  # one `wrp regress` started ahead in case the python engine replayed
     zygote = None
     if engine == "python" and not (dask or ray) and os.path.isdir(suite):
         from .zygote import Zygote, take_prestarted  # noqa: PLC0415
@@ -278,20 +297,61 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
         if zygote is None and Zygote.supported():
             zygote = Zygote()
     try:
-        return _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout,
-                        {"device": device, "timeout": timeout, "rtol": rtol, "atol": atol, "equal_nan": equal_nan},
-                        zygote, trust)
+        report = _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout,
+                          {"device": device, "timeout": timeout, "rtol": rtol, "atol": atol, "equal_nan": equal_nan},
+                          zygote, trust, cases)
+        report.engine_reason = choice.reason
+        return report
     finally:
         if zygote is not None:
             zygote.close()
 
 
+def choose_regress_engine(cases, *, jobs: int = 1, distributed: Optional[str] = None,
+                          replayer_found: Optional[bool] = None) -> EngineChoice:
+    """``wrp regress --engine auto``'s engine: the native engine for a suite small enough that a
+    ``wrp-replay`` per case beats a warm replay child per worker (at most
+    :data:`~wrpkit.run.engines.NATIVE_MAX_CASES_PER_WORKER` cases a worker), else the python engine.
+
+    Args:
+        cases: The cases that will run (:func:`~wrpkit.run.regress_suite.discover`; skipped ones do not
+            count), or None (on a cluster).
+        jobs: Local workers.
+        distributed: ``--dask`` or ``--ray`` when the cases run on a cluster (the python engine: its
+            workers need no wrp-replay), else None.
+        replayer_found: Whether wrp-replay is there (None: look now).
+    """
+    from .engines import NATIVE_EXE, NATIVE_MAX_CASES_PER_WORKER, EngineChoice, _find_replayer  # noqa: PLC0415
+
+    if distributed:
+        return EngineChoice("python", f"--engine auto: {distributed} runs the cases on a cluster's workers, which "
+                                      f"replay with the python engine (they need no {NATIVE_EXE})", auto=True)
+    if replayer_found is None:
+        replayer_found = _find_replayer() is not None
+    if not replayer_found:
+        return EngineChoice("python", f"--engine auto: {NATIVE_EXE} is not built or installed, so the python "
+                                      "engine replayed instead", auto=True)
+    n = sum(1 for c in (cases or ()) if not getattr(getattr(c, "settings", None), "skip", None))
+    workers = max(1, min(int(jobs), n))
+    per_worker = -(-n // workers)
+    if per_worker <= NATIVE_MAX_CASES_PER_WORKER:
+        return EngineChoice("native", f"--engine auto: {n} case{'s' if n != 1 else ''} to replay"
+                                      + (f" on {workers} workers" if workers > 1 else "")
+                                      + f": {NATIVE_EXE} per case is faster than a warm python replay child "
+                                      f"up to {NATIVE_MAX_CASES_PER_WORKER} cases a worker", auto=True)
+    return EngineChoice("python", f"--engine auto: {n} cases to replay" + (f" on {workers} workers" if workers > 1
+                                  else "") + ": a warm python replay child per worker is faster than "
+                                  f"{NATIVE_EXE} per case above {NATIVE_MAX_CASES_PER_WORKER} cases a worker",
+                        auto=True)
+
+
 def _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, connect_timeout, overrides,
-             zygote, trust=None) -> RegressReport:
-    """:func:`regress` once its options are checked (and its zygote started)."""
+             zygote, trust=None, cases=None) -> RegressReport:
+    """:func:`regress` once its options are checked (and its zygote started); ``cases`` already found, or None."""
     import datetime  # noqa: PLC0415
 
-    cases = discover(suite, keyword=keyword, overrides=overrides)
+    if cases is None:
+        cases = discover(suite, keyword=keyword, overrides=overrides)
     if update:
         for c in cases:  # the goldens' folders must be writable before any long work
             if not os.access(c.golden.parent, os.W_OK):
@@ -347,4 +407,4 @@ def _regress(suite, jobs, device, engine, update, keyword, dask, ray, progress, 
                          time.perf_counter() - t0, started, update)
 
 
-__all__ = ["regress", "RegressReport"]
+__all__ = ["regress", "RegressReport", "choose_regress_engine"]

@@ -28,7 +28,7 @@ class ReplayReport:
     Attributes:
         file: The capture replayed.
         device: The device string.
-        engine: ``python`` or ``native``.
+        engine: ``python`` or ``native``: the engine that replayed.
         warp_version: The Warp version the file was captured with.
         repeat: Timed replays.
         warmup: Untimed replays first.
@@ -43,6 +43,7 @@ class ReplayReport:
         kernels: What ``--kernels`` typed (``SourceTyping.to_json()``), or None.
         notices: The lines that say so of ``unset_inputs`` (:func:`unset_input_notices`; not in the JSON,
             which has ``unset_inputs``).
+        engine_reason: Why that engine replayed (``--engine auto``'s choice, or the engine named).
     """
 
     file: str
@@ -60,6 +61,7 @@ class ReplayReport:
     npy_outputs: Optional[dict] = None
     kernels: Optional[dict] = None
     notices: list = field(default_factory=list)
+    engine_reason: str = ""
 
     @property
     def ok(self) -> bool:
@@ -80,7 +82,8 @@ class ReplayReport:
         with ``--kernels``)."""
         from ..checks.json_values import json_safe  # noqa: PLC0415
 
-        out = {"file": self.file, "device": self.device, "engine": self.engine, "warp_version": self.warp_version,
+        out = {"file": self.file, "device": self.device, "engine": self.engine, "engine_reason": self.engine_reason,
+               "warp_version": self.warp_version,
                "repeat": self.repeat, "warmup": self.warmup, "timings": self.timings, "outputs": self.outputs,
                "unset_inputs": self.unset_inputs, "warnings": self.warnings, "check": self.check,
                "output": self.output, "npy_outputs": self.npy_outputs, "ok": self.ok}
@@ -280,6 +283,22 @@ def _read_given(prep, file: Path, inputs_npz, inputs: Mapping, golden) -> _Given
     return g
 
 
+def _replay_with(chosen, choice, prep, request) -> tuple:
+    """``(EngineRun, EngineChoice)``: replay with ``chosen``; where ``--engine auto`` picked the native engine
+    and it cannot run at all (:func:`~wrpkit.run.engines.engine_unavailable`), with the python engine instead."""
+    from .engines import EngineChoice, PythonEngine, discard_prestarted, engine_unavailable  # noqa: PLC0415
+
+    try:
+        return chosen.replay(prep, request), choice
+    except WrpError as e:
+        if not (choice.auto and choice.name == "native" and engine_unavailable(e)):
+            raise
+        discard_prestarted()
+        said = str(e).splitlines()[0] if str(e) else type(e).__name__
+        reason = f"--engine auto: the native engine could not run ({said}), so the python engine replayed instead"
+        return PythonEngine().replay(prep, request), EngineChoice("python", reason, auto=True)
+
+
 def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[Mapping] = None, output=None,
                 repeat: int = 1, warmup: int = 0, golden=None, rtol: float = 1e-5, atol: float = 1e-6,
                 equal_nan: bool = False, engine: str = "python", verify_checksums: bool = True, watchdog=None,
@@ -306,7 +325,10 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         rtol: Relative tolerance of the comparison.
         atol: Absolute tolerance of the comparison.
         equal_nan: NaN in the output equals NaN in the golden at the same element.
-        engine: ``python`` or ``native`` (:mod:`wrpkit.run.engines`).
+        engine: ``python``, ``native`` (:mod:`wrpkit.run.engines`) or ``auto``: the native engine wherever
+            the options allow it (:func:`~wrpkit.run.engines.choose_engine`), and the python engine where
+            it cannot run at all (wrp-replay not installed, or without Warp's runtime); the report's
+            ``engine`` and ``engine_reason`` say which replayed and why.
         verify_checksums: Verify a ``.wrpk``'s blob checksums (False: trusted files only).
         watchdog: An armed deadline (``disarm()``, ``remaining()``, ``seconds``,
             ``replays``; ``wrp replay --timeout``'s :class:`wrpkit.cli.options.Watchdog`)
@@ -339,10 +361,11 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
     from ..checks.binding_stats import stats_spec, timing_summary, with_warp_shape  # noqa: PLC0415
     from ..fileio import check_output_path  # noqa: PLC0415
     from . import prepare as preparation  # noqa: PLC0415
-    from .engines import ReplayRequest, engine as engine_named, typed_like  # noqa: PLC0415
+    from .engines import ReplayRequest, choose_engine, engine as engine_named, typed_like  # noqa: PLC0415
     from .spawn import kernel_output_of  # noqa: PLC0415
 
-    chosen = engine_named(engine)
+    choice = choose_engine(engine, device=device)
+    chosen = engine_named(choice.name)
     file = Path(file)
     shown, owned = kernel_output_of(kernel_output)
     try:
@@ -351,7 +374,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         # (and a .wrpk's module blobs) only, except that for the python engine it hashes a .wrpk's
         # region data while the child loads it, and so maps every page up front; wrp-replay
         # verifies a bundle's region data itself.
-        hashes_here = engine == "python" and verify_checksums and file.suffix.lower() != ".wrp"
+        hashes_here = choice.name == "python" and verify_checksums and file.suffix.lower() != ".wrp"
         prep = preparation.prepare(file, verify_checksums=verify_checksums, allow_raw_pointers=allow_raw_pointers,
                                    modules_dir=modules_dir, prefetch=hashes_here, trust=trust)
     except BaseException:
@@ -396,7 +419,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
             # process must not be ended while its child runs.
             watchdog.disarm()
             request.timeout, request.timeout_total = watchdog.remaining(), watchdog.seconds
-        run = chosen.replay(prep, request)
+        run, choice = _replay_with(chosen, choice, prep, request)
     finally:
         if owned:
             shown.close()
@@ -420,7 +443,8 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
             results[name] = typed_like(arr, prep.sizes[name], prep.signature[name])  # typed by --dtype
 
     report = ReplayReport(
-        file=str(file), device=device, engine=engine, warp_version=prep.model.warp_version, repeat=repeat,
+        file=str(file), device=device, engine=choice.name, engine_reason=choice.reason,
+        warp_version=prep.model.warp_version, repeat=repeat,
         warmup=warmup, timings={"host_ms": timing_summary(run.host_ms), "device_ms": timing_summary(run.device_ms)},
         outputs={n: with_warp_shape(run.stats[n], prep.signature.get(n)) for n in outputs},
         unset_inputs=unset_inputs(prep, given.inputs), notices=unset_input_notices(prep, given.inputs),
