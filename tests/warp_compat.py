@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from wrpkit.checks.compare import same_bytes_but_handles
+
 #: The wheel's APIC test modules, in the order they are run.
 WARP_TEST_MODULES = ("warp.tests.test_apic", "warp.tests.test_apic_load_from_bytes",
                      "warp.tests.test_apic_mesh", "warp.tests.test_apic_utility_algorithms")
@@ -199,20 +201,6 @@ def handle_slots(wrp: Path) -> dict:
     return {name: by_region.get(rid, []) for name, rid in prog.binding_map().items()}
 
 
-def _same(got, want: np.ndarray, slots=()) -> bool:
-    """Byte equality; each handle slot only has to agree on being zero or not (see :func:`handle_slots`)."""
-    a = bytearray(np.ascontiguousarray(got).tobytes())
-    b = bytearray(want.tobytes())
-    if len(a) != len(b):
-        return False
-    for off in slots:
-        if off + 8 <= len(a):
-            if any(a[off:off + 8]) != any(b[off:off + 8]):
-                return False
-            a[off:off + 8] = b[off:off + 8] = bytes(8)
-    return a == b
-
-
 def check_case(case_dir: Path, wrp_replay: Path, python: str = sys.executable) -> dict:
     """Every wrpkit route on one kept file that stock Warp loaded; what each said.
 
@@ -244,7 +232,7 @@ def check_case(case_dir: Path, wrp_replay: Path, python: str = sys.executable) -
             for n in stock["bindings"]:
                 if n not in z.files:
                     problems.append(f"wrp replay --engine {engine}: binding {n!r} missing from --output")
-                elif not _same(z[n], want[n], slots.get(n, ())):
+                elif not same_bytes_but_handles(z[n], want[n], slots.get(n, ())):
                     problems.append(f"wrp replay --engine {engine}: binding {n!r} differs from stock Warp")
     outs = [f"--output={n}={case_dir / f'native_{i}.npy'}" for i, n in enumerate(stock["bindings"])]
     p = _run([wrp_replay, wrp, *outs])
@@ -253,7 +241,7 @@ def check_case(case_dir: Path, wrp_replay: Path, python: str = sys.executable) -
     else:
         for i, n in enumerate(stock["bindings"]):
             got = np.load(case_dir / f"native_{i}.npy")
-            if not _same(got, want[n], slots.get(n, ())):
+            if not same_bytes_but_handles(got, want[n], slots.get(n, ())):
                 problems.append(f"wrp-replay: binding {n!r} differs from stock Warp")
     problem = convert_verdict_problem(wrp, case_dir / "roundtrip")
     if problem:

@@ -478,32 +478,18 @@ def _handle_slots(wrp: Path) -> dict:
     return {name: by_region.get(rid, []) for name, rid in prog.binding_map().items()}
 
 
-def _same_bytes(got, want, slots=()) -> bool:
-    """Byte equality; a handle slot only has to agree on being zero or not."""
-    import numpy as np  # noqa: PLC0415
-
-    a = bytearray(np.ascontiguousarray(got).tobytes())
-    b = bytearray(np.ascontiguousarray(want).tobytes())
-    if len(a) != len(b):
-        return False
-    for off in slots:
-        if off + 8 <= len(a):
-            if any(a[off:off + 8]) != any(b[off:off + 8]):
-                return False
-            a[off:off + 8] = b[off:off + 8] = bytes(8)
-    return a == b
-
-
 def _compare(case: Case, got: dict, what: str) -> str:
     """"" when every binding of ``got`` equals stock's bytes, else what differs."""
     import numpy as np  # noqa: PLC0415
+
+    from wrpkit.checks.compare import same_bytes_but_handles  # noqa: PLC0415
 
     slots = case.slots
     with np.load(case.work / "stock.npz") as z:
         for n in z.files:
             if n not in got:
                 return f"{what}: binding {n!r} missing"
-            if not _same_bytes(got[n], z[n], slots.get(n, ())):
+            if not same_bytes_but_handles(got[n], z[n], slots.get(n, ())):
                 return f"{what}: binding {n!r} differs from stock Warp's replay"
     return ""
 
