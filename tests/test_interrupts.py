@@ -171,3 +171,30 @@ def test_the_launcher_holds_signals_until_wrpkit_takes_them():
         assert "Traceback" not in err and "Fatal Python" not in err
         if proc.returncode == 130:
             assert err.strip().splitlines()[-1] == "interrupted"
+
+
+UNRAISABLE = """
+import signal, sys, time, weakref
+import wrpkit.__main__ as m
+signal.signal(signal.SIGTERM, m._terminated)
+sys.unraisablehook = m._unraisable
+class O: pass
+o = O()
+def cb(_):  # a callback Python cannot raise from, as importlib's module-lock one
+    signal.raise_signal(signal.SIGTERM)
+r = weakref.ref(o, cb)
+try:
+    del o
+    time.sleep(2)
+    print("not interrupted")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_signal_inside_a_callback_python_cannot_raise_from_is_delivered_again():
+    """The CI run once met "Exception ignored in: <function _get_module_lock.<locals>.cb>" and a
+    KeyboardInterrupt traceback: SIGTERM landed while importlib ran a weakref callback. The
+    interrupt is sent again and raised in the command's own code."""
+    done = subprocess.run([sys.executable, "-c", UNRAISABLE], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "interrupted" and "Exception ignored" not in done.stderr, done.stderr

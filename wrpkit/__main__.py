@@ -10,10 +10,32 @@ import signal
 import sys
 
 
+_last_signal = [signal.SIGINT]
+
+
 def _terminated(signum, frame):
     # SIGTERM ends a command as Ctrl-C does (the same exit code, 130): the same clean-up runs,
     # children are stopped and nothing half-written is left.
+    _last_signal[0] = signum
     raise KeyboardInterrupt
+
+
+def _unraisable(info, _default=sys.unraisablehook):
+    # A signal that lands while Python runs a callback it cannot raise from (a weakref's, such as
+    # importlib's module-lock one) would print "Exception ignored in ..." with a traceback and be
+    # lost. It is sent again a moment later from another thread (sent from here, its handler would
+    # run here again), so that it is raised in the command's own code once the callback is over.
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+        import threading  # noqa: PLC0415
+
+        try:
+            again = threading.Timer(0.001, os.kill, (os.getpid(), _last_signal[0]))
+            again.daemon = True  # a command that ends first is not held up by it
+            again.start()
+        except (RuntimeError, OSError):
+            pass
+        return
+    _default(info)
 
 
 def main():
@@ -27,6 +49,9 @@ def main():
     try:
         if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, _terminated)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _terminated)
+        sys.unraisablehook = _unraisable
         # The installed `wrp` (native/launcher/wrp_launcher.c) starts this process with SIGINT and
         # SIGTERM blocked, so that none is lost or fatal before this handler is in place: one that
         # came meanwhile is delivered now, as a KeyboardInterrupt caught below.
