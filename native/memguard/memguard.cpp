@@ -17,7 +17,6 @@
 // dlsym bootstrapping).  Nothing here allocates in the fault handler.
 
 #include <atomic>
-#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -59,7 +58,6 @@ std::mutex g_mutex;                                  // guards additions (the fa
 int g_mode = 0;                                      // 0: data ends at a guard; 1: data starts at one
 size_t g_guard = 4u << 20;                           // bytes of PROT_NONE on each side
 size_t g_page = 4096;
-std::atomic<long long> g_refused{0};                 // allocations that could not be guarded
 
 // Code ranges of warp.so: only its calls are guarded (found once, when armed).
 constexpr int kMaxRanges = 16;
@@ -272,19 +270,15 @@ __attribute__((visibility("default"))) int wrp_memguard_label(const void* ptr, l
     return 0;
 }
 
-/// Allocations warp.so asked for while armed that could not be guarded (given plain memory).
-__attribute__((visibility("default"))) long long wrp_memguard_refused() { return g_refused.load(); }
-
 // --- the allocator --------------------------------------------------------------
 
 __attribute__((visibility("default"))) void* malloc(size_t size)
 {
-    if (g_armed.load(std::memory_order_relaxed) && from_warp(__builtin_return_address(0))) {
+    // An allocation that cannot be guarded gets plain memory: its region is then unlabelled, and
+    // memcheck lists it as unguarded (wrp_memguard_label fails for it).
+    if (g_armed.load(std::memory_order_relaxed) && from_warp(__builtin_return_address(0)))
         if (void* p = guarded(size))
             return p;
-        if (size)
-            g_refused.fetch_add(1);
-    }
     return __libc_malloc(size);
 }
 

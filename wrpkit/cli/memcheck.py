@@ -47,13 +47,12 @@ def violation_lines(v: dict) -> list:
         out.append(f"  argument {a['index']} ({escape(a['name'])}{dtype}){part}{el}")
         if a.get("lines"):
             out.append(f"    the kernel {v['access']}s it at line(s) " + ", ".join(str(n) for n in a["lines"]))
-    if v.get("kernel_source"):
-        ks = v["kernel_source"]
-        out.append(f"  kernel defined at {escape(str(ks['file']))}:{ks['line']}")
-    if v.get("call_site"):
-        cs = v["call_site"]
-        out.append(f"  launched at {escape(str(cs.get('file')))}:{cs.get('line')}"
-                   + (f" in {escape(str(cs['function']))}()" if cs.get("function") else ""))
+    from ..checks.sources import where_text  # noqa: PLC0415
+
+    if where_text(v.get("kernel_source")):
+        out.append(f"  kernel defined at {escape(where_text(v['kernel_source']))}")
+    if where_text(v.get("call_site")):
+        out.append(f"  launched at {escape(where_text(v['call_site']))}")
     if v.get("cause"):
         out.append(f"  [yellow]likely cause[/]: {escape(v['cause'])}")
     if not v["arguments"] and v["kernel"]:

@@ -24,6 +24,7 @@ Nothing here prints.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -162,14 +163,12 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
     result = MemcheckResult(str(opened.path) if opened.path is not None else "<bytes>", device, engine)
     if typing is not None:
         result.kernels = typing.to_json()
-    import os  # noqa: PLC0415
-
     preload = " ".join(p for p in (str(guard), os.environ.get("LD_PRELOAD", "")) if p)
     for mode, name in enumerate(PASSES):
         result.passes.append(name)
         fault: dict = {}
 
-        def crashed(crash, slot, name=name, fault=fault):
+        def crashed(crash, slot, fault=fault):
             hit = list(_FAULT.finditer(crash.stderr.encode("utf-8", "replace")))
             if not hit:
                 return None  # not a guarded access: a crash, reported as one
@@ -177,8 +176,7 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
             return {"fault": True}
 
         job = {"device": device, "engine": engine, "mode": mode, "guard_bytes": GUARD_BYTES}
-        left = None if timeout is None else timeout
-        data = run_in_child(opened, "memcheck", job, inputs, timeout=left, started=t0,
+        data = run_in_child(opened, "memcheck", job, inputs, timeout=timeout, started=t0,
                             env={"LD_PRELOAD": preload}, crashed=crashed,
                             kernel_output=kernel_output if mode == 0 else None)  # one replay's worth, as trace
         if fault:
@@ -223,7 +221,6 @@ def _memcheck_cuda(opened, device: str, inputs, timeout, t0: float, typing) -> M
     names the kernel, thread and block, not the op: a capture launching one kernel several times
     needs the op found with ``wrp trace`` (a CPU recapture gets the whole answer here).
     """
-    import os  # noqa: PLC0415
     import shutil  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
 
@@ -334,10 +331,12 @@ def run_memcheck(opened, *, device: str, engine: str, mode: int, guard_bytes: in
 
 def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict:
     """The fault the allocator reported, in the capture's terms: op, kernel, argument, element, source."""
-    from ..checks.effects import kernel_signatures  # noqa: PLC0415
+    from ..checks.effects import kernel_signatures, launch_label  # noqa: PLC0415
+    from ..checks.sources import Sources  # noqa: PLC0415
     from ..run.crash import op_at_path  # noqa: PLC0415
 
     prog = opened.program
+    sources = Sources.of(prog)  # where each op was issued and each kernel defined: the one lookup
     seq, index, iteration, path = fault["slot"]
     ran = fault.get("stage") == "replaying" and seq >= 0
     op = op_at_path(prog.ops, path) if ran else None
@@ -352,16 +351,15 @@ def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict
            "arguments": [], "kernel_source": None, "call_site": None, "cause": None}
     if isinstance(op, m.KernelLaunch):
         modules = {mod.module_hash: mod.binary_filename for mod in prog.modules}
-        out["kernel"], out["module"] = op.kernel_key, modules.get(op.module_hash)
+        out["kernel"], out["module"] = launch_label(op), modules.get(op.module_hash)
         sig = kernel_signatures(prog).get((op.module_hash, op.kernel_key))
         lines = _kernel_lines(typing, op)
         out["arguments"] = [dict(a, lines=lines.get(a["name"], {}).get(fault["access"] if fault["access"] in
                                                                         ("read", "write") else "write", []))
                             for a in arrays_in_region(op, sig, rid, offset)]
-        if sig is not None and getattr(sig, "source_file", None):
-            out["kernel_source"] = {"file": sig.source_file, "line": int(getattr(sig, "source_line", 0) or 0)}
+        out["kernel_source"] = sources.kernel(op.module_hash, op.kernel_key)
         out["cause"] = _overload_cause(opened, op)
-    out["call_site"] = _call_site(opened, path) if ran else None
+    out["call_site"] = sources.op(path) if ran else None
     return out
 
 
@@ -385,35 +383,17 @@ def _overload_cause(opened, op: m.KernelLaunch) -> Optional[str]:
 
 
 def _kernel_lines(typing, op) -> dict:
-    """``{argument name: {"read": [lines], "write": [lines]}}`` of the user's kernel (``--kernels``), or {}.
-
-    Warp's own kernel object is asked (:func:`wrpkit.run.access.argument_lines`): the file that matched
-    the launch's kernel is imported again here, once, only when there is a violation to explain.
-    """
+    """``{argument name: {"read": [lines], "write": [lines]}}`` of the user's kernel (``--kernels``), or {}:
+    Warp's own kernel object, as ``--kernels`` matched it, is asked (:func:`wrpkit.run.access.argument_lines`)."""
     if typing is None:
         return {}
     match = next((k for k in typing.matches if k.kernel_key == op.kernel_key and k.module_hash == op.module_hash
-                  and k.file), None)
+                  and k.kernel is not None), None)
     if match is None:
         return {}
-    try:
-        from ..run.access import argument_lines  # noqa: PLC0415
-        from ..run.source_types import import_kernels  # noqa: PLC0415
+    from ..run.access import argument_lines  # noqa: PLC0415
 
-        for _, found in import_kernels([match.file]):
-            for kernel in found:
-                if kernel.key == op.kernel_key:
-                    return argument_lines(kernel)
-    except Exception:  # noqa: BLE001 -- source lines are a courtesy; the violation stands without them
-        return {}
-    return {}
-
-
-def _call_site(opened, path: str) -> Optional[dict]:
-    """Where the op at ``path`` was launched, when the capture records it."""
-    from ..checks.sources import op_source  # noqa: PLC0415
-
-    return op_source(opened.program, path)
+    return argument_lines(match.kernel)  # never raises (a kernel it cannot analyse gives empty lists)
 
 
 def arrays_in_region(op: m.KernelLaunch, sig, region_id: int, offset: int) -> list:

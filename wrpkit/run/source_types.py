@@ -52,6 +52,8 @@ class KernelMatch:
         code: ``"same"`` (the kernel's own hash in the recorded symbol equals the
             file's), ``"changed"``, or ``"unknown"`` (not comparable).
         reason: Why it did not match (None when it did).
+        kernel: The matched ``wp.Kernel`` (not serialised): what asks Warp more about it
+            (``wrp memcheck``'s source lines) uses it instead of importing the file again.
     """
 
     kernel_key: str
@@ -61,6 +63,7 @@ class KernelMatch:
     signature: Optional[ann.KernelSignature] = None
     code: str = "unknown"
     reason: Optional[str] = None
+    kernel: object = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel_key, "module": self.module_name, "module_hash": self.module_hash,
@@ -228,7 +231,7 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
                             "types; pass only the file that defined it")
             continue
         p, k, _ = good[0]
-        match.file = str(p)
+        match.file, match.kernel = str(p), k
         from .access import kernel_signature  # noqa: PLC0415
 
         match.signature = kernel_signature(k, rk.kernel_key, rk.module_hash, op)
