@@ -174,7 +174,7 @@ def diff_programs(pa: m.Program, pb: m.Program, name_a: str = "a", name_b: str =
         lambda x, y: _fields(("forward_smem_bytes", "backward_smem_bytes", "block_dim"), x, y)
         | _pair("forward_name", _unhashed(x.forward_name), _unhashed(y.forward_name))
         | _pair("backward_name", _unhashed(x.backward_name), _unhashed(y.backward_name)))
-    res.code = _code_changes(pa, pb, modules_a, modules_b)
+    res.code = _code_changes(pa, pb, modules_a, modules_b, (ka, kb))
     changed_code = {c["kernel"] for c in res.code}
     res.modules = _keyed(
         "module", {x.module_name: x for x in pa.modules}, {x.module_name: x for x in pb.modules},
@@ -248,43 +248,35 @@ def kernel_identities(pa: m.Program, pb: m.Program) -> tuple:
     across modules (a "unique" module's name holds the kernel's hash, so an edit renames it).
     The name is the key where it names one kernel in both programs, else ``key [module]``.
     """
-    def named(p):
-        mods = {x.module_hash: x.module_name for x in p.modules}
-        return [(k.kernel_key, mods.get(k.module_hash, k.module_hash), k) for k in p.kernels]
+    from collections import Counter  # noqa: PLC0415
 
-    la, lb = named(pa), named(pb)
-    shared = {key for key, _, _ in la}
-    once = {key for key in shared | {k for k, _, _ in lb}
-            if sum(1 for k, _, _ in la if k == key) <= 1 and sum(1 for k, _, _ in lb if k == key) <= 1}
-    a_ids = {(key, mod): k for key, mod, k in la}
-    b_ids = {(key, mod): k for key, mod, k in lb}
-    pairs = {ident: ident for ident in a_ids if ident in b_ids}
-    left_a: dict = {}
-    left_b: dict = {}
-    for ident in a_ids:
-        if ident not in pairs:
-            left_a.setdefault(ident[0], []).append(ident)
-    for ident in b_ids:
-        if ident not in pairs.values():
-            left_b.setdefault(ident[0], []).append(ident)
-    for key, ids in left_a.items():
-        if len(ids) == 1 and len(left_b.get(key, ())) == 1:
-            pairs[ids[0]] = left_b[key][0]
+    def named(p) -> dict:
+        mods = {x.module_hash: x.module_name for x in p.modules}
+        return {(k.kernel_key, mods.get(k.module_hash, k.module_hash)): k for k in p.kernels}
+
+    a_ids, b_ids = named(pa), named(pb)
+    count_a, count_b = Counter(key for key, _ in a_ids), Counter(key for key, _ in b_ids)
+    b_of = {ident: ident for ident in a_ids if ident in b_ids}  # a's identity -> b's, paired
+    left_a = [ident for ident in a_ids if ident not in b_of]
+    left_b = [ident for ident in b_ids if ident not in a_ids]
+    for ident in left_a:
+        alone = [j for j in left_b if j[0] == ident[0]]
+        if len(alone) == 1 and sum(1 for i in left_a if i[0] == ident[0]) == 1:
+            b_of[ident] = alone[0]
 
     def name(ident) -> str:
-        return ident[0] if ident[0] in once else f"{ident[0]} [{ident[1]}]"
+        once = count_a[ident[0]] <= 1 and count_b[ident[0]] <= 1
+        return ident[0] if once else f"{ident[0]} [{ident[1]}]"
 
-    out_a = {name(i): a_ids[i] for i in a_ids}
-    out_b = {}
-    paired_b = {j: i for i, j in pairs.items()}
-    for j in b_ids:
-        out_b[name(paired_b[j]) if j in paired_b else name(j)] = b_ids[j]
-    return out_a, out_b
+    a_of = {j: i for i, j in b_of.items()}
+    return ({name(i): k for i, k in a_ids.items()},
+            {name(a_of.get(j, j)): k for j, k in b_ids.items()})
 
 
-def _code_changes(pa: m.Program, pb: m.Program, read_a, read_b) -> list:
-    """Kernels in both programs whose own code differs (per-kernel hash, then function bytes)."""
-    ka, kb = kernel_identities(pa, pb)
+def _code_changes(pa: m.Program, pb: m.Program, read_a, read_b, identities: tuple) -> list:
+    """Kernels in both programs whose own code differs (per-kernel hash, then function bytes);
+    ``identities`` is :func:`kernel_identities` of the two."""
+    ka, kb = identities
     out = []
     for label, x in ka.items():
         y = kb.get(label)

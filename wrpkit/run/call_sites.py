@@ -158,6 +158,17 @@ class CallSiteLog:
                     self._add(entries, (index, body_no) + rel, st)
 
 
+def _counts(logs) -> list:
+    """``[(log, its operation count now)]`` before a native call (a log that cannot say is left out)."""
+    out = []
+    for log in logs:
+        try:
+            out.append((log, log._count()))
+        except Exception:  # noqa: BLE001 -- never break a capture
+            pass
+    return out
+
+
 def _wrap(name: str, fn):
     if name == _BEGIN:
         def wrapper(*args):
@@ -189,13 +200,7 @@ def _wrap(name: str, fn):
             return fn(*args)
     elif name == _COND:
         def wrapper(*args):
-            logs = [log for log in _active_logs if args and log._is_mine(args[0])]
-            before = []
-            for log in logs:
-                try:
-                    before.append((log, log._count()))
-                except Exception:  # noqa: BLE001
-                    pass
+            before = _counts([log for log in _active_logs if args and log._is_mine(args[0])])
             r = fn(*args)
             for log, n0 in before:
                 try:
@@ -207,15 +212,9 @@ def _wrap(name: str, fn):
         unrecorded = UNRECORDED_CALLS.get(name)
 
         def wrapper(*args):
-            logs = _active_logs
-            if not logs:
+            if not _active_logs:
                 return fn(*args)
-            before = []
-            for log in logs:
-                try:
-                    before.append((log, log._count()))
-                except Exception:  # noqa: BLE001
-                    pass
+            before = _counts(_active_logs)
             r = fn(*args)
             stack = None
             for log, n0 in before:

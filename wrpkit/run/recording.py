@@ -173,10 +173,11 @@ def _warn_unrecorded(log, stacklevel: int) -> list:
     import warnings  # noqa: PLC0415
 
     from ..checks.check import unrecorded_call_message  # noqa: PLC0415
+    from ..checks.sources import where_text  # noqa: PLC0415
 
     seen = set()
     for call, stack in log.unrecorded:
-        where = f"{stack[0][0]}:{stack[0][1]} in {stack[0][2]}()" if stack else ""
+        where = where_text(dict(zip(("file", "line", "function"), stack[0]))) if stack else ""
         if (call, where) in seen:
             continue
         seen.add((call, where))
