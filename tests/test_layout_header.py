@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import gen_layout  # noqa: E402
 from wrpkit.formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS, LEGACY_ARG_RECORD  # noqa: E402
-from wrpkit.model import OpType  # noqa: E402
+from wrpkit.apic_types import OpType  # noqa: E402
 
 
 def test_committed_header_matches_the_python_layouts():
@@ -112,7 +112,7 @@ def test_compiled_op_records_say_what_the_op_table_and_layouts_say(tmp_path):
     """Every op record's field offsets and size in wrp1_layouts.h (read by wrp1_ops.cpp and
     wrpk_reader.cpp instead of literals) are the Python layout's, and every region reference of the
     op table (wrpkit.model REGIONS) is a field the C++ can read."""
-    from wrpkit.model import OP_CLASSES  # noqa: PLC0415
+    from wrpkit.ops import OP_CLASSES  # noqa: PLC0415
 
     cxx = shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if cxx is None:
@@ -136,7 +136,7 @@ def test_compiled_op_records_say_what_the_op_table_and_layouts_say(tmp_path):
             for fld in (ref.region, ref.offset):
                 assert fld is None or fld in rl.names, (t.name, fld)
     from wrpkit.formats.wrp1_layout import LAYOUT_18  # noqa: PLC0415
-    from wrpkit.model import LaunchParam  # noqa: PLC0415
+    from wrpkit.ops import LaunchParam  # noqa: PLC0415
 
     codes = gen_layout._TOKEN.findall(LAYOUT_18.launch_param.format.lstrip("<"))
     for cname, names, cs, size in (("LaunchParamRecord", LaunchParam._fields, codes, LAYOUT_18.launch_param.size),
@@ -161,12 +161,14 @@ def test_compiled_op_records_say_what_the_op_table_and_layouts_say(tmp_path):
 
 
 def test_the_cxx_op_readers_read_no_literal_offsets():
-    """wrp1_ops.cpp reads op record fields through op_record:: (no op.get<T>(24)) and the argument
+    """wrp1_ops*.cpp reads op record fields through op_record:: (no op.get<T>(24)) and the argument
     records through kLaunchParamRecord/kRelocationRecord, and wrpk_reader.cpp
     sizes each op record with op_record::...record_size (no head(t, 64, ...))."""
     import re  # noqa: PLC0415
 
-    ops = (ROOT / "native" / "src" / "wrp1_ops.cpp").read_text()
+    # wrp1_ops.cpp and the files split from it (wrp1_ops.h, wrp1_ops_launch.cpp)
+    ops = "\n".join(p.read_text() for p in sorted((ROOT / "native" / "src").glob("wrp1_ops*")))
+    assert "launch_head" in ops and "rec::kScan" in ops
     assert not re.findall(r"op\.get<\w+>\(\d+\)|op\.p\[\d+\]", ops)
     # launch parameter and relocation records: through kLaunchParamRecord / kRelocationRecord
     assert not re.findall(r"\b(po|ro|rel) \+ \d+\b", ops)

@@ -1,6 +1,6 @@
 """A `.wrpk` replays from its mapping: container version 2 places large region data so that the WRP1
 image Warp loads maps the bundle's file pages instead of holding a second copy of the data
-(schema/WRPK-FORMAT.md "Blob area"; wrpkit/run/mapped_image.py; ImagePlacer in native/src/wrpk_reader.cpp).
+(schema/WRPK-FORMAT.md "Blob area"; wrpkit/run/mapped_image.py; ImagePlacer in native/src/wrpk_blobs.cpp).
 
 A capture of a program of this file's own (a vec3 array, an initialised float array, an unbound scratch
 array, an IF inside a WHILE, a @wp.func helper) made with stock Warp at test time is converted to a

@@ -1,5 +1,8 @@
 """Generate native/src/wrp1_layouts.h (wrp-replay's per-format tables) from wrpkit/formats/wrp1_layout.py.
 
+It also holds the op types (the C++ enum and their names) from the op table, and every op record's
+field offsets and region references; tools/gen_op_writer.py writes the bundle reader's op records.
+
 Run after every change to wrp1_layout.py:  python tools/gen_layout.py
 The Python module is the single place where the WRP1 formats differ (one
 FormatLayout per format); the C++ validator, the .wrpk reader and wrp-replay
@@ -262,6 +265,37 @@ def _argument_records() -> list:
     return out
 
 
+def op_enum_name(t) -> str:
+    """The C++ enumerator of an op type: ``kOp`` and its schema table's name (``kOpMemcpyH2D``), which
+    is its model class's name (MEMCPY_D2H, which Warp reserves, has no class)."""
+    from wrpkit.formats.wrpk.tables import OP_TABLES  # noqa: PLC0415
+    from wrpkit.model import OP_CLASSES  # noqa: PLC0415
+
+    cls = OP_CLASSES.get(t)
+    assert cls is None or cls.__name__ == OP_TABLES[t], f"{t.name}: class {cls.__name__} is not {OP_TABLES[t]}"
+    return "kOp" + OP_TABLES[t]
+
+
+def op_types() -> list:
+    """The op types (wrpkit/model.py OpType) as a C++ enum, and their names."""
+    names = ["nullptr"] * (max(OpType) + 1)
+    for t in OpType:
+        names[int(t)] = _c_string(t.name)
+    return ["// The op types: the op table's OpType (wrpkit.model; Warp's APIC_OP_* numbers) and their names.",
+            "enum OpType : uint32_t {"] + [f"    {op_enum_name(t)} = {int(t)}," for t in OpType] + [
+            "};",
+            "constexpr const char* kOpNames[kNumOpTypes] = {"] + [
+            "    " + ", ".join(names[i:i + 5]) + "," for i in range(0, len(names), 5)] + [
+            "};",
+            "",
+            "// The name of an op type (\"MEMSET\"), or \"unknown\".",
+            "constexpr const char* op_name(uint32_t op_type)",
+            "{",
+            "    return op_type < kNumOpTypes && kOpNames[op_type] ? kOpNames[op_type] : \"unknown\";",
+            "}",
+            ""]
+
+
 def render() -> str:
     """The text of the header."""
     num_ops = max(OpType) + 1
@@ -307,6 +341,7 @@ def render() -> str:
         "",
         f"constexpr uint32_t kNumOpTypes = {num_ops};  // op types 0..{num_ops - 1}",
         "",
+    ] + op_types() + [
         "struct FormatLayout {",
         "    uint32_t version;",
         "    const char* releases;   // the Warp releases that write it (\"\" if none)",

@@ -338,7 +338,7 @@ MappedFile MappedFile::map_fd(int fd, const std::string& display, uint64_t max_b
     }
     size_t size = static_cast<size_t>(st.st_size);
     // MAP_SHARED (read-only, so no different for reading): a .wrpk image can then map
-    // these pages a second time (mremap in wrpk_reader.cpp) instead of copying them.
+    // these pages a second time (mremap in wrpk_blobs.cpp) instead of copying them.
     void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     int err = errno;
     close(fd);  // the mapping keeps the file alive

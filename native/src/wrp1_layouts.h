@@ -39,6 +39,41 @@ struct LegacyArgLayout {
 
 constexpr uint32_t kNumOpTypes = 20;  // op types 0..19
 
+// The op types: the op table's OpType (wrpkit.model; Warp's APIC_OP_* numbers) and their names.
+enum OpType : uint32_t {
+    kOpKernelLaunch = 1,
+    kOpMemcpyH2D = 2,
+    kOpMemcpyD2H = 3,
+    kOpMemcpyD2D = 4,
+    kOpMemset = 5,
+    kOpAlloc = 6,
+    kOpIf = 7,
+    kOpWhile = 8,
+    kOpScan = 9,
+    kOpMemtile = 10,
+    kOpSegmentedSort = 11,
+    kOpRadixSort = 12,
+    kOpRunlengthEncode = 13,
+    kOpBsrFromTriplets = 14,
+    kOpBsrTranspose = 15,
+    kOpReduction = 16,
+    kOpBvhRefit = 17,
+    kOpBvhRebuild = 18,
+    kOpHashGridUpdate = 19,
+};
+constexpr const char* kOpNames[kNumOpTypes] = {
+    nullptr, "KERNEL_LAUNCH", "MEMCPY_H2D", "MEMCPY_D2H", "MEMCPY_D2D",
+    "MEMSET", "ALLOC", "IF", "WHILE", "SCAN",
+    "MEMTILE", "SEGMENTED_SORT", "RADIX_SORT", "RUNLENGTH_ENCODE", "BSR_FROM_TRIPLETS",
+    "BSR_TRANSPOSE", "REDUCTION", "BVH_REFIT", "BVH_REBUILD", "HASH_GRID_UPDATE",
+};
+
+// The name of an op type ("MEMSET"), or "unknown".
+constexpr const char* op_name(uint32_t op_type)
+{
+    return op_type < kNumOpTypes && kOpNames[op_type] ? kOpNames[op_type] : "unknown";
+}
+
 struct FormatLayout {
     uint32_t version;
     const char* releases;   // the Warp releases that write it ("" if none)

@@ -31,29 +31,7 @@ enum SectionType : uint32_t {
 
 enum class Device : uint8_t { Cuda = 0, Cpu = 1 };
 
-enum OpType : uint32_t {
-    kOpKernelLaunch = 1,
-    kOpMemcpyH2D = 2,
-    kOpMemcpyD2H = 3,
-    kOpMemcpyD2D = 4,
-    kOpMemset = 5,
-    kOpAlloc = 6,
-    kOpIf = 7,
-    kOpWhile = 8,
-    kOpScan = 9,
-    kOpMemtile = 10,
-    kOpSegmentedSort = 11,
-    kOpRadixSort = 12,
-    kOpRunlengthEncode = 13,
-    kOpBsrFromTriplets = 14,
-    kOpBsrTranspose = 15,
-    kOpReduction = 16,
-    kOpBvhRefit = 17,
-    kOpBvhRebuild = 18,
-    kOpHashGridUpdate = 19,
-};
-
-const char* op_name(uint32_t op_type);
+// The op types (enum OpType) and op_name() are generated from the op table: wrp1_layouts.h.
 
 struct ModuleRecord {
     std::string hash;

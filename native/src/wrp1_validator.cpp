@@ -23,32 +23,6 @@
 
 namespace wrp {
 
-const char* op_name(uint32_t op_type)
-{
-    switch (op_type) {
-    case kOpKernelLaunch: return "KERNEL_LAUNCH";
-    case kOpMemcpyH2D: return "MEMCPY_H2D";
-    case kOpMemcpyD2H: return "MEMCPY_D2H";
-    case kOpMemcpyD2D: return "MEMCPY_D2D";
-    case kOpMemset: return "MEMSET";
-    case kOpAlloc: return "ALLOC";
-    case kOpIf: return "IF";
-    case kOpWhile: return "WHILE";
-    case kOpScan: return "SCAN";
-    case kOpMemtile: return "MEMTILE";
-    case kOpSegmentedSort: return "SEGMENTED_SORT";
-    case kOpRadixSort: return "RADIX_SORT";
-    case kOpRunlengthEncode: return "RUNLENGTH_ENCODE";
-    case kOpBsrFromTriplets: return "BSR_FROM_TRIPLETS";
-    case kOpBsrTranspose: return "BSR_TRANSPOSE";
-    case kOpReduction: return "REDUCTION";
-    case kOpBvhRefit: return "BVH_REFIT";
-    case kOpBvhRebuild: return "BVH_REBUILD";
-    case kOpHashGridUpdate: return "HASH_GRID_UPDATE";
-    default: return "unknown";
-    }
-}
-
 const RegionRecord* Wrp1Graph::find_region(int64_t id) const
 {
     if (id < 0 || id > UINT32_MAX)

@@ -1,25 +1,21 @@
 // wrpk_reader.cpp -- see wrpk_reader.h.  The checks mirror wrpkit/formats/wrpk/
-// (blobs.read_header, reader.decode_wrpk, blobs.check_blobs) and
-// schema/WRPK-FORMAT.md; the WRP1 encoding mirrors wrpkit/formats/wrp1_encode.py
-// (encode_wrp1's records) byte for byte.
+// (reader.decode_wrpk; the header and blob checks, blobs.read_header and blobs.check_blobs,
+// are wrpk_blobs.cpp's) and schema/WRPK-FORMAT.md; the WRP1 encoding mirrors
+// wrpkit/formats/wrp1_encode.py (encode_wrp1's records) byte for byte.  Each op's record is
+// written by wrpk_op_writer.h, generated from the op table by tools/gen_op_writer.py.
 #include "wrpk_reader.h"
 
 #include <algorithm>
 #include <climits>
 #include <cstdarg>
 #include <cstring>
-#include <system_error>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include "byte_reader.h"
 #include "checked_math.h"
 #include "error.h"
-#include "mapped_file.h"
 #include "sha256.h"
 #include "wrp1_model.h"
 #include "wrp_generated.h"
+#include "wrpk_blobs.h"
 #include "wrpk_layout.h"
 
 namespace wrp {
@@ -36,6 +32,8 @@ using flatbuffers::Vector;
 
 // The header's layout, the tiling rules and the limits (generated from wrpkit/formats/wrpk/tables.py).
 using namespace wrpk_layout;
+// The bundle's header, blob area and checksums, and the image's memory (wrpk_blobs.cpp).
+using namespace wrpk_blobs;
 // The Verifier's depth counts tables: Program, then per nesting level an
 // Operation and its If/While, then the innermost op's table.
 constexpr uint32_t kVerifierMaxDepth = 2 * kMaxBodyDepth + 4;
@@ -45,8 +43,6 @@ constexpr uint32_t kVerifierMaxDepth = 2 * kMaxBodyDepth + 4;
 // not turn a small file into a huge allocation: the records (metadata and
 // ops, not region data) may be at most kExpansionFloor + kExpansionFactor
 // times the manifest's size (wrpk_layout.h).
-
-constexpr uint64_t align64(uint64_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
 static_assert(sizeof(fbs::LegacyArg) == kLegacyArg.size, "the schema's LegacyArg must be the WRP1 descriptor, byte for byte");
 
@@ -121,41 +117,6 @@ private:
 };
 
 uint64_t str_bytes(const flatbuffers::String* s) { return 4 + (s ? s->size() : 0); }
-
-// BlobRef::memory_offset of a blob that is not region data.
-constexpr uint64_t kNotMapped = ~uint64_t(0);
-
-struct BlobRef {
-    std::string name;  // "region 3 initial data"
-    std::string path;  // "regions[2].data"
-    uint64_t offset;
-    uint64_t length;
-    const uint8_t* sha;
-    uint32_t sha_len;
-    uint64_t at;  // bundle offset of the Blob table
-    const uint8_t** data_out;
-    size_t* size_out;
-    // Region data: its offset in the WRP1 MEMORY section (the version-2 tiling rule); else kNotMapped.
-    uint64_t memory_offset;
-    // Region data: the region's id (0 for a module's blob).
-    uint32_t region_id;
-    // Region data that no validation reads (not a mesh's): its checksum may be verified while Warp loads.
-    bool deferrable = false;
-    // Chunk digests (Blob.chunk_length / chunk_sha256): 0 and none when the writer left them out.
-    uint64_t chunk_length = 0;
-    const uint8_t* chunk_sha = nullptr;
-    uint32_t chunk_sha_len = 0;
-};
-
-struct RegionOut {
-    uint32_t id;
-    uint32_t element_size;
-    uint64_t size;
-    bool has_data;
-    uint64_t memory_offset;  // of its data (if any) in the WRP1 MEMORY section
-    const uint8_t* data = nullptr;
-    size_t data_size = 0;
-};
 
 class ManifestDecoder {
 public:
@@ -435,7 +396,7 @@ private:
             const fbs::Operation* o = list->Get(j);
             Path here = where.at(j);
             uint8_t t = raw_field<uint8_t>(o, fbs::Operation::VT_OP_TYPE, 0);
-            if (t == 0 || t == kOpMemcpyD2H || t > kOpHashGridUpdate)
+            if (t == 0 || t == kOpMemcpyD2H || t >= kNumOpTypes)
                 bad(here.field("op_type"), o, "op type %u is %s", t,
                     t == kOpMemcpyD2H ? "reserved by Warp (MEMCPY_D2H)" : t == 0 ? "NONE" : "unknown");
             if (!o->op())
@@ -445,7 +406,7 @@ private:
         return n;
     }
 
-    // Op header (type, total) followed by a fixed record of `fixed` bytes.
+    // The op header (type, total size), once the op's `total` bytes are accounted for.
     void head(uint32_t type, uint64_t total, const Path& where, const void* table)
     {
         reserve(ops_, total, where, table);
@@ -453,251 +414,17 @@ private:
         ops_.put<uint32_t>(static_cast<uint32_t>(total));
     }
 
-    void op(uint8_t t, const void* table, const Path& here, uint32_t depth)
-    {
-        Writer& w = ops_;
-        switch (t) {
-        case kOpKernelLaunch: return launch(static_cast<const fbs::KernelLaunch*>(table), here);
-        case kOpMemcpyH2D: {
-            auto* o = static_cast<const fbs::MemcpyH2D*>(table);
-            uint32_t n = count_of(o->data());
-            head(t, rec::kMemcpyH2D.record_size + uint64_t(n), here, o);
-            w.put<int32_t>(o->dst_region_id());
-            w.zeros(4);
-            w.put<uint64_t>(o->dst_offset());
-            w.put<uint64_t>(n);
-            if (n)
-                w.raw(o->data()->data(), n);
-            return;
-        }
-        case kOpMemcpyD2D: {
-            auto* o = static_cast<const fbs::MemcpyD2D*>(table);
-            head(t, rec::kMemcpyD2D.record_size, here, o);
-            w.put<int32_t>(o->dst_region_id());
-            w.put<int32_t>(o->src_region_id());
-            w.put<uint64_t>(o->dst_offset());
-            w.put<uint64_t>(o->src_offset());
-            w.put<uint64_t>(o->size());
-            return;
-        }
-        case kOpMemset: {
-            auto* o = static_cast<const fbs::Memset*>(table);
-            head(t, rec::kMemset.record_size, here, o);
-            w.put<int32_t>(o->region_id());
-            w.put<int32_t>(o->value());
-            w.put<uint64_t>(o->offset());
-            w.put<uint64_t>(o->size());
-            return;
-        }
-        case kOpAlloc: {
-            auto* o = static_cast<const fbs::Alloc*>(table);
-            head(t, rec::kAlloc.record_size, here, o);
-            w.put<int32_t>(o->region_id());
-            w.zeros(4);
-            w.put<uint64_t>(o->size());
-            return;
-        }
-        case kOpIf: {
-            auto* o = static_cast<const fbs::If*>(table);
-            conditional(t, o, o->cond_region_id(), o->cond_offset(), o->then_ops(), "then_ops", o->else_ops(),
-                        "else_ops", here, depth);
-            return;
-        }
-        case kOpWhile: {
-            auto* o = static_cast<const fbs::While*>(table);
-            conditional(t, o, o->cond_region_id(), o->cond_offset(), o->body(), "body", nullptr, nullptr, here, depth);
-            return;
-        }
-        case kOpScan: {
-            auto* o = static_cast<const fbs::Scan*>(table);
-            check_bool(o, fbs::Scan::VT_INCLUSIVE, 0, here, "inclusive");
-            head(t, rec::kScan.record_size, here, o);
-            w.put<int32_t>(o->dst_region_id());
-            w.put<int32_t>(o->src_region_id());
-            w.put<uint64_t>(o->dst_offset());
-            w.put<uint64_t>(o->src_offset());
-            w.put<uint32_t>(o->length());
-            w.put<int32_t>(o->in_stride());
-            w.put<int32_t>(o->out_stride());
-            w.put<int32_t>(o->type_len());
-            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
-            w.put<uint8_t>(raw_field<uint8_t>(o, fbs::Scan::VT_INCLUSIVE, 0));
-            w.zeros(2);
-            return;
-        }
-        case kOpMemtile: {
-            auto* o = static_cast<const fbs::Memtile*>(table);
-            uint32_t n = count_of(o->value());
-            if (n == 0)
-                bad(here.field("value"), o, "MEMTILE value must not be empty");
-            head(t, rec::kMemtile.record_size + uint64_t(n), here, o);
-            w.put<int32_t>(o->region_id());
-            w.put<uint32_t>(n);
-            w.put<uint64_t>(o->offset());
-            w.put<uint64_t>(o->count());
-            w.raw(o->value()->data(), n);
-            return;
-        }
-        case kOpSegmentedSort: {
-            auto* o = static_cast<const fbs::SegmentedSort*>(table);
-            head(t, rec::kSegmentedSort.record_size, here, o);
-            w.put<int32_t>(o->keys_region_id());
-            w.put<int32_t>(o->values_region_id());
-            w.put<int32_t>(o->segstart_region_id());
-            w.put<int32_t>(o->segend_region_id());
-            w.put<uint64_t>(o->keys_offset());
-            w.put<uint64_t>(o->values_offset());
-            w.put<uint64_t>(o->segstart_offset());
-            w.put<uint64_t>(o->segend_offset());
-            w.put<uint32_t>(o->count());
-            w.put<uint32_t>(o->num_segments());
-            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
-            w.zeros(3);
-            return;
-        }
-        case kOpRadixSort: {
-            auto* o = static_cast<const fbs::RadixSort*>(table);
-            head(t, rec::kRadixSort.record_size, here, o);
-            w.put<int32_t>(o->keys_region_id());
-            w.put<int32_t>(o->values_region_id());
-            w.put<uint64_t>(o->keys_offset());
-            w.put<uint64_t>(o->values_offset());
-            w.put<uint32_t>(o->count());
-            w.put<int32_t>(o->begin_bit());
-            w.put<int32_t>(o->end_bit());
-            w.put<int32_t>(o->value_size());
-            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
-            w.zeros(3);
-            return;
-        }
-        case kOpRunlengthEncode: {
-            auto* o = static_cast<const fbs::RunlengthEncode*>(table);
-            head(t, rec::kRunlengthEncode.record_size, here, o);
-            w.put<int32_t>(o->values_region_id());
-            w.put<int32_t>(o->run_values_region_id());
-            w.put<int32_t>(o->run_lengths_region_id());
-            w.put<int32_t>(o->run_count_region_id());
-            w.put<uint64_t>(o->values_offset());
-            w.put<uint64_t>(o->run_values_offset());
-            w.put<uint64_t>(o->run_lengths_offset());
-            w.put<uint64_t>(o->run_count_offset());
-            w.put<uint32_t>(o->value_count());
-            w.zeros(4);
-            return;
-        }
-        case kOpBsrFromTriplets: {
-            auto* o = static_cast<const fbs::BsrFromTriplets*>(table);
-            check_bool(o, fbs::BsrFromTriplets::VT_MASKED_TOPOLOGY, 0, here, "masked_topology");
-            head(t, rec::kBsrFromTriplets.record_size, here, o);
-            w.put<int32_t>(o->block_size());
-            w.put<int32_t>(o->scalar_size_in_bytes());
-            w.put<int32_t>(o->row_count());
-            w.put<int32_t>(o->col_count());
-            w.put<int32_t>(o->nnz_upper_bound());
-            w.put<uint8_t>(raw_field<uint8_t>(o, fbs::BsrFromTriplets::VT_MASKED_TOPOLOGY, 0));
-            w.zeros(3);
-            w.put<uint64_t>(o->scalar_zero_mask());
-            for (int32_t v : {o->tpl_nnz_region_id(), o->tpl_rows_region_id(), o->tpl_columns_region_id(),
-                              o->tpl_values_region_id(), o->summed_block_offsets_region_id(),
-                              o->summed_block_indices_region_id(), o->bsr_offsets_region_id(),
-                              o->bsr_row_counts_region_id(), o->bsr_columns_region_id(), o->bsr_nnz_region_id()})
-                w.put<int32_t>(v);
-            for (uint64_t v : {o->tpl_nnz_offset(), o->tpl_rows_offset(), o->tpl_columns_offset(),
-                               o->tpl_values_offset(), o->summed_block_offsets_offset(),
-                               o->summed_block_indices_offset(), o->bsr_offsets_offset(), o->bsr_row_counts_offset(),
-                               o->bsr_columns_offset(), o->bsr_nnz_offset()})
-                w.put<uint64_t>(v);
-            return;
-        }
-        case kOpBsrTranspose: {
-            auto* o = static_cast<const fbs::BsrTranspose*>(table);
-            uint32_t n = count_of(o->padded_tail());
-            head(t, rec::kBsrTranspose.record_size + 4 * uint64_t(n), here, o);
-            w.put<int32_t>(o->row_count());
-            w.put<int32_t>(o->col_count());
-            w.put<int32_t>(o->nnz_upper_bound());
-            for (int32_t v : {o->bsr_offsets_region_id(), o->bsr_row_counts_region_id(), o->bsr_columns_region_id(),
-                              o->transposed_offsets_region_id(), o->transposed_row_counts_region_id(),
-                              o->transposed_columns_region_id(), o->block_indices_region_id(),
-                              o->status_region_id()})
-                w.put<int32_t>(v);
-            for (uint64_t v : {o->bsr_offsets_offset(), o->bsr_row_counts_offset(), o->bsr_columns_offset(),
-                               o->transposed_offsets_offset(), o->transposed_row_counts_offset(),
-                               o->transposed_columns_offset(), o->block_indices_offset(), o->status_offset()})
-                w.put<uint64_t>(v);
-            if (n)
-                w.raw(o->padded_tail()->Data(), 4 * size_t(n));
-            return;
-        }
-        case kOpReduction: {
-            auto* o = static_cast<const fbs::Reduction*>(table);
-            head(t, rec::kReduction.record_size, here, o);
-            w.put<int32_t>(o->input_a_region_id());
-            w.put<int32_t>(o->input_b_region_id());
-            w.put<int32_t>(o->output_region_id());
-            w.put<uint32_t>(o->count());
-            w.put<uint64_t>(o->input_a_offset());
-            w.put<uint64_t>(o->input_b_offset());
-            w.put<uint64_t>(o->output_offset());
-            w.put<int32_t>(o->input_a_stride());
-            w.put<int32_t>(o->input_b_stride());
-            w.put<int32_t>(o->type_len());
-            w.put<uint8_t>(static_cast<uint8_t>(o->kind()));
-            w.put<uint8_t>(static_cast<uint8_t>(o->dtype()));
-            w.zeros(2);
-            return;
-        }
-        case kOpBvhRefit: {
-            auto* o = static_cast<const fbs::BvhRefit*>(table);
-            head(t, rec::kBvhRefit.record_size, here, o);
-            w.put<uint64_t>(o->bvh_id());
-            w.put<int32_t>(o->constructor_type());
-            w.zeros(4);
-            return;
-        }
-        case kOpBvhRebuild: {
-            auto* o = static_cast<const fbs::BvhRebuild*>(table);
-            head(t, rec::kBvhRebuild.record_size, here, o);
-            w.put<uint64_t>(o->bvh_id());
-            w.put<int32_t>(o->constructor_type());
-            w.zeros(4);
-            return;
-        }
-        case kOpHashGridUpdate: {
-            auto* o = static_cast<const fbs::HashGridUpdate*>(table);
-            check_bool(o, fbs::HashGridUpdate::VT_HAS_GROUPS, 0, here, "has_groups");
-            head(t, rec::kHashGridUpdate.record_size, here, o);
-            w.put<uint64_t>(o->grid_id());
-            w.put<double>(o->cell_width());
-            w.put<int32_t>(o->points_region_id());
-            w.put<int32_t>(o->groups_region_id());
-            w.put<uint64_t>(o->points_offset());
-            w.put<uint64_t>(o->groups_offset());
-            w.put<int32_t>(o->point_count());
-            w.put<int32_t>(o->points_stride());
-            w.put<int32_t>(o->groups_stride());
-            w.put<uint8_t>(o->grid_type());
-            w.put<uint8_t>(raw_field<uint8_t>(o, fbs::HashGridUpdate::VT_HAS_GROUPS, 0));
-            w.zeros(2);
-            return;
-        }
-        default:
-            bad(here.field("op_type"), table, "op type %u is unknown", t);  // excluded by op_list()
-        }
-    }
+    // op(): each op's WRP1 record, field by field (generated from the op table: wrpk_op_writer.h).
+#include "wrpk_op_writer.h"
 
-    void conditional(uint8_t t, const void* table, int32_t cond_region, uint64_t cond_offset,
-                     const Vector<Offset<fbs::Operation>>* a, const char* a_name,
-                     const Vector<Offset<fbs::Operation>>* b, const char* b_name, const Path& here, uint32_t depth)
+    // The nested bodies of an IF/WHILE whose record (its header at `start`) is written: they follow
+    // it, and its total size and the bodies' sizes and op counts are patched in.
+    template <typename Record>
+    void bodies(uint8_t t, const void* table, size_t start, const Record& r, const Vector<Offset<fbs::Operation>>* a,
+                const char* a_name, const Vector<Offset<fbs::Operation>>* b, const char* b_name, const Path& here,
+                uint32_t depth)
     {
         Writer& w = ops_;
-        size_t start = w.size();
-        head(t, rec::kIf.record_size, here, table);  // total patched below
-        w.put<int32_t>(cond_region);
-        w.zeros(4);
-        w.put<uint64_t>(cond_offset);
-        size_t sizes_at = w.size();
-        w.zeros(16);
         size_t a_start = w.size();
         uint32_t a_count = op_list(a, here.field(a_name), depth + 1);
         size_t b_start = w.size();
@@ -707,10 +434,10 @@ private:
             bad(here, table, "the %s record would be %llu bytes; a WRP1 op is at most 4 GiB", op_name(t),
                 static_cast<unsigned long long>(total));
         w.patch<uint32_t>(start + 4, static_cast<uint32_t>(total));
-        w.patch<uint32_t>(sizes_at, static_cast<uint32_t>(a_size));
-        w.patch<uint32_t>(sizes_at + 4, a_count);
-        w.patch<uint32_t>(sizes_at + 8, static_cast<uint32_t>(b_size));
-        w.patch<uint32_t>(sizes_at + 12, b_count);
+        w.patch<uint32_t>(start + r.branch_a_size.offset, static_cast<uint32_t>(a_size));
+        w.patch<uint32_t>(start + r.branch_a_op_count.offset, a_count);
+        w.patch<uint32_t>(start + r.branch_b_size.offset, static_cast<uint32_t>(b_size));
+        w.patch<uint32_t>(start + r.branch_b_op_count.offset, b_count);
     }
 
     void launch(const fbs::KernelLaunch* k, const Path& here)
@@ -830,448 +557,7 @@ private:
     const FormatLayout* layout_ = nullptr;  // the program's format (set first thing in program())
 };
 
-struct HeaderValues {
-    uint32_t version;
-    uint64_t manifest_size;
-    uint64_t blob_off;
-    uint64_t blob_size;
-};
-
-template <typename T> T header_field(const uint8_t* data, const HeaderField& f)
-{
-    static_assert(sizeof(T) <= 8, "header fields read as integers are at most 8 bytes");
-    return load<T>(data + f.offset);
-}
-
-bool known_version(uint32_t v)
-{
-    for (uint32_t k : kContainerVersions)
-        if (k == v)
-            return true;
-    return false;
-}
-
-HeaderValues check_header(const uint8_t* data, size_t size)
-{
-    static_assert(kHeaderReserved.offset + kHeaderReserved.size == kHeaderSize, "the header's fields fill it");
-    if (size < kHeaderSize)
-        fail_invalid_at("header", 0, "file is %zu bytes, too small for the %llu-byte WRPK header; the file is "
-                        "truncated or is not a .wrpk bundle", size, static_cast<unsigned long long>(kHeaderSize));
-    if (std::memcmp(data + kHeaderMagic.offset, kMagic, kHeaderMagic.size) != 0) {
-        bool text_mode = std::memcmp(data, "WRPK", 4) == 0;
-        fail_invalid_at(kHeaderMagic.name, kHeaderMagic.offset, "bad magic %s, expected \"WRPK\\r\\n\\x1a\\n\": %s%s",
-                        quoted(std::string(reinterpret_cast<const char*>(data), 8)).c_str(),
-                        std::memcmp(data, "WRP1", 4) == 0 ? "a WRP1 .wrp capture" : "not a .wrpk bundle",
-                        text_mode ? " (a mangled line-ending guard means a text-mode transfer: copy the file in binary "
-                                    "mode)" : "");
-    }
-    HeaderValues h;
-    h.version = header_field<uint32_t>(data, kHeaderContainerVersion);
-    if (!known_version(h.version)) {
-        std::string known;
-        for (uint32_t k : kContainerVersions)
-            known += (known.empty() ? "" : " and ") + std::to_string(k);
-        fail_invalid_at(kHeaderContainerVersion.name, kHeaderContainerVersion.offset,
-                        "container version %u is not supported (this build reads %s); rebuild the bundle with this "
-                        "wrpkit", h.version, known.c_str());
-    }
-    if (uint32_t flags = header_field<uint32_t>(data, kHeaderFlags))
-        fail_invalid_at(kHeaderFlags.name, kHeaderFlags.offset, "flags must be 0, found 0x%x", flags);
-    for (uint32_t i = 0; i < kHeaderReserved.size; i++)
-        if (data[kHeaderReserved.offset + i])
-            fail_invalid_at(kHeaderReserved.name, kHeaderReserved.offset, "reserved bytes must be zero");
-    uint64_t moff = header_field<uint64_t>(data, kHeaderManifestOffset);
-    uint64_t msize = header_field<uint64_t>(data, kHeaderManifestSize);
-    uint64_t boff = header_field<uint64_t>(data, kHeaderBlobAreaOffset);
-    uint64_t bsize = header_field<uint64_t>(data, kHeaderBlobAreaSize);
-    if (moff != kHeaderSize)
-        fail_invalid_at(kHeaderManifestOffset.name, kHeaderManifestOffset.offset,
-                        "manifest must start at byte %llu, found %llu", static_cast<unsigned long long>(kHeaderSize),
-                        static_cast<unsigned long long>(moff));
-    if (msize < 8 || msize > kMaxManifest)
-        fail_invalid_at(kHeaderManifestSize.name, kHeaderManifestSize.offset,
-                        "manifest size %llu is not between 8 bytes and 2 GiB", static_cast<unsigned long long>(msize));
-    uint64_t expect = align64(kHeaderSize + msize);
-    if (boff != expect)
-        fail_invalid_at(kHeaderBlobAreaOffset.name, kHeaderBlobAreaOffset.offset,
-                        "blob area must start at byte %llu (the manifest's end rounded up to %llu), found %llu",
-                        static_cast<unsigned long long>(expect), static_cast<unsigned long long>(kAlign),
-                        static_cast<unsigned long long>(boff));
-    if (boff > size || bsize != size - boff) {
-        bool truncated = boff > size || bsize > size - boff;
-        fail_invalid_at(kHeaderBlobAreaSize.name, kHeaderBlobAreaSize.offset,
-                        "file is %zu bytes but its header describes %s bytes (%s); the file is truncated or is not a "
-                        ".wrpk bundle",
-                        size, bsize > UINT64_MAX - boff ? "more than 2^64" : std::to_string(boff + bsize).c_str(),
-                        truncated ? "truncated" : "trailing bytes");
-    }
-    h.manifest_size = msize;
-    h.blob_off = boff;
-    h.blob_size = bsize;
-    return h;
-}
-
-// Where the tiling rule puts a blob of `length` bytes after a blob ending at `end`
-// (wrpkit.formats.wrpk.tables.place_blob).  `memory_offset`: for region data, its
-// offset in the WRP1 MEMORY section, else kNotMapped.  Returns false on overflow.
-
-bool place_blob(uint64_t end, uint64_t length, uint64_t memory_offset, uint32_t version, uint64_t* out)
-{
-    if (version >= kMapFromVersion && memory_offset != kNotMapped && length >= kMapMinBlob) {
-        static_assert(kMapAlign && (kMapAlign & (kMapAlign - 1)) == 0, "kMapAlign is a power of two");
-        uint64_t pad = (memory_offset - end) & (kMapAlign - 1);  // (memory_offset - end) mod kMapAlign
-        return add_ok(end, pad, out);
-    }
-    if (end > UINT64_MAX - (kAlign - 1))
-        return false;
-    *out = align64(end);
-    return true;
-}
-
-// How many chunk digests a blob of `length` bytes has (tables.chunk_count in wrpkit).
-uint64_t chunk_count(uint64_t length, uint64_t chunk_length)
-{
-    return length / chunk_length + (length % chunk_length != 0);
-}
-
-// A blob's chunk digest fields (WRPK-FORMAT.md "Chunk digests"; blobs.check_chunk_fields in wrpkit):
-// chunk_length 0 and no digests, or a power of two >= kMinDigestChunk and 32 bytes per chunk.
-void check_chunk_fields(const BlobRef& b)
-{
-    if (b.chunk_length == 0) {
-        if (b.chunk_sha_len)
-            fail_invalid_at(b.path + ".chunk_sha256", b.at, "chunk digests of %s are given but its chunk_length is 0",
-                            b.name.c_str());
-        return;
-    }
-    if (!is_pow2(b.chunk_length) || b.chunk_length < kMinDigestChunk)
-        fail_invalid_at(b.path + ".chunk_length", b.at, "chunk_length %llu of %s is not a power of two of at least "
-                        "%llu", static_cast<unsigned long long>(b.chunk_length), b.name.c_str(),
-                        static_cast<unsigned long long>(kMinDigestChunk));
-    uint64_t chunks = chunk_count(b.length, b.chunk_length);
-    if (uint64_t(b.chunk_sha_len) != 32 * chunks)
-        fail_invalid_at(b.path + ".chunk_sha256", b.at, "chunk digests of %s must be %llu bytes (32 per %llu-byte "
-                        "chunk), found %u", b.name.c_str(), static_cast<unsigned long long>(32 * chunks),
-                        static_cast<unsigned long long>(b.chunk_length), b.chunk_sha_len);
-}
-
-// Step 5, and step 6 for every blob, except that region data other than mesh regions
-// (`deferrable`) goes to `deferred` when it is given.
-void check_blobs(std::vector<BlobRef>& blobs, const uint8_t* data, uint64_t boff, uint64_t bsize, uint32_t version,
-                 bool verify, std::vector<WrpkChecksum>* deferred)
-{
-    std::vector<BlobRef*> entries;
-    for (BlobRef& b : blobs) {
-        if (version < kMapFromVersion || b.length < kMapMinBlob)
-            b.memory_offset = kNotMapped;  // this blob keeps the 64-byte rule
-        if (b.length == 0) {
-            if (b.offset || b.sha_len || b.chunk_length || b.chunk_sha_len)
-                fail_invalid_at(b.path, b.at, "empty blob of %s must have offset 0 and no SHA-256", b.name.c_str());
-        } else {
-            if (b.sha_len != 32)
-                fail_invalid_at(b.path + ".sha256", b.at, "SHA-256 of %s must be 32 bytes, found %u", b.name.c_str(),
-                                b.sha_len);
-            check_chunk_fields(b);
-            if (b.memory_offset == kNotMapped && b.offset % kAlign)
-                fail_invalid_at(b.path + ".offset", b.at, "blob offset %llu of %s is not a multiple of %llu",
-                                static_cast<unsigned long long>(b.offset), b.name.c_str(),
-                                static_cast<unsigned long long>(kAlign));
-            if (!range_fits(b.offset, b.length, bsize))
-                fail_invalid_at(b.path + ".length", b.at, "blob of %s (%llu bytes at %llu) runs past the %llu-byte blob "
-                                "area", b.name.c_str(), static_cast<unsigned long long>(b.length),
-                                static_cast<unsigned long long>(b.offset), static_cast<unsigned long long>(bsize));
-            entries.push_back(&b);
-        }
-        if (b.data_out) {
-            *b.data_out = data + boff + b.offset;
-            *b.size_out = static_cast<size_t>(b.length);
-        }
-    }
-    // The blobs tile the blob area in offset order: each where place_blob()
-    // puts it after the previous one, zeros between.
-    std::stable_sort(entries.begin(), entries.end(), [](const BlobRef* x, const BlobRef* y) {
-        return x->offset != y->offset ? x->offset < y->offset : x->length < y->length;
-    });
-    uint64_t pos = 0;
-    for (const BlobRef* b : entries) {
-        uint64_t expect = 0;
-        if (!place_blob(pos, b->length, b->memory_offset, version, &expect) || b->offset != expect)
-            fail_invalid_at(b->path + ".offset", b->at, "blob of %s at %llu %s (expected at %llu)", b->name.c_str(),
-                            static_cast<unsigned long long>(b->offset),
-                            b->offset < pos ? "overlaps the previous blob" : "leaves a gap after the previous blob",
-                            static_cast<unsigned long long>(expect));
-        for (uint64_t i = pos; i < b->offset; i++)
-            if (data[boff + i])
-                fail_invalid_at("blob_area", boff + pos, "padding between blobs must be zero");
-        pos = b->offset + b->length;
-    }
-    if (pos != bsize)
-        fail_invalid_at("header.blob_area_size", 40, "the blobs end at %llu but the blob area is %llu bytes",
-                        static_cast<unsigned long long>(pos), static_cast<unsigned long long>(bsize));
-    if (!verify)
-        return;
-    std::vector<WrpkChecksum> now;
-    for (const BlobRef* b : entries) {
-        WrpkChecksum check{b->name, b->path, boff + b->offset, data + boff + b->offset,
-                           static_cast<size_t>(b->length), {}, b->chunk_length, b->chunk_sha};
-        std::memcpy(check.sha256.data(), b->sha, 32);
-        if (deferred && b->deferrable)
-            deferred->push_back(std::move(check));  // the caller verifies it while Warp loads
-        else
-            now.push_back(std::move(check));
-    }
-    verify_checksums(now);
-}
-
-size_t page_size()
-{
-    long page = sysconf(_SC_PAGESIZE);
-    return page > 0 && is_pow2(static_cast<uint64_t>(page)) ? static_cast<size_t>(page) : 0;
-}
-
-// Puts region data into the image: the whole pages of a region's data are mapped from
-// the caller's buffer where they line up (dst and src congruent modulo the page size),
-// the rest is copied.  The image is reserved at the shift that lines up the largest
-// region's data; a version-2 bundle places every large region so that all of them do.
-class ImagePlacer {
-public:
-    ImagePlacer(bool enabled, uint64_t memory_section, const std::vector<RegionOut>& regions,
-                const std::vector<char>& mappable)
-        : page_(page_size())
-    {
-        if (!enabled || !page_)
-            return;
-        const RegionOut* best = nullptr;
-        for (size_t i = 0; i < regions.size(); i++)
-            if (mappable[i] && regions[i].data_size >= 2 * page_ && (!best || regions[i].data_size > best->data_size))
-                best = &regions[i];
-        if (!best)
-            return;
-        // image + memory_section + memory_offset == data  (mod page): unsigned wrap-around is intended.
-        uint64_t src = reinterpret_cast<uintptr_t>(best->data);
-        shift_ = static_cast<size_t>((src - memory_section - best->memory_offset) & (page_ - 1));
-        enabled_ = true;
-    }
-
-    size_t shift() const { return shift_; }
-
-    // Put `n` bytes of `src` at `dst`; returns how many of them were mapped rather than copied.
-    size_t place(uint8_t* dst, const uint8_t* src, size_t n)
-    {
-        uintptr_t d = reinterpret_cast<uintptr_t>(dst);
-        if (enabled_ && n >= 2 * page_ && (d - reinterpret_cast<uintptr_t>(src)) % page_ == 0) {
-            uintptr_t lo = (d + page_ - 1) & ~uintptr_t(page_ - 1), hi = (d + n) & ~uintptr_t(page_ - 1);
-            if (hi > lo) {
-                size_t head = lo - d, middle = hi - lo;
-                void* at = reinterpret_cast<void*>(lo);
-                // old_size 0: a second mapping of the same (shared) pages, replacing the reserved ones.
-                void* r = mremap(const_cast<uint8_t*>(src + head), 0, middle, MREMAP_MAYMOVE | MREMAP_FIXED, at);
-                if (r == at) {
-                    guard_alias(at, middle, src + head);  // the file's pages: a fault there names the file too
-                    std::memcpy(dst, src, head);
-                    std::memcpy(reinterpret_cast<uint8_t*>(hi), src + head + middle, n - head - middle);
-                    return middle;
-                }
-                // Not a shared mapping: copy this region and every later one.  The reserved
-                // pages are put back in case the failed call dropped them.
-                enabled_ = false;
-                if (r != MAP_FAILED || mmap(at, middle, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED
-                                            | MAP_NORESERVE, -1, 0) == MAP_FAILED)
-                    fail_out_of_memory(middle, "out of memory on the host: cannot map %zu bytes of the bundle's "
-                                       "WRP1 image", middle);
-            }
-        }
-        std::memcpy(dst, src, n);
-        return 0;
-    }
-
-private:
-    size_t page_;
-    size_t shift_ = 0;
-    bool enabled_ = false;
-};
-
 }  // namespace
-
-bool is_wrpk(const uint8_t* data, size_t size) { return data && size >= 4 && std::memcmp(data, "WRPK", 4) == 0; }
-
-ChecksumVerifier::ChecksumVerifier(const std::vector<WrpkChecksum>& checks)
-{
-    std::vector<const WrpkChecksum*> whole;
-    for (const WrpkChecksum& c : checks)
-        if (!c.chunk_length)
-            whole.push_back(&c);
-    std::stable_sort(whole.begin(), whole.end(), [](const WrpkChecksum* x, const WrpkChecksum* y) {
-        return x->size > y->size;
-    });
-    for (const WrpkChecksum* c : whole)
-        items_.push_back(Item{c, 0, c->size, ~uint64_t(0)});
-    for (const WrpkChecksum& c : checks) {
-        if (!c.chunk_length)
-            continue;
-        // check_chunk_fields() checked chunk_length and the digests' size against the blob's.
-        for (uint64_t begin = 0, k = 0; begin < c.size; begin += c.chunk_length, k++)
-            items_.push_back(Item{&c, begin, std::min<uint64_t>(c.size, begin + c.chunk_length), k});
-    }
-    for (const WrpkChecksum& c : checks)
-        bytes_ += c.size;
-}
-
-void ChecksumVerifier::verify(size_t index)
-{
-    const Item& it = items_[index];
-    const WrpkChecksum& c = *it.check;
-    const bool whole = it.chunk == ~uint64_t(0);
-    const uint8_t* expect = whole ? c.sha256.data() : c.chunk_sha + 32 * it.chunk;
-    uint8_t digest[32];
-    // The bytes are the mapped file's: one truncated meanwhile faults here, which guarded_read turns
-    // into "... changed while being read" (sha256 holds nothing to destroy: a siglongjmp is safe).
-    struct HashJob {
-        const uint8_t* data;
-        size_t size;
-        uint8_t* out;
-    } job{c.data + it.begin, static_cast<size_t>(it.end - it.begin), digest};
-    const void* fault_at = nullptr;
-    bool read = guarded_read([](void* a) {
-        auto* j = static_cast<HashJob*>(a);
-        sha256(j->data, j->size, j->out);
-    }, &job, &fault_at);
-    if (read && std::memcmp(digest, expect, 32) == 0)
-        return;
-    failed_.store(true, std::memory_order_relaxed);
-    try {
-        if (!read)
-            fail(WRP_ERR_INVALID_FILE, "%s", mapped_fault_message(fault_at).c_str());
-        if (whole)
-            fail_invalid_at(c.path, c.offset,
-                            "integrity check failed: SHA-256 of %s does not match (%zu bytes, SHA-256 %s, recorded "
-                            "%s): the bundle was altered or corrupted; rebuild it from the original capture",
-                            c.name.c_str(), c.size, to_hex(digest, 32).c_str(), to_hex(expect, 32).c_str());
-        uint64_t chunks = chunk_count(c.size, c.chunk_length);
-        fail_invalid_at(c.path + ".chunk_sha256", c.offset + it.begin,
-                        "integrity check failed: SHA-256 of %s does not match in chunk %llu of %llu (bytes %llu..%llu "
-                        "of %zu, SHA-256 %s, recorded %s): the bundle was altered or corrupted; rebuild it from the "
-                        "original capture", c.name.c_str(), static_cast<unsigned long long>(it.chunk),
-                        static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(it.begin),
-                        static_cast<unsigned long long>(it.end), c.size, to_hex(digest, 32).c_str(),
-                        to_hex(expect, 32).c_str());
-    } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (index < error_index_) {
-            error_index_ = index;
-            error_ = std::current_exception();
-        }
-    }
-}
-
-void ChecksumVerifier::work() noexcept
-{
-    while (!failed_.load(std::memory_order_relaxed)) {
-        size_t i = next_.fetch_add(1, std::memory_order_relaxed);
-        if (i >= items_.size())
-            return;
-        verify(i);
-    }
-}
-
-void ChecksumVerifier::rethrow() const
-{
-    if (error_)
-        std::rethrow_exception(error_);
-}
-
-namespace {
-
-// Below this much hashing, a caller that is free verifies alone (a thread costs more than it saves).
-constexpr uint64_t kParallelHashBytes = 8u << 20;
-// No more hashing threads than this, however many cores (memory bandwidth is shared).
-constexpr size_t kMaxHashThreads = 32;
-
-}  // namespace
-
-VerifierThreads::VerifierThreads(ChecksumVerifier& verifier, bool busy_caller)
-{
-    size_t cores = std::thread::hardware_concurrency();
-    size_t want = cores > 1 ? cores - 1 : 1;
-    if (!busy_caller)
-        want = verifier.bytes() < kParallelHashBytes || verifier.items() < 2 ? 0 : std::min(want, verifier.items() - 1);
-    want = std::min({want, verifier.items(), kMaxHashThreads});
-    for (size_t i = 0; i < want; i++) {
-        try {
-            threads_.emplace_back([&verifier] { verifier.work(); });
-        } catch (const std::system_error&) {
-            break;  // the caller's own work() covers what these threads would have done
-        }
-    }
-}
-
-void VerifierThreads::join()
-{
-    for (std::thread& t : threads_)
-        if (t.joinable())
-            t.join();
-    threads_.clear();
-}
-
-void verify_checksums(const std::vector<WrpkChecksum>& checks)
-{
-    if (checks.empty())
-        return;
-    ChecksumVerifier verifier(checks);
-    {
-        VerifierThreads threads(verifier, false);
-        verifier.work();
-    }
-    verifier.rethrow();
-}
-
-ImageBuffer::ImageBuffer(ImageBuffer&& other) noexcept
-    : base_(other.base_)
-    , length_(other.length_)
-    , data_(other.data_)
-{
-    other.base_ = nullptr;
-    other.length_ = 0;
-    other.data_ = nullptr;
-}
-
-ImageBuffer& ImageBuffer::operator=(ImageBuffer&& other) noexcept
-{
-    if (this != &other) {
-        this->~ImageBuffer();
-        new (this) ImageBuffer(std::move(other));
-    }
-    return *this;
-}
-
-ImageBuffer::~ImageBuffer()
-{
-    if (base_) {
-        unguard_range(base_, length_);
-        munmap(base_, length_);  // the reserved memory and every file page mapped into it
-    }
-}
-
-ImageBuffer ImageBuffer::reserve(size_t size, size_t shift)
-{
-    size_t page = page_size() ? page_size() : 4096;
-    uint64_t length = 0;
-    if (!add_ok(size, shift, &length) || !add_ok(length, page - 1, &length) || length > SIZE_MAX)
-        fail_out_of_memory(size, "out of memory on the host: a WRP1 image of %zu bytes does not fit the address "
-                           "space", size);
-    length &= ~uint64_t(page - 1);
-    // Never touched pages cost nothing: listing a bundle (validate_only) leaves its data pages alone.
-    void* p = mmap(nullptr, static_cast<size_t>(length), PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        fail_out_of_memory(length, "out of memory on the host: cannot reserve %zu bytes for the bundle's WRP1 "
-                           "image: %s", static_cast<size_t>(length), std::strerror(errno));
-    ImageBuffer b;
-    b.base_ = p;
-    b.length_ = static_cast<size_t>(length);
-    b.data_ = static_cast<uint8_t*>(p) + shift;
-    return b;
-}
 
 WrpkBundle decode_wrpk(const uint8_t* data, size_t size, const WrpkOptions& options)
 {

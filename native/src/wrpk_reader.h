@@ -12,7 +12,8 @@
 //      vectors, the Operation entries walked (shared IF/WHILE bodies) and
 //      the size of the records as WRP1 (shared tables);
 //   4. model consistency (format version, device and arch, ascending region
-//      ids, region data blobs, launch shapes and adjoint params, MEMTILE);
+//      ids, region data blobs, launch shapes and adjoint params, variable
+//      parts that must not be empty);
 //   5. every Blob: 32-byte SHA-256, 64-byte-aligned offset inside the blob
 //      area, blobs tiling the area with zero padding;
 //   6. every blob's SHA-256 (unless verify_checksums is false).

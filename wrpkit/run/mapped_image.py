@@ -11,7 +11,7 @@ data.  Container version 2 places large region data in the bundle at offsets con
 their place in the image (:func:`wrpkit.formats.wrpk.tables.place_blob`), so the image is
 reserved at a shift that lines all of them up; the partial pages at either end of a region,
 and anything not backed by a mapping (``bytes``, a version-1 bundle's other regions), are
-copied.  The C++ reader does the same (``ImagePlacer`` in ``native/src/wrpk_reader.cpp``).
+copied.  The C++ reader does the same (``ImagePlacer`` in ``native/src/wrpk_blobs.cpp``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ order, which the struct-based builder (:mod:`.builder`) and verifying reader
 fails if regenerating changes it, and checks every entry against the
 ``flatc``-generated Python code.  Hand-written here: the header's layout,
 the kinds' struct codes, the fixed layouts of the schema's structs
-(LaunchParam, Relocation, LegacyArg, CudaCompileRecipe) and :data:`OP_TABLES`.
+(LaunchParam, Relocation, LegacyArg, CudaCompileRecipe).  :data:`OP_TABLES` is spelled
+from the op types' names.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import struct
 from operator import itemgetter
 
-from ...model import OpType
+from ...apic_types import OpType
 from .schema_tables import TABLES  # generated from schema/wrp.fbs
 
 MAGIC = b"WRPK\r\n\x1a\n"
@@ -129,16 +130,14 @@ _ALIGNS = {"B": 1, "H": 2, "i": 4, "I": 4, "Q": 8, "d": 8, "7s": 1}
 #: "legacy" ([LegacyArg], format 3's argument descriptors).
 _OFFSET_KINDS = {"str", "bytes", "u32v", "i32v", "i64v", "params", "relocs", "legacy", "blob", "union", "ops"}
 
-#: Schema table name of each op type (union member order = Warp op number).
-OP_TABLES = {
-    OpType.KERNEL_LAUNCH: "KernelLaunch", OpType.MEMCPY_H2D: "MemcpyH2D", OpType.MEMCPY_D2H: "MemcpyD2H",
-    OpType.MEMCPY_D2D: "MemcpyD2D", OpType.MEMSET: "Memset", OpType.ALLOC: "Alloc", OpType.IF: "If",
-    OpType.WHILE: "While", OpType.SCAN: "Scan", OpType.MEMTILE: "Memtile", OpType.SEGMENTED_SORT: "SegmentedSort",
-    OpType.RADIX_SORT: "RadixSort", OpType.RUNLENGTH_ENCODE: "RunlengthEncode",
-    OpType.BSR_FROM_TRIPLETS: "BsrFromTriplets", OpType.BSR_TRANSPOSE: "BsrTranspose",
-    OpType.REDUCTION: "Reduction", OpType.BVH_REFIT: "BvhRefit", OpType.BVH_REBUILD: "BvhRebuild",
-    OpType.HASH_GRID_UPDATE: "HashGridUpdate",
-}
+def _table_name(t: OpType) -> str:
+    """The schema table of an op type: its name in CamelCase, a word with a digit kept upper case."""
+    return "".join(w.upper() if any(c.isdigit() for c in w) else w.capitalize() for w in t.name.split("_"))
+
+
+#: Schema table name of each op type (union member order = Warp op number), spelled from its name
+#: as the schema spells it (tests/test_wrpk.py holds each to the op's model fields).
+OP_TABLES = {t: _table_name(t) for t in OpType}
 
 
 def _is_offset(kind: str) -> bool:
