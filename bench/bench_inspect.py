@@ -127,7 +127,7 @@ def main() -> int:
         rows[label] = (statistics.median(s[0] for s in samples), max(s[1] for s in samples),
                        statistics.median(s[2] for s in samples))
 
-    from wrpkit.fileio import map_file  # noqa: PLC0415
+    from wrpkit.file_reads import map_file  # noqa: PLC0415
     from wrpkit.formats.wrp1 import decode_wrp1  # noqa: PLC0415
 
     decode_times = []

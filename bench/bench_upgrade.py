@@ -57,7 +57,9 @@ from bench_inspect import capture_bench_args, run_measured  # noqa: E402
 
 def make_format16(src: Path, dst: Path) -> Path:
     from wrpkit import model as m
-    from wrpkit.fileio import map_file, modules_dir_for, publish_wrp
+    from wrpkit.atomic_writes import publish_wrp
+    from wrpkit.file_reads import map_file
+    from wrpkit.module_dirs import modules_dir_for
     from wrpkit.formats import wrp1
 
     if dst.exists():

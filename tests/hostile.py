@@ -18,7 +18,7 @@ from pathlib import Path
 
 from wrpkit import model as m
 from wrpkit.formats.container import open_capture
-from wrpkit.fileio import modules_dir_for
+from wrpkit.module_dirs import modules_dir_for
 from wrpkit.formats.wrp1 import encode_wrp1
 
 

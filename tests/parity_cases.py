@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import replay_cases as rc
 from wrpkit.formats import annotations as ann
 from wrpkit import model as m
-from wrpkit.fileio import modules_dir_for
+from wrpkit.module_dirs import modules_dir_for
 
 
 @dataclass

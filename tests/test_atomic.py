@@ -15,7 +15,8 @@ import pytest
 
 from wrpkit.formats.container import open_capture
 from wrpkit.formats.convert import convert
-from wrpkit.fileio import atomic_write, modules_dir_for
+from wrpkit.atomic_writes import atomic_write
+from wrpkit.module_dirs import modules_dir_for
 from wrpkit.checks.validate import validate_capture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def test_killed_writer_leaves_old_file_and_no_temp_files(tmp_path):
     before = _listing(tmp_path)
     proc = _spawn(f"""
         import sys, time
-        from wrpkit.fileio import atomic_write
+        from wrpkit.atomic_writes import atomic_write
         def chunks():
             for i in range(1000):
                 yield b"x" * (1 << 20)
@@ -59,7 +60,7 @@ def test_killed_publish_keeps_a_loadable_pair(captures, tmp_path):
     old = dest.read_bytes()
     proc = _spawn(f"""
         import time
-        from wrpkit import fileio
+        from wrpkit import atomic_writes
         from wrpkit.formats.container import open_capture
         from wrpkit.formats.wrp1 import iter_wrp1_chunks
         with open_capture({str(captures["bsr"])!r}) as cap:
@@ -70,7 +71,7 @@ def test_killed_publish_keeps_a_loadable_pair(captures, tmp_path):
                 yield c
             print("ready", flush=True)
             time.sleep(60)
-        fileio.publish_wrp({str(dest)!r}, slow(), mods)
+        atomic_writes.publish_wrp({str(dest)!r}, slow(), mods)
     """)
     assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
     proc.send_signal(signal.SIGKILL)

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from wrpkit.cli import main
 from wrpkit.formats.container import open_capture
-from wrpkit.fileio import publish_wrp
+from wrpkit.atomic_writes import publish_wrp
 from wrpkit.formats.wrp1 import iter_wrp1_chunks
 
 

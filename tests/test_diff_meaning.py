@@ -43,6 +43,28 @@ def test_kernels_sharing_a_key_are_told_apart_by_module(tmp_path):
     assert [row["kernel"] for row in d["kernels"]] == []  # paired, not "removed" and "added"
 
 
+def test_every_tool_names_two_kernels_sharing_a_key_apart(tmp_path):
+    """inspect, trace, profile, graph and diff call each of two same-key kernels by one name: key and module."""
+    a = capture(tmp_path, "a", "unique")
+    info = json.loads(run(WRP, "inspect", a, "--json").stdout)
+    names = sorted(k["name"] for k in info["kernels"])
+    assert len(set(names)) == 2 and all(n.startswith("make_scale__locals__apply [") for n in names), names
+    mods = {k["module_name"]: k["name"] for k in info["kernels"]}
+    assert all(name[name.index("[") + 1:-1] in mod for mod, name in mods.items())  # the module's own hash
+    ops = run(WRP, "inspect", a, "--ops").stdout
+    assert all(n in ops for n in names), ops
+    trace = json.loads(run(WRP, "trace", a, "--json").stdout)
+    assert sorted(op["kernel"] for op in trace["ops"]) == names
+    prof = json.loads(run(WRP, "profile", a, "--json", "--repeat", "1").stdout)
+    assert sorted(k["name"] for k in prof["kernels"] if k["op"] == "KERNEL_LAUNCH") == names
+    dot = tmp_path / "g.dot"
+    assert run(WRP, "graph", a, "-o", dot).returncode == 0
+    assert all(n in dot.read_text() for n in names)
+    edited = capture(tmp_path, "edited", "unique", "4.0")
+    d = json.loads(run(WRP, "diff", a, edited, "--json").stdout)
+    assert d["code"][0]["kernel"] in names
+
+
 @pytest.mark.parametrize("how", ["stock", "wrpkit"])
 def test_one_program_holding_a_mesh_captured_twice_is_identical(tmp_path, how):
     a, b = (tmp_path / f"{n}.wrp" for n in "ab")
@@ -143,3 +165,13 @@ def test_a_typed_trace_matches_an_untyped_one_and_an_edit_is_found_where_it_is(t
         dv = json.loads(r.stdout)["first_divergence"]
         assert r.returncode == 1 and (dv["seq"], dv["kernel"], dv["reason"]) == (0, "stretch",
                                                                                   "a written region differs"), dv
+
+
+def test_kernels_a_factory_makes_are_named_with_their_factory(tmp_path):
+    """--kernels imports a file without running it: a factory's kernels are said to be made by it."""
+    a = capture(tmp_path, "a", "unique")
+    r = run(WRP, "annotate", a, "--kernels", HERE / "meaning_programs.py", "-o", tmp_path / "t.wrp")
+    assert r.returncode == 2, r.stderr
+    assert "it is made when make_scale() runs" in r.stderr and "wrpkit.capture" in r.stderr
+    assert r.stderr.count("make_scale__locals__apply: no kernel named") == 1  # two kernels, one reason
+    assert not (tmp_path / "t.wrp").exists()

@@ -232,7 +232,7 @@ def test_a_fifo_whose_reader_left_is_an_io_error(work):
 def test_dev_stdout_is_written_through_stdout(work):
     """`wrp trace x.wrp --save /dev/stdout` writes the trace into the command's own stdout (a file here),
     after what it printed before; /dev/stdout is never replaced."""
-    from wrpkit.fileio import special_output  # noqa: PLC0415
+    from wrpkit.special_outputs import special_output  # noqa: PLC0415
 
     assert special_output("/dev/stdout") == "standard output"  # else a regression could replace it: stop here
     out = work["dir"] / "stdout.txt"
@@ -469,11 +469,11 @@ def assert_changed_or_done(p: subprocess.CompletedProcess, path: Path, what: str
 
 _READ_AFTER_CUT = r"""
 import hashlib, mmap, os, sys
-from wrpkit import fileio
+from wrpkit import file_reads
 from wrpkit.run import file_guard
 path, how = sys.argv[1], sys.argv[2]
 file_guard.install()  # as the wrp command line does
-m = fileio.map_file(path, "capture", follow_symlinks=True)
+m = file_reads.map_file(path, "capture", follow_symlinks=True)
 if how == "unguarded":  # another mapping of the same file, not wrpkit's: its fault is still a SIGBUS
     fd = os.open(path, os.O_RDONLY)
     other = mmap.mmap(fd, os.fstat(fd).st_size, access=mmap.ACCESS_READ)

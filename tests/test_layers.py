@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "wrpkit"
-# Lowest first.  The package root (model, errors, fileio, environment) is level 0;
+# Lowest first.  The package root (model, ops, errors, file access, environment) is level 0;
 # wrpkit/__init__.py is the public API and wrpkit/__main__.py the `wrp` entry point: both may name
 # any layer (lazily).
 LEVELS = {"": 0, "formats": 1, "checks": 2, "run": 3, "debug": 4, "cli": 5}

@@ -30,7 +30,7 @@ from wrpkit.formats.wrp1 import decode_wrp1, encode_wrp1
 from wrpkit.formats.wrpk.builder import encode_wrpk
 from wrpkit.formats.wrpk.reader import decode_wrpk
 from wrpkit.checks.validate import validate_program
-from wrpkit.model import OpType
+from wrpkit.apic_types import OpType
 
 ROOT = Path(__file__).resolve().parent / "fixtures" / "legacy"
 #: Fixture folders: one per release, plus format13 (see the README beside them).

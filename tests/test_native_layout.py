@@ -84,7 +84,7 @@ def test_python_reads_the_descriptors_at_the_layout_offsets():
 
 
 def _region_reference_printer() -> str:
-    from wrpkit.model import OP_CLASSES
+    from wrpkit.ops import OP_CLASSES
 
     calls = "".join(f'    r("{cls.__name__}", op_regions::k{cls.__name__}_{ref.role});\n'
                     for t, cls in sorted(OP_CLASSES.items()) for ref in cls.REGIONS or ())
@@ -95,9 +95,9 @@ def _region_reference_printer() -> str:
 
 @needs_cxx
 def test_compiled_region_references_are_the_op_tables(tmp_path):
-    """Every REGIONS entry of wrpkit/model.py is in the header, at its record fields' offsets."""
+    """Every REGIONS entry of wrpkit/ops.py is in the header, at its record fields' offsets."""
     from wrpkit.formats import wrp1_layout as L
-    from wrpkit.model import OP_CLASSES
+    from wrpkit.ops import OP_CLASSES
 
     want = []
     for t, cls in sorted(OP_CLASSES.items()):

@@ -1,6 +1,6 @@
 """The two validators bound every region reference of the op table the same way.
 
-For each op type and each of its region references (``REGIONS`` in wrpkit/model.py) found in the
+For each op type and each of its region references (``REGIONS`` in wrpkit/ops.py) found in the
 real captures of tests/programs.py, two variants move that reference's offset: one so that its byte
 range (as the op table forms it) ends exactly at its region's end, and one a byte further.  wrp
 validate (Python) and wrp-replay --list (C++) must both refuse the second, naming the reference, and

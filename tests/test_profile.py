@@ -350,7 +350,7 @@ def test_python_api_never_prints_and_its_outputs_round_trip(caps, tmp_path, capf
     d = p.to_json()
     assert json.loads(json.dumps(d))["kernels"] == p.kernels
     p.save_chrome_trace(tmp_path / "t.json")
-    from wrpkit.debug.profile import load_profile  # noqa: PLC0415
+    from wrpkit.debug.profile_format import load_profile  # noqa: PLC0415
 
     back = load_profile(tmp_path / "t.json")
     (tmp_path / "p.json").write_text(json.dumps(d))
@@ -569,7 +569,7 @@ def _items(items):
 @pytest.mark.slow
 def test_graph_times_are_the_profile_sums_and_groups_add_up(caps, repeated, tmp_path):
     from wrpkit.debug import graph as g  # noqa: PLC0415
-    from wrpkit.debug.profile import load_profile  # noqa: PLC0415
+    from wrpkit.debug.profile_format import load_profile  # noqa: PLC0415
 
     for path in (caps["while_if"], repeated):
         out = tmp_path / (path.stem + ".json")
@@ -803,9 +803,9 @@ def test_auto_clock_takes_cpu_time_when_the_thread_waits_and_wall_time_when_it_w
     does) costs wall time but no CPU time, so CPU time is chosen."""
     import time as _time  # noqa: PLC0415
 
-    from wrpkit.debug.profile import _choose_clock  # noqa: PLC0415
+    from wrpkit.debug.profile_timers import choose_clock  # noqa: PLC0415
 
-    waits = _choose_clock(lambda: _time.sleep(0.01))
+    waits = choose_clock(lambda: _time.sleep(0.01))
     assert waits["clock"] == "cpu" and waits["wall_ms"] > 5 * max(waits["cpu_ms"], 0.1), waits
 
     def work():
@@ -815,15 +815,15 @@ def test_auto_clock_takes_cpu_time_when_the_thread_waits_and_wall_time_when_it_w
 
     # Computing, the thread waits only if the machine is busy (this test may share it): then CPU time is
     # the right clock, and the choice must follow the figures it reports.
-    from wrpkit.debug.profile import BUSY_WALL_OVER_CPU  # noqa: PLC0415
+    from wrpkit.debug.profile_timers import BUSY_WALL_OVER_CPU  # noqa: PLC0415
 
-    busy = _choose_clock(work)
+    busy = choose_clock(work)
     assert busy["cpu_ms"] >= 9.0  # it did compute for 10 ms of CPU time each time
     assert busy["clock"] == ("cpu" if busy["wall_ms"] > BUSY_WALL_OVER_CPU * busy["cpu_ms"] else "wall"), busy
 
 
 def test_low_coverage_says_so_and_names_the_other_clock():
-    from wrpkit.debug.profile import MIN_COVERAGE, ProfileResult  # noqa: PLC0415
+    from wrpkit.debug.profile_result import MIN_COVERAGE, ProfileResult  # noqa: PLC0415
 
     low = ProfileResult("x.wrp", "python", "cpu", total_ms=0.2, replay_ms=1.0, timer="host")
     assert "20%" in low.coverage_warning and "--clock cpu" in low.coverage_warning

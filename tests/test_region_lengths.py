@@ -1,4 +1,4 @@
-"""Region references' byte lengths are data: one table (wrpkit/model.py REGIONS), two evaluators.
+"""Region references' byte lengths are data: one table (wrpkit/ops.py REGIONS), two evaluators.
 
 Python evaluates each reference's ``Length`` over the model op; C++ evaluates the generated tree
 (native/src/wrp1_layouts.h ``op_regions``) over the record's bytes with native/src/region_lengths.h.

@@ -672,7 +672,7 @@ def test_inputs_and_goldens_are_read_from_their_mapping_and_checked(tmp_path):
     the file (no copy of a golden of many GiB), equal to numpy's own reading, their CRC-32 checked;
     compressed members are decompressed. Damage of every kind is a clean refusal."""
     from wrpkit.errors import WrpBindingError  # noqa: PLC0415
-    from wrpkit.fileio import load_npy, load_npz  # noqa: PLC0415
+    from wrpkit.numpy_files import load_npy, load_npz  # noqa: PLC0415
 
     arrays = {"f": np.arange(12, dtype=np.float32).reshape(3, 4), "fortran": np.asfortranarray(np.ones((2, 3))),
               "struct": np.zeros(3, dtype=[("x", "<f4"), ("y", "<i2")]), "empty": np.zeros((0, 4), np.int8),

@@ -31,7 +31,7 @@ def test_committed_python_code_matches_the_schema(tmp_path):
 
 def test_op_union_codes_equal_warp_op_numbers():
     from wrpkit.formats.fbs.Op import Op  # noqa: PLC0415
-    from wrpkit.model import OpType  # noqa: PLC0415
+    from wrpkit.apic_types import OpType  # noqa: PLC0415
 
     names = {"KERNEL_LAUNCH": "KernelLaunch", "MEMCPY_H2D": "MemcpyH2D", "MEMCPY_D2H": "MemcpyD2H",
              "MEMCPY_D2D": "MemcpyD2D", "MEMSET": "Memset", "ALLOC": "Alloc", "IF": "If", "WHILE": "While",

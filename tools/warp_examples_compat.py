@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import builtins
 import datetime
 import json
 import os
@@ -76,43 +75,25 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from warp_examples_child import child_capture, child_stock, examples_root  # noqa: E402
+from warp_examples_matrix import ROUTES, markdown  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 WRP = [str(BIN / "wrp")] if (BIN / "wrp").exists() else [sys.executable, "-m", "wrpkit.cli"]
 WRP_REPLAY = str(BIN / "wrp-replay")
 DEFAULT_MARKDOWN = ROOT / "docs" / "warp-examples.md"
 
-#: Every route, in the matrix's column order.
-ROUTES = ("inspect", "inspect --ops --json", "validate", "check", "convert .wrpk round trip",
-          "convert .json round trip", "replay python", "replay native", "wrp-replay .wrp",
-          "wrp-replay .wrpk", "annotate + replay", "trace", "profile", "graph", "slice halves",
-          "diff self", "diff edited twin", "upgrade --copy-current", "regress")
-
 #: Seconds allowed to build and capture one example, to replay it, and to run one wrpkit command.
 CAPTURE_TIMEOUT = 600
 STOCK_TIMEOUT = 300
 COMMAND_TIMEOUT = 600
 
-#: Option values given to an example where its parser has the option (see the module's docstring).
-SMALL_OPTIONS = {"--device": "cpu", "--stage-path": "None", "--stage_path": "None", "--num-frames": "2",
-                 "--num_frames": "2", "--train-iters": "2", "--num-iters": "2", "--iters": "2",
-                 "--iterations": "2"}
-FLAG_OPTIONS = ("--headless", "--quiet")
-
-#: Methods of ``Example`` captured, the first the class defines.
-CAPTURE_METHODS = ("step", "render")
-
 
 # --------------------------------------------------------------------------------------------
-# Discovery
-
-
-def examples_root() -> Path:
-    """The installed wheel's ``warp/examples`` folder (found without importing Warp)."""
-    import importlib.util  # noqa: PLC0415
-
-    spec = importlib.util.find_spec("warp")
-    return Path(spec.origin).parent / "examples"
+# Discovery (the child processes: warp_examples_child.py; the matrix: warp_examples_matrix.py)
 
 
 def discover(root: Path | None = None) -> list:
@@ -120,233 +101,6 @@ def discover(root: Path | None = None) -> list:
     root = root or examples_root()
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("example_*.py")
                   if "__pycache__" not in p.parts)
-
-
-# --------------------------------------------------------------------------------------------
-# Child process: build and capture one example
-
-
-class _Captured(BaseException):
-    """Raised out of the hooked step once the capture is saved: ends the example's main loop."""
-
-
-def _state_arrays(example) -> dict:
-    """The state rule: ``{path: wp.array}`` of the example object (see the module's docstring)."""
-    import warp as wp  # noqa: PLC0415
-
-    found: dict = {}
-    seen: set = set()
-
-    def add(name, value):
-        if isinstance(value, wp.array) and id(value) not in seen and value.device.is_cpu \
-                and value.ptr is not None and value.size > 0:
-            seen.add(id(value))
-            found[name] = value
-
-    attrs = sorted(vars(example).items())
-    for name, value in attrs:
-        add(name, value)
-    for name, value in attrs:
-        if isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                add(f"{name}.{i}", item)
-        elif hasattr(value, "__dict__") and not isinstance(value, (type, wp.array)) \
-                and type(value).__module__ != "builtins":
-            try:
-                sub = sorted(vars(value).items())
-            except TypeError:
-                continue
-            for sname, svalue in sub:
-                add(f"{name}.{sname}", svalue)
-    return found
-
-
-def _refusal(error: BaseException, what: str) -> str:
-    """Who stopped the capture, and where: the words before the error's own text in a skip reason.
-
-    "Warp refuses to capture X" when Warp raised it and says why in terms of capture; otherwise
-    "X fails inside a capture at FILE:LINE" (e.g. host code reading a value that no kernel has
-    computed yet: a capture does not run kernels, so what it reads is whatever memory held).
-    """
-    import traceback  # noqa: PLC0415
-
-    frames = traceback.extract_tb(error.__traceback__)
-    if not frames:
-        return f"{what} fails inside a capture"
-    last = frames[-1]
-    warp_dir = str(examples_root().parent.parent) + os.sep
-    in_warp = last.filename.startswith(warp_dir)
-    where = f"{last.filename[len(warp_dir):] if in_warp else Path(last.filename).name}:{last.lineno}"
-    if in_warp and "capture" in str(error).lower():
-        return f"Warp refuses to capture {what} ({where})"
-    return f"{what} fails inside a capture at {where}"
-
-
-def _hook_argparse() -> None:
-    """Give every example parser :data:`SMALL_OPTIONS` and :data:`FLAG_OPTIONS` it defines."""
-    import argparse as ap  # noqa: PLC0415
-
-    real = ap.ArgumentParser.parse_known_args
-
-    def parse_known_args(self, args=None, namespace=None):
-        if args is None:
-            args = []
-            for action in self._actions:
-                for opt in action.option_strings:
-                    if opt in SMALL_OPTIONS and action.nargs in (None, "?"):
-                        args += [opt, SMALL_OPTIONS[opt]]
-                    elif opt in FLAG_OPTIONS and action.nargs == 0 and action.const is True:
-                        args.append(opt)
-        return real(self, args, namespace)
-
-    ap.ArgumentParser.parse_known_args = parse_known_args
-
-
-def child_capture(example_py: Path, out_dir: Path) -> dict:
-    """Run ``example_py`` as ``__main__``, capture one step (see the module's docstring), save ``out_dir/capture.wrp``.
-
-    Returns (and writes as ``out_dir/meta.json``) ``{"status": "captured" | "skip" | "error",
-    "reason", "method", "arrays": {name: {"dtype", "shape", "nbytes"}}, "seconds"}``.
-    """
-    import runpy  # noqa: PLC0415
-
-    import warp as wp  # noqa: PLC0415
-
-    wp.config.quiet = True
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta: dict = {"status": "error", "reason": "the example never called Example.step()", "method": None,
-                  "arrays": {}}
-    t0 = time.time()
-    real_build_class = builtins.__build_class__
-
-    def capture(self, method, orig, args, kwargs):
-        arrays = _state_arrays(self)
-        wp.synchronize_device("cpu")
-        try:
-            wp.capture_begin(device="cpu", apic=True)
-            try:
-                orig(self, *args, **kwargs)
-            finally:
-                graph = wp.capture_end(device="cpu")
-        except Exception as e:  # noqa: BLE001 - what Warp refuses is the answer
-            what = f"Example.{method}()" if method in CAPTURE_METHODS else method
-            meta.update(status="skip", reason=f"{_refusal(e, what)}: {type(e).__name__}: {e}".strip())
-            raise _Captured from e
-        wp.capture_save(graph, str(out_dir / "capture.wrp"), inputs=arrays, outputs=arrays)
-        meta.update(status="captured", reason="", method=method, arrays={
-            n: {"dtype": str(a.dtype.__name__ if hasattr(a.dtype, "__name__") else a.dtype),
-                "shape": list(a.shape), "nbytes": int(a.capacity)} for n, a in arrays.items()})
-        raise _Captured
-
-    def capture_launch(real, kernel, args, kwargs):
-        result = real(kernel, *args, **kwargs)
-        params = [a.label for a in kernel.adj.args]
-        bound = dict(zip(("dim", "inputs", "outputs"), args))
-        bound.update(kwargs)
-        values = list(bound.get("inputs") or []) + list(bound.get("outputs") or [])
-        arrays = {}
-        for label, v in zip(params, values):
-            if isinstance(v, wp.array) and v.device.is_cpu and v.size > 0 and id(v) not in map(id, arrays.values()):
-                arrays[label] = v
-        meta["method"] = f"{real.__name__}({kernel.key})"
-
-        class _Launcher:
-            def __init__(self):
-                self.__dict__.update(arrays)
-
-        def again(_self):
-            real(kernel, *args, **kwargs)
-
-        capture(_Launcher(), meta["method"], again, (), {})
-        return result
-
-    def hook_launch(name):
-        real = getattr(wp, name)
-
-        def launch(kernel, *args, **kwargs):
-            if meta["method"] is None and not busy and getattr(getattr(kernel, "module", None), "name", "") == "__main__":
-                busy.append(1)
-                return capture_launch(real, kernel, args, kwargs)
-            return real(kernel, *args, **kwargs)
-
-        setattr(wp, name, launch)
-
-    busy: list = []
-
-    def build_class(func, name, *bases, **kw):
-        cls = real_build_class(func, name, *bases, **kw)
-        if name == "Example" and cls.__module__ == "__main__" and meta["method"] is None:
-            for method in CAPTURE_METHODS:
-                orig = cls.__dict__.get(method)
-                if callable(orig):
-                    def hooked(self, *args, _orig=orig, _method=method, **kwargs):
-                        _orig(self, *args, **kwargs)
-                        return capture(self, _method, _orig, args, kwargs)
-
-                    setattr(cls, method, hooked)
-                    meta["method"] = method
-                    meta["reason"] = f"the example never called Example.{method}()"
-                    break
-            else:
-                meta["reason"] = "Example defines no step() or render()"
-        return cls
-
-    _hook_argparse()
-    wp.clear_kernel_cache = wp.clear_lto_cache = lambda *a, **k: None
-    hook_launch("launch")
-    hook_launch("launch_tiled")
-    builtins.__build_class__ = build_class
-    sys.argv = [str(example_py)]
-    sys.path.insert(0, str(example_py.parent))
-    os.chdir(out_dir)
-    try:
-        runpy.run_path(str(example_py), run_name="__main__")
-        if meta["status"] == "error":  # it ran to its end without a capture
-            meta.update(status="skip", reason=meta["reason"] if meta["method"] or "defines no" in meta["reason"]
-                        else "no class Example with step() or render()")
-    except _Captured:
-        pass
-    except SystemExit as e:
-        if meta["status"] != "captured":
-            meta.update(status="skip", reason=f"the example exited ({e.code}) before calling Example.step()")
-    except BaseException as e:  # noqa: BLE001 - classified by the parent
-        if meta["status"] != "skip":
-            meta.update(status="error", reason=f"{type(e).__name__}: {e}".strip())
-    finally:
-        builtins.__build_class__ = real_build_class
-    meta["seconds"] = round(time.time() - t0, 1)
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
-    return meta
-
-
-def child_stock(wrp: Path, names: list, out: Path) -> dict:
-    """Stock Warp's truth: ``wp.capture_load`` + one ``wp.capture_launch`` of ``wrp`` on the CPU.
-
-    Every binding in ``names`` is saved to ``out`` as its raw bytes (``graph.get_param``).
-    """
-    import numpy as np  # noqa: PLC0415
-    import warp as wp  # noqa: PLC0415
-
-    wp.config.quiet = True
-    try:
-        graph = wp.capture_load(str(wrp), device="cpu")
-        wp.capture_launch(graph)
-        wp.synchronize_device("cpu")
-    except Exception as e:  # noqa: BLE001 - what stock Warp refuses is the answer
-        return {"ok": False, "reason": f"{type(e).__name__}: {e}"}
-    import ctypes  # noqa: PLC0415
-
-    import warp._src.context as wp_context  # noqa: PLC0415
-
-    core = wp_context.runtime.core
-    core.wp_apic_get_param_size.restype = ctypes.c_size_t
-    arrays = {}
-    for n in names:
-        buf = wp.zeros(core.wp_apic_get_param_size(graph._native_graph, n.encode()), dtype=wp.uint8, device="cpu")
-        graph.get_param(n, buf)
-        arrays[n] = buf.numpy().copy()
-    np.savez(out, **arrays)
-    return {"ok": True, "reason": ""}
 
 
 # --------------------------------------------------------------------------------------------
@@ -567,9 +321,19 @@ def _kernel_to_edit(case: Case, ops_json: dict) -> str | None:
                                                      for d in node.decorator_list):
             defs.add(node.name)
     for key in _own_kernels(ops_json):
-        if key in defs:
-            return key
+        name = key.rpartition("__locals__")[2]  # a kernel a factory makes: factory__locals__name
+        if name in defs:
+            return name
     return None
+
+
+def _factory_made(ops_json: dict) -> list:
+    """The factories (``create_kernel`` of key ``create_kernel__locals__k``) that make every own kernel
+    of the step when the example runs; empty where some own kernel is defined at import."""
+    keys = _own_kernels(ops_json)
+    if not keys or not all("__locals__" in k for k in keys):
+        return []
+    return sorted({k.partition("__locals__")[0] for k in keys})
 
 
 def _edited_copy(case: Case, kernel: str, dst: Path) -> None:
@@ -681,6 +445,19 @@ def _run_example(case: Case) -> None:
     typed = work / "typed.wrp"
     if not _own_kernels(ops_json):
         case.routes["annotate + replay"] = ("skip", _NO_OWN_KERNEL, "")
+    elif _factory_made(ops_json):
+        # --kernels imports the file without running it: wrp annotate must say which factory makes
+        # the kernels (exit 2), not type them wrongly.
+        factories = _factory_made(ops_json)
+        p = _run(WRP + ["annotate", wrp, "--kernels", case.py, "-o", typed], cwd=work)
+        said = p.returncode == 2 and all(f"{f}() runs" in p.stderr for f in factories)
+        if said:
+            case.routes["annotate + replay"] = ("skip", f"its kernels are made when {', '.join(factories)}() "
+                                                "runs; --kernels imports the file without running it (and "
+                                                "wrp annotate says so, exit 2)", "")
+        else:
+            case.verdict("annotate + replay", False, f"exit {p.returncode}: {_first_line(p.stderr)}",
+                         WRP + ["annotate", wrp, "--kernels", case.py, "-o", typed])
     elif _wrp(case, "annotate + replay", ["annotate", wrp, "--kernels", case.py, "-o", typed]):
         _replay_route(case, "annotate + replay", typed, [], work / "out_typed.npz", check=False)
     # trace, profile, graph
@@ -772,79 +549,6 @@ def _diff_twin_route(case: Case, ops_json: dict) -> None:
         case.verdict(route, False, f"exit 1 but the edited kernel {kernel!r} is not named: {_first_line(text)}", cmd)
     else:
         case.verdict(route, True, "", cmd)
-
-
-# --------------------------------------------------------------------------------------------
-# The matrix
-
-
-def markdown(cases: list, warp_version: str, argv: list) -> str:
-    """The matrix as Markdown: example x route, pass / FAIL (reason) / skip (reason)."""
-    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-    ran = [c for c in cases if c.status == "ran"]
-    fails = [(c, r, v) for c in ran for r, v in c.routes.items() if v[0] == "FAIL"]
-    abbrev = {r: f"R{i + 1}" for i, r in enumerate(ROUTES)}
-    out = [
-        "# Warp's own examples against wrpkit",
-        "",
-        f"Run on {today} with `warp-lang` {warp_version}, on the CPU "
-        f"(`{' '.join(['tools/warp_examples_compat.py', *argv])}`).",
-        "",
-        "Every `example_*.py` the wheel ships in `warp/examples/` is built on the CPU with small options,",
-        "one `Example.step()` (or `render()`) is captured with stock `wp.capture_begin(device=\"cpu\", apic=True)`",
-        "and saved with `wp.capture_save(..., inputs=STATE, outputs=STATE)`, where STATE is every CPU",
-        "`wp.array` attribute of the `Example` object (and of its list items and object attributes, one",
-        "level down); a script without an `Example` class has its first launch of one of its own kernels",
-        "captured, with that launch's arrays as STATE. Stock Warp's replay (`wp.capture_load` +",
-        "`wp.capture_launch`) in a fresh process is the truth, and every wrpkit route is run on the file",
-        "and compared with it bit for bit. See the docstring of",
-        "[`tools/warp_examples_compat.py`](../tools/warp_examples_compat.py) for the rules.",
-        "",
-        "Rerun (about an hour on 2 idle cores; `--keep DIR` keeps every file, `--only NAME` runs one",
-        "example, and with `--merge OLD.json` rewrites this page with that example's new row):",
-        "",
-        "```sh",
-        ".venv/bin/python tools/warp_examples_compat.py --jobs 2 --json warp-examples.json",
-        ".venv/bin/python tools/warp_examples_compat.py --only core/example_wave --merge warp-examples.json",
-        "WRPKIT_WARP_EXAMPLES=1 .venv/bin/pytest -q tests/test_warp_examples.py   # the same, as a test",
-        "```",
-        "",
-        f"**{len(cases)} examples**: {len(ran)} captured and replayed by stock Warp, "
-        f"{len(cases) - len(ran)} skipped; {len(fails)} failing route(s).",
-        "",
-        "Routes: " + ", ".join(f"{abbrev[r]} `{r}`" for r in ROUTES) + ".",
-        "",
-        "## Examples stock Warp captures and replays",
-        "",
-        "| example | " + " | ".join(abbrev[r] for r in ROUTES) + " |",
-        "|---|" + "---|" * len(ROUTES),
-    ]
-    for c in ran:
-        cells = []
-        for r in ROUTES:
-            v = c.routes.get(r, ("skip", "not run", ""))
-            cells.append({"pass": "pass", "FAIL": "**FAIL**", "skip": "skip"}[v[0]])
-        out.append(f"| `{c.name}` | " + " | ".join(cells) + " |")
-    if fails:
-        out += ["", "## Failures", "", "| example | route | command | first line of the reason |", "|---|---|---|---|"]
-        for c, r, v in fails:
-            out.append(f"| `{c.name}` | {r} | `{_md(v[2])}` | {_md(v[1])} |")
-    skips = [(c, r, v) for c in ran for r, v in c.routes.items() if v[0] == "skip"]
-    if skips:
-        out += ["", "## Routes skipped on captured examples", "", "| example | route | why |", "|---|---|---|"]
-        for c, r, v in skips:
-            out.append(f"| `{c.name}` | {r} | {_md(v[1])} |")
-    out += ["", "## Skipped examples", "", "| example | why |", "|---|---|"]
-    for c in cases:
-        if c.status != "ran":
-            out.append(f"| `{c.name}` | {_md(c.reason)} |")
-    out += ["", "[Front page](../README.md)", ""]
-    return "\n".join(out)
-
-
-def _md(text: str) -> str:
-    """``text`` safe in a Markdown table cell."""
-    return (text or "").replace("|", "\\|").replace("\n", " ").replace(str(ROOT) + "/", "")[:400]
 
 
 def main(argv: list) -> int:

@@ -5,7 +5,7 @@ Light entry points (no Warp import): :func:`open_capture`, :mod:`wrpkit.formats.
 on first use: :func:`capture`, :func:`save`, :func:`load`.
 
 The package's folders are its layers, each importing only from its own level or
-below: the root (model, errors, fileio, environment), ``formats/`` (codecs),
+below: the root (model, errors, file access, environment), ``formats/`` (codecs),
 ``checks/`` (validation, preflight), ``run/`` (capture and replay), ``debug/``
 (trace, slice, diff, verify) and ``cli/`` (the ``wrp`` command line).
 """

@@ -1,7 +1,7 @@
 """What each op reads and writes: the one answer every tool uses.
 
 :func:`effects` turns an op into the byte ranges it reads and writes, from
-the op table (``REGIONS`` on each op class of :mod:`wrpkit.model`) and, for
+the op table (``REGIONS`` on each op class of :mod:`wrpkit.ops`) and, for
 a kernel launch, from each array argument's descriptor and the access the
 file records for that argument (``wrpkit.run.access`` at capture).  ``wrp
 trace``, the stepper, ``wrp graph``, ``wrp inspect``, ``wrp diff`` and
@@ -122,7 +122,7 @@ def kernel_signatures(program: m.Program) -> dict:
         ann = read_annotations(program)
     except Exception:  # noqa: BLE001 -- a tool still draws/traces a file whose annotations are bad
         ann = None
-    sigs = {} if ann is None else {(k.module_hash, k.kernel_key): k for k in ann.kernel_signatures}
+    sigs = {} if ann is None else ann.kernel_map()
     program._derived["kernel_signatures"] = (raw, sigs)
     return sigs
 
@@ -150,10 +150,43 @@ ADJOINT_MODES = {"read": "readwrite", "write": "readwrite", "readwrite": "readwr
                  "unused": "unused"}
 
 
-def launch_label(op) -> str:
-    """What every tool calls a kernel launch: its key, with ``(backward)`` for an adjoint launch
-    (``wp.Tape.backward``), so that forward and backward launches of one kernel are never merged."""
-    return op.kernel_key if op.is_forward else f"{op.kernel_key} (backward)"
+def kernel_name(key: str, module_name: str, shared: bool) -> str:
+    """What every tool calls a kernel: its key, or ``key [module]`` where ``shared`` (other kernels
+    of the same program or pair carry that key too: Warp's factories such as ``bsr_mv``, and
+    closures made with ``@wp.kernel(module="unique")``, whose module name is the key plus a hash;
+    that hash alone is shown then, ``scale [6f9c4382]``)."""
+    if not shared:
+        return key
+    tail = module_name[len(key) + 1:] if module_name.startswith(key + "_") else module_name
+    return f"{key} [{tail.split(' ')[0] or module_name}]"
+
+
+def kernel_names(program: m.Program) -> dict:
+    """``{(module_hash, kernel_key): name}`` of :func:`kernel_name` for every kernel of ``program``
+    (a kernel is its key *and* its module), built once per program."""
+    hit = program._derived.get("kernel_names")
+    if hit is not None and hit[0] is program.kernels and hit[1] == len(program.kernels):
+        return hit[2]
+    modules = {x.module_hash: x.module_name for x in program.modules}
+    hashes_of: dict = {}
+    for k in program.kernels:
+        hashes_of.setdefault(k.kernel_key, set()).add(k.module_hash)
+    names = {(k.module_hash, k.kernel_key): kernel_name(k.kernel_key, modules.get(k.module_hash, k.module_hash),
+                                                         len(hashes_of[k.kernel_key]) > 1)
+             for k in program.kernels}
+    program._derived["kernel_names"] = (program.kernels, len(program.kernels), names)
+    return names
+
+
+def launch_label(op, program: m.Program | None = None) -> str:
+    """What every tool calls a kernel launch: its kernel's name (:func:`kernel_names`, where
+    ``program`` is given; its key otherwise), with ``(backward)`` for an adjoint launch
+    (``wp.Tape.backward``), so that forward and backward launches of one kernel are never merged,
+    and neither are two kernels that share a key."""
+    name = op.kernel_key
+    if program is not None:
+        name = kernel_names(program).get((op.module_hash, op.kernel_key), name)
+    return name if op.is_forward else f"{name} (backward)"
 
 
 def launch_argument(arguments, param):

@@ -1,7 +1,7 @@
 """Validation of the op list: the walk over it (nested IF/WHILE bodies included)
 and the checks of every op type but KERNEL_LAUNCH (schema/VALIDATION-RULES.md,
 "Operation semantics").  The bytes each op touches are the op table's
-(``REGIONS`` of :mod:`wrpkit.model`, a ``Length`` per reference), checked by
+(``REGIONS`` of :mod:`wrpkit.ops`, a ``Length`` per reference), checked by
 one loop (:meth:`OpChecks.spans`) after each op's own field checks, as the C++
 validator does with the table generated from it.
 
@@ -15,7 +15,8 @@ op to its ``op_<type>`` method (KERNEL_LAUNCH's is in
 from __future__ import annotations
 
 from .. import model as m
-from ..model import APIC_SCALAR_SIZE
+from ..apic_types import APIC_SCALAR_SIZE
+from ..region_lengths import LengthError
 from .table_checks import INT_MAX
 
 
@@ -26,7 +27,7 @@ def _regions_touched(ops) -> set:
         if isinstance(op, m.KernelLaunch):
             out.update(r.region_id for r in op.relocations if r.kind == m.RelocKind.DATA_PTR)
         else:
-            # the op table's region references (wrpkit.model REGIONS), as every tool reads them
+            # the op table's region references (wrpkit.ops REGIONS), as every tool reads them
             for ref in type(op).REGIONS or ():
                 out.add(getattr(op, ref.region))
     return out
@@ -68,7 +69,7 @@ class OpChecks:
             what = op.op_type.name if ref.role == "region" else ref.role
             try:
                 nbytes = ref.nbytes(op)
-            except m.LengthError as e:
+            except LengthError as e:
                 self.err(w, f"{what}: its byte length cannot be formed: {e}", op.at)
                 continue
             self.span(w, op.at, getattr(op, ref.region), getattr(op, ref.offset) if ref.offset else 0, nbytes,

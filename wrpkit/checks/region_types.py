@@ -308,15 +308,18 @@ def region_types(program: m.Program, *, dtypes: Optional[Mapping] = None, extra_
                     if label not in out[acc.region_id].arguments:
                         out[acc.region_id].arguments.append(label)
                     continue
-                if acc.part != "data" or acc.region_id not in out:
+                if acc.part not in ("data", "grad") or acc.region_id not in out:
                     continue
+                # An array's gradient (``x.grad``, which a backward launch passes beside ``x``) has
+                # the array's dtype and shape.
+                label = acc.name if acc.part == "data" else f"{acc.name}.grad"
                 rt = out[acc.region_id]
-                if acc.name not in rt.arguments:
-                    rt.arguments.append(acc.name)
+                if label not in rt.arguments:
+                    rt.arguments.append(label)
                 a = args[acc.param - 1] if 0 < acc.param <= len(args) else None
                 if a is None:
                     continue
-                where = f"kernel {op.kernel_key.rsplit('.', 1)[-1]} argument {acc.name}"
+                where = f"kernel {op.kernel_key.rsplit('.', 1)[-1]} argument {label}"
                 if acc.field:
                     fdt = _field(a.dtype, acc.field)
                     dname = array_field_dtype_name(fdt.name) if fdt is not None else None

@@ -9,8 +9,9 @@ inspecting a large file touches only its records.
 from __future__ import annotations
 
 from .. import model as m
+from ..binding_roles import binding_roles
 from ..formats.container import Capture
-from .effects import argument_name, effects, launch_argument, launch_label
+from .effects import argument_name, effects, kernel_names, kernel_signatures, launch_argument, launch_label
 from ..formats.wrp1_layout import FILE_HEADER_SIZE, SECTION_ENTRY, SECTION_ENTRY_SIZE
 
 _SECTION_NAMES = {1: "METADATA", 2: "MEMORY", 3: "OPERATIONS", 0x41505257: "ANNOTATIONS"}
@@ -107,9 +108,7 @@ def launch_args(op: m.KernelLaunch, program: m.Program, signatures: dict | None 
         ``region`` and ``binding`` None; ``binding`` is the name binding the
         region (names joined by ``/``), None for an unbound array.
     """
-    from .effects import kernel_signatures as file_signatures  # noqa: PLC0415
-
-    sigs = signatures if signatures is not None else file_signatures(program)
+    sigs = signatures if signatures is not None else kernel_signatures(program)
     fx = effects(op, program, sigs)
     sig = sigs.get((op.module_hash, op.kernel_key))
     args = sig.arguments if sig is not None else ()
@@ -186,7 +185,7 @@ def op_line(op: m.Op, signatures: dict | None = None, names: dict | None = None,
     """
     t = op.op_type
     if t == m.OpType.KERNEL_LAUNCH:
-        line = (f"{launch_label(op)} dim={shape_text(op.shape[:max(op.ndim, 1)])} threads={op.size} "
+        line = (f"{launch_label(op, program)} dim={shape_text(op.shape[:max(op.ndim, 1)])} threads={op.size} "
                 f"args={len(op.params)} relocs={len(op.relocations)} value_bytes={len(op.value_data)}")
         if program is not None:
             acc = launch_access(op, program, signatures)
@@ -245,14 +244,6 @@ def iter_op_lines(ops, depth: int = 0, path: str = "", signatures: dict | None =
                 yield from iter_op_lines(op.else_ops, depth + 2, ip + ".e", signatures, names, program, sources)
         elif isinstance(op, m.While):
             yield from iter_op_lines(op.body, depth + 1, ip + ".", signatures, names, program, sources)
-
-
-def kernel_signatures(prog: m.Program) -> dict:
-    """``{(module_hash, kernel_key): KernelSignature}`` from the annotations; empty without them."""
-    from ..formats.annotations import read_annotations  # noqa: PLC0415
-
-    a = read_annotations(prog)
-    return {} if a is None else {(k.module_hash, k.kernel_key): k for k in a.kernel_signatures}
 
 
 def binding_signature_rows(prog: m.Program):
@@ -329,6 +320,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         sources = Sources.of(p)
     regions = p.region_map()
     mod_by_hash = {mod.module_hash: mod for mod in p.modules}
+    knames = kernel_names(p)
     # One pass over the stream gathers every count (it can hold millions of ops).
     # An explicit stack of op lists (order does not matter for counts) instead of
     # walk_ops: no generator step or nested_bodies call per op.
@@ -355,7 +347,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
                 stack.append((d + 1, op.body))
     counts = {c.op_type: n for c, n in counts.items()}
     # One row per binding name: Warp writes a name given as input and output twice.
-    roles = m.binding_roles([b.name for b in p.bindings])
+    roles = binding_roles([b.name for b in p.bindings])
     bindings = []
     for b in p.resolved_bindings():
         r = regions.get(b.region_id)
@@ -395,7 +387,7 @@ def summarize(cap: Capture, *, with_ops: bool = False, signature: dict | None = 
         "top_level_ops": len(p.ops),
         "max_depth": max_depth,
         "kernels": sorted([{
-            "kernel_key": k.kernel_key, "module_hash": k.module_hash,
+            "kernel_key": k.kernel_key, "name": knames[(k.module_hash, k.kernel_key)], "module_hash": k.module_hash,
             "module_name": mod_by_hash[k.module_hash].module_name if k.module_hash in mod_by_hash else None,
             "forward_name": k.forward_name, "backward_name": k.backward_name, "block_dim": k.block_dim,
             "launches": launches.get((k.module_hash, k.kernel_key), 0),

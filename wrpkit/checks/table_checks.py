@@ -16,9 +16,10 @@ import re
 import sys
 
 from .. import model as m
+from ..binding_roles import binding_split
 from ..formats.annotations import SCALAR_SIZES
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS
-from ..fileio import is_plain_basename
+from ..module_dirs import is_plain_basename
 from .module_files import backward_launched
 from .problem import Problem
 from .sources import MAX_TEXT
@@ -267,7 +268,7 @@ class TableChecks:
             names[b.name] = b.region_id
             if b.region_id not in self.regions:
                 self.err(w, f"binding {b.name!r} refers to region {b.region_id}, which does not exist")
-        if m.binding_split([b.name for b in p.bindings]) is None:
+        if binding_split([b.name for b in p.bindings]) is None:
             # Warp writes capture_save's inputs, then its outputs, each once; a
             # graph saved twice keeps every save's names (Warp's APIC state
             # accumulates them).  Stock Warp loads that file, so: a warning.

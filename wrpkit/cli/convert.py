@@ -61,7 +61,8 @@ def convert(src, dst, no_verify, no_modules, as_json, quiet, modules_dir, contai
     """
     from ..formats.convert import convert as do_convert  # noqa: PLC0415
     from ..formats.convert import estimate_output_size  # noqa: PLC0415
-    from ..fileio import modules_dir_for, output_size  # noqa: PLC0415
+    from ..module_dirs import modules_dir_for  # noqa: PLC0415
+    from ..special_outputs import output_size  # noqa: PLC0415
 
     refuse_signing_in_place(dst, key)
     show = not (quiet or as_json) and sys.stderr.isatty()

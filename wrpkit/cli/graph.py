@@ -56,10 +56,10 @@ def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
                                "or .dot")
     profile = None
     if profile_path is not None:
-        from ..debug.profile import load_profile  # noqa: PLC0415
+        from ..debug.profile_format import load_profile  # noqa: PLC0415
 
         profile = load_profile(profile_path)
-    from ..fileio import check_output_path  # noqa: PLC0415
+    from ..output_paths import check_output_path  # noqa: PLC0415
 
     with open_capture(file, verify_checksums=not no_verify) as cap:
         check_output_path(dest, [src])
@@ -68,7 +68,7 @@ def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
 
             type_program(cap.program, kernels)
         if profile is not None:
-            from ..debug.profile import check_profile_matches  # noqa: PLC0415
+            from ..debug.profile_format import check_profile_matches  # noqa: PLC0415
 
             check_profile_matches(profile, cap.program)
         info = write_graph(cap.program, dest, dest.suffix.lower().lstrip("."), title=src.name, profile=profile)

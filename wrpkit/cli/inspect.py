@@ -42,8 +42,8 @@ def inspect(file, with_ops, as_json, verify, no_verify, kernels):
       wrp inspect graph.wrp --json | jq .bindings
     """
     from ..formats.container import open_capture  # noqa: PLC0415
-    from ..checks.summary import (binding_signature_rows, iter_op_lines, kernel_signatures,  # noqa: PLC0415
-                                  region_names, summarize)
+    from ..checks.effects import kernel_signatures  # noqa: PLC0415
+    from ..checks.summary import binding_signature_rows, iter_op_lines, region_names, summarize  # noqa: PLC0415
 
     from ..checks.sources import Sources  # noqa: PLC0415
 
@@ -118,7 +118,7 @@ def _print_summary(info: dict) -> None:
     t = table("Kernels", ["kernel", "module", "launches", "backward"] + (["defined at"] if with_source else []))
     for k in info["kernels"]:
         src = k.get("source")
-        t.add_row(k["kernel_key"], f"{k['module_name']} {k['module_hash'][:8]}", str(k["launches"]),
+        t.add_row(k["name"], f"{k['module_name']} {k['module_hash'][:8]}", str(k["launches"]),
                   "has adjoint" if k["backward_name"] else "-",
                   *([f"{src['file']}:{src['line']}" if src else "-"] if with_source else []))
     con.print(t)

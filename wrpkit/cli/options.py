@@ -177,14 +177,14 @@ def trust_options(fn):
 
 def refuse_signing_in_place(dst, key) -> None:
     """Before any work: ``--key`` signs a file that stays where it is written, which a device, a FIFO
-    or ``/dev/stdout`` is not (the output itself is written there in place: wrpkit.fileio).
+    or ``/dev/stdout`` is not (the output itself is written there in place: wrpkit.special_outputs).
 
     Raises:
         WrpUsageError: ``key`` is given and ``dst`` is such a special file (exit 2).
     """
     if key is None:
         return
-    from ..fileio import special_output  # noqa: PLC0415
+    from ..special_outputs import special_output  # noqa: PLC0415
 
     kind = special_output(dst)
     if kind is not None:
@@ -239,7 +239,7 @@ def gather_inputs(inputs_npz, input_items) -> dict:
     Raises:
         WrpBindingError: A file cannot be read, or an item is not NAME=FILE.
     """
-    from ..fileio import load_npy, load_npz  # noqa: PLC0415
+    from ..numpy_files import load_npy, load_npz  # noqa: PLC0415
 
     out = {}
     if inputs_npz is not None:

@@ -184,7 +184,7 @@ def reported_errors(ctx: click.Context, as_json: bool):
             report_error(err, as_json)
             ctx.exit(err.exit_code)
         if isinstance(e, OSError) and e.errno in _IO_ERRNOS:
-            from ..fileio import io_error  # noqa: PLC0415
+            from ..io_errors import io_error  # noqa: PLC0415
 
             err = io_error(e)
             report_error(err, as_json)
@@ -232,7 +232,7 @@ class _ClosedStdout:
 def _leave_nothing_behind() -> None:
     """Remove the folders this command made for outputs that it never wrote (still empty)."""
     try:
-        from ..fileio import remove_created_folders  # noqa: PLC0415
+        from ..output_paths import remove_created_folders  # noqa: PLC0415
 
         remove_created_folders()
     except Exception:  # noqa: BLE001  (never hide the error being reported)

@@ -98,7 +98,7 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     from ..debug.profile import profile as run_profile  # noqa: PLC0415
 
     if out is not None:
-        from ..fileio import check_output_path  # noqa: PLC0415
+        from ..output_paths import check_output_path  # noqa: PLC0415
 
         # Before the long work: a folder that cannot be made or written to fails now (exit 1).
         check_output_path(out, [file])
@@ -163,7 +163,7 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
     con.print(f"subtracted: {fmt_ms(result.launch_floor_ms)} ms per launch, "
               f"{fmt_ms(result.floor_ms)} ms per other op ({result.timer} timer)", highlight=False, markup=False)
     if result.grouped_ops:
-        from ..debug.profile import GROUP_OPS  # noqa: PLC0415
+        from ..debug.profile_groups import GROUP_OPS  # noqa: PLC0415
 
         con.print(f"grouped: {result.grouped_ops} of {runs} op runs; a run of up to {GROUP_OPS} consecutive ops "
                   f"stepped\nat once, less {fmt_ms(result.group_floor_ms)} ms, split by each op's time stepped alone",

@@ -21,7 +21,7 @@ def _prepare_output(path: Path | None) -> Path | None:
     if path is None:
         return None
     from ..errors import WrpIOError  # noqa: PLC0415
-    from ..fileio import check_output_path  # noqa: PLC0415
+    from ..output_paths import check_output_path  # noqa: PLC0415
 
     try:
         if path.is_dir():
@@ -168,7 +168,8 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
         from ..run.zygote import prestart  # noqa: PLC0415  (imports next to nothing)
 
         prestart()  # its `import warp` runs beside the imports below and the scan of the suite
-    from ..fileio import atomic_write, io_error  # noqa: PLC0415
+    from ..atomic_writes import atomic_write  # noqa: PLC0415
+    from ..io_errors import io_error  # noqa: PLC0415
     from ..run.regress import regress as run_regress  # noqa: PLC0415
     from .output import reported_errors  # noqa: PLC0415
 

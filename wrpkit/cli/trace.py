@@ -157,7 +157,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
 
     verify_path(trust, file)
     from ..debug.trace import trace as run_trace  # noqa: PLC0415
-    from ..fileio import check_output_dir, check_output_path  # noqa: PLC0415
+    from ..output_paths import check_output_dir, check_output_path  # noqa: PLC0415
 
     # Every output place is checked before the trace runs (it may take minutes).
     if dump is not None:

@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from .. import model as m
-from ..checks.effects import launch_argument, launch_label
+from ..checks.effects import kernel_name, launch_argument, launch_label
 from ..errors import WrpValidationError
 from ..formats import annotations as ann
 from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays, descriptor_view
@@ -265,8 +265,7 @@ def kernel_identities(pa: m.Program, pb: m.Program) -> tuple:
             b_of[ident] = alone[0]
 
     def name(ident) -> str:
-        once = count_a[ident[0]] <= 1 and count_b[ident[0]] <= 1
-        return ident[0] if once else f"{ident[0]} [{ident[1]}]"
+        return kernel_name(ident[0], ident[1], count_a[ident[0]] > 1 or count_b[ident[0]] > 1)
 
     a_of = {j: i for i, j in b_of.items()}
     return ({name(i): k for i, k in a_ids.items()},
@@ -309,9 +308,8 @@ def _first_touch(p: m.Program, notes) -> dict:
     """``{region_id: "op PATH KIND"}`` for regions whose first use, in stream order, is a whole write by a
     non-kernel op (so their initial data is never read); kernel writes may be partial and do not count."""
     from ..checks.effects import effects  # noqa: PLC0415
-    from .stepper import kernel_signatures  # noqa: PLC0415
 
-    sigs = kernel_signatures(notes)
+    sigs = notes.kernel_map() if notes is not None else {}
     sizes = {r.region_id: r.size for r in p.regions}
     seen: set = set()
     out: dict = {}
@@ -444,7 +442,8 @@ class _Context:
 
     def _row(self, i, j, change, op, fields, pa: tuple = (), pb: tuple = ()) -> dict:
         row = {"a": i, "b": j, "change": change, "kind": op.op_type.name,
-               "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None, "fields": fields}
+               "kernel": launch_label(op, self.pa if i is not None else self.pb) if isinstance(op, m.KernelLaunch)
+               else None, "fields": fields}
         if self.with_sources:
             row["source"] = {"a": self.src_a.op(pa + (i,)) if i is not None else None,
                              "b": self.src_b.op(pb + (j,)) if j is not None else None}

@@ -21,7 +21,7 @@ from typing import Optional
 
 from .. import model as m
 from ..checks.region_types import merged_signatures, region_types
-from ..checks.effects import argument_name, effects, launch_argument, merge_modes
+from ..checks.effects import argument_name, effects, kernel_names, launch_argument, launch_label, merge_modes
 from ..formats import annotations as ann
 
 #: Longest op sequence that :func:`fold_repeats` looks for.
@@ -370,11 +370,12 @@ class _Builder:
         """``(label, details, edges)`` of a launch."""
         sig = self.sigs.get((op.module_hash, op.kernel_key))
         args = sig.arguments if sig is not None else ()
-        short = op.kernel_key.rsplit(".", 1)[-1] if "." in op.kernel_key else op.kernel_key
-        if not op.is_forward:
-            short += " (backward)"  # as launch_label names it: never one box for both directions
+        # launch_label: never one box for both directions, nor for two kernels that share a key
+        short = launch_label(op, self.prog)
+        if "." in op.kernel_key:
+            short = short.replace(op.kernel_key, op.kernel_key.rsplit(".", 1)[-1], 1)
         dims = list(op.shape[:op.ndim]) if op.ndim else [op.dim]
-        details = {"op": "KERNEL_LAUNCH", "kernel": op.kernel_key,
+        details = {"op": "KERNEL_LAUNCH", "kernel": kernel_names(self.prog).get((op.module_hash, op.kernel_key), op.kernel_key),
                    "module": f"{self.modules.get(op.module_hash, '?')} {op.module_hash[:8]}",
                    "dims": "x".join(str(d) for d in dims), "threads": str(op.dim),
                    "direction": "forward" if op.is_forward else "backward"}
@@ -570,7 +571,7 @@ def build_graph(program: m.Program, title: str = "", fold: bool = True, extra_si
             (``{(module_hash, kernel_key) or kernel_key: KernelSignature}``); their
             argument access and dtypes then draw and type the arrays.
         profile: Times to colour ops by (what
-            :func:`wrpkit.debug.profile.load_profile` returns), or None.
+            :func:`wrpkit.debug.profile_format.load_profile` returns), or None.
 
     Returns:
         A :class:`Graph`.

@@ -263,7 +263,7 @@ def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str 
         dest: Output path; its suffix picks the format unless ``fmt`` is given.
         fmt: ``"html"``, ``"svg"`` or ``"dot"``.
         title: Shown in the picture.
-        profile: Per-path times (:func:`wrpkit.debug.profile.load_profile`): ops
+        profile: Per-path times (:func:`wrpkit.debug.profile_format.load_profile`): ops
             are coloured by their share of the time and show it.
 
     Returns:
@@ -274,7 +274,7 @@ def write_graph(program: m.Program, dest, fmt: Optional[str] = None, title: str 
     """
     from pathlib import Path  # noqa: PLC0415
 
-    from ..fileio import atomic_write  # noqa: PLC0415
+    from ..atomic_writes import atomic_write  # noqa: PLC0415
 
     dest = Path(dest)
     fmt = (fmt or dest.suffix.lstrip(".") or "html").lower()

@@ -351,7 +351,7 @@ def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict
            "arguments": [], "kernel_source": None, "call_site": None, "cause": None}
     if isinstance(op, m.KernelLaunch):
         modules = {mod.module_hash: mod.binary_filename for mod in prog.modules}
-        out["kernel"], out["module"] = launch_label(op), modules.get(op.module_hash)
+        out["kernel"], out["module"] = launch_label(op, prog), modules.get(op.module_hash)
         sig = kernel_signatures(prog).get((op.module_hash, op.kernel_key))
         lines = _kernel_lines(typing, op)
         out["arguments"] = [dict(a, lines=lines.get(a["name"], {}).get(fault["access"] if fault["access"] in

@@ -16,12 +16,20 @@ launch with the python engine on a GPU).  A launch costs more than its op
 (the control values, the IF tree, Warp's launch call), so the same run also
 times an *empty* step, a leaf that runs nothing, and subtracts its median
 (the *floor*, reported) from every op; on a CPU device kernel launches get
-the *launch floor* instead (see :func:`_zero_launch`).  The whole step is repeated ``repeat``
-times after ``warmup`` untimed rounds, each round starting from the same
+the *launch floor* instead (see :func:`~wrpkit.debug.profile_floors.zero_launch`).
+The whole step is repeated ``repeat`` times after ``warmup`` untimed rounds, each round starting from the same
 memory (the state after ``inputs`` were set), and every figure is a median
 over the rounds.  Between rounds, a plain replay of the whole graph (the
 original program, loaded once more) is timed from the same state: the sum
 of the per-op medians against its median is the *coverage*.
+
+This module runs the profile; the rest is one job a module: the clocks and the
+timed stepping machine (:mod:`~wrpkit.debug.profile_timers`), the floors
+(:mod:`~wrpkit.debug.profile_floors`), the grouped steps
+(:mod:`~wrpkit.debug.profile_groups`), the result and its summaries
+(:mod:`~wrpkit.debug.profile_result`), the Chrome trace export
+(:mod:`~wrpkit.debug.profile_export`) and reading a profile file back
+(:mod:`~wrpkit.debug.profile_format`).
 
 Nothing here prints.
 """
@@ -29,306 +37,33 @@ Nothing here prints.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import dataclasses
 import gc
-import json
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
 
 from .. import model as m
 from ..checks.effects import launch_label
-from ..environment import WARP_WHILE_GUARD, while_guard_error
-from ..errors import WrpBindingError, WrpError, WrpFormatError, WrpNotFoundError, WrpRuntimeError
-from ..fileio import atomic_write, read_user_text
+from ..errors import WrpBindingError, WrpError
 from ..formats import wrp1
 from . import stepper as st
 from .common import open_program
 from .isolation import run_in_child
+from .profile_export import chrome_trace
+from .profile_floors import CALIBRATION_LAUNCHES, EMPTY_STEPS, calibration_program, floors, zero_launch
+from .profile_format import PROFILE_FORMAT, check_profile_matches, load_profile
+from .profile_groups import GROUP_OPS, op_groups, split_groups, walk_groups
+from .profile_result import MIN_COVERAGE, ProfileResult, call_site_rows, round_ns, summarize
+from .profile_timers import (BUSY_WALL_OVER_CPU, CudaEventTimer, HostTimer, Nvtx, TimedMachine, choose_clock,
+                             engine_launch)
 
-PROFILE_FORMAT = "wrpkit-profile/1"
-#: Empty steps timed per round (their median over all rounds is the floor).
-EMPTY_STEPS = 16
 #: What a profile child reports (beside its engine, device and load time).
 CHILD_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "launch_floor_ms", "timer",
                 "repeat", "warmup", "step_ms", "replay_rounds_ms", "grouped_ops", "group_floor_ms", "clock_choice")
-#: Below this share of a whole replay, the sum of the ops is a poor account of where the time goes:
-#: the result says so (:attr:`ProfileResult.coverage_warning`) and which clock to try.
-MIN_COVERAGE = 0.75
-#: ``clock="auto"`` on a CPU device takes the thread's CPU time when a whole replay's wall time is
-#: more than this many times its CPU time (the thread waited for a core: a busy machine).
-BUSY_WALL_OVER_CPU = 1.3
-#: Zero-size launches in the graph that calibrates the launch floor (CPU), replayed once per round.
-CALIBRATION_LAUNCHES = 2000
-#: Most consecutive leaf ops of one body stepped together in one launch (see :func:`_groups`).
-GROUP_OPS = 128
-
-
-@dataclass
-class ProfileResult:
-    """Per-op and per-kernel times of one capture.
-
-    Attributes:
-        ops: One dict per op run in one step, in order (numbered as
-            ``wrp trace`` numbers them): ``seq``, ``index``, ``path``,
-            ``iteration`` (None outside WHILE bodies), ``iterations``, ``op``
-            (kind), ``kernel`` (key, or None), ``ms`` (median over the rounds,
-            the floor subtracted, never below 0; for an op of a group, its
-            share of the group's time, see ``grouped_ops``) and ``raw_ms``
-            (median as timed alone).
-        kernels: Per kernel (or op kind, for ops that launch no kernel), most
-            time first: ``name``, ``op``, ``calls`` (per step), ``total_ms``,
-            ``median_ms`` (per call), ``share`` (of ``total_ms``, 0..1).
-        top_level: Per top-level op, in program order: ``index``, ``op``,
-            ``name`` (kernel key or op kind), ``calls``, ``total_ms``, ``share``.
-        call_sites: Per line of the program that issued ops (captures made
-            with ``wrpkit.capture``), most time first, each with ``callers``: the
-            same time split by the line that called the function holding it
-            (a helper called from several places): ``call_site``
-            (``"sim.py:42"``), ``file``, ``line``, ``function``, ``names``
-            (kernel keys or op kinds issued there), ``calls``, ``total_ms``,
-            ``median_ms``, ``share``; ops the capture does not place are left
-            out.  Empty for a stock capture.
-        total_ms: Sum of the per-op medians (``ms``).
-        replay_ms: Median time of a plain replay of the whole graph, from the same state.
-        floor_ms: Median time of an empty step (subtracted from every op
-            that launches no kernel).
-        launch_floor_ms: Subtracted from every kernel launch instead: on a
-            CPU device, what stepping a launch costs beyond the launch itself
-            (a zero-size launch of the first kernel stepped alone, less the
-            same launch inside a graph of many; never below ``floor_ms``);
-            elsewhere ``floor_ms``.
-        timer: ``"host"`` (the wall clock around each launch), ``"host-cpu"``
-            (the thread's CPU time, ``clock="cpu"``) or ``"cuda-events"``.
-        repeat, warmup: Rounds timed / run untimed first.
-        step_ms: Per timed round, the wall time of stepping it (profiling
-            included): each op alone, and the group walk.
-        replay_rounds_ms: Per timed round, the whole replay's time.
-        typing: With ``kernels=``: how each recorded kernel matched the
-            user's files (``SourceTyping.to_json()``); None without.
-        grouped_ops: Op runs whose ``ms`` comes from a group: runs of up to
-            :data:`GROUP_OPS` consecutive leaf ops of one body are also
-            stepped together, in rounds of their own, and each op gets the
-            group's median (less the launch floor) split in proportion to its
-            own ``raw_ms`` above the empty step.  Why: an op stepped alone
-            pays Warp's per-stream costs every time, which a whole replay
-            pays once per stream; for sub-microsecond launches that dwarfs
-            the op (see :func:`_groups`).
-        group_floor_ms: Subtracted from a group's time: on a CPU device, a
-            group of :data:`GROUP_OPS` zero-size launches stepped, less as
-            many inside a graph (never below ``floor_ms``); elsewhere
-            ``launch_floor_ms``.
-    """
-
-    file: str
-    engine: str
-    device: str
-    ops: list = field(default_factory=list)
-    kernels: list = field(default_factory=list)
-    top_level: list = field(default_factory=list)
-    call_sites: list = field(default_factory=list)
-    total_ms: float = 0.0
-    replay_ms: float = 0.0
-    floor_ms: float = 0.0
-    launch_floor_ms: float = 0.0
-    timer: str = "host"
-    repeat: int = 1
-    warmup: int = 0
-    step_ms: list = field(default_factory=list)
-    replay_rounds_ms: list = field(default_factory=list)
-    load_seconds: float = 0.0
-    typing: Optional[dict] = None
-    grouped_ops: int = 0
-    group_floor_ms: float = 0.0
-    #: With ``clock="auto"`` on a CPU device: ``{"clock", "wall_ms", "cpu_ms", "why"}`` of the choice.
-    clock_choice: Optional[dict] = None
-    #: The profiled program (not serialized): the Chrome trace's IF/WHILE events come from it.
-    program: Optional[m.Program] = field(default=None, repr=False, compare=False)
-
-    @property
-    def coverage(self) -> Optional[float]:
-        """``total_ms / replay_ms`` (None when the replay took no measurable time)."""
-        return self.total_ms / self.replay_ms if self.replay_ms > 0 else None
-
-    @property
-    def coverage_warning(self) -> Optional[str]:
-        """A sentence when the ops' sum covers less than :data:`MIN_COVERAGE` of a whole replay, naming
-        the clock to try; None otherwise."""
-        cov = self.coverage
-        if cov is None or cov >= MIN_COVERAGE:
-            return None
-        other = {"host": "--clock cpu (the thread's CPU time, which leaves out waits for a core)",
-                 "host-cpu": "--clock wall"}.get(self.timer)
-        return (f"the ops' sum covers {100 * cov:.0f}% of a whole replay (timer {self.timer}), under the "
-                f"{100 * MIN_COVERAGE:.0f}% that makes per-op shares trustworthy: the machine is busy, or the "
-                "ops are too short to time alone" + (f"; try {other}" if other else "") + ", or more --repeat")
-
-    def top(self, n: int = 10, by: str = "kernel") -> list:
-        """The ``n`` entries with the most time: ``by`` ``"kernel"``, ``"top_level"``, ``"call_site"`` or
-        ``"op"`` (one per run).
-
-        Raises:
-            WrpError: ``by`` is none of those.
-        """
-        rows = {"kernel": self.kernels, "top_level": self.top_level, "op": self.ops,
-                "call_site": self.call_sites}.get(by)
-        if rows is None:
-            raise WrpError(f"cannot rank by {by!r}", hint="Use 'kernel', 'top_level', 'call_site' or 'op'.")
-        key = "ms" if by == "op" else "total_ms"
-        return sorted(rows, key=lambda r: -r[key])[:max(0, int(n))]
-
-    def to_json(self) -> dict:
-        """``{"kernels", "ops", "top_level", "total_ms", "replay_ms", "floor_ms", "coverage", ...}``."""
-        return {"format": PROFILE_FORMAT, "file": self.file, "engine": self.engine, "device": self.device,
-                "timer": self.timer, "repeat": self.repeat, "warmup": self.warmup,
-                "total_ms": self.total_ms, "replay_ms": self.replay_ms, "floor_ms": self.floor_ms,
-                "launch_floor_ms": self.launch_floor_ms, "coverage": self.coverage, "kernels": self.kernels,
-                "top_level": self.top_level, "call_sites": self.call_sites, "ops": self.ops,
-                "step_ms": self.step_ms, "replay_rounds_ms": self.replay_rounds_ms, "typing": self.typing,
-                "grouped_ops": self.grouped_ops, "group_floor_ms": self.group_floor_ms,
-                "clock_choice": self.clock_choice, "coverage_warning": self.coverage_warning}
-
-    def chrome_trace(self, program: Optional[m.Program] = None) -> dict:
-        """The profile in Chrome's trace-event format (see :func:`chrome_trace`)."""
-        return chrome_trace(self, program)
-
-    def save_chrome_trace(self, path, program: Optional[m.Program] = None) -> Path:
-        """Write :meth:`chrome_trace` as JSON, atomically; Chromium DevTools' Performance panel and Perfetto UI open it."""
-        path = Path(path)
-        atomic_write(path, [json.dumps(self.chrome_trace(program), separators=(",", ":")).encode()])
-        return path
-
-
-# ---------------------------------------------------------------------------
-# Timers and NVTX
-# ---------------------------------------------------------------------------
-
-
-class HostTimer:
-    """A host clock around a launch (the engines return once the launch is done, synchronized on CUDA).
-
-    ``clock="wall"`` reads the monotonic wall clock; ``clock="cpu"`` this
-    thread's CPU time, which Warp's CPU kernels run on: on a machine shared
-    with other work it leaves out the time the thread waited for a core.
-    """
-
-    def __init__(self, clock: str = "wall"):
-        self.read = time.thread_time_ns if clock == "cpu" else time.perf_counter_ns
-        self.name = "host-cpu" if clock == "cpu" else "host"
-
-    def __call__(self, launch) -> float:
-        read = self.read
-        t0 = read()
-        launch()
-        return (read() - t0) * 1e-6
-
-
-class CudaEventTimer:
-    """CUDA events recorded on the launching stream just before and just after a launch (python engine)."""
-
-    name = "cuda-events"
-
-    def __init__(self, device):
-        import warp as wp  # noqa: PLC0415
-
-        self.wp = wp
-        self.device = wp.get_device(device)
-        self.start = wp.Event(self.device, enable_timing=True)
-        self.end = wp.Event(self.device, enable_timing=True)
-
-    def __call__(self, launch) -> float:
-        stream = self.device.stream
-        stream.record_event(self.start)
-        launch()
-        stream.record_event(self.end)
-        self.wp.synchronize_device(self.device)
-        return float(self.wp.get_event_elapsed_time(self.start, self.end))
-
-
-class Nvtx:
-    """``nvtxRangePushA``/``nvtxRangePop`` from the NVTX library (``libnvToolsExt``), through ctypes.
-
-    Raises:
-        WrpNotFoundError: No NVTX library can be loaded.
-    """
-
-    NAMES = ("libnvToolsExt.so.1", "libnvToolsExt.so", "nvToolsExt64_1.dll")
-
-    def __init__(self):
-        lib = None
-        found = ctypes.util.find_library("nvToolsExt")
-        for name in ((found,) if found else ()) + self.NAMES:
-            try:
-                lib = ctypes.CDLL(name)
-                break
-            except OSError:
-                continue
-        if lib is None:
-            raise WrpNotFoundError("--nvtx needs the NVTX library (libnvToolsExt.so.1), which cannot be loaded here",
-                                   hint="Install the CUDA toolkit's NVTX library or add its folder to "
-                                        "LD_LIBRARY_PATH; or profile without --nvtx.")
-        lib.nvtxRangePushA.argtypes = [ctypes.c_char_p]
-        lib.nvtxRangePushA.restype = ctypes.c_int
-        lib.nvtxRangePop.restype = ctypes.c_int
-        self.push, self.pop = lib.nvtxRangePushA, lib.nvtxRangePop
-
-
-def _engine_launch(engine):
-    """The engine's launch without its own extras: the raw ``capture_launch`` on the python engine.
-
-    On CUDA that launch returns before the graph has run: :class:`CudaEventTimer`
-    records its end event right after it and then synchronizes, so the host's
-    wait is not in the measured span.  The native engine synchronizes its own
-    stream inside ``wrp_program_run``.
-    """
-    if isinstance(engine, st.PythonEngine):
-        import warp as wp  # noqa: PLC0415
-
-        graph, capture_launch = engine.prog.graph, wp.capture_launch
-
-        def launch():
-            try:
-                capture_launch(graph)
-            except RuntimeError as e:
-                raise WrpRuntimeError(f"Warp failed to replay an op: {e}") from None
-
-        return launch
-    return engine.launch
-
-
-class _TimedMachine(st.Machine):
-    """A :class:`~wrpkit.debug.stepper.Machine` whose ``run_leaf`` times the launch alone (not the control write)."""
-
-    def __init__(self, stepper, engine, timer, nvtx=None):
-        super().__init__(stepper, engine)
-        self.timer, self.nvtx = timer, nvtx
-        self._launch = _engine_launch(engine)
-        self.last_ms = 0.0
-        self.label = b""
-
-    def run_leaf(self, leaf: int) -> None:
-        idx, vals = self.stepper.paths[leaf]
-        ctl = self._ctl
-        ctl[idx] = vals
-        if self._ctl_view is None:
-            self.engine.write(st.CONTROL_BINDING, ctl)
-        if self.nvtx is not None:
-            self.nvtx.push(self.label)
-            self.last_ms = self.timer(self._launch)
-            self.nvtx.pop()
-        else:
-            self.last_ms = self.timer(self._launch)
-
-
-# ---------------------------------------------------------------------------
-# Profiling
-# ---------------------------------------------------------------------------
 
 
 def profile(source, *, device=None, engine: str = "python", inputs: Optional[Mapping] = None, repeat: int = 5,
@@ -417,48 +152,6 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     return result
 
 
-def call_site_rows(ops: list, program: m.Program) -> list:
-    """Op times summed per line of the program that issued the ops (see :attr:`ProfileResult.call_sites`).
-
-    Args:
-        ops: :attr:`ProfileResult.ops`.
-        program: The profiled program; its annotations say where each op was issued
-            (:class:`wrpkit.checks.sources.Sources`).
-    """
-    from ..checks.sources import Sources, call_site_key  # noqa: PLC0415
-
-    sources = Sources.of(program)
-    if not sources.has_call_sites:
-        return []
-    per: dict = {}
-    for o in ops:
-        src = sources.op(o["path"])
-        key = call_site_key(src)
-        if key is None:
-            continue
-        row = per.setdefault(key, [src, [], [], {}])
-        row[1].append(o["ms"])
-        name = o["kernel"] or o["op"]
-        if name not in row[2]:
-            row[2].append(name)
-        # The line that called the function holding the call (a helper called from several places).
-        caller = src["stack"][1] if len(src.get("stack") or ()) > 1 else None
-        if caller is not None:
-            row[3].setdefault((call_site_key(caller), caller.get("function", "")), []).append(o["ms"])
-    total = sum(o["ms"] for o in ops)
-
-    def share(v):
-        return round(sum(v) / total, 6) if total > 0 else 0.0
-
-    return sorted(({"call_site": key, "file": src["file"], "line": src["line"], "function": src["function"],
-                    "names": names, "calls": len(v), "total_ms": _ns(sum(v)), "median_ms": _ns(statistics.median(v)),
-                    "share": share(v),
-                    "callers": sorted(({"call_site": ck, "function": fn, "calls": len(cv), "total_ms": _ns(sum(cv)),
-                                        "share": share(cv)} for (ck, fn), cv in callers.items()),
-                                      key=lambda r: (-r["total_ms"], r["call_site"]))}
-                   for key, (src, v, names, callers) in per.items()), key=lambda r: (-r["total_ms"], r["call_site"]))
-
-
 def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
                       nvtx: bool = False, clock: str = "auto", timeout: Optional[float] = None,
                       started: Optional[float] = None, kernel_output=None) -> ProfileResult:
@@ -471,25 +164,6 @@ def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapp
                            data["device"], **{k: data[k] for k in CHILD_FIELDS}, load_seconds=data["load_seconds"])
     result.program = opened.program
     return result
-
-
-def _choose_clock(whole_launch, tries: int = 3) -> dict:
-    """The clock ``clock="auto"`` times a CPU device with: the whole graph replayed ``tries`` times,
-    timed by the wall clock and by this thread's CPU time at once; the CPU time when the wall time
-    is more than :data:`BUSY_WALL_OVER_CPU` times it (the thread waited for a core), else the wall
-    clock (which also counts what the CPU time does not: page faults served, memory bandwidth)."""
-    walls, cpus = [], []
-    for _ in range(tries):
-        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-        whole_launch()
-        w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
-        walls.append((w1 - w0) * 1e-6)
-        cpus.append((c1 - c0) * 1e-6)
-    wall, cpu = float(np.median(walls)), float(np.median(cpus))
-    busy = cpu > 0 and wall > BUSY_WALL_OVER_CPU * cpu
-    why = (f"wall time {wall / cpu:.2f}x the CPU time: the thread waited for a core" if busy
-           else "wall time close to the CPU time: not busy")
-    return {"clock": "cpu" if busy else "wall", "wall_ms": wall, "cpu_ms": cpu, "why": why}
 
 
 def _rounds(repeat, warmup) -> tuple:
@@ -532,6 +206,228 @@ def _restore(engine, snap: dict) -> None:
             engine.write(name, data)
 
 
+@dataclass
+class _Samples:
+    """Every time one profile takes, in ms, per timed round (the medians are taken at the end)."""
+
+    ops: dict = field(default_factory=dict)  # (path, iterations) -> raw ms per timed round
+    order: list = field(default_factory=list)  # (path, iterations, index, op) of the first timed round, in run order
+    floor: list = field(default_factory=list)  # empty steps
+    groups: dict = field(default_factory=dict)  # (group number, iterations) -> raw ms per timed round
+    group_members: dict = field(default_factory=dict)  # (group number, iterations) -> [(path, iterations)] of its ops
+    zero_stepped: list = field(default_factory=list)  # a zero-size launch stepped alone
+    zero_group_stepped: list = field(default_factory=list)  # a group of GROUP_OPS zero-size launches stepped
+    zero_in_graph: list = field(default_factory=list)  # per zero-size launch inside the calibration graph
+
+
+@dataclass
+class _Engines:
+    """What one profile in this process runs: the stepped program's machine, the whole graph (for the
+    plain replay) and, on a CPU device, the calibration graph of zero-size launches."""
+
+    prog: m.Program
+    stepper: st.Stepper
+    machine: TimedMachine
+    groups: list  # op_groups() of the program
+    group_at: dict  # id(first op of a group) -> (group number, ops in it)
+    zero: Optional[m.KernelLaunch] = None  # the zero-size launch stepped (None: no launch floor)
+    calib: object = None  # engine of the calibration graph
+    whole: object = None  # engine of the whole graph
+    whole_launch: object = None
+    calib_launch: object = None
+    zero_leaf: Optional[int] = None
+
+    def close(self) -> None:
+        self.machine.close()
+        if self.whole is not None:
+            self.whole.close()
+        if self.calib is not None:
+            self.calib.close()
+
+
+def _open_stepped(opened, device: str, engine: str, clock: str, nvtx: bool) -> _Engines:
+    """Load the stepped program (every leaf op, an empty leaf, the groups and, on a CPU device, a
+    zero-size launch with its calibration graph) and its timed machine."""
+    prog = opened.program
+    zero = zero_launch(prog) if device.strip().lower().startswith("cpu") else None
+    calib = None
+    if zero is not None:
+        try:
+            calib = st.open_engine(engine, wrp1.encode_wrp1(calibration_program(prog, zero)), opened.modules,
+                                   device)
+        except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
+            zero = None
+    stepped = prog if zero is None else dataclasses.replace(prog, ops=list(prog.ops) + [zero])
+    groups = op_groups(prog.ops)
+    # With a zero-size launch: one more group of GROUP_OPS of them calibrates the group floor.
+    stepper = st.build_stepper(stepped, empty_leaf=True,
+                               groups=groups + ([[zero] * GROUP_OPS] if zero is not None and groups else []))
+    group_at = {id(g[0]): (k, len(g)) for k, g in enumerate(groups)}
+    image = wrp1.encode_wrp1(stepper.program)
+    try:
+        eng = st.open_engine(engine, image, opened.modules, device)
+    except BaseException:
+        if calib is not None:
+            calib.close()
+        raise
+    del image
+    timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(
+        "wall" if clock == "auto" else clock)
+    machine = TimedMachine(stepper, eng, timer, Nvtx() if nvtx else None)
+    return _Engines(prog, stepper, machine, groups, group_at, zero=zero, calib=calib)
+
+
+def _open_whole(run: _Engines, opened, device: str, engine: str, clock: str, result: ProfileResult) -> None:
+    """Load the original graph, every region bound by name, for the plain replay of the same run; with
+    ``clock="auto"`` on a CPU device, choose the clock by timing it (:func:`choose_clock`)."""
+    prog = run.prog
+    image = wrp1.encode_wrp1(st.prefix_program(prog, len(prog.ops)))
+    run.whole = st.open_engine(engine, image, opened.modules, device)
+    del image
+    run.whole_launch = engine_launch(run.whole)
+    if clock == "auto" and run.machine.engine.is_cpu:
+        result.clock_choice = choose_clock(run.whole_launch)
+        run.machine.timer = HostTimer(result.clock_choice["clock"])
+        result.timer = run.machine.timer.name
+    if run.zero is not None:
+        run.calib_launch, run.zero_leaf = engine_launch(run.calib), run.stepper.leaf_of[id(run.zero)]
+
+
+def _time_floors(run: _Engines, samples: _Samples, timed: bool, nvtx: bool) -> None:
+    """One round's empty steps and, with a zero-size launch, its launch-floor calibration."""
+    machine = run.machine
+    for _ in range(EMPTY_STEPS):
+        machine.label = b"empty step"
+        machine.run_leaf(run.stepper.empty_leaf)
+        if timed:
+            samples.floor.append(machine.last_ms)
+    if run.zero is None:
+        return
+    for _ in range(EMPTY_STEPS):
+        machine.label = b"launch floor"
+        machine.run_leaf(run.zero_leaf)
+        if timed:
+            samples.zero_stepped.append(machine.last_ms)
+    if run.groups:
+        for _ in range(EMPTY_STEPS):
+            machine.label = b"group floor"
+            machine.run_leaf(run.stepper.group_leaves[-1])
+            if timed:
+                samples.zero_group_stepped.append(machine.last_ms)
+    if nvtx:
+        machine.nvtx.push(b"launch calibration")
+    per_launch = machine.timer(run.calib_launch) / CALIBRATION_LAUNCHES
+    if nvtx:
+        machine.nvtx.pop()
+    if timed:
+        samples.zero_in_graph.append(per_launch)
+
+
+def _time_ops(run: _Engines, samples: _Samples, timed: bool, nvtx: bool, before, shown) -> float:
+    """One round's stepped walk, each leaf op timed alone; returns the walk's wall time in seconds."""
+    machine = run.machine
+    seq = [0]
+
+    def visit(op, index, path, iterations):
+        if timed:
+            key = (path, iterations)
+            s = samples.ops.get(key)
+            if s is None:
+                s = samples.ops[key] = []
+                samples.order.append((path, iterations, index, op))
+            s.append(machine.last_ms)
+        return False
+
+    def set_label(op, index, path, iterations):
+        if nvtx:
+            name = launch_label(op, run.prog) if isinstance(op, m.KernelLaunch) else op.op_type.name
+            machine.label = f"{seq[0]} {name}".encode()
+        seq[0] += 1
+        if before is not None:
+            before(op, index, path, iterations)
+
+    with shown() if shown is not None else contextlib.nullcontext():
+        w0 = time.perf_counter()
+        st.walk_program(run.prog.ops, machine, visit, before=set_label)
+        w1 = time.perf_counter()
+    return w1 - w0
+
+
+def _time_whole(run: _Engines, snap: dict, nvtx: bool) -> float:
+    """One plain replay of the whole graph from the round's start; its time in ms."""
+    machine = run.machine
+    _restore(run.whole, snap)
+    if nvtx:
+        machine.nvtx.push(b"whole graph replay")
+    rep = machine.timer(run.whole_launch)
+    if nvtx:
+        machine.nvtx.pop()
+    return rep
+
+
+def _time_groups(run: _Engines, samples: _Samples, snap: dict, timed: bool, nvtx: bool, before) -> float:
+    """The same step again from the same memory, each group in one launch (its ops run in the same
+    order, so every condition reads what it read before); returns its wall time in seconds."""
+    machine = run.machine
+    _restore(machine.engine, snap)
+
+    def on_group(g, paths, iterations):
+        if timed:
+            key = (g, iterations)
+            samples.groups.setdefault(key, []).append(machine.last_ms)
+            samples.group_members.setdefault(key, [(p, iterations) for p in paths])
+
+    g0 = time.perf_counter()
+    walk_groups(run.prog.ops, machine, run.group_at, run.stepper.group_leaves, on_group, before=before, nvtx=nvtx)
+    return time.perf_counter() - g0
+
+
+def _time_rounds(run: _Engines, samples: _Samples, snap: dict, result: ProfileResult, *, nvtx: bool, before,
+                 shown) -> None:
+    """The ``warmup`` untimed rounds, then the ``repeat`` timed ones, each from ``snap``: floors, the
+    stepped walk, a whole replay and the group walk."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as in trace: the walk makes small objects and frees none
+    try:
+        for rnd in range(result.warmup + result.repeat):
+            timed = rnd >= result.warmup
+            _restore(run.machine.engine, snap)
+            _time_floors(run, samples, timed, nvtx)
+            stepping = _time_ops(run, samples, timed, nvtx, before, shown if rnd == 0 else None)
+            rep = _time_whole(run, snap, nvtx)
+            if run.groups:
+                stepping += _time_groups(run, samples, snap, timed, nvtx, before)
+            if timed:
+                result.step_ms.append(stepping * 1e3)  # both walks: all that profiling a round costs
+                result.replay_rounds_ms.append(rep)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _fill_times(result: ProfileResult, samples: _Samples, program: m.Program) -> None:
+    """The floors, the replay's median and one row per op run (``result.ops``), from the samples."""
+    result.floor_ms, result.launch_floor_ms, result.group_floor_ms = floors(
+        samples.floor, samples.zero_stepped, samples.zero_group_stepped, samples.zero_in_graph)
+    result.replay_ms = round_ns(statistics.median(result.replay_rounds_ms)) if result.replay_rounds_ms else 0.0
+    result.step_ms = [round_ns(v) for v in result.step_ms]
+    result.replay_rounds_ms = [round_ns(v) for v in result.replay_rounds_ms]
+    raw_of = {key: statistics.median(v) for key, v in samples.ops.items()}
+    kinds = {(path, iterations): op for path, iterations, _, op in samples.order}
+    grouped = split_groups(samples.groups, samples.group_members, raw_of, kinds, result.floor_ms,
+                           result.group_floor_ms)
+    result.grouped_ops = len(grouped)
+    for seq, (path, iterations, index, op) in enumerate(samples.order):
+        raw = raw_of[(path, iterations)]
+        base = result.launch_floor_ms if isinstance(op, m.KernelLaunch) else result.floor_ms
+        ms = grouped.get((path, iterations), max(0.0, raw - base))
+        result.ops.append({"seq": seq, "index": index, "path": path,
+                           "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
+                           "op": op.op_type.name,
+                           "kernel": launch_label(op, program) if isinstance(op, m.KernelLaunch) else None,
+                           "ms": round_ns(ms), "raw_ms": round_ns(raw)})
+
+
 def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], repeat: int, warmup: int,
                 nvtx: bool = False, clock: str = "auto", started: Optional[float] = None, before=None,
                 stage=None, shown=None) -> ProfileResult:
@@ -553,501 +449,27 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
     prog = opened.program
     if stage is not None:
         stage("loading")
-    zero = _zero_launch(prog) if device.strip().lower().startswith("cpu") else None
-    calib = None
-    if zero is not None:
-        try:
-            calib = st.open_engine(engine, wrp1.encode_wrp1(_calibration_program(prog, zero)), opened.modules,
-                                   device)
-        except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
-            zero = None
-    stepped = prog if zero is None else dataclasses.replace(prog, ops=list(prog.ops) + [zero])
-    groups = _groups(prog.ops)
-    # With a zero-size launch: one more group of GROUP_OPS of them calibrates the group floor.
-    stepper = st.build_stepper(stepped, empty_leaf=True,
-                               groups=groups + ([[zero] * GROUP_OPS] if zero is not None and groups else []))
-    group_at = {id(g[0]): (k, len(g)) for k, g in enumerate(groups)}
-    image = wrp1.encode_wrp1(stepper.program)
-    try:
-        eng = st.open_engine(engine, image, opened.modules, device)
-    except BaseException:
-        if calib is not None:
-            calib.close()
-        raise
-    del image
-    timer = CudaEventTimer(device) if engine == "python" and not eng.is_cpu else HostTimer(
-        "wall" if clock == "auto" else clock)
-    machine = _TimedMachine(stepper, eng, timer, Nvtx() if nvtx else None)
-    whole = None
+    run = _open_stepped(opened, device, engine, clock, nvtx)
+    machine = run.machine
     result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device,
-                           timer=timer.name, repeat=repeat, warmup=warmup)
+                           timer=machine.timer.name, repeat=repeat, warmup=warmup)
     try:
-        # The original graph, every region bound by name, for the plain replay of the same run.
-        image = wrp1.encode_wrp1(st.prefix_program(prog, len(prog.ops)))
-        whole = st.open_engine(engine, image, opened.modules, device)
-        del image
-        whole_launch = _engine_launch(whole)
-        if clock == "auto" and eng.is_cpu:
-            result.clock_choice = _choose_clock(whole_launch)
-            machine.timer = timer = HostTimer(result.clock_choice["clock"])
-            result.timer = timer.name
-        if zero is not None:
-            calib_launch, zero_leaf = _engine_launch(calib), stepper.leaf_of[id(zero)]
-        # Every round starts from the same memory: the inputs over the captured data (restored below).
+        _open_whole(run, opened, device, engine, clock, result)
+        # Every round starts from the same memory: the inputs over the captured data (restored each round).
         snap = _round_start(machine, prog, input_bytes(opened, inputs, lambda r: np.array(machine.region(r),
                                                                                           copy=True)))
         result.load_seconds = time.perf_counter() - t0
-        samples: dict = {}  # (path, iterations) -> raw ms per timed round
-        order: list = []  # (path, iterations, index, op) of the first timed round, in run order
-        floor: list = []
-        group_samples: dict = {}  # (group number, iterations) -> raw ms per timed round
-        group_members: dict = {}  # (group number, iterations) -> [(path, iterations)] of its ops
-        zero_stepped: list = []  # ms of a zero-size launch stepped alone
-        zero_group_stepped: list = []  # ms of a group of GROUP_OPS zero-size launches stepped
-        zero_in_graph: list = []  # ms per zero-size launch inside the calibration graph
-        empty = stepper.empty_leaf
-
+        samples = _Samples()
         if stage is not None:
             stage("replaying")
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # as in trace: the walk makes small objects and frees none
-        try:
-            for rnd in range(warmup + repeat):
-                timed = rnd >= warmup
-                _restore(machine.engine, snap)
-                seq = [0]
-                for _ in range(EMPTY_STEPS):
-                    machine.label = b"empty step"
-                    machine.run_leaf(empty)
-                    if timed:
-                        floor.append(machine.last_ms)
-                if zero is not None:
-                    for _ in range(EMPTY_STEPS):
-                        machine.label = b"launch floor"
-                        machine.run_leaf(zero_leaf)
-                        if timed:
-                            zero_stepped.append(machine.last_ms)
-                    if groups:
-                        for _ in range(EMPTY_STEPS):
-                            machine.label = b"group floor"
-                            machine.run_leaf(stepper.group_leaves[-1])
-                            if timed:
-                                zero_group_stepped.append(machine.last_ms)
-                    if nvtx:
-                        machine.nvtx.push(b"launch calibration")
-                    per_launch = timer(calib_launch) / CALIBRATION_LAUNCHES
-                    if nvtx:
-                        machine.nvtx.pop()
-                    if timed:
-                        zero_in_graph.append(per_launch)
-
-                def visit(op, index, path, iterations, timed=timed):
-                    if timed:
-                        key = (path, iterations)
-                        s = samples.get(key)
-                        if s is None:
-                            s = samples[key] = []
-                            order.append((path, iterations, index, op))
-                        s.append(machine.last_ms)
-                    return False
-
-                def set_label(op, index, path, iterations):
-                    if nvtx:
-                        name = launch_label(op) if isinstance(op, m.KernelLaunch) else op.op_type.name
-                        machine.label = f"{seq[0]} {name}".encode()
-                    seq[0] += 1
-                    if before is not None:
-                        before(op, index, path, iterations)
-
-                with shown() if shown is not None and rnd == 0 else contextlib.nullcontext():
-                    w0 = time.perf_counter()
-                    st.walk_program(prog.ops, machine, visit, before=set_label)
-                    w1 = time.perf_counter()
-                _restore(whole, snap)
-                if nvtx:
-                    machine.nvtx.push(b"whole graph replay")
-                rep = timer(whole_launch)
-                if nvtx:
-                    machine.nvtx.pop()
-                stepping = w1 - w0
-                if groups:
-                    # The same step again from the same memory, each group in one launch (its ops run in the
-                    # same order, so every condition reads what it read above).
-                    _restore(machine.engine, snap)
-
-                    def on_group(g, paths, iterations, timed=timed):
-                        if timed:
-                            key = (g, iterations)
-                            group_samples.setdefault(key, []).append(machine.last_ms)
-                            group_members.setdefault(key, [(p, iterations) for p in paths])
-
-                    g0 = time.perf_counter()
-                    _walk_groups(prog.ops, machine, group_at, stepper.group_leaves, on_group, before=before,
-                                 nvtx=nvtx)
-                    stepping += time.perf_counter() - g0
-                if timed:
-                    result.step_ms.append(stepping * 1e3)  # both walks: all that profiling a round costs
-                    result.replay_rounds_ms.append(rep)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        result.floor_ms = _ns(statistics.median(floor)) if floor else 0.0
-        result.launch_floor_ms = result.floor_ms
-        if zero_stepped and zero_in_graph:
-            result.launch_floor_ms = _ns(max(result.floor_ms, statistics.median(zero_stepped)
-                                             - statistics.median(zero_in_graph)))
-        result.group_floor_ms = result.launch_floor_ms
-        if zero_group_stepped and zero_in_graph:
-            result.group_floor_ms = _ns(max(result.floor_ms, statistics.median(zero_group_stepped)
-                                            - GROUP_OPS * statistics.median(zero_in_graph)))
-        result.replay_ms = _ns(statistics.median(result.replay_rounds_ms)) if result.replay_rounds_ms else 0.0
-        result.step_ms = [_ns(v) for v in result.step_ms]
-        result.replay_rounds_ms = [_ns(v) for v in result.replay_rounds_ms]
-        raw_of = {key: statistics.median(v) for key, v in samples.items()}
-        kinds = {(path, iterations): op for path, iterations, _, op in order}
-        grouped = _split_groups(group_samples, group_members, raw_of, kinds, result.floor_ms,
-                                result.group_floor_ms)
-        result.grouped_ops = len(grouped)
-        for seq, (path, iterations, index, op) in enumerate(order):
-            raw = raw_of[(path, iterations)]
-            base = result.launch_floor_ms if isinstance(op, m.KernelLaunch) else result.floor_ms
-            ms = grouped.get((path, iterations), max(0.0, raw - base))
-            result.ops.append({"seq": seq, "index": index, "path": path,
-                               "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
-                               "op": op.op_type.name,
-                               "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None,
-                               "ms": _ns(ms), "raw_ms": _ns(raw)})
+        _time_rounds(run, samples, snap, result, nvtx=nvtx, before=before, shown=shown)
+        _fill_times(result, samples, prog)
     finally:
-        machine.close()
-        if whole is not None:
-            whole.close()
-        if calib is not None:
-            calib.close()
+        run.close()
     summarize(result, prog)
     result.program = prog
     return result
 
 
-def _groups(ops, out: Optional[list] = None) -> list:
-    """Runs of up to :data:`GROUP_OPS` consecutive leaf ops of one body (at any depth), each of two or more.
-
-    Why: stepped alone, every op is the first op of its stream, and Warp's
-    CPU replayer (``apic.cpp``, ``apic_cpu_replay_stream``) sets up per
-    stream (its argument scratch) what a whole replay sets up once; stepped
-    together, a group pays that once, as the whole replay does, so the
-    group's time less the launch floor is what its ops cost inside the
-    graph, and the ops stepped alone say how it divides among them.
-    """
-    out = [] if out is None else out
-    run: list = []
-    for op in list(ops) + [None]:
-        if op is not None and not isinstance(op, (m.If, m.While)):
-            run.append(op)
-            continue
-        for k in range(0, len(run), GROUP_OPS):
-            if len(run[k:k + GROUP_OPS]) > 1:
-                out.append(run[k:k + GROUP_OPS])
-        run = []
-        if op is not None:
-            for body in m.nested_bodies(op):
-                _groups(body, out)
-    return out
-
-
-def _walk_groups(ops, machine, group_at: dict, group_leaves: list, on_group, *, top: Optional[int] = None,
-                 prefix: str = "", iterations: tuple = (), before=None, nvtx: bool = False) -> None:
-    """Run ``ops`` as :func:`~wrpkit.debug.stepper.walk_program` does, but each group in one launch.
-
-    ``on_group(group number, paths of its ops, iterations)`` is called after
-    each group's launch (``machine.last_ms`` holds its time); ops outside
-    groups are stepped alone, untimed.  ``before`` is called with a group's
-    first op.
-    """
-    i = 0
-    while i < len(ops):
-        op, index, path = ops[i], (i if top is None else top), f"{prefix}{i}"
-        if isinstance(op, m.If):
-            then = machine.cond(op.cond_region_id, op.cond_offset)
-            _walk_groups(op.then_ops if then else op.else_ops, machine, group_at, group_leaves, on_group, top=index,
-                         prefix=path + ("." if then else ".e"), iterations=iterations, before=before, nvtx=nvtx)
-        elif isinstance(op, m.While):
-            it = 0
-            while op.body and machine.cond(op.cond_region_id, op.cond_offset):
-                _walk_groups(op.body, machine, group_at, group_leaves, on_group, top=index, prefix=path + ".",
-                             iterations=iterations + (it,), before=before, nvtx=nvtx)
-                it += 1
-                if it >= WARP_WHILE_GUARD:  # profiling stops where Warp's replay would
-                    raise while_guard_error(f"the WHILE at op {path}")
-        else:
-            if before is not None:
-                before(op, index, path, iterations)
-            group = group_at.get(id(op))
-            if group is not None:
-                g, n = group
-                if nvtx:
-                    machine.label = f"group {path} ({n} ops)".encode()
-                machine.run_leaf(group_leaves[g])
-                on_group(g, [f"{prefix}{j}" for j in range(i, i + n)], iterations)
-                i += n
-                continue
-            machine.run_leaf(machine.stepper.leaf_of[id(op)])
-        i += 1
-
-
-def _split_groups(group_samples: dict, group_members: dict, raw_of: dict, kinds: dict, floor_ms: float,
-                  group_floor_ms: float) -> dict:
-    """``{(path, iterations): ms}`` of every op in a timed group: the group's median less its floor
-    (``group_floor_ms`` for a group with a kernel launch, else ``floor_ms``), split by each op's own median
-    above the empty step (equally where none is above it)."""
-    out = {}
-    for key, times in group_samples.items():
-        members = [k for k in group_members[key] if k in raw_of]
-        if not members:
-            continue
-        launches = any(isinstance(kinds.get(k), m.KernelLaunch) for k in members)
-        total = max(0.0, statistics.median(times) - (group_floor_ms if launches else floor_ms))
-        weights = [max(0.0, raw_of[k] - floor_ms) for k in members]
-        whole = sum(weights)
-        for k, w in zip(members, weights):
-            out[k] = total * (w / whole if whole > 0 else 1 / len(members))
-    return out
-
-
-def _zero_launch(program: m.Program) -> Optional[m.KernelLaunch]:
-    """A copy of the program's first kernel launch that runs no thread (shape 0); None without launches.
-
-    Why: stepping a launch costs more than stepping nothing, beyond the
-    launch's own cost in a graph (Warp's CPU replayer, ``apic.cpp``
-    ``apic_cpu_replay_stream``, allocates its argument scratch once per
-    stream it replays, so a stepped launch pays that every time, and an
-    empty step not at all).  A launch of no thread costs what a launch
-    costs without its kernel's work, stepped and inside a graph alike, so
-    the difference of the two is that cost of stepping.
-    """
-    for _, op in m.walk_ops(program.ops):
-        if isinstance(op, m.KernelLaunch):
-            return dataclasses.replace(op, shape=tuple(0 for _ in op.shape), size=0, dim=0)
-    return None
-
-
-def _calibration_program(program: m.Program, zero: m.KernelLaunch) -> m.Program:
-    """:data:`CALIBRATION_LAUNCHES` copies of ``zero`` over the program's regions, none with initial data.
-
-    A launch of no thread touches no memory, so the regions are never paged in.
-    """
-    regions = [dataclasses.replace(r, has_initial_data=False, data=None) for r in program.regions]
-    return dataclasses.replace(program, ops=[zero] * CALIBRATION_LAUNCHES, regions=regions, bindings=[],
-                               annotations=b"")
-
-
-def _ns(ms: float) -> float:
-    """Milliseconds rounded to whole nanoseconds (what the clocks resolve; keeps the JSON readable)."""
-    return round(ms, 6)
-
-
-def summarize(result: ProfileResult, program: Optional[m.Program] = None) -> None:
-    """Fill ``kernels``, ``top_level`` and ``total_ms`` of ``result`` from its ``ops``."""
-    total = _ns(sum(o["ms"] for o in result.ops))
-    result.total_ms = total
-    per_kernel: dict = {}
-    for o in result.ops:
-        name = o["kernel"] or o["op"]
-        per_kernel.setdefault((name, o["op"]), []).append(o["ms"])
-    share = (lambda v: v / total) if total > 0 else (lambda v: 0.0)  # noqa: E731
-    result.kernels = sorted(({"name": name, "op": op, "calls": len(v), "total_ms": _ns(sum(v)),
-                              "median_ms": _ns(statistics.median(v)), "share": round(share(sum(v)), 6)}
-                             for (name, op), v in per_kernel.items()), key=lambda r: (-r["total_ms"], r["name"]))
-    per_top: dict = {}
-    for o in result.ops:
-        t = per_top.setdefault(o["index"], [0, 0.0, o])
-        t[0] += 1
-        t[1] += o["ms"]
-    rows = []
-    for index in sorted(per_top):
-        calls, ms, first = per_top[index]
-        op = program.ops[index] if program is not None and 0 <= index < len(program.ops) else None
-        kind = op.op_type.name if op is not None else (first["op"] if first["path"] == str(index) else "?")
-        name = launch_label(op) if isinstance(op, m.KernelLaunch) else kind
-        rows.append({"index": index, "op": kind, "name": name, "calls": calls, "total_ms": _ns(ms),
-                     "share": round(share(ms), 6)})
-    result.top_level = rows
-
-
-# ---------------------------------------------------------------------------
-# Chrome trace-event format
-# ---------------------------------------------------------------------------
-
-
-#: Trace times are whole multiples of 1/1024 us (just under a nanosecond): binary fractions, so that a
-#: viewer's ``ts + dur`` in floating point is exact and an enclosing event never ends a rounding error
-#: before its last child (Chromium's Performance panel drops such a child, and everything it holds).
-TICKS_PER_US = 1024
-
-
-def _us(ticks: int) -> float:
-    """Integer ticks (:data:`TICKS_PER_US`) as the format's microseconds (exact in binary floating point)."""
-    return ticks / TICKS_PER_US
-
-
-def chrome_trace(result: ProfileResult, program: Optional[m.Program] = None) -> dict:
-    """The profile as a Chrome trace-event file (``{"traceEvents": [...], ...}``).
-
-    One complete event (``"ph": "X"``) per op run, laid end to end on one
-    track in run order, each as long as its median time (``ms``); every
-    IF and WHILE that ran is an enclosing event over its body's ops, and
-    every WHILE iteration an enclosing event of its own, with the
-    iteration in ``args``.  Each op event's ``args`` hold ``seq``,
-    ``index``, ``path``, ``iteration``, ``kernel`` and ``raw_ms``, so that
-    ``wrp graph --profile`` can read times back.  Timestamps are in
-    microseconds, as the format says, each a whole multiple of 1/1024 us
-    (:data:`TICKS_PER_US`), so that nesting holds in a viewer's floating point.
-    """
-    meta = {"format": PROFILE_FORMAT, "file": result.file, "engine": result.engine, "device": result.device,
-            "timer": result.timer, "repeat": result.repeat, "warmup": result.warmup, "total_ms": result.total_ms,
-            "replay_ms": result.replay_ms, "floor_ms": result.floor_ms, "launch_floor_ms": result.launch_floor_ms,
-            "group_floor_ms": result.group_floor_ms, "grouped_ops": result.grouped_ops, "coverage": result.coverage}
-    pid, tid = 1, 1
-    events = [{"name": "process_name", "ph": "M", "pid": pid, "tid": tid,
-               "args": {"name": f"wrp profile {Path(result.file).name}"}},
-              {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
-               "args": {"name": f"{result.engine} engine, {result.device} (medians of {result.repeat})"}}]
-    program = program if program is not None else result.program
-    # Times are whole ticks here, so that an enclosing event ends exactly where its last op does.
-    open_groups: list = []  # [(key, event, start ns)], outermost first
-    t = 0
-    for o in result.ops:
-        want = _groups_of(o, program)
-        keep = 0
-        while keep < min(len(open_groups), len(want)) and open_groups[keep][0] == want[keep][0]:
-            keep += 1
-        for _, ev, start in open_groups[keep:]:
-            ev["dur"] = _us(t - start)
-        del open_groups[keep:]
-        for key, ev in want[keep:]:
-            ev.update({"ph": "X", "ts": _us(t), "dur": 0.0, "pid": pid, "tid": tid})
-            events.append(ev)
-            open_groups.append((key, ev, t))
-        dur = max(0, round(o["ms"] * 1e3 * TICKS_PER_US))
-        events.append({"name": o["kernel"] or o["op"], "cat": o["op"], "ph": "X", "ts": _us(t), "dur": _us(dur),
-                       "pid": pid, "tid": tid,
-                       "args": {k: o[k] for k in ("seq", "index", "path", "iteration", "iterations", "kernel", "op",
-                                                  "ms", "raw_ms")}})
-        t += dur
-    for _, ev, start in open_groups:
-        ev["dur"] = _us(t - start)
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"wrpkit": meta}}
-
-
-def _groups_of(o: dict, program: Optional[m.Program]) -> list:
-    """``[(key, event)]`` of the IF/WHILE bodies (and WHILE iterations) enclosing an op run, outermost first."""
-    if program is None:
-        return []
-    parts = o["path"].split(".")
-    its = list(o["iterations"])
-    out, prefix, ops, depth = [], "", program.ops, 0
-    for k, part in enumerate(parts[:-1]):
-        prefix = part if not prefix else f"{prefix}.{part}"
-        try:
-            node = ops[int(part.lstrip("e"))]
-        except (ValueError, IndexError):
-            return out
-        if isinstance(node, m.While) and depth < len(its):
-            outer = tuple(its[:depth])
-            out.append(((prefix, outer), {"name": f"WHILE {prefix}", "cat": "WHILE", "args": {"path": prefix}}))
-            out.append(((prefix, outer + (its[depth],)),
-                        {"name": f"iteration {its[depth]}", "cat": "WHILE iteration",
-                         "args": {"path": prefix, "iteration": its[depth]}}))
-            depth += 1
-            ops = node.body
-        elif isinstance(node, m.If):
-            branch = "else" if parts[k + 1].startswith("e") else "then"
-            out.append(((prefix, tuple(its[:depth]), branch),
-                        {"name": f"IF {prefix} ({branch})", "cat": "IF", "args": {"path": prefix, "branch": branch}}))
-            ops = node.else_ops if branch == "else" else node.then_ops
-        else:
-            return out
-    return out
-
-
-# ---------------------------------------------------------------------------
-# Reading a profile back (``wrp graph --profile``)
-# ---------------------------------------------------------------------------
-
-
-def load_profile(path) -> dict:
-    """Per-path times of a profile file: a ``wrp profile -o`` trace-event file, or its ``--json``.
-
-    Returns:
-        ``{"paths": {path: {"ms": total over its runs, "calls": runs, "kernel": key or None, "op": kind}},
-        "total_ms", "replay_ms", "engine", "device", "timer", "repeat", "file"}``.
-
-    Raises:
-        WrpFormatError: The file is neither.
-    """
-    hint = "Pass a file written by `wrp profile FILE -o OUT.json` (or its --json output)."
-    try:
-        data = json.loads(read_user_text(path, "profile"))  # missing: exit 2; unreadable: exit 1
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise WrpFormatError(f"cannot read profile {path}: {e}", hint=hint) from None
-    ops = None
-    meta: dict = {}
-    if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
-        other = data.get("otherData")
-        meta = other.get("wrpkit") if isinstance(other, dict) and isinstance(other.get("wrpkit"), dict) else {}
-        ops = []
-        for ev in data["traceEvents"]:
-            if not isinstance(ev, dict) or ev.get("ph") != "X":
-                continue
-            args = ev.get("args")
-            if isinstance(args, dict) and "seq" in args and "path" in args:
-                ms = args.get("ms")
-                if not isinstance(ms, (int, float)):
-                    ms = ev.get("dur", 0) / 1e3 if isinstance(ev.get("dur"), (int, float)) else None
-                ops.append({"path": args.get("path"), "kernel": args.get("kernel"), "op": args.get("op"), "ms": ms})
-    elif isinstance(data, dict) and data.get("format") == PROFILE_FORMAT and isinstance(data.get("ops"), list):
-        meta, ops = data, data["ops"]
-    if ops is None or meta.get("format", PROFILE_FORMAT) != PROFILE_FORMAT:
-        raise WrpFormatError(f"{path} is not a wrp profile", hint=hint)
-    paths: dict = {}
-    for o in ops:
-        ms = o.get("ms") if isinstance(o, dict) else None
-        if not isinstance(o.get("path") if isinstance(o, dict) else None, str) or not isinstance(ms, (int, float)) \
-                or isinstance(ms, bool) or not 0 <= ms < float("inf"):
-            raise WrpFormatError(f"{path}: an op record has no path or no finite, non-negative time", hint=hint)
-        p = paths.setdefault(o["path"], {"ms": 0.0, "calls": 0, "kernel": o.get("kernel"), "op": o.get("op")})
-        p["ms"] += float(o["ms"])
-        p["calls"] += 1
-    def number(v):
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") \
-            else None
-
-    def text(v):
-        return str(v)[:200] if v is not None else None
-
-    total = number(meta.get("total_ms"))
-    return {"paths": paths, "total_ms": total if total is not None else sum(p["ms"] for p in paths.values()),
-            "replay_ms": number(meta.get("replay_ms")), "engine": text(meta.get("engine")),
-            "device": text(meta.get("device")), "timer": text(meta.get("timer")),
-            "repeat": text(meta.get("repeat")), "file": text(meta.get("file"))}
-
-
-def check_profile_matches(profile: dict, program: m.Program) -> None:
-    """Refuse a profile whose op paths or kernels are not those of ``program``.
-
-    Raises:
-        WrpBindingError: A path the program lacks, or another op kind or kernel there.
-    """
-    from ..run.crash import op_at_path  # noqa: PLC0415
-
-    for path, p in profile["paths"].items():
-        op = op_at_path(program.ops, path)
-        kernel = launch_label(op) if isinstance(op, m.KernelLaunch) else None
-        if op is None or (p.get("op") and p["op"] != op.op_type.name) or (p.get("kernel") and p["kernel"] != kernel):
-            what = "no op" if op is None else f"{op.op_type.name} {kernel or ''}".strip()
-            raise WrpBindingError(f"the profile is not of this capture: it times "
-                                  f"{p.get('kernel') or p.get('op') or 'an op'} at op {path}, where this capture has "
-                                  f"{what}",
-                                  hint="Profile this file (`wrp profile FILE -o OUT.json`) and pass that OUT.json.")
-
-
-__all__ = ["profile", "ProfileResult", "chrome_trace", "load_profile", "check_profile_matches", "run_profile"]
+__all__ = ["profile", "ProfileResult", "chrome_trace", "load_profile", "check_profile_matches", "run_profile",
+           "CHILD_FIELDS", "GROUP_OPS", "MIN_COVERAGE", "BUSY_WALL_OVER_CPU", "PROFILE_FORMAT"]

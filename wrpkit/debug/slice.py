@@ -37,7 +37,9 @@ import numpy as np
 
 from .. import model as m
 from ..errors import WrpError, WrpRuntimeError, WrpUsageError
-from ..fileio import check_output_path, output_size, publish_wrp
+from ..atomic_writes import publish_wrp
+from ..output_paths import check_output_path
+from ..special_outputs import output_size
 from ..formats import wrp1
 from . import stepper as st
 from .common import input_bytes, open_program, parse_range
@@ -168,7 +170,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
     # machine lacks, or of the other family, is refused as every command refuses it (exit 2).
     from ..environment import init_warp  # noqa: PLC0415
     from ..run.prepare import check_runnable  # noqa: PLC0415
-    from ..run.program import resolve_device  # noqa: PLC0415
+    from ..run.program_load import resolve_device  # noqa: PLC0415
 
     check_runnable(prog, str(device))
     init_warp(cpu_only=str(device).strip().lower() == "cpu")  # no banner, no CUDA-driver warning on the CPU

@@ -39,13 +39,6 @@ REGION_BINDING = "__wrpkit_r"
 CONTROL_BINDING = "__wrpkit_ctl"
 
 
-def kernel_signatures(annotations) -> dict:
-    """``{(module_hash, kernel_key): KernelSignature}`` of a file's annotations (empty without)."""
-    if annotations is None:
-        return {}
-    return {(k.module_hash, k.kernel_key): k for k in annotations.kernel_signatures}
-
-
 def region_arguments(fx) -> dict:
     """``{region_id: name}``: what an op calls each region it touches, from its effects
     (:func:`wrpkit.checks.effects.effects`, so every tool names them alike): a kernel

@@ -34,7 +34,10 @@ import numpy as np
 from .. import model as m
 from ..checks.effects import effects, launch_label
 from ..errors import EXIT_FAILED, EXIT_OK, WrpError, WrpFormatError
-from ..fileio import atomic_write, io_error, make_folder, read_user_text
+from ..atomic_writes import atomic_write
+from ..file_reads import read_user_text
+from ..io_errors import io_error
+from ..output_paths import make_folder
 from ..formats import wrp1
 from . import stepper as st
 from .common import input_bytes, open_program
@@ -423,7 +426,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
     if stage is not None:
         stage("loading")
     infos = st.region_infos(prog, opened.annotations)
-    sigs = st.kernel_signatures(opened.annotations)
+    sigs = opened.annotations.kernel_map() if opened.annotations is not None else {}
     machine = open_machine(opened, engine, device)
     result = TraceResult(str(opened.path) if opened.path is not None else "<bytes>", engine, device)
     dump_dir = Path(dump) if dump is not None else None
@@ -494,7 +497,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                         u["unchanged"] += 1
                     else:
                         u["writes"] += 1
-                        name = launch_label(op) if isinstance(op, m.KernelLaunch) else op.op_type.name
+                        name = launch_label(op, prog) if isinstance(op, m.KernelLaunch) else op.op_type.name
                         if len(u["writers"]) < 8 and all(w["path"] != path or w["name"] != name
                                                          for w in u["writers"]):
                             u["writers"].append({"seq": seq, "index": index, "path": path, "name": name})
@@ -502,7 +505,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
                     _dump(dump_dir, seq, path, iterations, info, raw)
             rec = {"seq": seq, "index": index, "path": path,
                    "iteration": iterations[-1] if iterations else None, "iterations": list(iterations),
-                   "op": op.op_type.name, "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None,
+                   "op": op.op_type.name, "kernel": launch_label(op, prog) if isinstance(op, m.KernelLaunch) else None,
                    "writes": writes}
             result.ops.append(rec)
             stop = False

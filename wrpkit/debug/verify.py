@@ -97,7 +97,8 @@ def _writers(program: m.Program) -> dict:
     """``{region_id: [op rows]}`` of the ops that write each region."""
     from ..formats.annotations import read_annotations  # noqa: PLC0415
 
-    sigs = st.kernel_signatures(read_annotations(program))
+    notes = read_annotations(program)
+    sigs = notes.kernel_map() if notes is not None else {}
     out: dict = {}
 
     def walk(ops, top, prefix):
@@ -111,7 +112,7 @@ def _writers(program: m.Program) -> dict:
                 walk(op.body, index, path + ".")
             else:
                 row = {"index": index, "path": path, "op": op.op_type.name,
-                       "kernel": launch_label(op) if isinstance(op, m.KernelLaunch) else None}
+                       "kernel": launch_label(op, program) if isinstance(op, m.KernelLaunch) else None}
                 for rid in effects(op, program, sigs).written_regions():
                     out.setdefault(rid, []).append(row)
 

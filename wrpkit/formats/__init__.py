@@ -5,5 +5,5 @@
 ``annotations`` (wrpkit's extra section), the generated FlatBuffers code in
 ``fbs/``, ``container`` (open a capture of any kind) and ``convert`` (between
 the three).  Nothing here imports Warp; this layer imports only the package
-root (model, errors, fileio) and itself.
+root (model, errors, file access) and itself.
 """

@@ -310,6 +310,10 @@ class Annotations:
         """``{binding name: ArraySignature}``."""
         return {s.name: s for s in self.signature}
 
+    def kernel_map(self) -> dict:
+        """``{(module_hash, kernel_key): KernelSignature}``: a kernel is its key and its module."""
+        return {(k.module_hash, k.kernel_key): k for k in self.kernel_signatures}
+
     def digest_map(self) -> dict:
         """``{binary_filename: ModuleDigest}``."""
         return {d.binary_filename: d for d in self.module_digests}

@@ -17,8 +17,8 @@ from typing import Callable, Optional
 from . import wrp1
 from .wrp1_limits import DEFAULT_LIMITS, Limits
 from ..errors import WrpError, WrpFormatError, WrpIOError, WrpModuleError
-from ..fileio import (MappedFile, find_modules_dir, is_plain_basename, map_file, read_file,
-                      sibling_modules_dirs)
+from ..file_reads import MappedFile, map_file, read_file
+from ..module_dirs import find_modules_dir, is_plain_basename, sibling_modules_dirs
 from ..model import Program
 
 def _is_dir(p: Path) -> bool:
@@ -210,7 +210,7 @@ def open_capture(path, *, limits: Limits = DEFAULT_LIMITS, verify_checksums: boo
         verify_checksums: For ``.wrpk``: verify every blob's SHA-256 (default).
             Skip only when the bundle is trusted and speed matters.
         prefetch: Map every page up front; for callers that read the whole
-            file (see :func:`wrpkit.fileio.map_file`).
+            file (see :func:`wrpkit.file_reads.map_file`).
         deferred: For ``.wrpk``: see :func:`wrpkit.formats.wrpk.reader.decode_wrpk`.
         share_ops, on_regions: For ``.wrp``: see :func:`wrpkit.formats.wrp1.decode_wrp1`
             (a ``.wrpk`` always decodes shared operation tables into shared objects).

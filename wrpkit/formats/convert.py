@@ -16,7 +16,10 @@ from typing import Callable, Optional
 from . import wrp1
 from .container import open_capture
 from ..errors import WrpError, WrpFormatError, WrpModuleError, WrpNotFoundError, WrpUsageError
-from ..fileio import atomic_write, check_output_path, io_error, map_file, publish_wrp
+from ..atomic_writes import atomic_write, publish_wrp
+from ..file_reads import map_file
+from ..io_errors import io_error
+from ..output_paths import check_output_path
 
 #: Output forms by file extension.
 FORMATS = {".wrp": "wrp", ".wrpk": "wrpk", ".json": "json"}
@@ -140,7 +143,7 @@ def convert(src, dst, *, progress: Optional[Callable[[int], None]] = None, verif
         include_modules = True
     if _sniff_json(src):
         if trust is not None:
-            from ..fileio import read_file  # noqa: PLC0415
+            from ..file_reads import read_file  # noqa: PLC0415
 
             trust.verify(src, read_file(src, "capture", follow_symlinks=True), "json", None)
         meta: dict = {}

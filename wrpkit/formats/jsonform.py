@@ -45,7 +45,7 @@ from typing import Mapping, Optional
 
 from .. import model as m
 from ..errors import WrpFormatError
-from ..model import OpType
+from ..apic_types import OpType
 from .wrpk.tables import MAX_DEPTH, OP_TABLES, TABLES
 
 JSON_VERSION = 1

@@ -627,7 +627,8 @@ def verify_path(trust: Optional[Trust], capture, modules_dir=None) -> None:
     """
     if trust is None:
         return
-    from ..fileio import find_modules_dir, map_file  # noqa: PLC0415
+    from ..file_reads import map_file  # noqa: PLC0415
+    from ..module_dirs import find_modules_dir  # noqa: PLC0415
     from .wrp1 import sniff  # noqa: PLC0415
 
     with map_file(capture, "capture", follow_symlinks=True) as mapped:

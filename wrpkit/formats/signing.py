@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..errors import WrpError, WrpUsageError
-from ..fileio import atomic_write, find_modules_dir
+from ..atomic_writes import atomic_write
+from ..module_dirs import find_modules_dir
 from .signature import default_signature_path, modules_prefix, module_entries
 
 

@@ -14,7 +14,7 @@ import struct
 
 from .. import model as m
 from ..errors import WrpFormatError
-from ..model import OpType
+from ..apic_types import OpType
 from .wrp1_layout import BOOL_FIELDS, LAYOUTS, LEGACY_ARG, OP_HEADER, REGION_RECORD, FormatLayout
 from .wrp1_limits import MAX_DIGEST, MAX_FILENAME, MAX_HASH, MAX_VERSION, Limits
 

@@ -14,7 +14,7 @@ from typing import Iterator
 
 from .. import model as m
 from ..errors import WrpFormatError
-from ..model import OpType
+from ..apic_types import OpType
 from .wrp1_layout import CURRENT_FORMAT, LAYOUTS, LEGACY_ARG, OP_HEADER, REGION_RECORD, FormatLayout
 
 _U32 = struct.Struct("<I")

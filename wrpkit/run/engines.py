@@ -350,7 +350,7 @@ class NativeEngine:
             chunks = iter_wrpk_chunks(prep.model, prep.modules)
         else:
             chunks = [prep.source_buffer]
-        from ..fileio import pwrite_all  # noqa: PLC0415
+        from ..atomic_writes import pwrite_all  # noqa: PLC0415
 
         offset = 0
         for chunk in chunks:
@@ -581,7 +581,7 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
     if path.suffix.lower() == ".json":
         return  # replayed from a bundle made of it in memory, once it is read (NativeEngine._source)
     if modules_dir is None and path.suffix.lower() != ".wrpk":
-        from ..fileio import find_modules_dir  # noqa: PLC0415
+        from ..module_dirs import find_modules_dir  # noqa: PLC0415
 
         modules_dir = find_modules_dir(path)  # as the file's own reader finds it
     args = replayer_args(paths.replayer, os.fspath(path), request, modules_dir)

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import WrpError, WrpIOError, WrpNotFoundError
-from ..fileio import atomic_write, io_error, make_folder, map_file, read_file, remove_empty_folders
+from ..atomic_writes import atomic_write
+from ..file_reads import map_file, read_file
+from ..io_errors import io_error
+from ..output_paths import make_folder, remove_empty_folders
 
 #: Warp's shared libraries ``wrp-replay`` loads (CPU graphs need both).
 WARP_LIBRARIES = ("warp.so", "warp-clang.so")

@@ -1,6 +1,6 @@
 """A file truncated while it is read: one line naming it and exit 3, never a death by SIGBUS.
 
-wrpkit maps the files it reads (:func:`wrpkit.fileio.map_file`).  When another program
+wrpkit maps the files it reads (:func:`wrpkit.file_reads.map_file`).  When another program
 truncates a mapped file, the next load from a page past its new end is a SIGBUS, and a Python
 signal handler cannot help: it would run only after the faulting load returned, which it never
 does.  ``libwrp_replay`` has the handler that can (``native/src/mapped_file.cpp``): it knows the
@@ -8,7 +8,7 @@ ranges of the files registered with it (``wrp_guard_mapping``), and for a fault 
 the prepared line and ends the process with exit 3 (``docs/exit-codes.md``); a fault anywhere
 else goes to the disposition it replaced.
 
-:func:`install` puts every mapping :mod:`wrpkit.fileio` makes from then on under that handler.
+:func:`install` puts every mapping :mod:`wrpkit.file_reads` makes from then on under that handler.
 The ``wrp`` command line installs it, and so do the children that replay, trace and profile.
 Without the library (not built), nothing is installed and a truncated file is the SIGBUS it was.
 """
@@ -22,7 +22,7 @@ import sys
 import weakref
 from pathlib import Path
 
-from .. import fileio
+from .. import file_reads
 from .native_lib import find_library as _find_library
 
 #: The exit code of a process a file truncated under it ended (``docs/exit-codes.md``: 3, a file that
@@ -79,7 +79,7 @@ def _library():
 
 
 def _guard(mm, size: int, path, what: str):
-    """:data:`wrpkit.fileio._MAP_GUARD`: register ``mm`` with the library; returns its unguard (run once:
+    """:data:`wrpkit.file_reads._MAP_GUARD`: register ``mm`` with the library; returns its unguard (run once:
     at close, or when the mapping is collected)."""
     lib = _library()
     if lib is None:
@@ -89,7 +89,7 @@ def _guard(mm, size: int, path, what: str):
         at = _address(mm)
     except (BufferError, TypeError, ValueError):
         return None
-    line = f"error: {fileio.file_changed_message(what, path)}".encode("utf-8", "backslashreplace")
+    line = f"error: {file_reads.file_changed_message(what, path)}".encode("utf-8", "backslashreplace")
     if not at or not guard(at, size, line):
         return None
     global _GUARDED
@@ -110,7 +110,7 @@ def guard_alias(owner, at: int, size: int, original: int) -> None:
 
 
 def guard_mapping(mm, size: int, path, what: str = "capture"):
-    """Guard one mapping made without :func:`wrpkit.fileio.map_file` (the replay child's capture); the
+    """Guard one mapping made without :func:`wrpkit.file_reads.map_file` (the replay child's capture); the
     guard goes when ``mm`` is collected.  Returns its unguard, or None where nothing was guarded."""
     return _guard(mm, size, path, what) if mm is not None and size else None
 
@@ -142,9 +142,9 @@ def file_changed_error(returncode: int, output: str):
 
 
 def install() -> None:
-    """Guard the files :func:`wrpkit.fileio.map_file` maps from now on (idempotent; the library is loaded
+    """Guard the files :func:`wrpkit.file_reads.map_file` maps from now on (idempotent; the library is loaded
     at the first mapping)."""
-    fileio.set_map_guard(_guard)
+    file_reads.set_map_guard(_guard)
 
 
 __all__ = ["install", "guard_mapping", "guard_received", "file_changed_error", "FILE_CHANGED_EXIT"]

@@ -29,7 +29,7 @@ from ..errors import (
     WrpValidationError,
     WrpVersionError,
 )
-from ..model import DeviceType
+from ..apic_types import DeviceType
 
 
 @dataclass

@@ -39,8 +39,10 @@ from .warp_dtypes import signature_of_array
 from .access import kernel_signature
 from ..formats import wrp1
 from ..errors import WrpBindingError, WrpError, WrpRuntimeError
-from ..fileio import map_file, modules_dir_for, publish_wrp, read_file
-from ..model import KernelLaunch, walk_ops
+from ..atomic_writes import publish_wrp
+from ..file_reads import map_file, read_file
+from ..module_dirs import modules_dir_for
+from ..ops import KernelLaunch, walk_ops
 
 _lock = threading.Lock()
 _active: list = []  # pending Recordings, innermost last (Warp allows one at a time)
@@ -234,7 +236,7 @@ class _LaunchLog:
     def _record(self, info) -> None:
         import ctypes  # noqa: PLC0415
 
-        from ..model import LaunchParam, Relocation  # noqa: PLC0415
+        from ..ops import LaunchParam, Relocation  # noqa: PLC0415
 
         def params(arr):
             if not arr or not info.num_params:

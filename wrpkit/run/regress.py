@@ -93,7 +93,8 @@ def _untrusted(job: dict, trust) -> Optional[CaseResult]:
 def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
     """Write a case's replayed bindings as its golden if they differ from it; say what changed."""
     from ..checks.compare import compare_arrays  # noqa: PLC0415
-    from ..fileio import atomic_write, io_error  # noqa: PLC0415
+    from ..atomic_writes import atomic_write  # noqa: PLC0415
+    from ..io_errors import io_error  # noqa: PLC0415
 
     new = case_res.replayed or {}
     old = {}

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..checks.json_values import json_safe
 from ..errors import EXIT_FAILED, WrpDeviceError, WrpError
-from ..fileio import pwrite_all
+from ..atomic_writes import pwrite_all
 from ..limits import is_resource_error, resource_error
 from .regress_suite import SUITE_FILE, Case
 
@@ -116,7 +116,7 @@ def read_case_files(job: dict) -> dict:
     Raises:
         WrpError: A file that exists cannot be read.
     """
-    from ..fileio import read_file  # noqa: PLC0415
+    from ..file_reads import read_file  # noqa: PLC0415
 
     out = {"capture": bytes(read_file(job["capture"], "capture", follow_symlinks=True)), "modules": None,
            "inputs": None, "golden": None}
@@ -139,7 +139,7 @@ def read_npz(data: bytes, what: str) -> dict:
     Raises:
         WrpError: It is not a valid ``.npz``.
     """
-    from ..fileio import npz_arrays  # noqa: PLC0415
+    from ..numpy_files import npz_arrays  # noqa: PLC0415
 
     try:
         return npz_arrays(data)
@@ -486,7 +486,7 @@ def _prepared_case(job: dict, s: dict, res: CaseResult) -> tuple:
     """
     from ..formats.container import open_capture  # noqa: F401,PLC0415  (warm the import before timing)
     from . import prepare as preparation  # noqa: PLC0415
-    from ..model import DeviceType  # noqa: PLC0415
+    from ..apic_types import DeviceType  # noqa: PLC0415
 
     payload = _read_payload(job)
     modules = payload["modules"]

@@ -132,7 +132,7 @@ def read_suite_config(path) -> tuple:
                        f"library's tomllib); this is Python {sys.version.split()[0]}",
                        hint=f"Run wrp regress with Python 3.11+, or remove {SUITE_FILE} to use the defaults.") \
             from None
-    from ..fileio import read_file  # noqa: PLC0415
+    from ..file_reads import read_file  # noqa: PLC0415
 
     raw = bytes(read_file(path, "suite file"))
     try:
@@ -184,7 +184,7 @@ def discover(suite, *, keyword: Optional[str] = None, overrides: Optional[dict] 
             matches ``keyword``), names one case twice (``x.wrp`` and
             ``x.wrpk``), or its ``wrp-suite.toml`` is bad.
     """
-    from ..fileio import io_error  # noqa: PLC0415
+    from ..io_errors import io_error  # noqa: PLC0415
 
     root = Path(suite)
     try:

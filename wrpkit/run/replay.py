@@ -116,7 +116,7 @@ def unset_inputs(prep, inputs) -> dict:
 
 def _unset(prep, inputs) -> dict:
     """``{name: (bytes, initial value recorded, role known)}`` of each input binding not given."""
-    from ..model import binding_roles  # noqa: PLC0415
+    from ..binding_roles import binding_roles  # noqa: PLC0415
 
     regions = prep.model.region_map()
     region_of = prep.model.binding_map()
@@ -222,7 +222,7 @@ def _write_npz(output, results: dict) -> None:
     """
     import numpy as np  # noqa: PLC0415
 
-    from ..fileio import atomic_write  # noqa: PLC0415
+    from ..atomic_writes import atomic_write  # noqa: PLC0415
 
     def write(fd: int) -> None:
         with os.fdopen(os.dup(fd), "wb") as f:  # the dup shares fd's offset; closing it leaves fd open
@@ -235,7 +235,7 @@ def _write_npy(path, array) -> None:
     """``numpy.save`` of one binding straight into the atomic write's file (as :func:`_write_npz`)."""
     import numpy as np  # noqa: PLC0415
 
-    from ..fileio import atomic_write  # noqa: PLC0415
+    from ..atomic_writes import atomic_write  # noqa: PLC0415
 
     def write(fd: int) -> None:
         with os.fdopen(os.dup(fd), "wb") as f:
@@ -260,7 +260,7 @@ class _Given:
 
 
 def _read_given(prep, file: Path, inputs_npz, inputs: Mapping, golden) -> _Given:
-    from ..fileio import load_npy, load_npz  # noqa: PLC0415
+    from ..numpy_files import load_npy, load_npz  # noqa: PLC0415
     from . import prepare as preparation  # noqa: PLC0415
 
     g = _Given(sources=[file])
@@ -359,7 +359,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
         WrpError: Any problem found before or while replaying; nothing is written in that case.
     """
     from ..checks.binding_stats import stats_spec, timing_summary, with_warp_shape  # noqa: PLC0415
-    from ..fileio import check_output_path  # noqa: PLC0415
+    from ..output_paths import check_output_path  # noqa: PLC0415
     from . import prepare as preparation  # noqa: PLC0415
     from .engines import ReplayRequest, choose_engine, engine as engine_named, typed_like  # noqa: PLC0415
     from .spawn import kernel_output_of  # noqa: PLC0415

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .. import model as m
+from ..binding_roles import binding_roles
 from ..errors import WrpKernelsError
 from ..formats import annotations as ann
 
@@ -140,6 +141,13 @@ def _kernel_hash(k, block_dim: int) -> Optional[str]:
         return None
 
 
+def _factory_of(key: str) -> Optional[str]:
+    """The function whose call makes kernel ``key`` (Warp names a kernel defined inside a function
+    ``factory__locals__name``: ``make_scale__locals__apply``), or None for a module-level kernel."""
+    head, sep, _ = key.partition("__locals__")
+    return head if sep and head else None
+
+
 def _module_fits(recorded: str, k, stem: str) -> bool:
     if recorded == "__main__":
         return True  # a capture made by running the script
@@ -151,18 +159,16 @@ def import_kernels(paths: Sequence) -> list:
     """``[(path, [wp.Kernel, ...]), ...]``: each file imported as a script (main block not run).
 
     Raises:
-        WrpKernelsError: A file is missing, fails to import, or defines no kernel.
+        WrpKernelsError: A file is missing or fails to import.
     """
     from .upgrade import import_kernels_file, module_kernels  # noqa: PLC0415
 
     out = []
     for path in paths:
         module = import_kernels_file(path)
-        found = module_kernels(module)
-        if not found:
-            raise WrpKernelsError(f"--kernels {path} defines no Warp kernel",
-                                  hint="Pass the .py file whose @wp.kernel functions the capture launched.")
-        out.append((Path(path), found))
+        # Even a file that defines no kernel when imported is kept: its kernels may be made when its
+        # code runs (a factory, the main block), and the matching says so per recorded kernel.
+        out.append((Path(path), module_kernels(module)))
     return out
 
 
@@ -206,7 +212,11 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
         typing.matches.append(match)
         cands = [(p, k) for p, ks in imported for k in ks if k.key == rk.kernel_key]
         if not cands:
-            match.reason = f"no kernel named {rk.kernel_key!r} in {', '.join(str(p) for p, _ in imported)}"
+            match.reason = f"no kernel named {rk.kernel_key!r} in " + ", ".join(
+                str(p) if ks else f"{p}, which defines no kernel when imported" for p, ks in imported)
+            factory = _factory_of(rk.kernel_key)
+            if factory:
+                match.reason += f"; it is made when {factory}() runs, and --kernels imports a file without running it"
             continue
         fits = [(p, k) for p, k in cands if _module_fits(recorded, k, p.stem)]
         if not fits:
@@ -243,8 +253,12 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
     if not typing.matched:
         raise WrpKernelsError(
             "no kernel of the capture matches the --kernels file(s): "
-            + "; ".join(f"{k.kernel_key}: {k.reason}" for k in typing.matches[:6]),
-            hint="Pass the .py file that defined and launched the kernels when the capture was made.")
+            + "; ".join(list(dict.fromkeys(f"{k.kernel_key}: {k.reason}" for k in typing.matches))[:6]),
+            hint=("Pass the .py file that defined and launched the kernels when the capture was made."
+                  + (" A kernel a factory makes at run time is typed only by a capture made with "
+                     "wrpkit.capture (it records every kernel's types), or by a --kernels file that calls "
+                     "the factory when imported." if any(_factory_of(k.kernel_key) for k in typing.matches)
+                     else "")))
     base = annotations or ann.Annotations(producer="wrpkit --kernels")
     added = tuple(k.signature for k in typing.matched if (k.module_hash, k.kernel_key) not in have)
     merged = dataclasses.replace(base, kernel_signatures=tuple(base.kernel_signatures) + added)
@@ -327,7 +341,7 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations, kernel_
     launch's own array descriptor records when that descriptor spans the whole
     region contiguously (a ``wp.array2d`` binding is typed 2-D); otherwise
     1-D over the whole region.  Roles are what the file's binding list says
-    (:func:`wrpkit.model.binding_roles`); where it does not say, both.
+    (:func:`wrpkit.binding_roles.binding_roles`); where it does not say, both.
 
     Args:
         program: The decoded capture.
@@ -379,24 +393,28 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations, kernel_
                 sl = slots.get(d.offset)
                 if sl is not None and d.indexed:
                     whole += _index_arrays(op, p, d, region_of, sizes, found)
-                data = d.relocations[0] if d.relocations else None
-                if sl is None or sl.dtype is None or sl.dtype.fields or sl.dtype.size <= 0 or data is None \
-                        or data.kind != m.RelocKind.DATA_PTR or data.region_offset or data.region_id not in region_of:
+                if sl is None or sl.dtype is None or sl.dtype.fields or sl.dtype.size <= 0:
                     continue
-                rid = data.region_id
-                have = found.get(rid)
-                if have is not None and have[1] is not None:
-                    continue
-                got = _descriptor_shape(op, p, d, sl)
-                if got is not None and _covers(got[0], got[1], int(sl.dtype.size), sizes.get(rid, -1)):
-                    if have is None or have[0] == sl.dtype:
-                        found[rid] = (sl.dtype, got[0], got[1])
-                        whole += 1
-                elif have is None:
-                    found[rid] = (sl.dtype, None, None)
+                # The array's data, and its gradient (``x.grad``, passed in the same descriptor: a
+                # backward launch is often the only op that names a gradient binding), have the
+                # argument's dtype and the descriptor's shape.
+                for ptr in d.relocations[:2]:
+                    if ptr.kind != m.RelocKind.DATA_PTR or ptr.region_offset or ptr.region_id not in region_of:
+                        continue
+                    rid = ptr.region_id
+                    have = found.get(rid)
+                    if have is not None and have[1] is not None:
+                        continue
+                    got = _descriptor_shape(op, p, d, sl)
+                    if got is not None and _covers(got[0], got[1], int(sl.dtype.size), sizes.get(rid, -1)):
+                        if have is None or have[0] == sl.dtype:
+                            found[rid] = (sl.dtype, got[0], got[1])
+                            whole += 1
+                    elif have is None:
+                        found[rid] = (sl.dtype, None, None)
         if whole == len(region_of):
             break  # every untyped binding has its shape: the rest of a long stream adds nothing
-    roles = m.binding_roles([b.name for b in program.bindings])
+    roles = binding_roles([b.name for b in program.bindings])
     out, names = [], []
     for rid, (dt, shape, strides) in found.items():
         if shape is None:
@@ -513,7 +531,9 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
         WrpError: Bad output path.
     """
     from ..checks.validate import validate_program  # noqa: PLC0415
-    from ..fileio import check_output_path, output_size, publish_wrp  # noqa: PLC0415
+    from ..atomic_writes import publish_wrp  # noqa: PLC0415
+    from ..output_paths import check_output_path  # noqa: PLC0415
+    from ..special_outputs import output_size  # noqa: PLC0415
     from ..formats import wrp1  # noqa: PLC0415
     from .prepare import prepare  # noqa: PLC0415
 

@@ -17,7 +17,12 @@ from typing import Optional, Sequence
 from .. import environment
 from .. import model as m
 from ..errors import WrpError, WrpFormatError, WrpKernelsError, WrpNotFoundError
-from ..fileio import check_output_path, io_error, modules_dir_for, output_size, publish_wrp, read_file
+from ..atomic_writes import publish_wrp
+from ..file_reads import read_file
+from ..io_errors import io_error
+from ..module_dirs import modules_dir_for
+from ..output_paths import check_output_path
+from ..special_outputs import output_size
 from ..formats import wrp1
 from ..formats.annotations import Annotations, ModuleDigest, encode_annotations
 from ..formats.container import open_capture

@@ -17,7 +17,7 @@ from typing import Iterator, Mapping, Optional
 
 from ... import model as m
 from ...errors import WrpFormatError, WrpModuleError
-from ...model import OpType
+from ...apic_types import OpType
 from .blobs import as_bytes_view, chunk_spans, sha256_digest
 from .reader import verify_annotations
 from .tables import (_LEGACY, _PARAM, _RELOC, _SCALARS, _SIZES, _U32, CHUNK, CONTAINER_VERSION, CONTAINER_VERSIONS,
@@ -628,7 +628,7 @@ class BlobHasher:
 def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, progress=None, finish=None,
                hasher: Optional[BlobHasher] = None, durable: bool = True,
                container_version: int = CONTAINER_VERSION, digest_chunk: int = DIGEST_CHUNK) -> int:
-    """Write a ``.wrpk`` atomically (see :func:`wrpkit.fileio.atomic_write`).
+    """Write a ``.wrpk`` atomically (see :func:`wrpkit.atomic_writes.atomic_write`).
 
     The file holds the bytes of :func:`iter_wrpk_chunks`, but the blobs are
     hashed on worker threads while they are written.
@@ -639,10 +639,10 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
         progress: Optional callable taking the number of bytes just written
             (blobs are written in pieces of at most :data:`CHUNK` bytes).
         finish: Optional check run before the file is published (see
-            :func:`wrpkit.fileio.atomic_write`); raise to abandon it.
+            :func:`wrpkit.atomic_writes.atomic_write`); raise to abandon it.
         hasher: A :class:`BlobHasher` that may already be hashing some of
             the blobs; by default one is made for this call.
-        durable: False skips the fsyncs (see :func:`wrpkit.fileio.atomic_write`).
+        durable: False skips the fsyncs (see :func:`wrpkit.atomic_writes.atomic_write`).
         container_version, digest_chunk: See :func:`iter_wrpk_chunks`.
 
     Returns:
@@ -650,7 +650,7 @@ def write_wrpk(path, program: m.Program, modules: Optional[Mapping] = None, prog
     """
     import os  # noqa: PLC0415
 
-    from ...fileio import atomic_write, pwrite_all  # noqa: PLC0415
+    from ...atomic_writes import atomic_write, pwrite_all  # noqa: PLC0415
 
     # The bytes are those of iter_wrpk_chunks, written in another order: the
     # blob area first while worker threads hash the blobs, then the header

@@ -18,7 +18,7 @@ from typing import Optional
 
 from ... import model as m
 from ...errors import WrpFormatError, WrpIntegrityError, WrpVersionError
-from ...model import OpType
+from ...apic_types import OpType
 from .blobs import as_bytes_view, check_blobs, read_header
 from .tables import (_ALIGNS, _H, _I32, _LEGACY, _SCALARS, _SIZES, _U32, _ZERO7, EXPANSION_FACTOR, EXPANSION_FLOOR,
                      FILE_IDENTIFIER, HEADER_SIZE, MAX_DEPTH, OP_TABLES, TABLES, _is_offset, _tuple_getter)
