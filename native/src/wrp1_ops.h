@@ -64,7 +64,7 @@ constexpr uint32_t kMaxLegacyScalar = 64;
 
 enum RelocKind : uint8_t { kRelocDataPtr = 1, kRelocHandle = 2, kRelocNull = 3 };
 
-// One op being validated: its label ("ops[3].body[1] (TYPE)") and location.
+// One op being validated: its label ("ops[3].body[1] (MEMSET)") and location.
 struct Op {
     std::string path;   // "ops[3].body[1]"
     std::string label;  // path + " (TYPE)"
@@ -116,8 +116,8 @@ public:
 private:
     void validate(const Op& op, uint32_t depth);
 
-    // An op type this format does not have (in wrpkit's decoder's words: "op type N is NAME, which
-    // format F does not have").
+    // An op type this format does not have (wrpkit's decoder: "op type 9 is SCAN, which format 10
+    // does not have").
     [[noreturn]] void absent(const Op& op) const;
 
     // Ops of one fixed size: the format's record size for the type.
