@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# The session fixtures of the native tests (tests/test_native_*.py), defined once for every file that uses them.
+# The session fixtures of the native tests (tests/native/test_native_*.py), defined once for every file that uses them.
 pytest_plugins = ["native_fixtures"]
 
 

@@ -14,7 +14,7 @@ A file the panel cannot parse raises a page error (``Unexpected end of JSON
 input``) and no trace becomes active: :func:`load_in_devtools` raises
 :class:`DevToolsLoadError` then.
 
-Used by ``tests/test_profile.py`` and ``bench/bench_profile.py``.
+Used by ``tests/debug/test_profile.py`` and ``bench/bench_profile.py``.
 """
 
 from __future__ import annotations

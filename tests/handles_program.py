@@ -1,4 +1,4 @@
-"""A step that queries a ``wp.Mesh`` built before the capture, for ``tests/test_handles.py``.
+"""A step that queries a ``wp.Mesh`` built before the capture, for ``tests/replay/test_handles.py``.
 
     python handles_program.py ANNOTATION HOW OUT [refit]
 

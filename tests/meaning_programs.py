@@ -1,4 +1,4 @@
-"""Programs in idioms Warp's own code uses, for ``tests/test_diff_meaning.py``.
+"""Programs in idioms Warp's own code uses, for ``tests/debug/test_diff_meaning.py``.
 
     python meaning_programs.py unique OUT [SCALE]   # two kernels sharing a key, each in a "unique" module
     python meaning_programs.py tape OUT             # wp.Tape: forward, loss, backward (stock capture)

@@ -1,4 +1,4 @@
-"""A step with an out-of-bounds access planted where asked, for ``tests/test_memcheck.py``.
+"""A step with an out-of-bounds access planted where asked, for ``tests/debug/test_memcheck.py``.
 
     python memcheck_program.py CASE BUG HOW OUT
 

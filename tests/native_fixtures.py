@@ -1,4 +1,4 @@
-"""Session fixtures of the tests of native/ (tests/test_native_*.py).
+"""Session fixtures of the tests of native/ (tests/native/test_native_*.py).
 
 A pytest plugin (``pytest_plugins`` in tests/conftest.py), so that each
 fixture is defined once and a build or a capture is made once per session

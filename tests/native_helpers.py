@@ -1,4 +1,4 @@
-"""Shared helpers of the tests of native/ (tests/test_native_*.py).
+"""Shared helpers of the tests of native/ (tests/native/test_native_*.py).
 
 Captures are made with stock Warp at test time (tests/programs.py's one
 capture cache, and two small programs defined here); ``run`` runs a native

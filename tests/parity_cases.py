@@ -3,8 +3,8 @@
 Each :class:`Case` edits a capture made at test time (stock ``wp.capture_save``
 or ``wrpkit.capture`` with annotations) so that exactly one rule that used to
 live on one side only is broken.  Both sides must now refuse it (or, for an
-``accept`` case, both must accept it); tests/test_validate.py checks the
-Python side through ``wrp validate``, tests/test_native_wrpk.py the native side
+``accept`` case, both must accept it); tests/inspect_validate_check/test_validate.py checks the
+Python side through ``wrp validate``, tests/native/test_native_wrpk.py the native side
 through ``wrp-replay --list``.  The rule table is schema/VALIDATION-RULES.md.
 """
 

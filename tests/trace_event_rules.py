@@ -21,7 +21,7 @@ catapult viewer and the Performance panel require of it):
   computed as a viewer does, ``ts + dur`` in floating point: Chromium's
   Performance panel drops a child that ends ``5e-12`` us after its parent.
 
-Used by ``tests/test_profile.py`` and ``bench/bench_profile.py``.
+Used by ``tests/debug/test_profile.py`` and ``bench/bench_profile.py``.
 """
 
 from __future__ import annotations

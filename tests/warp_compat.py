@@ -6,7 +6,7 @@ twice, empty graphs, meshes, handles, scratch arrays.  This module runs those
 tests on the CPU with a hook around ``wp.capture_save`` that keeps a copy of
 every file a save leaves behind (before the test edits or deletes it), then
 decides for each kept file whether stock Warp loads and replays it, and with
-what result.  ``tests/test_warp_compat.py`` (opt-in: ``WRPKIT_WARP_COMPAT=1``)
+what result.  ``tests/compat/test_warp_compat.py`` (opt-in: ``WRPKIT_WARP_COMPAT=1``)
 checks that every such file is accepted and replayed identically by
 ``wrp replay`` (both engines) and ``wrp-replay``.
 

@@ -1,4 +1,4 @@
-"""Shared inputs of tests/test_wrpk.py and tests/test_jsonform.py.
+"""Shared inputs of tests/formats/test_wrpk.py and tests/formats/test_jsonform.py.
 
 * :func:`program_names` / :func:`load_inputs`: real captures of every program
   of ``tests/programs.py``, from its one capture cache (``cached_capture``).

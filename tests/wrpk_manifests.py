@@ -1,6 +1,6 @@
 """Hand-built .wrpk bundles for hostile-input tests (FlatBuffers builder, slot numbers of schema/wrp.fbs).
 
-Shared by tests/test_native_*.py and tests/test_fuzz_native.py.
+Shared by tests/native/test_native_*.py and tests/reliability/test_fuzz_native.py.
 """
 
 from __future__ import annotations
@@ -115,3 +115,58 @@ def shared_if_bodies(n_ifs: int, body_len: int) -> bytes:
     b.PrependUOffsetTRelativeSlot(10, ops, 0)
     b.Finish(b.EndObject(), b"WRPK")
     return wrap_manifest(bytes(b.Output()))
+
+
+def misaligned_annotations(binding: str, count: int = 16) -> bytes:
+    """An Annotations FlatBuffer (identifier "WRPK") typing ``binding`` as float32[count], whose int64
+    shape and strides vectors sit at addresses 4 mod 8.
+
+    Built normally, then shifted by 4 bytes after its 8-byte header: every offset in a FlatBuffer is
+    relative except the root's, so the buffer stays valid for flatbuffers::Verifier (which checks only
+    4-byte alignment of a vector's length), but its 8-byte elements are misaligned.  No 8-byte scalar
+    field is written (byte_offset is left at its default), so nothing else is.
+    """
+    import flatbuffers  # noqa: PLC0415
+
+    b = flatbuffers.Builder(256)
+    dname = b.CreateString("float32")
+    b.StartObject(5)  # DataType: name, scalar, shape, size, fields
+    b.PrependUOffsetTRelativeSlot(0, dname, 0)
+    b.PrependUint8Slot(1, 11, 0)  # FLOAT32
+    b.PrependUint32Slot(3, 4, 0)
+    dtype = b.EndObject()
+    vectors = []
+    for value in (count, 4):  # shape, strides
+        b.StartVector(8, 1, 8)
+        b.PrependInt64(value)
+        vectors.append(b.EndVector())
+    name = b.CreateString(binding)
+    b.StartObject(7)  # ArraySignature: name, dtype, shape, strides, byte_offset, is_input, is_output
+    b.PrependUOffsetTRelativeSlot(0, name, 0)
+    b.PrependUOffsetTRelativeSlot(1, dtype, 0)
+    b.PrependUOffsetTRelativeSlot(2, vectors[0], 0)
+    b.PrependUOffsetTRelativeSlot(3, vectors[1], 0)
+    b.PrependBoolSlot(5, True, False)
+    sig = b.EndObject()
+    b.StartVector(4, 1, 4)
+    b.PrependUOffsetTRelative(sig)
+    sigs = b.EndVector()
+    b.StartObject(4)  # Annotations: producer, signature, kernel_signatures, module_digests
+    b.PrependUOffsetTRelativeSlot(1, sigs, 0)
+    b.Finish(b.EndObject(), b"WRPK")
+    buf = bytes(b.Output())
+    root = struct.unpack_from("<I", buf, 0)[0]
+    return struct.pack("<I", root + 4) + buf[4:8] + bytes(4) + buf[8:]
+
+
+def with_annotations(wrp: bytes, payload: bytes) -> bytes:
+    """Append an ANNOTATIONS section ("WRPA") holding ``payload`` to a 3-section .wrp."""
+    n = struct.unpack_from("<I", wrp, 12)[0]
+    assert n == 3
+    out = bytearray(wrp[:64])
+    struct.pack_into("<I", out, 12, 4)
+    for i in range(3):
+        t, fl, off, size, raw = struct.unpack_from("<IIQQQ", wrp, 64 + 32 * i)
+        out += struct.pack("<IIQQQ", t, fl, off + 32, size, raw)
+    out += struct.pack("<IIQQQ", 0x41505257, 0, len(wrp) + 32, len(payload), len(payload))
+    return bytes(out) + wrp[160:] + payload

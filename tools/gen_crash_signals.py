@@ -3,7 +3,7 @@
 Run after every change to CRASH_SIGNALS:  python tools/gen_crash_signals.py
 The Python table is the one list of the fatal signals a contained replay
 reports as a crash (exit code 4); wrp-replay's guard (native/cli/crash_guard.cpp)
-catches exactly the signals of the header this writes.  tests/test_crash_signals.py
+catches exactly the signals of the header this writes.  tests/native/test_crash_signals.py
 fails if the committed header differs from what this script writes now.
 
 Usage:
@@ -32,7 +32,7 @@ def render() -> str:
         "//",
         "// The fatal signals a contained replay reports as a crash (exit code 4), each with what it",
         "// usually means.  The same table as the Python replay routes' (CRASH_SIGNALS); regenerate",
-        "// with `python tools/gen_crash_signals.py` (tests/test_crash_signals.py fails on drift).",
+        "// with `python tools/gen_crash_signals.py` (tests/native/test_crash_signals.py fails on drift).",
         "#pragma once",
         "",
         "#include <csignal>",

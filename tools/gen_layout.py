@@ -7,7 +7,7 @@ Run after every change to wrp1_layout.py:  python tools/gen_layout.py
 The Python module is the single place where the WRP1 formats differ (one
 FormatLayout per format); the C++ validator, the .wrpk reader and wrp-replay
 read the same facts from the header this writes, so the two validators cannot
-drift apart.  tests/test_layout_header.py fails if the committed header
+drift apart.  tests/formats/test_layout_header.py fails if the committed header
 differs from what this script writes now.  Never edit the header by hand.
 
 Usage:
@@ -306,7 +306,7 @@ def render() -> str:
         "// FormatLayout per format that a Warp release wrote (and 13, which Warp 1.15 to 1.18 load).",
         "// The C++ validator branches on these entries, never on version numbers, so that it applies",
         "// each format's own rules exactly as wrpkit's Python validator does.  Regenerate with",
-        "// `python tools/gen_layout.py` after changing wrp1_layout.py (tests/test_layout_header.py",
+        "// `python tools/gen_layout.py` after changing wrp1_layout.py (tests/formats/test_layout_header.py",
         "// fails on drift).",
         "#pragma once",
         "",

@@ -11,7 +11,7 @@ themselves (the schema's vector kinds, wrpkit/formats/wrpk/schema_tables.py)
 and the booleans (wrp1_layout.BOOL_FIELDS).  This writes one ``case`` per op
 type, field by field; only the launch (whose record differs between formats)
 and the nested bodies of IF/WHILE are written by hand.
-tests/test_op_table.py fails if the committed header differs from what this
+tests/formats/test_op_table.py fails if the committed header differs from what this
 script writes now.  Never edit the header by hand.
 
 Usage:
@@ -138,7 +138,7 @@ def render() -> str:
         "// fields that say a variable part's length from that part, the variable part after the record.",
         "// Included inside the class; it uses the class's Writer `ops_`, head(), check_bool(), bad(),",
         "// and the two ops written by hand: launch() and bodies() (IF/WHILE).  Regenerate with",
-        "// `python tools/gen_op_writer.py` (tests/test_op_table.py fails on drift).",
+        "// `python tools/gen_op_writer.py` (tests/formats/test_op_table.py fails on drift).",
         "",
         "void op(uint8_t t, const void* table, const Path& here, uint32_t depth)",
         "{",

@@ -2,7 +2,7 @@
 
 Run after every schema change:  python tools/gen_schema.py
 The build (CMakeLists.txt) runs the same flatc command and installs its
-output into the wheel; tests/test_schema.py fails if the committed copy
+output into the wheel; tests/formats/test_schema.py fails if the committed copy
 differs from what the pinned flatc generates.  Never edit wrpkit/formats/fbs/ by hand.
 """
 

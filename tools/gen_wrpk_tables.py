@@ -4,7 +4,7 @@ bundle's header layout and blob-area constants for wrp-replay's reader) from
 wrpkit/formats/wrpk/tables.py.
 
 Run after every schema or layout change:  python tools/gen_wrpk_tables.py
-tests/test_wrpk.py fails if either committed file differs from what this writes.
+tests/formats/test_wrpk.py fails if either committed file differs from what this writes.
 The struct-based builder and reader (wrpkit/formats/wrpk/) walk these lists;
 the struct layouts (LaunchParam, Relocation, LegacyArg, CudaCompileRecipe)
 stay hand-written in tables.py, as fixed ``struct`` formats.

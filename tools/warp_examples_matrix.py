@@ -43,7 +43,7 @@ def markdown(cases: list, warp_version: str, argv: list) -> str:
         "```sh",
         ".venv/bin/python tools/warp_examples_compat.py --jobs 2 --json warp-examples.json",
         ".venv/bin/python tools/warp_examples_compat.py --only core/example_wave --merge warp-examples.json",
-        "WRPKIT_WARP_EXAMPLES=1 .venv/bin/pytest -q tests/test_warp_examples.py   # the same, as a test",
+        "WRPKIT_WARP_EXAMPLES=1 .venv/bin/pytest -q tests/compat/test_warp_examples.py   # the same, as a test",
         "```",
         "",
         f"**{len(cases)} examples**: {len(ran)} captured and replayed by stock Warp, "

@@ -53,7 +53,7 @@ class Length:
     into ``native/src/wrp1_layouts.h`` (``op_regions::kLengthNodes``), which
     one C++ function (``native/src/region_lengths.h``) evaluates the same way
     over the record's bytes.  Every term reads only fields of the op's own
-    record, so the two agree by construction (``tests/test_region_lengths.py``
+    record, so the two agree by construction (``tests/formats/test_region_lengths.py``
     holds them to each other).  ``LENGTH_KINDS`` lists the vocabulary.
 
     A tree is turned into one Python expression the first time it is

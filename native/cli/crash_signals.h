@@ -2,7 +2,7 @@
 //
 // The fatal signals a contained replay reports as a crash (exit code 4), each with what it
 // usually means.  The same table as the Python replay routes' (CRASH_SIGNALS); regenerate
-// with `python tools/gen_crash_signals.py` (tests/test_crash_signals.py fails on drift).
+// with `python tools/gen_crash_signals.py` (tests/native/test_crash_signals.py fails on drift).
 #pragma once
 
 #include <csignal>

@@ -3,7 +3,7 @@
 // The verifier (src/signature.cpp) checks it against a fixed small capture
 // written once to a temporary folder: `cap.wrp` (its bytes start "WRP1", so
 // its modules folder is part of the signed set) and `cap_modules/` holding
-// `a.o` and `b.o` (the exact bytes are kFiles below; tests/test_fuzz_native.py
+// `a.o` and `b.o` (the exact bytes are kFiles below; tests/reliability/test_fuzz_native.py
 // writes its seeds from the same list).  The trusted keys are made here too:
 // an EC P-256 public key and a self-signed CA (P-256) whose leaf certificate
 // signs with digitalSignature.  The first input byte picks what the rest is:

@@ -4,8 +4,8 @@
 // Fixed, Field, Strided, ...); tools/gen_layout.py writes those trees into wrp1_layouts.h
 // (op_regions::kLengthNodes).  This one function evaluates any of them over an op record's
 // bytes, with checked 64-bit arithmetic, exactly as Length.evaluate does over the model, so no
-// op type has a hand-written byte count here.  tests/test_region_lengths.py holds it to the
-// Python evaluation record by record, and tests/test_parity_region_ranges.py on real captures.
+// op type has a hand-written byte count here.  tests/formats/test_region_lengths.py holds it to the
+// Python evaluation record by record, and tests/inspect_validate_check/test_parity_region_ranges.py on real captures.
 #pragma once
 
 #include <cstdint>

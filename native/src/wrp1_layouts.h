@@ -4,7 +4,7 @@
 // FormatLayout per format that a Warp release wrote (and 13, which Warp 1.15 to 1.18 load).
 // The C++ validator branches on these entries, never on version numbers, so that it applies
 // each format's own rules exactly as wrpkit's Python validator does.  Regenerate with
-// `python tools/gen_layout.py` after changing wrp1_layout.py (tests/test_layout_header.py
+// `python tools/gen_layout.py` after changing wrp1_layout.py (tests/formats/test_layout_header.py
 // fails on drift).
 #pragma once
 

@@ -6,7 +6,7 @@
 // fields that say a variable part's length from that part, the variable part after the record.
 // Included inside the class; it uses the class's Writer `ops_`, head(), check_bool(), bad(),
 // and the two ops written by hand: launch() and bodies() (IF/WHILE).  Regenerate with
-// `python tools/gen_op_writer.py` (tests/test_op_table.py fails on drift).
+// `python tools/gen_op_writer.py` (tests/formats/test_op_table.py fails on drift).
 
     void op(uint8_t t, const void* table, const Path& here, uint32_t depth)
     {

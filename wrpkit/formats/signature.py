@@ -1,7 +1,7 @@
 """Signed captures: the model-signing (OMS) bundle, a capture's signed set, and the verdict.
 
 ``schema/SIGNATURE-RULES.md`` is the spec, step by step; ``native/src/signature.cpp`` implements
-the same steps in C++ and ``tests/test_signing.py`` holds the two to the same verdicts.  The
+the same steps in C++ and ``tests/signing/test_signing.py`` holds the two to the same verdicts.  The
 verdict comes from the bytes alone, before a capture is decoded, so it sits with the codecs:
 like a ``.wrpk``'s blob checksums, it decides whether the bytes may be read as a capture at all.
 

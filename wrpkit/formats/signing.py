@@ -3,7 +3,7 @@
 The signature is made by the ``model-signing`` package itself (the open format's reference
 implementation), over exactly the files ``schema/SIGNATURE-RULES.md`` calls the capture's signed
 set, so that ``model_signing verify`` accepts it and :meth:`wrpkit.formats.signature.Trust.verify`
-does too.  This is the one place that reaches into model-signing; ``tests/test_signing.py`` fails
+does too.  This is the one place that reaches into model-signing; ``tests/signing/test_signing.py`` fails
 when a new release moves what it uses (the version is pinned).
 """
 

@@ -26,6 +26,6 @@ runtime needed), so a 10,000-launch program encodes and decodes in about
   deferred to the caller.
 
 Import from the module that does the job; this package exports nothing.
-``tests/test_wrpk.py`` checks both directions against the ``flatc``-generated
+``tests/formats/test_wrpk.py`` checks both directions against the ``flatc``-generated
 Python code and the output against the C++ ``flatbuffers::Verifier``.
 """

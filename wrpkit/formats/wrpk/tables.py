@@ -3,7 +3,7 @@
 :data:`TABLES` (each table's fields as ``(name, kind, default)`` in slot
 order, which the struct-based builder (:mod:`.builder`) and verifying reader
 (:mod:`.reader`) walk) is generated from ``schema/wrp.fbs`` into
-:mod:`.schema_tables` by ``tools/gen_wrpk_tables.py``; ``tests/test_wrpk.py``
+:mod:`.schema_tables` by ``tools/gen_wrpk_tables.py``; ``tests/formats/test_wrpk.py``
 fails if regenerating changes it, and checks every entry against the
 ``flatc``-generated Python code.  Hand-written here: the header's layout,
 the kinds' struct codes, the fixed layouts of the schema's structs
@@ -136,7 +136,7 @@ def _table_name(t: OpType) -> str:
 
 
 #: Schema table name of each op type (union member order = Warp op number), spelled from its name
-#: as the schema spells it (tests/test_wrpk.py holds each to the op's model fields).
+#: as the schema spells it (tests/formats/test_wrpk.py holds each to the op's model fields).
 OP_TABLES = {t: _table_name(t) for t in OpType}
 
 
