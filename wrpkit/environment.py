@@ -1,8 +1,10 @@
-"""What this environment can run: device names, the installed Warp version,
-and what its Warp reports about the host (CPU object tags, CUDA archs).
+"""What this environment can run, known without Warp: device names, the installed
+Warp version (read from its package metadata), how Warp's replay and library
+load report failures, and whether memory can be reserved.
 
-The one place below ``run/`` that asks the installed Warp anything: ``checks/``
-goes through it, and only its functions import Warp, on call.
+Never imports Warp: what the installed Warp itself reports about the host (CPU
+object tags, CUDA archs) is asked in :mod:`wrpkit.run.warp_start`, and ``wrp
+check`` hands it to :func:`wrpkit.checks.check.preflight`.
 
 Shared by ``wrp check`` (which must not import Warp just to read a version)
 and the runtime (which loads captures into Warp).
@@ -85,12 +87,6 @@ def installed_warp_version() -> Optional[str]:
         return version("warp-lang")
     except PackageNotFoundError:
         return None
-
-
-#: Lines Warp's native ``wp_init`` prints on stderr on a machine without a
-#: CUDA driver (warp/native/cuda_util.cpp), which say nothing to CPU-only work.
-_CUDA_PROBE_LINES = ("Warp CUDA warning: Could not find or load the NVIDIA CUDA driver",
-                     "Warp CUDA warning: Unable to determine CUDA driver version")
 
 
 def stderr_tail(limit: int = 4096) -> str:
@@ -229,108 +225,3 @@ def warp_library_error(e: BaseException):
     return WrpRuntimeError(f"Warp's native library could not be loaded: {lib}: {why}",
                            hint="Reinstall Warp (pip install --force-reinstall warp-lang==1.19.0); "
                                 "`wrp check FILE` says what this host's Warp can run.")
-
-
-def _start_runtime(wp) -> None:
-    """``wp.init()``, with a failure to load Warp's native library as a :class:`~wrpkit.errors.WrpError`."""
-    try:
-        wp.init()
-    except RuntimeError as e:
-        err = warp_library_error(e)
-        if err is None:
-            raise
-        raise err from e
-
-
-def init_warp(cpu_only: bool = False):
-    """Import and initialize Warp quietly; return the ``warp`` module.
-
-    Warp's start-up banner is turned off (``wp.config.quiet``, ``log_level``).  With
-    ``cpu_only``, the warning Warp's native code prints when it finds no CUDA
-    driver is dropped too: it is written by C code straight to file
-    descriptor 2, so stderr is redirected into a temporary file while Warp
-    initializes, and every other line is written back.
-
-    Args:
-        cpu_only: The caller will only use the CPU device.
-
-    Raises:
-        WrpOutOfMemoryError: Warp's library does not fit the process's address space.
-        WrpRuntimeError: Warp's library cannot be loaded for another reason.
-    """
-    import warp as wp  # noqa: PLC0415
-
-    wp.config.quiet = True
-    if hasattr(wp, "LOG_WARNING") and hasattr(wp.config, "log_level"):
-        wp.config.log_level = max(getattr(wp.config, "log_level", 0) or 0, wp.LOG_WARNING)  # no banner
-    started = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None) is not None
-    if not cpu_only or started:
-        _start_runtime(wp)
-        return wp
-    import os  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):
-        _start_runtime(wp)
-        return wp
-    # A memory file where the system has one: nothing is written to disk.
-    memfd = getattr(os, "memfd_create", None)
-    with (os.fdopen(memfd("wrpkit-warp-init", os.MFD_CLOEXEC), "w+b") if memfd else tempfile.TemporaryFile()) as tmp:
-        try:
-            os.dup2(tmp.fileno(), 2)
-            _start_runtime(wp)
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-        tmp.seek(0)
-        text = tmp.read().decode("utf-8", "replace")
-    kept = [ln for ln in text.splitlines(keepends=True) if not ln.startswith(_CUDA_PROBE_LINES)]
-    if kept:
-        sys.stderr.write("".join(kept))
-        sys.stderr.flush()
-    return wp
-
-
-def _quiet_warp(cpu_only: bool = False):
-    """:func:`init_warp`, with Warp's log level kept at warnings afterwards, so that
-    nothing but warnings reaches stdout (``wrp check --json`` must print JSON only)."""
-    wp = init_warp(cpu_only)
-    wp.config.log_level = getattr(wp, "LOG_WARNING", 30)
-    return wp
-
-
-def host_cpu_tags() -> Optional[set]:
-    """The ``.cpu<hash>`` tags this host's Warp would give CPU objects.
-
-    Returns:
-        The set of tags, or None when Warp is absent or its private API for
-        them has changed (``warp._src.context._get_cpu_target_hash``): unknown.
-    """
-    try:
-        from warp._src import context as ctx  # noqa: PLC0415
-
-        _quiet_warp(cpu_only=True)
-        tags = {ctx._get_cpu_target_hash(""), ctx._get_cpu_target_hash("-march=native")}
-        return {t for t in tags if t}
-    except Exception:  # noqa: BLE001  (private API; absence just means "unknown")
-        return None
-
-
-def cuda_device_arch(ordinal: int) -> Optional[int]:
-    """The compute capability (e.g. 90) of CUDA device ``ordinal`` as Warp sees it.
-
-    Returns:
-        The arch, or None when Warp is absent, finds no such device or fails
-        to initialize CUDA.
-    """
-    try:
-        wp = _quiet_warp()
-        if ordinal >= wp.get_cuda_device_count():
-            return None
-        return wp.get_device(f"cuda:{ordinal}").arch
-    except Exception:  # noqa: BLE001
-        return None

@@ -21,7 +21,7 @@ from .. import model as m
 from ..errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE, WrpError
 from ..formats.container import PRESENT, Capture
 from .elf import check_kernel_symbols, read_object
-from ..environment import cuda_device_arch, host_cpu_tags, installed_warp_version, parse_device
+from ..environment import installed_warp_version, parse_device
 from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS, describe_format
 from ..formats.launch_arrays import ARRAY_BYTES, INDEXED_ARRAY_BYTES, INDICES_OFFSET
 from .module_files import kernel_symbols
@@ -278,12 +278,20 @@ def extent_findings(prog: m.Program) -> list:
             for w, op, largest in exceeded_launches(prog.ops)]
 
 
-def preflight(cap: Capture, device: str = "cpu") -> list:
+def preflight(cap: Capture, device: str = "cpu", *, cpu_tags=None, cuda_arch=None) -> list:
     """Check whether a capture will load and replay on ``device`` in this environment.
+
+    What the installed Warp itself says about the host is asked by the caller
+    (``checks/`` never imports Warp; ``wrp check`` passes
+    :func:`wrpkit.run.warp_start.host_cpu_tags` and ``cuda_device_arch``), and only when needed.
 
     Args:
         cap: An opened capture.
         device: ``"cpu"`` or ``"cuda:N"``.
+        cpu_tags: Called with no argument for the ``.cpu<hash>`` tags this host's Warp gives CPU
+            objects (None: unknown).  Without it the CPU-target check is skipped.
+        cuda_arch: Called with a CUDA ordinal for that device's compute capability (None: no such
+            device).  Without it the CUDA-arch check is reported as not made (a warning).
 
     Returns:
         A list of :class:`Finding`; the file is loadable when none has status ``fail``.
@@ -329,9 +337,9 @@ def preflight(cap: Capture, device: str = "cpu") -> list:
         out.append(Finding("device", OK, f"{prog.device.upper()} capture, {device} requested"))
 
     if kind == "cuda" and prog.device == "cuda":
-        out.extend(_cuda_arch_findings(prog, ordinal))
+        out.extend(_cuda_arch_findings(prog, ordinal, cuda_arch))
 
-    out.extend(_module_findings(cap, kind))
+    out.extend(_module_findings(cap, kind, cpu_tags))
 
     problems = [p for p in validate_program(prog) if p.severity == "error"]
     if problems:
@@ -368,8 +376,11 @@ def memory_findings(prog: m.Program, kind: str) -> list:
     return out
 
 
-def _cuda_arch_findings(prog: m.Program, ordinal: int) -> list:
-    arch = cuda_device_arch(ordinal)
+def _cuda_arch_findings(prog: m.Program, ordinal: int, cuda_arch=None) -> list:
+    if cuda_arch is None:
+        return [Finding("cuda-arch", WARN, f"the CUDA arch of cuda:{ordinal} was not checked (no Warp was asked)",
+                        "Run `wrp check FILE --device cuda:N`, which asks the installed Warp.")]
+    arch = cuda_arch(ordinal)
     if arch is None:
         return [Finding("cuda-arch", FAIL, f"no CUDA device cuda:{ordinal} is available here",
                         "Run on a machine with a CUDA GPU, or recapture on CPU.")]
@@ -395,11 +406,11 @@ def _cuda_arch_findings(prog: m.Program, ordinal: int) -> list:
     return out
 
 
-def _module_findings(cap: Capture, kind: str) -> list:
+def _module_findings(cap: Capture, kind: str, cpu_tags=None) -> list:
     prog = cap.program
     out = []
     digests = _annotation_digests(prog)
-    host_tags = host_cpu_tags() if prog.device == "cpu" and kind == "cpu" else None
+    host_tags = cpu_tags() if cpu_tags is not None and prog.device == "cpu" and kind == "cpu" else None
     host_machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine())
     symbols = kernel_symbols(prog)
     required = set(prog.required_module_files())

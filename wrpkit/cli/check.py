@@ -36,6 +36,7 @@ def check(file, device, as_json, modules_dir, trust):
     from ..checks.check import FAIL, WARN, exit_code, preflight  # noqa: PLC0415
     from ..formats.container import open_capture  # noqa: PLC0415
     from ..environment import parse_device  # noqa: PLC0415
+    from ..run.warp_start import cuda_device_arch, host_cpu_tags  # noqa: PLC0415
 
     try:
         parse_device(device)
@@ -43,7 +44,7 @@ def check(file, device, as_json, modules_dir, trust):
         raise click.BadParameter(e.message, param_hint="--device") from None
     try:
         with open_capture(file, modules_dir=modules_dir, trust=trust) as cap:
-            findings = preflight(cap, device)
+            findings = preflight(cap, device, cpu_tags=host_cpu_tags, cuda_arch=cuda_device_arch)
     except WrpError as e:
         if not as_json:
             raise

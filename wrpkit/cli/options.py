@@ -257,10 +257,11 @@ def quiet_warp(device=None) -> None:
             family, which is not known yet, so only the banner is turned off.
     """
     if device is None:
-        import warp as wp  # noqa: PLC0415  (started later, by the library, on the capture's device)
+        # Warp is started later, by the library, on the capture's device.
+        from ..run.warp_start import quiet_banner  # noqa: PLC0415
 
-        wp.config.quiet = True
+        quiet_banner()
         return
-    from ..environment import init_warp  # noqa: PLC0415
+    from ..run.warp_start import init_warp  # noqa: PLC0415
 
     init_warp(cpu_only=str(device).strip().lower() == "cpu")

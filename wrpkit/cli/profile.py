@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp,
+from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option,
                       trust_options)
 from .output import console, dump_json, stderr_console, table
 
@@ -102,8 +102,7 @@ def profile(file, device, engine, inputs_npz, input_items, repeat, warmup, out, 
 
         # Before the long work: a folder that cannot be made or written to fails now (exit 1).
         check_output_path(out, [file])
-    if engine == "python":
-        quiet_warp(device)
+    # The job runs in a child, which starts Warp quietly itself: this process never imports Warp.
     inputs = gather_inputs(inputs_npz, input_items)
     # What the kernels print (wp.printf) passes through as it is: on stdout, or on stderr with --json.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option, quiet_warp,
+from .options import (Seconds, UserPath, gather_inputs, input_options, kernel_match_lines, kernels_option,
                       trust_options)
 from .output import console, dump_json, escape, stderr_console, table
 
@@ -164,8 +164,7 @@ def trace(file, device, engine, inputs_npz, input_items, stop_at_nonfinite, dump
         check_output_dir(dump)
     if save_path is not None:
         check_output_path(save_path, [file])
-    if engine == "python":
-        quiet_warp(device)
+    # The job runs in a child, which starts Warp quietly itself: this process never imports Warp.
     inputs = gather_inputs(inputs_npz, input_items)
     # What the kernels print (wp.printf) passes through as it is: on stdout, or on stderr with --json.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():

@@ -79,7 +79,7 @@ def main(sock_fd: int) -> int:
     try:
         stage = SharedArea(message["stage_size"], fd=stage_fd)
         slot = SharedArea(message["slot_size"], fd=slot_fd)
-        from ..environment import init_warp  # noqa: PLC0415
+        from ..run.warp_start import init_warp  # noqa: PLC0415
 
         init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
         from .common import opened_from  # noqa: PLC0415

@@ -42,20 +42,19 @@ class CudaEventTimer:
     name = "cuda-events"
 
     def __init__(self, device):
-        import warp as wp  # noqa: PLC0415
+        from ..run import warp_start  # noqa: PLC0415
 
-        self.wp = wp
-        self.device = wp.get_device(device)
-        self.start = wp.Event(self.device, enable_timing=True)
-        self.end = wp.Event(self.device, enable_timing=True)
+        self.warp = warp_start
+        self.device = warp_start.get_device(device)
+        self.start, self.end = warp_start.timing_events(self.device)
 
     def __call__(self, launch) -> float:
         stream = self.device.stream
         stream.record_event(self.start)
         launch()
         stream.record_event(self.end)
-        self.wp.synchronize_device(self.device)
-        return float(self.wp.get_event_elapsed_time(self.start, self.end))
+        self.warp.synchronize(self.device)
+        return self.warp.elapsed_ms(self.start, self.end)
 
 
 class Nvtx:
@@ -95,9 +94,9 @@ def engine_launch(engine):
     stream inside ``wrp_program_run``.
     """
     if isinstance(engine, st.PythonEngine):
-        import warp as wp  # noqa: PLC0415
+        from ..run.warp_start import launcher  # noqa: PLC0415
 
-        graph, capture_launch = engine.prog.graph, wp.capture_launch
+        graph, capture_launch = engine.prog.graph, launcher()
 
         def launch():
             try:

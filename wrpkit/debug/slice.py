@@ -96,14 +96,14 @@ def state_before(opened, start: int, device: str, inputs: Optional[Mapping] = No
     try:
         for rid, raw in given.items():
             runner.set(f"{st.REGION_BINDING}{rid}", raw)
-        import warp as wp  # noqa: PLC0415
+        from ..run.warp_start import capture_launch, synchronize  # noqa: PLC0415
 
         try:
-            wp.capture_launch(runner.graph)
+            capture_launch(runner.graph)
         except RuntimeError as e:
             raise WrpRuntimeError(f"Warp failed to replay ops 0:{start}: {e}") from None
         if not runner.device.is_cpu:
-            wp.synchronize_device(runner.device)
+            synchronize(runner.device)
         # CPU: zero-copy views that keep the graph's memory alive after close(); CUDA: copies.
         return {rid: runner.numpy(f"{st.REGION_BINDING}{rid}") for rid in regions}
     finally:
@@ -168,7 +168,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
         device = "cpu" if prog.device_type == m.DeviceType.CPU else "cuda:0"
     # The device is checked even when no op runs before A (a slice from 0): a device this
     # machine lacks, or of the other family, is refused as every command refuses it (exit 2).
-    from ..environment import init_warp  # noqa: PLC0415
+    from ..run.warp_start import init_warp  # noqa: PLC0415
     from ..run.prepare import check_runnable  # noqa: PLC0415
     from ..run.program_load import resolve_device  # noqa: PLC0415
 

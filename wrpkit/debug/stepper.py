@@ -317,14 +317,14 @@ class PythonEngine:
         self.prog.set(name, value)
 
     def launch(self) -> None:
-        import warp as wp  # noqa: PLC0415
+        from ..run.warp_start import capture_launch, synchronize  # noqa: PLC0415
 
         try:
-            wp.capture_launch(self.prog.graph)
+            capture_launch(self.prog.graph)
         except RuntimeError as e:
             raise WrpRuntimeError(f"Warp failed to replay an op: {e}") from None
         if not self.is_cpu:
-            wp.synchronize_device(self.prog.device)
+            synchronize(self.prog.device)
 
     def close(self) -> None:
         self._arrays = {}

@@ -181,25 +181,24 @@ def verify(step: Callable[[], None], inputs: Mapping, outputs: Mapping, device=N
     Raises:
         WrpError: Bad arguments, or the step cannot be captured or saved.
     """
-    import warp as wp  # noqa: PLC0415
-
     from ..run.recording import capture  # noqa: PLC0415
+    from ..run.warp_start import get_device, synchronize  # noqa: PLC0415
 
     arrays = {**dict(inputs or {}), **dict(outputs or {})}
     if not arrays:
         raise WrpError("verify needs at least one input or output array", hint="Pass inputs={name: wp.array}.")
     if device is None:
         device = next(iter(arrays.values())).device
-    dev = wp.get_device(device)
+    dev = get_device(device)
     snapshot = {n: a.numpy().copy() for n, a in arrays.items()}
 
     def restore():
         for n, a in arrays.items():
             a.assign(snapshot[n])
-        wp.synchronize_device(dev)
+        synchronize(dev)
 
     step()
-    wp.synchronize_device(dev)
+    synchronize(dev)
     live = {n: a.numpy().copy() for n, a in arrays.items()}
     restore()
     try:

@@ -86,7 +86,7 @@ def kernel_signature(kernel, key: str, module_hash: str, launch=None):
     Used by ``wrpkit.capture`` (the kernels it recorded) and by ``--kernels``
     (the user's kernels matched to a stock capture).
     """
-    from warp._src import types as wt  # noqa: PLC0415
+    import warp.types as wt  # noqa: PLC0415
 
     from ..formats import annotations as ann  # noqa: PLC0415
     from .warp_dtypes import dtype_from_warp  # noqa: PLC0415

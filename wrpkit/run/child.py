@@ -166,7 +166,7 @@ def received_capture(message: dict, capture_fd: int, modules_fd: int):
 
 def _load_served(message: dict, fds: list):
     """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says."""
-    from ..environment import init_warp  # noqa: PLC0415
+    from .warp_start import init_warp  # noqa: PLC0415
     from .program import load_prepared  # noqa: PLC0415
     from .shared import SharedArea  # noqa: PLC0415
 
@@ -245,7 +245,7 @@ def replay_here(prep, device: str, state: dict, stage) -> tuple:
     """
     import gc  # noqa: PLC0415
 
-    from ..environment import init_warp  # noqa: PLC0415
+    from .warp_start import init_warp  # noqa: PLC0415
     from .program import load_prepared  # noqa: PLC0415
 
     wp = init_warp(cpu_only=str(device).strip().lower() == "cpu")
@@ -291,13 +291,13 @@ def _serve_main(sock_fd: int) -> int:
         op = message.get("op")
         try:
             if op == "preload":  # spawn.prestart: ready Warp while the parent is still reading the file
-                from ..environment import init_warp  # noqa: PLC0415
+                from .warp_start import init_warp  # noqa: PLC0415
 
                 init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
                 from ..checks import binding_stats  # noqa: F401, PLC0415  (what a load and a run import)
                 from . import prepare, program  # noqa: F401, PLC0415
             elif op == "warm":
-                from ..environment import init_warp  # noqa: PLC0415
+                from .warp_start import init_warp  # noqa: PLC0415
 
                 init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
                 # Warp and its imports stay for the child's life: the collection after each

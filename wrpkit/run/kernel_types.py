@@ -8,9 +8,9 @@ handles, with or without ``from __future__ import annotations``.  Warp resolves
 every spelling when it builds the kernel's :class:`Adjoint`: ``kernel.adj.args``
 holds one ``Var`` per argument whose ``type`` is the object Warp's launch packs
 the argument against (``pack_arg``).  wrpkit never re-reads the annotation: it
-asks that object for its array family (``warp._src.types.concrete_array_type``,
-the same family check the launch makes), dimensionality, element type and C
-layout, here, and every consumer (``--kernels`` matching and typing in
+asks that object for its array family (Warp's ``concrete_array_type``, read
+through :mod:`wrpkit.run.warp_internals`: the same family check the launch
+makes), dimensionality, element type and C layout, here, and every consumer (``--kernels`` matching and typing in
 :mod:`wrpkit.run.source_types`, ``wrp upgrade --kernels`` in
 :mod:`wrpkit.run.upgrade`) reads :func:`kernel_argument_types`.
 
@@ -88,9 +88,9 @@ class ArgumentType:
 
 def _value_ctype(t) -> Optional[type]:
     """The ctypes class of a non-array argument (struct, vector, matrix, scalar, handle), or None."""
-    from warp._src import codegen  # noqa: PLC0415
+    from warp.types import type_is_struct  # noqa: PLC0415
 
-    if isinstance(t, codegen.Struct):
+    if type_is_struct(t):
         return t.ctype
     if isinstance(t, type) and issubclass(t, (ctypes.Array, ctypes.Structure, ctypes._SimpleCData)):
         return t
@@ -118,7 +118,7 @@ def _ndim(t) -> int:
 
 def _struct_slots(t, prefix: str, base: int) -> list:
     """Array slots of a ``@wp.struct`` (nested structs walked), offsets from Warp's own ctype."""
-    from warp._src import codegen  # noqa: PLC0415
+    from warp.types import type_is_struct  # noqa: PLC0415
 
     out = []
     for fname, var in t.vars.items():
@@ -127,15 +127,14 @@ def _struct_slots(t, prefix: str, base: int) -> list:
         if fam is not None:
             out.append(ArraySlot(f"{prefix}.{fname}", off, fam.__name__, _ndim(var.type),
                                  _element_dtype(var.type.dtype)))
-        elif isinstance(var.type, codegen.Struct):
+        elif type_is_struct(var.type):
             out.extend(_struct_slots(var.type, f"{prefix}.{fname}", off))
     return out
 
 
 def argument_type(name: str, t) -> ArgumentType:
     """The :class:`ArgumentType` of one resolved Warp type (``kernel.adj.args[i].type`` or a struct field's)."""
-    from warp._src import codegen  # noqa: PLC0415
-    from warp._src import types as wt  # noqa: PLC0415
+    from warp.types import type_is_struct, type_repr  # noqa: PLC0415
 
     fam = _family(t)
     if fam is not None:
@@ -150,11 +149,11 @@ def argument_type(name: str, t) -> ArgumentType:
     problem = None
     if ctype is None:
         try:
-            shown = wt.type_repr(t)
+            shown = type_repr(t)
         except Exception:  # noqa: BLE001
             shown = repr(t)
         problem = f"argument {name} has type {shown}, whose C layout wrpkit cannot determine"
-    slots = tuple(_struct_slots(t, name, 0)) if isinstance(t, codegen.Struct) else ()
+    slots = tuple(_struct_slots(t, name, 0)) if type_is_struct(t) else ()
     return ArgumentType(name, t, None, 0, _element_dtype(t), ctype, ctypes.sizeof(ctype) if ctype else 0,
                         ctypes.alignment(ctype) if ctype else 0, slots, problem)
 

@@ -351,9 +351,9 @@ def coerce_input(name: str, value, size: int, sig: Optional[ann.ArraySignature])
     import numpy as np  # noqa: PLC0415
 
     if type(value).__module__.startswith("warp"):
-        from warp._src import types as wt  # noqa: PLC0415
+        from warp.types import is_array  # noqa: PLC0415
 
-        if wt.is_array(value):
+        if is_array(value):
             value = value.numpy()
     raw = isinstance(value, (bytes, bytearray, memoryview))
     if raw:

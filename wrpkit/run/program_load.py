@@ -10,10 +10,11 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from ..environment import can_reserve, init_warp, stderr_tail, warp_reason
+from ..environment import can_reserve, stderr_tail, warp_reason
 from ..errors import WrpDeviceError, WrpError, WrpRuntimeError
 from ..module_dirs import modules_dir_for
 from .prepare import Prepared, check_runnable, device_family
+from .warp_start import init_warp
 
 
 #: The name a region no binding names gets in the image Warp loads (:func:`load_graph`), so that

@@ -36,6 +36,7 @@ import warp as wp
 
 from ..formats import annotations as ann
 from .warp_dtypes import signature_of_array
+from .warp_internals import apic_capture
 from .access import kernel_signature
 from ..formats import wrp1
 from ..errors import WrpBindingError, WrpError, WrpRuntimeError
@@ -281,7 +282,7 @@ def begin_capture(device=None, stream=None, force_module_load: Optional[bool] = 
             raise WrpRuntimeError(f"cannot begin the capture: {e}") from None
         dev = stream.device if stream is not None else wp.get_device(device)
         rec = Recording(dev, stream)
-        apic = getattr(getattr(wp._src.context, "runtime", None), "_apic_capture", None)
+        apic = apic_capture()
         if apic is not None and hasattr(apic, "build_launch_info"):
             rec._launches.attach(apic)
         if call_sites and apic is not None:
@@ -367,7 +368,7 @@ def capture(device=None, stream=None, force_module_load: Optional[bool] = None, 
 
 
 def _check_bindings(graph, inputs: Mapping, outputs: Mapping) -> None:
-    from warp._src import types as wt  # noqa: PLC0415
+    import warp.types as wt  # noqa: PLC0415
 
     for role, d in (("input", inputs), ("output", outputs)):
         if not isinstance(d, Mapping):
@@ -375,7 +376,7 @@ def _check_bindings(graph, inputs: Mapping, outputs: Mapping) -> None:
         for name, arr in d.items():
             if not isinstance(name, str) or not name:
                 raise WrpBindingError(f"{role} binding names must be non-empty strings, got {name!r}")
-            if not wt.is_array(arr) or not isinstance(arr, wt.array):
+            if not wt.is_array(arr) or not isinstance(arr, wp.array):
                 raise WrpBindingError(f"{role} {name!r} must be a wp.array, got {type(arr).__name__}")
             if arr.device != graph.device:
                 raise WrpBindingError(f"{role} {name!r} is on {arr.device} but the graph was captured on "

@@ -195,7 +195,7 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
         WrpKernelsError: A file cannot be imported or defines no kernel, or no
             recorded kernel matches any of them (each is named with its reason).
     """
-    from ..environment import init_warp  # noqa: PLC0415
+    from .warp_start import init_warp  # noqa: PLC0415
     from .kernel_types import kernel_argument_types  # noqa: PLC0415
 
     t0 = time.perf_counter()

@@ -129,10 +129,11 @@ def import_kernels_file(path):
 def module_kernels(module) -> list:
     """The Warp kernels a module defines: its top-level names, then any others Warp registered under it."""
     import warp as wp  # noqa: PLC0415
-    from warp._src import context as wctx  # noqa: PLC0415
+
+    from .warp_internals import registered_module  # noqa: PLC0415
 
     found = [k for k in vars(module).values() if isinstance(k, wp.Kernel)]
-    registered = getattr(wctx, "user_modules", {}).get(module.__name__)
+    registered = registered_module(module.__name__)
     for k in (getattr(registered, "kernels", {}) or {}).values():
         if isinstance(k, wp.Kernel) and all(k is not f for f in found):
             found.append(k)

@@ -50,11 +50,11 @@ def _dtype_from_ctype(ctype, name: str) -> ann.DataType:
 
 
 def _warp_name(t) -> str:
-    from warp._src import types as wt  # noqa: PLC0415
+    from warp.types import type_repr  # noqa: PLC0415
 
     name = getattr(t, "__name__", None)
     if name in (None, "vec_t", "mat_t", "quat_t", "transform_t"):
-        return wt.type_repr(t)
+        return type_repr(t)
     return name
 
 
@@ -70,8 +70,9 @@ def dtype_from_warp(t) -> ann.DataType:
         TypeError: ``t`` is not a Warp data type.
     """
     import warp as wp  # noqa: PLC0415
-    from warp._src import codegen  # noqa: PLC0415
-    from warp._src import types as wt  # noqa: PLC0415
+    import warp.types as wt  # noqa: PLC0415
+
+    from .warp_internals import is_scalar_type  # noqa: PLC0415
 
     if t is float:
         t = wp.float32
@@ -79,7 +80,7 @@ def dtype_from_warp(t) -> ann.DataType:
         t = wp.int32
     elif t is bool:
         t = wp.bool
-    if isinstance(t, codegen.Struct):
+    if wt.type_is_struct(t):
         qual = getattr(getattr(t, "cls", None), "__qualname__", None) or t.key
         mod = getattr(getattr(t, "cls", None), "__module__", None)
         name = f"{mod}.{qual}" if mod else qual
@@ -93,7 +94,7 @@ def dtype_from_warp(t) -> ann.DataType:
     if hasattr(t, "_wp_scalar_type_") and hasattr(t, "_shape_"):
         scalar = dtype_from_warp(t._wp_scalar_type_)
         return ann.DataType(_warp_name(t), scalar.scalar, tuple(int(d) for d in t._shape_), wt.type_size_in_bytes(t))
-    if t in wt.warp_type_to_np_dtype:
+    if is_scalar_type(t):
         name = t.__name__
         if name == "handle":
             return ann.DataType("handle", ann.ScalarKind.UINT64, (), 8)
@@ -105,36 +106,31 @@ def dtype_from_warp(t) -> ann.DataType:
 
 def array_family(t) -> Optional[type]:
     """The array class Warp's launch expects for ``t`` (its own ``concrete_array_type``), None for a non-array."""
-    from warp._src import types as wt  # noqa: PLC0415
+    from warp.types import is_array  # noqa: PLC0415
 
-    if not wt.is_array(t):
+    from .warp_internals import concrete_array_type  # noqa: PLC0415
+
+    if not is_array(t):
         return None
-    return wt.concrete_array_type(t)
+    return concrete_array_type(t)
 
 
 def array_ctype(family: type) -> Optional[type]:
-    """The descriptor ctypes class Warp passes for an array family."""
-    from warp._src import types as wt  # noqa: PLC0415
+    """The descriptor ctypes class Warp passes for an array family; None for a class that is not one."""
+    from .warp_internals import array_descriptor_ctype  # noqa: PLC0415
 
-    known = getattr(wt, "_ARRAY_CTYPE_MAP", None)
-    if isinstance(known, dict) and family in known:
-        return known[family]
-    table = {wt.array: wt.array_t, wt.indexedarray: wt.indexedarray_t}
-    fabric = getattr(wt, "fabricarray", None)
-    if fabric is not None:
-        table[fabric] = wt.fabricarray_t
-        table[wt.indexedfabricarray] = wt.indexedfabricarray_t
-    return table.get(family)
+    return array_descriptor_ctype(family)
 
 
 def _field_dtype(t) -> ann.DataType:
     """ann.DataType of a struct field: element types, or the C layout of array fields."""
-    from warp._src import types as wt  # noqa: PLC0415
+    import warp as wp  # noqa: PLC0415
+    import warp.types as wt  # noqa: PLC0415
 
     if wt.is_array(t):
         # The descriptor Warp packs for the field's array family (wp.indexedarray[...] and
         # wp.indexedarray(...) alike): asked of Warp's resolved type, as for kernel arguments.
-        ctype = array_ctype(array_family(t)) or wt.array_t
+        ctype = array_ctype(array_family(t)) or array_ctype(wp.array)
         return _dtype_from_ctype(ctype, wt.type_repr(t))
     return dtype_from_warp(t)
 
@@ -142,14 +138,16 @@ def _field_dtype(t) -> ann.DataType:
 def warp_dtype(dt: ann.DataType):
     """The Warp element type of a ann.DataType, or None for structs and opaque types."""
     import warp as wp  # noqa: PLC0415
-    from warp._src import types as wt  # noqa: PLC0415
+    import warp.types as wt  # noqa: PLC0415
+
+    from .warp_internals import is_scalar_type, warp_type_named  # noqa: PLC0415
 
     if dt.fields:
         return None
     if dt.name == "bfloat16":
-        return getattr(wt, "bfloat16", None)
-    known = getattr(wt, dt.name, None)
-    if isinstance(known, type) and known in wt.warp_type_to_np_dtype and not dt.shape:
+        return warp_type_named("bfloat16")
+    known = warp_type_named(dt.name)
+    if isinstance(known, type) and is_scalar_type(known) and not dt.shape:
         if dt.name == "handle":
             return wp.uint64
         return known
@@ -157,7 +155,7 @@ def warp_dtype(dt: ann.DataType):
         return known
     if dt.scalar == ann.ScalarKind.UNKNOWN:
         return None
-    scalar = getattr(wt, ann.SCALAR_NAMES[ann.ScalarKind(dt.scalar)])
+    scalar = warp_type_named(ann.SCALAR_NAMES[ann.ScalarKind(dt.scalar)])
     if not dt.shape:
         return scalar
     if dt.name.startswith("quat") and len(dt.shape) == 1:

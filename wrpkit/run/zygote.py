@@ -365,7 +365,7 @@ def _zygote_main(ctl_fd: int, die_with_parent: bool) -> int:
 
     if not _has_cuda_driver():
         # No driver, so no CUDA state a fork could inherit: Warp's CPU start-up is done once here.
-        from ..environment import init_warp  # noqa: PLC0415
+        from .warp_start import init_warp  # noqa: PLC0415
 
         init_warp(cpu_only=True)
 
