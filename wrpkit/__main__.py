@@ -56,6 +56,14 @@ def main():
         # SIGTERM blocked, so that none is lost or fatal before this handler is in place: one that
         # came meanwhile is delivered now, as a KeyboardInterrupt caught below.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        if sys.argv[1:2] == ["inspect"]:
+            # The common `wrp inspect` command lines run without click (issue 42: start-up);
+            # any other returns None here and click parses it (wrpkit/cli/inspect_run.py).
+            from .cli.inspect_run import fast  # noqa: PLC0415
+
+            code = fast(sys.argv[2:])
+            if code is not None:
+                return code
         from .cli import main as group
 
         return group.main(prog_name="wrp")

@@ -17,10 +17,10 @@ from __future__ import annotations
 import errno
 import os
 import resource
-from dataclasses import dataclass
 from typing import Optional
 
 from .errors import WrpError, WrpIOError, WrpOutOfMemoryError
+from .records import record
 
 #: A cgroup limit at or above this is "no limit" (v1 writes 2**63 - page size).
 _NO_LIMIT = 1 << 60
@@ -96,7 +96,7 @@ def _inactive_file(folder: str, version: int) -> int:
     return 0
 
 
-@dataclass
+@record
 class CgroupMemory:
     """The tightest memory limit over this process's cgroup and its ancestors (``usage``: less the
     inactive page cache of ``memory.stat``, which the kernel reclaims before it kills)."""
@@ -132,7 +132,7 @@ def cgroup_memory(proc: str = "/proc") -> Optional[CgroupMemory]:
     return best
 
 
-@dataclass
+@record
 class AddressSpace:
     """``RLIMIT_AS`` (``ulimit -v``) and this process's address space in use (``VmSize``)."""
 
@@ -163,7 +163,7 @@ def address_space(proc: str = "/proc") -> Optional[AddressSpace]:
     return AddressSpace(int(soft), used)
 
 
-@dataclass
+@record
 class HostMemory:
     """Bytes a new host allocation can take, and what bounds them.
 

@@ -82,7 +82,7 @@ class RegionRef(NamedTuple):
     This is the op table's entry for one region reference: every tool that asks
     what an op reads or writes (``wrpkit.checks.effects``) reads these.  The
     byte sizes are the spans Warp's replayer resolves (``warp/native/apic.cpp``,
-    ``resolve_ptr``); ``tests/test_effects.py`` holds the validator's bounds
+    ``resolve_ptr``); ``tests/formats/test_effects.py`` holds the validator's bounds
     checks to them.
 
     Attributes:
@@ -125,7 +125,7 @@ class Op:
     ``REGIONS``, a tuple of :class:`RegionRef` (the region-id fields of its
     record, the byte range each spans, and whether the op reads or writes
     there).  A kernel launch instead takes its regions from its arguments
-    (``ARGUMENT_REGIONS``).  ``tests/test_op_table.py`` fails when an op type
+    (``ARGUMENT_REGIONS``).  ``tests/formats/test_op_table.py`` fails when an op type
     lacks any part of its entry.
     """
 
@@ -634,16 +634,25 @@ def nested_bodies(op: Op) -> list:
 def walk_ops(ops, depth: int = 0):
     """Yield ``(depth, op)`` for every op, nested bodies included, in stream order."""
     stack = [(depth, iter(ops))]
+    conditional = (If, While)
     while stack:
         d, it = stack[-1]
-        op = next(it, None)
-        if op is None:
+        # The ops of one list in a loop of its own (no generator step per op beyond the yield): a
+        # conditional's bodies are pushed and walked first, then this list goes on where it stopped.
+        for op in it:
+            if op is None:  # as next(it, None) read it: the end of this list
+                break
+            yield d, op
+            if isinstance(op, conditional):
+                # Pushed in reverse so that the first body is walked first.
+                for body in reversed(nested_bodies(op)):
+                    stack.append((d + 1, iter(body)))
+                break
+        else:
             stack.pop()
             continue
-        yield d, op
-        # Pushed in reverse so that the first body is walked first.
-        for body in reversed(nested_bodies(op)):
-            stack.append((d + 1, iter(body)))
+        if op is None:
+            stack.pop()
 
 
 __all__ = ["Bytes", "LaunchParam", "LegacyArg", "Relocation", "LENGTHS_ELSEWHERE", "ACCESS_MODES", "RegionRef",

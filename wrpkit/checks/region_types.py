@@ -27,10 +27,11 @@ Nothing here imports Warp or numpy.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Mapping, Optional
 
 from .. import model as m
+from ..records import record
 from ..errors import WrpBindingError
 from ..formats import annotations as ann
 from ..formats.launch_arrays import ARRAY_BYTES, descriptor_view
@@ -92,7 +93,7 @@ def _lanes_dtype(apic_dtype: int, lanes: int) -> Optional[ann.DataType]:
     return dtype_from_name(f"vec{lanes}{_KIND_SUFFIX[kind]}") if lanes <= 9 else None
 
 
-@dataclass
+@record
 class RegionType:
     """What is known of one region's type.
 

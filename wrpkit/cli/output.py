@@ -12,8 +12,6 @@ import functools
 import os
 import sys
 
-import click
-
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, WrpError
 from ..limits import is_resource_error, resource_error
 
@@ -123,11 +121,35 @@ def print_json_error(message: str, exit_code: int, hint=None, problems=None, fie
     """Print :func:`error_object` on stdout, one line."""
     import json  # noqa: PLC0415  (only a command with --json pays for it)
 
-    click.echo(json.dumps(error_object(message, exit_code, hint, problems, fields)))
+    _echo(json.dumps(error_object(message, exit_code, hint, problems, fields)))
+
+
+def _echo(text: str) -> None:
+    """``click.echo(text)`` for a JSON line (ASCII: nothing for click to strip or re-encode), without
+    importing click: ``wrp inspect`` runs without it (:mod:`wrpkit.cli.inspect_run`)."""
+    out = sys.stdout
+    if out is None:  # as click.echo: nothing to write to
+        return
+    out.write(text + "\n")
+    out.flush()
+
+
+def _click_usage_errors() -> tuple:
+    """click's usage errors; none where click was never imported (then none can have been raised)."""
+    click = sys.modules.get("click")
+    return (click.ClickException,) if click is not None else ()
+
+
+def _click_exits() -> tuple:
+    """click's ``Exit`` and ``Abort``; none where click was never imported."""
+    click = sys.modules.get("click")
+    return (click.exceptions.Exit, click.exceptions.Abort) if click is not None else ()
 
 
 def usage_error(e: click.ClickException, as_json: bool):
     """Show a click usage error as click does (stderr), plus its JSON on stdout with --json; then exit."""
+    import click  # noqa: PLC0415  (a click usage error: click is imported already)
+
     if as_json:
         print_json_error(e.format_message(), e.exit_code)
     e.show()
@@ -164,10 +186,10 @@ def reported_errors(ctx: click.Context, as_json: bool):
         _leave_nothing_behind()
         report_error(e, as_json)
         ctx.exit(e.exit_code)
-    except click.ClickException as e:  # the command's usage errors (bad option, missing path)
+    except _click_usage_errors() as e:  # the command's usage errors (bad option, missing path)
         _leave_nothing_behind()
         usage_error(e, as_json)
-    except (click.exceptions.Exit, click.exceptions.Abort):
+    except _click_exits():
         raise
     except KeyboardInterrupt:
         _leave_nothing_behind()
@@ -267,7 +289,7 @@ def wants_json(args) -> bool:
 def dump_json(obj) -> None:
     import json  # noqa: PLC0415  (only a command with --json pays for it)
 
-    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
+    _echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
 
 
 def size(n) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import hashlib
 from dataclasses import field
 from typing import Optional
 
@@ -283,10 +282,14 @@ class ModuleDigest:
 
     @classmethod
     def of(cls, binary_filename: str, data) -> "ModuleDigest":
+        import hashlib  # noqa: PLC0415  (OpenSSL's, ~3 ms to import: `wrp inspect` never hashes)
+
         mv = memoryview(data)
         return cls(binary_filename, hashlib.sha256(mv).digest(), mv.nbytes)
 
     def matches(self, data) -> bool:
+        import hashlib  # noqa: PLC0415
+
         mv = memoryview(data)
         return mv.nbytes == self.size and hashlib.sha256(mv).digest() == self.sha256
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -20,6 +20,7 @@ from ..errors import WrpError, WrpFormatError, WrpIOError, WrpModuleError
 from ..file_reads import MappedFile, map_file, read_file
 from ..module_dirs import find_modules_dir, is_plain_basename, sibling_modules_dirs
 from ..model import Program
+from ..records import record
 
 def _is_dir(p: Path) -> bool:
     try:
@@ -32,7 +33,7 @@ def _is_dir(p: Path) -> bool:
 PRESENT, MISSING, EMPTY, UNSAFE = "present", "missing", "empty", "unsafe"
 
 
-@dataclass
+@record
 class Capture:
     """A decoded capture file and where its module binaries are.
 

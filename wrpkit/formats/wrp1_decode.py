@@ -213,27 +213,31 @@ def _decode_op_list(buf, pos, end, count, path, depth, out, layout, limits, budg
                              offset=pos)
     append = out.append
     cache, shared = budget[1], budget[2]
+    if_type, while_type = OpType.IF, OpType.WHILE
     for i in range(count):
-        w = f"{path}[{i}]"
         if end - pos < 8:
-            raise WrpFormatError("truncated op header", field=w, offset=pos)
+            raise WrpFormatError("truncated op header", field=f"{path}[{i}]", offset=pos)
         budget[0] -= 1
         if budget[0] < 0:
-            raise WrpFormatError(f"more than {limits.max_ops} operations in total", field=w, offset=pos)
+            raise WrpFormatError(f"more than {limits.max_ops} operations in total", field=f"{path}[{i}]",
+                                 offset=pos)
         op_type, total = OP_HEADER.unpack_from(buf, pos)
         if total < 8 or total > end - pos:
             raise WrpFormatError(f"op size {total} does not fit the {end - pos} bytes left",
-                                 field=w + ".total_size", offset=pos + 4)
-        if shared is not None and total <= _SHARE_MAX and op_type != OpType.IF and op_type != OpType.WHILE:
+                                 field=f"{path}[{i}].total_size", offset=pos + 4)
+        if shared is not None and total <= _SHARE_MAX and op_type != if_type and op_type != while_type:
             # Records are checked as they decode, so a repeat of a record
-            # that decoded cleanly is itself clean.
+            # that decoded cleanly is itself clean (and needs no field path).
             rec = bytes(buf[pos:pos + total])
             op = shared.get(rec)
             if op is None:
-                op = _decode_leaf(buf, pos, total, op_type, w, layout, cache)
+                op = _decode_leaf(buf, pos, total, op_type, f"{path}[{i}]", layout, cache)
                 shared[rec] = op
             append(op)
-        elif (op_type == OpType.IF or op_type == OpType.WHILE) and op_type in layout.ops:
+            pos += total
+            continue
+        w = f"{path}[{i}]"
+        if (op_type == if_type or op_type == while_type) and op_type in layout.ops:
             append(_decode_cond(buf, pos, total, op_type, w, depth, layout, limits, budget))
         else:
             append(_decode_leaf(buf, pos, total, op_type, w, layout, cache))

@@ -20,9 +20,10 @@ checked against Warp 1.19.0's ``warp/native/apic_types.h``.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from ..apic_types import OpType
+from ..records import record
 
 # -- constant across versions ------------------------------------------------
 
@@ -80,7 +81,7 @@ def _rec(name, spec):
     return RecordLayout(name, spec)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FormatLayout:
     """Everything in the WRP1 byte layout that is specific to one format version.
 

@@ -8,14 +8,14 @@ meet as they are decoded (:class:`wrpkit.formats.wrp1_decode.Cursor`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..records import record
 
 from .. import model as m
 from ..errors import WrpFormatError
 from .wrp1_layout import LAYOUTS
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Limits:
     """Caps the decoder applies before it allocates or loops.
 
