@@ -14,7 +14,7 @@ from pathlib import Path
 #: Option values given to an example where its parser has the option (see warp_examples_compat's docstring).
 SMALL_OPTIONS = {"--device": "cpu", "--stage-path": "None", "--stage_path": "None", "--num-frames": "2",
                  "--num_frames": "2", "--train-iters": "2", "--num-iters": "2", "--iters": "2",
-                 "--iterations": "2"}
+                 "--iterations": "2", "--spin-up-steps": "2", "--lead-steps": "2"}
 FLAG_OPTIONS = ("--headless", "--quiet")
 
 #: Methods of ``Example`` captured, the first the class defines.
