@@ -93,3 +93,11 @@ def child_pids(pid: int, marker: bytes = b"") -> list:
             kids.append(int(p.name))
     return kids
 
+
+
+@pytest.fixture(scope="session")
+def wrp_inputs():
+    """``{name: (wrp bytes, module files)}`` for every program, from the run's one capture cache."""
+    import wrpk_helpers  # noqa: PLC0415
+
+    return wrpk_helpers.load_inputs()

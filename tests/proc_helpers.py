@@ -88,3 +88,17 @@ def processes(match) -> list:
         if match(argv):
             found.append((int(p.name), ppid, argv, p))
     return found
+
+
+def native_or_skip(engine: str) -> None:
+    """Skip the calling test, saying why, when ``engine`` is ``"native"`` and libwrp_replay is not installed."""
+    if engine == "native":
+        import pytest  # noqa: PLC0415
+
+        from wrpkit.errors import WrpError  # noqa: PLC0415
+        from wrpkit.run.engines import native_paths  # noqa: PLC0415
+
+        try:
+            native_paths().require_library()
+        except WrpError as e:
+            pytest.skip(str(e))

@@ -144,7 +144,7 @@ def test_compute_sanitizer_reports_are_read_in_the_captures_terms(captures):
     from wrpkit.debug.common import open_program  # noqa: PLC0415
     from wrpkit.debug.memcheck import sanitizer_violation  # noqa: PLC0415
 
-    prog = open_program(captures[("launch", 1, "stock")]).program
+    prog = open_program(captures[("launch", 1, "stock")]).model
     scale = next(k for k in prog.kernels if k.kernel_key == "scale")
     report = ("========= COMPUTE-SANITIZER\n"
               "========= Invalid __global__ write of size 4 bytes\n"

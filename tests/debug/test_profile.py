@@ -29,17 +29,11 @@ from proc_helpers import TESTS_DIR, invoke as wrp  # noqa: E402
 import wrpkit  # noqa: E402
 from wrpkit.errors import EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpTimeoutError  # noqa: E402
 
+from proc_helpers import native_or_skip  # noqa: E402
+
 ENGINES = ["python", "native"]
 
 
-def _native_or_skip(engine):
-    if engine == "native":
-        from wrpkit.run.engines import native_paths  # noqa: PLC0415
-
-        try:
-            native_paths().require_library()
-        except wrpkit.WrpError as e:
-            pytest.skip(str(e))
 
 
 @wp.kernel
@@ -68,7 +62,7 @@ def _key(o):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_profile_numbers_ops_as_trace_does_inside_while_and_if(caps, engine):
-    _native_or_skip(engine)
+    native_or_skip(engine)
     # the thread's CPU time: which op gets the time must not depend on who else wants the core
     p = wrpkit.profile(caps["while_if"], engine=engine, repeat=2, warmup=0, clock="cpu")
     t = wrpkit.trace(caps["while_if"], engine=engine)
@@ -126,7 +120,7 @@ def _capture_runs(path: Path) -> Path:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_runs_of_consecutive_ops_are_timed_together_and_split_by_each_ops_own_time(tmp_path, engine):
-    _native_or_skip(engine)
+    native_or_skip(engine)
     path = _capture_runs(tmp_path / "runs.wrp")
     p = wrpkit.profile(path, engine=engine, repeat=2, warmup=0, clock="cpu")
     t = wrpkit.trace(path, engine=engine)
@@ -171,7 +165,7 @@ def test_runs_of_consecutive_ops_are_timed_together_and_split_by_each_ops_own_ti
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_profile_of_unequal_kernels_ranks_them_by_their_work(caps, engine):
-    _native_or_skip(engine)
+    native_or_skip(engine)
     p = wrpkit.profile(caps["unequal"], engine=engine, repeat=3, clock="cpu")  # see above
     by = {k["name"]: k for k in p.kernels}
     assert set(by) == {"k_light", "k_heavy", "k_vec"} and by["k_light"]["calls"] == 2
@@ -697,7 +691,7 @@ def _stock_order(steps: int) -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_kernels_types_a_stock_capture_from_the_users_script(stock, engine):
-    _native_or_skip(engine)
+    native_or_skip(engine)
     import profile_stock_program as sp  # noqa: PLC0415
 
     plain = wrpkit.profile(stock, engine=engine, repeat=1, warmup=0)

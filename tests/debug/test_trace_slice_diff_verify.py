@@ -15,17 +15,11 @@ import debug_programs as dp  # noqa: E402
 from proc_helpers import invoke as wrp
 import wrpkit  # noqa: E402
 
+from proc_helpers import native_or_skip  # noqa: E402
+
 ENGINES = ["python", "native"]
 
 
-def _native_or_skip(engine):
-    if engine == "native":
-        from wrpkit.run.engines import native_paths  # noqa: PLC0415
-
-        try:
-            native_paths().require_library()
-        except wrpkit.WrpError as e:
-            pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +53,7 @@ def _sha(arr) -> str:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_trace_finds_the_op_that_writes_nan(caps, engine):
-    _native_or_skip(engine)
+    native_or_skip(engine)
     t = wrpkit.trace(caps["chain"], engine=engine, stop_at_nonfinite=True)
     nf = t.first_nonfinite
     assert nf is not None
@@ -85,7 +79,7 @@ def test_trace_finds_the_op_that_writes_nan(caps, engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_trace_finds_nan_inside_a_while_body_at_its_iteration(caps, engine):
-    _native_or_skip(engine)
+    native_or_skip(engine)
     t = wrpkit.trace(caps["while"], engine=engine, stop_at_nonfinite=True)
     assert [(o["path"], o["iteration"]) for o in t.ops] == [
         ("0", None), ("1.0", 0), ("1.1", 0), ("1.0", 1), ("1.1", 1), ("1.0", 2), ("1.1", 2)]
@@ -98,7 +92,7 @@ def test_trace_finds_nan_inside_a_while_body_at_its_iteration(caps, engine):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_trace_digests_match_a_live_run_after_every_op(caps, engine):
-    _native_or_skip(engine)
+    native_or_skip(engine)
     t = wrpkit.trace(caps["chain"], engine=engine)
     assert [o["index"] for o in t.ops] == [0, 1, 2, 3]
     for rec in t.ops:
@@ -126,7 +120,7 @@ def test_trace_while_runs_the_whole_loop_and_ends_like_stock_replay(caps):
 
 
 def test_trace_inputs_and_engines_agree_and_divergence_is_found(caps, tmp_path):
-    _native_or_skip("native")
+    native_or_skip("native")
     saved = wrpkit.trace(caps["chain"]).save(tmp_path / "py.trace")
     same = wrpkit.trace(caps["chain"], engine="native", against=saved)
     assert same.first_divergence is None

@@ -21,12 +21,6 @@ from wrpkit.errors import WrpFormatError  # noqa: E402
 
 
 @pytest.fixture(scope="session")
-def wrp_inputs():
-    """``{name: (wrp bytes, module files)}`` for every program, from the run's one capture cache."""
-    return H.load_inputs()
-
-
-@pytest.fixture(scope="session")
 def synthetic():
     return H.synthetic_program()
 

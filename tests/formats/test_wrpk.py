@@ -36,12 +36,6 @@ from proc_helpers import ROOT
 
 
 @pytest.fixture(scope="session")
-def wrp_inputs():
-    """``{name: (wrp bytes, module files)}`` for every program, from the run's one capture cache."""
-    return H.load_inputs()
-
-
-@pytest.fixture(scope="session")
 def synthetic():
     prog, files = H.synthetic_program()
     return prog, files, builder.encode_wrpk(prog, files)

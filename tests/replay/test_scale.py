@@ -727,7 +727,7 @@ def test_a_stepping_engine_and_a_validated_model_let_go_of_the_bytes_they_came_f
 
     cap = _small_stock(tmp_path)
     opened = open_program(cap)
-    image = _Buffer(wrp1.encode_wrp1(st.build_stepper(opened.program, empty_leaf=True).program))
+    image = _Buffer(wrp1.encode_wrp1(st.build_stepper(opened.model, empty_leaf=True).program))
     watch = weakref.ref(image)
     eng = st.open_engine("python", image, opened.modules, "cpu")
     eng.launch()
@@ -740,7 +740,7 @@ def test_a_stepping_engine_and_a_validated_model_let_go_of_the_bytes_they_came_f
 
     data = _Buffer(Path(cap).read_bytes())
     watch = weakref.ref(data)
-    model = open_program(data, opened.modules).program  # decoded and validated (effects of every op)
+    model = open_program(data, opened.modules).model  # decoded and validated (effects of every op)
     del data
     gc.collect()
     assert watch() is not None  # the model's regions are views of it: alive while the model is

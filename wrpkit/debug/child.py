@@ -82,10 +82,8 @@ def main(sock_fd: int) -> int:
         from ..run.warp_start import init_warp  # noqa: PLC0415
 
         init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
-        from .common import opened_from  # noqa: PLC0415
-
         body = KINDS[job["kind"]]
-        opened = opened_from(received_capture(message, capture_fd, modules_fd))
+        opened = received_capture(message, capture_fd, modules_fd)
         if message.get("annotations") is not None:  # typed in memory by the parent (--kernels)
             from ..formats.annotations import decode_annotations  # noqa: PLC0415
             from ..run.source_types import retype  # noqa: PLC0415

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Mapping, Optional
 
 import numpy as np
 
-from .. import model as m
 from ..errors import WrpBindingError, WrpUsageError
 from ..formats import annotations as ann
 
 
-@dataclass
-class Opened:
-    """A decoded, validated capture with its module files."""
-
-    program: m.Program
-    modules: dict
-    annotations: Optional[ann.Annotations]
-    signature: dict
-    sizes: dict
-    path: object = None
-    prepared: object = None
-
-
-def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool = False) -> Opened:
-    """Decode and validate a capture (path or bytes) as :func:`wrpkit.load` does, without loading it.
+def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool = False):
+    """Decode and validate a capture (path or bytes) as :func:`wrpkit.load` does, without loading it: the
+    :class:`~wrpkit.run.prepare.Prepared` capture every tool of this layer works on.
 
     ``_validated`` (internal): ``source`` holds bytes this or a parent
     process validated; not validated again.
@@ -36,17 +22,11 @@ def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool 
     """
     from ..run.prepare import prepare  # noqa: PLC0415
 
-    return opened_from(prepare(source, modules, verify_checksums=not _validated, allow_raw_pointers=_validated,
-                               _validated=_validated))
+    return prepare(source, modules, verify_checksums=not _validated, allow_raw_pointers=_validated,
+                   _validated=_validated)
 
 
-def opened_from(prep) -> Opened:
-    """The :class:`Opened` view of a :class:`~wrpkit.run.prepare.Prepared` capture."""
-    return Opened(prep.model, dict(prep.modules), prep.annotations, dict(prep.signature), dict(prep.sizes),
-                  prep.path, prep)
-
-
-def input_bytes(opened: Opened, inputs: Optional[Mapping], read_raw) -> dict:
+def input_bytes(opened, inputs: Optional[Mapping], read_raw) -> dict:
     """Check inputs against their bindings; return ``{region_id: full region bytes}``.
 
     Args:
@@ -64,7 +44,7 @@ def input_bytes(opened: Opened, inputs: Optional[Mapping], read_raw) -> dict:
         return {}
     if not isinstance(inputs, Mapping):
         raise WrpBindingError(f"inputs must be a mapping of binding name to array, got {type(inputs).__name__}")
-    region_of = {b.name: b.region_id for b in opened.program.bindings}
+    region_of = {b.name: b.region_id for b in opened.model.bindings}
     out = {}
     for name, value in inputs.items():
         if name not in opened.sizes:

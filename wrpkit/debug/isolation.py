@@ -95,12 +95,12 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
 
     started = time.perf_counter() if started is None else started
     inputs = dict(inputs or {})
-    input_bytes(opened, inputs, lambda rid: np.zeros(opened.program.region(rid).size, np.uint8))  # check only
+    input_bytes(opened, inputs, lambda rid: np.zeros(opened.model.region(rid).size, np.uint8))  # check only
     arrays = {k: np.ascontiguousarray(as_array(v)) for k, v in inputs.items()}
     in_at, in_size = layout({k: a.nbytes for k, a in arrays.items()})
     # The dump folder (if any) goes last: the child, which may still be writing into it, is ended first.
     with _private_folder(kind) if collect is not None else nullcontext() as d, ExitStack() as held:
-        source = ChildSource(opened.prepared)
+        source = ChildSource(opened)
         held.callback(source.close)
         in_area, slot, stage = (held.enter_context(closing(SharedArea(in_size, "wrpkit-inputs"))),
                                 held.enter_context(closing(SharedArea(SLOT.size, "wrpkit-op"))),
@@ -115,7 +115,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
                               for k, (off, n) in in_at.items()},
                    "in_size": in_size, "slot_size": SLOT.size, "stage_size": STAGE_SIZE}
         if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
-            message["annotations"] = base64.b64encode(bytes(opened.program.annotations)).decode("ascii")
+            message["annotations"] = base64.b64encode(bytes(opened.model.annotations)).decode("ascii")
         shown, owned = kernel_output_of(kernel_output)
         if owned:
             held.callback(shown.close)
@@ -137,7 +137,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
                     if answer is not None:
                         return answer
                 ran = crash.stage == "replaying" and seq >= 0
-                raise crash_error(opened.prepared, crash.signum, "replaying" if ran else "loading",
+                raise crash_error(opened, crash.signum, "replaying" if ran else "loading",
                                   index if ran else None, True,
                                   path=path.rstrip(b"\0").decode("utf-8", "replace") if ran else None,
                                   iteration=iteration if ran and iteration >= 0 else None) from None

@@ -146,7 +146,7 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
     t0 = time.perf_counter()
     opened = open_program(source, modules)
     typing = type_capture(opened, list(kernels or ()))
-    is_cuda_file = opened.program.device_type != m.DeviceType.CPU
+    is_cuda_file = opened.model.device_type != m.DeviceType.CPU
     device = ("cuda:0" if is_cuda_file else "cpu") if device is None else str(device)
     if device.strip().lower() != "cpu" or is_cuda_file:
         return _memcheck_cuda(opened, device, inputs, timeout, t0, typing)
@@ -158,8 +158,8 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
                               hint="Reinstall wrpkit from source (`pip install .`), which builds it beside "
                                    "libwrp_replay.")
     if engine == "python":
-        check_runnable(opened.program, device)
-    verify_deferred(opened.prepared)
+        check_runnable(opened.model, device)
+    verify_deferred(opened)
     result = MemcheckResult(str(opened.path) if opened.path is not None else "<bytes>", device, engine)
     if typing is not None:
         result.kernels = typing.to_json()
@@ -227,7 +227,7 @@ def _memcheck_cuda(opened, device: str, inputs, timeout, t0: float, typing) -> M
     from ..errors import WrpTimeoutError, timeout_message  # noqa: PLC0415
     from ..run.engines import native_paths  # noqa: PLC0415
 
-    if opened.program.device_type == m.DeviceType.CPU:
+    if opened.model.device_type == m.DeviceType.CPU:
         raise WrpUsageError(f"this capture was recorded for the CPU; {device} was asked for",
                             hint="Leave --device out: wrp memcheck checks a CPU capture on the CPU.")
     if inputs:
@@ -255,7 +255,7 @@ def _memcheck_cuda(opened, device: str, inputs, timeout, t0: float, typing) -> M
     result.limits = ["compute-sanitizer names the kernel, thread and block, not the op (wrp trace finds it)"]
     if typing is not None:
         result.kernels = typing.to_json()
-    result.violation = sanitizer_violation(text, opened.program)
+    result.violation = sanitizer_violation(text, opened.model)
     if result.violation is None and done.returncode not in (0, 86):
         raise WrpRuntimeError(f"compute-sanitizer ended with exit code {done.returncode}: "
                               f"{text.strip().splitlines()[-1] if text.strip() else 'no output'}",
@@ -304,13 +304,13 @@ def run_memcheck(opened, *, device: str, engine: str, mode: int, guard_bytes: in
     try:
         apply_inputs(machine, opened, inputs)
         guarded, unguarded = 0, []
-        for r in opened.program.regions:
+        for r in opened.model.regions:
             view = machine.engine.view(f"{st.REGION_BINDING}{r.region_id}")
             if view is not None and lib.wrp_memguard_label(ctypes.c_void_p(view.ctypes.data), r.region_id) == 0:
                 guarded += 1
             else:
                 unguarded.append(r.region_id)
-        if opened.program.regions and not guarded:
+        if opened.model.regions and not guarded:
             raise WrpRuntimeError("wrp memcheck could not guard any region: its allocator was not preloaded into "
                                   "the replay process",
                                   hint="LD_PRELOAD is ignored for set-user-ID programs and where the dynamic "
@@ -323,7 +323,7 @@ def run_memcheck(opened, *, device: str, engine: str, mode: int, guard_bytes: in
 
         if stage is not None:
             stage("replaying")
-        st.walk_program(opened.program.ops, machine, visit, before=before)
+        st.walk_program(opened.model.ops, machine, visit, before=before)
         return {"ops": count[0], "regions": guarded, "unguarded": unguarded}
     finally:
         machine.close()
@@ -335,7 +335,7 @@ def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict
     from ..checks.sources import Sources  # noqa: PLC0415
     from ..run.crash import op_at_path  # noqa: PLC0415
 
-    prog = opened.program
+    prog = opened.model
     sources = Sources.of(prog)  # where each op was issued and each kernel defined: the one lookup
     seq, index, iteration, path = fault["slot"]
     ran = fault.get("stage") == "replaying" and seq >= 0
@@ -370,12 +370,12 @@ def _overload_cause(opened, op: m.KernelLaunch) -> Optional[str]:
     from ..checks.check import overload_findings  # noqa: PLC0415
     from ..checks.elf import read_object  # noqa: PLC0415
 
-    mod = next((x for x in opened.program.modules if x.module_hash == op.module_hash), None)
+    mod = next((x for x in opened.model.modules if x.module_hash == op.module_hash), None)
     data = opened.modules.get(mod.binary_filename) if mod is not None else None
     if data is None:
         return None
     try:
-        findings = overload_findings(opened.program, mod, read_object(data, mod.binary_filename))
+        findings = overload_findings(opened.model, mod, read_object(data, mod.binary_filename))
     except Exception:  # noqa: BLE001 -- a CUDA image or an odd object: no cause to add
         return None
     hit = next((f for f in findings if f"kernel {op.kernel_key!r} " in f.message), None)

@@ -131,13 +131,13 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
 
     typing = type_capture(opened, list(kernels or ()))
 
-    device = str(device) if device is not None else default_device(opened.program)
+    device = str(device) if device is not None else default_device(opened.model)
     if engine == "python":
-        check_runnable(opened.program, device)
+        check_runnable(opened.model, device)
     if clock == "cpu" and not device.strip().lower().startswith("cpu"):
         raise WrpBindingError(f"--clock cpu times CPU devices only, not {device}",
                               hint="On CUDA, ops are timed with CUDA events (python engine); drop --clock.")
-    verify_deferred(opened.prepared)
+    verify_deferred(opened)
     if nvtx:
         Nvtx()  # refuse here, before the child starts, when there is no NVTX library
     if isolate or timeout is not None:
@@ -148,7 +148,7 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
         result = run_profile(opened, device=device, engine=engine, inputs=inputs, repeat=repeat, warmup=warmup,
                              nvtx=nvtx, clock=clock, started=t0)
     result.typing = typing.to_json() if typing is not None else None
-    result.call_sites = call_site_rows(result.ops, opened.program)
+    result.call_sites = call_site_rows(result.ops, opened.model)
     return result
 
 
@@ -162,7 +162,7 @@ def _profile_in_child(opened, *, device: str, engine: str, inputs: Optional[Mapp
     data = run_in_child(opened, "profile", job, inputs, timeout=timeout, started=started, kernel_output=kernel_output)
     result = ProfileResult(str(opened.path) if opened.path is not None else "<bytes>", data["engine"],
                            data["device"], **{k: data[k] for k in CHILD_FIELDS}, load_seconds=data["load_seconds"])
-    result.program = opened.program
+    result.program = opened.model
     return result
 
 
@@ -248,7 +248,7 @@ class _Engines:
 def _open_stepped(opened, device: str, engine: str, clock: str, nvtx: bool) -> _Engines:
     """Load the stepped program (every leaf op, an empty leaf, the groups and, on a CPU device, a
     zero-size launch with its calibration graph) and its timed machine."""
-    prog = opened.program
+    prog = opened.model
     zero = zero_launch(prog) if device.strip().lower().startswith("cpu") else None
     calib = None
     if zero is not None:
@@ -446,7 +446,7 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
     from .common import input_bytes  # noqa: PLC0415
 
     t0 = time.perf_counter() if started is None else started
-    prog = opened.program
+    prog = opened.model
     if stage is not None:
         stage("loading")
     run = _open_stepped(opened, device, engine, clock, nvtx)

@@ -76,7 +76,7 @@ class SliceResult:
 
 def state_before(opened, start: int, device: str, inputs: Optional[Mapping] = None) -> dict:
     """``{region_id: bytes (numpy uint8)}``: every region's contents just before top-level op ``start``."""
-    prog = opened.program
+    prog = opened.model
     regions = prog.region_map()
 
     def initial(rid: int) -> np.ndarray:
@@ -163,7 +163,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
         from ..run.source_types import type_capture  # noqa: PLC0415
 
         type_capture(opened, list(kernels))
-    prog = opened.program
+    prog = opened.model
     if device is None:
         device = "cpu" if prog.device_type == m.DeviceType.CPU else "cuda:0"
     # The device is checked even when no op runs before A (a slice from 0): a device this
@@ -255,7 +255,7 @@ def state_at_step(opened, start: int, stop: int, device: str, inputs: Optional[M
     """
     from .trace import apply_inputs, open_machine  # noqa: PLC0415
 
-    prog = opened.program
+    prog = opened.model
     machine = open_machine(opened, "python", device)
     state: dict = {}
     cut: list = []
@@ -296,7 +296,7 @@ def _all_module_files(opened) -> dict:
         from ..formats.container import open_capture  # noqa: PLC0415
 
         with open_capture(path) as cap:
-            for mod in opened.program.modules:
+            for mod in opened.model.modules:
                 for name in (mod.binary_filename, mod.source_filename):
                     if name and name not in files:
                         try:

@@ -227,7 +227,7 @@ def default_device(program: m.Program) -> str:
 
 def open_machine(opened, engine: str, device: str) -> st.Machine:
     """Rewrite and load a capture for stepping (see :mod:`wrpkit.debug.stepper`)."""
-    stepper = st.build_stepper(opened.program)
+    stepper = st.build_stepper(opened.model)
     image = wrp1.encode_wrp1(stepper.program)
     eng = st.open_engine(engine, image, opened.modules, device)
     del image
@@ -315,15 +315,15 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
     from ..run.source_types import type_capture  # noqa: PLC0415
 
     typing = type_capture(opened, list(kernels or ()))
-    device = str(device) if device is not None else default_device(opened.program)
+    device = str(device) if device is not None else default_device(opened.model)
     from ..run.worker import verify_deferred  # noqa: PLC0415
     from ..run.prepare import check_runnable  # noqa: PLC0415
 
     if engine not in ("python", "native"):
         raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
     if engine == "python":
-        check_runnable(opened.program, device)
-    verify_deferred(opened.prepared)
+        check_runnable(opened.model, device)
+    verify_deferred(opened)
     if isolate or timeout is not None:
         result = _trace_in_child(opened, device=device, engine=engine, inputs=inputs,
                                 stop_at_nonfinite=stop_at_nonfinite, dump=dump, timeout=timeout, started=t0,
@@ -333,11 +333,11 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
                            stop_at_nonfinite=stop_at_nonfinite, dump=dump, started=t0)
     if typing is not None:
         result.kernels = typing.to_json()
-    result.program = program_identity(opened.program)
+    result.program = program_identity(opened.model)
     if other is not None:
         result.first_divergence = compare_traces(result.ops, other)
         result.against_warning = program_mismatch(result.program, other_program, result.ops, other)
-    _add_sources(result, opened.program)
+    _add_sources(result, opened.model)
     return result
 
 
@@ -422,7 +422,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
         Others: as :func:`trace`.
     """
     t0 = time.perf_counter() if started is None else started
-    prog = opened.program
+    prog = opened.model
     if stage is not None:
         stage("loading")
     infos = st.region_infos(prog, opened.annotations)
@@ -547,7 +547,7 @@ def run_trace(opened, *, device: str, engine: str, inputs: Optional[Mapping], st
 
 def _initial_state(opened, inputs):
     """``initial(region_id) -> bytes``: a region as the trace started (file data, then inputs)."""
-    regions = opened.program.region_map()
+    regions = opened.model.region_map()
     cache: dict = {}
 
     def raw_initial(rid: int) -> np.ndarray:

@@ -435,13 +435,13 @@ def binding_signatures(program: m.Program, annotations: ann.Annotations, kernel_
 
 
 def retype(target, annotations: ann.Annotations) -> None:
-    """Give a prepared capture (``Prepared``, or the debug tools' ``Opened``) new annotations, in memory.
+    """Give a prepared capture (:class:`~wrpkit.run.prepare.Prepared`) new annotations, in memory.
 
     Sets its ``annotations``, the binding ``signature`` map, and the
     program's encoded annotations (what ``wrp inspect`` and ``wrp graph``
     read), so every tool downstream sees the types.  Nothing is written.
     """
-    program = getattr(target, "program", None) or getattr(target, "model")
+    program = target.model
     target.annotations = annotations
     sig_map = annotations.signature_map()
     sizes = {r.region_id: r.size for r in program.regions}
@@ -451,18 +451,13 @@ def retype(target, annotations: ann.Annotations) -> None:
             ann.check_fits(sig, sizes.get(b.region_id, 0))
             target.signature[b.name] = sig
     program.annotations = ann.encode_annotations(annotations)
-    prepared = getattr(target, "prepared", None)
-    if prepared is not None and prepared is not target:
-        prepared.annotations = annotations
-        prepared.signature.update({k: v for k, v in target.signature.items() if v is not None})
 
 
 def type_capture(target, kernels: Sequence) -> Optional[SourceTyping]:
     """:func:`type_from_source` on a prepared capture, then :func:`retype` it; None without ``kernels``."""
     if not kernels:
         return None
-    program = getattr(target, "program", None) or getattr(target, "model")
-    typing = type_from_source(program, target.annotations, kernels)
+    typing = type_from_source(target.model, target.annotations, kernels)
     retype(target, typing.annotations)
     target.source_typing = typing
     return typing
