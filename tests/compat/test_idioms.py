@@ -24,6 +24,8 @@ HERE = TESTS_DIR
 PROGRAM = HERE / "idiom_programs.py"
 BIN = Path(sys.executable).parent
 WRP, WRP_REPLAY = BIN / "wrp", BIN / "wrp-replay"
+pytestmark = pytest.mark.slow  # six captures, then every route on each
+
 NAMES = ("particles", "descent")
 HOWS = ("stock", "wrpkit")
 
