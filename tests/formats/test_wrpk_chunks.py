@@ -140,9 +140,12 @@ def test_a_byte_flipped_in_the_middle_chunk_is_refused_naming_the_chunk(bundles,
     # A program replayed in a child: the child loads while this process hashes, and replays
     # nothing unless every chunk matched; a refused program refuses every run after.
     isolated = wrpkit.load(path, isolate=True)
-    for _ in range(2):
-        with pytest.raises(wrpkit.WrpIntegrityError, match="does not match in chunk 2 of 6"):
-            isolated.run()
+    try:
+        for _ in range(2):
+            with pytest.raises(wrpkit.WrpIntegrityError, match="does not match in chunk 2 of 6"):
+                isolated.run()
+    finally:
+        isolated.close()  # its child ends now, not when a reference cycle is collected
     # wrp validate, which also checks the whole-blob digest.
     res = wrp("validate", path, "--json")
     assert res.returncode == 3 and what in res.stdout, res.stdout + res.stderr
