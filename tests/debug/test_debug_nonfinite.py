@@ -86,12 +86,9 @@ def test_stock_capture_is_typed_by_kernels_from_the_script(chains, variant):
     assert all(k["matched"] and k["code"] == "same" for k in t.kernels["kernels"])
     assert t.first_nonfinite["region"] in bad_region
     if variant == "vec3":  # the C++ replayer's engine, in wrp trace's child process, gets the same types
-        from wrpkit.run.engines import native_paths  # noqa: PLC0415
+        from proc_helpers import native_or_skip  # noqa: PLC0415
 
-        try:
-            native_paths().require_library()
-        except wrpkit.WrpError as e:
-            pytest.skip(str(e))
+        native_or_skip("native")
         n = wrpkit.trace(c["stock"], kernels=[SCRIPT], engine="native", isolate=True)
         _check_against_eager(n.first_nonfinite, c["eager"])
 

@@ -24,7 +24,7 @@ import pytest
 from conftest import child_pids, interruptible
 
 import warp as wp
-from proc_helpers import invoke_raising as wrp
+from proc_helpers import invoke_raising as wrp, native_or_skip
 import wrpkit
 from check_helpers import run_check, stock_grid_capture
 from wrpkit.checks.elf import symbol_bytes
@@ -423,20 +423,10 @@ def test_flipped_bits_in_kernel_code_are_contained_everywhere(corrupt_code, tmp_
 # ---------------------------------------------------------------------------
 
 
-def _native_lib_or_skip():
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
-
-    try:
-        native_paths().require_library()
-    except wrpkit.WrpError as e:
-        pytest.skip(str(e))
-
-
 @pytest.mark.parametrize("engine", ["python", "native"])
 @pytest.mark.parametrize("capture, verified", [("corrupt_code", False), ("huge_launch", True)])
 def test_trace_crash_is_contained_and_names_the_op(request, capture, verified, engine, tmp_path):
-    if engine == "native":
-        _native_lib_or_skip()
+    native_or_skip(engine)
     path = request.getfixturevalue(capture)
     before = set(os.listdir(tmp_path))
     r = wrp("trace", path, "--engine", engine, "--save", tmp_path / "t.trace", "--dump", tmp_path / "dump",

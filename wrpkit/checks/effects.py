@@ -157,8 +157,8 @@ def kernel_name(key: str, module_name: str, shared: bool) -> str:
     that hash alone is shown then, ``scale [6f9c4382]``)."""
     if not shared:
         return key
-    tail = module_name[len(key) + 1:] if module_name.startswith(key + "_") else module_name
-    return f"{key} [{tail.split(' ')[0] or module_name}]"
+    tail = module_name[len(key) + 1:] if module_name.startswith(key + "_") else ""
+    return f"{key} [{tail or module_name}]"
 
 
 def kernel_names(program: m.Program) -> dict:

@@ -192,8 +192,9 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
         A :class:`SourceTyping`.
 
     Raises:
-        WrpKernelsError: A file cannot be imported or defines no kernel, or no
-            recorded kernel matches any of them (each is named with its reason).
+        WrpKernelsError: A file cannot be imported, or no recorded kernel matches any of
+            them (each is named with its reason, and with the factory that makes it at run time
+            where its key says so).
     """
     from .warp_start import init_warp  # noqa: PLC0415
     from .kernel_types import kernel_argument_types  # noqa: PLC0415
