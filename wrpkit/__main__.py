@@ -9,6 +9,8 @@ import os
 import signal
 import sys
 
+from .errors import caused_by_interrupt as _caused_by_interrupt
+
 
 _last_signal = [signal.SIGINT]
 
@@ -69,6 +71,12 @@ def main():
         return group.main(prog_name="wrp")
     except KeyboardInterrupt:
         return _interrupted()
+    except BaseException as e:
+        # A signal whose KeyboardInterrupt came wrapped in another error (an import it cut short);
+        # an exit the command chose stands.
+        if not isinstance(e, SystemExit) and _caused_by_interrupt(e):
+            return _interrupted()
+        raise
     finally:
         # The command has ended (its outputs published or left as they were): a signal now would
         # kill the interpreter as it shuts down (Python gives back the default action of signals

@@ -76,6 +76,30 @@ EXIT_CODES = {
     EXIT_PIPE: "stdout was closed (a reader such as head quit); output stopped quietly",
 }
 
+def caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised while handling or because of, a Ctrl-C or SIGTERM.
+
+    A signal's ``KeyboardInterrupt`` does not always reach the command as itself: raised inside a
+    class body's ``__set_name__`` (Python 3.11 wraps it in a ``RuntimeError``), a module's import
+    or an ``except`` clause that raises another error, it arrives as the cause or context of
+    another exception. Every top-level handler asks this, so that such a signal is "interrupted"
+    (exit 130), never an internal error or a traceback.
+
+    Args:
+        exc: The exception that reached a top-level handler.
+
+    Returns:
+        True when a ``KeyboardInterrupt`` is in its cause or context chain.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class WrpError(Exception):
     """Base class of every wrpkit error.
 

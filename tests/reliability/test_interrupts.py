@@ -198,3 +198,47 @@ def test_a_signal_inside_a_callback_python_cannot_raise_from_is_delivered_again(
     interrupt is sent again and raised in the command's own code."""
     done = subprocess.run([sys.executable, "-c", UNRAISABLE], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "interrupted" and "Exception ignored" not in done.stderr, done.stderr
+
+
+_WRAPPED_INTERRUPT = r"""
+import importlib.abc, importlib.util, os, signal, sys
+
+class SignalAtSetName:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIG{sig})  # lands inside class creation, as in ipaddress's import
+
+class Loader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        class Interface:  # Python 3.11 wraps what __set_name__ raises in a RuntimeError
+            hostmask = SignalAtSetName()
+
+class Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "{module}":
+            return importlib.util.spec_from_loader(name, Loader())
+        return None
+
+sys.meta_path.insert(0, Finder())
+sys.argv = ["wrp"] + {argv!r}
+import wrpkit.__main__
+sys.exit(wrpkit.__main__.main())
+"""
+
+
+@pytest.mark.parametrize("sig", ["INT", "TERM"])
+@pytest.mark.parametrize("module,argv", [
+    ("wrpkit.run.file_guard", ["validate", "x.wrp"]),    # an import before the command's own handler
+    ("wrpkit.cli.validate", ["validate", "x.wrp"]),      # the command's import, inside it
+    ("wrpkit.cli.inspect_run", ["inspect", "x.wrp"]),    # inspect's route without click
+], ids=["before-handler", "command-import", "inspect"])
+def test_a_signal_wrapped_in_another_error_is_still_interrupted(module, argv, sig):
+    """A KeyboardInterrupt raised inside an import's class creation reaches wrp as a RuntimeError
+    (its cause): CI saw a traceback from ipaddress's IPv6Interface. Every handler reports it as
+    the interrupt it is."""
+    code = _WRAPPED_INTERRUPT.format(module=module, argv=argv, sig=sig)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 130, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == "interrupted", res.stderr

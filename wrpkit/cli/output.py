@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 
-from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, WrpError
+from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_PIPE, WrpError, caused_by_interrupt
 from ..limits import is_resource_error, resource_error
 
 
@@ -193,12 +193,11 @@ def reported_errors(ctx: click.Context, as_json: bool):
         raise
     except KeyboardInterrupt:
         _leave_nothing_behind()
-        if as_json:
-            print_json_error("interrupted", EXIT_INTERRUPTED)
-        stderr_console().print("interrupted")
-        ctx.exit(EXIT_INTERRUPTED)
+        _report_interrupted(ctx, as_json)
     except Exception as e:  # noqa: BLE001  (last line of defence)
         _leave_nothing_behind()
+        if caused_by_interrupt(e):  # a Ctrl-C that came wrapped in another error: still "interrupted"
+            _report_interrupted(ctx, as_json)
         if os.environ.get("WRP_DEBUG"):
             raise
         if is_resource_error(e):  # a limit (open files, processes, threads, memory) that no layer below worded
@@ -218,6 +217,14 @@ def reported_errors(ctx: click.Context, as_json: bool):
         stderr_console().print(f"error: {msg}", markup=False)
         stderr_console().print(f"hint: {hint}", markup=False)
         ctx.exit(EXIT_INTERNAL)
+
+
+def _report_interrupted(ctx: click.Context, as_json: bool) -> None:
+    """Print "interrupted" (and its JSON with ``as_json``) and exit 130."""
+    if as_json:
+        print_json_error("interrupted", EXIT_INTERRUPTED)
+    stderr_console().print("interrupted")
+    ctx.exit(EXIT_INTERRUPTED)
 
 
 #: ``OSError`` numbers that say the file system or a file failed, not wrpkit: an I/O error (exit 1)
