@@ -238,7 +238,8 @@ def test_a_signal_wrapped_in_another_error_is_still_interrupted(module, argv, si
     (its cause): CI saw a traceback from ipaddress's IPv6Interface. Every handler reports it as
     the interrupt it is."""
     code = _WRAPPED_INTERRUPT.format(module=module, argv=argv, sig=sig)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         preexec_fn=interruptible)  # SIGINT at its default, as in a terminal
     assert "Traceback" not in res.stderr, res.stderr
     assert res.returncode == 130, res.stderr
     assert res.stderr.strip().splitlines()[-1] == "interrupted", res.stderr
