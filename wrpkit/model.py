@@ -19,14 +19,13 @@ re-exported here (``from wrpkit import model as m; m.KernelLaunch``).  The roles
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Optional
 
+from .records import field, record
 from .apic_types import *  # noqa: F403  (re-exported: the model is one namespace)
 from .apic_types import CudaBinaryKind, CudaFallbackReason, DeviceType, OpType
 from .ops import *  # noqa: F403
 from .ops import Bytes, KernelLaunch, walk_ops
-from .records import record
 from .region_lengths import *  # noqa: F403
 
 
@@ -145,7 +144,7 @@ class Program:
     annotations: bytes = b""
     #: Answers derived from the fields, kept with the program they describe (``checks/effects``'
     #: region sizes and kernel signatures): a module-level cache keyed by ``id()`` held every
-    #: program's regions, and so its data, alive. Not an init field: ``dataclasses.replace`` starts empty.
+    #: program's regions, and so its data, alive. Not an init field: ``records.replace`` starts empty.
     _derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

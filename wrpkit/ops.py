@@ -9,11 +9,10 @@ table as data; :func:`walk_ops` walks an op list with its nested bodies.
 
 from __future__ import annotations
 
-from dataclasses import field, fields
 from typing import ClassVar, NamedTuple, Optional, Union
 
+from .records import field, fields, record
 from .apic_types import ApicReductionKind, ApicScalarType, OpType
-from .records import record
 from .region_lengths import Adjacent, Field, Fixed, IfEq, Len, Length, Max, ScalarSize, Strided, TailLast
 
 Bytes = Union[bytes, bytearray, memoryview]

@@ -7,13 +7,13 @@ must fail here, not silently record nothing in ``wrp trace``.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import pytest
 
 from wrpkit import model as m
 from wrpkit.formats.wrp1_layout import LAYOUT_18
+from wrpkit.records import record
 
 #: Record fields that the WRP1 record derives from the model's variable parts (their lengths and counts).
 _DERIVED = {m.OpType.MEMCPY_H2D: {"size"}, m.OpType.MEMTILE: {"srcsize"},
@@ -85,14 +85,14 @@ def test_record_fields_are_the_layout_fields():
 def test_the_check_fails_on_an_incomplete_entry():
     """The completeness check is not vacuous: a class missing REGIONS, or one region field, fails it."""
 
-    @dataclasses.dataclass(slots=True)
+    @record(slots=True)  # as every op class is made
     class Bare(m.Op):
         op_type: ClassVar[m.OpType] = m.OpType.MEMSET
         region_id: int = 0
 
     assert entry_problems(Bare) == ["Bare declares no REGIONS"]
 
-    @dataclasses.dataclass(slots=True)
+    @record(slots=True)  # as every op class is made
     class Partial(m.Op):
         op_type: ClassVar[m.OpType] = m.OpType.MEMCPY_D2D
         REGIONS: ClassVar[tuple] = (m.RegionRef("dst", "dst_region_id", "dst_offset", m.Fixed(1), "write"),)

@@ -1,4 +1,5 @@
-"""``wrpkit.records.record`` makes classes that behave as ``dataclasses.dataclass`` makes them."""
+"""``wrpkit.records.record`` makes classes that behave as ``dataclasses.dataclass`` makes them, without
+importing ``dataclasses`` (every ``wrp`` command imports about sixty of them)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ import inspect
 import pickle
 from dataclasses import field
 
+import subprocess
+import sys
+
 import pytest
 
 from wrpkit import model as m
+from wrpkit import records
 from wrpkit.formats import annotations as ann
 from wrpkit.records import record
 
 
-def _classes(deco, frozen_deco):
+def _classes(deco, frozen_deco, field=field):
     @deco
     class A:
         x: int
@@ -53,8 +58,8 @@ def _classes(deco, frozen_deco):
     return A, B, F, G, OwnEq, FrozenOwnEq
 
 
-def _behaviour(deco, frozen_deco) -> list:
-    A, B, F, G, OwnEq, FrozenOwnEq = _classes(deco, frozen_deco)
+def _behaviour(deco, frozen_deco, field=field, replace=dataclasses.replace) -> list:
+    A, B, F, G, OwnEq, FrozenOwnEq = _classes(deco, frozen_deco, field)
     nan = float("nan")
     a = A(1, nan)
     rows = [repr(a), a == a, a == A(1, nan), A(1) == A(1, 0.0, [1]), A(1) == B(1), B(1) == B(1, w="w"),
@@ -64,7 +69,18 @@ def _behaviour(deco, frozen_deco) -> list:
             A.__hash__, OwnEq.__hash__, FrozenOwnEq.__hash__ is None, copy.copy(F(1)) == F(1),
             copy.deepcopy(B(3)) == B(3), repr(A.__dataclass_params__), repr(F.__dataclass_params__),
             [f.name for f in dataclasses.fields(B)], str(inspect.signature(B)), A.__match_args__,
-            getattr(A, "__slots__", None), sorted(k for k in vars(F) if k.startswith("__"))]
+            getattr(A, "__slots__", None), sorted(k for k in vars(F) if k.startswith("__")),
+            repr(replace(B(1, 2.0, [3], "v"), y=5.0)), replace(F(1, (2,), 3), a=4) == F(4, (2,)),
+            copy.deepcopy(F(1, (2,), 3)).c, copy.copy(B(1, 2.0, [3], "v")).z, dataclasses.is_dataclass(B(1)),
+            F.__doc__, A.__init__.__qualname__, str(inspect.signature(F.__init__)),
+            [(f.name, f.type, f.init, f.repr, f.compare) for f in dataclasses.fields(F)],
+            [f.name for f in dataclasses.fields(B(1))]]
+    with pytest.raises(ValueError) as info:
+        deco(type("M", (), {"__annotations__": {"x": "list"}, "x": []}))
+    rows.append(str(info.value))
+    with pytest.raises(TypeError) as info:
+        replace(B(1), nope=1)
+    rows.append(type(info.value).__name__)
     # A frozen class's __setattr__/__delattr__ (records.py shares them on 3.10-3.12): fields and other names.
     for action in (lambda: setattr(F(1), "a", 2), lambda: hash(A(1)), lambda: setattr(F(1), "zz", 2),
                    lambda: delattr(F(1), "a"), lambda: delattr(F(1), "zz")):
@@ -78,10 +94,25 @@ def _behaviour(deco, frozen_deco) -> list:
     return rows
 
 
-def test_record_behaves_as_dataclass():
-    made = _behaviour(record(slots=True), record(frozen=True, slots=True))
-    expected = _behaviour(dataclasses.dataclass(slots=True), dataclasses.dataclass(frozen=True, slots=True))
+@pytest.mark.parametrize("slots", [True, False], ids=["slots", "dict"])
+@pytest.mark.parametrize("fields_from", ["records", "dataclasses"])
+def test_record_behaves_as_dataclass(slots, fields_from):
+    """Side by side with this Python's dataclass: the same reprs, comparisons, hashes, errors, signatures,
+    pickling, introspection (``dataclasses.fields``/``is_dataclass``) and ``replace``; fields given with
+    records' ``field`` or with dataclasses' own."""
+    own_field = records.field if fields_from == "records" else field
+    made = _behaviour(record(slots=slots), record(frozen=True, slots=slots), own_field, records.replace)
+    expected = _behaviour(dataclasses.dataclass(slots=slots), dataclasses.dataclass(frozen=True, slots=slots))
     assert made == expected
+
+
+def test_the_model_is_made_without_importing_dataclasses_or_inspect():
+    """What `wrp inspect` imports makes its classes without dataclasses (and inspect, ast, dis, tokenize
+    with it): about a fifth of its start-up before records made them themselves."""
+    code = ("import sys, wrpkit.cli.inspect_run, wrpkit.checks.summary, wrpkit.formats.container; "
+            "print(sorted({'dataclasses', 'inspect', 'ast'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_model_and_annotation_classes_keep_their_dataclass_methods():

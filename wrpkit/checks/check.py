@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import platform
 import re
-from dataclasses import dataclass
 from typing import Optional
 
+from ..records import record
 from .. import model as m
 from ..errors import EXIT_FAILED, EXIT_INVALID, EXIT_OK, EXIT_USAGE, WrpError
 from ..formats.container import PRESENT, Capture
@@ -30,7 +30,7 @@ from .validate import validate_program
 OK, FAIL, WARN = "ok", "fail", "warn"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One preflight result.
 

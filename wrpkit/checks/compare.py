@@ -21,11 +21,11 @@ No Warp import.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
+from ..records import field, record
 from .json_values import json_safe  # noqa: F401  (re-exported: it was defined here)
 
 #: Elements per slice when summarizing or comparing.
@@ -111,7 +111,7 @@ def array_stats(arr: np.ndarray) -> dict:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class Comparison:
     """One array compared with its golden value.
 

@@ -11,8 +11,8 @@ size is checked against the file before use.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
+from ..records import record
 from ..errors import WrpModuleError
 
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # ELF64 header (64 bytes)
@@ -24,7 +24,7 @@ SHN_UNDEF = 0
 EM_NAMES = {62: "x86_64", 183: "aarch64"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ObjectInfo:
     """What wrpkit needs to know about one object file.
 

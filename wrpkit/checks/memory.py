@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from typing import Optional
 
+from ..records import record
 from ..errors import WrpBindingError, WrpOutOfMemoryError
 
 #: A region is "far larger than any op reaches" when it is above this many
@@ -64,7 +64,7 @@ def parse_size(text) -> int:
     return int(value)
 
 
-@dataclass
+@record
 class DeclaredMemory:
     """What loading a capture allocates.
 
@@ -185,7 +185,7 @@ def region_reach(model) -> dict:
     return reach
 
 
-@dataclass
+@record
 class Unreached:
     """A region far larger than anything the capture does with it."""
 

@@ -7,11 +7,12 @@ that ``wrp validate`` can list them all.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
+from ..records import record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class Problem:
     """One validation finding.
 

@@ -27,11 +27,10 @@ Nothing here imports Warp or numpy.
 from __future__ import annotations
 
 import re
-from dataclasses import field
 from typing import Mapping, Optional
 
+from ..records import field, record
 from .. import model as m
-from ..records import record
 from ..errors import WrpBindingError
 from ..formats import annotations as ann
 from ..formats.launch_arrays import ARRAY_BYTES, descriptor_view

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
+from ..records import field, record
 from .. import model as m
 from ..checks.effects import kernel_name, launch_argument, launch_label
 from ..errors import WrpValidationError
@@ -36,7 +36,7 @@ from ..formats.launch_arrays import DescriptorLayoutError, argument_arrays, desc
 _HANDLE_FIELDS = {"bvh_id", "grid_id", "at"}
 
 
-@dataclass
+@record
 class DiffResult:
     """The differences between captures ``a`` and ``b``.
 

@@ -12,13 +12,13 @@ edges to arrays with a mode (``"read"``, ``"write"``, ``"readwrite"`` or
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import struct
-from dataclasses import dataclass, field
 from typing import Optional
 
+from .. import records
+from ..records import field, record
 from .. import model as m
 from ..checks.region_types import merged_signatures, region_types
 from ..checks.effects import argument_name, effects, kernel_names, launch_argument, launch_label, merge_modes
@@ -30,7 +30,7 @@ MAX_PERIOD = 16
 _RELOC_NAMES = {k.value: k.name for k in m.RelocKind if k.value in (1, 2, 3)}
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Edge:
     """A link from an op to an array."""
 
@@ -43,7 +43,7 @@ class Edge:
         return [self.array, self.mode, self.bytes, self.arg]
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class ArrayNode:
     """An array: a binding's region, or a region without a binding."""
 
@@ -62,7 +62,7 @@ class ArrayNode:
                 "roles": list(self.roles)}
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Item:
     """An op (``kind`` = op type) or a group (``kind`` = ``"IF"``, ``"WHILE"``, ``"THEN"``, ``"ELSE"``,
     ``"REPEAT"``) of the graph's tree."""
@@ -173,7 +173,7 @@ class _Tables:
         return self._intern(edges, self._edges_by_id, self.edge_rows, [e.to_json() for e in edges])
 
 
-@dataclass
+@record
 class Graph:
     """A capture as a graph: the item tree and the arrays."""
 
@@ -428,7 +428,7 @@ class _Builder:
     def generic(self, op: m.Op, index: str) -> Item:
         name = op.op_type.name
         details = {"op": name}
-        for f in dataclasses.fields(op):
+        for f in records.fields(op):
             v = getattr(op, f.name)
             if f.name == "at":
                 continue

@@ -20,10 +20,10 @@ from __future__ import annotations
 import html
 import json
 import math
-from dataclasses import dataclass
 from importlib import resources
 from typing import Optional
 
+from ..records import record
 from .. import model as m
 from ..checks.summary import shape_text
 from .graph import Graph, Item, build_graph, heat_colour
@@ -40,7 +40,7 @@ LANE_W = 120
 TOP = 64
 
 
-@dataclass
+@record
 class Row:
     item: Item
     depth: int

@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from ..records import field, record
 from .. import model as m
 from ..errors import WrpError, WrpRuntimeError, WrpUsageError
 
@@ -48,7 +48,7 @@ LIMITS = (
 )
 
 
-@dataclass
+@record
 class MemcheckResult:
     """What ``wrp memcheck`` found.
 

@@ -37,15 +37,15 @@ Nothing here prints.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import statistics
 import time
-from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 import numpy as np
 
+from .. import records
+from ..records import field, record
 from .. import model as m
 from ..checks.effects import launch_label
 from ..errors import WrpBindingError, WrpError
@@ -206,7 +206,7 @@ def _restore(engine, snap: dict) -> None:
             engine.write(name, data)
 
 
-@dataclass
+@record
 class _Samples:
     """Every time one profile takes, in ms, per timed round (the medians are taken at the end)."""
 
@@ -220,7 +220,7 @@ class _Samples:
     zero_in_graph: list = field(default_factory=list)  # per zero-size launch inside the calibration graph
 
 
-@dataclass
+@record
 class _Engines:
     """What one profile in this process runs: the stepped program's machine, the whole graph (for the
     plain replay) and, on a CPU device, the calibration graph of zero-size launches."""
@@ -257,7 +257,7 @@ def _open_stepped(opened, device: str, engine: str, clock: str, nvtx: bool) -> _
                                    device)
         except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
             zero = None
-    stepped = prog if zero is None else dataclasses.replace(prog, ops=list(prog.ops) + [zero])
+    stepped = prog if zero is None else records.replace(prog, ops=list(prog.ops) + [zero])
     groups = op_groups(prog.ops)
     # With a zero-size launch: one more group of GROUP_OPS of them calibrates the group floor.
     stepper = st.build_stepper(stepped, empty_leaf=True,

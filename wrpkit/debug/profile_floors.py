@@ -3,10 +3,10 @@ launch that calibrates the launch and group floors (see :func:`zero_launch`, :fu
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 from typing import Optional
 
+from .. import records
 from .. import model as m
 from .profile_groups import GROUP_OPS
 from .profile_result import round_ns
@@ -30,7 +30,7 @@ def zero_launch(program: m.Program) -> Optional[m.KernelLaunch]:
     """
     for _, op in m.walk_ops(program.ops):
         if isinstance(op, m.KernelLaunch):
-            return dataclasses.replace(op, shape=tuple(0 for _ in op.shape), size=0, dim=0)
+            return records.replace(op, shape=tuple(0 for _ in op.shape), size=0, dim=0)
     return None
 
 
@@ -39,8 +39,8 @@ def calibration_program(program: m.Program, zero: m.KernelLaunch) -> m.Program:
 
     A launch of no thread touches no memory, so the regions are never paged in.
     """
-    regions = [dataclasses.replace(r, has_initial_data=False, data=None) for r in program.regions]
-    return dataclasses.replace(program, ops=[zero] * CALIBRATION_LAUNCHES, regions=regions, bindings=[],
+    regions = [records.replace(r, has_initial_data=False, data=None) for r in program.regions]
+    return records.replace(program, ops=[zero] * CALIBRATION_LAUNCHES, regions=regions, bindings=[],
                                annotations=b"")
 
 

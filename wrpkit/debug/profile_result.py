@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..records import field, record
 from .. import model as m
 from ..checks.effects import launch_label
 from ..errors import WrpError
@@ -27,7 +27,7 @@ from .profile_format import PROFILE_FORMAT
 MIN_COVERAGE = 0.75
 
 
-@dataclass
+@record
 class ProfileResult:
     """Per-op and per-kernel times of one capture.
 

@@ -27,14 +27,14 @@ freshly built BVH.
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
 
+from .. import records
+from ..records import record
 from .. import model as m
 from ..errors import WrpError, WrpRuntimeError, WrpUsageError
 from ..atomic_writes import publish_wrp
@@ -45,7 +45,7 @@ from . import stepper as st
 from .common import input_bytes, open_program, parse_range
 
 
-@dataclass
+@record
 class SliceResult:
     """What :func:`slice` wrote.
 
@@ -184,7 +184,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
         state = state_before(opened, start, str(device), inputs)
         cut = prog.ops[start:stop]
     prefix_seconds = time.perf_counter() - t0
-    sliced = dataclasses.replace(prog, regions=_regions_from(prog, state), ops=list(cut))
+    sliced = records.replace(prog, regions=_regions_from(prog, state), ops=list(cut))
     files = _all_module_files(opened)
     if suffix == ".wrp":
         n = publish_wrp(out, wrp1.iter_wrp1_chunks(sliced), files)

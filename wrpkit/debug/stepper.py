@@ -21,13 +21,13 @@ Nothing here prints.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
+from .. import records
+from ..records import field, record
 from .. import model as m
 from ..environment import WARP_WHILE_GUARD, while_guard_error
 from ..errors import WrpError, WrpRuntimeError
@@ -58,7 +58,7 @@ def region_arguments(fx) -> dict:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class RegionInfo:
     """What is known about one region: its bindings and, where known, its typed view."""
 
@@ -174,7 +174,7 @@ def first_nonfinite(info: RegionInfo, raw: np.ndarray) -> Optional[int]:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class Stepper:
     """The rewritten program and what is needed to run its leaves one by one.
 
@@ -258,7 +258,7 @@ def build_stepper(program: m.Program, empty_leaf: bool = False, groups=()) -> St
             paths[leaf] = (np.append(idx, always).astype(np.intp), np.append(vals, 1).astype(np.int32))
     ctl = m.Region(region_id=ctl_id, element_size=4, size=4 * max(1, slots), has_initial_data=False)
     bindings = region_bindings(program) + [m.Binding(CONTROL_BINDING, ctl_id)]
-    rewritten = dataclasses.replace(program, bindings=bindings, regions=list(program.regions) + [ctl], ops=ops)
+    rewritten = records.replace(program, bindings=bindings, regions=list(program.regions) + [ctl], ops=ops)
     return Stepper(rewritten, leaves, {id(op): i for i, op in enumerate(leaves)}, paths, ctl_id, empty,
                    group_leaves)
 
@@ -271,7 +271,7 @@ def region_bindings(program: m.Program) -> list:
 
 def prefix_program(program: m.Program, stop: int) -> m.Program:
     """A copy of ``program`` holding top-level ops ``[0, stop)``, every region bound by name."""
-    return dataclasses.replace(program, bindings=region_bindings(program), ops=program.ops[:stop])
+    return records.replace(program, bindings=region_bindings(program), ops=program.ops[:stop])
 
 
 # ---------------------------------------------------------------------------

@@ -25,12 +25,12 @@ import json
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
 import numpy as np
 
+from ..records import field, record
 from .. import model as m
 from ..checks.effects import effects, launch_label
 from ..errors import EXIT_FAILED, EXIT_OK, WrpError, WrpFormatError
@@ -48,7 +48,7 @@ TRACE_FORMAT = "wrpkit-trace/1"
 CHILD_TIMINGS = ("digest_seconds", "step_seconds", "load_seconds", "digest_cpu_seconds", "step_cpu_seconds")
 
 
-@dataclass
+@record
 class TraceResult:
     """The digest trace of one replay.
 

@@ -22,12 +22,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from ..records import field, record
 from .. import model as m
 from ..checks.effects import effects, launch_label
 from ..errors import WrpError
@@ -46,7 +46,7 @@ np.savez(outp, **out)
 """
 
 
-@dataclass
+@record
 class Mismatch:
     """One binding whose replayed value differs from the live step's.
 
@@ -70,7 +70,7 @@ class Mismatch:
                 "first": self.first, "writers": self.writers}
 
 
-@dataclass
+@record
 class VerifyReport:
     """The result of :func:`verify`.
 

@@ -6,7 +6,7 @@ at capture time in an ``Annotations`` FlatBuffer (``schema/wrp.fbs``, file
 identifier ``"WRPK"``), stored as raw bytes in :attr:`wrpkit.model.Program.annotations`
 (an extra WRP1 section that Warp's loader skips, or a field of a ``.wrpk``).
 
-This module maps that FlatBuffer to small frozen dataclasses
+This module maps that FlatBuffer to small frozen records (:func:`wrpkit.records.record`)
 (:class:`DataType`, :class:`ArraySignature`, ...), and maps data types to
 numpy (:func:`numpy_dtype`, :func:`element_layout`, :func:`view_region`).
 Nothing here imports Warp: the mapping from and to Warp types is
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import functools
-from dataclasses import field
 from typing import Optional
 
 
@@ -33,8 +32,8 @@ class _LazyNumpy:
 
 np = _LazyNumpy()
 
+from ..records import field, record
 from ..errors import WrpBindingError, WrpFormatError
-from ..records import record
 from .fbs.ArgumentAccess import ArgumentAccess as _SchemaArgumentAccess
 from .fbs.ScalarKind import ScalarKind as _SchemaScalarKind
 

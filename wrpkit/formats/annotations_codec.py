@@ -1,7 +1,7 @@
 """Encoding wrpkit's annotations as an ``Annotations`` FlatBuffer without the
 FlatBuffers runtime (the ``.wrpk`` struct-based builder); the verifier the
 C++ reader mirrors is :func:`wrpkit.formats.wrpk.reader.verify_annotations`.
-:mod:`wrpkit.formats.annotations` builds on this to encode its dataclasses.
+:mod:`wrpkit.formats.annotations` builds on this to encode its records.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ written by another producer) the bytes are kept as ``{"base64": ...}``.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional
 
+from .. import records
 from . import annotations as ann
 from ..errors import WrpError, WrpFormatError
 
@@ -37,7 +37,7 @@ def _is_kind(v) -> bool:
 def _argument_out(x: ann.KernelArgument) -> dict:
     # Every field of the dataclass, so that fields appended to the schema are carried too.
     out = {}
-    for f in dataclasses.fields(x):
+    for f in records.fields(x):
         v = getattr(x, f.name)
         out[f.name] = (_dtype_out(v) if v is not None else None) if f.name == "dtype" else int(v) \
             if isinstance(v, int) and not isinstance(v, bool) else v
@@ -156,7 +156,7 @@ def annotations_from_json(d, path: str = "annotations") -> bytes:
         for j, a in enumerate(_get(k, "arguments", p, list)):
             q = f"{p}.arguments[{j}]"
             kw = {}
-            for f in dataclasses.fields(ann.KernelArgument):
+            for f in records.fields(ann.KernelArgument):
                 if f.name == "dtype":
                     dt = a.get("dtype") if isinstance(a, dict) else None
                     kw["dtype"] = _dtype_in(dt, q + ".dtype") if dt is not None else None

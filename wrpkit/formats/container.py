@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import field
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..records import field, record
 from . import wrp1
 from .wrp1_limits import DEFAULT_LIMITS, Limits
 from ..errors import WrpError, WrpFormatError, WrpIOError, WrpModuleError
 from ..file_reads import MappedFile, map_file, read_file
 from ..module_dirs import find_modules_dir, is_plain_basename, sibling_modules_dirs
 from ..model import Program
-from ..records import record
 
 def _is_dir(p: Path) -> bool:
     try:

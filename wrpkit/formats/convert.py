@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..records import record
 from . import wrp1
 from .container import open_capture
 from ..errors import WrpError, WrpFormatError, WrpModuleError, WrpNotFoundError, WrpUsageError
@@ -25,7 +25,7 @@ from ..output_paths import check_output_path
 FORMATS = {".wrp": "wrp", ".wrpk": "wrpk", ".json": "json"}
 
 
-@dataclass
+@record
 class ConvertResult:
     """What :func:`convert` did."""
 

@@ -22,9 +22,9 @@ error; see ``schema/VALIDATION-RULES.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from ..records import record
 from .. import model as m
 from .wrp1_layout import ARRAY_RECORD, INDEXED_ARRAY_RECORD
 
@@ -45,7 +45,7 @@ class DescriptorLayoutError(ValueError):
     """An argument's relocation slots do not follow the layout of Warp's argument types."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArrayDescriptor:
     """One ``array_t`` (or ``indexedarray_t``) inside a launch argument.
 

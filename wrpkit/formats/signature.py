@@ -16,10 +16,10 @@ import hashlib
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Optional, Sequence
 
+from ..records import field, record
 from ..errors import WrpIOError, WrpSignatureError, WrpUsageError
 
 #: The environment variable that requires signatures for every load: key files or folders, ``:``-separated.
@@ -66,7 +66,7 @@ def modules_prefix(capture: os.PathLike) -> str:
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TrustedPem:
     """One trusted PEM object: ``kind`` is ``"key"`` or ``"cert"``; ``source`` the file it came from."""
 
@@ -75,7 +75,7 @@ class TrustedPem:
     source: str
 
 
-@dataclass
+@record
 class Trust:
     """The keys and certificates a capture must be signed by, and where its signature is.
 
@@ -336,7 +336,7 @@ def _check_loadable(pems: list) -> None:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class Envelope:
     """The parts of a bundle that step 3 needs."""
 

@@ -10,17 +10,17 @@ when a new release moves what it uses (the version is pinned).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..records import record
 from ..errors import WrpError, WrpUsageError
 from ..atomic_writes import atomic_write
 from ..module_dirs import find_modules_dir
 from .signature import default_signature_path, modules_prefix, module_entries
 
 
-@dataclass
+@record
 class Signed:
     """What :func:`sign_capture` wrote.
 

@@ -37,9 +37,9 @@ What changes, per format (README "Keeping captures across Warp upgrades"):
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Optional
 
+from ..records import field, record, replace
 from .. import model as m
 from ..errors import WrpError
 from .wrp1_layout import CURRENT_FORMAT, LAYOUTS, describe_format
@@ -53,7 +53,7 @@ ARRAY_T = struct.Struct("<QQ4i4iHH4x")
 ARRAY_T_ALIGN = 8
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArgSpec:
     """One kernel argument as the installed Warp packs it.
 
@@ -70,7 +70,7 @@ class ArgSpec:
     align: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RebuiltKernel:
     """A kernel compiled by the installed Warp, to replace a format-3 one."""
 
@@ -84,7 +84,7 @@ class RebuiltKernel:
     args: tuple
 
 
-@dataclass
+@record
 class KernelRoute:
     """Which route one kernel's module took in an upgrade.
 
@@ -100,7 +100,7 @@ class KernelRoute:
     detail: str = ""
 
 
-@dataclass
+@record
 class UpgradeReport:
     """What :func:`upgrade_program` did."""
 

@@ -20,10 +20,9 @@ checked against Warp 1.19.0's ``warp/native/apic_types.h``.
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
 
+from ..records import record, replace
 from ..apic_types import OpType
-from ..records import record
 
 # -- constant across versions ------------------------------------------------
 

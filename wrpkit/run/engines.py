@@ -20,10 +20,10 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from ..records import field, record
 from ..environment import hit_while_guard, warp_replay_error
 from ..errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFormatError, WrpOutOfMemoryError,
                       WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
@@ -37,7 +37,7 @@ from .native_lib import NATIVE_LIB, PACKAGE_NATIVE as _PACKAGE_NATIVE, find_libr
 # ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NativePaths:
     """The native replayer's files as found now (None where absent).
 
@@ -129,7 +129,7 @@ def native_paths() -> NativePaths:
 # ---------------------------------------------------------------------------
 
 
-@dataclass
+@record
 class ReplayRequest:
     """What to replay and what to bring back, for either engine.
 
@@ -184,7 +184,7 @@ class ReplayRequest:
         return WrpTimeoutError(timeout_message(seconds, self.replays), hint=timeout_hint(self.replays))
 
 
-@dataclass
+@record
 class EngineRun:
     """What an engine brings back.
 
@@ -402,7 +402,7 @@ NATIVE_MAX_CASES_PER_WORKER = 10
 NATIVE_REASON = f"--engine auto: no option needs the python engine, and {NATIVE_EXE} is faster"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EngineChoice:
     """The engine a run uses and why.
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..records import record
 from ..errors import WrpError, WrpIOError, WrpNotFoundError
 from ..atomic_writes import atomic_write
 from ..file_reads import map_file, read_file
@@ -26,7 +26,7 @@ from ..output_paths import make_folder, remove_empty_folders
 WARP_LIBRARIES = ("warp.so", "warp-clang.so")
 
 
-@dataclass
+@record
 class ExportResult:
     """What :func:`export_runtime` wrote.
 

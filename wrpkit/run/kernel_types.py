@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from dataclasses import dataclass
 from typing import Optional
 
+from ..records import record
 from ..formats import annotations as ann
 from .warp_dtypes import array_ctype as _array_ctype
 from .warp_dtypes import array_family as _family
@@ -35,7 +35,7 @@ from .warp_dtypes import array_family as _family
 _cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArraySlot:
     """One array descriptor inside a kernel argument (the argument itself, or an array field of a struct).
 
@@ -54,7 +54,7 @@ class ArraySlot:
     dtype: Optional[ann.DataType]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ArgumentType:
     """One kernel argument's type, read from the object Warp resolved for it.
 

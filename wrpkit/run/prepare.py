@@ -10,10 +10,10 @@ and ``wrp regress`` share it without loading Warp.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ..records import field, record
 from ..formats import annotations as ann
 from ..formats import wrp1
 from ..formats.signature import ENVIRONMENT, Trust
@@ -32,7 +32,7 @@ from ..errors import (
 from ..apic_types import DeviceType
 
 
-@dataclass
+@record
 class Prepared:
     """A decoded, validated capture that is ready to load on a device.
 

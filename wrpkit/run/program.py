@@ -235,15 +235,15 @@ class Program:
         self._check_open()
         if self._captured_released:
             return
-        import dataclasses  # noqa: PLC0415
+        from .. import records  # noqa: PLC0415
 
         self._captured_released = True
-        self.model = dataclasses.replace(self.model, regions=[dataclasses.replace(r, data=None)
-                                                              for r in self.model.regions])
+        self.model = records.replace(self.model, regions=[records.replace(r, data=None)
+                                                          for r in self.model.regions])
         _detach_views(self.model)
         # The source's bytes go (a file's mapping stays: it is the file's pages, and close() closes it).
-        self._prepared = dataclasses.replace(self._prepared, model=self.model, source_buffer=None, wrp_bytes=None,
-                                             deferred=[], _keep=[k for k in self._prepared._keep
+        self._prepared = records.replace(self._prepared, model=self.model, source_buffer=None, wrp_bytes=None,
+                                         deferred=[], _keep=[k for k in self._prepared._keep
                                                                  if hasattr(k, "close")])
 
     def __reduce__(self):
@@ -576,7 +576,7 @@ _UNPICKLED_PER_BUNDLE = 8
 def _detach_views(model) -> None:
     """Replace every ``memoryview`` the model's records hold (a launch's argument bytes, names) by
     ``bytes`` of its own: a view of a few bytes keeps the whole buffer it was decoded from alive."""
-    import dataclasses  # noqa: PLC0415
+    from .. import records  # noqa: PLC0415
 
     stack = [model]
     while stack:
@@ -584,13 +584,13 @@ def _detach_views(model) -> None:
         if isinstance(obj, (list, tuple)):
             stack.extend(obj)
             continue
-        if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        if not records.is_record(obj) or isinstance(obj, type):
             continue
-        for f in dataclasses.fields(obj):
+        for f in records.fields(obj):
             value = getattr(obj, f.name, None)
             if isinstance(value, memoryview):
                 object.__setattr__(obj, f.name, bytes(value))
-            elif isinstance(value, (list, tuple)) or dataclasses.is_dataclass(value):
+            elif isinstance(value, (list, tuple)) or records.is_record(value):
                 stack.append(value)
 
 

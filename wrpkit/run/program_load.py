@@ -51,12 +51,12 @@ def _image_with_bindings(model, hidden: dict):
     others and :func:`~wrpkit.run.mapped_image.build_mapped_image` maps all of it from the
     source's pages at one shift (a ``.wrp``, a bundle or a memory file): no copy of the data.
     """
-    import dataclasses  # noqa: PLC0415
+    from .. import records  # noqa: PLC0415
 
     from ..model import Binding  # noqa: PLC0415
     from .mapped_image import build_mapped_image  # noqa: PLC0415
 
-    extended = dataclasses.replace(model, bindings=list(model.bindings) + [Binding(n, r) for n, r in hidden.items()])
+    extended = records.replace(model, bindings=list(model.bindings) + [Binding(n, r) for n, r in hidden.items()])
     return build_mapped_image(extended)[0]
 
 

@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import tempfile
 import threading
@@ -34,6 +33,7 @@ from typing import Mapping, Optional
 
 import warp as wp
 
+from .. import records
 from ..formats import annotations as ann
 from .warp_dtypes import signature_of_array
 from .warp_internals import apic_capture
@@ -450,7 +450,7 @@ def _export(graph, tmp: Path, inputs: Mapping, outputs: Mapping):
     for role, d in (("input", inputs), ("output", outputs)):
         for name, arr in d.items():
             if name in sigs:
-                sigs[name] = dataclasses.replace(sigs[name], is_output=True)
+                sigs[name] = records.replace(sigs[name], is_output=True)
                 continue
             sigs[name] = signature_of_array(name, arr, _byte_offset(cap, arr), is_input=role == "input",
                                                 is_output=role == "output")

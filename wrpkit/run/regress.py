@@ -44,12 +44,12 @@ from __future__ import annotations
 import io
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import numpy as np
 
+from ..records import record
 from ..checks.json_values import json_safe
 from ..errors import EXIT_FAILED, EXIT_OK, WrpError
 from .regress_case import VERDICTS, CaseResult, case_job, read_npz
@@ -137,7 +137,7 @@ def _write_golden(case_res: CaseResult, golden: Path, settings: dict) -> str:
     return f"wrote {golden.name}: " + (", ".join(changes) if old else "new golden") + note
 
 
-@dataclass
+@record
 class RegressReport:
     """The verdicts of a suite, in case order.
 

@@ -14,12 +14,12 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from ..records import field, fields, record
 from ..checks.json_values import json_safe
 from ..errors import EXIT_FAILED, WrpDeviceError, WrpError
 from ..atomic_writes import pwrite_all
@@ -30,7 +30,7 @@ from .regress_suite import SUITE_FILE, Case
 VERDICTS = ("pass", "fail", "error", "skip", "xfail", "xpass")
 
 
-@dataclass
+@record
 class CaseResult:
     """The verdict of one case.
 

@@ -12,10 +12,10 @@ import fnmatch
 import math
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..records import field, record
 from ..errors import EXIT_USAGE, WrpError, WrpNotFoundError
 
 #: The suite's settings file, at the suite's root.
@@ -27,7 +27,7 @@ CASE_KEYS = {"rtol": (int, float), "atol": (int, float), "equal_nan": (bool,), "
              "device": (str,), "expect": (str,), "skip": (str,), "reason": (str,)}
 
 
-@dataclass
+@record
 class CaseSettings:
     """What a case is checked with (suite defaults, then the caller's options, then the case's own entry)."""
 
@@ -41,7 +41,7 @@ class CaseSettings:
     reason: Optional[str] = None  # why it is expected to fail
 
 
-@dataclass
+@record
 class Case:
     """One capture of a suite and the files beside it.
 

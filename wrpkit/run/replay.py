@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from ..records import field, record
 from ..errors import EXIT_FAILED, WrpError
 
 
-@dataclass
+@record
 class ReplayReport:
     """What a replay found: everything ``wrp replay`` prints, as data.
 
@@ -244,7 +244,7 @@ def _write_npy(path, array) -> None:
     atomic_write(path, [], finish=write)
 
 
-@dataclass
+@record
 class _Given:
     """The user's arrays: inputs (raw and coerced to their bindings) and the golden values."""
 

@@ -30,19 +30,19 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .. import records
+from ..records import field, record
 from .. import model as m
 from ..binding_roles import binding_roles
 from ..errors import WrpKernelsError
 from ..formats import annotations as ann
 
 
-@dataclass
+@record
 class KernelMatch:
     """How one recorded kernel was matched against the ``--kernels`` files.
 
@@ -71,7 +71,7 @@ class KernelMatch:
                 "file": self.file, "matched": self.signature is not None, "code": self.code, "reason": self.reason}
 
 
-@dataclass
+@record
 class SourceTyping:
     """What :func:`type_from_source` found.
 
@@ -262,9 +262,9 @@ def type_from_source(program: m.Program, annotations: Optional[ann.Annotations],
                      else "")))
     base = annotations or ann.Annotations(producer="wrpkit --kernels")
     added = tuple(k.signature for k in typing.matched if (k.module_hash, k.kernel_key) not in have)
-    merged = dataclasses.replace(base, kernel_signatures=tuple(base.kernel_signatures) + added)
+    merged = records.replace(base, kernel_signatures=tuple(base.kernel_signatures) + added)
     sigs, typing.bindings_typed = binding_signatures(program, merged, warp_types)
-    typing.annotations = dataclasses.replace(merged, signature=tuple(merged.signature) + tuple(sigs))
+    typing.annotations = records.replace(merged, signature=tuple(merged.signature) + tuple(sigs))
     typing.seconds = time.perf_counter() - t0
     return typing
 
@@ -482,7 +482,7 @@ def type_program(program: m.Program, kernels: Sequence) -> Optional[SourceTyping
 
 
 
-@dataclass
+@record
 class AnnotateResult:
     """What :func:`annotate` wrote.
 
@@ -554,9 +554,9 @@ def annotate(src, dst, kernels: Sequence) -> AnnotateResult:
     files = dict(prep.modules)
     notes = typing.annotations
     if not notes.module_digests:  # pin the module files too, as a wrpkit capture does
-        notes = dataclasses.replace(notes, module_digests=tuple(ann.ModuleDigest.of(n, d) for n, d in files.items()))
+        notes = records.replace(notes, module_digests=tuple(ann.ModuleDigest.of(n, d) for n, d in files.items()))
     typing.annotations = notes
-    program = dataclasses.replace(prep.model, annotations=ann.encode_annotations(notes))
+    program = records.replace(prep.model, annotations=ann.encode_annotations(notes))
     problems = [p for p in validate_program(program, annotations=typing.annotations)
                 if getattr(p, "severity", "error") == "error"]
     if problems:

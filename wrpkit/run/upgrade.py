@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..records import record
 from .. import environment
 from .. import model as m
 from ..errors import WrpError, WrpFormatError, WrpKernelsError, WrpNotFoundError
@@ -31,7 +31,7 @@ from ..formats.wrp1_layout import CURRENT_FORMAT, LAYOUTS
 from ..formats.wrpk.reader import verify_annotations
 
 
-@dataclass
+@record
 class UpgradeResult:
     """What :func:`upgrade` wrote.
 

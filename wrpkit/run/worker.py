@@ -33,11 +33,11 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 import numpy as np
 
+from ..records import field, record
 from ..errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpFormatError, WrpRuntimeError,
                       WrpTimeoutError, timeout_message)
 from .spawn import child_channel, output_tail, spawn_served, take_prestarted
@@ -47,7 +47,7 @@ from .spawn import child_channel, output_tail, spawn_served, take_prestarted
 
 
 
-@dataclass
+@record
 class ChildRun:
     """What a child replay returned.
 
