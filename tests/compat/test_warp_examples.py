@@ -49,6 +49,7 @@ def test_the_tool_finds_the_wheels_examples():
     assert len(names) >= 40 and all("/example_" in n for n in names)
 
 
+@pytest.mark.slow  # every route on one example (about 12 s)
 def test_every_route_passes_on_one_small_example(tmp_path):
     out = tmp_path / "matrix.json"
     md = tmp_path / "matrix.md"

@@ -37,6 +37,7 @@ def test_kernels_sharing_a_key_are_told_apart_by_module(tmp_path):
     assert [row["kernel"] for row in d["kernels"]] == []  # paired, not "removed" and "added"
 
 
+@pytest.mark.slow  # every tool on one capture (about 5 s)
 def test_every_tool_names_two_kernels_sharing_a_key_apart(tmp_path):
     """inspect, trace, profile, graph and diff call each of two same-key kernels by one name: key and module."""
     a = capture(tmp_path, "a", "unique")
@@ -69,6 +70,7 @@ def test_one_program_holding_a_mesh_captured_twice_is_identical(tmp_path, how):
     assert r.returncode == 0 and "identical" in r.stdout, r.stdout
 
 
+@pytest.mark.slow  # trace, profile, graph and diff (about 3 s)
 def test_backward_launches_are_named_and_write_gradients(tmp_path):
     path = capture(tmp_path, "tape", "tape")
     kernels = HERE / "meaning_programs.py"
@@ -134,6 +136,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow  # four traces of two captures (about 7 s)
 def test_a_typed_trace_matches_an_untyped_one_and_an_edit_is_found_where_it_is(tmp_path):
     paths = {}
     for name, sign in (("a", "-1.0"), ("edited", "1.0")):

@@ -18,6 +18,11 @@ import sys
 import pytest
 from proc_helpers import TESTS_DIR, run, wrp
 
+# Each test plants an out-of-bounds access and finds it with guarded, stepped replays in a child: a
+# fault caught, like the crash tests the fast lane leaves out. Making the captures and the Warp
+# debug-mode runs they are held to takes about 20 s.
+pytestmark = pytest.mark.slow
+
 PROGRAM = TESTS_DIR / "memcheck_program.py"
 KERNELS = TESTS_DIR / "memcheck_kernels.py"
 CASES = ("launch", "rows", "indexed", "under", "nested")

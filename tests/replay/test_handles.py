@@ -62,6 +62,7 @@ def test_a_stock_raw_mesh_id_gets_one_hint_and_one_exit_code_everywhere(tmp_path
     assert native.returncode == 3 and hint in " ".join(native.stderr.split())
 
 
+@pytest.mark.slow  # captures a mesh twice (about 4 s)
 def test_mesh_refit_inside_a_cpu_capture_is_named_by_capture_and_check(tmp_path):
     path = tmp_path / "refit.wrp"
     r = run(sys.executable, "-W", "always", PROGRAM, "handle", "wrpkit", path, "refit")

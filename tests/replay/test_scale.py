@@ -304,6 +304,7 @@ def test_trace_of_bytes_in_a_child_matches_the_file(typed):
     assert got == wrpkit.trace(typed["wrp"], isolate=False).to_json()["ops"]
 
 
+@pytest.mark.slow  # both engines on a JSON capture (about 4 s)
 def test_a_json_capture_replays_on_both_engines(typed, stock, tmp_path):
     """wrp-replay reads no JSON: the native engine hands it the same program as a bundle in memory (it used to
     pass the .json's path and fail with "expected WRP1"). Outputs equal the .wrp's on both engines."""
