@@ -12,7 +12,6 @@ bytes it hashed, which are then the bytes loaded.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -64,6 +63,14 @@ def modules_prefix(capture: os.PathLike) -> str:
 # ---------------------------------------------------------------------------
 # Trusted keys
 # ---------------------------------------------------------------------------
+
+
+def _sha256(data: bytes = b""):
+    """``hashlib.sha256(data)``, with hashlib (OpenSSL's library, ~4 ms to load) imported when first
+    used: every command that takes --trusted-key imports this module, and most check no signature."""
+    import hashlib  # noqa: PLC0415
+
+    return hashlib.sha256(data)
 
 
 @record(frozen=True)
@@ -187,7 +194,7 @@ class Trust:
             raise WrpSignatureError(f"not covered by the signature: {name} is not among the {len(resources)} "
                                     f"file(s) {sig_path} signs",
                                     hint="The signature is of other files: sign this capture with `wrp sign`.")
-        if hashlib.sha256(data).hexdigest() != resources[name]:
+        if _sha256(data).hexdigest() != resources[name]:
             raise WrpSignatureError(f"changed after signing: {name}", hint=TAMPER_HINT)
         if kind != "wrp":
             return {}
@@ -201,7 +208,7 @@ class Trust:
         keys, certs = self._objects()
         signed = pae(envelope.payload_type.encode(), envelope.payload)
         if envelope.certificates is not None:
-            who = "sha256:" + hashlib.sha256(envelope.certificates[0]).hexdigest()[:16]
+            who = "sha256:" + _sha256(envelope.certificates[0]).hexdigest()[:16]
             candidates = _chained_key(envelope.certificates, certs)
         else:
             who = "sha256:" + envelope.hint[:16] if envelope.hint else None
@@ -225,7 +232,7 @@ def fingerprint(public_key) -> str:
     from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
 
     pem = public_key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(pem).hexdigest()
+    return _sha256(pem).hexdigest()
 
 
 def _curve_hash(key):
@@ -517,7 +524,7 @@ def parse_statement(payload: bytes, sig_path) -> dict:
         resources = _get(predicate, "resources", list, "predicate")
         if len(resources) > MAX_RESOURCES:
             raise _Malformed(f"{len(resources)} resources, over {MAX_RESOURCES}")
-        out, hasher = {}, hashlib.sha256()
+        out, hasher = {}, _sha256()
         for i, r in enumerate(resources):
             where = f"resources[{i}]"
             name = _get(r, "name", str, where)
@@ -608,7 +615,7 @@ def _check_modules(capture: Path, modules_dir: Optional[Path], resources: Mappin
         if entry not in signed:
             raise WrpSignatureError(f"added after signing: {name}", hint=TAMPER_HINT)
         data = _read_entry(modules_dir / entry)
-        if data is None or hashlib.sha256(data).hexdigest() != signed[entry]:
+        if data is None or _sha256(data).hexdigest() != signed[entry]:
             raise WrpSignatureError(f"changed after signing: {name}" + (" (not a regular file)" if data is None
                                                                          else ""), hint=TAMPER_HINT)
         out[entry] = data
@@ -655,7 +662,7 @@ def describe(capture: os.PathLike, signature=None) -> Optional[dict]:
         return {"path": str(path), "error": e.message}
     if env.certificates is not None:
         return {"path": str(path), "kind": "certificate",
-                "key": "sha256:" + hashlib.sha256(env.certificates[0]).hexdigest()}
+                "key": "sha256:" + _sha256(env.certificates[0]).hexdigest()}
     return {"path": str(path), "kind": "key", "key": "sha256:" + env.hint if env.hint else None}
 
 
