@@ -77,6 +77,11 @@ def _interrupt_at_random(cmd: list, output: Path, sig: int, seed: int, window: f
         elif proc.returncode == 0:
             if not output.exists():
                 problems.append(f"try {i} ({delay:.3f} s): exit 0 but no {output.name}")
+        elif proc.returncode == -sig and not err.strip():
+            # Sent at once, it ended wrp before the launcher's first instruction, as it ends any program
+            # (test_the_launcher_holds_signals_until_wrpkit_takes_them): nothing ran, so nothing is written.
+            if output.exists():
+                problems.append(f"try {i} ({delay:.3f} s): killed before it started, yet {output.name} exists")
         elif proc.returncode != 130 or tail != "interrupted":
             problems.append(f"try {i} ({delay:.3f} s): exit {proc.returncode}, last line {tail!r}")
         elif output.exists() and (why := _not_whole(output)):
