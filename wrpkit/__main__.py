@@ -69,11 +69,9 @@ def main():
         from .cli import main as group
 
         return group.main(prog_name="wrp")
-    except KeyboardInterrupt:
-        return _interrupted()
     except BaseException as e:
-        # A signal whose KeyboardInterrupt came wrapped in another error (an import it cut short);
-        # an exit the command chose stands.
+        # Ctrl-C or SIGTERM, also when its KeyboardInterrupt came wrapped in another error (an import it
+        # cut short); an exit the command chose stands.
         if not isinstance(e, SystemExit) and _caused_by_interrupt(e):
             return _interrupted()
         raise

@@ -81,7 +81,8 @@ def field(*, default=MISSING, default_factory=MISSING, init: bool = True, repr: 
     return RecordField(default, default_factory, init, repr, hash, compare, metadata)
 
 
-#: ``{class: (its fields, frozen)}`` of every record class, bases' fields included.
+#: ``{class: (its fields with ClassVars, its fields, frozen)}`` of every record class, bases' fields
+#: included: :func:`fields` answers per op on the tools' paths (``--ops``, diff), so it only looks up.
 _RECORDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -91,7 +92,7 @@ def fields(class_or_instance) -> tuple:
     for klass in cls.__mro__:
         known = _RECORDS.get(klass)
         if known is not None:
-            return tuple(f for f in known[0] if not f.classvar)
+            return known[1]
     raise TypeError("must be called with a dataclass type or instance")
 
 
@@ -130,10 +131,9 @@ def record(cls=None, /, *, frozen: bool = False, slots: bool = False):
 def _from_dataclass_field(value) -> RecordField:
     """A ``dataclasses.Field`` given in a class body (``dataclasses`` is imported, then) as a RecordField."""
     missing = sys.modules["dataclasses"].MISSING
-    f = RecordField(MISSING if value.default is missing else value.default,
-                    MISSING if value.default_factory is missing else value.default_factory,
-                    value.init, value.repr, value.hash, value.compare, value.metadata)
-    return f
+    return RecordField(MISSING if value.default is missing else value.default,
+                       MISSING if value.default_factory is missing else value.default_factory,
+                       value.init, value.repr, value.hash, value.compare, value.metadata)
 
 
 def _is_dataclass_field(value) -> bool:
@@ -160,27 +160,27 @@ def _process(cls, frozen: bool, slots: bool):
             has_record_bases = True
             for f in known[0]:
                 all_fields[f.name] = f
-            any_frozen_base |= known[1]
-    for name, annotation in body.get("__annotations__", {}).items():
+            any_frozen_base |= known[2]
+    annotations = body.get("__annotations__", {})
+    for name, annotation in annotations.items():
         value = body.get(name, MISSING)
-        if isinstance(value, RecordField):
-            f = value
-        elif _is_dataclass_field(value):
-            f = _from_dataclass_field(value)
-        else:
+        given = isinstance(value, RecordField) or _is_dataclass_field(value)
+        if not given:
             f = RecordField(default=value)
+        else:
+            f = value if isinstance(value, RecordField) else _from_dataclass_field(value)
         f.name, f.type = name, annotation
         f.classvar = _is_classvar(annotation)
         if not f.classvar and f.default is not MISSING and f.default.__class__.__hash__ is None:
             raise ValueError(f"mutable default {type(f.default)} for field {name} is not allowed: use default_factory")
         all_fields[name] = f
-        if isinstance(value, RecordField) or _is_dataclass_field(value):
+        if given:  # the class attribute becomes the default, or goes, as dataclass does
             if f.default is MISSING:
                 delattr(cls, name)
             else:
                 setattr(cls, name, f.default)
     for name, value in body.items():
-        if (isinstance(value, RecordField) or _is_dataclass_field(value)) and name not in body.get("__annotations__", {}):
+        if (isinstance(value, RecordField) or _is_dataclass_field(value)) and name not in annotations:
             raise TypeError(f"{name!r} is a field but has no type annotation")
     if has_record_bases:
         if any_frozen_base and not frozen:
@@ -211,7 +211,7 @@ def _process(cls, frozen: bool, slots: bool):
     _set_new(cls, "__match_args__", tuple(f.name for f in field_list if f.init))
     if slots:
         cls = _add_slots(cls, frozen, field_list)
-    _RECORDS[cls] = (tuple(all_fields.values()), frozen)
+    _RECORDS[cls] = (tuple(all_fields.values()), tuple(field_list), frozen)
     # Read by introspection only (dataclasses.fields, replace, asdict, is_dataclass): made on first use.
     cls.__dataclass_fields__ = _LazyDataclassFields(cls)
     cls.__dataclass_params__ = _LazyDataclassParams(cls, frozen)
@@ -369,8 +369,7 @@ class _LazyDataclassFields:
                                       metadata=f.metadata)
             d.name, d.type = f.name, f.type
             d._field_type = dataclasses._FIELD_CLASSVAR if f.classvar else dataclasses._FIELD  # noqa: SLF001
-            if sys.version_info >= (3, 10):
-                d.kw_only = False
+            d.kw_only = False
             out[f.name] = d
         type.__setattr__(self.owner, "__dataclass_fields__", out)
         return out

@@ -11,6 +11,7 @@ from dataclasses import field
 
 import subprocess
 import sys
+import weakref
 
 import pytest
 
@@ -114,8 +115,6 @@ def test_slots_records_hold_no_weakref():
     for cls in (A, B, F):
         assert "__weakref__" not in vars(cls) and "__dict__" not in vars(cls)
         with pytest.raises(TypeError):
-            import weakref  # noqa: PLC0415
-
             weakref.ref(cls.__new__(cls))
 
 
