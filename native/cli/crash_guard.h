@@ -11,7 +11,7 @@
 // Which op crashed is not known inside Warp's one-call replay.  With a locator
 // set, the handler instead execs wrp-replay again (the same command line plus
 // --locate-crash=SIGNUM; execve is async-signal-safe), and that fresh process
-// finds the op by replaying prefixes of the graph in children.  If the exec
+// names the op by one more run with op slots (locate_crash.h).  If the exec
 // fails, the prepared message is printed as before.
 #pragma once
 

@@ -8,9 +8,12 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/time.h>
@@ -20,23 +23,25 @@
 #include "cli_error.h"
 #include "crash_guard.h"
 #include "json_writer.h"
+#include "op_slot.h"
 #include "program_setup.h"
 
 namespace wrpcli {
 
 namespace {
 
-// Without --timeout the search gets as long as `wrp replay` gives it (wrpkit.run.crash.IDENTIFY_BUDGET_S).
+// Without --timeout the second run gets as long as `wrp replay` gives it (wrpkit.run.crash.IDENTIFY_BUDGET_S).
 constexpr double kSearchBudgetS = 120.0;
 
 enum class Probe { Ran, Crashed, Failed, OutOfTime };
 
-// The child: open the first `count` ops, set the inputs, run the replays; exit 0 if all ran.
-[[noreturn]] void probe_child(const CliArgs& args, uint64_t count)
+// The child: open the graph with op slots, guard the slot into `slot_fd`, set the inputs, run the
+// replays; exit 0 if all ran.  A crash leaves the op's slot record in `slot_fd`.
+[[noreturn]] void slotted_child(const CliArgs& args, int slot_fd)
 {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the search
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the report
     struct rlimit no_core = {0, 0};
-    setrlimit(RLIMIT_CORE, &no_core);  // the crash is expected: no core file per probe
+    setrlimit(RLIMIT_CORE, &no_core);  // the crash is expected: no core file
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null >= 0) {
         dup2(null, 0);
@@ -45,10 +50,13 @@ enum class Probe { Ran, Crashed, Failed, OutOfTime };
     }
     try {
         wrp_options opts = options_for(args);
-        opts.op_limit = count;
+        opts.op_slots = 1;
         opts.before_allocate = nullptr;  // --approve-fd: the caller approved the first open already
         Program prog;
         check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
+        const void* slot = wrp_program_op_slot(prog.p);
+        if (!slot || wrp_guard_op_slot(slot, slot_fd) != WRP_OK)
+            _exit(3);
         apply_inputs(prog.p, list_bindings(prog.p), args);
         uint32_t replays = args.warmup + args.repeat;
         check(wrp_program_run(prog.p, replays));
@@ -58,14 +66,14 @@ enum class Probe { Ran, Crashed, Failed, OutOfTime };
     _exit(0);
 }
 
-Probe probe(const CliArgs& args, uint64_t count, std::chrono::steady_clock::time_point deadline)
+Probe run_slotted(const CliArgs& args, int slot_fd, std::chrono::steady_clock::time_point deadline)
 {
     std::fflush(nullptr);
     pid_t pid = fork();
     if (pid < 0)
         return Probe::Failed;
     if (pid == 0)
-        probe_child(args, count);
+        slotted_child(args, slot_fd);
     int status = 0;
     for (;;) {
         pid_t done = waitpid(pid, &status, WNOHANG);
@@ -86,6 +94,21 @@ Probe probe(const CliArgs& args, uint64_t count, std::chrono::steady_clock::time
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
         return Probe::Ran;
     return Probe::Failed;
+}
+
+// The slot record a crashed child left: (top-level index, path), or index -1.
+std::pair<int64_t, std::string> read_slot(int fd)
+{
+    uint8_t rec[wrp::kOpSlotSize] = {};
+    if (pread(fd, rec, sizeof(rec), 0) != static_cast<ssize_t>(sizeof(rec)))
+        return {-1, ""};
+    int64_t seq = 0, index = 0;
+    std::memcpy(&seq, rec + wrp::kOpSlotSeqAt, 8);
+    std::memcpy(&index, rec + wrp::kOpSlotIndexAt, 8);
+    if (seq < 0 || index < 0)
+        return {-1, ""};
+    const char* path = reinterpret_cast<const char*>(rec + wrp::kOpSlotPathAt);
+    return {index, std::string(path, strnlen(path, wrp::kOpSlotPathBytes))};
 }
 
 // The remaining time of --timeout, which the exec kept running; the timer is stopped (this process
@@ -117,48 +140,64 @@ int locate_crash(const CliArgs& args, int signum)
     auto deadline = std::chrono::steady_clock::now() +
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(budget));
 
-    // The parent only validates (it never loads Warp): each probe starts from a clean process.
+    // This process only validates (it never loads Warp): the second run is a clean child.
     CliArgs listing = args;
     listing.list = true;
     wrp_options opts = options_for(listing);
     opts.modules_optional = 0;
+    opts.op_slots = 1;  // only to learn whether the graph can hold them
     Program prog;
     check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
     uint64_t n = wrp_program_num_ops(prog.p);
 
-    // Bisect: the empty prefix runs, the whole graph crashed.
-    uint64_t lo = 0, hi = n;
-    const char* unknown = n == 0 ? "the graph has no ops" : nullptr;
-    while (!unknown && hi - lo > 1) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        switch (probe(args, mid, deadline)) {
-        case Probe::Ran: lo = mid; break;
-        case Probe::Crashed: hi = mid; break;
-        case Probe::OutOfTime: unknown = "the search for it ran out of time"; break;
-        case Probe::Failed: unknown = "a prefix of the graph failed for another reason"; break;
+    // One more run, with op slots: its slot names the op it died in.
+    std::string missing = wrp_program_op_slots_missing(prog.p);
+    std::string unknown = n == 0 ? "the graph has no ops" : missing;
+    int64_t index = -1;
+    std::string path;
+    if (unknown.empty()) {
+        int slot_fd = memfd_create("wrp-op-slot", MFD_CLOEXEC);
+        if (slot_fd < 0 || ftruncate(slot_fd, static_cast<off_t>(wrp::kOpSlotSize)) != 0) {
+            unknown = "no memory file for its op slot";
+        } else {
+            switch (run_slotted(args, slot_fd, deadline)) {
+            case Probe::Crashed:
+                std::tie(index, path) = read_slot(slot_fd);
+                if (index < 0)
+                    unknown = "the second run, with op slots, crashed before any op ran";
+                else if (static_cast<uint64_t>(index) >= n || path.substr(0, path.find('.')) != std::to_string(index))
+                    unknown = "the crash overwrote the op slot of the second run";
+                break;
+            case Probe::Ran: unknown = "the second run, with op slots, did not crash"; break;
+            case Probe::OutOfTime: unknown = "the second run, with op slots, ran out of time"; break;
+            case Probe::Failed: unknown = "the second run, with op slots, failed for another reason"; break;
+            }
         }
+        if (slot_fd >= 0)
+            close(slot_fd);
     }
 
     const char* sig = crash_signal_name(signum) ? crash_signal_name(signum) : "a fatal signal";
     std::string message = std::string("the replay crashed with ") + sig + " ";
     wrp_op_info info{};
-    bool known = !unknown && wrp_program_op_info(prog.p, hi - 1, &info) == WRP_OK;
+    bool known = unknown.empty() && wrp_program_op_info(prog.p, static_cast<size_t>(index), &info) == WRP_OK;
     if (known) {
         message += std::string("in ") + info.summary;
-        if (hi - 1 > 0)
-            message += " (found by replaying prefixes of the graph: ops 0.." + std::to_string(hi - 2) +
-                " replay without crashing)";
+        if (path != std::to_string(index))
+            message += " at path " + path;
+        message += " (named by its op slot in a second run)";
         message += "; nothing was written. " + std::string(info.note);
     } else {
         message += std::string("in an op that could not be identified (") +
-            (unknown ? unknown : "its description failed") + "); nothing was written. " +
+            (unknown.empty() ? "its description failed" : unknown) + "); nothing was written. " +
             wrp_program_crash_context(prog.p);
     }
     std::fflush(stdout);
     std::fprintf(stderr, "wrp-replay: error: %s\n", message.c_str());
     if (args.json) {
         std::string crash = "{\"signal\": " + json_string(sig) + ", \"op_index\": " +
-            (known ? std::to_string(hi - 1) : std::string("null")) + ", \"op_kind\": " + json_or_null(known, info.kind) +
+            (known ? std::to_string(index) : std::string("null")) + ", \"path\": " + json_or_null(known, path) +
+            ", \"op_kind\": " + json_or_null(known, info.kind) +
             ", \"kernel\": " + json_or_null(known && *info.kernel, known ? info.kernel : "") + ", \"module\": " +
             json_or_null(known && *info.module, known ? info.module : "") + ", \"digest_verified\": " +
             (known && *info.module ? (info.module_verified ? "true" : "false") : "null") + "}";

@@ -3,11 +3,11 @@
 // Warp replays the whole graph in one call, so when a replay dies of a fatal
 // signal nothing in the process knows which op ran.  The crash guard then
 // re-executes wrp-replay with --locate-crash=SIGNUM (crash_guard.h), and this
-// fresh process, which has not loaded Warp, bisects on prefixes of the graph:
-// each probe is a child that opens the program with wrp_options.op_limit = k,
-// sets the same inputs and runs the same number of replays.  The first
-// prefix that crashes ends with the op that crashed (log2(ops) children).
-// The same search as `wrp replay` (wrpkit.run.crash.identify_crash).
+// fresh process, which has not loaded Warp, runs one child that opens the
+// program with wrp_options.op_slots (wrp1_op_slots.h), guards the slot into a
+// memory file (wrp_guard_op_slot), sets the same inputs and runs the same
+// number of replays; the slot the crash leaves names the op and its path.
+// The same run as `wrp replay`'s (wrpkit.run.crash.located_crash).
 #pragma once
 
 #include "cli_args.h"

@@ -228,8 +228,8 @@ typedef struct wrp_options {
     int modules_optional;
     /* 0 (the default): replay the whole graph.  N > 0: Warp is given only the
      * graph's first N top-level ops (a prefix; N >= the op count is the whole
-     * graph).  wrp-replay uses it to find which op a crashing replay was
-     * running: it replays prefixes in child processes. */
+     * graph), to replay part of a graph.  (A crashing op is named by
+     * op_slots, not by prefixes.) */
     uint64_t op_limit;
     /* Called by wrp_program_open*() once the file is validated and its
      * declared memory checked against the device, just before Warp
@@ -267,6 +267,14 @@ typedef struct wrp_options {
      * `model_signing sign` write); NULL or "" for `DIR/STEM.sig` beside the
      * file (its last suffix replaced by ".sig"). */
     const char* signature_path;
+    /* CPU replays of current-format files: nonzero to give Warp a copy of the
+     * graph that writes an op slot (wrpkit/op_slots.py: 128 bytes naming the
+     * op, its top-level index and its path inside IF/WHILE bodies) before
+     * every op, so that a crash can be traced to its op with no second run
+     * (see wrp_program_op_slot, wrp_guard_op_slot).  The copy holds the whole
+     * file once more while Warp loads it.  Zero (the default): Warp gets the
+     * file as it is. */
+    int op_slots;
 } wrp_options;
 
 /* One module file given to wrp_program_open_memory(): `filename` is the name
@@ -485,6 +493,22 @@ WRP_API wrp_status wrp_program_get(wrp_program* program, const char* name, void*
  * for CPU programs, a CUDA device pointer for CUDA programs) and its size.
  * Valid until wrp_program_destroy(); replays read and write it in place. */
 WRP_API wrp_status wrp_program_data_ptr(wrp_program* program, const char* name, void** out_ptr, size_t* out_size);
+
+/* The op slot of a program opened with op_slots: the address of the
+ * 128-byte record the replay writes before each op (host memory, valid until
+ * wrp_program_destroy()), or NULL when op_slots was not asked for or the graph
+ * cannot hold slots (a CUDA program, an older format, no ops); then
+ * wrp_program_op_slots_missing() says why (else ""). */
+WRP_API const void* wrp_program_op_slot(const wrp_program* program);
+WRP_API const char* wrp_program_op_slots_missing(const wrp_program* program);
+
+/* Install a handler for the fatal signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE,
+ * SIGABRT) that, as the process dies, writes the 128 bytes at `slot` to file
+ * descriptor `fd` at offset 0 (a shared memory file the parent reads after the
+ * process died), then hands the signal to the handler that was there before
+ * (or the default action).  Async-signal-safe.  Calling it again replaces the
+ * slot and fd; `slot` NULL uninstalls it. */
+WRP_API wrp_status wrp_guard_op_slot(const void* slot, int fd);
 
 /* Replay the whole graph `count` times, one after the other.  Returns when
  * all replays have completed (CUDA: after synchronizing the stream). */

@@ -179,6 +179,16 @@ const char* wrp_program_crash_context(const wrp_program* program)
     return program && program->impl ? program->impl->crash_context().c_str() : "";
 }
 
+const void* wrp_program_op_slot(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->op_slot() : nullptr;
+}
+
+const char* wrp_program_op_slots_missing(const wrp_program* program)
+{
+    return program && program->impl ? program->impl->op_slots_missing().c_str() : "";
+}
+
 size_t wrp_program_num_warnings(const wrp_program* program)
 {
     return program && program->impl ? program->impl->graph().warnings.size() : 0;

@@ -40,6 +40,8 @@
 #include "error.h"
 #include "host_memory.h"
 #include "mapped_file.h"
+#include "op_slot.h"
+#include "wrp1_op_slots.h"
 #include "signature.h"
 #include "stderr_capture.h"
 #include "warp_runtime.h"
@@ -103,6 +105,7 @@ OpenOptions OpenOptions::from(const wrp_options* user)
     out.modules_dir = o.modules_dir ? o.modules_dir : "";  // older callers' structs leave the defaults
     out.modules_optional = o.modules_optional != 0;
     out.op_limit = o.op_limit;
+    out.op_slots = o.op_slots != 0;  // older callers' structs leave it 0
     out.before_allocate = o.before_allocate;
     out.before_allocate_user_data = o.before_allocate_user_data;
     out.trusted_keys = o.trusted_keys;
@@ -342,6 +345,8 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
              graph_.raw_pointers.size() > 1 ? (" (and " + std::to_string(graph_.raw_pointers.size() - 1) +
                                               " more)").c_str() : "");
     describe_crash_context(modules);
+    if (opts_.op_slots)
+        op_slots_missing_ = op_slots_unsupported(graph_);
     if (opts_.validate_only)
         return;
     // Validated under its own format's rules, but Warp loads only the current format (`wrp upgrade`
@@ -354,6 +359,23 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         prefix = prefix_image(image, size, graph_.top_ops, opts_.op_limit);
         image = prefix.data();
         size = prefix.size();
+    }
+    // op_slots: Warp gets a copy that writes the op slot before each op (to name a crashing op).
+    std::vector<uint8_t> slotted;
+    if (opts_.op_slots) {
+        Wrp1Graph cut;
+        const Wrp1Graph* g = &graph_;
+        if (!prefix.empty()) {
+            cut = validate_wrp1(image, size, opts_.limits);
+            g = &cut;
+        }
+        if (g != &graph_)
+            op_slots_missing_ = op_slots_unsupported(*g);
+        if (op_slots_missing_.empty()) {
+            slotted = op_slot_image(image, size, *g);
+            image = slotted.data();
+            size = slotted.size();
+        }
     }
     if (file_cpu) {
         HostMemory h = host_memory();
@@ -389,6 +411,13 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         start_cpu(image, size, modules);
     else
         start_cuda(image, size, modules);
+    if (!slotted.empty()) {
+        auto* region = static_cast<uint8_t*>(rt_->api().wp_apic_get_param_ptr(handle_, kOpSlotBinding));
+        if (!region || rt_->api().wp_apic_get_param_size(handle_, kOpSlotBinding) != kOpSlotRegionBytes)
+            fail(WRP_ERR_INTERNAL, "Warp holds no op slot region of %zu bytes in the slotted graph", kOpSlotRegionBytes);
+        std::memset(region + kOpSlotAt, 0xff, kOpSlotPathAt);  // seq, index, iteration: -1 (host memory)
+        op_slot_ = region + kOpSlotAt;
+    }
     // Cross-check our reading of the bindings with Warp's.
     for (const wrp_binding_info& b : bindings_)
         if (rt_->api().wp_apic_get_param_size(handle_, b.name) != b.size)

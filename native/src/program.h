@@ -35,6 +35,7 @@ struct OpenOptions {
     std::string modules_dir;        // .wrp: "" = <stem>_modules/ beside the path (or its target)
     bool modules_optional = false;  // with validate_only: no modules directory is not an error
     uint64_t op_limit = 0;          // 0: the whole graph; N: its first N top-level ops
+    bool op_slots = false;          // Warp gets the graph with op slots (wrp1_op_slots.h), where it can
     int (*before_allocate)(void*, uint64_t) = nullptr;  // the host's last word before Warp allocates
     void* before_allocate_user_data = nullptr;
     // Signed captures (open_file and wrp_verify_signature only): the caller's wrp_options.trusted_keys
@@ -79,6 +80,10 @@ public:
     void get(const char* name, void* data, size_t size);
     void* data_ptr(const char* name, size_t* size);
     void run(uint32_t count);
+    // The op slot Warp writes before each op (op_slots, once started), or nullptr: not asked for, or
+    // the graph cannot hold slots (op_slots_missing() says why).
+    const void* op_slot() const { return op_slot_; }
+    const std::string& op_slots_missing() const { return op_slots_missing_; }
 
 private:
     explicit Program(const OpenOptions& opts);
@@ -116,6 +121,8 @@ private:
     std::string format_description_;
     std::string upgrade_message_;
     bool bundle_verified_ = false;
+    const void* op_slot_ = nullptr;
+    std::string op_slots_missing_;
 };
 
 }  // namespace wrp

@@ -147,6 +147,11 @@ struct Wrp1Graph {
     std::vector<RegionRecord> regions;  // ascending id
     uint64_t total_ops = 0;             // at every nesting depth
     std::vector<TopLevelOp> top_ops;    // the top-level stream, in file order
+    // Where the sections and two lists lie (file offsets; op slots rewrite a copy of the file).
+    uint64_t metadata_at = 0, metadata_size = 0, memory_at = 0, memory_size = 0;
+    uint64_t operations_at = 0, operations_size = 0;
+    uint64_t num_bindings_at = 0;  // the num_bindings count
+    uint64_t bindings_end = 0;     // just after the last binding record
     std::vector<ArraySignature> signatures;
     std::vector<ModuleDigest> module_digests;
     std::map<std::pair<std::string, std::string>, KernelSignature> kernel_signatures;  // (module_hash, key)

@@ -1,10 +1,8 @@
 // wrp1_prefix.h -- the top-level ops of a validated WRP1 image, and an image
 // that holds only the first N of them.
 //
-// A replay that crashes inside Warp's one-call graph launch cannot say which
-// op was running.  wrp-replay finds it the way `wrp replay` does: it replays
-// prefixes of the graph in child processes and bisects on the first prefix
-// that crashes.  These helpers cut those prefixes.  They run only on an image
+// wrp_options.op_limit: Warp is given only the first N top-level ops (a caller
+// replaying part of a graph).  These helpers cut that prefix.  They run only on an image
 // that validate_wrp1() accepted, so they re-check nothing but their own reads.
 #pragma once
 

@@ -315,6 +315,7 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
         fail_invalid_at("metadata.target_arch", at, "target_arch %u differs from the header's %u", arch, g.target_arch);
 
     at = r.pos();
+    g.num_bindings_at = at + 8;
     uint32_t n_modules = r.read<uint32_t>("num_modules");
     uint32_t n_kernels = r.read<uint32_t>("num_kernels");
     uint32_t n_bindings = r.read<uint32_t>("num_bindings");
@@ -444,6 +445,7 @@ void read_metadata(const uint8_t* image, const Section& s, Wrp1Graph& g, bool se
                              "then outputs (was capture_save called twice on one graph?); each name resolves to "
                              "its last record, as in Warp's loader");
     (void)bindings_at;
+    g.bindings_end = r.pos();
 
     g.meshes.reserve(n_meshes);
     std::unordered_set<uint64_t> mesh_ids;
@@ -626,6 +628,12 @@ Wrp1Graph validate_wrp1(const uint8_t* image, size_t size, const ValidationLimit
     Wrp1Graph g;
     check_header(image, size, g);
     std::vector<Section> sections = check_sections(image, size);
+    g.metadata_at = sections[0].offset;
+    g.metadata_size = sections[0].size;
+    g.memory_at = sections[1].offset;
+    g.memory_size = sections[1].size;
+    g.operations_at = sections[2].offset;
+    g.operations_size = sections[2].size;
     read_metadata(image, sections[0], g, limits.semantic_checks);
     read_memory(image, sections[1], g, limits);
     if (limits.semantic_checks)

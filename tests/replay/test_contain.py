@@ -364,12 +364,13 @@ def sixth_of_six(tmp_path_factory) -> Path:
 
 
 def test_wrp_replay_alone_names_the_op_that_crashed(sixth_of_six, tmp_path):
-    """wrp-replay finds the op itself (re-executed, bisecting on prefixes), as `wrp replay` does."""
+    """wrp-replay names the op itself (re-executed: one more run, with op slots), as `wrp replay` does."""
     before = set(os.listdir(tmp_path))
     res = wrp_replay(sixth_of_six, "--output", f"out={tmp_path / 'o.npy'}", "--repeat", "2")
     assert res.returncode == EXIT_CRASH, res.stderr
     assert "in op 3 (KERNEL_LAUNCH of kernel 'k_axpy', module '" in res.stderr, res.stderr
-    assert "ops 0..2 replay without crashing" in res.stderr and "was verified before it ran" in res.stderr
+    assert "(named by its op slot in a second run)" in res.stderr and "was verified before it ran" in res.stderr
+    assert "at path" not in res.stderr  # a top-level op
     res = wrp_replay(sixth_of_six, "--output", f"out={tmp_path / 'o.npy'}", "--json")
     assert res.returncode == EXIT_CRASH, res.stderr
     line = json.loads(res.stdout)
@@ -377,7 +378,7 @@ def test_wrp_replay_alone_names_the_op_that_crashed(sixth_of_six, tmp_path):
     crash = line["crash"]
     assert (crash["op_index"], crash["op_kind"], crash["kernel"], crash["digest_verified"]) == (
         3, "KERNEL_LAUNCH", "k_axpy", True)
-    assert crash["module"].endswith(".o") and crash["signal"].startswith("SIG")
+    assert crash["module"].endswith(".o") and crash["signal"].startswith("SIG") and crash["path"] == "3"
     # The same op through both engines of `wrp replay`, and in an isolated library replay.
     for engine in ("python", "native"):
         r = wrp("replay", sixth_of_six, "--engine", engine, "--output", tmp_path / "out.npz")
@@ -389,12 +390,12 @@ def test_wrp_replay_alone_names_the_op_that_crashed(sixth_of_six, tmp_path):
 
 
 def test_wrp_replay_locating_a_crash_keeps_to_its_timeout(sixth_of_six, tmp_path):
-    """A --timeout that is spent while the op is searched for ends the search, not the report: exit 4."""
+    """A --timeout that is spent while the op is named ends the second run, not the report: exit 4."""
     res = wrp_replay(sixth_of_six, "--timeout", "0.5", "--json")
     assert res.returncode == EXIT_CRASH, res.stderr
     crash = json.loads(res.stdout)["crash"]
     if crash["op_index"] is None:  # the machine was too slow to finish in 0.5 s: said so
-        assert "the search for it ran out of time" in res.stderr, res.stderr
+        assert "the second run, with op slots, ran out of time" in res.stderr, res.stderr
     else:
         assert crash["op_index"] == 3, res.stderr
 
@@ -521,11 +522,68 @@ def test_crash_message_names_a_nested_op_by_path_and_iteration(tmp_path):
     from wrpkit.run.prepare import prepare  # noqa: PLC0415
 
     prep = prepare(dp.capture_while_nan(tmp_path / "w.wrp"))  # op 1 is a WHILE: [k_decrement, k_sqrt]
-    e = crash_error(prep, signal.SIGSEGV, "replaying", 1, True, path="1.1", iteration=2)
+    e = crash_error(prep, signal.SIGSEGV, "replaying", 1, path="1.1", iteration=2)
     assert (e.op_index, e.path, e.iteration, e.op_kind, e.kernel, e.digest_verified) == (
         1, "1.1", 2, "KERNEL_LAUNCH", "k_sqrt", True)
     assert "in op 1 (KERNEL_LAUNCH of kernel 'k_sqrt'" in e.message and "at path 1.1, WHILE iteration 2" in e.message
     assert "was verified before it ran" in e.message
+
+
+@wp.kernel
+def k_countdown(left: wp.array(dtype=wp.int32)):
+    left[0] = left[0] - 1
+
+
+@wp.kernel
+def k_poke(values: wp.array(dtype=wp.float32), at: wp.array(dtype=wp.int64)):
+    values[at[0]] = 1.0  # no bounds check: a wild index from the inputs is a wild write
+
+
+@pytest.fixture(scope="module")
+def poke_in_while(tmp_path_factory) -> Path:
+    """Stock Warp: a capture_while whose body counts down, then writes ``values[at[0]]``."""
+    d = tmp_path_factory.mktemp("poke")
+    left = wp.array([3], dtype=wp.int32, device="cpu")
+    values = wp.zeros(8, dtype=wp.float32, device="cpu")
+    at = wp.array([2], dtype=wp.int64, device="cpu")
+
+    def body():
+        wp.launch(k_countdown, dim=1, inputs=[left], device="cpu")
+        wp.launch(k_poke, dim=1, inputs=[values, at], device="cpu")
+
+    wp.capture_begin(device="cpu", apic=True)
+    try:
+        wp.launch(k_axpy, dim=8, inputs=[values, values, values], device="cpu")
+        wp.capture_while(left, body)
+    finally:
+        graph = wp.capture_end(device="cpu")
+    wp.capture_save(graph, str(d / "poke.wrp"), inputs={"left": left, "at": at}, outputs={"values": values})
+    return d / "poke.wrp"
+
+
+def test_a_wild_write_inside_a_while_is_named_by_its_path_on_every_route(poke_in_while, tmp_path):
+    """A planted bug: the index comes from the inputs, the launch is nested in a WHILE.  Every whole-replay
+    route names the nested op by its path (op 1, WHILE; path 1.1, the poke), from one run with op slots."""
+    wild, three = tmp_path / "at.npy", tmp_path / "left.npy"
+    np.save(wild, np.array([1 << 30], dtype=np.int64))
+    np.save(three, np.array([3], dtype=np.int32))
+    ok = wrp("replay", poke_in_while, "--input", f"left={three}", "--output", tmp_path / "ok.npz")
+    assert ok.exit_code == 0, ok.output  # as captured, it replays
+    res = wrp_replay(poke_in_while, "--input", f"left={three}", "--input", f"at={wild}", "--json")
+    assert res.returncode == EXIT_CRASH, res.stderr
+    crash = json.loads(res.stdout)["crash"]
+    assert (crash["op_index"], crash["path"], crash["op_kind"]) == (1, "1.1", "WHILE"), res.stderr
+    assert "at path 1.1 (named by its op slot in a second run)" in res.stderr
+    for engine in ("native", "python"):
+        r = wrp("replay", poke_in_while, "--engine", engine, "--input", f"left={three}", "--input", f"at={wild}",
+                "--json")
+        assert r.exit_code == EXIT_CRASH, r.output
+        assert "in op 1 (KERNEL_LAUNCH of kernel 'k_poke'" in r.stderr, r.stderr
+        assert "at path 1.1 (named by its op slot in a second run)" in r.stderr, r.stderr
+    with pytest.raises(WrpCrashError) as e:
+        wrpkit.load(poke_in_while, isolate=True).run({"left": np.array([3], dtype=np.int32),
+                                                      "at": np.array([1 << 30], dtype=np.int64)})
+    assert (e.value.op_index, e.value.path, e.value.kernel, e.value.iteration) == (1, "1.1", "k_poke", None)
 
 
 def test_isolated_run_matches_in_process(axpy):

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import WrpError
 from ..run.child import KernelOutputShown, error_info, received_capture, set_stage
-from .isolation import SLOT
+from ..op_slots import SLOT
 
 
 def _trace(opened, job: dict, inputs: dict, before, stage) -> dict:

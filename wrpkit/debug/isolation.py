@@ -12,11 +12,11 @@ answers with its result on the same socket.  Nothing is written to disk, except
 into place once the child succeeded.
 
 The child runs one op per launch, so it knows which op a crash happens in: just
-before each op runs it overwrites a small fixed-size slot of a shared memory
-file (:data:`SLOT`: the op's sequence number, top-level index, innermost WHILE
-iteration and path).  The kernel keeps the page when the child dies of a signal,
+before each op runs it overwrites the op slot (:mod:`wrpkit.op_slots`: the
+op's sequence number, top-level index, innermost WHILE iteration and path) in a
+shared memory file.  The kernel keeps the page when the child dies of a signal,
 and the parent reads it back to name the op with
-:func:`wrpkit.run.crash.crash_error`.  No bisection is needed.
+:func:`wrpkit.run.crash.crash_error`, with no second run.
 
 Nothing here prints.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import os
-import struct
 import tempfile
 import time
 from contextlib import ExitStack, closing, nullcontext
@@ -35,12 +34,11 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 
 from ..errors import TIMEOUT_HINT, WrpTimeoutError, timeout_message
+from ..op_slots import EMPTY, SLOT, read_slot
 from ..run.crash import crash_error
 from ..run.spawn import kernel_output_of, output_tail, spawn_served
 from ..run.worker import ChildCrashed, ChildSource, ended_without_result, error_from
 
-#: Layout of the op slot: seq, index, iteration (-1: none), path (NUL-padded UTF-8).
-SLOT = struct.Struct("<qqq104s")
 #: Bytes of the child's stage (``"loading"``, ``"replaying"``, ...; :func:`wrpkit.run.child.set_stage`).
 STAGE_SIZE = 64
 
@@ -108,7 +106,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         for k, (off, n) in in_at.items():
             if n:
                 in_area.view(off, n)[:] = arrays[k].reshape(-1).view(np.uint8)
-        slot.view()[:] = np.frombuffer(SLOT.pack(-1, -1, -1, b""), np.uint8)
+        slot.view()[:] = np.frombuffer(EMPTY, np.uint8)
         message = {"job": {**job, "kind": kind, "dump_dir": os.path.join(d, "dump") if d else None},
                    "device": job["device"], "modules": source.modules, "modules_size": source.modules_area.size,
                    "inputs": {k: [off, n, np.lib.format.dtype_to_descr(arrays[k].dtype), list(arrays[k].shape)]
@@ -131,16 +129,15 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
             returncode = proc.wait()
             if returncode < 0:
                 crash = ChildCrashed(-returncode, _stage_text(stage), output_tail(out_fd))
-                seq, index, iteration, path = SLOT.unpack(bytes(slot.view()))
+                record = read_slot(slot.view())
                 if crashed is not None:
-                    answer = crashed(crash, (seq, index, iteration, path.rstrip(b"\0").decode("utf-8", "replace")))
+                    answer = crashed(crash, record)
                     if answer is not None:
                         return answer
-                ran = crash.stage == "replaying" and seq >= 0
+                ran = crash.stage == "replaying" and record.ran
                 raise crash_error(opened, crash.signum, "replaying" if ran else "loading",
-                                  index if ran else None, True,
-                                  path=path.rstrip(b"\0").decode("utf-8", "replace") if ran else None,
-                                  iteration=iteration if ran and iteration >= 0 else None) from None
+                                  record.index if ran else None, path=record.path if ran else None,
+                                  iteration=record.iteration if ran else None) from None
             raise ended_without_result(returncode, output_tail(out_fd))
         if "error" in answer:
             raise error_from(answer["error"])

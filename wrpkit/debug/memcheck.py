@@ -337,14 +337,14 @@ def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict
 
     prog = opened.model
     sources = Sources.of(prog)  # where each op was issued and each kernel defined: the one lookup
-    seq, index, iteration, path = fault["slot"]
+    seq, index, iteration, path = fault["slot"]  # a wrpkit.op_slots.SlotRecord
     ran = fault.get("stage") == "replaying" and seq >= 0
     op = op_at_path(prog.ops, path) if ran else None
     rid, offset, size = fault["region"], fault["offset"], fault["size"]
     bindings = [b.name for b in prog.bindings if b.region_id == rid] if rid >= 0 else []
     out = {"pass": pass_name, "access": fault["access"], "step": seq if ran else None,
            "op": index if ran else None, "path": path if ran else None,
-           "iteration": iteration if ran and iteration >= 0 else None,
+           "iteration": iteration if ran else None,
            "kind": op.op_type.name if op is not None else None, "kernel": None, "module": None,
            "region": rid if rid >= 0 else None, "binding": bindings[0] if bindings else None, "region_size": size,
            "byte_offset": offset, "side": "after the end" if offset >= size else "before the start",

@@ -165,27 +165,66 @@ def received_capture(message: dict, capture_fd: int, modules_fd: int):
 
 
 def _load_served(message: dict, fds: list):
-    """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says."""
+    """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says.
+
+    With ``op_slots``, a fourth descriptor: the memory file the op slot is copied into as the
+    child dies (:class:`SlottedProgram`), and the capture is run by the C API, not by Warp's Python.
+    """
     from .warp_start import init_warp  # noqa: PLC0415
     from .program import load_prepared  # noqa: PLC0415
     from .shared import SharedArea  # noqa: PLC0415
 
     capture_fd, modules_fd, stage_fd = fds[:3]
     stage = SharedArea(message["stage_size"], fd=stage_fd)
+    prep = received_capture(message, capture_fd, modules_fd)
+    if message.get("op_slots"):
+        set_stage(stage, "loading")
+        return None, SlottedProgram(prep, message["device"], fds[3]), stage
     # No banner, and on the CPU no "could not find the CUDA driver" warning.
     wp = init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
-    prep = received_capture(message, capture_fd, modules_fd)
-    if message["prefix"] is not None:
-        from ..formats import wrp1  # noqa: PLC0415
-
-        prep.model.ops = prep.model.ops[:message["prefix"]]
-        prep.wrp_bytes = wrp1.build_image(prep.model)[0]
-        prep.modules_given, prep.deferred = True, []
     set_stage(stage, "loading")
     prog = load_prepared(prep, message["device"], message.get("max_memory"))
-    if prep.kind != "wrp" or message["prefix"] is not None:
+    if prep.kind != "wrp":
         prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
     return wp, prog, stage
+
+
+class SlottedProgram:
+    """A capture run by the C API with an op slot before each op (:mod:`wrpkit.op_slots`), for the one
+    run that names the op a crashed replay died in (:func:`wrpkit.run.crash.located_crash`).
+
+    The slot is copied into memory file ``slot_fd`` by the library's crash handler as this process
+    dies; the parent reads it there.
+    """
+
+    def __init__(self, prep, device: str, slot_fd: int):
+        from .native_api import NativeProgram  # noqa: PLC0415
+
+        # The parent validated the capture and refused what it must (raw pointers included).
+        self.api = NativeProgram(prep.image(), dict(prep.modules), device, op_slots=True, allow_raw_pointers=True)
+        self.api.guard_op_slot(slot_fd)
+        self._slot_fd = slot_fd  # held open for the handler
+
+    def write_bytes(self, name: str, data) -> None:
+        self.api.set(name, data)
+
+    def timed_replays(self, warmup: int, repeat: int) -> tuple:
+        perf = time.perf_counter
+        if warmup:
+            self.api.run(warmup)
+        host_ms = []
+        for _ in range(repeat):
+            t0 = perf()
+            self.api.run(1)
+            host_ms.append((perf() - t0) * 1e3)
+        return host_ms, None
+
+    def region_bytes(self, name: str):
+        return self.api.get(name)
+
+    def close(self) -> None:
+        self.api.close()
+        os.close(self._slot_fd)
 
 
 def set_stage(stage, text: str) -> None:
@@ -215,7 +254,10 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
             prog.write_bytes(name, in_area.view(off, n))
         set_stage(stage, "replaying")
         with shown:
-            host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
+            if isinstance(prog, SlottedProgram):
+                host_ms, device_ms = prog.timed_replays(message["warmup"], message["repeat"])
+            else:
+                host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
         set_stage(stage, "reading")
         summary = {}
         for name, spec in message["stats"].items():

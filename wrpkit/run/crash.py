@@ -1,10 +1,12 @@
 """Crash location and messages: which op a contained replay died in, and what to say about it.
 
 Warp runs the whole graph in one native call (``capture_launch``), so the op
-that crashed cannot be seen from outside.  :func:`located_crash` finds it by
-experiment: it replays prefixes of the top-level op list in further children
-(a bisection, ``log2(ops)`` children) and names the first op whose prefix
-crashes; :func:`crash_error` words the :class:`~wrpkit.errors.WrpCrashError`.
+that crashed cannot be seen from outside.  :func:`located_crash` runs the
+graph once more, in one child, as a copy that writes the op slot
+(:mod:`wrpkit.op_slots`) before every op; the slot left by the crash names the
+op and its path inside IF/WHILE bodies, as ``wrp-replay`` names it (the same
+C code) and as the stepper of ``wrp trace`` names it.  :func:`crash_error`
+words the :class:`~wrpkit.errors.WrpCrashError`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ import time
 from typing import Mapping, Optional
 
 
-from ..errors import WrpCrashError, WrpError
+import numpy as np
+
+from ..errors import WrpCrashError, WrpError, WrpTimeoutError
+from ..records import record
 from .worker import ChildCrashed, ChildSource, ReplayWorker, signal_name, verify_deferred, whole_region
 
 
@@ -24,60 +29,77 @@ IDENTIFY_BUDGET_S = 120.0
 
 def located_crash(prep, crash: ChildCrashed, device, inputs: Mapping, replays: int, timeout: Optional[float],
                    t0: float, identify: bool, verify_checksums: bool, source=None) -> WrpCrashError:
-    """The :class:`WrpCrashError` of a crashed child; a crash while replaying is located by bisecting on
-    prefixes (a child per prefix, on the same inputs), within what is left of ``timeout``."""
+    """The :class:`WrpCrashError` of a crashed child; a crash while replaying is located by one more
+    run with op slots (on the same inputs), within what is left of ``timeout``."""
     left = None if timeout is None else timeout - (time.monotonic() - t0)
-    op_index, searched = None, False
-    n = len(prep.model.ops)
-    if identify and crash.stage == "replaying" and n > 0:
+    found = Located()
+    if identify and crash.stage == "replaying" and len(prep.model.ops) > 0:
         budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
-        op_index, searched = _identify_op(prep, device, inputs, replays, n, budget, source)
-    return crash_error(prep, crash.signum, crash.stage, op_index, searched, verify_checksums=verify_checksums)
+        found = _slotted_run(prep, device, inputs, replays, budget, source)
+    return crash_error(prep, crash.signum, crash.stage, found.index, found.why, verify_checksums=verify_checksums,
+                       path=found.path, how=SLOTTED_RUN)
 
 
-def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *, verify_checksums: bool = True,
-                   budget: float = IDENTIFY_BUDGET_S) -> tuple:
-    """Find the op of a crash seen elsewhere (e.g. in ``wrp-replay``) by replaying prefixes in children.
-
-    Returns:
-        ``(op index or None, whether the search finished)``.
-    """
-    n = len(prep.model.ops)
-    if n == 0:
-        return None, False
+def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *,
+                   budget: float = IDENTIFY_BUDGET_S) -> "Located":
+    """Name the op of a crash seen elsewhere (``wrp-replay`` killed before it said) by one run with op slots."""
+    if len(prep.model.ops) == 0:
+        return Located(why="the graph has no ops")
     verify_deferred(prep)
     whole = {name: whole_region(prep, name, a) for name, a in dict(inputs or {}).items()}
     source = ChildSource(prep)
     try:
-        return _identify_op(prep, device, whole, replays, n, budget, source)
+        return _slotted_run(prep, device, whole, replays, budget, source)
     finally:
         source.close()
 
 
-def _identify_op(prep, device, inputs: Mapping, replays: int, n: int, budget: float, source=None) -> tuple:
-    """Bisect on op prefixes: ``(index of the first op whose prefix crashes, whether the search finished)``.
+#: How a whole replay's crash was traced to its op (said in the message).
+SLOTTED_RUN = "named by its op slot in a second run"
 
-    The full graph is known to crash; the empty prefix is known not to.
+
+@record(frozen=True)
+class Located:
+    """Where a second run with op slots crashed.
+
+    Attributes:
+        index: The top-level op, or None.
+        path: Its path inside IF/WHILE bodies (``"3"`` for a top-level op), or None.
+        why: Why the op is not known, in words (when ``index`` is None).
     """
-    deadline = time.monotonic() + budget
-    lo, hi = 0, n  # prefix lo runs, prefix hi crashes
-    while hi - lo > 1:
-        left = deadline - time.monotonic()
-        if left <= 1:
-            return None, False
-        mid = (lo + hi) // 2
-        probe = ReplayWorker(prep, device, prefix=mid, source=source)
-        try:
-            probe.run(inputs, max(1, replays), 0, left, read_back=[])
-            lo = mid
-        except ChildCrashed:
-            hi = mid
-        except WrpError:
-            return None, False  # the prefix did not run for another reason: no proof either way
-        finally:
-            probe.close()
-    return hi - 1, True
 
+    index: Optional[int] = None
+    path: Optional[str] = None
+    why: str = "the search for it was not run"
+
+
+def _slotted_run(prep, device, inputs: Mapping, replays: int, budget: float, source=None) -> Located:
+    """Replay once more in a child, the graph rewritten to write the op slot before each op; a crash
+    leaves the op's record in a shared memory file."""
+    from ..op_slots import EMPTY, SLOT, read_slot  # noqa: PLC0415
+    from .shared import SharedArea  # noqa: PLC0415
+
+    slot = SharedArea(SLOT.size, "wrpkit-op")
+    slot.view()[:] = np.frombuffer(EMPTY, np.uint8)
+    run = ReplayWorker(prep, device, op_slots=slot, source=source)
+    try:
+        run.run(inputs, max(1, replays), 0, budget, read_back=[])
+        return Located(why="the second run, with op slots, did not crash")
+    except ChildCrashed:
+        record = read_slot(slot.view())
+        if not record.ran:
+            return Located(why="the second run, with op slots, crashed before any op ran")
+        if (record.index >= len(prep.model.ops) or record.path.split(".")[0] != str(record.index)
+                or op_at_path(prep.model.ops, record.path) is None):
+            return Located(why="the crash overwrote the op slot of the second run")
+        return Located(record.index, record.path, "")
+    except WrpTimeoutError:
+        return Located(why="the second run, with op slots, ran out of time")
+    except WrpError as e:
+        return Located(why=f"the second run, with op slots, failed: {e.message}")
+    finally:
+        run.close()
+        slot.close()
 
 
 def module_verification(prep, verify_checksums: bool = True) -> dict:
@@ -125,9 +147,9 @@ def op_at_path(ops, path: str):
     return op
 
 
-def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched: bool, *,
+def crash_error(prep, signum: int, stage: str, op_index: Optional[int], unknown: str = "", *,
                 verify_checksums: bool = True, path: Optional[str] = None,
-                iteration: Optional[int] = None) -> WrpCrashError:
+                iteration: Optional[int] = None, how: str = "the op the trace was running") -> WrpCrashError:
     """The :class:`WrpCrashError` for a replay that died of ``signum``.
 
     Args:
@@ -135,11 +157,12 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
         signum: The fatal signal.
         stage: ``"replaying"`` when ops were running, else the crash came while loading.
         op_index: The top-level op that crashed, or None.
-        searched: Whether a search for the op finished (said when ``op_index`` is None).
+        unknown: Why the op is not known, in words (said when ``op_index`` is None).
         verify_checksums: Whether a ``.wrpk``'s blob checksums were verified.
-        path: Where the op was seen running (``wrp trace``): its path inside
-            IF/WHILE bodies; it names the nested op rather than the top-level one.
+        path: The op's path inside IF/WHILE bodies, from its op slot; it names the nested op
+            rather than the top-level one.
         iteration: The innermost WHILE iteration of that op, if any.
+        how: How the op was seen running (said after its path).
     """
     from .. import model as m  # noqa: PLC0415
 
@@ -151,9 +174,7 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
     if stage != "replaying":
         where = "while Warp loaded the capture (before any op ran)"
     elif op_index is None:
-        where = ("in an op that could not be identified (" +
-                 ("no prefix of the graph reproduced the crash" if searched else
-                  "the search for it ran out of time") + ")")
+        where = f"in an op that could not be identified ({unknown or 'nothing recorded it'})"
     else:
         op = (op_at_path(prep.model.ops, path) if path is not None else None) or prep.model.ops[op_index]
         kind = op.op_type.name
@@ -165,9 +186,7 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], searched
         if path is not None:
             if path != str(op_index) or iteration is not None:
                 where += f" at path {path}" + (f", WHILE iteration {iteration}" if iteration is not None else "")
-            where += " (the op the trace was running)"
-        elif op_index > 0:
-            where += f" (found by replaying prefixes of the graph: ops 0..{op_index - 1} replay without crashing)"
+            where += f" ({how})"
     msg = f"the replay crashed with {sig} {where}; nothing was written"
     if module is not None:
         how = verified.get(module, "")

@@ -146,7 +146,7 @@ class ReplayRequest:
         stats: ``{binding: spec or None}`` to summarise where the data is (:mod:`wrpkit.checks.binding_stats`).
         max_memory: Bytes the load may allocate (None: the device's free memory).
         raw: Results as the bindings' ``uint8`` bytes instead of typed per their signature.
-        identify: On a crash wrp-replay could not place, search for the op (more children).
+        identify: On a crash wrp-replay could not place, name the op by a second run with op slots.
         while_replaying: Called in this process once the replay's process runs, while
             it replays (the command line imports its table printer then), or None.
         trust: The :class:`~wrpkit.formats.signature.Trust` the capture was checked against here;
@@ -671,14 +671,14 @@ def _native_timings(report: dict) -> Optional[list]:
 def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, crash=None):
     """The WrpCrashError for a ``wrp-replay`` that crashed.
 
-    wrp-replay finds the op itself (its ``--json`` error carries ``crash.op_index``);
-    only when it could not (killed before it reported) is the op searched for
-    here, by replaying prefixes in children (unless ``request.identify`` is off).
+    wrp-replay names the op itself (its ``--json`` error carries ``crash.op_index`` and
+    ``crash.path``, from its op slot); only when it could not say (killed before it reported) is
+    the op named here, by the same second run with op slots (unless ``request.identify`` is off).
     """
     import re  # noqa: PLC0415
     import signal as sig  # noqa: PLC0415
 
-    from .crash import crash_error, identify_crash  # noqa: PLC0415
+    from .crash import SLOTTED_RUN, Located, crash_error, identify_crash  # noqa: PLC0415
 
     signum = -returncode if returncode < 0 else 0
     named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
@@ -686,17 +686,20 @@ def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, cras
         signum = int(getattr(sig, named.group(1)))
     loading = "while Warp loaded" in (said or "")
     found = crash.get("op_index") if isinstance(crash, dict) else None
+    path = crash.get("path") if isinstance(crash, dict) else None
+    unknown = re.search(r"in an op that could not be identified \((.*?)\); nothing", said or "")
     if loading:
-        op_index, searched = None, False
+        located = Located()
     elif isinstance(found, int) and 0 <= found < len(prep.model.ops):
-        op_index, searched = found, True
+        located = Located(found, path if isinstance(path, str) else None, "")
+    elif unknown:
+        located = Located(why=unknown.group(1))
     elif request.identify:
-        op_index, searched = identify_crash(prep, request.device, dict(request.inputs), request.replays,
-                                            verify_checksums=request.verify_checksums)
+        located = identify_crash(prep, request.device, dict(request.inputs), request.replays)
     else:
-        op_index, searched = None, False
-    return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", op_index, searched,
-                       verify_checksums=request.verify_checksums)
+        located = Located(why="it was not searched for")
+    return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", located.index,
+                       located.why, verify_checksums=request.verify_checksums, path=located.path, how=SLOTTED_RUN)
 
 
 def _npy_memory_file(arr: np.ndarray, name: str) -> int:

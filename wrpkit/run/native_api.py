@@ -28,7 +28,9 @@ class _Options(ctypes.Structure):
                 ("before_allocate_user_data", ctypes.c_void_p),
                 # signed captures (schema/SIGNATURE-RULES.md): PEM files or folders, and the .sig path
                 ("trusted_keys", ctypes.POINTER(ctypes.c_char_p)), ("num_trusted_keys", ctypes.c_size_t),
-                ("signature_path", ctypes.c_char_p)]
+                ("signature_path", ctypes.c_char_p),
+                # a copy of the graph that writes the op slot before each op (wrpkit.op_slots)
+                ("op_slots", ctypes.c_int)]
 
 
 class _Module(ctypes.Structure):
@@ -58,6 +60,11 @@ def library():
                                          ctypes.POINTER(ctypes.c_size_t)]
     lib.wrp_program_run.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
     lib.wrp_verify_signature.argtypes = [ctypes.c_char_p, ctypes.POINTER(_Options)]
+    lib.wrp_program_op_slot.argtypes = [ctypes.c_void_p]
+    lib.wrp_program_op_slot.restype = ctypes.c_void_p
+    lib.wrp_program_op_slots_missing.argtypes = [ctypes.c_void_p]
+    lib.wrp_program_op_slots_missing.restype = ctypes.c_char_p
+    lib.wrp_guard_op_slot.argtypes = [ctypes.c_void_p, ctypes.c_int]
     _check_options_layout(lib)
     return lib
 
@@ -111,12 +118,24 @@ def _check_options_layout(lib) -> None:
 
 
 class NativeProgram:
-    """One program opened from memory through the C API."""
+    """One program opened from memory through the C API.
 
-    def __init__(self, wrp_bytes, modules: dict, device: str):
+    Args:
+        wrp_bytes: The WRP1 image.
+        modules: ``{binary file name: bytes}``.
+        device: The device string.
+        op_slots: Give Warp the graph with an op slot written before each op
+            (:mod:`wrpkit.op_slots`); :meth:`guard_op_slot` then copies it out as the process dies.
+        allow_raw_pointers: Run kernel arguments that look like live pointers (the caller decided).
+    """
+
+    def __init__(self, wrp_bytes, modules: dict, device: str, op_slots: bool = False,
+                 allow_raw_pointers: bool = False):
         lib = self.lib = library()
         opts = _Options()
         lib.wrp_options_init(ctypes.byref(opts))
+        opts.op_slots = int(bool(op_slots))
+        opts.allow_raw_pointers = int(bool(allow_raw_pointers))
         self._device_b = str(device).encode()
         opts.device = self._device_b
         buf = np.frombuffer(wrp_bytes, dtype=np.uint8)
@@ -183,6 +202,19 @@ class NativeProgram:
 
     def run(self, count: int = 1) -> None:
         self._check(self.lib.wrp_program_run(self.handle, count), "run")
+
+    def guard_op_slot(self, fd: int) -> None:
+        """Copy the op slot into memory file ``fd`` (offset 0) if this process dies of a crash signal.
+
+        Raises:
+            WrpError: The program holds no op slot (not opened with ``op_slots``, or its graph cannot
+                hold them: the message says why).
+        """
+        slot = self.lib.wrp_program_op_slot(self.handle)
+        if not slot:
+            why = (self.lib.wrp_program_op_slots_missing(self.handle) or b"").decode(errors="replace")
+            raise WrpError(f"no op slot: {why or 'the program was not opened with op slots'}")
+        self._check(self.lib.wrp_guard_op_slot(slot, fd), "guard_op_slot")
 
     def close(self) -> None:
         if self.handle:

@@ -250,8 +250,8 @@ class ReplayWorker:
 
     Used for every contained replay: ``wrp replay`` (one request, then it
     ends), :class:`~wrpkit.run.runtime.IsolatedProgram` (one child per
-    program, kept between runs), the search for a crashing op (a child per
-    prefix), and ``wrp regress`` (one per worker thread, handed whole cases by
+    program, kept between runs), the second run that names a crashing op
+    (``op_slots``), and ``wrp regress`` (one per worker thread, handed whole cases by
     :meth:`run_case`, its child forked from the run's zygote).  The child
     maps the capture itself (:class:`ChildSource`), inputs and results pass through shared memory files (one per request,
     sized to what is asked), statistics are computed in the child over Warp's
@@ -263,16 +263,19 @@ class ReplayWorker:
     Args:
         prep: The :class:`~wrpkit.run.prepare.Prepared` capture (validated here).
         device: The device string.
-        prefix: Replay only the first ``prefix`` top-level ops (the crash search).
+        op_slots: A shared memory file (:class:`~wrpkit.run.shared.SharedArea` of
+            :data:`wrpkit.op_slots.SLOT`.size bytes): the child replays a copy of the graph that
+            writes the op slot before each op, through the C API, and the slot is copied there
+            if it crashes (:func:`wrpkit.run.crash.located_crash`).
         source: A :class:`ChildSource` to share (not closed by :meth:`close`).
         max_memory: Bytes the child's load may allocate (None: the device's free memory).
     """
 
-    def __init__(self, prep, device, prefix: Optional[int] = None, source: Optional[ChildSource] = None,
+    def __init__(self, prep, device, op_slots=None, source: Optional[ChildSource] = None,
                  max_memory: Optional[int] = None):
         self.prep = prep
         self.device = str(device)
-        self.prefix = prefix
+        self.op_slots = op_slots
         self.max_memory = max_memory
         # A .wrpk's region data is hashed here while the child starts and loads it (as Warp
         # loads it in-process: region data is data, and module code was verified already);
@@ -338,10 +341,11 @@ class ReplayWorker:
         src = self.source
         self._loaded = True
         try:
-            send(self._sock, {"op": "load", "device": self.device, "prefix": self.prefix,
+            send(self._sock, {"op": "load", "device": self.device, "op_slots": self.op_slots is not None,
                               "max_memory": self.max_memory, "modules": src.modules,
                               "modules_size": src.modules_area.size, "stage_size": self._stage.size},
-                 [src.capture_fd, src.modules_area.fd, self._stage.fd])
+                 [src.capture_fd, src.modules_area.fd, self._stage.fd]
+                 + ([self.op_slots.fd] if self.op_slots is not None else []))
         except OSError:
             pass  # the child ended at once: the first request says why
 
