@@ -23,3 +23,19 @@ def printed_lines(source: str, include_dir: Path, work: Path) -> list:
     src.write_text(source)
     subprocess.run(["c++", "-std=c++17", "-I", str(include_dir), str(src), "-o", str(exe)], check=True)
     return subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def assert_generator_current(generator: Path, header: Path, edit: tuple, work: Path) -> None:
+    """The committed ``header`` is what ``generator`` writes now, and ``--check`` catches a header
+    edited by hand (``edit``: ``(old, new)`` text, replaced once in a copy in ``work``)."""
+    import sys  # noqa: PLC0415
+
+    res = subprocess.run([sys.executable, str(generator), "--check"], capture_output=True, text=True)
+    assert res.returncode == 0, (f"{header} drifted from its source: run python {generator}", res.stderr)
+    edited = work / header.name
+    text = header.read_text()
+    assert edit[0] in text, edit
+    edited.write_text(text.replace(edit[0], edit[1], 1))
+    res = subprocess.run([sys.executable, str(generator), "--check", "--out", str(edited)], capture_output=True,
+                         text=True)
+    assert res.returncode == 1 and "stale" in res.stderr, res.stderr

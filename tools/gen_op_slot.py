@@ -4,12 +4,7 @@ Run after every change to wrpkit/op_slots.py:  python tools/gen_op_slot.py
 The Python module is the one statement of the op slot; wrp-replay and
 libwrp_replay write and read exactly the record of the header this writes.
 tests/native/test_op_slots.py fails if the committed header differs from what
-this script writes now.
-
-Usage:
-    python tools/gen_op_slot.py            # rewrite native/src/op_slot.h
-    python tools/gen_op_slot.py --check    # exit 1 if it is stale
-    python tools/gen_op_slot.py --out FILE # write elsewhere
+this script writes now.  Options (--check, --out FILE) as every header generator's (gen_layout.write_or_check).
 """
 
 from __future__ import annotations

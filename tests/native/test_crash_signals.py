@@ -5,24 +5,16 @@ compiled, it must name the same signals with the same numbers as Python sees on 
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 
-from header_printer import needs_cxx, printed_lines
+from header_printer import assert_generator_current, needs_cxx, printed_lines
 from wrpkit.errors import CRASH_SIGNAL_NUMBERS, CRASH_SIGNALS
 from proc_helpers import ROOT
 
-GENERATOR = [sys.executable, str(ROOT / "tools" / "gen_crash_signals.py")]
 
 
 def test_committed_header_is_what_the_generator_writes_and_check_catches_drift(tmp_path):
-    res = subprocess.run(GENERATOR + ["--check"], capture_output=True, text=True)
-    assert res.returncode == 0, ("native/cli/crash_signals.h drifted from wrpkit/errors.py CRASH_SIGNALS: run "
-                                 "python tools/gen_crash_signals.py", res.stderr)
-    edited = tmp_path / "crash_signals.h"
-    edited.write_text((ROOT / "native" / "cli" / "crash_signals.h").read_text().replace("SIGBUS, ", "SIGUSR1, ", 1))
-    res = subprocess.run(GENERATOR + ["--check", "--out", str(edited)], capture_output=True, text=True)
-    assert res.returncode == 1 and "stale" in res.stderr, res.stderr
+    assert_generator_current(ROOT / "tools" / "gen_crash_signals.py", ROOT / "native" / "cli" / "crash_signals.h",
+                             ("SIGBUS, ", "SIGUSR1, "), tmp_path)
 
 
 def test_table_names_real_signals_with_meanings():

@@ -9,14 +9,13 @@ nested ones by their path.  Captures are made here with stock Warp.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import warp as wp
+from header_printer import assert_generator_current
 from proc_helpers import ROOT, native_or_skip
 from wrpkit import op_slots
 from wrpkit.errors import WrpError
@@ -24,17 +23,9 @@ from wrpkit.errors import WrpError
 wp.config.log_level = wp.LOG_WARNING
 wp.init()
 
-GENERATOR = [sys.executable, str(ROOT / "tools" / "gen_op_slot.py")]
-
-
 def test_committed_header_is_what_the_generator_writes_and_check_catches_drift(tmp_path):
-    res = subprocess.run(GENERATOR + ["--check"], capture_output=True, text=True)
-    assert res.returncode == 0, ("native/src/op_slot.h drifted from wrpkit/op_slots.py: run "
-                                 "python tools/gen_op_slot.py", res.stderr)
-    edited = tmp_path / "op_slot.h"
-    edited.write_text((ROOT / "native" / "src" / "op_slot.h").read_text().replace("wrpkit:op_slot", "op_slot"))
-    res = subprocess.run(GENERATOR + ["--check", "--out", str(edited)], capture_output=True, text=True)
-    assert res.returncode == 1 and "stale" in res.stderr, res.stderr
+    assert_generator_current(ROOT / "tools" / "gen_op_slot.py", ROOT / "native" / "src" / "op_slot.h",
+                             ("wrpkit:op_slot", "op_slot"), tmp_path)
 
 
 def test_slot_record_round_trips_and_says_when_no_op_ran():
