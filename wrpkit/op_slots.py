@@ -60,12 +60,22 @@ class SlotRecord(NamedTuple):
 
     @property
     def ran(self) -> bool:
-        """Whether an op had started."""
+        """Whether an op had started (and not every op had run)."""
         return self.seq >= 0 and self.index >= 0
+
+    @property
+    def all_ran(self) -> bool:
+        """Whether every op had run (:data:`ALL_RAN`)."""
+        return self.seq == ALL_RAN
 
 
 #: The record of a slot no op has written yet.
 EMPTY = SLOT.pack(-1, -1, -1, b"")
+#: The seq a second run writes once every op ran: a crash after it came as Warp released the
+#: graph's memory (a heap corrupted by a launch past its arrays fails there).
+ALL_RAN = -2
+#: Its record.
+ALL_RAN_RECORD = SLOT.pack(ALL_RAN, -1, -1, b"")
 
 
 def read_slot(data) -> SlotRecord:

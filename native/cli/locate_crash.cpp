@@ -35,6 +35,10 @@ constexpr double kSearchBudgetS = 120.0;
 
 enum class Probe { Ran, Crashed, Failed, OutOfTime };
 
+// Where a crash came when the second run's every op ran (wrpkit.run.crash.AFTER_LAST_OP).
+const std::string kAfterLastOp = "after its last op, as Warp released the graph's memory (which a launch past its "
+                                 "arrays can corrupt; both runs crashed there)";
+
 // The child: open the graph with op slots, guard the slot into `slot_fd`, set the inputs, run the
 // replays; exit 0 if all ran.  A crash leaves the op's slot record in `slot_fd`.
 [[noreturn]] void slotted_child(const CliArgs& args, int slot_fd)
@@ -60,6 +64,15 @@ enum class Probe { Ran, Crashed, Failed, OutOfTime };
         apply_inputs(prog.p, list_bindings(prog.p), args);
         uint32_t replays = args.warmup + args.repeat;
         check(wrp_program_run(prog.p, replays));
+        // Every op ran: a crash from here on comes while Warp releases the graph's memory (a heap
+        // that a launch past its arrays corrupted), and the slot file says so.
+        wrp_guard_op_slot(nullptr, -1);
+        uint8_t done[wrp::kOpSlotSize] = {};
+        std::memset(done, 0xff, wrp::kOpSlotPathAt);
+        int64_t seq = wrp::kOpSlotAllRan;
+        std::memcpy(done + wrp::kOpSlotSeqAt, &seq, 8);
+        if (pwrite(slot_fd, done, sizeof(done), 0) != static_cast<ssize_t>(sizeof(done)))
+            _exit(3);
     } catch (...) {
         _exit(3);
     }
@@ -96,7 +109,8 @@ Probe run_slotted(const CliArgs& args, int slot_fd, std::chrono::steady_clock::t
     return Probe::Failed;
 }
 
-// The slot record a crashed child left: (top-level index, path), or index -1.
+// The slot record a crashed child left: (top-level index, path), or index -1 (no op had run) or
+// kOpSlotAllRan (every op had run).
 std::pair<int64_t, std::string> read_slot(int fd)
 {
     uint8_t rec[wrp::kOpSlotSize] = {};
@@ -105,6 +119,8 @@ std::pair<int64_t, std::string> read_slot(int fd)
     int64_t seq = 0, index = 0;
     std::memcpy(&seq, rec + wrp::kOpSlotSeqAt, 8);
     std::memcpy(&index, rec + wrp::kOpSlotIndexAt, 8);
+    if (seq == wrp::kOpSlotAllRan)
+        return {wrp::kOpSlotAllRan, ""};
     if (seq < 0 || index < 0)
         return {-1, ""};
     const char* path = reinterpret_cast<const char*>(rec + wrp::kOpSlotPathAt);
@@ -163,7 +179,9 @@ int locate_crash(const CliArgs& args, int signum)
             switch (run_slotted(args, slot_fd, deadline)) {
             case Probe::Crashed:
                 std::tie(index, path) = read_slot(slot_fd);
-                if (index < 0)
+                if (index == wrp::kOpSlotAllRan)
+                    unknown = kAfterLastOp;
+                else if (index < 0)
                     unknown = "the second run, with op slots, crashed before any op ran";
                 else if (static_cast<uint64_t>(index) >= n || path.substr(0, path.find('.')) != std::to_string(index))
                     unknown = "the crash overwrote the op slot of the second run";
@@ -181,7 +199,9 @@ int locate_crash(const CliArgs& args, int signum)
     std::string message = std::string("the replay crashed with ") + sig + " ";
     wrp_op_info info{};
     bool known = unknown.empty() && wrp_program_op_info(prog.p, static_cast<size_t>(index), &info) == WRP_OK;
-    if (known) {
+    if (unknown == kAfterLastOp) {
+        message += unknown + "; nothing was written. " + wrp_program_crash_context(prog.p);
+    } else if (known) {
         message += std::string("in ") + info.summary;
         if (path != std::to_string(index))
             message += " at path " + path;
@@ -197,7 +217,7 @@ int locate_crash(const CliArgs& args, int signum)
     if (args.json) {
         std::string crash = "{\"signal\": " + json_string(sig) + ", \"op_index\": " +
             (known ? std::to_string(index) : std::string("null")) + ", \"path\": " + json_or_null(known, path) +
-            ", \"op_kind\": " + json_or_null(known, info.kind) +
+            ", \"op_kind\": " + json_or_null(known, known ? info.kind : "") +
             ", \"kernel\": " + json_or_null(known && *info.kernel, known ? info.kernel : "") + ", \"module\": " +
             json_or_null(known && *info.module, known ? info.module : "") + ", \"digest_verified\": " +
             (known && *info.module ? (info.module_verified ? "true" : "false") : "null") + "}";

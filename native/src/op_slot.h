@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace wrp {
 
@@ -14,6 +15,7 @@ constexpr size_t kOpSlotIndexAt = 8;  // int64: top-level op, -1 none
 constexpr size_t kOpSlotIterationAt = 16;  // int64: innermost WHILE iteration, -1 unknown
 constexpr size_t kOpSlotPathAt = 24;  // NUL-padded UTF-8
 constexpr size_t kOpSlotPathBytes = 104;
+constexpr int64_t kOpSlotAllRan = -2;  // seq once every op ran
 constexpr size_t kOpSlotRegionBytes = 1048576;  // the slot's region in a slotted graph
 constexpr size_t kOpSlotAt = 1048448;  // where the record lies in it
 constexpr const char* kOpSlotBinding = "wrpkit:op_slot";

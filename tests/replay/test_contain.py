@@ -323,6 +323,10 @@ def test_wrp_replay_says_the_same_extent_lint_as_wrp_validate(axpy, sixth_of_six
     res = wrp_replay(tmp_path / "past.wrp", "--output", f"out={tmp_path / 'o.npy'}", "--json")
     assert "runs 300 threads but its largest array argument holds 256 elements" in res.stderr
     assert res.returncode in (0, EXIT_CRASH), res.stderr  # reading past the arrays may or may not fault
+    if res.returncode == EXIT_CRASH:  # in the op, or (a heap it corrupted) as Warp released its memory
+        crash = json.loads(res.stdout)["crash"]
+        assert crash["op_index"] == 0 or "after its last op, as Warp released the graph's memory" in res.stderr, \
+            res.stderr
 
 
 def test_unedited_launch_has_no_extent_lint(axpy):

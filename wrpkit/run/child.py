@@ -222,6 +222,13 @@ class SlottedProgram:
     def region_bytes(self, name: str):
         return self.api.get(name)
 
+    def all_ran(self) -> None:
+        """Every op ran: a crash from now on (Warp releasing a heap a launch corrupted) is said so."""
+        from ..op_slots import ALL_RAN_RECORD  # noqa: PLC0415
+
+        self.api.lib.wrp_guard_op_slot(None, -1)
+        os.pwrite(self._slot_fd, ALL_RAN_RECORD, 0)
+
     def close(self) -> None:
         self.api.close()
         os.close(self._slot_fd)
@@ -256,6 +263,7 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
         with shown:
             if isinstance(prog, SlottedProgram):
                 host_ms, device_ms = prog.timed_replays(message["warmup"], message["repeat"])
+                prog.all_ran()
             else:
                 host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
         set_stage(stage, "reading")

@@ -56,6 +56,9 @@ def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *,
 
 #: How a whole replay's crash was traced to its op (said in the message).
 SLOTTED_RUN = "named by its op slot in a second run"
+#: Where a crash came when every op of the second run ran (wrp-replay says the same).
+AFTER_LAST_OP = ("after its last op, as Warp released the graph's memory (which a launch past its arrays can "
+                 "corrupt; both runs crashed there)")
 
 
 @record(frozen=True)
@@ -87,6 +90,8 @@ def _slotted_run(prep, device, inputs: Mapping, replays: int, budget: float, sou
         return Located(why="the second run, with op slots, did not crash")
     except ChildCrashed:
         record = read_slot(slot.view())
+        if record.all_ran:
+            return Located(why=AFTER_LAST_OP)
         if not record.ran:
             return Located(why="the second run, with op slots, crashed before any op ran")
         if (record.index >= len(prep.model.ops) or record.path.split(".")[0] != str(record.index)
@@ -173,6 +178,8 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], unknown:
     digest_ok = None
     if stage != "replaying":
         where = "while Warp loaded the capture (before any op ran)"
+    elif op_index is None and unknown == AFTER_LAST_OP:
+        where = AFTER_LAST_OP
     elif op_index is None:
         where = f"in an op that could not be identified ({unknown or 'nothing recorded it'})"
     else:

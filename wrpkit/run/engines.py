@@ -678,7 +678,7 @@ def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, cras
     import re  # noqa: PLC0415
     import signal as sig  # noqa: PLC0415
 
-    from .crash import SLOTTED_RUN, Located, crash_error, identify_crash  # noqa: PLC0415
+    from .crash import AFTER_LAST_OP, SLOTTED_RUN, Located, crash_error, identify_crash  # noqa: PLC0415
 
     signum = -returncode if returncode < 0 else 0
     named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
@@ -690,6 +690,8 @@ def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, cras
     unknown = re.search(r"in an op that could not be identified \((.*?)\); nothing", said or "")
     if loading:
         located = Located()
+    elif AFTER_LAST_OP in (said or ""):
+        located = Located(why=AFTER_LAST_OP)
     elif isinstance(found, int) and 0 <= found < len(prep.model.ops):
         located = Located(found, path if isinstance(path, str) else None, "")
     elif unknown:
