@@ -14,7 +14,7 @@ Reports, in one run:
 * ``wrp slice FILE --ops 5000:5010`` against ``wrp replay FILE`` of the whole
   file, both as fresh processes, median wall time.  Target: at most 2x.
 * What ``--kernels FILE.py`` costs per file: importing it and matching the
-  capture's kernels (``wrpkit.run.source_types.type_from_source``), in
+  capture's kernels (``wrpkit.run.capture.source_types.type_from_source``), in
   process, for the big capture's own kernels file (``tests/programs.py``) and
   for a stock capture of a small script (``tests/nonfinite_chain.py``); and
   ``wrp trace STOCK --kernels SCRIPT`` against ``wrp trace STOCK`` as fresh
@@ -99,7 +99,7 @@ def kernels_cost(a, big: Path) -> None:
     """Print what ``--kernels`` costs per file (see the module docstring)."""
     from wrpkit.formats.annotations import read_annotations  # noqa: PLC0415
     from wrpkit.formats.container import open_capture  # noqa: PLC0415
-    from wrpkit.run.source_types import type_from_source  # noqa: PLC0415
+    from wrpkit.run.capture.source_types import type_from_source  # noqa: PLC0415
 
     script = ROOT / "tests" / "nonfinite_chain.py"
     stock = a.dir / "chain_stock.wrp"

@@ -112,7 +112,7 @@ def bench_capture_cost(runs: int) -> dict:
 import json, statistics, sys, time, tempfile, warp as wp, wrpkit
 sys.path.insert(0, %r)
 import programs
-from wrpkit.run import recording, access
+from wrpkit.run.capture import recording, access
 wp.init()
 prog = [programs.PROGRAMS[n] for n in ("scalars", "vecmat", "structs", "arrays_nd")]
 def once():

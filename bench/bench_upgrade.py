@@ -89,9 +89,9 @@ def main() -> int:
     work = a.dir / "upgrade"
     out = {"cp": work / "cp", "cpsync": work / "cpsync", "cli": work / "cli", "clinosync": work / "clinosync",
            "lib": work / "lib", "nosync": work / "nosync", "start": work / "start"}
-    start = [sys.executable, "-c", "import wrpkit.cli, wrpkit.cli.upgrade, wrpkit.run.upgrade, wrpkit.checks.validate"]
+    start = [sys.executable, "-c", "import wrpkit.cli, wrpkit.cli.upgrade, wrpkit.run.load.upgrade, wrpkit.checks.validate"]
 
-    from wrpkit.run.upgrade import upgrade  # the library route: imported once, as a caller would
+    from wrpkit.run.load.upgrade import upgrade  # the library route: imported once, as a caller would
 
     def run(name: str) -> tuple:
         """(wall seconds, CPU seconds: user + system) of one command."""

@@ -41,7 +41,7 @@ def small_capture(captures) -> Path:
 @pytest.fixture(scope="session")
 def replayer() -> Path:
     """The installed ``wrp-replay``; a test that needs it skips, saying why, where it is not installed."""
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     try:
         return native_paths().require_replayer()

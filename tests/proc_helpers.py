@@ -96,7 +96,7 @@ def native_or_skip(engine: str) -> None:
         import pytest  # noqa: PLC0415
 
         from wrpkit.errors import WrpError  # noqa: PLC0415
-        from wrpkit.run.engines import native_paths  # noqa: PLC0415
+        from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
         try:
             native_paths().require_library()

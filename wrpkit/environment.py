@@ -3,7 +3,7 @@ Warp version (read from its package metadata), how Warp's replay and library
 load report failures, and whether memory can be reserved.
 
 Never imports Warp: what the installed Warp itself reports about the host (CPU
-object tags, CUDA archs) is asked in :mod:`wrpkit.run.warp_start`, and ``wrp
+object tags, CUDA archs) is asked in :mod:`wrpkit.run.warp_bridge.start`, and ``wrp
 check`` hands it to :func:`wrpkit.checks.check.preflight`.
 
 Shared by ``wrp check`` (which must not import Warp just to read a version)

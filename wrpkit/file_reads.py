@@ -24,7 +24,7 @@ PathLike = Union[str, os.PathLike]
 
 #: The guard of mapped files against a file that changes under the reader (truncated while it is read:
 #: the next load from a page past its new end is a SIGBUS, which Python cannot turn into an exception).
-#: Set by a higher layer (:func:`wrpkit.run.file_guard.install`, from the ``wrp`` command line and the
+#: Set by a higher layer (:func:`wrpkit.run.load.file_guard.install`, from the ``wrp`` command line and the
 #: children that replay, trace and profile): called as ``guard(mm, size, path, what)`` for every mapping
 #: :func:`map_file` makes; returns a callable that removes the guard (called before unmapping), or None.
 _MAP_GUARD = None

@@ -15,7 +15,7 @@ after the child died.  Every route writes the same 128-byte record, :data:`SLOT`
   ``wrp-replay`` and the python engine's child use the same C code.
 
 The parent reads the record back with :func:`read_slot` and words the crash
-with :func:`wrpkit.run.crash.crash_error`.  ``native/src/op_slot.h`` is
+with :func:`wrpkit.run.contain.crash.crash_error`.  ``native/src/op_slot.h`` is
 generated from this module (``tools/gen_op_slot.py``).
 
 Nothing here imports Warp or numpy.

@@ -30,12 +30,12 @@ namespace wrpcli {
 
 namespace {
 
-// Without --timeout the second run gets as long as `wrp replay` gives it (wrpkit.run.crash.IDENTIFY_BUDGET_S).
+// Without --timeout the second run gets as long as `wrp replay` gives it (wrpkit.run.contain.crash.IDENTIFY_BUDGET_S).
 constexpr double kSearchBudgetS = 120.0;
 
 enum class Probe { Ran, Crashed, Failed, OutOfTime };
 
-// Where a crash came when the second run's every op ran (wrpkit.run.crash.AFTER_LAST_OP).
+// Where a crash came when the second run's every op ran (wrpkit.run.contain.crash.AFTER_LAST_OP).
 const std::string kAfterLastOp = "after its last op, as Warp released the graph's memory (which a launch past its "
                                  "arrays can corrupt; both runs crashed there)";
 

@@ -7,7 +7,7 @@
 // program with wrp_options.op_slots (wrp1_op_slots.h), guards the slot into a
 // memory file (wrp_guard_op_slot), sets the same inputs and runs the same
 // number of replays; the slot the crash leaves names the op and its path.
-// The same run as `wrp replay`'s (wrpkit.run.crash.located_crash).
+// The same run as `wrp replay`'s (wrpkit.run.contain.crash.located_crash).
 #pragma once
 
 #include "cli_args.h"

@@ -247,7 +247,7 @@ const char* const kNoDigestHint =
 }  // namespace
 
 // Said when a replay dies of a fatal signal (wrp-replay's crash report): which modules had their
-// SHA-256 checked before they ran.  The same words as wrpkit.run.crash.crash_error.
+// SHA-256 checked before they ran.  The same words as wrpkit.run.contain.crash.crash_error.
 void Program::describe_crash_context(const std::vector<ModuleImage>& modules)
 {
     unverified_modules_.clear();

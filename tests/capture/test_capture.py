@@ -14,7 +14,7 @@ from wrpkit.formats import wrp1
 from wrpkit.formats.container import open_capture
 from wrpkit.errors import WrpBindingError, WrpError, WrpFormatError
 from wrpkit.formats.wrp1_layout import SECTION_ANNOTATIONS
-from wrpkit.run.warp_dtypes import dtype_from_warp, warp_dtype
+from wrpkit.run.warp_bridge.dtypes import dtype_from_warp, warp_dtype
 
 # ---------------------------------------------------------------------------
 # Kernels and arrays local to these tests

@@ -1,11 +1,11 @@
-"""``--kernels`` types a stock capture from the types Warp itself resolved (``wrpkit.run.kernel_types``).
+"""``--kernels`` types a stock capture from the types Warp itself resolved (``wrpkit.run.capture.kernel_types``).
 
 Warp 1.19's own examples spell kernel arguments ``wp.array[float]`` and ``wp.array2d[float]``
 beside ``wp.array(dtype=float)`` and ``wp.array2d(dtype=float)``.  The program below uses them
 all, with a struct of arrays, a ``wp.vec3`` array and an indexed array; it is written to
 ``tmp_path`` and run as a script, so stock ``wp.capture_save`` records its kernels under
 ``__main__`` with no types.  Its eager run (the same kernels, launched one by one) writes the
-golden values.  Also: :func:`wrpkit.run.access.argument_lines`, the source lines where a
+golden values.  Also: :func:`wrpkit.run.capture.access.argument_lines`, the source lines where a
 kernel touches each array.
 """
 
@@ -24,9 +24,9 @@ import pytest
 import warp as wp
 
 from proc_helpers import invoke_raising as wrp
-from wrpkit.run.access import argument_lines, kernel_argument_access, kernel_signature
-from wrpkit.run.kernel_types import kernel_argument_types
-from wrpkit.run.upgrade import kernel_arg_specs
+from wrpkit.run.capture.access import argument_lines, kernel_argument_access, kernel_signature
+from wrpkit.run.capture.kernel_types import kernel_argument_types
+from wrpkit.run.load.upgrade import kernel_arg_specs
 
 PROGRAM = textwrap.dedent('''
     """Kernels in the idioms of Warp 1.19's examples, captured with stock Warp when run as a script."""
@@ -304,7 +304,7 @@ def test_argument_lines_never_raises():
 
 
 def test_argument_lines_count_a_function_of_another_file_at_its_call(tmp_path):
-    from wrpkit.run.upgrade import import_kernels_file, module_kernels
+    from wrpkit.run.load.upgrade import import_kernels_file, module_kernels
 
     (tmp_path / "kt_helpers.py").write_text(textwrap.dedent('''
         import warp as wp

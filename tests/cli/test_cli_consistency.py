@@ -274,7 +274,7 @@ def test_ctrl_c_stops_a_long_python_replay_and_its_child(tmp_path):
     try:
         kids = []
         for _ in range(600):  # the child is started first; then the parent validates and sends the load
-            kids = child_pids(proc.pid, b"wrpkit.run.child") if proc.poll() is None else []
+            kids = child_pids(proc.pid, b"wrpkit.run.contain.child") if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)

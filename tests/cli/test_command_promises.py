@@ -338,13 +338,13 @@ def _long_capture(tmp_path: Path) -> Path:
 
 def test_replay_finds_wrp_replay_in_the_package_without_path(tmp_path):
     """cli/replay.py looked in wrpkit/cli/_native/bin, a folder that does not exist; PATH hid it."""
-    from wrpkit.run import engines  # noqa: PLC0415
+    from wrpkit.run.replay import engines  # noqa: PLC0415
 
     pkg_bin = Path(engines.__file__).resolve().parent.parent / "_native" / "bin" / "wrp-replay"
     if not pkg_bin.is_file():
         pytest.skip("this wrpkit is not an installed wheel (no _native/bin)")
     code = ("import sys; sys.executable = '/nonexistent/python'; "
-            "from wrpkit.run.engines import native_paths; print(native_paths().require_replayer())")
+            "from wrpkit.run.replay.engines import native_paths; print(native_paths().require_replayer())")
     env = {k: v for k, v in os.environ.items() if k not in ("WRP_REPLAY", "PYTHONPATH")} | {"PATH": "/usr/bin:/bin"}
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr

@@ -20,7 +20,7 @@ import pytest
 import warp as wp
 from proc_helpers import invoke_raising as wrp
 import wrpkit
-from wrpkit.run.engines import native_paths
+from wrpkit.run.replay.engines import native_paths
 from wrpkit.errors import WrpBindingError, WrpError, WrpModuleError
 
 N = 256

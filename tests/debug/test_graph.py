@@ -23,7 +23,7 @@ from wrpkit.debug import graph as g
 from wrpkit.debug import graph_render as draw
 from wrpkit.formats import annotations as ann
 from wrpkit.formats.container import open_capture
-from wrpkit.run.access import kernel_argument_access
+from wrpkit.run.capture.access import kernel_argument_access
 
 CHROMIUM = os.environ.get("WRP_CHROMIUM", "/usr/bin/chromium")
 

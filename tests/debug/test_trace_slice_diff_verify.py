@@ -306,7 +306,7 @@ def test_native_api_mirrors_the_c_options_struct():
     # heap, and the test process later crashed in the garbage collector.
     import ctypes  # noqa: PLC0415
 
-    from wrpkit.run import native_api  # noqa: PLC0415
+    from wrpkit.run.replay import native_api  # noqa: PLC0415
 
     lib = native_api.library()
     scratch = ctypes.create_string_buffer(4096)

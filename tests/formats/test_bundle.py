@@ -93,7 +93,7 @@ def test_skipping_checksums_needs_the_explicit_flag(captures, tmp_path):
 @pytest.mark.parametrize("name", rc.sample_names())
 def test_moved_bundle_replays_through_the_native_engine(tmp_path, name):
     from wrpkit.errors import WrpError  # noqa: PLC0415
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     try:
         native_paths().require_replayer()

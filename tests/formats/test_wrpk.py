@@ -132,7 +132,7 @@ def test_model_field_order_matches_schema():
 
 def test_wrpkit_capture_with_annotations(tmp_path):
     """A .wrp saved by wrpkit.capture (with its ANNOTATIONS section) round-trips, annotations included."""
-    capture = pytest.importorskip("wrpkit.run.recording")
+    capture = pytest.importorskip("wrpkit.run.capture.recording")
     import numpy as np  # noqa: PLC0415
     import warp as wp  # noqa: PLC0415
 

@@ -121,7 +121,7 @@ def _flipped(bundles, kind: str, name: str) -> tuple:
 
 
 def test_a_byte_flipped_in_the_middle_chunk_is_refused_naming_the_chunk(bundles, replayer):
-    from wrpkit.run.native_api import NativeProgram  # noqa: PLC0415
+    from wrpkit.run.replay.native_api import NativeProgram  # noqa: PLC0415
 
     path, check = _flipped(bundles, "chunked", "flipped.wrpk")
     chunk = f"chunk 2 of 6 (bytes {2 * DIGEST_CHUNK}..{3 * DIGEST_CHUNK} of {4 * N_BIG}"

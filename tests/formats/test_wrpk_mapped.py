@@ -1,6 +1,6 @@
 """A `.wrpk` replays from its mapping: container version 2 places large region data so that the WRP1
 image Warp loads maps the bundle's file pages instead of holding a second copy of the data
-(schema/WRPK-FORMAT.md "Blob area"; wrpkit/run/mapped_image.py; ImagePlacer in native/src/wrpk_blobs.cpp).
+(schema/WRPK-FORMAT.md "Blob area"; wrpkit/run/load/mapped_image.py; ImagePlacer in native/src/wrpk_blobs.cpp).
 
 A capture of a program of this file's own (a vec3 array, an initialised float array, an unbound scratch
 array, an IF inside a WHILE, a @wp.func helper) made with stock Warp at test time is converted to a
@@ -253,7 +253,7 @@ def _rss_anon_kib() -> int:
 def test_python_image_maps_the_bundle_pages(bundles):
     """The image Warp is handed is byte for byte the .wrp, and building it costs records, not data."""
     from wrpkit.formats.container import open_capture  # noqa: PLC0415
-    from wrpkit.run.mapped_image import build_mapped_image  # noqa: PLC0415
+    from wrpkit.run.load.mapped_image import build_mapped_image  # noqa: PLC0415
 
     expect = bundles["wrp"].read_bytes()
     data_bytes = 0
@@ -334,7 +334,7 @@ def test_wrp_replay_of_a_256_mib_bundle_holds_one_copy(tmp_path, replayer):
 
 def test_c_api_from_a_shared_mapping_and_from_bytes(bundles, replayer):
     """wrp_program_open_memory maps the pages of a caller's MAP_SHARED mapping, copies from bytes: same results."""
-    from wrpkit.run.native_api import NativeProgram  # noqa: PLC0415
+    from wrpkit.run.replay.native_api import NativeProgram  # noqa: PLC0415
 
     want = _replayer_outputs(replayer, bundles["wrp"], bundles["wrp"].parent / "c-api-want")
     with open(bundles["v2"], "rb") as f:

@@ -1,4 +1,4 @@
-"""Kernel access analysis (``wrpkit.run.access``) on kernels written for this test, and what
+"""Kernel access analysis (``wrpkit.run.capture.access``) on kernels written for this test, and what
 ``wrp inspect --ops --json`` reports for each launch argument of a real capture of them."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import warp as wp
 
 import wrpkit
 from wrpkit.formats import annotations as ann
-from wrpkit.run.access import kernel_argument_access
+from wrpkit.run.capture.access import kernel_argument_access
 
 A = ann.ArgumentAccess
 

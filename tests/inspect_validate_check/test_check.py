@@ -181,7 +181,7 @@ def test_capture_layer_warns_about_live_pointers_when_the_capture_ends(tmp_path)
     import warnings  # noqa: PLC0415
 
     import wrpkit  # noqa: PLC0415
-    from wrpkit.run.recording import WrpLintWarning  # noqa: PLC0415
+    from wrpkit.run.capture.recording import WrpLintWarning  # noqa: PLC0415
 
     grid = wp.HashGrid(4, 4, 4, device="cpu")
     out = wp.zeros(4, dtype=wp.float32, device="cpu")
@@ -207,7 +207,7 @@ def test_capture_layer_warns_about_live_pointers_when_the_capture_ends(tmp_path)
 
 def test_saving_a_plain_warp_capture_lints_it(tmp_path):
     import wrpkit  # noqa: PLC0415
-    from wrpkit.run.recording import WrpLintWarning  # noqa: PLC0415
+    from wrpkit.run.capture.recording import WrpLintWarning  # noqa: PLC0415
 
     g, out, _grid = stock_grid_capture()
     with pytest.warns(WrpLintWarning, match="k_uses_grid_id.*argument 0"):
@@ -218,7 +218,7 @@ def test_clean_capture_saves_without_lint_warnings(tmp_path):
     import warnings  # noqa: PLC0415
 
     import wrpkit  # noqa: PLC0415
-    from wrpkit.run.recording import WrpLintWarning  # noqa: PLC0415
+    from wrpkit.run.capture.recording import WrpLintWarning  # noqa: PLC0415
 
     out = wp.zeros(4, dtype=wp.float32, device="cpu")
     with warnings.catch_warnings():

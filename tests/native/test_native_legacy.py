@@ -88,7 +88,7 @@ def test_legacy_formats_through_the_c_api(native):
     WRP_ERR_INCOMPATIBLE (7) and the upgrade message; WRP_ERR_INVALID_FILE (2) still comes first."""
     import ctypes  # noqa: PLC0415
 
-    from wrpkit.run.native_api import _Module, _Options  # noqa: PLC0415
+    from wrpkit.run.replay.native_api import _Module, _Options  # noqa: PLC0415
     from wrpkit.formats.wrp1_layout import describe_format, upgrade_message  # noqa: PLC0415
 
     lib = ctypes.CDLL(str(native.lib))

@@ -76,7 +76,7 @@ def _save(tmp: Path) -> Path:
 
 
 def _program(path: Path, op_slots: bool):
-    from wrpkit.run import native_api
+    from wrpkit.run.replay import native_api
 
     mods = {p.name: p.read_bytes() for p in (path.parent / f"{path.stem}_modules").iterdir()}
     return native_api.NativeProgram(path.read_bytes(), mods, "cpu", op_slots=op_slots)

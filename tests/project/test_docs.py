@@ -75,7 +75,7 @@ def test_every_command_has_a_page_naming_every_option(name):
 
 
 def test_wrp_replay_has_a_page_naming_every_option():
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     try:
         exe = native_paths().require_replayer()

@@ -277,3 +277,36 @@ def test_formats_and_checks_never_import_warp(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "modules, 1 launch" in res.stdout, res.stdout
+
+
+def _run_layout(pkg: Path = PKG) -> list:
+    """What is wrong with ``run/``'s layout: a module in ``run/`` itself (every one belongs to a
+    package of one concern), or a package or module of it that docs/architecture.md does not name."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    run = pkg / "run"
+    bad = [f"run/{p.name}: a module in run/ itself (put it in the package of its concern)"
+           for p in sorted(run.glob("*.py")) if p.name != "__init__.py"]
+    for sub in sorted(p for p in run.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        if f"`run/{sub.name}/`" not in doc:
+            bad.append(f"run/{sub.name}/: not drawn in docs/architecture.md")
+        for mod in sorted(sub.glob("*.py")):
+            if mod.name != "__init__.py" and f"`{mod.name}`" not in doc:
+                bad.append(f"run/{sub.name}/{mod.name}: not named in docs/architecture.md")
+    return bad
+
+
+def test_run_is_split_by_concern_as_the_architecture_page_draws_it():
+    assert _run_layout() == []
+
+
+def test_the_layout_check_finds_a_flat_module_and_an_undrawn_package(tmp_path):
+    pkg = tmp_path / "wrpkit"
+    (pkg / "run" / "replay").mkdir(parents=True)
+    (pkg / "run" / "elsewhere").mkdir()
+    (pkg / "run" / "__init__.py").write_text("")
+    (pkg / "run" / "loose.py").write_text("")
+    (pkg / "run" / "replay" / "engines.py").write_text("")
+    (pkg / "run" / "replay" / "unnamed_thing.py").write_text("")
+    assert _run_layout(pkg) == ["run/loose.py: a module in run/ itself (put it in the package of its concern)",
+                                "run/elsewhere/: not drawn in docs/architecture.md",
+                                "run/replay/unnamed_thing.py: not named in docs/architecture.md"]

@@ -1,6 +1,6 @@
 """Issue 42 item 3: one package imports Warp, and one module of it reads Warp's internals.
 
-``wrpkit/run/`` is the only package that imports Warp; ``wrpkit/run/warp_internals.py`` is the only
+``wrpkit/run/`` is the only package that imports Warp; ``wrpkit/run/warp_bridge/internals.py`` is the only
 module that names ``warp._src``, and each internal it reads is checked here against the installed
 Warp, so that a Warp release that moves one fails this file.  And a CLI parent whose job runs in a
 child process never imports Warp at all.
@@ -19,7 +19,7 @@ import pytest
 from proc_helpers import ROOT
 
 PKG = ROOT / "wrpkit"
-ADAPTER = PKG / "run" / "warp_internals.py"
+ADAPTER = PKG / "run" / "warp_bridge" / "internals.py"
 WARP_PACKAGE = PKG / "run"
 
 _SRC_NAME = re.compile(r"^warp\._src(\.\w+)*$")
@@ -39,7 +39,7 @@ def _warp_problems(pkg: Path = PKG) -> list:
     for path in sorted(pkg.rglob("*.py")):
         rel = path.relative_to(pkg.parent)
         in_run = path.is_relative_to(pkg / "run")
-        is_adapter = path == pkg / "run" / "warp_internals.py"
+        is_adapter = path == pkg / "run" / "warp_bridge" / "internals.py"
         for node in ast.walk(ast.parse(path.read_text())):
             for name in _warp_import_names(node):
                 if (name == "warp" or name.startswith("warp.")) and not in_run:
@@ -60,13 +60,13 @@ def _warp_problems(pkg: Path = PKG) -> list:
 def test_only_run_imports_warp_and_only_the_adapter_reads_its_internals():
     bad = _warp_problems()
     assert not bad, ("Warp is imported outside wrpkit/run/, or its internals read outside "
-                     "wrpkit/run/warp_internals.py:\n" + "\n".join(bad))
+                     "wrpkit/run/warp_bridge/internals.py:\n" + "\n".join(bad))
 
 
 def test_the_import_check_finds_what_it_forbids(tmp_path):
     # A check that can never fail proves nothing: plant each kind of violation.
     pkg = tmp_path / "wrpkit"
-    for folder in ("debug", "run", "cli"):
+    for folder in ("debug", "run/warp_bridge", "cli"):
         (pkg / folder).mkdir(parents=True)
     (pkg / "debug" / "a.py").write_text("def f():\n    import warp as wp\n")
     (pkg / "cli" / "b.py").write_text("from warp.types import is_array\n")
@@ -74,7 +74,7 @@ def test_the_import_check_finds_what_it_forbids(tmp_path):
     (pkg / "run" / "d.py").write_text("import warp as wp\nx = wp._src.context\ny = getattr(wp, '_src')\n")
     (pkg / "run" / "e.py").write_text("import importlib\nm = importlib.import_module('warp._src.codegen')\n")
     (pkg / "run" / "f.py").write_text("from warp import _src\n")
-    (pkg / "run" / "warp_internals.py").write_text("from warp._src import types\n")  # allowed here only
+    (pkg / "run" / "warp_bridge" / "internals.py").write_text("from warp._src import types\n")  # allowed here only
     assert _warp_problems(pkg) == [
         "wrpkit/cli/b.py:1 imports warp.types outside wrpkit/run/",
         "wrpkit/debug/a.py:2 imports warp outside wrpkit/run/",
@@ -92,7 +92,7 @@ def test_the_import_check_finds_what_it_forbids(tmp_path):
 
 
 def _started_warp():
-    from wrpkit.run.warp_start import init_warp  # noqa: PLC0415
+    from wrpkit.run.warp_bridge.start import init_warp  # noqa: PLC0415
 
     return init_warp(cpu_only=True)
 
@@ -127,11 +127,11 @@ def _internal_problem(module: str, name: str, kind: str):
 
 
 def test_every_internal_the_adapter_reads_is_where_warp_keeps_it():
-    from wrpkit.run.warp_internals import INTERNALS  # noqa: PLC0415
+    from wrpkit.run.warp_bridge.internals import INTERNALS  # noqa: PLC0415
 
     _started_warp()  # runtime.<attribute> entries exist once Warp has started
     problems = [p for p in (_internal_problem(*entry) for entry in INTERNALS) if p]
-    assert not problems, ("Warp moved internals wrpkit reads (update wrpkit/run/warp_internals.py):\n"
+    assert not problems, ("Warp moved internals wrpkit reads (update wrpkit/run/warp_bridge/internals.py):\n"
                           + "\n".join(problems))
     # The check fails for a name Warp does not have, or one of another kind.
     assert "has no 'no_such_internal'" in _internal_problem("warp._src.types", "no_such_internal", "function")
@@ -153,7 +153,7 @@ def _adapter_reads() -> set:
 def test_the_table_is_what_the_adapter_reads():
     # Derived from the adapter itself: a read missing from INTERNALS (or a stale entry) fails here,
     # and nothing in the adapter imports warp._src by any other way than _internal.
-    from wrpkit.run import warp_internals as wi  # noqa: PLC0415
+    from wrpkit.run.warp_bridge import internals as wi  # noqa: PLC0415
 
     assert _adapter_reads() == {(mod, name) for mod, name, _ in wi.INTERNALS}
     assert not [n for n in ast.walk(ast.parse(ADAPTER.read_text())) for name in _warp_import_names(n)
@@ -165,7 +165,7 @@ def test_the_table_is_what_the_adapter_reads():
 def test_the_adapter_gives_what_its_names_say():
     import warp as wp  # noqa: PLC0415
 
-    from wrpkit.run import warp_internals as wi  # noqa: PLC0415
+    from wrpkit.run.warp_bridge import internals as wi  # noqa: PLC0415
 
     _started_warp()
     assert wi.runtime_started()

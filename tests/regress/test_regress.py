@@ -30,8 +30,8 @@ from click.testing import CliRunner
 
 import wrpkit
 from wrpkit.cli import main
-from wrpkit.run.regress_case import cuda_device_count
-from wrpkit.run.zygote import Zygote
+from wrpkit.run.regress.case import cuda_device_count
+from wrpkit.run.contain.zygote import Zygote
 
 needs_zygote = pytest.mark.skipif(not Zygote.supported(), reason="the zygote needs Linux with pidfds")
 
@@ -349,7 +349,7 @@ def test_records_are_a_timeline_of_the_run(serial):
 
 
 def test_native_engine_gives_the_serial_verdicts(suite, serial):
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     try:
         native_paths().require_replayer()
@@ -384,7 +384,7 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
                                                                            "pid") else set()
         # Each worker process that ran cases forked its replay children from its own zygote.
         zygote_parents = {int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                          for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"wrpkit.run.zygote")}
+                          for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"wrpkit.run.contain.zygote")}
     _same(rep, serial)
     ran = {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
     if Zygote.supported():
@@ -468,8 +468,8 @@ def _descendants_replaying(root: int) -> list:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        forked = b"wrpkit.run.zygote" in argv
-        if (b"wrpkit.run.child" in argv or forked) and below(pid) and \
+        forked = b"wrpkit.run.contain.zygote" in argv
+        if (b"wrpkit.run.contain.child" in argv or forked) and below(pid) and \
                 _stage_reader(Path(f"/proc/{pid}"))() == "replaying":
             out.append((pid, parent.get(ppid) if forked else ppid))
     return out
@@ -540,8 +540,8 @@ def test_a_killed_ray_worker_loses_no_case(suite, tmp_path):
 
 def test_a_remote_case_reaches_its_child_whole_in_one_memory_file(suite):
     """A remote case's bytes (capture, module files, inputs, golden) survive the trip to the replay child."""
-    from wrpkit.run.regress_case import case_job, payload_from_file, payload_to_file, with_payload  # noqa: PLC0415
-    from wrpkit.run.regress_suite import discover  # noqa: PLC0415
+    from wrpkit.run.regress.case import case_job, payload_from_file, payload_to_file, with_payload  # noqa: PLC0415
+    from wrpkit.run.regress.suite import discover  # noqa: PLC0415
 
     cases = {c.name: c for c in discover(suite, keyword=None, overrides={})}
     job = with_payload(case_job(cases["mine/vec_stock"], "python", False))
@@ -562,7 +562,7 @@ def test_a_remote_case_reaches_its_child_whole_in_one_memory_file(suite):
 
 
 def test_remote_batches_cover_every_case_once_in_order_and_grow_with_small_cases():
-    from wrpkit.run.regress_fanout import FIRST_BATCH, REMOTE_BATCH, TASK_SECONDS, RemoteBatches  # noqa: PLC0415
+    from wrpkit.run.regress.fanout import FIRST_BATCH, REMOTE_BATCH, TASK_SECONDS, RemoteBatches  # noqa: PLC0415
 
     for n_jobs, slots in ((1, 2), (7, 2), (50, 2), (13, 3), (1000, 2), (5, 1)):
         b = RemoteBatches(n_jobs, slots)
@@ -599,9 +599,9 @@ def test_a_remote_task_that_runs_out_of_time_has_the_rest_sent_again(suite, seri
     case and hands back the rest, which go in later tasks; every case ends once, with a serial run's verdict."""
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait  # noqa: PLC0415
 
-    from wrpkit.run import regress_fanout  # noqa: PLC0415
-    from wrpkit.run.regress_case import case_job, close_replay_workers, run_cases  # noqa: PLC0415
-    from wrpkit.run.regress_suite import discover  # noqa: PLC0415
+    from wrpkit.run.regress import fanout as regress_fanout  # noqa: PLC0415
+    from wrpkit.run.regress.case import case_job, close_replay_workers, run_cases  # noqa: PLC0415
+    from wrpkit.run.regress.suite import discover  # noqa: PLC0415
 
     s = _case_copies(suite, tmp_path / "s", {**{f"a{i}": "mine/axpy" for i in range(5)}, "b": "broken/changed"})
     jobs = [case_job(c, "python", False) for c in discover(s)]
@@ -830,7 +830,7 @@ def _wrpkit_processes():
     (its children and theirs: other sessions on the machine may run their own)."""
     from proc_helpers import processes  # noqa: PLC0415
 
-    found = processes(lambda argv: b"wrpkit.run.child" in argv or b"wrpkit.run.zygote" in argv)
+    found = processes(lambda argv: b"wrpkit.run.contain.child" in argv or b"wrpkit.run.contain.zygote" in argv)
     ours = {pid for pid, ppid, _, _ in found if ppid == os.getpid()}
     return [x for x in found if x[1] == os.getpid() or x[1] in ours]
 
@@ -838,7 +838,7 @@ def _wrpkit_processes():
 def _serve_children():
     """The replay children of a ``wrp regress`` run: started (``--serve``) or forked from its zygote."""
     for pid, _ppid, argv, p in _wrpkit_processes():
-        if b"--die-with-parent" in argv and (b"--serve" in argv or b"wrpkit.run.zygote" in argv):
+        if b"--die-with-parent" in argv and (b"--serve" in argv or b"wrpkit.run.contain.zygote" in argv):
             yield pid, _stage_reader(p)
 
 
@@ -856,7 +856,7 @@ def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite
         if len(replaying) == 2:
             time.sleep(1.0)  # both never-ending cases are in their forks' replays
             zygote = [pid for pid, ppid, argv, _ in _wrpkit_processes()
-                      if b"wrpkit.run.zygote" in argv and ppid == os.getpid()]
+                      if b"wrpkit.run.contain.zygote" in argv and ppid == os.getpid()]
             assert len(zygote) == 1
             os.kill(zygote[0], signal.SIGKILL)
             killed = zygote[0]
@@ -881,7 +881,7 @@ def test_three_workers_fork_from_one_zygote_and_a_crash_stays_in_its_case(suite,
 
     def look(done, total, result):
         for pid, ppid, argv, _p in _wrpkit_processes():
-            seen.append((pid, ppid, b"wrpkit.run.zygote" in argv, b"--serve" in argv and b"--die-with-parent"
+            seen.append((pid, ppid, b"wrpkit.run.contain.zygote" in argv, b"--serve" in argv and b"--die-with-parent"
                          in argv))
 
     rep = wrpkit.regress(s, jobs=3, progress=look)
@@ -1051,7 +1051,7 @@ def test_native_regress_writes_no_temporary_file(suite, tmp_path, monkeypatch):
     """The native engine hands wrp-replay the case's bytes through memory files, as `wrp replay` does."""
     import tempfile  # noqa: PLC0415
 
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     try:
         native_paths().require_replayer()
@@ -1143,8 +1143,8 @@ def test_a_case_that_compares_nothing_says_so(tmp_path):
 
 
 def test_auto_engine_choice_by_cases_per_worker():
-    from wrpkit.run.engines import NATIVE_MAX_CASES_PER_WORKER as most
-    from wrpkit.run.regress import choose_regress_engine
+    from wrpkit.run.replay.engines import NATIVE_MAX_CASES_PER_WORKER as most
+    from wrpkit.run.regress.runner import choose_regress_engine
 
     class Case:
         def __init__(self, skip=None):
@@ -1169,7 +1169,7 @@ def _small_suite(d: Path) -> Path:
 
 
 def test_cli_default_engine_is_said_and_python_forces(tmp_path, monkeypatch):
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     s = _small_suite(tmp_path / "s")
     r = CliRunner().invoke(main, ["regress", str(s), "--json"])
@@ -1186,7 +1186,7 @@ def test_cli_default_engine_is_said_and_python_forces(tmp_path, monkeypatch):
     assert rep["engine"] == "python" and rep["engine_reason"] == "--engine python"
     assert {c["engine"] for c in rep["cases"]} == {"python"}
     # wrp-replay nowhere to be found: the default replays with the python engine and says so
-    import wrpkit.run.engines as engines  # noqa: PLC0415
+    import wrpkit.run.replay.engines as engines  # noqa: PLC0415
 
     monkeypatch.setattr(engines, "_find_replayer", lambda: None)
     r = CliRunner().invoke(main, ["regress", str(s), "--json"])

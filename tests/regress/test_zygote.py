@@ -1,4 +1,4 @@
-"""The zygote of ``wrp regress`` (:mod:`wrpkit.run.zygote`): forks that serve a ReplayWorker as a
+"""The zygote of ``wrp regress`` (:mod:`wrpkit.run.contain.zygote`): forks that serve a ReplayWorker as a
 started child does, and exit statuses reported by the zygote that reaps them.
 
 A capture of a kernel written here (a vec3 through a ``@wp.func``) is made with stock Warp at test
@@ -18,9 +18,9 @@ import pytest
 import warp as wp
 
 import wrpkit
-from wrpkit.run.prepare import prepare
-from wrpkit.run.worker import ChildCrashed, ReplayWorker
-from wrpkit.run.zygote import Zygote
+from wrpkit.run.load.prepare import prepare
+from wrpkit.run.contain.worker import ChildCrashed, ReplayWorker
+from wrpkit.run.contain.zygote import Zygote
 
 wp.config.quiet = True
 N = 32

@@ -119,7 +119,7 @@ def _writers(cap: Path, d: Path) -> dict:
 
 
 def _have_replayer() -> bool:
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     try:
         native_paths().require_replayer()
@@ -423,7 +423,7 @@ def test_every_promise_names_the_tests_that_keep_it():
 # ---------------------------------------------------------------------------
 # A file that changes under the reader (issue 40, deliverable 4): a capture truncated while it is read is
 # "FILE changed while being read", exit 3, never a death by SIGBUS (native/src/mapped_file.h,
-# wrpkit/run/file_guard.py).
+# wrpkit/run/load/file_guard.py).
 # ---------------------------------------------------------------------------
 
 EXIT_CHANGED = 3  # docs/exit-codes.md: a file that cannot be used
@@ -446,7 +446,7 @@ def big_bundle(tmp_path_factory) -> dict:
 
 
 def _library_path():
-    from wrpkit.run.engines import _find_library  # noqa: PLC0415
+    from wrpkit.run.replay.engines import _find_library  # noqa: PLC0415
 
     return _find_library()
 
@@ -470,7 +470,7 @@ def assert_changed_or_done(p: subprocess.CompletedProcess, path: Path, what: str
 _READ_AFTER_CUT = r"""
 import hashlib, mmap, os, sys
 from wrpkit import file_reads
-from wrpkit.run import file_guard
+from wrpkit.run.load import file_guard
 path, how = sys.argv[1], sys.argv[2]
 file_guard.install()  # as the wrp command line does
 m = file_reads.map_file(path, "capture", follow_symlinks=True)
@@ -549,7 +549,7 @@ def _race_commands(b: dict, out: Path) -> dict:
         "replay": [*wrp_exe(), "replay", "{cap}"],
     }
     if _have_replayer():
-        from wrpkit.run.engines import native_paths  # noqa: PLC0415
+        from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
         cmds["replay-native"] = [*wrp_exe(), "replay", "--engine", "native", "{cap}"]
         cmds["wrp-replay"] = [str(native_paths().require_replayer()), "{cap}"]

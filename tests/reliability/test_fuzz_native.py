@@ -105,7 +105,7 @@ def _capture_annotated(out: Path) -> dict:
     import warp as wp  # noqa: PLC0415
 
     try:
-        from wrpkit.run import recording  # noqa: PLC0415
+        from wrpkit.run.capture import recording  # noqa: PLC0415
     except Exception:  # noqa: BLE001 - another engineer's module may be mid-change
         return {}
     caps = {}

@@ -234,7 +234,7 @@ sys.exit(wrpkit.__main__.main())
 
 @pytest.mark.parametrize("sig", ["INT", "TERM"])
 @pytest.mark.parametrize("module,argv", [
-    ("wrpkit.run.file_guard", ["validate", "x.wrp"]),    # an import before the command's own handler
+    ("wrpkit.run.load.file_guard", ["validate", "x.wrp"]),    # an import before the command's own handler
     ("wrpkit.cli.validate", ["validate", "x.wrp"]),      # the command's import, inside it
     ("wrpkit.cli.inspect_run", ["inspect", "x.wrp"]),    # inspect's route without click
 ], ids=["before-handler", "command-import", "inspect"])

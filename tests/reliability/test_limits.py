@@ -28,7 +28,7 @@ MiB = 1 << 20
 
 
 def _wrp_replay() -> str:
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     try:
         return str(native_paths().require_replayer())

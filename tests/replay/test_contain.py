@@ -28,7 +28,7 @@ from proc_helpers import invoke_raising as wrp, native_or_skip
 import wrpkit
 from check_helpers import run_check, stock_grid_capture
 from wrpkit.checks.elf import symbol_bytes
-from wrpkit.run.engines import native_paths
+from wrpkit.run.replay.engines import native_paths
 from wrpkit.errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpRuntimeError, WrpTimeoutError,
                            WrpValidationError, timeout_message)
 from wrpkit.formats import jsonform, wrp1
@@ -522,8 +522,8 @@ def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
 
 def test_crash_message_names_a_nested_op_by_path_and_iteration(tmp_path):
     import debug_programs as dp  # noqa: PLC0415
-    from wrpkit.run.crash import crash_error  # noqa: PLC0415
-    from wrpkit.run.prepare import prepare  # noqa: PLC0415
+    from wrpkit.run.contain.crash import crash_error  # noqa: PLC0415
+    from wrpkit.run.load.prepare import prepare  # noqa: PLC0415
 
     prep = prepare(dp.capture_while_nan(tmp_path / "w.wrp"))  # op 1 is a WHILE: [k_decrement, k_sqrt]
     e = crash_error(prep, signal.SIGSEGV, "replaying", 1, path="1.1", iteration=2)

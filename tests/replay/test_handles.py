@@ -56,7 +56,7 @@ def test_a_stock_raw_mesh_id_gets_one_hint_and_one_exit_code_everywhere(tmp_path
     assert hint in " ".join(replay.stderr.split()) and hint in " ".join(check.stdout.split())
     lint = [f for f in check_json["findings"] if f["check"] == "lint-pointer"]
     assert lint and hint in lint[0]["fix"]
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     native = run(native_paths().require_replayer(), path)
     assert native.returncode == 3 and hint in " ".join(native.stderr.split())

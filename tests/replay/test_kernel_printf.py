@@ -99,7 +99,7 @@ def _run(cmd, **kw) -> subprocess.CompletedProcess:
 def _native_or_skip(engine: str) -> None:
     """``wrp trace`` and ``wrp profile``'s native engine is the C++ library, in the stepping process."""
     if engine == "native":
-        from wrpkit.run.engines import native_paths  # noqa: PLC0415
+        from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
         if native_paths().library is None:
             pytest.skip("libwrp_replay is not built")
@@ -337,7 +337,7 @@ import sys
 import numpy as np
 import warp as wp
 
-from wrpkit.run.child import KernelOutputShown
+from wrpkit.run.contain.child import KernelOutputShown
 
 wp.config.quiet = False  # Warp's own messages on: they must not pass for the kernel's
 
@@ -392,13 +392,13 @@ def test_regress_keeps_kernel_output_out_of_its_report(files, tmp_path, replayer
 
 def test_a_crash_still_quotes_the_child_stderr(tmp_path):
     """With the kernels' output shown, what the child wrote to stderr is still the crash's ``stderr``
-    (:func:`wrpkit.run.spawn.output_tail`): ``wrp memcheck`` reads its guard's marker line there."""
+    (:func:`wrpkit.run.contain.spawn.output_tail`): ``wrp memcheck`` reads its guard's marker line there."""
     import io  # noqa: PLC0415
 
     from wrpkit.debug.common import open_program  # noqa: PLC0415
     from wrpkit.debug.isolation import run_in_child  # noqa: PLC0415
     from wrpkit.debug.memcheck import GUARD_BYTES  # noqa: PLC0415
-    from wrpkit.run.native_lib import find_memguard  # noqa: PLC0415
+    from wrpkit.run.replay.native_lib import find_memguard  # noqa: PLC0415
 
     guard = find_memguard()
     if guard is None:

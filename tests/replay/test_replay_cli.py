@@ -20,7 +20,7 @@ from wrpkit.errors import WrpBindingError, WrpDeviceError, WrpModuleError, WrpVe
 from wrpkit.checks.binding_stats import stats
 from wrpkit.checks.compare import compare_binding
 from wrpkit.cli.replay import replay
-from wrpkit.run.engines import native_paths
+from wrpkit.run.replay.engines import native_paths
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()
@@ -526,7 +526,7 @@ def test_default_engine_is_native_and_says_so(tmp_path):
 
 def test_auto_picks_python_where_an_option_needs_it():
     """A CUDA device: only the python engine times replays on the device (device_ms); wrp-replay times the host."""
-    from wrpkit.run.engines import choose_engine
+    from wrpkit.run.replay.engines import choose_engine
 
     for device in ("cuda", "cuda:0", None):
         c = choose_engine("auto", device=device, replayer_found=True)
@@ -556,7 +556,7 @@ def test_auto_on_cuda_picks_python_and_says_why(tmp_path):
 def test_auto_falls_back_to_python_without_the_native_replayer(tmp_path, monkeypatch):
     """wrp-replay not found anywhere (not $WRP_REPLAY, not beside Python, not on PATH, not in the package):
     the default replays with the python engine and says so; --engine native is the clear error it was."""
-    import wrpkit.run.engines as engines
+    import wrpkit.run.replay.engines as engines
 
     # $WRP_REPLAY and PATH point nowhere; the copy beside this Python (the venv's) cannot be moved, so the
     # one search (_find_replayer, which native_paths() and choose_engine() use) is told it found nothing
@@ -694,8 +694,8 @@ def test_timeout_must_be_a_positive_number(value, tmp_path):
 
 @pytest.mark.slow
 def test_replay_file_returns_a_report_and_prints_nothing(tmp_path, capfd):
-    """`wrpkit.run.replay.replay_file` is `wrp replay` without printing: the same report, as data."""
-    from wrpkit.run.replay import ReplayReport, replay_file  # noqa: PLC0415
+    """`wrpkit.run.replay.replay_file.replay_file` is `wrp replay` without printing: the same report, as data."""
+    from wrpkit.run.replay.replay_file import ReplayReport, replay_file  # noqa: PLC0415
 
     name = _kernel_program()
     path = rc.wrpkit_capture(name)
@@ -728,7 +728,7 @@ def _children_started_here() -> list:
     from proc_helpers import processes  # noqa: PLC0415
 
     return [(pid, argv) for pid, ppid, argv, _ in
-            processes(lambda argv: b"wrpkit.run.child" in argv or any(a.endswith(b"wrp-replay") for a in argv))
+            processes(lambda argv: b"wrpkit.run.contain.child" in argv or any(a.endswith(b"wrp-replay") for a in argv))
             if ppid == os.getpid()]
 
 

@@ -77,7 +77,7 @@ def eager() -> dict:
 @pytest.mark.parametrize("engine", ["python", "native"])
 def test_dtype_types_a_stock_binding_as_the_eager_run(stock, eager, tmp_path, engine):
     if engine == "native":
-        from wrpkit.run.engines import native_paths
+        from wrpkit.run.replay.engines import native_paths
 
         try:
             native_paths().require_replayer()

@@ -1,4 +1,4 @@
-"""wrpkit.load / wrpkit.run.program.Program: replays of real Warp captures."""
+"""wrpkit.load / wrpkit.run.load.program.Program: replays of real Warp captures."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import warp as wp
 import wrpkit
 from wrpkit.formats import annotations as ann
 from wrpkit.errors import (
-    WrpBindingError,
-    WrpDeviceError,
-    WrpError,
-    WrpModuleError,
-    WrpValidationError,
-    WrpVersionError,
-)
-from wrpkit.run.program import Program
+                           WrpBindingError,
+                           WrpDeviceError,
+                           WrpError,
+                           WrpModuleError,
+                           WrpValidationError,
+                           WrpVersionError,
+                           )
+from wrpkit.run.load.program import Program
 
 PROGRAMS = rc.program_names()
 SAMPLES = rc.sample_names()

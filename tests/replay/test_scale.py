@@ -98,7 +98,7 @@ def _cli(*args, cwd=None) -> subprocess.CompletedProcess:
 
 def _native_or_skip():
     try:
-        from wrpkit.run.engines import native_paths  # noqa: PLC0415
+        from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
         native_paths().require_replayer()
     except wrpkit.WrpError:
@@ -215,7 +215,7 @@ def test_replay_starts_its_one_child_before_it_reads_the_capture(typed, tmp_path
                                     "--json")
     assert code == 0
     parent = lines[0].split()[0]
-    children = [i for i, ln in enumerate(lines) if "execve(" in ln and "wrpkit.run.child" in ln]
+    children = [i for i, ln in enumerate(lines) if "execve(" in ln and "wrpkit.run.contain.child" in ln]
     assert len(children) == 1, [lines[i] for i in children]
     opened = [i for i, ln in enumerate(lines) if ln.split()[0] == parent and "openat(" in ln
               and typed["wrp"].name in ln and "= -1" not in ln]
@@ -228,7 +228,7 @@ def test_a_refused_replay_kills_the_child_it_started(edited, tmp_path):
         pytest.skip("strace is not installed")
     code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", edited["huge"], "--engine", "python")
     assert code == 3
-    children = [ln.split()[0] for ln in lines if "execve(" in ln and "wrpkit.run.child" in ln]
+    children = [ln.split()[0] for ln in lines if "execve(" in ln and "wrpkit.run.contain.child" in ln]
     # strace pads a pid to five columns ("7802  +++ killed ..."), so compare words, not text
     ends = [ln.split() for ln in lines if "+++" in ln]
     assert len(children) == 1 and [children[0], "+++", "killed", "by", "SIGKILL", "+++"] in ends, children
@@ -276,8 +276,8 @@ def test_a_prestarted_replayer_is_used_only_for_its_own_command_line(typed):
     """The replay uses the wrp-replay started for it when the command lines agree (it ends by itself, exit 0);
     otherwise it stops that one and replays in its own: the same answer either way, and no process left."""
     _native_or_skip()
-    from wrpkit.run import engines  # noqa: PLC0415
-    from wrpkit.run.replay import replay_file  # noqa: PLC0415
+    from wrpkit.run.replay import engines  # noqa: PLC0415
+    from wrpkit.run.replay.replay_file import replay_file  # noqa: PLC0415
 
     want = replay_file(typed["wrp"], engine="native").outputs
     engines.prestart_replayer(typed["wrp"], engines.ReplayRequest(device="cpu"))
@@ -417,7 +417,7 @@ def edited(tmp_path_factory) -> dict:
 
 
 def _wrp_replay_exe() -> str:
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     return str(native_paths().require_replayer())
 
@@ -468,7 +468,7 @@ def test_a_real_capture_launched_on_a_slice_is_flagged_only_where_no_binding_nam
     assert c.returncode == 0, c.stdout + c.stderr
     assert "lint-memory" in c.stdout and "reaches past byte 4000" in c.stdout
     assert "slice" in c.stdout and "--allow-unreached" in c.stdout  # the likely cause and the way out
-    from wrpkit.run.engines import native_paths  # noqa: PLC0415
+    from wrpkit.run.replay.engines import native_paths  # noqa: PLC0415
 
     for engine in ("python", "native") if native_paths().replayer is not None else ("python",):
         r = _cli("replay", unbound, "--engine", engine, "--json")
@@ -564,7 +564,7 @@ def test_out_of_memory_injected_with_rlimit_as_is_one_status_in_every_route(edit
 
 
 _IMPORTS_PEAK = """
-import numpy, warp, wrpkit.cli.replay, wrpkit.run.child, wrpkit.run.program
+import numpy, warp, wrpkit.cli.replay, wrpkit.run.contain.child, wrpkit.run.load.program
 print(open("/proc/self/status").read().split("VmPeak:")[1].split()[0])
 """
 

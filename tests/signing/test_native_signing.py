@@ -333,12 +333,12 @@ def test_help_names_the_options(replayer):
 
 
 # ---------------------------------------------------------------------------
-# The C API: wrp_verify_signature (through wrpkit.run.native_api)
+# The C API: wrp_verify_signature (through wrpkit.run.replay.native_api)
 # ---------------------------------------------------------------------------
 
 
 def test_wrp_verify_signature(signed, pristine, keys, tmp_path, monkeypatch):
-    from wrpkit.run import native_api  # noqa: PLC0415
+    from wrpkit.run.replay import native_api  # noqa: PLC0415
 
     try:
         native_api.library()
@@ -369,7 +369,7 @@ def test_open_memory_ignores_trust(pristine, keys, monkeypatch):
     """wrp_program_open_memory's caller verified its bytes: no trust field nor the environment applies."""
     import ctypes  # noqa: PLC0415
 
-    from wrpkit.run import native_api  # noqa: PLC0415
+    from wrpkit.run.replay import native_api  # noqa: PLC0415
 
     try:
         lib = native_api.library()

@@ -52,7 +52,7 @@ class Finding:
 
 
 #: What to change when a kernel argument holds a live process pointer: the one hint that
-#: ``wrp check``, every loading route (``wrpkit.run.prepare.refuse_raw_pointers``) and
+#: ``wrp check``, every loading route (``wrpkit.run.load.prepare.refuse_raw_pointers``) and
 #: ``wrpkit.capture``'s save give (``wrp-replay`` says the same in native/src/program.cpp).
 RAW_POINTER_HINT = ("A wp.Mesh id: declare that kernel argument `wp.handle` instead of `wp.uint64` and recapture "
                     "(Warp rebuilds meshes at load). A HashGrid, Bvh or Volume cannot be saved by Warp 1.19: replay "
@@ -263,7 +263,7 @@ def raw_pointer_findings(prog: m.Program) -> list:
     """The ``lint-pointer`` findings of ``prog``: kernel arguments holding live process pointers.
 
     A replay refuses such a file unless told to allow raw pointers
-    (:func:`wrpkit.run.prepare.prepare`); ``wrp check`` fails on it.
+    (:func:`wrpkit.run.load.prepare.prepare`); ``wrp check`` fails on it.
     """
     return [f for f in lint_program(prog) if f.check == "lint-pointer"]
 
@@ -283,7 +283,7 @@ def preflight(cap: Capture, device: str = "cpu", *, cpu_tags=None, cuda_arch=Non
 
     What the installed Warp itself says about the host is asked by the caller
     (``checks/`` never imports Warp; ``wrp check`` passes
-    :func:`wrpkit.run.warp_start.host_cpu_tags` and ``cuda_device_arch``), and only when needed.
+    :func:`wrpkit.run.warp_bridge.start.host_cpu_tags` and ``cuda_device_arch``), and only when needed.
 
     Args:
         cap: An opened capture.

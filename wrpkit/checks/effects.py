@@ -3,7 +3,7 @@
 :func:`effects` turns an op into the byte ranges it reads and writes, from
 the op table (``REGIONS`` on each op class of :mod:`wrpkit.ops`) and, for
 a kernel launch, from each array argument's descriptor and the access the
-file records for that argument (``wrpkit.run.access`` at capture).  ``wrp
+file records for that argument (``wrpkit.run.capture.access`` at capture).  ``wrp
 trace``, the stepper, ``wrp graph``, ``wrp inspect``, ``wrp diff`` and
 ``wrpkit.verify`` all call it; none keeps a list of its own.
 

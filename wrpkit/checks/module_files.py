@@ -3,7 +3,7 @@ recorded SHA-256, and defining the kernel symbols the graph names
 (schema/VALIDATION-RULES.md, "Module pinning").
 
 ``wrp validate`` (:func:`wrpkit.checks.validate.validate_capture`), ``wrp check``,
-the loader (:func:`wrpkit.run.prepare.prepare`), ``wrp convert`` and
+the loader (:func:`wrpkit.run.load.prepare.prepare`), ``wrp convert`` and
 ``wrp upgrade`` apply these rules from here.
 """
 
@@ -134,7 +134,7 @@ def check_module_digests(prog: m.Program, files, annotations=None) -> list:
     """Module files must match the SHA-256 wrpkit recorded in the annotations, when it recorded one.
 
     The one statement of this rule: ``wrp validate`` and the loader
-    (:func:`wrpkit.run.prepare.prepare`) both apply it.
+    (:func:`wrpkit.run.load.prepare.prepare`) both apply it.
 
     Args:
         prog: The program.

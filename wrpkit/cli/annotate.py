@@ -43,7 +43,7 @@ def annotate(file, kernels, out, as_json, trust, key):
       wrp annotate sim.wrp --kernels sim.py --kernels helpers.py -o sim.wrpk
       wrp trace chain_typed.wrp --stop-at-nonfinite
     """
-    from ..run.source_types import annotate as run_annotate  # noqa: PLC0415
+    from ..run.capture.source_types import annotate as run_annotate  # noqa: PLC0415
 
     from ..formats.signature import verify_path  # noqa: PLC0415
 

@@ -36,7 +36,7 @@ def check(file, device, as_json, modules_dir, trust):
     from ..checks.check import FAIL, WARN, exit_code, preflight  # noqa: PLC0415
     from ..formats.container import open_capture  # noqa: PLC0415
     from ..environment import parse_device  # noqa: PLC0415
-    from ..run.warp_start import cuda_device_arch, host_cpu_tags  # noqa: PLC0415
+    from ..run.warp_bridge.start import cuda_device_arch, host_cpu_tags  # noqa: PLC0415
 
     try:
         parse_device(device)

@@ -27,8 +27,8 @@ def export_runtime(directory, overwrite, as_json):
       wrp export-runtime dist/replayer
       scp -r dist/replayer host: && ssh host replayer/wrp-replay sim.wrpk --json
     """
-    from ..run.export import export_runtime as do_export  # noqa: PLC0415
-    from ..run.engines import native_paths  # noqa: PLC0415
+    from ..run.replay.export import export_runtime as do_export  # noqa: PLC0415
+    from ..run.replay.engines import native_paths  # noqa: PLC0415
 
     res = do_export(directory, native_paths().require_replayer(), overwrite=overwrite)
     if as_json:

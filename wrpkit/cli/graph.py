@@ -64,7 +64,7 @@ def graph(file, out, open_it, as_json, no_verify, kernels, profile_path):
     with open_capture(file, verify_checksums=not no_verify) as cap:
         check_output_path(dest, [src])
         if kernels:  # imports the user's kernels, and so Warp: only when asked
-            from ..run.source_types import type_program  # noqa: PLC0415
+            from ..run.capture.source_types import type_program  # noqa: PLC0415
 
             type_program(cap.program, kernels)
         if profile is not None:

@@ -73,7 +73,7 @@ class WrpGroup(click.Group):
         return ctx
 
     def invoke(self, ctx):
-        from ..run.file_guard import install  # noqa: PLC0415
+        from ..run.load.file_guard import install  # noqa: PLC0415
 
         install()  # a file truncated while a command reads it: one line naming it and exit 3, never SIGBUS
         with reported_errors(ctx, ctx.meta.get(_JSON, False)):

@@ -55,7 +55,7 @@ def fast(args: list) -> Optional[int]:
         os.stat(files[0])  # click's Path(exists=True); UserPath words what it refuses
     except (OSError, ValueError):
         return None
-    from ..run.file_guard import install  # noqa: PLC0415
+    from ..run.load.file_guard import install  # noqa: PLC0415
 
     install()  # as the wrp group does: a file truncated while it is read is one line and exit 3
     with reported_errors(_Exits, options["as_json"]):
@@ -79,7 +79,7 @@ def run(file, with_ops: bool = False, as_json: bool = False, verify: bool = Fals
         typing = None
         sources = Sources.of(cap.program)
         if kernels:  # imports the user's kernels, and so Warp: only when asked
-            from ..run.source_types import type_program  # noqa: PLC0415
+            from ..run.capture.source_types import type_program  # noqa: PLC0415
 
             typed = type_program(cap.program, kernels)
             typing = typed.to_json()

@@ -258,10 +258,10 @@ def quiet_warp(device=None) -> None:
     """
     if device is None:
         # Warp is started later, by the library, on the capture's device.
-        from ..run.warp_start import quiet_banner  # noqa: PLC0415
+        from ..run.warp_bridge.start import quiet_banner  # noqa: PLC0415
 
         quiet_banner()
         return
-    from ..run.warp_start import init_warp  # noqa: PLC0415
+    from ..run.warp_bridge.start import init_warp  # noqa: PLC0415
 
     init_warp(cpu_only=str(device).strip().lower() == "cpu")

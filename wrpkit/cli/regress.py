@@ -1,4 +1,4 @@
-"""``wrp regress``: replay a folder of captures against their goldens (see :mod:`wrpkit.run.regress`)."""
+"""``wrp regress``: replay a folder of captures against their goldens (see :mod:`wrpkit.run.regress.runner`)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class _Progress:
 def _many_cases(suite: Path, jobs: int) -> bool:
     """Whether ``--engine auto`` will likely pick the python engine (more captures below ``suite`` than the
     native engine takes a worker), counted without reading them: its replay child then starts ahead."""
-    from ..run.engines import NATIVE_MAX_CASES_PER_WORKER  # noqa: PLC0415
+    from ..run.replay.engines import NATIVE_MAX_CASES_PER_WORKER  # noqa: PLC0415
 
     limit = NATIVE_MAX_CASES_PER_WORKER * max(1, int(jobs))
     n = 0
@@ -165,12 +165,12 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
     """
     if (engine == "python" or (engine == "auto" and _many_cases(suite, jobs))) and not (dask_address or ray_address) \
             and suite.is_dir():
-        from ..run.zygote import prestart  # noqa: PLC0415  (imports next to nothing)
+        from ..run.contain.zygote import prestart  # noqa: PLC0415  (imports next to nothing)
 
         prestart()  # its `import warp` runs beside the imports below and the scan of the suite
     from ..atomic_writes import atomic_write  # noqa: PLC0415
     from ..io_errors import io_error  # noqa: PLC0415
-    from ..run.regress import regress as run_regress  # noqa: PLC0415
+    from ..run.regress.runner import regress as run_regress  # noqa: PLC0415
     from .output import reported_errors  # noqa: PLC0415
 
     with reported_errors(ctx, as_json):
@@ -186,7 +186,7 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
                                      equal_nan=equal_nan, progress=progress, trust=trust)
         finally:
             progress.clear()
-            from ..run.zygote import discard_prestarted  # noqa: PLC0415
+            from ..run.contain.zygote import discard_prestarted  # noqa: PLC0415
 
             discard_prestarted()  # a run that stopped before it took the zygote
         for path, text in ((junit, report.to_junit), (html_out, report.to_html)):

@@ -1,6 +1,6 @@
 """``wrp replay``: replay a captured graph, time it, summarize and check its outputs.
 
-The command parses its options, calls :func:`wrpkit.run.replay.replay_file`
+The command parses its options, calls :func:`wrpkit.run.replay.replay_file.replay_file`
 (which checks everything before anything runs or is written, and replays with
 either engine in a child process) and prints the :class:`ReplayReport` as
 tables or one JSON object.
@@ -180,27 +180,27 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
       wrp replay h200.wrp --device cuda:0 --max-memory 120G
       wrp replay shipped.wrp --trusted-key pub.pem   # refused (exit 3) unless signed
     """
-    from ..run.spawn import KernelOutput  # noqa: PLC0415
+    from ..run.contain.spawn import KernelOutput  # noqa: PLC0415
 
     # What the kernels print (wp.printf) passes through to the user as it is, as Warp's own replay
     # prints it: on stdout, or on stderr with --json, so that stdout stays one JSON object.
     kernel_output = KernelOutput(sys.stderr if as_json else sys.stdout)
-    from ..run.engines import choose_engine  # noqa: PLC0415  (imports nothing heavy; looks for wrp-replay)
+    from ..run.replay.engines import choose_engine  # noqa: PLC0415  (imports nothing heavy; looks for wrp-replay)
 
     requested, engine = engine, choose_engine(engine, device=device).name  # replay_file decides the same
     if engine == "python":
         # The replay's child starts now, before anything else is imported: its Python start, `import warp`
         # and Warp's initialisation run on the other core while this process reads and validates the file.
-        from ..run.spawn import prestart  # noqa: PLC0415
+        from ..run.contain.spawn import prestart  # noqa: PLC0415
 
-        prestart("wrpkit.run.child", {"op": "preload", "device": device})
+        prestart("wrpkit.run.contain.child", {"op": "preload", "device": device})
         if not as_json:
             from .output import import_rich  # noqa: PLC0415
 
             import_rich()  # while the child imports Warp, not after the replay
     try:
         from ..checks.memory import parse_size  # noqa: PLC0415
-        from ..run.replay import replay_file  # noqa: PLC0415
+        from ..run.replay.replay_file import replay_file  # noqa: PLC0415
         from .output import import_rich, reported_errors  # noqa: PLC0415
 
         # The same error handling as the `wrp` group's, so that the command also reports cleanly on its own.
@@ -218,7 +218,7 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
                     # wrp-replay starts now and maps and validates the file while this process does the same;
                     # a file big enough to be refused for regions no op reaches waits for that check.
                     from ..checks.memory import UNREACHED_REFUSE_BYTES  # noqa: PLC0415
-                    from ..run.engines import ReplayRequest, prestart_replayer  # noqa: PLC0415
+                    from ..run.replay.engines import ReplayRequest, prestart_replayer  # noqa: PLC0415
 
                     prestart_replayer(file, ReplayRequest(device=device, repeat=repeat, warmup=warmup,
                                                           verify_checksums=not no_verify,
@@ -239,8 +239,8 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
     finally:
         # A child started ahead that the replay did not take (the command failed before it: a usage
         # error, a refused file) ends with the command, in this process too (a caller of main()).
-        from ..run.engines import discard_prestarted as discard_replayer  # noqa: PLC0415
-        from ..run.spawn import discard_prestarted as discard_child  # noqa: PLC0415
+        from ..run.replay.engines import discard_prestarted as discard_replayer  # noqa: PLC0415
+        from ..run.contain.spawn import discard_prestarted as discard_child  # noqa: PLC0415
 
         discard_replayer()
         discard_child()

@@ -51,7 +51,7 @@ def upgrade(src, dst, collision, kernels, no_fsync, copy_current, as_json, quiet
       wrp upgrade old_113.wrp new.wrp --kernels my_kernels.py
       for f in archive/*.wrp; do wrp upgrade -q --no-fsync --copy-current "$f" new/"$(basename "$f")"; done; sync
     """
-    from ..run.upgrade import upgrade as do_upgrade  # noqa: PLC0415
+    from ..run.load.upgrade import upgrade as do_upgrade  # noqa: PLC0415
 
     refuse_signing_in_place(dst, key)
     res = do_upgrade(src, dst, collision=collision, kernels=list(kernels), durable=not no_fsync,

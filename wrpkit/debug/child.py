@@ -21,7 +21,7 @@ import sys
 import numpy as np
 
 from ..errors import WrpError
-from ..run.child import KernelOutputShown, error_info, received_capture, set_stage
+from ..run.contain.child import KernelOutputShown, error_info, received_capture, set_stage
 from ..op_slots import SLOT
 
 
@@ -65,7 +65,7 @@ SHOWS_ITSELF = {"profile"}
 
 def main(sock_fd: int) -> int:
     """Run the job that comes over socket ``sock_fd`` and answer it; return the exit code (0, or the error's)."""
-    from ..run.shared import ChannelClosed, SharedArea, receive, send  # noqa: PLC0415
+    from ..run.contain.shared import ChannelClosed, SharedArea, receive, send  # noqa: PLC0415
 
     sock = socket.socket(fileno=sock_fd)
     try:
@@ -79,14 +79,14 @@ def main(sock_fd: int) -> int:
     try:
         stage = SharedArea(message["stage_size"], fd=stage_fd)
         slot = SharedArea(message["slot_size"], fd=slot_fd)
-        from ..run.warp_start import init_warp  # noqa: PLC0415
+        from ..run.warp_bridge.start import init_warp  # noqa: PLC0415
 
         init_warp(cpu_only=str(job["device"]).strip().lower() == "cpu")
         body = KINDS[job["kind"]]
         opened = received_capture(message, capture_fd, modules_fd)
         if message.get("annotations") is not None:  # typed in memory by the parent (--kernels)
             from ..formats.annotations import decode_annotations  # noqa: PLC0415
-            from ..run.source_types import retype  # noqa: PLC0415
+            from ..run.capture.source_types import retype  # noqa: PLC0415
 
             retype(opened, decode_annotations(base64.b64decode(message["annotations"])))
         in_area = SharedArea(message["in_size"], fd=in_fd)

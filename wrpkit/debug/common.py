@@ -12,7 +12,7 @@ from ..formats import annotations as ann
 
 def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool = False):
     """Decode and validate a capture (path or bytes) as :func:`wrpkit.load` does, without loading it: the
-    :class:`~wrpkit.run.prepare.Prepared` capture every tool of this layer works on.
+    :class:`~wrpkit.run.load.prepare.Prepared` capture every tool of this layer works on.
 
     ``_validated`` (internal): ``source`` holds bytes this or a parent
     process validated; not validated again.
@@ -20,7 +20,7 @@ def open_program(source, modules: Optional[Mapping] = None, *, _validated: bool 
     Raises:
         WrpFormatError, WrpValidationError, WrpModuleError: The capture is invalid.
     """
-    from ..run.prepare import prepare  # noqa: PLC0415
+    from ..run.load.prepare import prepare  # noqa: PLC0415
 
     return prepare(source, modules, verify_checksums=not _validated, allow_raw_pointers=_validated,
                    _validated=_validated)
@@ -38,7 +38,7 @@ def input_bytes(opened, inputs: Optional[Mapping], read_raw) -> dict:
     Raises:
         WrpBindingError: Unknown name, wrong size or dtype.
     """
-    from ..run.prepare import coerce_input, unknown_binding  # noqa: PLC0415
+    from ..run.load.prepare import coerce_input, unknown_binding  # noqa: PLC0415
 
     if not inputs:
         return {}

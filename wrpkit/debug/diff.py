@@ -111,7 +111,7 @@ def diff(a, b, kernels=()) -> DiffResult:
     """
     with _open(a) as ca, _open(b) as cb:
         if kernels:
-            from ..run.source_types import type_program  # noqa: PLC0415  (imports the user's kernels)
+            from ..run.capture.source_types import type_program  # noqa: PLC0415  (imports the user's kernels)
 
             for cap in (ca, cb):
                 type_program(cap.program, list(kernels))

@@ -3,10 +3,10 @@
 ``wrp trace`` and ``wrp profile`` validate the capture and the inputs here, then
 :func:`run_in_child` starts a fresh ``python -m wrpkit.debug.child`` process and
 hands it the capture the way a contained replay does
-(:class:`wrpkit.run.worker.ChildSource`): the user's own file, reopened and
+(:class:`wrpkit.run.contain.worker.ChildSource`): the user's own file, reopened and
 checked to be the very file that was validated, or one memory file for bytes.
 The job, the inputs (one shared memory file), the op slot and the stage go over
-a Unix socket (:mod:`wrpkit.run.shared`), and the child (:mod:`wrpkit.debug.child`)
+a Unix socket (:mod:`wrpkit.run.contain.shared`), and the child (:mod:`wrpkit.debug.child`)
 answers with its result on the same socket.  Nothing is written to disk, except
 ``dump`` files, which the child writes into a private folder the caller moves
 into place once the child succeeded.
@@ -16,7 +16,7 @@ before each op runs it overwrites the op slot (:mod:`wrpkit.op_slots`: the
 op's sequence number, top-level index, innermost WHILE iteration and path) in a
 shared memory file.  The kernel keeps the page when the child dies of a signal,
 and the parent reads it back to name the op with
-:func:`wrpkit.run.crash.crash_error`, with no second run.
+:func:`wrpkit.run.contain.crash.crash_error`, with no second run.
 
 Nothing here prints.
 """
@@ -35,11 +35,11 @@ import numpy as np
 
 from ..errors import TIMEOUT_HINT, WrpTimeoutError, timeout_message
 from ..op_slots import EMPTY, SLOT, read_slot
-from ..run.crash import crash_error
-from ..run.spawn import kernel_output_of, output_tail, spawn_served
-from ..run.worker import ChildCrashed, ChildSource, ended_without_result, error_from
+from ..run.contain.crash import crash_error
+from ..run.contain.spawn import kernel_output_of, output_tail, spawn_served
+from ..run.contain.worker import ChildCrashed, ChildSource, ended_without_result, error_from
 
-#: Bytes of the child's stage (``"loading"``, ``"replaying"``, ...; :func:`wrpkit.run.child.set_stage`).
+#: Bytes of the child's stage (``"loading"``, ``"replaying"``, ...; :func:`wrpkit.run.contain.child.set_stage`).
 STAGE_SIZE = 64
 
 
@@ -70,8 +70,8 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
             called with that folder after the child succeeded, before it is
             removed (to move the files into place).  None: no folder is made.
         kernel_output: Where the kernels' own output (``wp.printf``) goes: a stream, a
-            :class:`~wrpkit.run.spawn.KernelOutput`, ``"stdout"``, or None (not shown: it stays in
-            the child's output, which a crash's ``stderr`` (:func:`~wrpkit.run.spawn.output_tail`)
+            :class:`~wrpkit.run.contain.spawn.KernelOutput`, ``"stdout"``, or None (not shown: it stays in
+            the child's output, which a crash's ``stderr`` (:func:`~wrpkit.run.contain.spawn.output_tail`)
             quotes as before).  All of it is out before this returns (a crash too).  Every kind
             shows all it ran, except those of :data:`wrpkit.debug.child.SHOWS_ITSELF`, which
             choose (``profile``: the first round's stepped replay only).  Warp's own messages are
@@ -88,7 +88,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         WrpTimeoutError: ``timeout`` ran out; the child was killed, nothing was written.
         WrpError: What the child raised (same class and message).
     """
-    from ..run.shared import SharedArea, layout  # noqa: PLC0415
+    from ..run.contain.shared import SharedArea, layout  # noqa: PLC0415
     from .common import input_bytes  # noqa: PLC0415
 
     started = time.perf_counter() if started is None else started
@@ -182,7 +182,7 @@ def _ask(sock, message: dict, fds: list, timeout: Optional[float], started: floa
     Raises:
         WrpTimeoutError: ``timeout`` (counted from ``started``) ran out first.
     """
-    from ..run.shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
+    from ..run.contain.shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
 
     deadline = None
     if timeout is not None:

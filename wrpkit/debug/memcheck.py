@@ -136,10 +136,10 @@ def memcheck(source, *, device=None, engine: str = "python", inputs: Optional[Ma
         WrpTimeoutError: ``timeout`` ran out.
         WrpKernelsError: (``kernels``) A file fails to import, or no kernel matches.
     """
-    from ..run.native_lib import find_memguard  # noqa: PLC0415
-    from ..run.prepare import check_runnable  # noqa: PLC0415
-    from ..run.source_types import type_capture  # noqa: PLC0415
-    from ..run.worker import verify_deferred  # noqa: PLC0415
+    from ..run.replay.native_lib import find_memguard  # noqa: PLC0415
+    from ..run.load.prepare import check_runnable  # noqa: PLC0415
+    from ..run.capture.source_types import type_capture  # noqa: PLC0415
+    from ..run.contain.worker import verify_deferred  # noqa: PLC0415
     from .common import open_program  # noqa: PLC0415
     from .isolation import run_in_child  # noqa: PLC0415
 
@@ -225,7 +225,7 @@ def _memcheck_cuda(opened, device: str, inputs, timeout, t0: float, typing) -> M
     import subprocess  # noqa: PLC0415
 
     from ..errors import WrpTimeoutError, timeout_message  # noqa: PLC0415
-    from ..run.engines import native_paths  # noqa: PLC0415
+    from ..run.replay.engines import native_paths  # noqa: PLC0415
 
     if opened.model.device_type == m.DeviceType.CPU:
         raise WrpUsageError(f"this capture was recorded for the CPU; {device} was asked for",
@@ -285,7 +285,7 @@ def run_memcheck(opened, *, device: str, engine: str, mode: int, guard_bytes: in
     """
     import ctypes  # noqa: PLC0415
 
-    from ..run.native_lib import find_memguard  # noqa: PLC0415
+    from ..run.replay.native_lib import find_memguard  # noqa: PLC0415
     from . import stepper as st  # noqa: PLC0415
     from .trace import apply_inputs, open_machine  # noqa: PLC0415
 
@@ -333,7 +333,7 @@ def describe_violation(opened, fault: dict, pass_name: str, typing=None) -> dict
     """The fault the allocator reported, in the capture's terms: op, kernel, argument, element, source."""
     from ..checks.effects import kernel_signatures, launch_label  # noqa: PLC0415
     from ..checks.sources import Sources  # noqa: PLC0415
-    from ..run.crash import op_at_path  # noqa: PLC0415
+    from ..run.contain.crash import op_at_path  # noqa: PLC0415
 
     prog = opened.model
     sources = Sources.of(prog)  # where each op was issued and each kernel defined: the one lookup
@@ -384,14 +384,14 @@ def _overload_cause(opened, op: m.KernelLaunch) -> Optional[str]:
 
 def _kernel_lines(typing, op) -> dict:
     """``{argument name: {"read": [lines], "write": [lines]}}`` of the user's kernel (``--kernels``), or {}:
-    Warp's own kernel object, as ``--kernels`` matched it, is asked (:func:`wrpkit.run.access.argument_lines`)."""
+    Warp's own kernel object, as ``--kernels`` matched it, is asked (:func:`wrpkit.run.capture.access.argument_lines`)."""
     if typing is None:
         return {}
     match = next((k for k in typing.matches if k.kernel_key == op.kernel_key and k.module_hash == op.module_hash
                   and k.kernel is not None), None)
     if match is None:
         return {}
-    from ..run.access import argument_lines  # noqa: PLC0415
+    from ..run.capture.access import argument_lines  # noqa: PLC0415
 
     return argument_lines(match.kernel)  # never raises (a kernel it cannot analyse gives empty lists)
 

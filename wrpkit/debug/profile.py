@@ -124,9 +124,9 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
     if clock not in ("wall", "cpu", "auto"):
         raise WrpBindingError(f"unknown clock {clock!r}", hint="Use 'auto', 'wall' or 'cpu'.")
     opened = open_program(source, modules)
-    from ..run.worker import verify_deferred  # noqa: PLC0415
-    from ..run.prepare import check_runnable  # noqa: PLC0415
-    from ..run.source_types import type_capture  # noqa: PLC0415
+    from ..run.contain.worker import verify_deferred  # noqa: PLC0415
+    from ..run.load.prepare import check_runnable  # noqa: PLC0415
+    from ..run.capture.source_types import type_capture  # noqa: PLC0415
     from .trace import default_device  # noqa: PLC0415
 
     typing = type_capture(opened, list(kernels or ()))

@@ -76,7 +76,7 @@ def check_profile_matches(profile: dict, program: m.Program) -> None:
     Raises:
         WrpBindingError: A path the program lacks, or another op kind or kernel there.
     """
-    from ..run.crash import op_at_path  # noqa: PLC0415
+    from ..run.contain.crash import op_at_path  # noqa: PLC0415
 
     for path, p in profile["paths"].items():
         op = op_at_path(program.ops, path)

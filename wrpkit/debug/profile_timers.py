@@ -42,7 +42,7 @@ class CudaEventTimer:
     name = "cuda-events"
 
     def __init__(self, device):
-        from ..run import warp_start  # noqa: PLC0415
+        from ..run.warp_bridge import start as warp_start  # noqa: PLC0415
 
         self.warp = warp_start
         self.device = warp_start.get_device(device)
@@ -94,7 +94,7 @@ def engine_launch(engine):
     stream inside ``wrp_program_run``.
     """
     if isinstance(engine, st.PythonEngine):
-        from ..run.warp_start import launcher  # noqa: PLC0415
+        from ..run.warp_bridge.start import launcher  # noqa: PLC0415
 
         graph, capture_launch = engine.prog.graph, launcher()
 

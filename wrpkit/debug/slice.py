@@ -88,7 +88,7 @@ def state_before(opened, start: int, device: str, inputs: Optional[Mapping] = No
     given = input_bytes(opened, inputs, initial)
     if start == 0:
         return {rid: given.get(rid, None) if rid in given else initial(rid) for rid in regions}
-    from ..run.runtime import load  # noqa: PLC0415
+    from ..run.replay.runtime import load  # noqa: PLC0415
 
     image = wrp1.encode_wrp1(st.prefix_program(prog, start))
     runner = load(image, device=device, modules=opened.modules)
@@ -96,7 +96,7 @@ def state_before(opened, start: int, device: str, inputs: Optional[Mapping] = No
     try:
         for rid, raw in given.items():
             runner.set(f"{st.REGION_BINDING}{rid}", raw)
-        from ..run.warp_start import capture_launch, synchronize  # noqa: PLC0415
+        from ..run.warp_bridge.start import capture_launch, synchronize  # noqa: PLC0415
 
         try:
             capture_launch(runner.graph)
@@ -132,7 +132,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
         device: Device for replaying what runs before ``A``; default the file's family.
         modules: ``{filename: bytes}`` replacing ``<stem>_modules/``.
         kernels: ``.py`` files typing a stock capture's kernels
-            (:mod:`wrpkit.run.source_types`); the slice then carries those types.
+            (:mod:`wrpkit.run.capture.source_types`); the slice then carries those types.
 
     Returns:
         A :class:`SliceResult`.
@@ -160,7 +160,7 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
                       modules_beside=suffix == ".wrp")
     opened = open_program(source, modules)
     if kernels:
-        from ..run.source_types import type_capture  # noqa: PLC0415
+        from ..run.capture.source_types import type_capture  # noqa: PLC0415
 
         type_capture(opened, list(kernels))
     prog = opened.model
@@ -168,9 +168,9 @@ def slice(source, out, legacy_out=None, *, ops=None, steps=None,  # noqa: A001  
         device = "cpu" if prog.device_type == m.DeviceType.CPU else "cuda:0"
     # The device is checked even when no op runs before A (a slice from 0): a device this
     # machine lacks, or of the other family, is refused as every command refuses it (exit 2).
-    from ..run.warp_start import init_warp  # noqa: PLC0415
-    from ..run.prepare import check_runnable  # noqa: PLC0415
-    from ..run.program_load import resolve_device  # noqa: PLC0415
+    from ..run.warp_bridge.start import init_warp  # noqa: PLC0415
+    from ..run.load.prepare import check_runnable  # noqa: PLC0415
+    from ..run.load.program_load import resolve_device  # noqa: PLC0415
 
     check_runnable(prog, str(device))
     init_warp(cpu_only=str(device).strip().lower() == "cpu")  # no banner, no CUDA-driver warning on the CPU

@@ -285,7 +285,7 @@ class PythonEngine:
     name = "python"
 
     def __init__(self, wrp_bytes, modules: dict, device: str):
-        from ..run.runtime import load  # noqa: PLC0415
+        from ..run.replay.runtime import load  # noqa: PLC0415
 
         self.prog = load(wrp_bytes, device=device, modules=modules)
         # The rewritten image is bytes made for this load: held for reset() and pickling, which a
@@ -317,7 +317,7 @@ class PythonEngine:
         self.prog.set(name, value)
 
     def launch(self) -> None:
-        from ..run.warp_start import capture_launch, synchronize  # noqa: PLC0415
+        from ..run.warp_bridge.start import capture_launch, synchronize  # noqa: PLC0415
 
         try:
             capture_launch(self.prog.graph)
@@ -337,7 +337,7 @@ class NativeEngine:
     name = "native"
 
     def __init__(self, wrp_bytes, modules: dict, device: str):
-        from ..run import native_api  # noqa: PLC0415
+        from ..run.replay import native_api  # noqa: PLC0415
 
         self.api = native_api.NativeProgram(wrp_bytes, modules, device)
         self.is_cpu = self.api.device.startswith("cpu")

@@ -283,7 +283,7 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             ``isolate=True`` (the child is killed when it runs out).
         kernels: ``.py`` files defining the capture's kernels (a stock
             capture records no types): each recorded kernel that matches
-            (:mod:`wrpkit.run.source_types`) types the regions it is passed;
+            (:mod:`wrpkit.run.capture.source_types`) types the regions it is passed;
             :attr:`TraceResult.kernels` says how each matched.
         kernel_output: (``isolate``) Where the kernels' own output (``wp.printf``) goes: a
             stream, ``"stdout"``, or None (the default: not shown;
@@ -312,12 +312,12 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             loaded = load_trace(against)
             other, other_program = loaded["ops"], loaded.get("program")
     opened = open_program(source, modules)
-    from ..run.source_types import type_capture  # noqa: PLC0415
+    from ..run.capture.source_types import type_capture  # noqa: PLC0415
 
     typing = type_capture(opened, list(kernels or ()))
     device = str(device) if device is not None else default_device(opened.model)
-    from ..run.worker import verify_deferred  # noqa: PLC0415
-    from ..run.prepare import check_runnable  # noqa: PLC0415
+    from ..run.contain.worker import verify_deferred  # noqa: PLC0415
+    from ..run.load.prepare import check_runnable  # noqa: PLC0415
 
     if engine not in ("python", "native"):
         raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")

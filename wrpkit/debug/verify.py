@@ -181,8 +181,8 @@ def verify(step: Callable[[], None], inputs: Mapping, outputs: Mapping, device=N
     Raises:
         WrpError: Bad arguments, or the step cannot be captured or saved.
     """
-    from ..run.recording import capture  # noqa: PLC0415
-    from ..run.warp_start import get_device, synchronize  # noqa: PLC0415
+    from ..run.capture.recording import capture  # noqa: PLC0415
+    from ..run.warp_bridge.start import get_device, synchronize  # noqa: PLC0415
 
     arrays = {**dict(inputs or {}), **dict(outputs or {})}
     if not arrays:

@@ -10,7 +10,7 @@ This module maps that FlatBuffer to small frozen records (:func:`wrpkit.records.
 (:class:`DataType`, :class:`ArraySignature`, ...), and maps data types to
 numpy (:func:`numpy_dtype`, :func:`element_layout`, :func:`view_region`).
 Nothing here imports Warp: the mapping from and to Warp types is
-:mod:`wrpkit.run.warp_dtypes`.
+:mod:`wrpkit.run.warp_bridge.dtypes`.
 """
 
 from __future__ import annotations

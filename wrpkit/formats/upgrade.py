@@ -3,7 +3,7 @@
 This is the pure record rewriting of ``wrp upgrade``; nothing here needs
 Warp.  :func:`upgrade_program` takes a decoded program of format 10 to 16
 (or 3, together with kernels rebuilt by the installed Warp, see
-:mod:`wrpkit.run.upgrade`) and returns the format-18 program plus a report
+:mod:`wrpkit.run.load.upgrade`) and returns the format-18 program plus a report
 of what it changed.  Region data is shared with the input, never copied.
 
 What changes, per format (README "Keeping captures across Warp upgrades"):

@@ -1,0 +1,1 @@
+"""Child processes: a replay that crashes, hangs or is interrupted never takes its caller down."""

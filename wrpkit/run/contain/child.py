@@ -1,0 +1,411 @@
+"""The child side of a contained replay: ``python -m wrpkit.run.contain.child --serve FD``.
+
+It loads the capture its parent validated (:mod:`wrpkit.run.contain.worker`) and serves
+requests over the socket ``FD`` (a ``wrp regress`` child is forked from the run's
+zygote instead, :mod:`wrpkit.run.contain.zygote`, and is handed whole cases).  The ``wrp trace``
+and ``wrp profile`` child (:mod:`wrpkit.debug.child`) receives its capture with
+:func:`received_capture` and reports with :func:`set_stage` and :func:`error_info` the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+from ...environment import warp_replay_error
+from ...errors import WrpError
+
+
+
+
+# ---------------------------------------------------------------------------
+# Child side
+# ---------------------------------------------------------------------------
+
+
+class KernelOutputShown:
+    """Show the kernels' own output (C stdio's stdout: ``wp.printf``, CUDA's ``printf``) on ``fd``.
+
+    The parent's :class:`~wrpkit.run.contain.spawn.KernelOutput` handed ``fd`` over.  Each
+    ``with`` block points this process's file descriptor 1 at it, and Python's
+    ``sys.stdout`` at ``sys.stderr`` meanwhile, so that Warp's own messages (a
+    module's "load on device ... took ..." line) stay in the child's output
+    memory file and never pass for the kernels'; on leaving, C's buffer is
+    flushed (every kernel line is out before the answer is sent) and fd 1 is
+    the output memory file again.  A block entered while another is open
+    does nothing more.  ``fd`` None: nothing is diverted.
+    """
+
+    def __init__(self, fd):
+        self.fd = fd
+        self._depth = 0
+        self._saved = -1
+        self._python_stdout = None
+
+    def __call__(self):
+        return self
+
+    def __enter__(self):
+        self._depth += 1
+        if self.fd is None or self._depth > 1:
+            return self
+        sys.stdout.flush()
+        _c_flush()
+        self._saved = os.dup(1)
+        os.dup2(self.fd, 1)
+        self._python_stdout, sys.stdout = sys.stdout, sys.stderr
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self.fd is None or self._depth > 0 or self._saved < 0:
+            return False
+        _c_flush()  # the kernels' lines C stdio still buffers (CUDA's are out at each synchronisation)
+        sys.stdout = self._python_stdout
+        os.dup2(self._saved, 1)
+        os.close(self._saved)
+        self._saved = -1
+        return False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _c_flush() -> None:
+    """``fflush(NULL)``: write out what C stdio buffers (the kernels' printf)."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
+    """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, device_ms or None)``."""
+    graph, launch = prog.graph, wp.capture_launch
+    perf = time.perf_counter
+    host_ms, device_ms = [], []
+    try:
+        for _ in range(warmup):
+            launch(graph)
+        if prog.device.is_cuda:
+            wp.synchronize_device(prog.device)
+            stream = prog.device.stream
+            start = wp.Event(prog.device, enable_timing=True)
+            end = wp.Event(prog.device, enable_timing=True)
+            for _ in range(repeat):
+                t0 = perf()
+                stream.record_event(start)
+                launch(graph)
+                stream.record_event(end)
+                wp.synchronize_device(prog.device)
+                host_ms.append((perf() - t0) * 1e3)
+                device_ms.append(float(wp.get_event_elapsed_time(start, end)))
+            return host_ms, device_ms
+        for _ in range(repeat):
+            t0 = perf()
+            launch(graph)
+            host_ms.append((perf() - t0) * 1e3)
+    except RuntimeError as e:
+        raise warp_replay_error(str(e)) from None
+    return host_ms, None
+
+
+# ---------------------------------------------------------------------------
+# Child side (python -m wrpkit.run.contain.child --serve FD)
+# ---------------------------------------------------------------------------
+
+
+def error_info(e: WrpError) -> dict:
+    """``e`` as JSON values, for the parent to raise again (:func:`wrpkit.run.contain.worker.error_from`).
+
+    Its attributes of plain values travel too (an out-of-memory error's ``requested`` and
+    ``device``, a crash's op), so that the parent's error says as much as the child's.
+    """
+    attrs = {k: v for k, v in vars(e).items()
+             if k not in ("message", "hint", "problems") and isinstance(v, (bool, int, float, str, type(None)))}
+    return {"class": type(e).__name__, "message": e.message, "hint": e.hint,
+            "problems": list(getattr(e, "problems", [])), "attrs": attrs}
+
+
+def received_capture(message: dict, capture_fd: int, modules_fd: int):
+    """The :class:`~wrpkit.run.load.prepare.Prepared` capture a parent handed over (:class:`~wrpkit.run.contain.worker.ChildSource`).
+
+    The capture's file (the user's own, or a memory file) is mapped here and
+    ``capture_fd`` closed; the module files are read in place from their
+    memory file.  The bytes are the ones the parent validated (and refused
+    what it must refuse, raw pointers included): decoded, not validated again.
+
+    Args:
+        message: Names ``modules`` (``{name: (offset, size)}``) and ``modules_size``.
+        capture_fd: The capture's descriptor.
+        modules_fd: The module files' memory file.
+    """
+    from ..load.prepare import prepare  # noqa: PLC0415
+    from .shared import SharedArea, map_readonly  # noqa: PLC0415
+
+    from ..load.file_guard import guard_received  # noqa: PLC0415
+
+    mm, size = map_readonly(capture_fd)
+    guard_received(mm, size, capture_fd)  # truncated by another program meanwhile: exit 3 naming it, no SIGBUS
+    os.close(capture_fd)
+    modules_area = SharedArea(message["modules_size"], fd=modules_fd)
+    modules = {name: modules_area.view(off, n) for name, (off, n) in message["modules"].items()}
+    prep = prepare(memoryview(mm) if mm is not None else b"", modules, verify_checksums=False,
+                   allow_raw_pointers=True, _validated=True)
+    prep._keep.append(modules_area)
+    return prep
+
+
+def _load_served(message: dict, fds: list):
+    """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says.
+
+    With ``op_slots``, a fourth descriptor: the memory file the op slot is copied into as the
+    child dies (:class:`SlottedProgram`), and the capture is run by the C API, not by Warp's Python.
+    """
+    from ..warp_bridge.start import init_warp  # noqa: PLC0415
+    from ..load.program import load_prepared  # noqa: PLC0415
+    from .shared import SharedArea  # noqa: PLC0415
+
+    capture_fd, modules_fd, stage_fd = fds[:3]
+    stage = SharedArea(message["stage_size"], fd=stage_fd)
+    prep = received_capture(message, capture_fd, modules_fd)
+    if message.get("op_slots"):
+        set_stage(stage, "loading")
+        return None, SlottedProgram(prep, message["device"], fds[3]), stage
+    # No banner, and on the CPU no "could not find the CUDA driver" warning.
+    wp = init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+    set_stage(stage, "loading")
+    prog = load_prepared(prep, message["device"], message.get("max_memory"))
+    if prep.kind != "wrp":
+        prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
+    return wp, prog, stage
+
+
+class SlottedProgram:
+    """A capture run by the C API with an op slot before each op (:mod:`wrpkit.op_slots`), for the one
+    run that names the op a crashed replay died in (:func:`wrpkit.run.contain.crash.located_crash`).
+
+    The slot is copied into memory file ``slot_fd`` by the library's crash handler as this process
+    dies; the parent reads it there.
+    """
+
+    def __init__(self, prep, device: str, slot_fd: int):
+        from ..replay.native_api import NativeProgram  # noqa: PLC0415
+
+        # The parent validated the capture and refused what it must (raw pointers included).
+        self.api = NativeProgram(prep.image(), dict(prep.modules), device, op_slots=True, allow_raw_pointers=True)
+        self.api.guard_op_slot(slot_fd)
+        self._slot_fd = slot_fd  # held open for the handler
+
+    def write_bytes(self, name: str, data) -> None:
+        self.api.set(name, data)
+
+    def timed_replays(self, warmup: int, repeat: int) -> tuple:
+        perf = time.perf_counter
+        if warmup:
+            self.api.run(warmup)
+        host_ms = []
+        for _ in range(repeat):
+            t0 = perf()
+            self.api.run(1)
+            host_ms.append((perf() - t0) * 1e3)
+        return host_ms, None
+
+    def region_bytes(self, name: str):
+        return self.api.get(name)
+
+    def all_ran(self) -> None:
+        """Every op ran: a crash from now on (Warp releasing a heap a launch corrupted) is said so."""
+        from ...op_slots import ALL_RAN_RECORD  # noqa: PLC0415
+
+        self.api.lib.wrp_guard_op_slot(None, -1)
+        os.pwrite(self._slot_fd, ALL_RAN_RECORD, 0)
+
+    def close(self) -> None:
+        self.api.close()
+        os.close(self._slot_fd)
+
+
+def set_stage(stage, text: str) -> None:
+    """Record the child's stage for a crash report (the parent reads the shared page after the child died)."""
+    data = text.encode("ascii")[:stage.size]
+    view = stage.view()
+    view[:] = 0
+    view[:len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+
+def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
+    """One request: inputs from the shared inputs area, replays, statistics, results into the results area.
+
+    With ``kernel_output``, a third descriptor: where the replays' kernel output goes
+    (:class:`KernelOutputShown`), every replay's, warmups included, as Warp's own replay prints it.
+    """
+    from ...checks.binding_stats import region_stats  # noqa: PLC0415
+    from .shared import SharedArea  # noqa: PLC0415
+
+    in_area = SharedArea(message["in_size"], fd=fds[0])
+    out_area = SharedArea(message["out_size"], fd=fds[1])
+    shown = KernelOutputShown(fds[2] if message.get("kernel_output") and len(fds) > 2 else None)
+    try:
+        if message.get("reset"):
+            prog.reset()  # the memory no binding names too, which only this process can reach
+        for name, (off, n) in message["inputs"].items():
+            prog.write_bytes(name, in_area.view(off, n))
+        set_stage(stage, "replaying")
+        with shown:
+            if isinstance(prog, SlottedProgram):
+                host_ms, device_ms = prog.timed_replays(message["warmup"], message["repeat"])
+                prog.all_ran()
+            else:
+                host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
+        set_stage(stage, "reading")
+        summary = {}
+        for name, spec in message["stats"].items():
+            region = prog.region_bytes(name)  # CPU: Warp's memory itself
+            summary[name] = region_stats(region, spec)
+        for name, (off, n) in message["outputs"].items():
+            if n:
+                out_area.view(off, n)[:] = prog.region_bytes(name)
+    finally:
+        in_area.close()
+        out_area.close()
+        shown.close()
+    return {"host_ms": host_ms, "device_ms": device_ms, "stats": summary}
+
+
+def replay_here(prep, device: str, state: dict, stage) -> tuple:
+    """Load ``prep`` and replay it once in this process (a ``wrp regress`` case).
+
+    Args:
+        prep: The case, validated here.
+        device: The device string.
+        state: Whole bindings' bytes to write first.
+        stage: The shared page where the stage is recorded (the parent reads it after a crash).
+
+    Returns:
+        ``({binding: uint8 bytes}, host ms of the replay)``.
+    """
+    import gc  # noqa: PLC0415
+
+    from ..warp_bridge.start import init_warp  # noqa: PLC0415
+    from ..load.program import load_prepared  # noqa: PLC0415
+
+    wp = init_warp(cpu_only=str(device).strip().lower() == "cpu")
+    set_stage(stage, "loading")
+    prog = load_prepared(prep, device)
+    try:
+        for name, data in state.items():
+            prog.write_bytes(name, data)
+        set_stage(stage, "replaying")
+        host_ms, _ = timed_replays(wp, prog, 0, 1)
+        set_stage(stage, "reading")
+        raw = {n: np.array(prog.region_bytes(n), copy=True) for n in prep.sizes}
+    finally:
+        prog.close()
+        gc.collect()  # this capture's memory goes before the next one's is taken
+    return raw, (host_ms[0] if host_ms else None)
+
+
+def _serve_main(sock_fd: int) -> int:
+    """The :class:`~wrpkit.run.contain.worker.ReplayWorker` child: answer every request until the socket closes.
+
+    ``warm`` imports Warp and answers; ``load`` loads the capture it hands
+    over (releasing the one loaded before: :meth:`ReplayWorker.retarget`);
+    ``run`` replays the loaded one and answers; ``case`` runs a whole
+    ``wrp regress`` case here (:func:`wrpkit.run.regress.case.serve_case`:
+    its verdict is the answer, and the child goes on).  An error is answered,
+    then the child ends.
+    """
+    import gc  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    from .shared import ChannelClosed, SharedArea, receive, send  # noqa: PLC0415
+
+    sock = socket.socket(fileno=sock_fd)
+    wp = prog = stage = None
+    while True:
+        if stage is not None:
+            set_stage(stage, "idle")
+        try:
+            message, fds = receive(sock)
+        except ChannelClosed:
+            return 0
+        op = message.get("op")
+        try:
+            if op == "preload":  # spawn.prestart: ready Warp while the parent is still reading the file
+                from ..warp_bridge.start import init_warp  # noqa: PLC0415
+
+                init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+                from ...checks import binding_stats  # noqa: F401, PLC0415  (what a load and a run import)
+                from ..load import prepare, program  # noqa: F401, PLC0415
+            elif op == "warm":
+                from ..warp_bridge.start import init_warp  # noqa: PLC0415
+
+                init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+                # Warp and its imports stay for the child's life: the collection after each
+                # released capture (``load``) then walks only what came later (30 ms less a case).
+                gc.freeze()
+                send(sock, {"ok": True})
+            elif op == "load":
+                if prog is not None:
+                    prog.close()
+                    prog = None
+                    gc.collect()  # the previous capture's memory goes before the next one's is taken
+                wp, prog, stage = _load_served(message, fds)
+            elif op == "run" and prog is not None:
+                send(sock, _serve_run(wp, prog, message, fds, stage))
+            elif op == "case":  # wrp regress: a whole case, read and validated here
+                from ..regress.case import payload_from_file, serve_case  # noqa: PLC0415
+
+                if stage is None:
+                    stage = SharedArea(message["stage_size"], fd=fds[0])
+                else:
+                    os.close(fds[0])
+                job = message["job"]
+                if "payload_at" in job:  # a remote worker's case: its files' bytes in a memory file
+                    try:
+                        job = payload_from_file(job, fds[1])
+                    finally:
+                        os.close(fds[1])
+                answer, out_fds = serve_case(job, lambda *a: replay_here(*a, stage),
+                                             lambda: send(sock, {"validated": True}))
+                try:
+                    send(sock, answer, out_fds)
+                finally:
+                    for f in out_fds:
+                        os.close(f)
+            else:
+                return 0
+        except WrpError as e:
+            send(sock, {"error": error_info(e)})
+            return e.exit_code
+
+
+def _die_with_parent() -> None:
+    """Be killed when the thread that started this process ends (Linux ``PR_SET_PDEATHSIG``)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--serve":
+        if "--die-with-parent" in sys.argv[3:]:
+            _die_with_parent()
+        sys.exit(_serve_main(int(sys.argv[2])))
+    sys.exit(2)
