@@ -8,7 +8,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <utility>
 
 #include <fcntl.h>
@@ -109,22 +108,28 @@ Probe run_slotted(const CliArgs& args, int slot_fd, std::chrono::steady_clock::t
     return Probe::Failed;
 }
 
-// The slot record a crashed child left: (top-level index, path), or index -1 (no op had run) or
-// kOpSlotAllRan (every op had run).
-std::pair<int64_t, std::string> read_slot(int fd)
+// The slot record a crashed child left.
+struct SlotRecord {
+    int64_t seq = -1;    // the op's number in file order; kOpSlotAllRan: every op had run
+    int64_t index = -1;  // its top-level op; -1: no op had run
+    std::string path;
+};
+
+SlotRecord read_slot(int fd)
 {
     uint8_t rec[wrp::kOpSlotSize] = {};
+    SlotRecord out;
     if (pread(fd, rec, sizeof(rec), 0) != static_cast<ssize_t>(sizeof(rec)))
-        return {-1, ""};
-    int64_t seq = 0, index = 0;
-    std::memcpy(&seq, rec + wrp::kOpSlotSeqAt, 8);
-    std::memcpy(&index, rec + wrp::kOpSlotIndexAt, 8);
-    if (seq == wrp::kOpSlotAllRan)
-        return {wrp::kOpSlotAllRan, ""};
-    if (seq < 0 || index < 0)
-        return {-1, ""};
-    const char* path = reinterpret_cast<const char*>(rec + wrp::kOpSlotPathAt);
-    return {index, std::string(path, strnlen(path, wrp::kOpSlotPathBytes))};
+        return out;
+    std::memcpy(&out.seq, rec + wrp::kOpSlotSeqAt, 8);
+    std::memcpy(&out.index, rec + wrp::kOpSlotIndexAt, 8);
+    if (out.seq < 0)
+        out.index = -1;
+    if (out.index >= 0) {
+        const char* path = reinterpret_cast<const char*>(rec + wrp::kOpSlotPathAt);
+        out.path.assign(path, strnlen(path, wrp::kOpSlotPathBytes));
+    }
+    return out;
 }
 
 // The remaining time of --timeout, which the exec kept running; the timer is stopped (this process
@@ -169,8 +174,9 @@ int locate_crash(const CliArgs& args, int signum)
     // One more run, with op slots: its slot names the op it died in.
     std::string missing = wrp_program_op_slots_missing(prog.p);
     std::string unknown = n == 0 ? "the graph has no ops" : missing;
-    int64_t index = -1;
-    std::string path;
+    SlotRecord slot;
+    int64_t& index = slot.index;
+    std::string& path = slot.path;
     if (unknown.empty()) {
         int slot_fd = memfd_create("wrp-op-slot", MFD_CLOEXEC);
         if (slot_fd < 0 || ftruncate(slot_fd, static_cast<off_t>(wrp::kOpSlotSize)) != 0) {
@@ -178,8 +184,8 @@ int locate_crash(const CliArgs& args, int signum)
         } else {
             switch (run_slotted(args, slot_fd, deadline)) {
             case Probe::Crashed:
-                std::tie(index, path) = read_slot(slot_fd);
-                if (index == wrp::kOpSlotAllRan)
+                slot = read_slot(slot_fd);
+                if (slot.seq == wrp::kOpSlotAllRan)
                     unknown = kAfterLastOp;
                 else if (index < 0)
                     unknown = "the second run, with op slots, crashed before any op ran";
@@ -198,7 +204,8 @@ int locate_crash(const CliArgs& args, int signum)
     const char* sig = crash_signal_name(signum) ? crash_signal_name(signum) : "a fatal signal";
     std::string message = std::string("the replay crashed with ") + sig + " ";
     wrp_op_info info{};
-    bool known = unknown.empty() && wrp_program_op_info(prog.p, static_cast<size_t>(index), &info) == WRP_OK;
+    bool known = unknown.empty() && wrp_program_slot_op_info(prog.p, static_cast<size_t>(index),
+                                                             static_cast<size_t>(slot.seq), &info) == WRP_OK;
     if (unknown == kAfterLastOp) {
         message += unknown + "; nothing was written. " + wrp_program_crash_context(prog.p);
     } else if (known) {

@@ -474,6 +474,11 @@ typedef struct wrp_op_info {
 /* Describe top-level op `index` (0 <= index < wrp_program_num_ops()). */
 WRP_API wrp_status wrp_program_op_info(wrp_program* program, size_t index, wrp_op_info* out_info);
 
+/* The same for the op an op slot names: op `seq` counting every op at every
+ * depth in file order (the slot's seq), inside top-level op `index`; the
+ * summary names `index` with the nested op's kind, kernel and module. */
+WRP_API wrp_status wrp_program_slot_op_info(wrp_program* program, size_t index, size_t seq, wrp_op_info* out_info);
+
 /* Number of bindings; 0 for a NULL program. */
 WRP_API size_t wrp_program_num_bindings(const wrp_program* program);
 

@@ -222,6 +222,22 @@ wrp_status wrp_program_op_info(wrp_program* program, size_t index, wrp_op_info* 
     });
 }
 
+wrp_status wrp_program_slot_op_info(wrp_program* program, size_t index, size_t seq, wrp_op_info* out_info)
+{
+    return guarded([&] {
+        wrp::Program& p = program_of(program);
+        if (!out_info)
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "out_info is NULL");
+        const auto& all = p.graph().all_ops;
+        if (index >= p.num_ops() || seq >= all.size())
+            wrp::fail(WRP_ERR_INVALID_ARGUMENT, "op %zu (number %zu in file order) does not exist", index, seq);
+        program->op_context = p.op_crash_context(index, &all[seq]);
+        const wrp::Program::OpCrashContext& c = program->op_context;
+        *out_info = wrp_op_info{c.summary.c_str(), c.kind.c_str(), c.kernel.c_str(), c.module.c_str(),
+                                c.verified ? 1 : 0, c.note.c_str()};
+    });
+}
+
 size_t wrp_program_num_bindings(const wrp_program* program)
 {
     return program && program->impl ? program->impl->num_bindings() : 0;

@@ -267,11 +267,11 @@ void Program::describe_crash_context(const std::vector<ModuleImage>& modules)
                          "were given (run `wrp check` for stale pointers and launches past their arrays).";
 }
 
-Program::OpCrashContext Program::op_crash_context(size_t index) const
+Program::OpCrashContext Program::op_crash_context(size_t index, const TopLevelOp* nested) const
 {
     if (index >= graph_.top_ops.size())
         fail(WRP_ERR_INVALID_ARGUMENT, "op %zu does not exist", index);
-    const TopLevelOp& op = graph_.top_ops[index];
+    const TopLevelOp& op = nested ? *nested : graph_.top_ops[index];
     OpCrashContext c;
     c.kind = op_name(op.type);
     c.summary = "op " + std::to_string(index) + " (" + c.kind;

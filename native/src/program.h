@@ -66,7 +66,8 @@ public:
         std::string summary, kind, kernel, module, note;
         bool verified = false;
     };
-    OpCrashContext op_crash_context(size_t index) const;
+    // `nested`: an op inside top-level op `index` (graph().all_ops), described in its place.
+    OpCrashContext op_crash_context(size_t index, const TopLevelOp* nested = nullptr) const;
     // "format 16 (written by Warp 1.18.0)" (see wrp_program_format_description).
     const std::string& format_description() const { return format_description_; }
     // "" for the current format, else why a replay is refused (see wrp_program_upgrade_message).

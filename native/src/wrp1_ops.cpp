@@ -38,15 +38,15 @@ void OpsValidator::stream(uint64_t begin, uint64_t end, uint32_t count, const st
                     static_cast<unsigned long long>(end - pos));
         if (++g_.total_ops > kMaxTotalOps)
             op.fail("more than %llu operations in the file", static_cast<unsigned long long>(kMaxTotalOps));
+        size_t at = g_.all_ops.size();  // before the ops nested in it: file order
+        g_.all_ops.push_back(TopLevelOp{pos, op.total, op.type, {}, {}});
         validate(op, depth);
-        if (depth == 0) {
-            TopLevelOp top{pos, op.total, op.type, {}, {}};
-            if (op.type == kOpKernelLaunch) {  // launch_kernel saw them
-                top.kernel_key = std::move(launched_key_);
-                top.module_hash = std::move(launched_hash_);
-            }
-            g_.top_ops.push_back(std::move(top));
+        if (op.type == kOpKernelLaunch) {  // launch_kernel saw them
+            g_.all_ops[at].kernel_key = std::move(launched_key_);
+            g_.all_ops[at].module_hash = std::move(launched_hash_);
         }
+        if (depth == 0)
+            g_.top_ops.push_back(g_.all_ops[at]);
         pos += op.total;
     }
     if (pos != end)
