@@ -66,6 +66,15 @@ def main():
             code = fast(sys.argv[2:])
             if code is not None:
                 return code
+        if sys.argv[1:2] == ["replay"]:
+            # wrp-replay starts now, before click is imported (wrpkit/cli/replay_start.py); the command
+            # takes it over if it forms the same arguments.
+            from .cli.replay_start import prestart  # noqa: PLC0415
+
+            try:
+                prestart(sys.argv[2:])
+            except Exception:  # noqa: BLE001  (a guess that failed: the command starts its own)
+                pass
         from .cli import main as group
 
         return group.main(prog_name="wrp")
@@ -76,6 +85,11 @@ def main():
             return _interrupted()
         raise
     finally:
+        # A replayer started early that the command never took (click refused the command line
+        # before the command ran) ends with it.
+        engines = sys.modules.get("wrpkit.run.replay.engines")
+        if engines is not None:
+            engines.discard_prestarted()
         # The command has ended (its outputs published or left as they were): a signal now would
         # kill the interpreter as it shuts down (Python gives back the default action of signals
         # it handled, and any thread may receive one), so both are ignored from here to the exit.

@@ -250,6 +250,36 @@ def test_native_replay_starts_wrp_replay_before_it_reads_the_capture(typed, tmp_
     assert opened and children[0] < opened[0]
 
 
+@pytest.mark.parametrize("extra", [(), ("--json",), ("--repeat", "2", "--warmup=1", "--no-verify", "--engine", "native")])
+def test_the_default_replay_starts_wrp_replay_before_click_and_uses_it(typed, tmp_path, extra):
+    """``wrp replay FILE`` (the common command lines) starts wrp-replay before it imports click
+    (wrpkit/cli/replay_start.py), and the command takes that one over: one wrp-replay in all."""
+    _native_or_skip()
+    if shutil.which("strace") is None:
+        pytest.skip("strace is not installed")
+    code, lines = _strace_processes(tmp_path / "strace.txt", tmp_path, "replay", typed["wrp"], *extra)
+    assert code == 0
+    parent = lines[0].split()[0]
+    started = [i for i, ln in enumerate(lines) if "execve(" in ln and "wrp-replay" in ln and "= 0" in ln]
+    assert len(started) == 1, [lines[i] for i in started]
+    click = [i for i, ln in enumerate(lines) if ln.split()[0] == parent and "openat(" in ln
+             and "/click/" in ln and "= -1" not in ln]
+    assert click and started[0] < click[0]
+
+
+def test_the_early_start_takes_only_the_command_lines_it_knows():
+    from wrpkit.cli.replay_start import parse  # noqa: PLC0415
+
+    assert parse(["a.wrp"]) == {"file": "a.wrp", "repeat": 1, "warmup": 0, "device": "cpu", "engine": "auto",
+                                "as_json": False, "no_verify": False}
+    assert parse(["--repeat=3", "a.wrp", "--json", "--device", "cpu", "--engine", "native"])["repeat"] == 3
+    # click's to parse and word: anything else
+    for args in ([], ["a.wrp", "b.wrp"], ["a.wrp", "--output", "o.npz"], ["a.wrp", "--repeat", "0"],
+                 ["a.wrp", "--repeat", "x"], ["a.wrp", "--engine", "python"], ["--help"], ["a.wrp", "--"],
+                 ["a.wrp", "--repeat"], ["-", "--json"]):
+        assert parse(args) is None, args
+
+
 def test_a_refused_native_replay_allocates_nothing(edited, tmp_path):
     """The prestarted wrp-replay of a file refused for regions no op reaches asks for approval once the file
     is validated and withdraws at the refusal: its 8 GiB region is never mapped."""

@@ -180,11 +180,12 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
       wrp replay h200.wrp --device cuda:0 --max-memory 120G
       wrp replay shipped.wrp --trusted-key pub.pem   # refused (exit 3) unless signed
     """
-    from ..run.contain.spawn import KernelOutput  # noqa: PLC0415
+    from ..run.contain.spawn import kernel_output_for  # noqa: PLC0415
 
     # What the kernels print (wp.printf) passes through to the user as it is, as Warp's own replay
-    # prints it: on stdout, or on stderr with --json, so that stdout stays one JSON object.
-    kernel_output = KernelOutput(sys.stderr if as_json else sys.stdout)
+    # prints it: on stdout, or on stderr with --json, so that stdout stays one JSON object.  (The one
+    # made for a wrp-replay started before the command line was parsed, wrpkit/cli/replay_start.py.)
+    kernel_output = kernel_output_for(sys.stderr if as_json else sys.stdout)
     from ..run.replay.engines import choose_engine  # noqa: PLC0415  (imports nothing heavy; looks for wrp-replay)
 
     requested, engine = engine, choose_engine(engine, device=device).name  # replay_file decides the same

@@ -182,6 +182,33 @@ class KernelOutput:
                 pass
 
 
+
+#: A :class:`KernelOutput` made before the command line was parsed (:func:`early_kernel_output`).
+_early_output: Optional["KernelOutput"] = None
+
+
+def early_kernel_output(stream) -> "KernelOutput":
+    """The :class:`KernelOutput` for ``stream`` that a replayer started before the command line was
+    parsed is given (``wrp replay``, :mod:`wrpkit.cli.replay_start`); :func:`kernel_output_for` hands
+    it to the command."""
+    global _early_output  # noqa: PLW0603  (one per process: the command's)
+    if _early_output is not None:
+        _early_output.close()
+    _early_output = KernelOutput(stream)
+    return _early_output
+
+
+def kernel_output_for(stream) -> "KernelOutput":
+    """A :class:`KernelOutput` for ``stream``: the one made early for it (so that a replayer started
+    then is handed the same descriptor), else a new one."""
+    global _early_output  # noqa: PLW0603
+    early, _early_output = _early_output, None
+    if early is not None and early.stream is stream:
+        return early
+    if early is not None:
+        early.close()
+    return KernelOutput(stream)
+
 def kernel_output_of(target) -> tuple:
     """``(KernelOutput or None, owned)`` for a ``kernel_output=`` argument.
 

@@ -530,6 +530,7 @@ class PrestartedReplayer:
         self.args = args
         self.child = child
         self._approve_fd = approve_fd
+        self.approve_above: Optional[int] = 0  # what prestart_replayer was given
 
     def approve(self) -> None:
         """Let it allocate and replay."""
@@ -573,18 +574,24 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
             checks before they allocate (0: every file waits; None: none does).
     """
     global _prestarted  # noqa: PLW0603  (one pending replayer per process: the command's)
-    discard_prestarted()
     paths = native_paths()
     if paths.replayer is None:
+        discard_prestarted()
         return
     path = Path(os.fspath(file))
     if path.suffix.lower() == ".json":
+        discard_prestarted()
         return  # replayed from a bundle made of it in memory, once it is read (NativeEngine._source)
     if modules_dir is None and path.suffix.lower() != ".wrpk":
         from ...module_dirs import find_modules_dir  # noqa: PLC0415
 
         modules_dir = find_modules_dir(path)  # as the file's own reader finds it
     args = replayer_args(paths.replayer, os.fspath(path), request, modules_dir)
+    if _prestarted is not None and _prestarted.args == args and _prestarted.approve_above == approve_above:
+        # Started earlier for the same command line (wrpkit/cli/replay_start.py); a small capture's
+        # may have replayed already: its report waits in its pipes, read as any replayer's.
+        return
+    discard_prestarted()
     read_end, write_end = os.pipe() if approve_above is not None else (-1, -1)
     wait = ["--approve-fd", str(read_end), "--approve-above", str(int(approve_above))] if read_end >= 0 else []
     try:
@@ -599,6 +606,7 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
         if read_end >= 0:
             os.close(read_end)
     _prestarted = PrestartedReplayer(args, child, write_end)
+    _prestarted.approve_above = approve_above
 
 
 def take_prestarted() -> Optional[PrestartedReplayer]:
