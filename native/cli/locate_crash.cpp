@@ -164,6 +164,9 @@ int locate_crash(const CliArgs& args, int signum)
     // This process only validates (it never loads Warp): the second run is a clean child.
     CliArgs listing = args;
     listing.list = true;
+    // A .wrpk's blobs are checked as the replay checked them, so that the report says what the replay
+    // verified (a module's checksum) rather than what a listing skips; only on this crash path.
+    listing.verify = !args.no_verify;
     wrp_options opts = options_for(listing);
     opts.modules_optional = 0;
     opts.op_slots = 1;  // only to learn whether the graph can hold them

@@ -591,6 +591,15 @@ def test_a_wild_write_inside_a_while_is_named_by_its_path_on_every_route(poke_in
         wrpkit.load(poke_in_while, isolate=True).run({"left": np.array([3], dtype=np.int32),
                                                       "at": np.array([1 << 30], dtype=np.int64)})
     assert (e.value.op_index, e.value.path, e.value.kernel, e.value.iteration) == (1, "1.1", "k_poke", None)
+    assert e.value.digest_verified is False and crash["digest_verified"] is False  # stock: no digests
+    # Bundled, the module's checksum was verified before it ran: both routes say so.
+    bundle = tmp_path / "poke.wrpk"
+    assert wrp("convert", poke_in_while, bundle).exit_code == 0
+    res = wrp_replay(bundle, "--input", f"left={three}", "--input", f"at={wild}", "--json")
+    crash = json.loads(res.stdout)["crash"]
+    assert (res.returncode, crash["path"], crash["digest_verified"]) == (EXIT_CRASH, "1.1", True), res.stderr
+    r = wrp("replay", bundle, "--engine", "python", "--input", f"left={three}", "--input", f"at={wild}")
+    assert r.exit_code == EXIT_CRASH and "its SHA-256 recorded in the bundle was verified" in r.stderr, r.stderr
 
 
 def test_isolated_run_matches_in_process(axpy):
