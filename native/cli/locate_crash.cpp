@@ -30,7 +30,7 @@ namespace wrpcli {
 namespace {
 
 // Without --timeout the second run gets as long as `wrp replay` gives it (wrpkit.run.contain.crash.IDENTIFY_BUDGET_S).
-constexpr double kSearchBudgetS = 120.0;
+constexpr double kSecondRunBudgetS = 120.0;
 
 enum class Probe { Ran, Crashed, Failed, OutOfTime };
 
@@ -157,7 +157,7 @@ int locate_crash(const CliArgs& args, int signum)
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     double remaining = args.timeout_s > 0 ? take_remaining_timeout() : 0;
-    double budget = args.timeout_s > 0 ? remaining : kSearchBudgetS;
+    double budget = args.timeout_s > 0 ? remaining : kSecondRunBudgetS;
     auto deadline = std::chrono::steady_clock::now() +
         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(budget));
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import time
 from typing import Mapping, Optional
 
-
 import numpy as np
 
 from ...errors import WrpCrashError, WrpError, WrpTimeoutError
@@ -22,9 +21,8 @@ from ...records import record
 from .worker import ChildCrashed, ChildSource, ReplayWorker, signal_name, verify_deferred, whole_region
 
 
-#: Seconds the search for the crashing op may take (bounded further by a --timeout).
+#: Seconds the second run that names the crashing op may take (bounded further by a --timeout).
 IDENTIFY_BUDGET_S = 120.0
-
 
 
 def located_crash(prep, crash: ChildCrashed, device, inputs: Mapping, replays: int, timeout: Optional[float],
@@ -73,7 +71,7 @@ class Located:
 
     index: Optional[int] = None
     path: Optional[str] = None
-    why: str = "the search for it was not run"
+    why: str = "no second run was made to name it"
 
 
 def _slotted_run(prep, device, inputs: Mapping, replays: int, budget: float, source=None) -> Located:

@@ -707,7 +707,7 @@ def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, cras
     elif request.identify:
         located = identify_crash(prep, request.device, dict(request.inputs), request.replays)
     else:
-        located = Located(why="it was not searched for")
+        located = Located()
     return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", located.index,
                        located.why, verify_checksums=request.verify_checksums, path=located.path, how=SLOTTED_RUN)
 
