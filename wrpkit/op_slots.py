@@ -69,6 +69,12 @@ class SlotRecord(NamedTuple):
         return self.seq == ALL_RAN
 
 
+#: How a crash message says a whole replay's op was found (wrp-replay says the same: op_slot.h).
+SECOND_RUN = "named by its op slot in a second run"
+#: Where a crash came when every op of the second run ran (wrp-replay says the same: op_slot.h).
+AFTER_LAST_OP = ("after its last op, as Warp released the graph's memory (which a launch past its arrays can "
+                 "corrupt; both runs crashed there)")
+
 #: The record of a slot no op has written yet.
 EMPTY = SLOT.pack(-1, -1, -1, b"")
 #: The seq a second run writes once every op ran: a crash after it came as Warp released the

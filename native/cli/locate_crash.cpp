@@ -34,9 +34,8 @@ constexpr double kSecondRunBudgetS = 120.0;
 
 enum class Probe { Ran, Crashed, Failed, OutOfTime };
 
-// Where a crash came when the second run's every op ran (wrpkit.run.contain.crash.AFTER_LAST_OP).
-const std::string kAfterLastOp = "after its last op, as Warp released the graph's memory (which a launch past its "
-                                 "arrays can corrupt; both runs crashed there)";
+// Where a crash came when the second run's every op ran (op_slot.h, from wrpkit/op_slots.py).
+const std::string kAfterLastOp = wrp::kOpSlotAfterLastOp;
 
 // The child: open the graph with op slots, guard the slot into `slot_fd`, set the inputs, run the
 // replays; exit 0 if all ran.  A crash leaves the op's slot record in `slot_fd`.
@@ -215,7 +214,7 @@ int locate_crash(const CliArgs& args, int signum)
         message += std::string("in ") + info.summary;
         if (path != std::to_string(index))
             message += " at path " + path;
-        message += " (named by its op slot in a second run)";
+        message += std::string(" (") + wrp::kOpSlotSecondRun + ")";
         message += "; nothing was written. " + std::string(info.note);
     } else {
         message += std::string("in an op that could not be identified (") +
@@ -227,6 +226,7 @@ int locate_crash(const CliArgs& args, int signum)
     if (args.json) {
         std::string crash = "{\"signal\": " + json_string(sig) + ", \"op_index\": " +
             (known ? std::to_string(index) : std::string("null")) + ", \"path\": " + json_or_null(known, path) +
+            ", \"unknown\": " + json_or_null(!known, unknown.empty() ? "its description failed" : unknown) +
             ", \"op_kind\": " + json_or_null(known, known ? info.kind : "") +
             ", \"kernel\": " + json_or_null(known && *info.kernel, known ? info.kernel : "") + ", \"module\": " +
             json_or_null(known && *info.module, known ? info.module : "") + ", \"digest_verified\": " +

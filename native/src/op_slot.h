@@ -19,6 +19,9 @@ constexpr int64_t kOpSlotAllRan = -2;  // seq once every op ran
 constexpr size_t kOpSlotRegionBytes = 1048576;  // the slot's region in a slotted graph
 constexpr size_t kOpSlotAt = 1048448;  // where the record lies in it
 constexpr const char* kOpSlotBinding = "wrpkit:op_slot";
+// What a crash report says (the same words as wrpkit/run/contain/crash.py's).
+constexpr const char* kOpSlotSecondRun = "named by its op slot in a second run";
+constexpr const char* kOpSlotAfterLastOp = "after its last op, as Warp released the graph's memory (which a launch past its arrays can corrupt; both runs crashed there)";
 static_assert(kOpSlotPathAt + kOpSlotPathBytes == kOpSlotSize);
 
 }  // namespace wrp

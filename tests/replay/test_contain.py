@@ -327,6 +327,7 @@ def test_wrp_replay_says_the_same_extent_lint_as_wrp_validate(axpy, sixth_of_six
         crash = json.loads(res.stdout)["crash"]
         assert crash["op_index"] == 0 or "after its last op, as Warp released the graph's memory" in res.stderr, \
             res.stderr
+        assert (crash["unknown"] is None) == (crash["op_index"] is not None), crash
 
 
 def test_unedited_launch_has_no_extent_lint(axpy):

@@ -17,6 +17,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ...errors import WrpCrashError, WrpError, WrpTimeoutError
+from ...op_slots import AFTER_LAST_OP as _AFTER_LAST_OP, SECOND_RUN
 from ...records import record
 from .worker import ChildCrashed, ChildSource, ReplayWorker, signal_name, verify_deferred, whole_region
 
@@ -52,11 +53,9 @@ def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *,
         source.close()
 
 
-#: How a whole replay's crash was traced to its op (said in the message).
-SLOTTED_RUN = "named by its op slot in a second run"
-#: Where a crash came when every op of the second run ran (wrp-replay says the same).
-AFTER_LAST_OP = ("after its last op, as Warp released the graph's memory (which a launch past its arrays can "
-                 "corrupt; both runs crashed there)")
+#: How a whole replay's crash was traced to its op (said in the message), and where a crash came
+#: when every op of the second run ran: wrpkit.op_slots, whose words wrp-replay says too.
+SLOTTED_RUN, AFTER_LAST_OP = SECOND_RUN, _AFTER_LAST_OP
 
 
 @record(frozen=True)

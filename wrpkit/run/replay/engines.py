@@ -686,24 +686,21 @@ def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, cras
     import re  # noqa: PLC0415
     import signal as sig  # noqa: PLC0415
 
-    from ..contain.crash import AFTER_LAST_OP, SLOTTED_RUN, Located, crash_error, identify_crash  # noqa: PLC0415
+    from ..contain.crash import SLOTTED_RUN, Located, crash_error, identify_crash  # noqa: PLC0415
 
     signum = -returncode if returncode < 0 else 0
     named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
     if not signum and named and hasattr(sig, named.group(1)):
         signum = int(getattr(sig, named.group(1)))
     loading = "while Warp loaded" in (said or "")
-    found = crash.get("op_index") if isinstance(crash, dict) else None
-    path = crash.get("path") if isinstance(crash, dict) else None
-    unknown = re.search(r"in an op that could not be identified \((.*?)\); nothing", said or "")
+    crash = crash if isinstance(crash, dict) else {}
+    found, path, unknown = crash.get("op_index"), crash.get("path"), crash.get("unknown")
     if loading:
         located = Located()
-    elif AFTER_LAST_OP in (said or ""):
-        located = Located(why=AFTER_LAST_OP)
     elif isinstance(found, int) and 0 <= found < len(prep.model.ops):
         located = Located(found, path if isinstance(path, str) else None, "")
-    elif unknown:
-        located = Located(why=unknown.group(1))
+    elif isinstance(unknown, str) and unknown:  # wrp-replay's second run said why (AFTER_LAST_OP among them)
+        located = Located(why=unknown)
     elif request.identify:
         located = identify_crash(prep, request.device, dict(request.inputs), request.replays)
     else:
