@@ -51,10 +51,19 @@ def render() -> str:
         "// What a crash report says (the same words as wrpkit/run/contain/crash.py's).",
         f"constexpr const char* kOpSlotSecondRun = {_c_string(op_slots.SECOND_RUN)};",
         f"constexpr const char* kOpSlotAfterLastOp = {_c_string(op_slots.AFTER_LAST_OP)};",
+        "// The two records no op writes: before the first op, and once every op ran.",
+        f"constexpr uint8_t kOpSlotEmpty[kOpSlotSize] = {_bytes(op_slots.EMPTY)};",
+        f"constexpr uint8_t kOpSlotAllRanRecord[kOpSlotSize] = {_bytes(op_slots.ALL_RAN_RECORD)};",
         "static_assert(kOpSlotPathAt + kOpSlotPathBytes == kOpSlotSize);",
         "",
         "}  // namespace wrp",
         ""])
+
+
+def _bytes(data: bytes) -> str:
+    """``data`` as a C initialiser list."""
+    assert len(data) == op_slots.SLOT.size
+    return "{" + ", ".join(f"0x{b:02x}" for b in data) + "}"
 
 
 def main() -> int:

@@ -87,9 +87,9 @@ def main():
     finally:
         # A replayer started early that the command never took (click refused the command line
         # before the command ran) ends with it.
-        engines = sys.modules.get("wrpkit.run.replay.engines")
-        if engines is not None:
-            engines.discard_prestarted()
+        spawn = sys.modules.get("wrpkit.run.contain.spawn")
+        if spawn is not None:
+            spawn.discard_prestarted()
         # The command has ended (its outputs published or left as they were): a signal now would
         # kill the interpreter as it shuts down (Python gives back the default action of signals
         # it handled, and any thread may receive one), so both are ignored from here to the exit.

@@ -5,7 +5,7 @@ must be written down *before* the op runs, somewhere the parent can still read
 after the child died.  Every route writes the same 128-byte record, :data:`SLOT`:
 
 * the stepper of ``wrp trace``, ``wrp profile`` and ``wrp memcheck``
-  (:mod:`wrpkit.debug.child`) writes it from Python before each op it launches,
+  (:mod:`wrpkit.debug.jobs`, in a wrpkit child) writes it from Python before each op it launches,
   straight into a shared memory file;
 * a whole-graph replay, which Warp runs in one native call, is given a copy of
   the graph with a MEMTILE op before every op (``native/src/wrp1_op_slots.cpp``,

@@ -65,11 +65,7 @@ const std::string kAfterLastOp = wrp::kOpSlotAfterLastOp;
         // Every op ran: a crash from here on comes while Warp releases the graph's memory (a heap
         // that a launch past its arrays corrupted), and the slot file says so.
         wrp_guard_op_slot(nullptr, -1);
-        uint8_t done[wrp::kOpSlotSize] = {};
-        std::memset(done, 0xff, wrp::kOpSlotPathAt);
-        int64_t seq = wrp::kOpSlotAllRan;
-        std::memcpy(done + wrp::kOpSlotSeqAt, &seq, 8);
-        if (pwrite(slot_fd, done, sizeof(done), 0) != static_cast<ssize_t>(sizeof(done)))
+        if (pwrite(slot_fd, wrp::kOpSlotAllRanRecord, wrp::kOpSlotSize, 0) != static_cast<ssize_t>(wrp::kOpSlotSize))
             _exit(3);
     } catch (...) {
         _exit(3);

@@ -273,7 +273,7 @@ typedef struct wrp_options {
      * every op, so that a crash can be traced to its op with no second run
      * (see wrp_program_op_slot, wrp_guard_op_slot).  The copy holds the whole
      * file once more while Warp loads it.  Zero (the default): Warp gets the
-     * file as it is. */
+     * file as it is.  Not with op_limit (WRP_ERR_INVALID_ARGUMENT). */
     int op_slots;
 } wrp_options;
 

@@ -353,7 +353,10 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
     // converts the older ones); refused before Warp is loaded at all.
     if (!upgrade_message_.empty())
         fail(WRP_ERR_INCOMPATIBLE, "%s", upgrade_message_.c_str());
-    // op_limit: Warp gets a copy that holds only the first N top-level ops (to find a crashing op).
+    // op_limit: Warp gets a copy that holds only the first N top-level ops.
+    if (opts_.op_slots && opts_.op_limit > 0)
+        fail(WRP_ERR_INVALID_ARGUMENT, "op_slots and op_limit cannot be combined: the op slots are placed in the "
+             "whole graph; open the program with one of them");
     std::vector<uint8_t> prefix;
     if (opts_.op_limit > 0 && opts_.op_limit < graph_.top_ops.size()) {
         prefix = prefix_image(image, size, graph_.top_ops, opts_.op_limit);
@@ -361,21 +364,12 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         size = prefix.size();
     }
     // op_slots: Warp gets a copy that writes the op slot before each op (to name a crashing op).
+    // Its records are placed from the validated graph of the whole file, so no prefix is slotted.
     std::vector<uint8_t> slotted;
-    if (opts_.op_slots) {
-        Wrp1Graph cut;
-        const Wrp1Graph* g = &graph_;
-        if (!prefix.empty()) {
-            cut = validate_wrp1(image, size, opts_.limits);
-            g = &cut;
-        }
-        if (g != &graph_)
-            op_slots_missing_ = op_slots_unsupported(*g);
-        if (op_slots_missing_.empty()) {
-            slotted = op_slot_image(image, size, *g);
-            image = slotted.data();
-            size = slotted.size();
-        }
+    if (opts_.op_slots && op_slots_missing_.empty()) {
+        slotted = op_slot_image(image, size, graph_);
+        image = slotted.data();
+        size = slotted.size();
     }
     if (file_cpu) {
         HostMemory h = host_memory();
@@ -415,7 +409,7 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
         auto* region = static_cast<uint8_t*>(rt_->api().wp_apic_get_param_ptr(handle_, kOpSlotBinding));
         if (!region || rt_->api().wp_apic_get_param_size(handle_, kOpSlotBinding) != kOpSlotRegionBytes)
             fail(WRP_ERR_INTERNAL, "Warp holds no op slot region of %zu bytes in the slotted graph", kOpSlotRegionBytes);
-        std::memset(region + kOpSlotAt, 0xff, kOpSlotPathAt);  // seq, index, iteration: -1 (host memory)
+        std::memcpy(region + kOpSlotAt, kOpSlotEmpty, kOpSlotSize);  // no op yet (host memory)
         op_slot_ = region + kOpSlotAt;
     }
     // Cross-check our reading of the bindings with Warp's.

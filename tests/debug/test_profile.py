@@ -424,7 +424,7 @@ def test_ctrl_c_exits_130_and_kills_the_child(caps, tmp_path):
     try:
         kids = []
         for _ in range(600):
-            kids = child_pids(proc.pid, b"wrpkit.debug.child") if proc.poll() is None else []
+            kids = child_pids(proc.pid, b"wrpkit.run.contain.child") if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)

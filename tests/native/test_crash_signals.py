@@ -26,7 +26,7 @@ def test_table_names_real_signals_with_meanings():
 
 
 def test_python_users_name_signals_from_the_table():
-    from wrpkit.run.contain.worker import signal_name
+    from wrpkit.run.contain.served import signal_name
 
     for num, name in CRASH_SIGNAL_NUMBERS.items():
         assert signal_name(num) == name

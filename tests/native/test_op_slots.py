@@ -75,11 +75,18 @@ def _save(tmp: Path) -> Path:
     return path
 
 
-def _program(path: Path, op_slots: bool):
+def _program(path: Path, op_slots: bool, **options):
     from wrpkit.run.replay import native_api
 
     mods = {p.name: p.read_bytes() for p in (path.parent / f"{path.stem}_modules").iterdir()}
-    return native_api.NativeProgram(path.read_bytes(), mods, "cpu", op_slots=op_slots)
+    return native_api.NativeProgram(path.read_bytes(), mods, "cpu", op_slots=op_slots, **options)
+
+
+def _slot_bytes(prog) -> bytes:
+    import ctypes
+
+    slot = prog.lib.wrp_program_op_slot(prog.handle)
+    return bytes((ctypes.c_char * op_slots.SLOT.size).from_address(slot))
 
 
 def test_a_slotted_graph_replays_as_the_file_and_its_slot_holds_the_last_op_started(tmp_path):
@@ -94,13 +101,10 @@ def test_a_slotted_graph_replays_as_the_file_and_its_slot_holds_the_last_op_star
             prog.set("left", np.array([3], np.int32))
             prog.run(1)
             outs.append({n: prog.get(n).copy() for n in ("x", "flag", "left")})
-            slot = prog.lib.wrp_program_op_slot(prog.handle)
             if slotted:
-                import ctypes
-
-                rec = op_slots.read_slot(bytes((ctypes.c_char * op_slots.SLOT.size).from_address(slot)))
+                rec = op_slots.read_slot(_slot_bytes(prog))
             else:
-                assert slot is None
+                assert prog.lib.wrp_program_op_slot(prog.handle) is None
         finally:
             prog.close()
     for name in outs[0]:
@@ -113,6 +117,30 @@ def test_a_slotted_graph_replays_as_the_file_and_its_slot_holds_the_last_op_star
     assert np.array_equal(outs[1]["x"].view(np.float32), want.astype(np.float32))
     # The last op started: the IF's branch in the last iteration (x[0] = 54 > 10: THEN, path 1.3.0).
     assert (rec.index, rec.path, rec.iteration) == (1, "1.3.0", None) and rec.seq > 0
+
+
+def test_a_slotted_program_that_ran_nothing_holds_the_empty_record_and_a_prefix_is_not_slotted(tmp_path):
+    """Before its first run the slot is wrpkit.op_slots.EMPTY (the library's record comes from the generated
+    header); a prefix of the graph (op_limit) and op slots together are refused, and a prefix alone replays."""
+    native_or_skip("native")
+    path = _save(tmp_path)
+    prog = _program(path, True)
+    try:
+        assert _slot_bytes(prog) == op_slots.EMPTY and not op_slots.read_slot(_slot_bytes(prog)).ran
+    finally:
+        prog.close()
+    with pytest.raises(WrpError, match="op_slots and op_limit cannot be combined"):
+        _program(path, True, op_limit=1)
+    prefix = _program(path, False, op_limit=1)  # only the first op: x doubled, no WHILE
+    try:
+        x0 = np.arange(1, 9, dtype=np.float32)
+        prefix.set("x", x0)
+        prefix.set("left", np.array([3], np.int32))
+        prefix.run(1)
+        assert np.array_equal(prefix.get("x").view(np.float32), x0 * 2)
+        assert prefix.get("left").view(np.int32)[0] == 3
+    finally:
+        prefix.close()
 
 
 def test_guarding_a_program_without_slots_says_why(tmp_path):

@@ -384,7 +384,7 @@ def test_a_real_dask_cluster_gives_the_serial_verdicts(suite, serial):
                                                                            "pid") else set()
         # Each worker process that ran cases forked its replay children from its own zygote.
         zygote_parents = {int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                          for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"wrpkit.run.contain.zygote")}
+                          for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, b"--zygote")}
     _same(rep, serial)
     ran = {int(c.worker.split(":")[1].split("/")[0]) for c in rep.cases if c.worker}
     if Zygote.supported():
@@ -468,7 +468,7 @@ def _descendants_replaying(root: int) -> list:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        forked = b"wrpkit.run.contain.zygote" in argv
+        forked = b"--zygote" in argv
         if (b"wrpkit.run.contain.child" in argv or forked) and below(pid) and \
                 _stage_reader(Path(f"/proc/{pid}"))() == "replaying":
             out.append((pid, parent.get(ppid) if forked else ppid))
@@ -830,7 +830,7 @@ def _wrpkit_processes():
     (its children and theirs: other sessions on the machine may run their own)."""
     from proc_helpers import processes  # noqa: PLC0415
 
-    found = processes(lambda argv: b"wrpkit.run.contain.child" in argv or b"wrpkit.run.contain.zygote" in argv)
+    found = processes(lambda argv: b"wrpkit.run.contain.child" in argv or b"--zygote" in argv)
     ours = {pid for pid, ppid, _, _ in found if ppid == os.getpid()}
     return [x for x in found if x[1] == os.getpid() or x[1] in ours]
 
@@ -838,7 +838,7 @@ def _wrpkit_processes():
 def _serve_children():
     """The replay children of a ``wrp regress`` run: started (``--serve``) or forked from its zygote."""
     for pid, _ppid, argv, p in _wrpkit_processes():
-        if b"--die-with-parent" in argv and (b"--serve" in argv or b"wrpkit.run.contain.zygote" in argv):
+        if b"--die-with-parent" in argv and (b"--serve" in argv or b"--zygote" in argv):
             yield pid, _stage_reader(p)
 
 
@@ -856,7 +856,7 @@ def test_a_killed_zygote_fails_the_cases_its_forks_ran_and_the_run_goes_on(suite
         if len(replaying) == 2:
             time.sleep(1.0)  # both never-ending cases are in their forks' replays
             zygote = [pid for pid, ppid, argv, _ in _wrpkit_processes()
-                      if b"wrpkit.run.contain.zygote" in argv and ppid == os.getpid()]
+                      if b"--zygote" in argv and ppid == os.getpid()]
             assert len(zygote) == 1
             os.kill(zygote[0], signal.SIGKILL)
             killed = zygote[0]
@@ -881,7 +881,7 @@ def test_three_workers_fork_from_one_zygote_and_a_crash_stays_in_its_case(suite,
 
     def look(done, total, result):
         for pid, ppid, argv, _p in _wrpkit_processes():
-            seen.append((pid, ppid, b"wrpkit.run.contain.zygote" in argv, b"--serve" in argv and b"--die-with-parent"
+            seen.append((pid, ppid, b"--zygote" in argv, b"--serve" in argv and b"--die-with-parent"
                          in argv))
 
     rep = wrpkit.regress(s, jobs=3, progress=look)

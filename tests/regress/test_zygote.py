@@ -19,7 +19,8 @@ import warp as wp
 
 import wrpkit
 from wrpkit.run.load.prepare import prepare
-from wrpkit.run.contain.worker import ChildCrashed, ReplayWorker
+from wrpkit.run.contain.served import ChildCrashed
+from wrpkit.run.contain.worker import ReplayWorker
 from wrpkit.run.contain.zygote import Zygote
 
 wp.config.quiet = True

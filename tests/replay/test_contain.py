@@ -503,7 +503,7 @@ def test_trace_ctrl_c_exits_130_and_kills_the_child(tmp_path):
     try:
         kids = []
         for _ in range(600):  # the child starts once the parent has validated the file
-            kids = child_pids(proc.pid, b"wrpkit.debug.child") if proc.poll() is None else []
+            kids = child_pids(proc.pid, b"wrpkit.run.contain.child") if proc.poll() is None else []
             if kids:
                 break
             time.sleep(0.1)

@@ -306,22 +306,23 @@ def test_a_prestarted_replayer_is_used_only_for_its_own_command_line(typed):
     """The replay uses the wrp-replay started for it when the command lines agree (it ends by itself, exit 0);
     otherwise it stops that one and replays in its own: the same answer either way, and no process left."""
     _native_or_skip()
+    from wrpkit.run.contain.spawn import held  # noqa: PLC0415
     from wrpkit.run.replay import engines  # noqa: PLC0415
     from wrpkit.run.replay.replay_file import replay_file  # noqa: PLC0415
 
     want = replay_file(typed["wrp"], engine="native").outputs
     engines.prestart_replayer(typed["wrp"], engines.ReplayRequest(device="cpu"))
-    used = engines._prestarted
+    used = held(engines.REPLAYER_KEY)
     assert used is not None
     assert replay_file(typed["wrp"], engine="native").outputs == want
-    assert used.child.returncode == 0 and engines._prestarted is None
+    assert used.child.returncode == 0 and held(engines.REPLAYER_KEY) is None
     engines.prestart_replayer(typed["wrp"], engines.ReplayRequest(device="cpu", repeat=3))
-    unused = engines._prestarted
+    unused = held(engines.REPLAYER_KEY)
     assert replay_file(typed["wrp"], engine="native").outputs == want
-    assert unused.child.returncode is not None and engines._prestarted is None
+    assert unused.child.returncode is not None and held(engines.REPLAYER_KEY) is None
     # a replay of another file, with the same options: not that one's replayer either
     engines.prestart_replayer(typed["wrpk"], engines.ReplayRequest(device="cpu"))
-    other = engines._prestarted
+    other = held(engines.REPLAYER_KEY)
     assert replay_file(typed["wrp"], engine="native").outputs == want
     assert other.child.returncode is not None and other.child.returncode != 0
 

@@ -186,7 +186,7 @@ def regress(ctx, suite, jobs, junit, as_json, html_out, device, engine, timeout,
                                      equal_nan=equal_nan, progress=progress, trust=trust)
         finally:
             progress.clear()
-            from ..run.contain.zygote import discard_prestarted  # noqa: PLC0415
+            from ..run.contain.spawn import discard_prestarted  # noqa: PLC0415
 
             discard_prestarted()  # a run that stopped before it took the zygote
         for path, text in ((junit, report.to_junit), (html_out, report.to_html)):

@@ -192,9 +192,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
     if engine == "python":
         # The replay's child starts now, before anything else is imported: its Python start, `import warp`
         # and Warp's initialisation run on the other core while this process reads and validates the file.
-        from ..run.contain.spawn import prestart  # noqa: PLC0415
+        from ..run.contain.spawn import prestart_child  # noqa: PLC0415
 
-        prestart("wrpkit.run.contain.child", {"op": "preload", "device": device})
+        prestart_child({"op": "preload", "device": device})
         if not as_json:
             from .output import import_rich  # noqa: PLC0415
 
@@ -240,11 +240,9 @@ def replay(ctx, file, device, inputs_npz, input_items, output_items, repeat, war
     finally:
         # A child started ahead that the replay did not take (the command failed before it: a usage
         # error, a refused file) ends with the command, in this process too (a caller of main()).
-        from ..run.replay.engines import discard_prestarted as discard_replayer  # noqa: PLC0415
-        from ..run.contain.spawn import discard_prestarted as discard_child  # noqa: PLC0415
+        from ..run.contain.spawn import discard_prestarted  # noqa: PLC0415
 
-        discard_replayer()
-        discard_child()
+        discard_prestarted()
         kernel_output.close()
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False))

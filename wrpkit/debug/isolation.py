@@ -1,13 +1,12 @@
 """Debug a capture in a child process, so that a crash never takes the caller down.
 
-``wrp trace`` and ``wrp profile`` validate the capture and the inputs here, then
-:func:`run_in_child` starts a fresh ``python -m wrpkit.debug.child`` process and
-hands it the capture the way a contained replay does
-(:class:`wrpkit.run.contain.worker.ChildSource`): the user's own file, reopened and
-checked to be the very file that was validated, or one memory file for bytes.
-The job, the inputs (one shared memory file), the op slot and the stage go over
-a Unix socket (:mod:`wrpkit.run.contain.shared`), and the child (:mod:`wrpkit.debug.child`)
-answers with its result on the same socket.  Nothing is written to disk, except
+``wrp trace``, ``wrp profile`` and ``wrp memcheck`` validate the capture and the inputs here,
+then :func:`run_in_child` starts a wrpkit child (:class:`~wrpkit.run.contain.served.ServedChild`:
+the one kind of child, started, asked and timed out as a contained replay's is) and hands it the
+capture the way a contained replay does (:class:`wrpkit.run.contain.worker.ChildSource`): the
+user's own file, reopened and checked to be the very file that was validated, or one memory file
+for bytes.  The job, the inputs (one shared memory file) and the op slot go over its socket as a
+``job`` request served by :mod:`wrpkit.debug.jobs`, which answers with its result.  Nothing is written to disk, except
 ``dump`` files, which the child writes into a private folder the caller moves
 into place once the child succeeded.
 
@@ -33,14 +32,11 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-from ..errors import TIMEOUT_HINT, WrpTimeoutError, timeout_message
 from ..op_slots import EMPTY, SLOT, read_slot
 from ..run.contain.crash import crash_error
-from ..run.contain.spawn import kernel_output_of, output_tail, spawn_served
-from ..run.contain.worker import ChildCrashed, ChildSource, ended_without_result, error_from
-
-#: Bytes of the child's stage (``"loading"``, ``"replaying"``, ...; :func:`wrpkit.run.contain.child.set_stage`).
-STAGE_SIZE = 64
+from ..run.contain.served import STAGE_SIZE, ChildCrashed, ServedChild
+from ..run.contain.spawn import kernel_output_of
+from ..run.contain.worker import ChildSource
 
 
 def as_array(value) -> np.ndarray:
@@ -60,7 +56,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
 
     Args:
         opened: What :func:`~wrpkit.debug.common.open_program` returned (validated here).
-        kind: Which child body runs (:data:`wrpkit.debug.child.KINDS`).
+        kind: Which child body runs (:data:`wrpkit.debug.jobs.KINDS`).
         job: The child's options (JSON values).
         inputs: ``{binding: value}``; checked here before the child starts.
         timeout: Seconds for the whole run, counted from ``started``
@@ -73,7 +69,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
             :class:`~wrpkit.run.contain.spawn.KernelOutput`, ``"stdout"``, or None (not shown: it stays in
             the child's output, which a crash's ``stderr`` (:func:`~wrpkit.run.contain.spawn.output_tail`)
             quotes as before).  All of it is out before this returns (a crash too).  Every kind
-            shows all it ran, except those of :data:`wrpkit.debug.child.SHOWS_ITSELF`, which
+            shows all it ran, except those of :data:`wrpkit.debug.jobs.SHOWS_ITSELF`, which
             choose (``profile``: the first round's stepped replay only).  Warp's own messages are
             never part of it.
 
@@ -100,14 +96,15 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
     with _private_folder(kind) if collect is not None else nullcontext() as d, ExitStack() as held:
         source = ChildSource(opened)
         held.callback(source.close)
-        in_area, slot, stage = (held.enter_context(closing(SharedArea(in_size, "wrpkit-inputs"))),
-                                held.enter_context(closing(SharedArea(SLOT.size, "wrpkit-op"))),
-                                held.enter_context(closing(SharedArea(STAGE_SIZE, "wrpkit-stage"))))
+        in_area, slot = (held.enter_context(closing(SharedArea(in_size, "wrpkit-inputs"))),
+                         held.enter_context(closing(SharedArea(SLOT.size, "wrpkit-op"))))
         for k, (off, n) in in_at.items():
             if n:
                 in_area.view(off, n)[:] = arrays[k].reshape(-1).view(np.uint8)
         slot.view()[:] = np.frombuffer(EMPTY, np.uint8)
-        message = {"job": {**job, "kind": kind, "dump_dir": os.path.join(d, "dump") if d else None},
+        child = ServedChild(env=env)
+        message = {"op": "job", "entry": "wrpkit.debug.jobs",
+                   "job": {**job, "kind": kind, "dump_dir": os.path.join(d, "dump") if d else None},
                    "device": job["device"], "modules": source.modules, "modules_size": source.modules_area.size,
                    "inputs": {k: [off, n, np.lib.format.dtype_to_descr(arrays[k].dtype), list(arrays[k].shape)]
                               for k, (off, n) in in_at.items()},
@@ -117,30 +114,30 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         shown, owned = kernel_output_of(kernel_output)
         if owned:
             held.callback(shown.close)
-        fds = [source.capture_fd, source.modules_area.fd, in_area.fd, slot.fd, stage.fd]
+        fds = [source.capture_fd, source.modules_area.fd, in_area.fd, slot.fd]
         if shown is not None:
             message["kernel_output"] = True
             fds.append(shown.fd())
             held.callback(shown.flush)  # what the child printed, also when it crashed or timed out
-        proc, sock, out_fd = spawn_served("wrpkit.debug.child", env=dict(env) if env else None)
-        held.callback(_end_child, proc, sock, out_fd)
-        answer = _ask(sock, message, fds, timeout, started)
-        if answer is None:
-            returncode = proc.wait()
-            if returncode < 0:
-                crash = ChildCrashed(-returncode, _stage_text(stage), output_tail(out_fd))
+        held.callback(child.stop)  # a timeout, Ctrl-C or an error here never leaves it running on its own
+        child.start()
+        deadline = None
+        if timeout is not None:
+            deadline = time.monotonic() + max(1e-3, timeout - (time.perf_counter() - started))
+        answer, _, deadline = child.ask(message, [child.stage_fd] + fds, timeout, deadline)
+        if answer is None or "error" in answer:
+            ended = child.ended(answer, deadline)
+            if isinstance(ended, ChildCrashed):
                 record = read_slot(slot.view())
                 if crashed is not None:
-                    answer = crashed(crash, record)
+                    answer = crashed(ended, record)
                     if answer is not None:
                         return answer
-                ran = crash.stage == "replaying" and record.ran
-                raise crash_error(opened, crash.signum, "replaying" if ran else "loading",
+                ran = ended.stage == "replaying" and record.ran
+                raise crash_error(opened, ended.signum, "replaying" if ran else "loading",
                                   record.index if ran else None, path=record.path if ran else None,
                                   iteration=record.iteration if ran else None) from None
-            raise ended_without_result(returncode, output_tail(out_fd))
-        if "error" in answer:
-            raise error_from(answer["error"])
+            raise ended
         held.close()  # the child has ended before its files are collected
         if collect is not None:
             collect(Path(d))
@@ -160,41 +157,3 @@ def _private_folder(kind: str):
 
         raise WrpIOError(f"cannot create a temporary folder in {tempfile.gettempdir()}: {e.strerror or e}",
                          hint="Set TMPDIR to a writable folder with room.") from None
-
-
-def _end_child(proc, sock, out_fd: int) -> None:
-    """End the child (a timeout, Ctrl-C or an error here: never leave one running on its own) and close its ends."""
-    sock.close()
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    os.close(out_fd)
-
-
-def _stage_text(stage) -> str:
-    text = bytes(stage.view()).rstrip(b"\0").decode("ascii", "replace")
-    return text or "starting"
-
-
-def _ask(sock, message: dict, fds: list, timeout: Optional[float], started: float) -> Optional[dict]:
-    """Send the job and wait for the child's answer; None if it ended without one.
-
-    Raises:
-        WrpTimeoutError: ``timeout`` (counted from ``started``) ran out first.
-    """
-    from ..run.contain.shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
-
-    deadline = None
-    if timeout is not None:
-        deadline = time.monotonic() + max(1e-3, timeout - (time.perf_counter() - started))
-    try:
-        send(sock, message, fds)
-    except OSError:
-        return None  # it ended at once: its exit status says why
-    try:
-        answer, _ = receive(sock, deadline)
-    except ChannelTimeout:
-        raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
-    except ChannelClosed:
-        return None
-    return answer

@@ -91,7 +91,7 @@ def profile(source, *, device=None, engine: str = "python", inputs: Optional[Map
             clock (native engine).
         modules: ``{filename: bytes}`` of module files (for bytes input).
         isolate: Validate here, then load and step in a child process
-            (:mod:`wrpkit.debug.child`): a crash raises
+            (:mod:`wrpkit.debug.jobs`, in a wrpkit child): a crash raises
             :class:`~wrpkit.errors.WrpCrashError` naming the op; the default.
             ``False`` profiles in this process.
         timeout: Seconds of wall time for the whole profile (implies ``isolate``).
@@ -438,7 +438,7 @@ def run_profile(opened, *, device: str, engine: str, inputs: Optional[Mapping], 
         before: Called as ``before(op, index, path, iterations)`` just before each op runs.
         stage: Called with ``"loading"``, then ``"replaying"`` once the first op is about to run.
         shown: Called for a context manager that the first round's stepped replay runs in: its
-            kernels' output (``wp.printf``) is shown (:mod:`wrpkit.debug.child`), one replay's
+            kernels' output (``wp.printf``) is shown (:mod:`wrpkit.debug.jobs`, in a wrpkit child), one replay's
             worth; every other replay here (the other rounds, the whole-graph and grouped
             replays) prints where the process's output goes.  None: nothing is set up.
         Others: as :func:`profile`.

@@ -274,7 +274,7 @@ def trace(source, *, device=None, engine: str = "python", inputs: Optional[Mappi
             op's ``source``, as ``first_nonfinite``).
         modules: ``{filename: bytes}`` of module files (for bytes input).
         isolate: Validate here, then load and step in a child process
-            (:mod:`wrpkit.debug.child`), so that a crash in kernel code
+            (:mod:`wrpkit.debug.jobs`, in a wrpkit child), so that a crash in kernel code
             or in Warp's runtime raises :class:`~wrpkit.errors.WrpCrashError`
             naming the op that was running instead of killing the caller, and
             nothing is written to ``dump``.  Costs a process start,

@@ -1,15 +1,26 @@
-"""The child side of a contained replay: ``python -m wrpkit.run.contain.child --serve FD``.
+"""Every wrpkit child process: ``python -m wrpkit.run.contain.child --serve FD`` (or ``--zygote FD``).
 
-It loads the capture its parent validated (:mod:`wrpkit.run.contain.worker`) and serves
-requests over the socket ``FD`` (a ``wrp regress`` child is forked from the run's
-zygote instead, :mod:`wrpkit.run.contain.zygote`, and is handed whole cases).  The ``wrp trace``
-and ``wrp profile`` child (:mod:`wrpkit.debug.child`) receives its capture with
-:func:`received_capture` and reports with :func:`set_stage` and :func:`error_info` the same way.
+The one entry point of the child side.  ``--serve FD`` answers requests over the socket ``FD``
+until it closes (:func:`_serve_main`), whatever its parent
+(:class:`~wrpkit.run.contain.served.ServedChild`) asks:
+
+* ``preload`` / ``warm``: import and start Warp ahead of the work (``warm`` answers when done);
+* ``load`` then ``run``: replay the capture the parent validated (:class:`~wrpkit.run.contain.worker.ReplayWorker`);
+* ``case``: a whole ``wrp regress`` case (:func:`wrpkit.run.regress.case.serve_case`);
+* ``job``: a job of a higher layer (``wrp trace``, ``wrp profile``, ``wrp memcheck``), run by the
+  module the request names (``entry``, under ``wrpkit``: its ``serve_job``), so that no module here
+  imports a layer above it.
+
+``--zygote FD`` is ``wrp regress``'s warm process instead (:func:`_zygote_main`, parent side
+:class:`~wrpkit.run.contain.zygote.Zygote`): it imports Warp once and forks children that serve
+the same loop.  Every job receives its capture with :func:`received_capture` and reports its
+stage with :func:`set_stage` and its error with :func:`error_info` the same way.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import time
@@ -17,7 +28,7 @@ import time
 import numpy as np
 
 from ...environment import warp_replay_error
-from ...errors import WrpError
+from ...errors import WrpError, WrpRuntimeError
 
 
 
@@ -362,6 +373,8 @@ def _serve_main(sock_fd: int) -> int:
                 wp, prog, stage = _load_served(message, fds)
             elif op == "run" and prog is not None:
                 send(sock, _serve_run(wp, prog, message, fds, stage))
+            elif op == "job":  # a higher layer's job, run by the module the request names
+                send(sock, {"result": _serve_job(message, fds)})
             elif op == "case":  # wrp regress: a whole case, read and validated here
                 from ..regress.case import payload_from_file, serve_case  # noqa: PLC0415
 
@@ -389,6 +402,27 @@ def _serve_main(sock_fd: int) -> int:
             return e.exit_code
 
 
+def _serve_job(message: dict, fds: list):
+    """Run a ``job`` request: its module's ``serve_job(message, fds, stage)`` (``fds[0]`` is the stage
+    page; the rest are the job's), with ``stage(text)`` recording the stage; its result (JSON values).
+
+    Raises:
+        WrpRuntimeError: The request names no module of wrpkit that serves jobs.
+    """
+    import importlib  # noqa: PLC0415
+
+    from .shared import SharedArea  # noqa: PLC0415
+
+    entry = str(message.get("entry", ""))
+    if not entry.startswith("wrpkit."):
+        raise WrpRuntimeError(f"a child job must be served by a module of wrpkit, not {entry!r}")
+    serve = getattr(importlib.import_module(entry), "serve_job", None)
+    if serve is None:
+        raise WrpRuntimeError(f"{entry} serves no child job (it has no serve_job)")
+    stage = SharedArea(message["stage_size"], fd=fds[0])
+    return serve(message, fds[1:], lambda text: set_stage(stage, text))
+
+
 def _die_with_parent() -> None:
     """Be killed when the thread that started this process ends (Linux ``PR_SET_PDEATHSIG``)."""
     if not sys.platform.startswith("linux"):
@@ -403,9 +437,153 @@ def _die_with_parent() -> None:
         sys.exit(1)
 
 
-if __name__ == "__main__":
-    if sys.argv[1] == "--serve":
-        if "--die-with-parent" in sys.argv[3:]:
+# ---------------------------------------------------------------------------
+# The zygote's side (python -m wrpkit.run.contain.child --zygote FD [--die-with-parent])
+# ---------------------------------------------------------------------------
+
+
+def _has_cuda_driver() -> bool:
+    """Whether the CUDA driver library can be loaded (loading it initialises nothing)."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading  # noqa: PLC0415
+
+        return threading.active_count()
+
+
+def _reap(sock) -> None:
+    """Report every fork that has ended: ``{"exit": pid, "code": exit code or -signal}``."""
+    from .shared import send  # noqa: PLC0415
+
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+
+
+def _in_fork(fds: list, zygote_pid: int, die_with_parent: bool) -> int:
+    """The fork's life: output to the worker's memory file, then serve its socket (never returns)."""
+    code = 1
+    try:
+        sock_fd, out_fd = fds[0], fds[1]
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.close(out_fd)
+        if die_with_parent:
             _die_with_parent()
-        sys.exit(_serve_main(int(sys.argv[2])))
-    sys.exit(2)
+        if os.getppid() != zygote_pid:  # the zygote ended before this fork could follow it
+            os._exit(1)
+        code = _serve_main(sock_fd)
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:  # noqa: BLE001  (a fork never returns into the zygote's loop)
+        import traceback  # noqa: PLC0415
+
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _zygote_main(ctl_fd: int, die_with_parent: bool) -> int:
+    """Import what a replay child needs, then fork one per request until the control socket closes."""
+    import gc  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    import warp  # noqa: F401,PLC0415  (the cost every fork is spared)
+
+    from ..load import prepare, program  # noqa: F401,PLC0415
+    from ..regress import case as regress_case  # noqa: F401,PLC0415
+    from ...checks import binding_stats, compare  # noqa: F401,PLC0415
+    from .shared import ChannelClosed, receive, send  # noqa: PLC0415
+
+    if not _has_cuda_driver():
+        # No driver, so no CUDA state a fork could inherit: Warp's CPU start-up is done once here.
+        from ..warp_bridge.start import init_warp  # noqa: PLC0415
+
+        init_warp(cpu_only=True)
+
+    # What was imported stays: the collector never walks it again (a fork's collection of a
+    # released capture costs microseconds, not 30 ms), and its pages stay shared with the forks.
+    gc.collect()
+    gc.freeze()
+    sock = socket.socket(fileno=ctl_fd)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a full pipe already says "reap"
+    send(sock, {"ready": os.getpid()})
+    me = os.getpid()
+    while True:
+        ready, _, _ = select.select([sock, wake_r], [], [])
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+            _reap(sock)
+        if sock not in ready:
+            continue
+        try:
+            message, fds = receive(sock)
+        except ChannelClosed:
+            return 0
+        if message.get("op") != "fork" or len(fds) < 2:
+            for f in fds:
+                os.close(f)
+            send(sock, {"error": "not a fork request"})
+            continue
+        if _threads() != 1:
+            for f in fds:
+                os.close(f)
+            send(sock, {"error": f"the warm process has {_threads()} threads; it forks only with one"})
+            continue
+        pid = os.fork()
+        if pid == 0:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for f in (wake_r, wake_w):
+                os.close(f)
+            sock.close()
+            _in_fork(fds, me, die_with_parent)
+        for f in fds:
+            os.close(f)
+        try:
+            pidfd = os.pidfd_open(pid)  # it cannot have been reaped yet: only this loop reaps
+        except OSError as e:  # a kernel without pidfds (before Linux 5.3): no fork it could not kill
+            os.kill(pid, signal.SIGKILL)
+            send(sock, {"error": f"pidfd_open: {e.strerror}"})
+            continue
+        send(sock, {"pid": pid}, [pidfd])
+        os.close(pidfd)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in ("--serve", "--zygote") or not sys.argv[2].isdigit():
+        sys.exit(2)
+    if "--die-with-parent" in sys.argv[3:]:
+        _die_with_parent()
+    if sys.argv[1] == "--zygote":
+        sys.exit(_zygote_main(int(sys.argv[2]), "--die-with-parent" in sys.argv[3:]))
+    sys.exit(_serve_main(int(sys.argv[2])))

@@ -19,7 +19,8 @@ import numpy as np
 from ...errors import WrpCrashError, WrpError, WrpTimeoutError
 from ...op_slots import AFTER_LAST_OP as _AFTER_LAST_OP, SECOND_RUN
 from ...records import record
-from .worker import ChildCrashed, ChildSource, ReplayWorker, signal_name, verify_deferred, whole_region
+from .served import ChildCrashed, signal_name
+from .worker import ChildSource, ReplayWorker, verify_deferred, whole_region
 
 
 #: Seconds the second run that names the crashing op may take (bounded further by a --timeout).

@@ -14,7 +14,8 @@ import numpy as np
 from ...errors import TIMEOUT_HINT, WrpTimeoutError, timeout_message
 from .crash import located_crash
 from .spawn import kernel_output_of
-from .worker import ChildCrashed, ChildRun, ReplayWorker, whole_region
+from .served import ChildCrashed
+from .worker import ChildRun, ReplayWorker, whole_region
 
 
 

@@ -1,16 +1,19 @@
-"""Starting wrpkit's child processes, and starting one before it is needed.
+"""Starting wrpkit's child processes, and starting them before they are needed.
 
-Every child (a replay's :mod:`wrpkit.run.contain.child`, ``wrp trace``'s and ``wrp profile``'s
-:mod:`wrpkit.debug.child`) is ``python -m MODULE --serve FD``: it talks over one end
-of a Unix socket pair and prints into a memory file (:func:`spawn_served`).
+Every child is ``python -m wrpkit.run.contain.child --serve FD`` (:data:`CHILD_MODULE`): it talks
+over one end of a Unix socket pair and prints into a memory file (:func:`spawn_served`), and runs
+whatever job it is asked (:mod:`wrpkit.run.contain.child`).
 
-A child's own start (the interpreter, ``import warp`` and Warp's initialisation, the
-wrpkit modules it loads with) costs about as much as the parent's start and its
-validation of the capture, and does not depend on them.  :func:`prestart` starts the
-child first, at the very beginning of ``wrp replay``, and sends it a ``preload``
-message, so that both happen side by side on two cores; the replay then takes that
-child (:func:`take_prestarted`) instead of starting one.  This module imports nothing
-heavy (no numpy), so that it can run before anything else.
+A child's own start (the interpreter, ``import warp`` and Warp's initialisation) costs about as
+much as the parent's start and its validation of the capture, and does not depend on them.  So a
+command starts what it will need first and takes it later, through the one registry here:
+:func:`hold` keeps a started thing under a key with the function that ends it,
+:func:`take_prestarted` hands it over, and :func:`discard_prestarted` ends whatever nobody took (at
+the latest when the process exits).  Three things are started ahead that way: a replay child
+(:func:`prestart_child`, ``wrp replay`` on the Python engine), ``wrp regress``'s warm process
+(:func:`wrpkit.run.contain.zygote.prestart`) and ``wrp-replay``
+(:func:`wrpkit.run.replay.engines.prestart_replayer`).  This module imports nothing heavy (no
+numpy), so that it can run before anything else.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from typing import Optional
 
 from ...errors import WrpRuntimeError
 
-#: ``{(module, extra arguments): (process, socket, output fd)}`` started by :func:`prestart` and not yet taken.
+#: The module every child runs (``python -m``).
+CHILD_MODULE = "wrpkit.run.contain.child"
+
+#: ``{key: (what was started, the function that ends it)}``: started ahead (:func:`hold`), not yet taken.
 _prestarted: dict = {}
 
 
@@ -224,48 +230,64 @@ def kernel_output_of(target) -> tuple:
     return KernelOutput(target), True
 
 
-def prestart(module: str, message: dict, extra: tuple = ()) -> None:
-    """Start a child of ``module`` now and send it ``message`` (it answers nothing), for :func:`take_prestarted`.
+def hold(key, started, end) -> None:
+    """Keep ``started`` (a process started ahead) under ``key`` for :func:`take_prestarted`; ``end(started)``
+    ends it if nobody takes it (:func:`discard_prestarted`, or this process's exit).  One held before
+    under the same key is ended first."""
+    discard_prestarted(key)
+    if not _prestarted:
+        atexit.register(discard_prestarted)
+    _prestarted[key] = (started, end)
+
+
+def held(key):
+    """What is held under ``key``, still held (None if nothing is)."""
+    entry = _prestarted.get(key)
+    return None if entry is None else entry[0]
+
+
+def take_prestarted(key):
+    """What :func:`hold` keeps under ``key``, now the caller's (to use or end); None if nothing is."""
+    entry = _prestarted.pop(key, None)
+    return None if entry is None else entry[0]
+
+
+def discard_prestarted(key=None) -> None:
+    """End what is held under ``key`` (None: everything held) that nobody took."""
+    keys = list(_prestarted) if key is None else [key]
+    for k in keys:
+        entry = _prestarted.pop(k, None)
+        if entry is not None:
+            started, end = entry
+            end(started)
+
+
+def prestart_child(message: dict, extra: tuple = ()) -> None:
+    """Start a child now and send it ``message`` (it answers nothing), for the next
+    :class:`~wrpkit.run.contain.served.ServedChild` of this process to take.
 
     Best effort: a child that cannot be started is simply not there, and the
-    one that is needed is started when it is.  A child nobody takes is killed
-    when this process exits (or by :func:`discard_prestarted`).
+    one that is needed is started when it is.
     """
     from .shared import send  # noqa: PLC0415
 
-    key = (module, tuple(extra))
-    if key in _prestarted:
+    key = ("child", tuple(extra))
+    if held(key) is not None:
         return
     try:
-        started = spawn_served(module, extra)
+        started = spawn_served(CHILD_MODULE, extra)
     except WrpRuntimeError:
         return
     try:
         send(started[1], message)
     except OSError:
-        _end(started)
+        end_started(started)
         return
-    if not _prestarted:
-        atexit.register(discard_prestarted)
-    _prestarted[key] = started
+    hold(key, started, end_started)
 
 
-def take_prestarted(module: str, extra: tuple = ()) -> Optional[tuple]:
-    """``(process, socket, output fd)`` of the child :func:`prestart` started for ``module``, if it is alive."""
-    started = _prestarted.pop((module, tuple(extra)), None)
-    if started is not None and started[0].poll() is not None:
-        _end(started)
-        return None
-    return started
-
-
-def discard_prestarted() -> None:
-    """Kill every prestarted child that was not taken."""
-    while _prestarted:
-        _end(_prestarted.popitem()[1])
-
-
-def _end(started: tuple) -> None:
+def end_started(started: tuple) -> None:
+    """End a child :func:`spawn_served` started (``(process, socket, output fd)``) and reap it."""
     proc, sock, out_fd = started
     # Kill before closing the socket: a child that has finished its preload would
     # otherwise see the close and exit by itself, and which of the two happens would

@@ -20,27 +20,22 @@ found and named by :mod:`wrpkit.run.contain.crash`.
 
 Cost: :func:`~wrpkit.run.contain.isolation.replay_in_child` starts one child process per call (Python start,
 ``import warp``, load); :class:`~wrpkit.run.replay.runtime.IsolatedProgram` keeps one
-:class:`ReplayWorker` per program and pays that once.  ``wrp trace`` and
-``wrp profile`` have their own child (:mod:`wrpkit.debug.isolation`), handed the
-same :class:`ChildSource` and started by the same :func:`~wrpkit.run.contain.spawn.spawn_served`.
+:class:`ReplayWorker` per program and pays that once.  A :class:`ReplayWorker` is a
+:class:`~wrpkit.run.contain.served.ServedChild`, as the child of ``wrp trace``, ``wrp profile`` and
+``wrp memcheck`` is (:mod:`wrpkit.debug.isolation`, handed the same :class:`ChildSource`).
 """
-
-
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from typing import Mapping, Optional
 
 import numpy as np
 
 from ...records import field, record
-from ...errors import (CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpFormatError, WrpRuntimeError,
-                       WrpTimeoutError, timeout_message)
-from .spawn import child_channel, output_tail, spawn_served, take_prestarted
+from ...errors import WrpError, WrpFormatError, WrpTimeoutError
+from .served import ChildCrashed, ServedChild, ended_without_result, error_from
 
 
 
@@ -63,22 +58,6 @@ class ChildRun:
     host_ms: list
     device_ms: Optional[list]
     stats: dict = field(default_factory=dict)
-
-
-class ChildCrashed(Exception):
-    """A child process died of signal ``signum`` at ``stage`` (``"loading"``, ``"replaying"``, ...)."""
-
-    def __init__(self, signum: int, stage: str, stderr: str):
-        super().__init__(signum)
-        self.signum, self.stage, self.stderr = signum, stage, stderr
-
-
-def signal_name(signum: int) -> str:
-    """The name of a signal number (``SIGSEGV``), from the one crash-signal table where it is one."""
-    if signum in CRASH_SIGNAL_NUMBERS:
-        return CRASH_SIGNAL_NUMBERS[signum]
-    known = signum in signal.Signals.__members__.values()
-    return signal.Signals(signum).name if known else f"signal {signum}"
 
 
 # ---------------------------------------------------------------------------
@@ -116,37 +95,6 @@ def start_verification(prep):
     verification = BackgroundVerification(prep.deferred)
     prep.deferred = []
     return verification
-
-
-def ended_without_result(returncode: int, output: str) -> WrpRuntimeError:
-    """:func:`no_result_error` from a child's exit code and what it printed."""
-    from ..load.file_guard import file_changed_error  # noqa: PLC0415
-
-    changed = file_changed_error(returncode, output)  # its capture was truncated under it: exit 3, the file named
-    if changed is not None:
-        return changed
-    tail = " | ".join(output.strip().splitlines()[-5:])
-    return WrpRuntimeError(f"the replay process ended with exit code {returncode} and no result: {tail}",
-                           hint="Warp's own diagnostic, if any, is quoted above.")
-
-
-def error_from(info: dict) -> WrpError:
-    """The :class:`WrpError` a child answered as ``info`` (:func:`wrpkit.run.contain.child.error_info`): same class,
-    message and plain attributes."""
-    from ... import errors  # noqa: PLC0415
-
-    cls = getattr(errors, info.get("class", ""), None)
-    if not (isinstance(cls, type) and issubclass(cls, WrpError)):
-        cls = WrpRuntimeError
-    if issubclass(cls, errors.WrpValidationError):
-        return cls(info.get("problems") or [info["message"]], hint=info.get("hint"))
-    err = WrpError.__new__(cls)
-    WrpError.__init__(err, info["message"], info.get("hint"))
-    err.field = err.offset = None  # the message already names them (WrpFormatError)
-    for name, value in (info.get("attrs") or {}).items():
-        if isinstance(name, str) and name.isidentifier() and not name.startswith("_") and not hasattr(WrpError, name):
-            setattr(err, name, value)
-    return err
 
 
 # ---------------------------------------------------------------------------
@@ -245,7 +193,7 @@ def initial_region(model, name: str) -> np.ndarray:
     return np.zeros(region.size, dtype=np.uint8)
 
 
-class ReplayWorker:
+class ReplayWorker(ServedChild):
     """A child process that loads a prepared capture once and replays it on request.
 
     Used for every contained replay: ``wrp replay`` (one request, then it
@@ -273,6 +221,7 @@ class ReplayWorker:
 
     def __init__(self, prep, device, op_slots=None, source: Optional[ChildSource] = None,
                  max_memory: Optional[int] = None):
+        super().__init__()
         self.prep = prep
         self.device = str(device)
         self.op_slots = op_slots
@@ -284,52 +233,12 @@ class ReplayWorker:
         self._refused: Optional[WrpError] = None  # what the verification raised, raised again at each run
         self._own_source = source is None
         self.source = source
-        self.proc: Optional[subprocess.Popen] = None
-        self._sock = None
-        self._out_fd = -1
-        self._stage = None
         self._loaded = False  # the child was sent the current capture (``load``)
         self._warm = False  # the child answered ``warm``: Warp is imported
         self.closed = False
-        #: End the child when the thread that started it ends (Linux): a killed ``wrp regress``
-        #: worker leaves no replay running on its own.
-        self.die_with_parent = False
-        #: A :class:`~wrpkit.run.contain.zygote.Zygote` to fork the child from (``wrp regress``), or None to
-        #: start ``python -m wrpkit.run.contain.child`` (a fork dies with the zygote, which dies with its thread).
-        self.zygote = None
 
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def _spawn(self) -> None:
-        from .shared import SharedArea  # noqa: PLC0415
-
-        self._stage = SharedArea(64, "wrpkit-stage")
-        if self.zygote is not None:
-            ours, theirs, self._out_fd = child_channel()
-            try:
-                self.proc = self.zygote.fork(theirs.fileno(), self._out_fd)
-            except WrpRuntimeError:
-                self.zygote = None  # it is gone: from now on this worker starts its children itself
-                ours.close()
-                os.close(self._out_fd)
-                self._out_fd = -1
-            else:
-                self._sock = ours
-                self._loaded = self._warm = False
-                return
-            finally:
-                theirs.close()
-        try:
-            extra = ("--die-with-parent",) if self.die_with_parent else ()
-            # The child `wrp replay` started before it read the file (spawn.prestart), if there is one.
-            self.proc, self._sock, self._out_fd = (take_prestarted("wrpkit.run.contain.child", extra)
-                                                   or spawn_served("wrpkit.run.contain.child", extra))
-        except WrpRuntimeError:
-            self._stage.close()
-            self._stage = None
-            raise
+    def start(self) -> None:
+        super().start()
         self._loaded = self._warm = False
 
     def _send_load(self) -> None:
@@ -350,7 +259,7 @@ class ReplayWorker:
             pass  # the child ended at once: the first request says why
 
     def _start(self) -> None:
-        self._spawn()
+        self.start()
         self._send_load()
 
     def retarget(self, prep, device) -> None:
@@ -384,7 +293,7 @@ class ReplayWorker:
         if self.alive and self._warm:
             return
         self.stop()
-        self._spawn()
+        self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             send(self._sock, {"op": "warm", "device": self.device})
@@ -394,7 +303,7 @@ class ReplayWorker:
             raise WrpTimeoutError(f"the replay process did not start within {timeout:g} s",
                                   hint="The machine may be overloaded; retry, or raise the timeout.") from None
         except (ChannelClosed, OSError):
-            tail, returncode = self._output_tail(), self.proc.wait()
+            tail, returncode = self.output_tail(), self.proc.wait()
             self.stop()
             raise ended_without_result(returncode, tail) from None
         except BaseException:
@@ -405,31 +314,10 @@ class ReplayWorker:
             raise error_from(answer["error"])
         self._warm = True
 
-    def stage(self) -> str:
-        """What the child was doing last (``"starting"``, ``"loading"``, ``"replaying"``, ``"reading"``, ``"idle"``)."""
-        if self._stage is None:
-            return "starting"
-        text = bytes(self._stage.view()).rstrip(b"\0").decode("ascii", "replace")
-        return text or "starting"
-
     def stop(self) -> None:
         """End the child (if any) and forget it."""
-        proc, self.proc = self.proc, None
+        super().stop()
         self._loaded = self._warm = False
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-        for area in (self._stage,):
-            if area is not None:
-                area.close()
-        self._stage = None
-        if self._out_fd >= 0:
-            os.close(self._out_fd)
-            self._out_fd = -1
 
     def _verified(self) -> None:
         """Wait until the capture's deferred checksums are verified (this thread helps hash).
@@ -469,9 +357,6 @@ class ReplayWorker:
         if self._own_source and self.source is not None:
             self.source.close()
             self.source = None
-
-    def _output_tail(self) -> str:
-        return output_tail(self._out_fd)
 
     def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None, *,
             read_back=None, stats: Optional[Mapping] = None, reset: bool = False, kernel_output=None) -> ChildRun:
@@ -524,7 +409,7 @@ class ReplayWorker:
                        "reset": bool(reset), "kernel_output": kernel_output is not None}
             fds = [in_area.fd, out_area.fd] + ([kernel_output.fd()] if kernel_output is not None else [])
             try:
-                answer, _, deadline = self._ask(message, fds, timeout, deadline)
+                answer, _, deadline = self.ask(message, fds, timeout, deadline)
             finally:
                 if kernel_output is not None:
                     kernel_output.flush()  # the kernels' lines, before the caller says anything of its own
@@ -534,7 +419,7 @@ class ReplayWorker:
         finally:
             in_area.close()
             out_area.close()  # the results' views keep its mapping
-        raise self._ended(answer, deadline)
+        raise self.ended(answer, deadline)
 
     def run_case(self, job: dict, timeout: Optional[float] = None, files: int = -1) -> tuple:
         """``wrp regress``: read, validate, replay and compare one case in the child.
@@ -557,55 +442,8 @@ class ReplayWorker:
         self._drop_verification()  # a case's child reads and checks the case's files itself
         if not self.alive:
             self.warm()
-        answer, fds, deadline = self._ask({"op": "case", "job": job, "stage_size": self._stage.size},
+        answer, fds, deadline = self.ask({"op": "case", "job": job, "stage_size": self._stage.size},
                                           [self._stage.fd] + ([files] if files >= 0 else []), timeout, None)
         if answer is not None and "error" not in answer:
             return answer, fds
-        raise self._ended(answer, deadline)
-
-    def _ask(self, message: dict, fds: list, timeout: Optional[float], deadline: Optional[float]) -> tuple:
-        """Send one request and take its answer: ``(answer or None if the child ended, fds, deadline)``.
-
-        An interim ``{"validated": true}`` (:meth:`run_case`) starts the
-        ``timeout`` clock (``deadline``) and is not the answer.
-
-        Raises:
-            WrpTimeoutError: ``deadline`` passed (the child is stopped).
-        """
-        from .shared import ChannelClosed, ChannelTimeout, receive, send  # noqa: PLC0415
-
-        try:
-            try:
-                send(self._sock, message, fds)
-            except OSError:
-                pass  # the child ended: the answer (none) says why
-            while True:
-                answer, got = receive(self._sock, deadline)
-                if not answer.get("validated"):
-                    return answer, got, deadline
-                deadline = None if timeout is None else time.monotonic() + timeout
-        except ChannelTimeout:
-            self.stop()
-            raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
-        except (ChannelClosed, ConnectionResetError):  # reset: it died with our request unread
-            return None, [], deadline
-        except BaseException:
-            self.stop()  # Ctrl-C or an error here: never leave a child replaying on its own
-            raise
-
-    def _ended(self, answer: Optional[dict], deadline: Optional[float]) -> Exception:
-        """The error of a child that answered ``answer`` (an error, or None) and ended: it is stopped."""
-        proc = self.proc
-        stage = self.stage()
-        try:
-            proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-        tail = self._output_tail()
-        returncode = proc.poll()
-        self.stop()
-        if returncode is not None and returncode < 0:
-            return ChildCrashed(-returncode, stage, tail)
-        if answer is not None:
-            return error_from(answer["error"])
-        return ended_without_result(returncode if returncode is not None else -1, tail)
+        raise self.ended(answer, deadline)

@@ -9,8 +9,9 @@ modules, freezes what it imported out of the garbage collector's sight,
 and waits.  Each :class:`~wrpkit.run.contain.worker.ReplayWorker` given the zygote
 then asks it for a child (:meth:`Zygote.fork`): the zygote forks, and the
 fork serves the worker's socket exactly as a ``python -m wrpkit.run.contain.child
---serve`` child does (:func:`wrpkit.run.contain.child._serve_main`).  Containment is
-the same: the fork is its own process; its output goes to the worker's
+--serve`` child does (:func:`wrpkit.run.contain.child._serve_main`); the zygote's own side is
+:func:`wrpkit.run.contain.child._zygote_main`, in the one entry point of every child.
+Containment is the same: the fork is its own process; its output goes to the worker's
 memory file; it dies with the zygote, and the zygote with the thread that
 started it.
 
@@ -102,7 +103,7 @@ class ForkedChild:
 
 
 class Zygote:
-    """The run's warm process (``python -m wrpkit.run.contain.zygote``), started at once; forks replay children.
+    """The run's warm process (``python -m wrpkit.run.contain.child --zygote``), started at once; forks replay children.
 
     Args:
         die_with_parent: End the zygote (and so every fork) when the thread that made it ends.
@@ -122,7 +123,7 @@ class Zygote:
         import socket  # noqa: PLC0415
 
         from .shared import memory_file  # noqa: PLC0415
-        from .spawn import child_env  # noqa: PLC0415  (not from .worker: numpy's import would come first)
+        from .spawn import CHILD_MODULE, child_env  # noqa: PLC0415  (not from .worker: numpy's import would come first)
 
         self._cond = threading.Condition()
         self._fork_lock = threading.Lock()
@@ -136,7 +137,7 @@ class Zygote:
         env = child_env()
         env["OPENBLAS_NUM_THREADS"] = "1"  # no BLAS thread pool: a fork must be the only thread
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "wrpkit.run.contain.zygote", str(theirs.fileno())]
+            self.proc = subprocess.Popen([sys.executable, "-m", CHILD_MODULE, "--zygote", str(theirs.fileno())]
                                          + (["--die-with-parent"] if die_with_parent else []),
                                          stdin=subprocess.DEVNULL, stdout=self._out_fd, stderr=self._out_fd,
                                          env=env, pass_fds=(theirs.fileno(),))
@@ -248,192 +249,26 @@ class Zygote:
             self._out_fd = -1
 
 
-_prestarted: Optional[Zygote] = None
+#: The key :func:`prestart` holds the zygote under (:func:`wrpkit.run.contain.spawn.take_prestarted`).
+PRESTART_KEY = "zygote"
 
 
 def prestart() -> None:
-    """Start a zygote now, for the next ``wrp regress`` run of this process to take (:func:`take_prestarted`).
+    """Start a zygote now, for the next ``wrp regress`` run of this process to take
+    (``spawn.take_prestarted(PRESTART_KEY)``).
 
     ``wrp regress`` calls it first thing, before it imports the rest of
     wrpkit and numpy (0.1-0.2 s) and scans the suite, so that the zygote's
     ``import warp`` runs beside all of that.  This module imports next to
     nothing.  Best effort: where zygotes are not supported nothing starts; one
-    nobody takes is ended when this process exits.
+    nobody takes is ended with the command (``spawn.discard_prestarted``), at the
+    latest when this process exits.
     """
-    global _prestarted
-    if _prestarted is not None or not Zygote.supported():
+    from .spawn import held, hold  # noqa: PLC0415
+
+    if held(PRESTART_KEY) is not None or not Zygote.supported():
         return
-    import atexit  # noqa: PLC0415
-
-    _prestarted = Zygote()
-    atexit.register(discard_prestarted)
+    hold(PRESTART_KEY, Zygote(), Zygote.close)
 
 
-def take_prestarted() -> Optional[Zygote]:
-    """The zygote :func:`prestart` started (the caller closes it), or None."""
-    global _prestarted
-    zygote, _prestarted = _prestarted, None
-    return zygote
-
-
-def discard_prestarted() -> None:
-    """End the zygote :func:`prestart` started if no run took it (a run that stopped at a usage error)."""
-    zygote = take_prestarted()
-    if zygote is not None:
-        zygote.close()
-
-
-# ---------------------------------------------------------------------------
-# The zygote's side (python -m wrpkit.run.contain.zygote FD [--die-with-parent])
-# ---------------------------------------------------------------------------
-
-
-def _has_cuda_driver() -> bool:
-    """Whether the CUDA driver library can be loaded (loading it initialises nothing)."""
-    import ctypes  # noqa: PLC0415
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
-
-
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return threading.active_count()
-
-
-def _reap(sock) -> None:
-    """Report every fork that has ended: ``{"exit": pid, "code": exit code or -signal}``."""
-    from .shared import send  # noqa: PLC0415
-
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        send(sock, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
-
-
-def _in_fork(fds: list, zygote_pid: int, die_with_parent: bool) -> int:
-    """The fork's life: output to the worker's memory file, then serve its socket (never returns)."""
-    from .child import _die_with_parent, _serve_main  # noqa: PLC0415
-
-    code = 1
-    try:
-        sock_fd, out_fd = fds[0], fds[1]
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.close(out_fd)
-        if die_with_parent:
-            _die_with_parent()
-        if os.getppid() != zygote_pid:  # the zygote ended before this fork could follow it
-            os._exit(1)
-        code = _serve_main(sock_fd)
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    except BaseException:  # noqa: BLE001  (a fork never returns into the zygote's loop)
-        import traceback  # noqa: PLC0415
-
-        traceback.print_exc()
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
-
-
-def _zygote_main(ctl_fd: int, die_with_parent: bool) -> int:
-    """Import what a replay child needs, then fork one per request until the control socket closes."""
-    import gc  # noqa: PLC0415
-    import socket  # noqa: PLC0415
-
-    import warp  # noqa: F401,PLC0415  (the cost every fork is spared)
-
-    from . import child  # noqa: F401,PLC0415
-    from ..load import prepare, program  # noqa: F401,PLC0415
-    from ..regress import case as regress_case  # noqa: F401,PLC0415
-    from ...checks import binding_stats, compare  # noqa: F401,PLC0415
-    from .shared import ChannelClosed, receive, send  # noqa: PLC0415
-
-    if not _has_cuda_driver():
-        # No driver, so no CUDA state a fork could inherit: Warp's CPU start-up is done once here.
-        from ..warp_bridge.start import init_warp  # noqa: PLC0415
-
-        init_warp(cpu_only=True)
-
-    # What was imported stays: the collector never walks it again (a fork's collection of a
-    # released capture costs microseconds, not 30 ms), and its pages stay shared with the forks.
-    gc.collect()
-    gc.freeze()
-    sock = socket.socket(fileno=ctl_fd)
-    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that the wakeup fd is written
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)  # a full pipe already says "reap"
-    send(sock, {"ready": os.getpid()})
-    me = os.getpid()
-    while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
-        if wake_r in ready:
-            try:
-                while os.read(wake_r, 512):
-                    pass
-            except BlockingIOError:
-                pass
-            _reap(sock)
-        if sock not in ready:
-            continue
-        try:
-            message, fds = receive(sock)
-        except ChannelClosed:
-            return 0
-        if message.get("op") != "fork" or len(fds) < 2:
-            for f in fds:
-                os.close(f)
-            send(sock, {"error": "not a fork request"})
-            continue
-        if _threads() != 1:
-            for f in fds:
-                os.close(f)
-            send(sock, {"error": f"the warm process has {_threads()} threads; it forks only with one"})
-            continue
-        pid = os.fork()
-        if pid == 0:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for f in (wake_r, wake_w):
-                os.close(f)
-            sock.close()
-            _in_fork(fds, me, die_with_parent)
-        for f in fds:
-            os.close(f)
-        try:
-            pidfd = os.pidfd_open(pid)  # it cannot have been reaped yet: only this loop reaps
-        except OSError as e:  # a kernel without pidfds (before Linux 5.3): no fork it could not kill
-            os.kill(pid, signal.SIGKILL)
-            send(sock, {"error": f"pidfd_open: {e.strerror}"})
-            continue
-        send(sock, {"pid": pid}, [pidfd])
-        os.close(pidfd)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) < 2 or not sys.argv[1].isdigit():
-        sys.exit(2)
-    if "--die-with-parent" in sys.argv[2:]:
-        from .child import _die_with_parent
-
-        _die_with_parent()
-    sys.exit(_zygote_main(int(sys.argv[1]), "--die-with-parent" in sys.argv[2:]))
-
-
-__all__ = ["Zygote", "ForkedChild", "prestart", "take_prestarted", "discard_prestarted"]
+__all__ = ["Zygote", "ForkedChild", "prestart", "PRESTART_KEY"]

@@ -357,7 +357,7 @@ def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
     by a crash signal is validated here, and the op is found by replaying prefixes.
     """
     from ...errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
-    from ..contain.worker import ChildCrashed  # noqa: PLC0415
+    from ..contain.served import ChildCrashed  # noqa: PLC0415
 
     w, started = _warm_worker(None, s.get("device") or "cpu", zygote)
     res.worker_start_s = started

@@ -284,17 +284,19 @@ def regress(suite, *, jobs: int = 1, device: Optional[str] = None, engine: str =
     engine = choice.name
     if engine == "native":
         from ..replay.engines import native_paths  # noqa: PLC0415
-        from ..contain.zygote import discard_prestarted  # noqa: PLC0415
+        from ..contain.spawn import discard_prestarted  # noqa: PLC0415
+        from ..contain.zygote import PRESTART_KEY  # noqa: PLC0415
 
         native_paths().require_replayer()  # refuse now, not once per case
-        discard_prestarted()  # one `wrp regress` started ahead in case the python engine replayed
+        discard_prestarted(PRESTART_KEY)  # one `wrp regress` started ahead in case the python engine replayed
     zygote = None
     if engine == "python" and not (dask or ray) and os.path.isdir(suite):
-        from ..contain.zygote import Zygote, take_prestarted  # noqa: PLC0415
+        from ..contain.spawn import take_prestarted  # noqa: PLC0415
+        from ..contain.zygote import PRESTART_KEY, Zygote  # noqa: PLC0415
 
         # `wrp regress` started one before its imports (zygote.prestart); else it starts now, so
         # that its `import warp` overlaps the scan of the suite below.
-        zygote = take_prestarted()
+        zygote = take_prestarted(PRESTART_KEY)
         if zygote is None and Zygote.supported():
             zygote = Zygote()
     try:

@@ -27,6 +27,7 @@ from ...records import field, record
 from ...environment import hit_while_guard, warp_replay_error
 from ...errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFormatError, WrpOutOfMemoryError,
                        WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
+from ..contain.spawn import discard_prestarted, held, hold, take_prestarted
 
 NATIVE_EXE = "wrp-replay"
 from .native_lib import NATIVE_LIB, PACKAGE_NATIVE as _PACKAGE_NATIVE, find_library as _find_library  # noqa: E402
@@ -260,7 +261,7 @@ class NativeEngine:
         here = [n for n, spec in request.stats.items() if spec is not None and n not in recorded]
         wanted = list(dict.fromkeys(list(request.read_back) + here))
         fds = []
-        pending = take_prestarted()
+        pending = take_prestarted(REPLAYER_KEY)
         try:
             source = self._source(prep, fds)
             # the folder the checks ran on
@@ -553,7 +554,8 @@ class PrestartedReplayer:
             self._approve_fd = -1
 
 
-_prestarted: Optional[PrestartedReplayer] = None
+#: The key :func:`prestart_replayer` holds its replayer under (:func:`wrpkit.run.contain.spawn.hold`).
+REPLAYER_KEY = "wrp-replay"
 
 
 def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_above: Optional[int] = 0) -> None:
@@ -573,25 +575,25 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
         approve_above: Files declaring more than this many bytes wait for the
             checks before they allocate (0: every file waits; None: none does).
     """
-    global _prestarted  # noqa: PLW0603  (one pending replayer per process: the command's)
     paths = native_paths()
     if paths.replayer is None:
-        discard_prestarted()
+        discard_prestarted(REPLAYER_KEY)
         return
     path = Path(os.fspath(file))
     if path.suffix.lower() == ".json":
-        discard_prestarted()
+        discard_prestarted(REPLAYER_KEY)
         return  # replayed from a bundle made of it in memory, once it is read (NativeEngine._source)
     if modules_dir is None and path.suffix.lower() != ".wrpk":
         from ...module_dirs import find_modules_dir  # noqa: PLC0415
 
         modules_dir = find_modules_dir(path)  # as the file's own reader finds it
     args = replayer_args(paths.replayer, os.fspath(path), request, modules_dir)
-    if _prestarted is not None and _prestarted.args == args and _prestarted.approve_above == approve_above:
+    pending = held(REPLAYER_KEY)
+    if pending is not None and pending.args == args and pending.approve_above == approve_above:
         # Started earlier for the same command line (wrpkit/cli/replay_start.py); a small capture's
         # may have replayed already: its report waits in its pipes, read as any replayer's.
         return
-    discard_prestarted()
+    discard_prestarted(REPLAYER_KEY)
     read_end, write_end = os.pipe() if approve_above is not None else (-1, -1)
     wait = ["--approve-fd", str(read_end), "--approve-above", str(int(approve_above))] if read_end >= 0 else []
     try:
@@ -605,22 +607,9 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
     finally:
         if read_end >= 0:
             os.close(read_end)
-    _prestarted = PrestartedReplayer(args, child, write_end)
-    _prestarted.approve_above = approve_above
-
-
-def take_prestarted() -> Optional[PrestartedReplayer]:
-    """The replayer :func:`prestart_replayer` started, now the caller's to approve or discard; or None."""
-    global _prestarted  # noqa: PLW0603
-    pending, _prestarted = _prestarted, None
-    return pending
-
-
-def discard_prestarted() -> None:
-    """Stop a prestarted replayer no replay used (the command failed before it replayed)."""
-    pending = take_prestarted()
-    if pending is not None:
-        pending.discard()
+    pending = PrestartedReplayer(args, child, write_end)
+    pending.approve_above = approve_above
+    hold(REPLAYER_KEY, pending, PrestartedReplayer.discard)
 
 
 def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRequest,
@@ -733,6 +722,6 @@ def _read_npy_fd(fd: int, what: str) -> np.ndarray:
 
 
 __all__ = ["native_paths", "NativePaths", "NATIVE_EXE", "NATIVE_LIB", "ReplayRequest", "EngineRun", "PythonEngine",
-           "NativeEngine", "ENGINES", "engine", "typed_like", "replayer_args", "prestart_replayer", "take_prestarted",
-           "discard_prestarted", "PrestartedReplayer", "ENGINE_CHOICES", "EngineChoice", "choose_engine",
+           "NativeEngine", "ENGINES", "engine", "typed_like", "replayer_args", "prestart_replayer", "REPLAYER_KEY",
+           "PrestartedReplayer", "ENGINE_CHOICES", "EngineChoice", "choose_engine",
            "engine_unavailable", "NATIVE_REASON", "NATIVE_MAX_CASES_PER_WORKER"]

@@ -127,14 +127,16 @@ class NativeProgram:
         op_slots: Give Warp the graph with an op slot written before each op
             (:mod:`wrpkit.op_slots`); :meth:`guard_op_slot` then copies it out as the process dies.
         allow_raw_pointers: Run kernel arguments that look like live pointers (the caller decided).
+        op_limit: Give Warp only the graph's first ``op_limit`` top-level ops (0: all; not with ``op_slots``).
     """
 
     def __init__(self, wrp_bytes, modules: dict, device: str, op_slots: bool = False,
-                 allow_raw_pointers: bool = False):
+                 allow_raw_pointers: bool = False, op_limit: int = 0):
         lib = self.lib = library()
         opts = _Options()
         lib.wrp_options_init(ctypes.byref(opts))
         opts.op_slots = int(bool(op_slots))
+        opts.op_limit = int(op_limit)
         opts.allow_raw_pointers = int(bool(allow_raw_pointers))
         self._device_b = str(device).encode()
         opts.device = self._device_b

@@ -286,14 +286,15 @@ def _read_given(prep, file: Path, inputs_npz, inputs: Mapping, golden) -> _Given
 def _replay_with(chosen, choice, prep, request) -> tuple:
     """``(EngineRun, EngineChoice)``: replay with ``chosen``; where ``--engine auto`` picked the native engine
     and it cannot run at all (:func:`~wrpkit.run.replay.engines.engine_unavailable`), with the python engine instead."""
-    from .engines import EngineChoice, PythonEngine, discard_prestarted, engine_unavailable  # noqa: PLC0415
+    from ..contain.spawn import discard_prestarted  # noqa: PLC0415
+    from .engines import REPLAYER_KEY, EngineChoice, PythonEngine, engine_unavailable  # noqa: PLC0415
 
     try:
         return chosen.replay(prep, request), choice
     except WrpError as e:
         if not (choice.auto and choice.name == "native" and engine_unavailable(e)):
             raise
-        discard_prestarted()
+        discard_prestarted(REPLAYER_KEY)
         said = str(e).splitlines()[0] if str(e) else type(e).__name__
         reason = f"--engine auto: the native engine could not run ({said}), so the python engine replayed instead"
         return PythonEngine().replay(prep, request), EngineChoice("python", reason, auto=True)
