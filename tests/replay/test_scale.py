@@ -756,18 +756,19 @@ def test_a_stepping_engine_and_a_validated_model_let_go_of_the_bytes_they_came_f
     from wrpkit.debug import stepper as st  # noqa: PLC0415
     from wrpkit.debug.common import open_program  # noqa: PLC0415
     from wrpkit.formats import wrp1  # noqa: PLC0415
+    from wrpkit.run.replay.loaded import open_loaded  # noqa: PLC0415
 
     cap = _small_stock(tmp_path)
     opened = open_program(cap)
     image = _Buffer(wrp1.encode_wrp1(st.build_stepper(opened.model, empty_leaf=True).program))
     watch = weakref.ref(image)
-    eng = st.open_engine("python", image, opened.modules, "cpu")
+    eng = open_loaded("python", image, opened.modules, "cpu")
     eng.launch()
     del image
     gc.collect()
     assert watch() is None, "the stepping engine still holds the image it was loaded from"
     with pytest.raises(wrpkit.WrpError, match="release_captured"):
-        eng.prog.reset()
+        eng.program.reset()
     eng.close()
 
     data = _Buffer(Path(cap).read_bytes())

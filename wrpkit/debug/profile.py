@@ -51,6 +51,7 @@ from ..checks.effects import launch_label
 from ..errors import WrpBindingError, WrpError
 from ..formats import wrp1
 from . import stepper as st
+from ..run.replay.loaded import open_loaded
 from .common import open_program
 from .isolation import run_in_child
 from .profile_export import chrome_trace
@@ -253,7 +254,7 @@ def _open_stepped(opened, device: str, engine: str, clock: str, nvtx: bool) -> _
     calib = None
     if zero is not None:
         try:
-            calib = st.open_engine(engine, wrp1.encode_wrp1(calibration_program(prog, zero)), opened.modules,
+            calib = open_loaded(engine, wrp1.encode_wrp1(calibration_program(prog, zero)), opened.modules,
                                    device)
         except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
             zero = None
@@ -265,7 +266,7 @@ def _open_stepped(opened, device: str, engine: str, clock: str, nvtx: bool) -> _
     group_at = {id(g[0]): (k, len(g)) for k, g in enumerate(groups)}
     image = wrp1.encode_wrp1(stepper.program)
     try:
-        eng = st.open_engine(engine, image, opened.modules, device)
+        eng = open_loaded(engine, image, opened.modules, device)
     except BaseException:
         if calib is not None:
             calib.close()
@@ -282,7 +283,7 @@ def _open_whole(run: _Engines, opened, device: str, engine: str, clock: str, res
     ``clock="auto"`` on a CPU device, choose the clock by timing it (:func:`choose_clock`)."""
     prog = run.prog
     image = wrp1.encode_wrp1(st.prefix_program(prog, len(prog.ops)))
-    run.whole = st.open_engine(engine, image, opened.modules, device)
+    run.whole = open_loaded(engine, image, opened.modules, device)
     del image
     run.whole_launch = engine_launch(run.whole)
     if clock == "auto" and run.machine.engine.is_cpu:

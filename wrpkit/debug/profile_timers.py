@@ -93,10 +93,12 @@ def engine_launch(engine):
     wait is not in the measured span.  The native engine synchronizes its own
     stream inside ``wrp_program_run``.
     """
-    if isinstance(engine, st.PythonEngine):
+    from ..run.replay.loaded import WarpLoaded  # noqa: PLC0415
+
+    if isinstance(engine, WarpLoaded):
         from ..run.warp_bridge.start import launcher  # noqa: PLC0415
 
-        graph, capture_launch = engine.prog.graph, launcher()
+        graph, capture_launch = engine.program.graph, launcher()
 
         def launch():
             try:

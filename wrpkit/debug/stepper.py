@@ -8,7 +8,8 @@ nesting depth) becomes a leaf of a balanced binary tree of IF ops whose
 conditions live in one extra control region.  Setting the conditions on one
 root-to-leaf path (about log2(ops) int32 values) and launching the graph runs
 exactly that one op, against the one copy of the program's memory.  The file
-is loaded once, by either engine (Warp's Python API, or the C++ replayer's C
+is loaded once, by either engine behind the one interface of
+:mod:`wrpkit.run.replay.loaded` (Warp's Python API, or the C++ replayer's C
 API in this process), and IF/WHILE ops of the original are driven here: their
 condition is read from memory after each body iteration, exactly as Warp's
 replayer does (``warp/native/apic.cpp``).
@@ -30,7 +31,7 @@ from .. import records
 from ..records import field, record
 from .. import model as m
 from ..environment import WARP_WHILE_GUARD, while_guard_error
-from ..errors import WrpError, WrpRuntimeError
+from ..errors import WrpError
 from ..formats import annotations as ann
 
 #: Name prefix of the bindings added to reach every region.
@@ -277,104 +278,6 @@ def prefix_program(program: m.Program, stop: int) -> m.Program:
 # ---------------------------------------------------------------------------
 # Engines: one loaded program, raw access to its regions
 # ---------------------------------------------------------------------------
-
-
-class PythonEngine:
-    """A rewritten program loaded through Warp's Python API (``wrpkit.load``)."""
-
-    name = "python"
-
-    def __init__(self, wrp_bytes, modules: dict, device: str):
-        from ..run.replay.runtime import load  # noqa: PLC0415
-
-        self.prog = load(wrp_bytes, device=device, modules=modules)
-        # The rewritten image is bytes made for this load: held for reset() and pickling, which a
-        # stepper never uses, it would be one more copy of the capture's data for the engine's life.
-        self.prog.release_captured()
-        self.is_cpu = bool(self.prog.device.is_cpu)
-        self._arrays = {}
-
-    def _array(self, name: str):
-        a = self._arrays.get(name)
-        if a is None:
-            a = self._arrays[name] = self.prog.array(name)
-        return a
-
-    def view(self, name: str) -> Optional[np.ndarray]:
-        """A zero-copy uint8 view of a binding's memory (CPU), else None."""
-        if not self.is_cpu:
-            return None
-        return self._array(name).numpy()
-
-    def read(self, name: str) -> np.ndarray:
-        """A copy of a binding's bytes."""
-        return self._array(name).numpy().copy()
-
-    def write(self, name: str, data: np.ndarray) -> None:
-        self.prog.set(name, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
-
-    def set_input(self, name: str, value) -> None:
-        self.prog.set(name, value)
-
-    def launch(self) -> None:
-        from ..run.warp_bridge.start import capture_launch, synchronize  # noqa: PLC0415
-
-        try:
-            capture_launch(self.prog.graph)
-        except RuntimeError as e:
-            raise WrpRuntimeError(f"Warp failed to replay an op: {e}") from None
-        if not self.is_cpu:
-            synchronize(self.prog.device)
-
-    def close(self) -> None:
-        self._arrays = {}
-        self.prog.close()
-
-
-class NativeEngine:
-    """A rewritten program loaded through the C++ replayer's C API (``libwrp_replay``), in this process."""
-
-    name = "native"
-
-    def __init__(self, wrp_bytes, modules: dict, device: str):
-        from ..run.replay import native_api  # noqa: PLC0415
-
-        self.api = native_api.NativeProgram(wrp_bytes, modules, device)
-        self.is_cpu = self.api.device.startswith("cpu")
-        self._views = {}
-
-    def view(self, name: str) -> Optional[np.ndarray]:
-        if not self.is_cpu:
-            return None
-        v = self._views.get(name)
-        if v is None:
-            v = self._views[name] = self.api.view(name)
-        return v
-
-    def read(self, name: str) -> np.ndarray:
-        return self.api.get(name)
-
-    def write(self, name: str, data: np.ndarray) -> None:
-        self.api.set(name, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
-
-    def set_input(self, name: str, value) -> None:
-        self.api.set(name, value)
-
-    def launch(self) -> None:
-        self.api.run(1)
-
-    def close(self) -> None:
-        self._views = {}
-        self.api.close()
-
-
-def open_engine(engine: str, wrp_bytes, modules: dict, device: str):
-    """Load rewritten WRP1 bytes with the ``"python"`` or ``"native"`` engine."""
-    if engine == "python":
-        return PythonEngine(wrp_bytes, modules, device)
-    if engine == "native":
-        return NativeEngine(wrp_bytes, modules, device)
-    raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
 
 
 class Machine:

@@ -40,6 +40,7 @@ from ..io_errors import io_error
 from ..output_paths import make_folder
 from ..formats import wrp1
 from . import stepper as st
+from ..run.replay.loaded import open_loaded
 from .common import input_bytes, open_program
 from .isolation import run_in_child
 
@@ -229,7 +230,7 @@ def open_machine(opened, engine: str, device: str) -> st.Machine:
     """Rewrite and load a capture for stepping (see :mod:`wrpkit.debug.stepper`)."""
     stepper = st.build_stepper(opened.model)
     image = wrp1.encode_wrp1(stepper.program)
-    eng = st.open_engine(engine, image, opened.modules, device)
+    eng = open_loaded(engine, image, opened.modules, device)
     del image
     return st.Machine(stepper, eng)
 

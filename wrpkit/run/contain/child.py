@@ -23,11 +23,9 @@ import os
 import select
 import signal
 import sys
-import time
 
 import numpy as np
 
-from ...environment import warp_replay_error
 from ...errors import WrpError, WrpRuntimeError
 
 
@@ -98,37 +96,6 @@ def _c_flush() -> None:
         pass
 
 
-def timed_replays(wp, prog, warmup: int, repeat: int) -> tuple:
-    """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, device_ms or None)``."""
-    graph, launch = prog.graph, wp.capture_launch
-    perf = time.perf_counter
-    host_ms, device_ms = [], []
-    try:
-        for _ in range(warmup):
-            launch(graph)
-        if prog.device.is_cuda:
-            wp.synchronize_device(prog.device)
-            stream = prog.device.stream
-            start = wp.Event(prog.device, enable_timing=True)
-            end = wp.Event(prog.device, enable_timing=True)
-            for _ in range(repeat):
-                t0 = perf()
-                stream.record_event(start)
-                launch(graph)
-                stream.record_event(end)
-                wp.synchronize_device(prog.device)
-                host_ms.append((perf() - t0) * 1e3)
-                device_ms.append(float(wp.get_event_elapsed_time(start, end)))
-            return host_ms, device_ms
-        for _ in range(repeat):
-            t0 = perf()
-            launch(graph)
-            host_ms.append((perf() - t0) * 1e3)
-    except RuntimeError as e:
-        raise warp_replay_error(str(e)) from None
-    return host_ms, None
-
-
 # ---------------------------------------------------------------------------
 # Child side (python -m wrpkit.run.contain.child --serve FD)
 # ---------------------------------------------------------------------------
@@ -176,13 +143,17 @@ def received_capture(message: dict, capture_fd: int, modules_fd: int):
 
 
 def _load_served(message: dict, fds: list):
-    """``(warp, Program, stage area)``: the capture behind ``fds`` loaded as ``message`` says.
+    """``(loaded capture, stage area)``: the capture behind ``fds`` loaded as ``message`` says, behind the
+    one interface of :mod:`wrpkit.run.replay.loaded`.
 
-    With ``op_slots``, a fourth descriptor: the memory file the op slot is copied into as the
-    child dies (:class:`SlottedProgram`), and the capture is run by the C API, not by Warp's Python.
+    With ``op_slots``, a fourth descriptor: the memory file the op slot is copied into as the child
+    dies; the capture is then run by the C API (:class:`~wrpkit.run.replay.loaded.NativeLoaded`, a
+    graph with an op slot before each op), for the one run that names the op a crashed replay died
+    in (:func:`wrpkit.run.contain.crash.located_crash`).  Else by Warp's Python.
     """
     from ..warp_bridge.start import init_warp  # noqa: PLC0415
     from ..load.program import load_prepared  # noqa: PLC0415
+    from ..replay.loaded import NativeLoaded, WarpLoaded  # noqa: PLC0415
     from .shared import SharedArea  # noqa: PLC0415
 
     capture_fd, modules_fd, stage_fd = fds[:3]
@@ -190,59 +161,18 @@ def _load_served(message: dict, fds: list):
     prep = received_capture(message, capture_fd, modules_fd)
     if message.get("op_slots"):
         set_stage(stage, "loading")
-        return None, SlottedProgram(prep, message["device"], fds[3]), stage
+        # The parent validated the capture and refused what it must (raw pointers included).
+        loaded = NativeLoaded.open(prep.image(), dict(prep.modules), message["device"], op_slots=True,
+                                   allow_raw_pointers=True)
+        loaded.guard_op_slot(fds[3])
+        return loaded, stage
     # No banner, and on the CPU no "could not find the CUDA driver" warning.
-    wp = init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
+    init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
     set_stage(stage, "loading")
     prog = load_prepared(prep, message["device"], message.get("max_memory"))
     if prep.kind != "wrp":
         prep.wrp_bytes = None  # Warp copied what it needs: the re-encoded image is no longer held
-    return wp, prog, stage
-
-
-class SlottedProgram:
-    """A capture run by the C API with an op slot before each op (:mod:`wrpkit.op_slots`), for the one
-    run that names the op a crashed replay died in (:func:`wrpkit.run.contain.crash.located_crash`).
-
-    The slot is copied into memory file ``slot_fd`` by the library's crash handler as this process
-    dies; the parent reads it there.
-    """
-
-    def __init__(self, prep, device: str, slot_fd: int):
-        from ..replay.native_api import NativeProgram  # noqa: PLC0415
-
-        # The parent validated the capture and refused what it must (raw pointers included).
-        self.api = NativeProgram(prep.image(), dict(prep.modules), device, op_slots=True, allow_raw_pointers=True)
-        self.api.guard_op_slot(slot_fd)
-        self._slot_fd = slot_fd  # held open for the handler
-
-    def write_bytes(self, name: str, data) -> None:
-        self.api.set(name, data)
-
-    def timed_replays(self, warmup: int, repeat: int) -> tuple:
-        perf = time.perf_counter
-        if warmup:
-            self.api.run(warmup)
-        host_ms = []
-        for _ in range(repeat):
-            t0 = perf()
-            self.api.run(1)
-            host_ms.append((perf() - t0) * 1e3)
-        return host_ms, None
-
-    def region_bytes(self, name: str):
-        return self.api.get(name)
-
-    def all_ran(self) -> None:
-        """Every op ran: a crash from now on (Warp releasing a heap a launch corrupted) is said so."""
-        from ...op_slots import ALL_RAN_RECORD  # noqa: PLC0415
-
-        self.api.lib.wrp_guard_op_slot(None, -1)
-        os.pwrite(self._slot_fd, ALL_RAN_RECORD, 0)
-
-    def close(self) -> None:
-        self.api.close()
-        os.close(self._slot_fd)
+    return WarpLoaded(prog), stage
 
 
 def set_stage(stage, text: str) -> None:
@@ -253,7 +183,7 @@ def set_stage(stage, text: str) -> None:
     view[:len(data)] = np.frombuffer(data, dtype=np.uint8)
 
 
-def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
+def _serve_run(loaded, message: dict, fds: list, stage) -> dict:
     """One request: inputs from the shared inputs area, replays, statistics, results into the results area.
 
     With ``kernel_output``, a third descriptor: where the replays' kernel output goes
@@ -267,24 +197,22 @@ def _serve_run(wp, prog, message: dict, fds: list, stage) -> dict:
     shown = KernelOutputShown(fds[2] if message.get("kernel_output") and len(fds) > 2 else None)
     try:
         if message.get("reset"):
-            prog.reset()  # the memory no binding names too, which only this process can reach
+            # The memory no binding names too, which only this process can reach (Warp's route: a
+            # slotted run is a fresh load).
+            loaded.program.reset()
         for name, (off, n) in message["inputs"].items():
-            prog.write_bytes(name, in_area.view(off, n))
+            loaded.write(name, in_area.view(off, n))
         set_stage(stage, "replaying")
         with shown:
-            if isinstance(prog, SlottedProgram):
-                host_ms, device_ms = prog.timed_replays(message["warmup"], message["repeat"])
-                prog.all_ran()
-            else:
-                host_ms, device_ms = timed_replays(wp, prog, message["warmup"], message["repeat"])
+            host_ms, device_ms = loaded.timed(message["warmup"], message["repeat"])
+            loaded.all_ran()  # a crash from now on comes after the last op (said so where a slot is kept)
         set_stage(stage, "reading")
         summary = {}
         for name, spec in message["stats"].items():
-            region = prog.region_bytes(name)  # CPU: Warp's memory itself
-            summary[name] = region_stats(region, spec)
+            summary[name] = region_stats(loaded.region(name), spec)  # CPU: Warp's memory itself
         for name, (off, n) in message["outputs"].items():
             if n:
-                out_area.view(off, n)[:] = prog.region_bytes(name)
+                out_area.view(off, n)[:] = loaded.region(name)
     finally:
         in_area.close()
         out_area.close()
@@ -309,18 +237,20 @@ def replay_here(prep, device: str, state: dict, stage) -> tuple:
     from ..warp_bridge.start import init_warp  # noqa: PLC0415
     from ..load.program import load_prepared  # noqa: PLC0415
 
-    wp = init_warp(cpu_only=str(device).strip().lower() == "cpu")
+    from ..replay.loaded import WarpLoaded  # noqa: PLC0415
+
+    init_warp(cpu_only=str(device).strip().lower() == "cpu")
     set_stage(stage, "loading")
-    prog = load_prepared(prep, device)
+    loaded = WarpLoaded(load_prepared(prep, device))
     try:
         for name, data in state.items():
-            prog.write_bytes(name, data)
+            loaded.write(name, data)
         set_stage(stage, "replaying")
-        host_ms, _ = timed_replays(wp, prog, 0, 1)
+        host_ms, _ = loaded.timed(0, 1)
         set_stage(stage, "reading")
-        raw = {n: np.array(prog.region_bytes(n), copy=True) for n in prep.sizes}
+        raw = {n: np.array(loaded.region(n), copy=True) for n in prep.sizes}
     finally:
-        prog.close()
+        loaded.close()
         gc.collect()  # this capture's memory goes before the next one's is taken
     return raw, (host_ms[0] if host_ms else None)
 
@@ -341,7 +271,7 @@ def _serve_main(sock_fd: int) -> int:
     from .shared import ChannelClosed, SharedArea, receive, send  # noqa: PLC0415
 
     sock = socket.socket(fileno=sock_fd)
-    wp = prog = stage = None
+    loaded = stage = None
     while True:
         if stage is not None:
             set_stage(stage, "idle")
@@ -357,6 +287,7 @@ def _serve_main(sock_fd: int) -> int:
                 init_warp(cpu_only=str(message["device"]).strip().lower() == "cpu")
                 from ...checks import binding_stats  # noqa: F401, PLC0415  (what a load and a run import)
                 from ..load import prepare, program  # noqa: F401, PLC0415
+                from ..replay import loaded as _loaded  # noqa: F401, PLC0415
             elif op == "warm":
                 from ..warp_bridge.start import init_warp  # noqa: PLC0415
 
@@ -366,13 +297,13 @@ def _serve_main(sock_fd: int) -> int:
                 gc.freeze()
                 send(sock, {"ok": True})
             elif op == "load":
-                if prog is not None:
-                    prog.close()
-                    prog = None
+                if loaded is not None:
+                    loaded.close()
+                    loaded = None
                     gc.collect()  # the previous capture's memory goes before the next one's is taken
-                wp, prog, stage = _load_served(message, fds)
-            elif op == "run" and prog is not None:
-                send(sock, _serve_run(wp, prog, message, fds, stage))
+                loaded, stage = _load_served(message, fds)
+            elif op == "run" and loaded is not None:
+                send(sock, _serve_run(loaded, message, fds, stage))
             elif op == "job":  # a higher layer's job, run by the module the request names
                 send(sock, {"result": _serve_job(message, fds)})
             elif op == "case":  # wrp regress: a whole case, read and validated here
@@ -514,6 +445,7 @@ def _zygote_main(ctl_fd: int, die_with_parent: bool) -> int:
     import warp  # noqa: F401,PLC0415  (the cost every fork is spared)
 
     from ..load import prepare, program  # noqa: F401,PLC0415
+    from ..replay import loaded  # noqa: F401,PLC0415
     from ..regress import case as regress_case  # noqa: F401,PLC0415
     from ...checks import binding_stats, compare  # noqa: F401,PLC0415
     from .shared import ChannelClosed, receive, send  # noqa: PLC0415

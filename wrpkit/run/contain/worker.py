@@ -35,7 +35,7 @@ import numpy as np
 
 from ...records import field, record
 from ...errors import WrpError, WrpFormatError, WrpTimeoutError
-from .served import ChildCrashed, ServedChild, ended_without_result, error_from
+from .served import ServedChild, ended_without_result, error_from
 
 
 
