@@ -255,7 +255,7 @@ def _open_stepped(opened, device: str, engine: str, clock: str, nvtx: bool) -> _
     if zero is not None:
         try:
             calib = open_loaded(engine, wrp1.encode_wrp1(calibration_program(prog, zero)), opened.modules,
-                                   device)
+                                device, made_from_valid=True)
         except WrpError:  # a launch the loader refuses with no thread: profile with the empty-step floor alone
             zero = None
     stepped = prog if zero is None else records.replace(prog, ops=list(prog.ops) + [zero])
@@ -266,7 +266,7 @@ def _open_stepped(opened, device: str, engine: str, clock: str, nvtx: bool) -> _
     group_at = {id(g[0]): (k, len(g)) for k, g in enumerate(groups)}
     image = wrp1.encode_wrp1(stepper.program)
     try:
-        eng = open_loaded(engine, image, opened.modules, device)
+        eng = open_loaded(engine, image, opened.modules, device, made_from_valid=True)
     except BaseException:
         if calib is not None:
             calib.close()
@@ -283,7 +283,7 @@ def _open_whole(run: _Engines, opened, device: str, engine: str, clock: str, res
     ``clock="auto"`` on a CPU device, choose the clock by timing it (:func:`choose_clock`)."""
     prog = run.prog
     image = wrp1.encode_wrp1(st.prefix_program(prog, len(prog.ops)))
-    run.whole = open_loaded(engine, image, opened.modules, device)
+    run.whole = open_loaded(engine, image, opened.modules, device, made_from_valid=True)
     del image
     run.whole_launch = engine_launch(run.whole)
     if clock == "auto" and run.machine.engine.is_cpu:

@@ -230,7 +230,7 @@ def open_machine(opened, engine: str, device: str) -> st.Machine:
     """Rewrite and load a capture for stepping (see :mod:`wrpkit.debug.stepper`)."""
     stepper = st.build_stepper(opened.model)
     image = wrp1.encode_wrp1(stepper.program)
-    eng = open_loaded(engine, image, opened.modules, device)
+    eng = open_loaded(engine, image, opened.modules, device, made_from_valid=True)  # rewritten from a valid capture
     del image
     return st.Machine(stepper, eng)
 

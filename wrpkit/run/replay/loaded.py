@@ -57,15 +57,25 @@ class WarpLoaded:
         self.is_cpu = bool(program.device.is_cpu)
 
     @classmethod
-    def open(cls, wrp_bytes, modules: dict, device: str) -> "WarpLoaded":
+    def open(cls, wrp_bytes, modules: dict, device: str, *, made_from_valid: bool = False) -> "WarpLoaded":
         """Validate and load WRP1 bytes (``wrpkit.load``).
+
+        ``made_from_valid``: the bytes were made in this process from a capture validated here (the
+        stepper's rewriting of it): decoded, not validated a second time.
 
         Raises:
             WrpError: As :func:`wrpkit.load` (a bad image, missing modules, Warp's refusal).
         """
-        from .runtime import load  # noqa: PLC0415
+        if made_from_valid:
+            from ..load.prepare import prepare  # noqa: PLC0415
+            from ..load.program import load_prepared  # noqa: PLC0415
 
-        program = load(wrp_bytes, device=device, modules=modules)
+            prep = prepare(wrp_bytes, modules, verify_checksums=False, allow_raw_pointers=True, _validated=True)
+            program = load_prepared(prep, device)
+        else:
+            from .runtime import load  # noqa: PLC0415
+
+            program = load(wrp_bytes, device=device, modules=modules)
         # The image is bytes made for this load: held for reset() and pickling, which a loaded
         # engine never uses, it would be one more copy of the capture's data for the engine's life.
         program.release_captured()
@@ -248,14 +258,16 @@ class NativeLoaded:
             self._slot_fd = -1
 
 
-def open_loaded(engine: str, wrp_bytes, modules: dict, device: str):
+def open_loaded(engine: str, wrp_bytes, modules: dict, device: str, *, made_from_valid: bool = False):
     """Load WRP1 bytes with the ``"python"`` (:class:`WarpLoaded`) or ``"native"`` (:class:`NativeLoaded`) engine.
+
+    ``made_from_valid``: see :meth:`WarpLoaded.open` (the C API validates what it opens, always).
 
     Raises:
         WrpError: An engine of another name (what to use instead), or what the engine's load raised.
     """
     if engine == "python":
-        return WarpLoaded.open(wrp_bytes, modules, device)
+        return WarpLoaded.open(wrp_bytes, modules, device, made_from_valid=made_from_valid)
     if engine == "native":
         return NativeLoaded.open(wrp_bytes, modules, device)
     raise WrpError(f"unknown engine {engine!r}", hint="Use 'python' or 'native'.")
