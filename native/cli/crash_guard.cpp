@@ -20,12 +20,14 @@ namespace wrpcli {
 namespace {
 
 // The signals caught: kCrashSignals (crash_signals.h, generated from wrpkit/errors.py).
-// Prepared before the replay: "<prefix>" + signal name + "<suffix>".
+// Prepared before the replay: "<prefix>" + signal name + "<suffix>"; the --json line is
+// "<prefix>" + name + "<suffix>" + name + "<crash suffix>" (the name again, in its "crash" object).
 char g_err_prefix[64];
 char g_err_suffix[2048];
 char g_json_prefix[64];
 char g_json_suffix[2560];
-size_t g_err_suffix_len = 0, g_json_suffix_len = 0;
+char g_json_crash_suffix[64];
+size_t g_err_suffix_len = 0, g_json_suffix_len = 0, g_json_crash_suffix_len = 0;
 int g_fd = 2;
 bool g_json = false;
 bool g_armed = false;
@@ -84,6 +86,8 @@ extern "C" void on_crash(int sig, siginfo_t* info, void*)
         put(1, g_json_prefix, std::strlen(g_json_prefix));
         put(1, name, std::strlen(name));
         put(1, g_json_suffix, g_json_suffix_len);
+        put(1, name, std::strlen(name));
+        put(1, g_json_crash_suffix, g_json_crash_suffix_len);
     }
     _exit(kExitCrash);
 }
@@ -121,17 +125,21 @@ void set_crash_locator(int argc, char** argv)
     g_locator_argv.push_back(nullptr);
 }
 
-void arm_crash_guard(const std::string& stage, const std::string& context, bool json, bool locate)
+void arm_crash_guard(const std::string& stage, const char* stage_key, const std::string& context, bool json,
+                     bool locate)
 {
     g_locate = locate;
     const std::string what = " " + stage + "; nothing was written." + (context.empty() ? "" : " " + context);
     copy(g_err_prefix, sizeof(g_err_prefix), nullptr, "wrp-replay: error: the replay crashed with ");
     copy(g_err_suffix, sizeof(g_err_suffix), &g_err_suffix_len, what + "\n");
-    // {"error": "the replay crashed with SIG...", "exit_code": 4}: the name needs no escaping.
+    // The signal's name needs no escaping.
     std::string quoted = json_string(what);  // "..." with the escapes
     copy(g_json_prefix, sizeof(g_json_prefix), nullptr, "{\"error\": \"the replay crashed with ");
+    // {"error": "the replay crashed with SIG...", "exit_code": 4, "crash": {"signal": "SIG...", "stage": ...}}
     copy(g_json_suffix, sizeof(g_json_suffix), &g_json_suffix_len,
-         quoted.substr(1) + ", \"exit_code\": " + std::to_string(kExitCrash) + "}\n");
+         quoted.substr(1) + ", \"exit_code\": " + std::to_string(kExitCrash) + ", \"crash\": {\"signal\": \"");
+    copy(g_json_crash_suffix, sizeof(g_json_crash_suffix), &g_json_crash_suffix_len,
+         std::string("\", \"stage\": ") + json_string(stage_key) + "}}\n");
     g_json = json;
     // While Warp runs, fd 2 may point at the library's stderr capture: keep our own copy.
     if (g_fd == 2) {

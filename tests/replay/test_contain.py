@@ -384,6 +384,7 @@ def test_wrp_replay_alone_names_the_op_that_crashed(sixth_of_six, tmp_path):
     assert (crash["op_index"], crash["op_kind"], crash["kernel"], crash["digest_verified"]) == (
         3, "KERNEL_LAUNCH", "k_axpy", True)
     assert crash["module"].endswith(".o") and crash["signal"].startswith("SIG") and crash["path"] == "3"
+    assert crash["stage"] == "replaying"
     # The same op through both engines of `wrp replay`, and in an isolated library replay.
     for engine in ("python", "native"):
         r = wrp("replay", sixth_of_six, "--engine", engine, "--output", tmp_path / "out.npz")
@@ -392,6 +393,40 @@ def test_wrp_replay_alone_names_the_op_that_crashed(sixth_of_six, tmp_path):
         wrpkit.load(sixth_of_six, isolate=True).run()
     assert e.value.op_index == 3
     _no_outputs(tmp_path, before)
+
+
+def test_a_crash_while_warp_loads_is_said_so_in_words_and_in_the_json(axpy, tmp_path):
+    """A fatal signal while the file is being opened (here: delivered while wrp-replay waits for its
+    approval, before anything is allocated) is reported with no op named, stage "loading" in --json's
+    crash object, and `wrp replay --engine native` reads the stage and the signal from there."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([str(native_exe()), str(axpy), "--json", "--approve-fd", str(read_end), "--approve-above",
+                             "0", "--warp-lib-dir", WARP_BIN], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, pass_fds=(read_end,))
+    os.close(read_end)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # blocked in read(read_end): syscall 0 on x86-64, 63 on arm64
+            try:
+                call = Path(f"/proc/{proc.pid}/syscall").read_text().split()
+            except OSError:
+                call = []
+            if len(call) > 1 and call[0] in ("0", "63") and int(call[1], 16) == read_end:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("wrp-replay never waited for its approval")
+        os.kill(proc.pid, signal.SIGSEGV)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        os.close(write_end)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == EXIT_CRASH, err
+    line = json.loads(out)
+    assert line["crash"] == {"signal": "SIGSEGV", "stage": "loading"}, line
+    assert "while Warp loaded the file (before any op ran)" in line["error"] and "in op" not in line["error"]
 
 
 def test_wrp_replay_locating_a_crash_keeps_to_its_timeout(sixth_of_six, tmp_path):

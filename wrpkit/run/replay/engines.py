@@ -370,7 +370,7 @@ class NativeEngine:
         if not msg:
             msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
         if proc.returncode == EXIT_CRASH or -proc.returncode in CRASH_SIGNAL_NUMBERS:
-            return _native_crash(prep, proc.returncode, msg or proc.stderr, request, report.get("crash"))
+            return _native_crash(prep, proc.returncode, request, report.get("crash"))
         msg = f"{NATIVE_EXE} failed (exit code {proc.returncode}): {msg}"
         if proc.returncode == 3 and ("out of memory" in msg.lower() or " free; " in msg.lower()):
             asked = report.get("requested_bytes")
@@ -665,24 +665,25 @@ def _native_timings(report: dict) -> Optional[list]:
     return None
 
 
-def _native_crash(prep, returncode: int, said: str, request: ReplayRequest, crash=None):
+def _native_crash(prep, returncode: int, request: ReplayRequest, crash=None):
     """The WrpCrashError for a ``wrp-replay`` that crashed.
 
-    wrp-replay names the op itself (its ``--json`` error carries ``crash.op_index`` and
-    ``crash.path``, from its op slot); only when it could not say (killed before it reported) is
-    the op named here, by the same second run with op slots (unless ``request.identify`` is off).
+    wrp-replay says what happened in its ``--json`` error's ``crash`` object: the ``signal``, the
+    ``stage`` (``"loading"`` or ``"replaying"``) and, from its op slot, ``op_index`` and ``path``
+    (or ``unknown``: why no op is named).  Only when it could not say (killed before it reported) is
+    the signal taken from its exit status and the op named here, by the same second run with op
+    slots (unless ``request.identify`` is off).
     """
-    import re  # noqa: PLC0415
     import signal as sig  # noqa: PLC0415
 
     from ..contain.crash import SLOTTED_RUN, Located, crash_error, identify_crash  # noqa: PLC0415
 
-    signum = -returncode if returncode < 0 else 0
-    named = re.search(r"crashed with (SIG[A-Z]+)", said or "")
-    if not signum and named and hasattr(sig, named.group(1)):
-        signum = int(getattr(sig, named.group(1)))
-    loading = "while Warp loaded" in (said or "")
     crash = crash if isinstance(crash, dict) else {}
+    signum = -returncode if returncode < 0 else 0
+    named = crash.get("signal")
+    if not signum and isinstance(named, str) and named.startswith("SIG") and hasattr(sig, named):
+        signum = int(getattr(sig, named))
+    loading = crash.get("stage") == "loading"
     found, path, unknown = crash.get("op_index"), crash.get("path"), crash.get("unknown")
     if loading:
         located = Located()
