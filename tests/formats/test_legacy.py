@@ -205,34 +205,80 @@ def test_replay_names_the_format_and_the_upgrade_command(rel, engine, tmp_path):
 
 # -- upgrade and replay with the installed Warp ---------------------------------------------------------------------
 
-REPLAY = r"""
-import sys, numpy as np, warp as wp
-wp.config.quiet = True
-wp.config.kernel_cache_dir = sys.argv[4]
-path, inputs, expected = sys.argv[1:4]
-g = wp.capture_load(path, device="cpu")
-ins = np.load(inputs)
-for k in ins.files:
-    g.set_param(k, wp.array(np.ascontiguousarray(ins[k]).view(np.uint8).ravel(), dtype=wp.uint8, device="cpu"))
-wp.capture_launch(g)
-exp = np.load(expected)
-out = {}
-for k in exp.files:
-    buf = wp.zeros(exp[k].nbytes, dtype=wp.uint8, device="cpu")
-    g.get_param(k, buf)
-    out[k] = buf.numpy()
-np.savez(sys.argv[5], **out)
+# Stock Warp replays each upgraded file in a process of its own, with a kernel cache of its own (what
+# a fresh `wp.capture_load` in a new process sees).  One server imports numpy and Warp once, and
+# forks that process per file (before Warp is initialised: no thread to lose, no CUDA state),
+# so a case costs a fork and Warp's start, not a Python start and `import warp`.
+REPLAY_SERVER = r"""
+import json, os, sys
+import numpy as np
+import warp as wp
+
+
+def replay(path, inputs, expected, cache, out):
+    wp.config.quiet = True
+    wp.config.kernel_cache_dir = cache
+    g = wp.capture_load(path, device="cpu")
+    ins = np.load(inputs)
+    for k in ins.files:
+        g.set_param(k, wp.array(np.ascontiguousarray(ins[k]).view(np.uint8).ravel(), dtype=wp.uint8, device="cpu"))
+    wp.capture_launch(g)
+    exp = np.load(expected)
+    got = {}
+    for k in exp.files:
+        buf = wp.zeros(exp[k].nbytes, dtype=wp.uint8, device="cpu")
+        g.get_param(k, buf)
+        got[k] = buf.numpy()
+    np.savez(out, **got)
+
+
+for line in sys.stdin:
+    job = json.loads(line)
+    err = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(err, 1)
+        os.dup2(err, 2)
+        code = 1
+        try:
+            replay(*job["args"])
+            code = 0
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(err)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
 """
 
 
-def _replay(tmp_path, wrp, rel, case) -> dict:
-    script = tmp_path / "replay.py"
-    script.write_text(REPLAY)
-    out = tmp_path / "got.npz"
-    r = subprocess.run([sys.executable, str(script), str(wrp), str(ROOT / rel / f"{case}_inputs.npz"),
-                        str(ROOT / rel / f"{case}_expected.npz"), str(tmp_path / "cache"), str(out)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
+@pytest.fixture(scope="module")
+def stock_replayer():
+    """``replay(args, stderr_path) -> exit code``: stock Warp's replay of one file in a fresh fork."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", REPLAY_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+
+    def replay(args, stderr_path) -> int:
+        proc.stdin.write(json.dumps({"args": [str(a) for a in args], "stderr": str(stderr_path)}) + "\n")
+        proc.stdin.flush()
+        answer = proc.stdout.readline()
+        assert answer, "the stock replay server ended"
+        return int(answer)
+
+    yield replay
+    proc.stdin.close()
+    proc.wait(timeout=60)
+
+
+def _replay(stock_replayer, tmp_path, wrp, rel, case) -> dict:
+    out, err = tmp_path / "got.npz", tmp_path / "replay.err"
+    code = stock_replayer([wrp, ROOT / rel / f"{case}_inputs.npz", ROOT / rel / f"{case}_expected.npz",
+                           tmp_path / "cache", out], err)
+    assert code == 0, err.read_text()[-3000:]
     got = np.load(out)
     return {k: got[k].tobytes() for k in got.files}
 
@@ -254,7 +300,7 @@ def _src(tmp_path, rel, case) -> Path:
 
 
 @pytest.mark.parametrize("rc", CASES, ids=_case_ids)
-def test_upgrade_replays_bit_identically_to_the_producer(rc, tmp_path):
+def test_upgrade_replays_bit_identically_to_the_producer(rc, tmp_path, stock_replayer):
     import wrpkit
 
     rel, case = rc
@@ -271,11 +317,11 @@ def test_upgrade_replays_bit_identically_to_the_producer(rc, tmp_path):
         assert routes == {"collision:producer"}
     elif res.report.kernels:
         assert routes == {"kept"}
-    assert _replay(tmp_path, dst, rel, case) == _expected(rel, case)
+    assert _replay(stock_replayer, tmp_path, dst, rel, case) == _expected(rel, case)
 
 
 @pytest.mark.parametrize("rel", ["1.13.0", "1.14.0"])
-def test_collision_intent_runs_each_modules_kernel(rel, tmp_path):
+def test_collision_intent_runs_each_modules_kernel(rel, tmp_path, stock_replayer):
     import wrpkit
 
     dst = tmp_path / "c.wrp"
@@ -284,7 +330,7 @@ def test_collision_intent_runs_each_modules_kernel(rel, tmp_path):
     assert res.report.collision == "intent"
     prog = decode_wrp1(dst.read_bytes())
     assert len(prog.kernels) == 2
-    got = _replay(tmp_path, dst, rel, "collision")
+    got = _replay(stock_replayer, tmp_path, dst, rel, "collision")
     # What Warp 1.15+ replayed for the same case and inputs: out_b = 3x + 1.
     assert got == _expected("1.15.0", "collision")
     assert got != _expected(rel, "collision")

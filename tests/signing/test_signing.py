@@ -82,12 +82,20 @@ def modules_of(capture: Path) -> Path:
     return capture.with_name(capture.stem + "_modules")
 
 
-@pytest.fixture
-def signed(captures, keys, tmp_path):
-    cap = capture_copy(captures, tmp_path / "cap")
+@pytest.fixture(scope="module")
+def signed_once(captures, keys, tmp_path_factory):
+    """A capture signed by ``wrp sign`` with key a, once for the module (a start of `wrp sign` costs ~1 s)."""
+    cap = capture_copy(captures, tmp_path_factory.mktemp("signed") / "cap")
     res = wrp("sign", cap, "--key", keys["a"][0], "--json")
     assert res.returncode == 0, res.stderr
     return cap
+
+
+@pytest.fixture
+def signed(signed_once, tmp_path):
+    """A private copy of :func:`signed_once`'s folder (capture, modules, signature): tests damage it."""
+    shutil.copytree(signed_once.parent, tmp_path / "cap")
+    return tmp_path / "cap" / signed_once.name
 
 
 def verdict(res) -> str:
