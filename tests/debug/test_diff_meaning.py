@@ -24,6 +24,7 @@ def capture(tmp_path, name, *args, script="meaning_programs.py"):
     return out
 
 
+@pytest.mark.slow  # more than 3 s on two cores: the full suite runs it
 def test_kernels_sharing_a_key_are_told_apart_by_module(tmp_path):
     a = capture(tmp_path, "a", "unique")
     b = capture(tmp_path, "b", "unique")
@@ -60,6 +61,7 @@ def test_every_tool_names_two_kernels_sharing_a_key_apart(tmp_path):
     assert d["code"][0]["kernel"] in names
 
 
+@pytest.mark.slow  # more than 3 s on two cores: the full suite runs it
 @pytest.mark.parametrize("how", ["stock", "wrpkit"])
 def test_one_program_holding_a_mesh_captured_twice_is_identical(tmp_path, how):
     a, b = (tmp_path / f"{n}.wrp" for n in "ab")

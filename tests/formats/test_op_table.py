@@ -321,8 +321,9 @@ def test_adding_an_op_type_touches_only_the_listed_places():
 def test_the_count_is_not_vacuous():
     """A hand-written file whose code names an op type that the list lacks is found; one whose
     comments or docstrings only mention it is not (and rewording a comment changes nothing)."""
-    _needs_checkout()
-    files = hand_written_sources()
+    _needs_checkout()  # the list is read from docs/architecture.md
+    # The counter itself, on planted files only: that the real files are all listed is the test above.
+    files = {}
     planted = {"native/src/new_hand_list.cpp": "case kOpMemset: return \"MEMSET\"; // a list by hand",
                "native/src/mentions.cpp": "// like a MEMSET, /* or a Memset */ this fills bytes\nint fill;",
                "wrpkit/elsewhere.py": '"""Fills bytes, as MEMSET does."""\n\n# a MEMSET-like fill\nx = "a"  # MEMSET\n',

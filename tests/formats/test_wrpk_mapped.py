@@ -231,6 +231,7 @@ def _load_run(capture: Path) -> dict:
         p.close()
 
 
+@pytest.mark.slow  # more than 3 s on two cores: the full suite runs it
 def test_every_route_replays_both_layouts_bit_for_bit(bundles, replayer, tmp_path):
     want = _replayer_outputs(replayer, bundles["wrp"], tmp_path / "wrp")
     # The loop ran: 3 iterations, IF true on the middle one (counter 1, odd) and false on the others.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 from proc_helpers import ROOT
 
 PKG = ROOT / "wrpkit"
@@ -255,6 +257,7 @@ print({f.check: f.status for f in findings})
 """
 
 
+@pytest.mark.slow  # a capture and a Warp-less process: 3 s on two cores; the full suite runs it
 def test_formats_and_checks_never_import_warp(tmp_path):
     import subprocess  # noqa: PLC0415
     import sys  # noqa: PLC0415

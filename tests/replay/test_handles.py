@@ -44,6 +44,7 @@ def test_wrpkit_refuses_to_save_a_mesh_id_passed_as_uint64_and_names_the_line(tm
     assert not path.exists() and not (tmp_path / "raw_modules").exists()
 
 
+@pytest.mark.slow  # more than 3 s on two cores: the full suite runs it
 def test_a_stock_raw_mesh_id_gets_one_hint_and_one_exit_code_everywhere(tmp_path):
     path = tmp_path / "raw.wrp"
     r = run(sys.executable, PROGRAM, "uint64", "stock", path)

@@ -252,7 +252,8 @@ def test_wrp_replay_json_error_stays_on_stdout(files, tmp_path, replayer):
     assert "error" in json.loads(p.stdout)
 
 
-@pytest.mark.parametrize("engine", ["python", "native"])
+# The python engine's child takes more than 3 s on two cores: the full suite runs it.
+@pytest.mark.parametrize("engine", [pytest.param("python", marks=pytest.mark.slow), "native"])
 def test_wrp_trace(files, engine):
     _native_or_skip(engine)
     path = files["wrpkit"]
@@ -265,7 +266,8 @@ def test_wrp_trace(files, engine):
     assert kernel_lines(p.stderr) == truth(path)
 
 
-@pytest.mark.parametrize("engine", ["python", "native"])
+# The python engine's child takes more than 3 s on two cores: the full suite runs it.
+@pytest.mark.parametrize("engine", [pytest.param("python", marks=pytest.mark.slow), "native"])
 def test_wrp_profile_shows_one_replay(files, engine):
     """Profiling replays the program many times over; the output of one replay (the first round's) is shown."""
     _native_or_skip(engine)
@@ -306,6 +308,7 @@ inproc.run(repeat=1)
 '''
 
 
+@pytest.mark.slow  # more than 3 s on two cores: the full suite runs it
 def test_python_api(files, tmp_path):
     """``wrpkit.load(...).run()`` prints as Warp does; a contained run forwards it to sys.stdout."""
     path = files["stock"]

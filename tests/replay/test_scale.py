@@ -483,6 +483,7 @@ def k_bump(a: wp.array(dtype=wp.float32)):
     a[i] = a[i] + 1.0
 
 
+@pytest.mark.slow  # more than 3 s on two cores: the full suite runs it
 def test_a_real_capture_launched_on_a_slice_is_flagged_only_where_no_binding_names_the_array(tmp_path):
     """A capacity buffer (64 MiB) of which a launch uses a slice of 1000 floats, as simulations preallocate:
     saved unbound, its region is flagged (what reaches it is the slice's 4000 bytes) and still replays, being

@@ -392,6 +392,7 @@ def test_convert_says_the_output_is_unsigned_and_signs_it_with_key(signed, keys,
     assert not (tmp_path / "x.wrpk").exists()
 
 
+@pytest.mark.slow  # more than 3 s on two cores: the full suite runs it
 def test_regress_counts_an_untrusted_case_as_an_error(captures, keys, tmp_path):
     suite = tmp_path / "suite"
     good = capture_copy(captures, suite / "good")
