@@ -34,7 +34,7 @@ import numpy as np
 
 from ..op_slots import EMPTY, SLOT, read_slot
 from ..run.contain.crash import crash_error
-from ..run.contain.served import STAGE_SIZE, ChildCrashed, ServedChild
+from ..run.contain.served import ChildCrashed, ServedChild
 from ..run.contain.spawn import kernel_output_of
 from ..run.contain.worker import ChildSource
 
@@ -103,12 +103,11 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
                 in_area.view(off, n)[:] = arrays[k].reshape(-1).view(np.uint8)
         slot.view()[:] = np.frombuffer(EMPTY, np.uint8)
         child = ServedChild(env=env)
-        message = {"op": "job", "entry": "wrpkit.debug.jobs",
-                   "job": {**job, "kind": kind, "dump_dir": os.path.join(d, "dump") if d else None},
+        message = {"job": {**job, "kind": kind, "dump_dir": os.path.join(d, "dump") if d else None},
                    "device": job["device"], "modules": source.modules, "modules_size": source.modules_area.size,
                    "inputs": {k: [off, n, np.lib.format.dtype_to_descr(arrays[k].dtype), list(arrays[k].shape)]
                               for k, (off, n) in in_at.items()},
-                   "in_size": in_size, "slot_size": SLOT.size, "stage_size": STAGE_SIZE}
+                   "in_size": in_size, "slot_size": SLOT.size}
         if getattr(opened, "source_typing", None) is not None:  # typed in memory (--kernels): so is the child
             message["annotations"] = base64.b64encode(bytes(opened.model.annotations)).decode("ascii")
         shown, owned = kernel_output_of(kernel_output)
@@ -124,7 +123,7 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
         deadline = None
         if timeout is not None:
             deadline = time.monotonic() + max(1e-3, timeout - (time.perf_counter() - started))
-        answer, _, deadline = child.ask(message, [child.stage_fd] + fds, timeout, deadline)
+        answer, _, deadline = child.ask_job("wrpkit.debug.jobs", message, fds, timeout, deadline)
         if answer is None or "error" in answer:
             ended = child.ended(answer, deadline)
             if isinstance(ended, ChildCrashed):

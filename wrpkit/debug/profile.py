@@ -59,8 +59,7 @@ from .profile_floors import CALIBRATION_LAUNCHES, EMPTY_STEPS, calibration_progr
 from .profile_format import PROFILE_FORMAT, check_profile_matches, load_profile
 from .profile_groups import GROUP_OPS, op_groups, split_groups, walk_groups
 from .profile_result import MIN_COVERAGE, ProfileResult, call_site_rows, round_ns, summarize
-from .profile_timers import (BUSY_WALL_OVER_CPU, CudaEventTimer, HostTimer, Nvtx, TimedMachine, choose_clock,
-                             engine_launch)
+from .profile_timers import BUSY_WALL_OVER_CPU, CudaEventTimer, HostTimer, Nvtx, TimedMachine, choose_clock
 
 #: What a profile child reports (beside its engine, device and load time).
 CHILD_FIELDS = ("ops", "kernels", "top_level", "total_ms", "replay_ms", "floor_ms", "launch_floor_ms", "timer",
@@ -285,13 +284,13 @@ def _open_whole(run: _Engines, opened, device: str, engine: str, clock: str, res
     image = wrp1.encode_wrp1(st.prefix_program(prog, len(prog.ops)))
     run.whole = open_loaded(engine, image, opened.modules, device, made_from_valid=True)
     del image
-    run.whole_launch = engine_launch(run.whole)
+    run.whole_launch = run.whole.launcher()
     if clock == "auto" and run.machine.engine.is_cpu:
         result.clock_choice = choose_clock(run.whole_launch)
         run.machine.timer = HostTimer(result.clock_choice["clock"])
         result.timer = run.machine.timer.name
     if run.zero is not None:
-        run.calib_launch, run.zero_leaf = engine_launch(run.calib), run.stepper.leaf_of[id(run.zero)]
+        run.calib_launch, run.zero_leaf = run.calib.launcher(), run.stepper.leaf_of[id(run.zero)]
 
 
 def _time_floors(run: _Engines, samples: _Samples, timed: bool, nvtx: bool) -> None:

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from ..errors import WrpNotFoundError, WrpRuntimeError
+from ..errors import WrpNotFoundError
 from . import stepper as st
 
 #: ``clock="auto"`` on a CPU device takes the thread's CPU time when a whole replay's wall time is
@@ -85,38 +85,13 @@ class Nvtx:
         self.push, self.pop = lib.nvtxRangePushA, lib.nvtxRangePop
 
 
-def engine_launch(engine):
-    """The engine's launch without its own extras: the raw ``capture_launch`` on the python engine.
-
-    On CUDA that launch returns before the graph has run: :class:`CudaEventTimer`
-    records its end event right after it and then synchronizes, so the host's
-    wait is not in the measured span.  The native engine synchronizes its own
-    stream inside ``wrp_program_run``.
-    """
-    from ..run.replay.loaded import WarpLoaded  # noqa: PLC0415
-
-    if isinstance(engine, WarpLoaded):
-        from ..run.warp_bridge.start import launcher  # noqa: PLC0415
-
-        graph, capture_launch = engine.program.graph, launcher()
-
-        def launch():
-            try:
-                capture_launch(graph)
-            except RuntimeError as e:
-                raise WrpRuntimeError(f"Warp failed to replay an op: {e}") from None
-
-        return launch
-    return engine.launch
-
-
 class TimedMachine(st.Machine):
     """A :class:`~wrpkit.debug.stepper.Machine` whose ``run_leaf`` times the launch alone (not the control write)."""
 
     def __init__(self, stepper, engine, timer, nvtx=None):
         super().__init__(stepper, engine)
         self.timer, self.nvtx = timer, nvtx
-        self._launch = engine_launch(engine)
+        self._launch = engine.launcher()
         self.last_ms = 0.0
         self.label = b""
 
@@ -153,5 +128,5 @@ def choose_clock(whole_launch, tries: int = 3) -> dict:
     return {"clock": "cpu" if busy else "wall", "wall_ms": wall, "cpu_ms": cpu, "why": why}
 
 
-__all__ = ["BUSY_WALL_OVER_CPU", "HostTimer", "CudaEventTimer", "Nvtx", "engine_launch", "TimedMachine",
+__all__ = ["BUSY_WALL_OVER_CPU", "HostTimer", "CudaEventTimer", "Nvtx", "TimedMachine",
            "choose_clock"]

@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ...errors import WrpCrashError, WrpError, WrpTimeoutError
-from ...op_slots import AFTER_LAST_OP as _AFTER_LAST_OP, SECOND_RUN
+from ...op_slots import AFTER_LAST_OP, SECOND_RUN
 from ...records import record
 from .served import ChildCrashed, signal_name
 from .worker import ChildSource, ReplayWorker, verify_deferred, whole_region
@@ -37,7 +37,7 @@ def located_crash(prep, crash: ChildCrashed, device, inputs: Mapping, replays: i
         budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
         found = _slotted_run(prep, device, inputs, replays, budget, source)
     return crash_error(prep, crash.signum, crash.stage, found.index, found.why, verify_checksums=verify_checksums,
-                       path=found.path, how=SLOTTED_RUN)
+                       path=found.path, how=SECOND_RUN)
 
 
 def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *,
@@ -52,11 +52,6 @@ def identify_crash(prep, device, inputs: Optional[Mapping], replays: int, *,
         return _slotted_run(prep, device, whole, replays, budget, source)
     finally:
         source.close()
-
-
-#: How a whole replay's crash was traced to its op (said in the message), and where a crash came
-#: when every op of the second run ran: wrpkit.op_slots, whose words wrp-replay says too.
-SLOTTED_RUN, AFTER_LAST_OP = SECOND_RUN, _AFTER_LAST_OP
 
 
 @record(frozen=True)

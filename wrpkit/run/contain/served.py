@@ -101,11 +101,6 @@ class ServedChild:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    @property
-    def stage_fd(self) -> int:
-        """The stage page's descriptor, to hand the child with a request that records its stage."""
-        return self._stage.fd
-
     def start(self) -> None:
         """Start the child: forked from :attr:`zygote` if there is one, else the one started ahead for this
         process (:func:`~wrpkit.run.contain.spawn.prestart_child`) if it is alive, else a new one.
@@ -200,6 +195,13 @@ class ServedChild:
         except BaseException:
             self.stop()  # Ctrl-C or an error here: never leave a child running on its own
             raise
+
+    def ask_job(self, entry: str, message: dict, fds: list, timeout: Optional[float],
+                deadline: Optional[float]) -> tuple:
+        """:meth:`ask` for a ``job`` that module ``entry`` serves in the child (its ``serve_job``,
+        :func:`wrpkit.run.contain.child._serve_job`), handed the stage page before ``fds``."""
+        return self.ask({**message, "op": "job", "entry": entry, "stage_size": self._stage.size},
+                        [self._stage.fd] + list(fds), timeout, deadline)
 
     def ended(self, answer: Optional[dict], deadline: Optional[float]) -> Exception:
         """The error of a child that answered ``answer`` (an error, or None) and ended; it is stopped.

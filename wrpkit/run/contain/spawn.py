@@ -12,7 +12,8 @@ command starts what it will need first and takes it later, through the one regis
 the latest when the process exits).  Three things are started ahead that way: a replay child
 (:func:`prestart_child`, ``wrp replay`` on the Python engine), ``wrp regress``'s warm process
 (:func:`wrpkit.run.contain.zygote.prestart`) and ``wrp-replay``
-(:func:`wrpkit.run.replay.engines.prestart_replayer`).  This module imports nothing heavy (no
+(:func:`wrpkit.run.replay.engines.prestart_replayer`), with the kernels' output it was given
+(:func:`early_kernel_output`).  This module imports nothing heavy (no
 numpy), so that it can run before anything else.
 """
 
@@ -189,31 +190,29 @@ class KernelOutput:
 
 
 
-#: A :class:`KernelOutput` made before the command line was parsed (:func:`early_kernel_output`).
-_early_output: Optional["KernelOutput"] = None
+#: The key :func:`early_kernel_output` holds its :class:`KernelOutput` under (:func:`hold`).
+EARLY_OUTPUT_KEY = "kernel-output"
 
 
 def early_kernel_output(stream) -> "KernelOutput":
     """The :class:`KernelOutput` for ``stream`` that a replayer started before the command line was
-    parsed is given (``wrp replay``, :mod:`wrpkit.cli.replay_start`); :func:`kernel_output_for` hands
-    it to the command."""
-    global _early_output  # noqa: PLW0603  (one per process: the command's)
-    if _early_output is not None:
-        _early_output.close()
-    _early_output = KernelOutput(stream)
-    return _early_output
+    parsed is given (``wrp replay``, :mod:`wrpkit.cli.replay_start`), held among the things started
+    ahead; :func:`kernel_output_for` hands it to the command."""
+    output = KernelOutput(stream)
+    hold(EARLY_OUTPUT_KEY, output, KernelOutput.close)
+    return output
 
 
 def kernel_output_for(stream) -> "KernelOutput":
     """A :class:`KernelOutput` for ``stream``: the one made early for it (so that a replayer started
     then is handed the same descriptor), else a new one."""
-    global _early_output  # noqa: PLW0603
-    early, _early_output = _early_output, None
+    early = take_prestarted(EARLY_OUTPUT_KEY)
     if early is not None and early.stream is stream:
         return early
     if early is not None:
         early.close()
     return KernelOutput(stream)
+
 
 def kernel_output_of(target) -> tuple:
     """``(KernelOutput or None, owned)`` for a ``kernel_output=`` argument.

@@ -237,10 +237,6 @@ class ReplayWorker(ServedChild):
         self._warm = False  # the child answered ``warm``: Warp is imported
         self.closed = False
 
-    def start(self) -> None:
-        super().start()
-        self._loaded = self._warm = False
-
     def _send_load(self) -> None:
         """Hand the child the current capture (it releases the one it held, if any)."""
         from .shared import send  # noqa: PLC0415
@@ -257,10 +253,6 @@ class ReplayWorker(ServedChild):
                  + ([self.op_slots.fd] if self.op_slots is not None else []))
         except OSError:
             pass  # the child ended at once: the first request says why
-
-    def _start(self) -> None:
-        self.start()
-        self._send_load()
 
     def retarget(self, prep, device) -> None:
         """Replay another prepared capture from now on, in the same child if it is alive.
@@ -388,8 +380,9 @@ class ReplayWorker(ServedChild):
         from .shared import SharedArea, layout  # noqa: PLC0415
 
         if not self.alive:
-            self.stop()
-            self._start()
+            self.stop()  # forgets what the child was sent: a new one is sent the capture now
+            self.start()
+            self._send_load()
         elif not self._loaded:
             self._send_load()  # warmed, or retargeted to another capture
         self._verified()  # the child loads meanwhile; it replays nothing before this

@@ -527,11 +527,11 @@ class PrestartedReplayer:
     process alone makes (regions no op reaches) comes first.
     """
 
-    def __init__(self, args: list, child: subprocess.Popen, approve_fd: int):
+    def __init__(self, args: list, child: subprocess.Popen, approve_fd: int, approve_above: Optional[int]):
         self.args = args
         self.child = child
         self._approve_fd = approve_fd
-        self.approve_above: Optional[int] = 0  # what prestart_replayer was given
+        self.approve_above = approve_above  # what prestart_replayer was given
 
     def approve(self) -> None:
         """Let it allocate and replay."""
@@ -607,9 +607,7 @@ def prestart_replayer(file, request: ReplayRequest, modules_dir=None, approve_ab
     finally:
         if read_end >= 0:
             os.close(read_end)
-    pending = PrestartedReplayer(args, child, write_end)
-    pending.approve_above = approve_above
-    hold(REPLAYER_KEY, pending, PrestartedReplayer.discard)
+    hold(REPLAYER_KEY, PrestartedReplayer(args, child, write_end, approve_above), PrestartedReplayer.discard)
 
 
 def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRequest,
@@ -676,7 +674,8 @@ def _native_crash(prep, returncode: int, request: ReplayRequest, crash=None):
     """
     import signal as sig  # noqa: PLC0415
 
-    from ..contain.crash import SLOTTED_RUN, Located, crash_error, identify_crash  # noqa: PLC0415
+    from ...op_slots import SECOND_RUN  # noqa: PLC0415
+    from ..contain.crash import Located, crash_error, identify_crash  # noqa: PLC0415
 
     crash = crash if isinstance(crash, dict) else {}
     signum = -returncode if returncode < 0 else 0
@@ -696,7 +695,7 @@ def _native_crash(prep, returncode: int, request: ReplayRequest, crash=None):
     else:
         located = Located()
     return crash_error(prep, signum or int(sig.SIGSEGV), "loading" if loading else "replaying", located.index,
-                       located.why, verify_checksums=request.verify_checksums, path=located.path, how=SLOTTED_RUN)
+                       located.why, verify_checksums=request.verify_checksums, path=located.path, how=SECOND_RUN)
 
 
 def _npy_memory_file(arr: np.ndarray, name: str) -> int:
