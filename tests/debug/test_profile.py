@@ -321,6 +321,24 @@ def test_chromium_devtools_performance_panel_draws_every_event_of_the_o_file(cap
     assert depth["IF 1.1 (then)"] == 2 and depth["k_heavy"] == 3
     assert any(g.startswith(f"wrp profile {caps['while_if'].name}") for g in got["groups"])
     assert shot.stat().st_size > 10_000
+    # ops timed at zero (a clock coarser than the op, as --clock auto's CPU time on a busy machine gives):
+    # drawn where the file puts them and nested as before, not widened into the event that follows
+    import wrpkit  # noqa: PLC0415
+    prof = wrpkit.profile(str(caps["while_if"]), repeat=1, warmup=0)
+    for o in prof.ops:
+        if o["kernel"] == "k_count_down":
+            o["ms"] = 0.0
+    zeros = prof.save_chrome_trace(tmp_path / "zeros.json")
+    zxs = [e for e in json.loads(zeros.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert any(e["name"] == "k_count_down" for e in zxs)
+    got = load_in_devtools(zeros)
+    drawn = sorted((e[0], e[1], e[2]) for e in got["entries"])
+    want = sorted((e["name"], e["ts"] / 1e3, e["dur"] / 1e3) for e in zxs)
+    assert len(drawn) == len(want)
+    for (n, t, d), (wn, wt, wd) in zip(drawn, want):
+        assert n == wn and t == pytest.approx(wt, abs=1e-9) and d == pytest.approx(wd, abs=1e-9)
+    zdepth = {e[0]: e[3] for e in got["entries"]}
+    assert zdepth["k_count_down"] == 2 and zdepth["IF 1.1 (then)"] == 2 and zdepth["k_heavy"] == 3
     # the check can fail: a file cut short is reported by the panel as broken
     cut = tmp_path / "cut.json"
     cut.write_bytes(out.read_bytes()[: out.stat().st_size // 2])

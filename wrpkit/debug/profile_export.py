@@ -33,7 +33,8 @@ def chrome_trace(result, program: Optional[m.Program] = None) -> dict:
     ``index``, ``path``, ``iteration``, ``kernel`` and ``raw_ms``, so that
     ``wrp graph --profile`` can read times back.  Timestamps are in
     microseconds, as the format says, each a whole multiple of 1/1024 us
-    (:data:`TICKS_PER_US`), so that nesting holds in a viewer's floating point.
+    (:data:`TICKS_PER_US`), so that nesting holds in a viewer's floating point;
+    an op whose median is zero (a coarse clock) is one such tick long.
     """
     meta = {"format": PROFILE_FORMAT, "file": result.file, "engine": result.engine, "device": result.device,
             "timer": result.timer, "repeat": result.repeat, "warmup": result.warmup, "total_ms": result.total_ms,
@@ -60,7 +61,9 @@ def chrome_trace(result, program: Optional[m.Program] = None) -> dict:
             ev.update({"ph": "X", "ts": _us(t), "dur": 0.0, "pid": pid, "tid": tid})
             events.append(ev)
             open_groups.append((key, ev, t))
-        dur = max(0, round(o["ms"] * 1e3 * TICKS_PER_US))
+        # At least one tick: a viewer draws a zero-length event wider than it is (DevTools: 1 us) and may
+        # then nest the event that starts where it ends inside it; args keep the measured ``ms`` as is.
+        dur = max(1, round(o["ms"] * 1e3 * TICKS_PER_US))
         events.append({"name": o["kernel"] or o["op"], "cat": o["op"], "ph": "X", "ts": _us(t), "dur": _us(dur),
                        "pid": pid, "tid": tid,
                        "args": {k: o[k] for k in ("seq", "index", "path", "iteration", "iterations", "kernel", "op",
