@@ -121,7 +121,7 @@ def _flipped(bundles, kind: str, name: str) -> tuple:
 
 
 def test_a_byte_flipped_in_the_middle_chunk_is_refused_naming_the_chunk(bundles, replayer):
-    from wrpkit.run.replay.native_api import NativeProgram  # noqa: PLC0415
+    from wrpkit.run.replay.native_api import NativeGraph  # noqa: PLC0415
 
     path, check = _flipped(bundles, "chunked", "flipped.wrpk")
     chunk = f"chunk 2 of 6 (bytes {2 * DIGEST_CHUNK}..{3 * DIGEST_CHUNK} of {4 * N_BIG}"
@@ -132,7 +132,7 @@ def test_a_byte_flipped_in_the_middle_chunk_is_refused_naming_the_chunk(bundles,
         assert what in res.stderr and ".chunk_sha256" in res.stderr, res.stderr
     # The C API (wrp_program_open_memory).
     with pytest.raises(wrpkit.WrpFormatError, match="does not match in chunk 2 of 6"):
-        NativeProgram(path.read_bytes(), {}, "cpu")
+        NativeGraph(path.read_bytes(), {}, "cpu")
     # The python engine: hashed on threads while Warp loads, refused before the program is returned.
     with pytest.raises(wrpkit.WrpIntegrityError) as e:
         wrpkit.load(path)

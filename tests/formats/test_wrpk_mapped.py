@@ -335,14 +335,14 @@ def test_wrp_replay_of_a_256_mib_bundle_holds_one_copy(tmp_path, replayer):
 
 def test_c_api_from_a_shared_mapping_and_from_bytes(bundles, replayer):
     """wrp_program_open_memory maps the pages of a caller's MAP_SHARED mapping, copies from bytes: same results."""
-    from wrpkit.run.replay.native_api import NativeProgram  # noqa: PLC0415
+    from wrpkit.run.replay.native_api import NativeGraph  # noqa: PLC0415
 
     want = _replayer_outputs(replayer, bundles["wrp"], bundles["wrp"].parent / "c-api-want")
     with open(bundles["v2"], "rb") as f:
         shared = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         for source in (shared, bundles["v2"].read_bytes()):
-            p = NativeProgram(source, {}, "cpu")
+            p = NativeGraph(source, {}, "cpu")
             try:
                 p.run()
                 _same(want, {n: p.get(n) for n in ("pts", "big", "counter")})

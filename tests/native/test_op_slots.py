@@ -79,7 +79,7 @@ def _program(path: Path, op_slots: bool, **options):
     from wrpkit.run.replay import native_api
 
     mods = {p.name: p.read_bytes() for p in (path.parent / f"{path.stem}_modules").iterdir()}
-    return native_api.NativeProgram(path.read_bytes(), mods, "cpu", op_slots=op_slots, **options)
+    return native_api.NativeGraph(path.read_bytes(), mods, "cpu", op_slots=op_slots, **options)
 
 
 def _slot_bytes(prog) -> bytes:

@@ -29,7 +29,7 @@ import wrpkit
 from check_helpers import run_check, stock_grid_capture
 from wrpkit.checks.elf import symbol_bytes
 from wrpkit.run.replay.engines import native_paths
-from wrpkit.errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpRuntimeError, WrpTimeoutError,
+from wrpkit.errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpError, WrpRuntimeError, WrpTimeoutError,
                            WrpValidationError, timeout_message)
 from wrpkit.formats import jsonform, wrp1
 
@@ -651,6 +651,42 @@ def test_isolated_run_matches_in_process(axpy):
     prog.set("a", x)
     np.testing.assert_array_equal(prog.run(isolate=True)["out"], want["out"])
     np.testing.assert_array_equal(prog.numpy("out"), want["out"])  # written back into the graph
+
+
+def test_an_isolated_program_is_a_program_and_says_what_needs_the_graph_here(axpy):
+    """``load(isolate=True)`` gives the one Program type; what only a graph in this process has is
+    refused in words, its bindings and reset behave as in-process, and it pickles as isolated."""
+    import pickle  # noqa: PLC0415
+
+    x = np.linspace(0, 1, N, dtype=np.float32)
+    iso, inproc = wrpkit.load(axpy, isolate=True), wrpkit.load(axpy)
+    try:
+        assert type(iso) is type(inproc) is wrpkit.Program and iso.isolated and not inproc.isolated
+        assert "in a child process" in repr(iso) and iso.bindings == inproc.bindings
+        for call in (iso.launch, lambda: iso.array("out"), iso.release_captured):
+            with pytest.raises(WrpError, match="needs the graph in this process") as e:
+                call()
+            assert "isolate=True" in e.value.hint
+        with pytest.raises(WrpError, match="isolate=True"):
+            iso.run(isolate=False)
+        np.testing.assert_array_equal(iso.numpy("out"), inproc.numpy("out"))  # the captured bytes
+        want = inproc.run({"a": x})["out"]
+        views = iso.run({"a": x}, copy=False)
+        np.testing.assert_array_equal(views["out"], want)
+        again = pickle.loads(pickle.dumps(iso))  # a Dask or Ray task's copy: isolated too
+        assert again.isolated and again is not iso
+        np.testing.assert_array_equal(again.run({"a": x})["out"], want)
+        again.close()
+        iso.set("out", np.zeros(N, np.float32))
+        iso.reset()  # the captured bytes again, here and (at the next run) in the child
+        np.testing.assert_array_equal(iso.get("out"), wrpkit.load(axpy).get("out"))
+        np.testing.assert_array_equal(iso.run({"a": x}, reset=True)["out"], want)
+        iso.close()
+        with pytest.raises(WrpError, match="closed"):
+            iso.run()
+    finally:
+        iso.close()
+        inproc.close()
 
 
 def test_isolated_program_keeps_graph_memory_between_runs_like_a_program(tmp_path):

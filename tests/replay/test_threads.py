@@ -1,6 +1,6 @@
 """One Program shared by many threads (issue 24).
 
-Runs on one :class:`wrpkit.Program` (and one ``IsolatedProgram``) are
+Runs on one :class:`wrpkit.Program` (in this process or in a child) are
 serialised by a lock: every thread's result is the one a replay of its own
 inputs gives, bit for bit, checked against an eager run of the same kernels
 (``wp.launch`` on the same inputs).  Also: ``run(outputs=)`` returns only what

@@ -19,7 +19,7 @@ This module is the parent side of that protocol; the child is
 found and named by :mod:`wrpkit.run.contain.crash`.
 
 Cost: :func:`~wrpkit.run.contain.isolation.replay_in_child` starts one child process per call (Python start,
-``import warp``, load); :class:`~wrpkit.run.replay.runtime.IsolatedProgram` keeps one
+``import warp``, load); an isolated :class:`~wrpkit.run.load.program.Program` keeps one
 :class:`ReplayWorker` per program and pays that once.  A :class:`ReplayWorker` is a
 :class:`~wrpkit.run.contain.served.ServedChild`, as the child of ``wrp trace``, ``wrp profile`` and
 ``wrp memcheck`` is (:mod:`wrpkit.debug.isolation`, handed the same :class:`ChildSource`).
@@ -197,7 +197,7 @@ class ReplayWorker(ServedChild):
     """A child process that loads a prepared capture once and replays it on request.
 
     Used for every contained replay: ``wrp replay`` (one request, then it
-    ends), :class:`~wrpkit.run.replay.runtime.IsolatedProgram` (one child per
+    ends), an isolated :class:`~wrpkit.run.load.program.Program` (one child per
     program, kept between runs), the second run that names a crashing op
     (``op_slots``), and ``wrp regress`` (one per worker thread, handed whole cases by
     :meth:`run_case`, its child forked from the run's zygote).  The child

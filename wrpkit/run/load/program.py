@@ -37,7 +37,8 @@ from ...errors import WrpBindingError, WrpError, WrpRuntimeError
 from ..warp_bridge.dtypes import warp_dtype
 
 
-from .prepare import Prepared, coerce_input, prepare, release, unknown_binding, writes_whole_region
+from .child_graph import ChildGraph
+from .prepare import Prepared, check_runnable, coerce_input, prepare, release, unknown_binding, writes_whole_region
 from .program_load import load_graph
 
 def _serialised(method):
@@ -74,6 +75,19 @@ class _Slot:
 class Program:
     """A loaded, runnable captured program.
 
+    Its graph lives in this process (Warp's ``wp.Graph``), or, loaded with
+    ``isolate=True``, in a child process that its first :meth:`run` starts
+    and loads (:attr:`isolated`).  Nothing of Warp runs in this process then:
+    a crash in kernel code or in Warp's runtime raises
+    :class:`~wrpkit.errors.WrpCrashError` instead of ending the caller.  The
+    child stays, so a later run costs a request and the bindings' bytes; this
+    process holds a copy of the bindings, which each run sends (those set
+    since) and takes back.  When a run crashes, times out or fails, that child
+    is gone and the next run starts a new one from the file's data and the
+    bindings as the last successful run left them.  What only a graph in this
+    process has (:meth:`launch`, :meth:`array`, live views,
+    :meth:`release_captured`) raises :class:`~wrpkit.errors.WrpError` there.
+
     Threads: a Program is safe to share between threads.  Every call that
     touches its graph or bindings (``run``, ``launch``, ``set``, ``get``,
     ``numpy``, ``array``, ``reset``, ``close``) holds the program's lock, so
@@ -87,13 +101,14 @@ class Program:
 
     Attributes:
         model: The decoded program (:class:`wrpkit.model.Program`).
-        graph: Warp's loaded ``wp.Graph``.
-        device: The ``wp.Device`` it runs on.
+        graph: Warp's loaded ``wp.Graph`` (None when :attr:`isolated`).
+        device: The ``wp.Device`` it runs on (its name, a string, when :attr:`isolated`).
         path: The source file, or None.
         annotations: wrpkit's annotations, or None.
     """
 
-    def __init__(self, prepared: Prepared, graph, device, hidden: Optional[Mapping] = None):
+    def __init__(self, prepared: Prepared, graph, device, hidden: Optional[Mapping] = None, *,
+                 child: Optional[ChildGraph] = None):
         self.model = prepared.model
         self.graph = graph
         self.device = device
@@ -106,6 +121,12 @@ class Program:
         self._lock = threading.RLock()
         self._sig = dict(prepared.signature)
         self._sizes = dict(prepared.sizes)
+        self._child = child
+        if child is not None:  # the bindings' bytes are this process's copy (_read_raw, _write_raw)
+            self._is_cpu = False
+            self._slots = {name: _Slot(name, size, 0, self._sig.get(name)) for name, size in self._sizes.items()}
+            self._hidden = {}
+            return
         self._is_cpu = bool(device.is_cpu)
         self._slots = {name: self._graph_slot(name, size, self._sig.get(name), f"binding {name!r}")
                        for name, size in self._sizes.items()}
@@ -156,9 +177,22 @@ class Program:
     def warp_version(self) -> str:
         return self.model.warp_version
 
+    @property
+    def isolated(self) -> bool:
+        """True when the graph lives in a child process (``load(isolate=True)``)."""
+        return self._child is not None
+
     def __repr__(self) -> str:
         src = f" {self.path}" if self.path else ""
-        return f"<wrpkit.run.load.program.Program{src} on {self.device} bindings={list(self._sizes)}>"
+        where = " in a child process" if self._child is not None else ""
+        return f"<wrpkit.Program{src} on {self.device}{where} bindings={list(self._sizes)}>"
+
+    def _check_here(self, what: str) -> None:
+        """Refuse ``what`` on an isolated program: it needs the graph in this process."""
+        if self._child is not None:
+            raise WrpError(f"{what} needs the graph in this process, and this program replays in a child "
+                           f"process (loaded with isolate=True)",
+                           hint="Use run(), get() and set(); or load it without isolate=True.")
 
     def _slot(self, name: str) -> _Slot:
         self._check_open()
@@ -172,9 +206,10 @@ class Program:
     @_serialised
     def launch(self) -> None:
         """Replay the graph once (``wp.capture_launch``); asynchronous on CUDA."""
+        self._check_open()
+        self._check_here("launch()")
         import warp as wp  # noqa: PLC0415
 
-        self._check_open()
         wp.capture_launch(self.graph)
 
     @_serialised
@@ -193,6 +228,9 @@ class Program:
         """
         self._check_open()
         self._check_captured("reset()")
+        if self._child is not None:  # the memory no binding names is restored in the child at the next run
+            self._child.reset(self._sizes)
+            return
         regions = self.model.region_map()
         targets = [(self._slots.get(b.name), b.region_id) for b in self.model.resolved_bindings()]
         targets += [(slot, region_id) for region_id, slot in self._hidden.items()]
@@ -233,6 +271,7 @@ class Program:
         those three raise :class:`~wrpkit.errors.WrpError`; everything else works.
         """
         self._check_open()
+        self._check_here("release_captured()")  # a new child after a crash starts from the captured data
         if self._captured_released:
             return
         from ... import records  # noqa: PLC0415
@@ -255,7 +294,7 @@ class Program:
         """
         self._check_open()
         self._check_captured("pickling")
-        return (_program_from_bundle, (self.bundle_bytes(), str(self.device)))
+        return (_program_from_bundle, (self.bundle_bytes(), str(self.device), self.isolated))
 
     def bundle_bytes(self) -> bytes:
         """The program as ``.wrpk`` bundle bytes (module binaries inside), made once and kept."""
@@ -268,7 +307,7 @@ class Program:
 
     @_serialised
     def run(self, inputs: Optional[Mapping] = None, repeat: int = 1, *, outputs=None, copy: bool = True,
-            isolate: bool = False, timeout: Optional[float] = None, reset: bool = False) -> dict:
+            isolate: Optional[bool] = None, timeout: Optional[float] = None, reset: bool = False) -> dict:
         """Set inputs, replay ``repeat`` times, and read the outputs back.
 
         Only what is asked for is read back: by default the outputs of the
@@ -278,13 +317,15 @@ class Program:
         next replay changes them, and they keep the memory alive); on CUDA,
         ``wp.array`` views of the device memory (:meth:`array`).
 
-        With ``isolate=True`` the replays run in a child process that starts
-        from this program's current bindings; its results are written back
-        here.  A fatal signal in kernel code or in Warp's runtime then raises
+        An :attr:`isolated` program replays in its child (see the class).
+        A program in this process replays there, or, with ``isolate=True``, in
+        a child process started for this call from its current bindings,
+        whose results are written back here.  Either way a fatal signal in
+        kernel code or in Warp's runtime then raises
         :class:`~wrpkit.errors.WrpCrashError` (a ``WrpRuntimeError``) naming
-        the op that crashed, instead of ending this process; ``timeout``
-        (seconds) bounds the child.  It costs a process start and a load per
-        call (see the README's benchmarks).
+        the op that crashed, instead of ending this process, and ``timeout``
+        (seconds) bounds the child.  A child for one call costs a process
+        start and a load (see the README's benchmarks).
 
         What the kernels print (``wp.printf``) goes where Warp prints it, this
         process's stdout (C stdio: it may show only at exit when stdout is not
@@ -304,7 +345,12 @@ class Program:
             repeat: Number of replays (0 only sets inputs and reads back).
             outputs: Names of the bindings to return (None: :attr:`outputs`;
                 ``"*"``: every binding; ``[]``: none, the fastest run).
-            copy: False: return views of the graph's memory instead of copies.
+            copy: False: return views of the graph's memory instead of copies
+                (of this process's copy of the bindings, valid until the next
+                run, when :attr:`isolated`).
+            isolate: None: where the program lives; True: in a child process;
+                False on an :attr:`isolated` program is refused.
+            timeout: Seconds a child may take (None: no limit).
             reset: True: :meth:`reset` before the inputs are set, atomically
                 with the run.
 
@@ -319,10 +365,16 @@ class Program:
             WrpTimeoutError: An isolated replay ran past ``timeout``.
             WrpError: The program is closed.
         """
-        import warp as wp  # noqa: PLC0415
-
         self._check_open()
         names = self._asked(outputs)
+        if self._child is not None:
+            if isolate is False:
+                raise WrpError("this program was loaded with isolate=True; load it again without to run "
+                               "in-process")
+            self._run_in_child(inputs, repeat, timeout, reset)
+            return self._results(names, copy)
+        import warp as wp  # noqa: PLC0415
+
         if reset:
             self.reset()
         if isolate:
@@ -365,9 +417,34 @@ class Program:
     def _results(self, names: list, copy: bool) -> dict:
         if copy:
             return {name: self.get(name) for name in names}
+        if self._child is not None:
+            state = self._child.state
+            return {name: state[name] if self._sig.get(name) is None else ann.view_region(state[name], self._sig[name])
+                    for name in names}
         if self._is_cpu:
             return {name: self._slots[name].view for name in names}
         return {name: self.array(name) for name in names}
+
+    def _run_in_child(self, inputs, repeat, timeout, reset) -> None:
+        """``run()`` of an :attr:`isolated` program: a failed run changes nothing here."""
+        child = self._child
+        before = child.saved()
+        try:
+            if reset:
+                self.reset()
+            if inputs:
+                if not isinstance(inputs, Mapping):
+                    raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
+                                          f"{type(inputs).__name__}")
+                for n, v in inputs.items():
+                    self.set(n, v)
+            repeat = int(repeat)
+            if repeat < 0:
+                raise WrpError(f"repeat must be >= 0, got {repeat}")
+        except WrpError:
+            child.restore(before)
+            raise
+        child.replay(repeat, timeout, before)
 
     def _run_isolated(self, inputs, repeat, timeout) -> dict:
         from ..contain.isolation import replay_in_child  # noqa: PLC0415
@@ -417,6 +494,9 @@ class Program:
 
     def _write_raw(self, slot: _Slot, host: np.ndarray) -> None:
         """Write ``slot.size`` bytes over the binding's whole region."""
+        if self._child is not None:
+            self._child.write(slot.name, host)
+            return
         if self._is_cpu:
             if slot.size:
                 slot.region[:] = host
@@ -431,6 +511,8 @@ class Program:
                 raise WrpRuntimeError(f"cannot set binding {slot.name!r}: {e}") from None
 
     def _read_raw(self, slot: _Slot) -> np.ndarray:
+        if self._child is not None:
+            return self._child.read(slot.name)
         if self._is_cpu:
             return slot.region.copy()
         import warp as wp  # noqa: PLC0415
@@ -513,7 +595,7 @@ class Program:
 
     @_serialised
     def numpy(self, name: str) -> np.ndarray:
-        """One binding as a numpy array: a zero-copy view on CPU, a copy on CUDA.
+        """One binding as a numpy array: a zero-copy view on CPU, a copy on CUDA and when :attr:`isolated`.
 
         The CPU view aliases the graph's memory: replays change it, writes to
         it are inputs.  It keeps the graph's memory alive.
@@ -530,9 +612,10 @@ class Program:
         Typed and shaped per the signature; structs and untyped bindings come
         back as ``uint8`` (structs with a trailing dim of the struct size).
         """
+        slot = self._slot(name)
+        self._check_here("array()")
         import warp as wp  # noqa: PLC0415
 
-        slot = self._slot(name)
         sig = slot.sig
         if not slot.size:
             return wp.empty(0, dtype=wp.uint8, device=self.device)
@@ -558,8 +641,11 @@ class Program:
     def close(self) -> None:
         """Release the graph and the source mapping (views become invalid).
 
-        Later calls other than ``close`` raise an error saying the program is closed.
+        Later calls other than ``close`` raise an error saying the program is closed.  An
+        :attr:`isolated` program's child ends.
         """
+        if self._child is not None:
+            self._child.close()
         self._closed = True
         self._slots = {}
         self.graph = None
@@ -601,8 +687,9 @@ def _reusable(prog: Program) -> bool:
     return all(r.region_id in reached for r in prog.model.regions)
 
 
-def _program_from_bundle(bundle: bytes, device: str) -> Program:
-    """Unpickle a :class:`Program`: load its bundle bytes from memory on ``device``.
+def _program_from_bundle(bundle: bytes, device: str, isolated: bool = False) -> Program:
+    """Unpickle a :class:`Program`: load its bundle bytes from memory on ``device`` (``isolated``: as a
+    program that replays in a child process, which its first run starts).
 
     A worker that unpickles the same bundle again (Ray and Dask ship a task's
     arguments with every task) gets a graph it loaded before, reset to its
@@ -615,6 +702,8 @@ def _program_from_bundle(bundle: bytes, device: str) -> Program:
     """
     import sys  # noqa: PLC0415
 
+    if isolated:
+        return load_isolated(prepare(bundle), device)
     view = memoryview(bundle).cast("B")
     # The header holds the manifest's SHA-256, which covers every blob's: it names the content.
     key = (bytes(view[:128]), view.nbytes, str(device))
@@ -642,3 +731,19 @@ def load_prepared(prep: Prepared, device="cpu", max_memory: Optional[int] = None
     """Load a :class:`Prepared` capture into Warp (see :func:`wrpkit.run.replay.runtime.load`;
     :func:`~wrpkit.run.load.program_load.load_graph`)."""
     return Program(prep, *load_graph(prep, device, max_memory))
+
+
+def load_isolated(prep: Prepared, device: str, max_memory: Optional[int] = None) -> Program:
+    """A :class:`Program` of a :class:`Prepared` capture whose graph lives in a child process, which its
+    first run starts and loads (see :func:`wrpkit.run.replay.runtime.load`, ``isolate=True``).
+
+    Raises:
+        WrpDeviceError, WrpVersionError, WrpModuleError: It cannot run on ``device`` (checked here,
+            before any child starts).
+    """
+    check_runnable(prep.model, device, what=str(prep.path) if prep.path is not None else "the capture")
+    if prep.path is None and prep.kind in ("wrp", "wrpk"):
+        prep.source_buffer = bytes(memoryview(prep.source_buffer).cast("B"))  # the caller's buffer may change
+        if prep.kind == "wrp":
+            prep.wrp_bytes = prep.source_buffer
+    return Program(prep, None, str(device), child=ChildGraph(prep, str(device), max_memory))

@@ -9,7 +9,7 @@ Every in-process replay in wrpkit drives the loaded graph through this interface
 
 There are two engines behind it: :class:`WarpLoaded` (Warp's Python API: a
 :class:`~wrpkit.run.load.program.Program`) and :class:`NativeLoaded` (the C++ replayer's C API in
-this process: a :class:`~wrpkit.run.replay.native_api.NativeProgram`).  Both take and give whole
+this process: a :class:`~wrpkit.run.replay.native_api.NativeGraph`).  Both take and give whole
 bindings as ``uint8`` bytes:
 
 * :meth:`view` a live zero-copy view (CPU; None elsewhere), :meth:`read` a copy, :meth:`region`
@@ -185,18 +185,18 @@ class NativeLoaded:
     """A capture loaded through the C++ replayer's C API (``libwrp_replay``), in this process.
 
     Args:
-        program: The opened :class:`~wrpkit.run.replay.native_api.NativeProgram` (closed by :meth:`close`).
+        graph: The opened :class:`~wrpkit.run.replay.native_api.NativeGraph` (closed by :meth:`close`).
 
     Attributes:
-        program: It (for what only the C API has: the op slot).
+        graph: It (for what only the C API has: the op slot).
         is_cpu: Whether it runs on the CPU (views are live there).
     """
 
     name = "native"
 
-    def __init__(self, program):
-        self.program = program
-        self.is_cpu = program.device.startswith("cpu")
+    def __init__(self, graph):
+        self.graph = graph
+        self.is_cpu = graph.device.startswith("cpu")
         self._views = {}
         self._slot_fd = -1
 
@@ -209,9 +209,9 @@ class NativeLoaded:
         Raises:
             WrpError: The library refused the bytes (its message), or is not installed.
         """
-        from .native_api import NativeProgram  # noqa: PLC0415
+        from .native_api import NativeGraph  # noqa: PLC0415
 
-        return cls(NativeProgram(wrp_bytes, modules, device, op_slots=op_slots,
+        return cls(NativeGraph(wrp_bytes, modules, device, op_slots=op_slots,
                                  allow_raw_pointers=allow_raw_pointers))
 
     def view(self, name: str) -> Optional[np.ndarray]:
@@ -220,12 +220,12 @@ class NativeLoaded:
             return None
         v = self._views.get(name)
         if v is None:
-            v = self._views[name] = self.program.view(name)
+            v = self._views[name] = self.graph.view(name)
         return v
 
     def read(self, name: str) -> np.ndarray:
         """A copy of a binding's bytes."""
-        return self.program.get(name)
+        return self.graph.get(name)
 
     def region(self, name: str) -> np.ndarray:
         """A binding's bytes: live on the CPU, a copy elsewhere."""
@@ -234,11 +234,11 @@ class NativeLoaded:
 
     def write(self, name: str, data) -> None:
         """Write a binding's whole region from ``uint8`` bytes (any dtype's bytes: reinterpreted)."""
-        self.program.set(name, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
+        self.graph.set(name, np.ascontiguousarray(data).reshape(-1).view(np.uint8))
 
     def launch(self, count: int = 1) -> None:
         """Replay ``count`` times (the library waits for the device)."""
-        self.program.run(count)
+        self.graph.run(count)
 
     def launcher(self):
         """A call that replays once (the library waits for its own stream: there is nothing to leave out)."""
@@ -248,11 +248,11 @@ class NativeLoaded:
         """Replay ``warmup`` untimed then ``repeat`` timed times: ``(host_ms, None)`` (wall clock)."""
         perf = time.perf_counter
         if warmup:
-            self.program.run(warmup)
+            self.graph.run(warmup)
         host_ms = []
         for _ in range(repeat):
             t0 = perf()
-            self.program.run(1)
+            self.graph.run(1)
             host_ms.append((perf() - t0) * 1e3)
         return host_ms, None
 
@@ -263,7 +263,7 @@ class NativeLoaded:
         Raises:
             WrpError: The program holds no op slot (the message says why).
         """
-        self.program.guard_op_slot(fd)
+        self.graph.guard_op_slot(fd)
         self._slot_fd = fd
 
     def all_ran(self) -> None:
@@ -272,12 +272,12 @@ class NativeLoaded:
         from ...op_slots import ALL_RAN_RECORD  # noqa: PLC0415
 
         if self._slot_fd >= 0:
-            self.program.lib.wrp_guard_op_slot(None, -1)
+            self.graph.lib.wrp_guard_op_slot(None, -1)
             os.pwrite(self._slot_fd, ALL_RAN_RECORD, 0)
 
     def close(self) -> None:
         self._views = {}
-        self.program.close()
+        self.graph.close()
         if self._slot_fd >= 0:
             os.close(self._slot_fd)
             self._slot_fd = -1

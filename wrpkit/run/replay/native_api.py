@@ -117,8 +117,9 @@ def _check_options_layout(lib) -> None:
                             "--engine python.")
 
 
-class NativeProgram:
-    """One program opened from memory through the C API.
+class NativeGraph:
+    """A graph opened from memory through the C API (its `wrp_program` handle): what `wp.Graph` is on
+    Warp's route, under the one :class:`~wrpkit.run.load.program.Program` a user loads.
 
     Args:
         wrp_bytes: The WRP1 image.
