@@ -1,6 +1,7 @@
-"""Generate native/cli/crash_signals.h (wrp-replay's crash guard table) from wrpkit/errors.py CRASH_SIGNALS.
+"""Generate native/cli/crash_signals.h (wrp-replay's crash guard tables) from wrpkit/errors.py
+CRASH_SIGNALS and CRASH_STAGES.
 
-Run after every change to CRASH_SIGNALS:  python tools/gen_crash_signals.py
+Run after every change to either:  python tools/gen_crash_signals.py
 The Python table is the one list of the fatal signals a contained replay
 reports as a crash (exit code 4); wrp-replay's guard (native/cli/crash_guard.cpp)
 catches exactly the signals of the header this writes.  tests/native/test_crash_signals.py
@@ -20,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen_layout import ROOT, _c_string, write_or_check  # noqa: E402
-from wrpkit.errors import CRASH_SIGNALS  # noqa: E402
+from wrpkit.errors import CRASH_SIGNALS, CRASH_STAGES  # noqa: E402
 
 HEADER = ROOT / "native" / "cli" / "crash_signals.h"
 
@@ -53,6 +54,16 @@ def render() -> str:
               f"constexpr size_t kNumCrashSignals = {len(CRASH_SIGNALS)};",
               "static_assert(sizeof(kCrashSignals) / sizeof(kCrashSignals[0]) == kNumCrashSignals);",
               "",
+              "// Where the replay was when it crashed (CRASH_STAGES): the key the --json crash object's",
+              "// \"stage\" holds, and the words that follow \"the replay crashed with SIG...\".",
+              "struct CrashStage {",
+              "    const char* key;",
+              "    const char* words;",
+              "};",
+              ""]
+    lines += [f"constexpr CrashStage kCrashStage{key.capitalize()} = {{{_c_string(key)}, {_c_string(words)}}};"
+              for key, words in CRASH_STAGES.items()]
+    lines += ["",
               "}  // namespace wrpcli", ""]
     return "\n".join(lines)
 

@@ -59,6 +59,17 @@ CRASH_SIGNALS = {
     "SIGABRT": "an abort: a failed assertion in Warp's runtime or the C++ library",
 }
 
+#: Where a contained replay was when it crashed: ``{stage: words}``.  The key is what a
+#: child writes on its stage page and what ``wrp-replay --json`` puts in its crash
+#: object's ``"stage"``; the words follow "the replay crashed with SIG..." in both
+#: (tools/gen_crash_signals.py writes them into native/cli/crash_signals.h).  Only a
+#: crash while ``"replaying"`` has an op to name.
+CRASH_STAGES = {
+    "loading": "while Warp loaded the capture (before any op ran)",
+    "replaying": "while replaying",
+    "reading": "after the last replay, while its results were read",
+}
+
 #: ``{signal number: name}`` of :data:`CRASH_SIGNALS` on this platform (SIGBUS
 #: is 7 on Linux, 10 on macOS).
 CRASH_SIGNAL_NUMBERS = {int(getattr(signal, name)): name for name in CRASH_SIGNALS if hasattr(signal, name)}

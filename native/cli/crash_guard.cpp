@@ -125,11 +125,10 @@ void set_crash_locator(int argc, char** argv)
     g_locator_argv.push_back(nullptr);
 }
 
-void arm_crash_guard(const std::string& stage, const char* stage_key, const std::string& context, bool json,
-                     bool locate)
+void arm_crash_guard(const CrashStage& stage, const std::string& context, bool json, bool locate)
 {
     g_locate = locate;
-    const std::string what = " " + stage + "; nothing was written." + (context.empty() ? "" : " " + context);
+    const std::string what = std::string(" ") + stage.words + "; nothing was written." + (context.empty() ? "" : " " + context);
     copy(g_err_prefix, sizeof(g_err_prefix), nullptr, "wrp-replay: error: the replay crashed with ");
     copy(g_err_suffix, sizeof(g_err_suffix), &g_err_suffix_len, what + "\n");
     // The signal's name needs no escaping.
@@ -139,7 +138,7 @@ void arm_crash_guard(const std::string& stage, const char* stage_key, const std:
     copy(g_json_suffix, sizeof(g_json_suffix), &g_json_suffix_len,
          quoted.substr(1) + ", \"exit_code\": " + std::to_string(kExitCrash) + ", \"crash\": {\"signal\": \"");
     copy(g_json_crash_suffix, sizeof(g_json_crash_suffix), &g_json_crash_suffix_len,
-         std::string("\", \"stage\": ") + json_string(stage_key) + "}}\n");
+         std::string("\", \"stage\": ") + json_string(stage.key) + "}}\n");
     g_json = json;
     // While Warp runs, fd 2 may point at the library's stderr capture: keep our own copy.
     if (g_fd == 2) {

@@ -17,14 +17,15 @@
 
 #include <string>
 
+#include "crash_signals.h"
+
 namespace wrpcli {
 
-// `stage`: "while replaying", ...; `context`: what is known about the program
-// (wrp_program_crash_context()).  `json`: also print the one --json error line on stdout, with a
-// "crash" object naming the signal and `stage_key` ("loading" or "replaying") for a program to read.
-// Arming again replaces the message.
-void arm_crash_guard(const std::string& stage, const char* stage_key, const std::string& context, bool json,
-                     bool locate = false);
+// `stage`: where the replay is (crash_signals.h: its words follow "the replay crashed with SIG...");
+// `context`: what is known about the program (wrp_program_crash_context()).  `json`: also print the
+// one --json error line on stdout, with a "crash" object naming the signal and the stage's key for a
+// program to read.  Arming again replaces the message.
+void arm_crash_guard(const CrashStage& stage, const std::string& context, bool json, bool locate = false);
 void disarm_crash_guard();
 
 // The command line a crash while replaying re-executes (argv[0..argc-1] plus

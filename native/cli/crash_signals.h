@@ -26,4 +26,15 @@ constexpr CrashSignal kCrashSignals[] = {
 constexpr size_t kNumCrashSignals = 5;
 static_assert(sizeof(kCrashSignals) / sizeof(kCrashSignals[0]) == kNumCrashSignals);
 
+// Where the replay was when it crashed (CRASH_STAGES): the key the --json crash object's
+// "stage" holds, and the words that follow "the replay crashed with SIG...".
+struct CrashStage {
+    const char* key;
+    const char* words;
+};
+
+constexpr CrashStage kCrashStageLoading = {"loading", "while Warp loaded the capture (before any op ran)"};
+constexpr CrashStage kCrashStageReplaying = {"replaying", "while replaying"};
+constexpr CrashStage kCrashStageReading = {"reading", "after the last replay, while its results were read"};
+
 }  // namespace wrpcli

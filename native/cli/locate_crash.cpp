@@ -220,7 +220,8 @@ int locate_crash(const CliArgs& args, int signum)
     std::fflush(stdout);
     std::fprintf(stderr, "wrp-replay: error: %s\n", message.c_str());
     if (args.json) {
-        std::string crash = "{\"signal\": " + json_string(sig) + ", \"stage\": \"replaying\", \"op_index\": " +
+        std::string crash = "{\"signal\": " + json_string(sig) + ", \"stage\": " +
+            json_string(kCrashStageReplaying.key) + ", \"op_index\": " +
             (known ? std::to_string(index) : std::string("null")) + ", \"path\": " + json_or_null(known, path) +
             ", \"unknown\": " + json_or_null(!known, unknown.empty() ? "its description failed" : unknown) +
             ", \"op_kind\": " + json_or_null(known, known ? info.kind : "") +

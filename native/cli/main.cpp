@@ -273,7 +273,7 @@ int run(const CliArgs& args)
         prepare_output(o.path);  // every output place is checked before the file is even opened
     arm_timeout(args.timeout_s, args.json, args.list ? 1 : uint64_t(args.repeat) + args.warmup);
     if (!args.list)
-        arm_crash_guard("while Warp loaded the file (before any op ran)", "loading", "", args.json);
+        arm_crash_guard(kCrashStageLoading, "", args.json);
     check(wrp_program_open(args.file.c_str(), &opts, &prog.p));
     std::vector<wrp_binding_info> bindings = list_bindings(prog.p);
 
@@ -310,7 +310,7 @@ int run(const CliArgs& args)
     std::string inputs_json = apply_inputs(prog.p, bindings, args);
 
     // A crash from here on re-executes wrp-replay to find the op (see locate_crash).
-    arm_crash_guard("while replaying", "replaying", std::string("Warp runs the whole graph in one call, so the op that crashed "
+    arm_crash_guard(kCrashStageReplaying, std::string("Warp runs the whole graph in one call, so the op that crashed "
                     "is not known here. ") + wrp_program_crash_context(prog.p), args.json, /*locate=*/true);
     // Kernel output (printf in kernel code, which C stdio writes to fd 1): to --kernel-output-fd, else
     // stderr with --json (stdout then carries exactly one JSON object), else stdout.  Every line is out

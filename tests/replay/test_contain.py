@@ -29,7 +29,7 @@ import wrpkit
 from check_helpers import run_check, stock_grid_capture
 from wrpkit.checks.elf import symbol_bytes
 from wrpkit.run.replay.engines import native_paths
-from wrpkit.errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpError, WrpRuntimeError, WrpTimeoutError,
+from wrpkit.errors import (CRASH_STAGES, EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpError, WrpRuntimeError, WrpTimeoutError,
                            WrpValidationError, timeout_message)
 from wrpkit.formats import jsonform, wrp1
 
@@ -426,7 +426,7 @@ def test_a_crash_while_warp_loads_is_said_so_in_words_and_in_the_json(axpy, tmp_
     assert proc.returncode == EXIT_CRASH, err
     line = json.loads(out)
     assert line["crash"] == {"signal": "SIGSEGV", "stage": "loading"}, line
-    assert "while Warp loaded the file (before any op ran)" in line["error"] and "in op" not in line["error"]
+    assert CRASH_STAGES["loading"] in line["error"] and "in op" not in line["error"]
 
 
 def test_wrp_replay_locating_a_crash_keeps_to_its_timeout(sixth_of_six, tmp_path):

@@ -199,7 +199,7 @@ def _serve_run(loaded, message: dict, fds: list, stage) -> dict:
         if message.get("reset"):
             # The memory no binding names too, which only this process can reach (Warp's route: a
             # slotted run is a fresh load).
-            loaded.program.reset()
+            loaded.reset()
         for name, (off, n) in message["inputs"].items():
             loaded.write(name, in_area.view(off, n))
         set_stage(stage, "replaying")

@@ -16,7 +16,7 @@ from typing import Mapping, Optional
 
 import numpy as np
 
-from ...errors import WrpCrashError, WrpError, WrpTimeoutError
+from ...errors import CRASH_STAGES, WrpCrashError, WrpError, WrpTimeoutError
 from ...op_slots import AFTER_LAST_OP, SECOND_RUN
 from ...records import record
 from .served import ChildCrashed, signal_name
@@ -153,7 +153,8 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], unknown:
     Args:
         prep: The :class:`~wrpkit.run.load.prepare.Prepared` capture.
         signum: The fatal signal.
-        stage: ``"replaying"`` when ops were running, else the crash came while loading.
+        stage: A key of :data:`~wrpkit.errors.CRASH_STAGES`: ``"replaying"`` when ops were running
+            (the only stage with an op to name); an unknown one is said as ``"loading"``.
         op_index: The top-level op that crashed, or None.
         unknown: Why the op is not known, in words (said when ``op_index`` is None).
         verify_checksums: Whether a ``.wrpk``'s blob checksums were verified.
@@ -169,8 +170,8 @@ def crash_error(prep, signum: int, stage: str, op_index: Optional[int], unknown:
     modules = {mod.module_hash: mod.binary_filename for mod in prep.model.modules}
     kind = kernel = module = None
     digest_ok = None
-    if stage != "replaying":
-        where = "while Warp loaded the capture (before any op ran)"
+    if stage != "replaying":  # nothing ran yet, or everything had: no op to name
+        where = CRASH_STAGES.get(stage, CRASH_STAGES["loading"])
     elif op_index is None and unknown == AFTER_LAST_OP:
         where = AFTER_LAST_OP
     elif op_index is None:

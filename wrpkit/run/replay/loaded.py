@@ -19,7 +19,8 @@ bindings as ``uint8`` bytes:
 * :meth:`timed` replays ``warmup`` untimed and ``repeat`` timed times:
   ``(host ms each, device ms each or None)``;
 * :meth:`all_ran` says every op ran (a crash from then on is reported as after the last op, where
-  an op slot is kept), and :meth:`close`.
+  an op slot is kept), :meth:`reset` restores all of the graph's memory to the captured bytes
+  (Warp's route only: the C API cannot), and :meth:`close`.
 
 :func:`open_loaded` loads bytes the caller made (the stepper's rewritten program) with either.
 Whole-file replays that run in another process (``wrp-replay``, a child) are
@@ -177,6 +178,11 @@ class WarpLoaded:
     def all_ran(self) -> None:
         """Every op ran (nothing to record: Warp's route keeps no op slot)."""
 
+    def reset(self) -> None:
+        """Restore all of the graph's memory, bindings or not, to the captured bytes (:meth:`Program.reset
+        <wrpkit.run.load.program.Program.reset>`)."""
+        self.program.reset()
+
     def close(self) -> None:
         self.program.close()
 
@@ -255,6 +261,15 @@ class NativeLoaded:
             self.graph.run(1)
             host_ms.append((perf() - t0) * 1e3)
         return host_ms, None
+
+    def reset(self) -> None:
+        """Refused: the C API has no way to restore the memory no binding names (a fresh open does).
+
+        Raises:
+            WrpError: Always.
+        """
+        raise WrpError("the native engine cannot restore a loaded graph's memory to the captured bytes",
+                       hint="Open the capture again, or use the python engine.")
 
     def guard_op_slot(self, fd: int) -> None:
         """Have the op slot copied into memory file ``fd`` if this process dies of a crash signal
