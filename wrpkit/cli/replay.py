@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from .options import Seconds, UserPath, Watchdog, kernel_match_lines, name_items, trust_options
+from .replay_start import REPLAY_DEFAULTS
 
 
 def output_places(items) -> tuple:
@@ -104,22 +105,26 @@ def _print_report(report) -> None:
 
 @click.command("replay")
 @click.argument("file", type=UserPath(exists=True, dir_okay=True, path_type=Path))
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or cuda:N (the capture's device family).")
+@click.option("--device", default=REPLAY_DEFAULTS["device"], show_default=True,
+              help="cpu, cuda or cuda:N (the capture's device family).")
 @click.option("--inputs", "inputs_npz", type=UserPath(path_type=Path), metavar="IN.npz",
               help="Inputs keyed by binding name.")
 @click.option("--input", "input_items", multiple=True, metavar="NAME=X.npy", help="One input (repeatable).")
 @click.option("--output", "output_items", multiple=True, metavar="OUT.npz|NAME=Y.npy",
               help="OUT.npz: every binding after the last replay. NAME=Y.npy: binding NAME alone, as .npy "
                    "(repeatable, like --input).")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True, help="Timed replays.")
-@click.option("--warmup", type=click.IntRange(min=0), default=0, show_default=True, help="Untimed replays first.")
+@click.option("--repeat", type=click.IntRange(min=1), default=REPLAY_DEFAULTS["repeat"], show_default=True,
+              help="Timed replays.")
+@click.option("--warmup", type=click.IntRange(min=0), default=REPLAY_DEFAULTS["warmup"], show_default=True,
+              help="Untimed replays first.")
 @click.option("--check", "golden", type=UserPath(path_type=Path), metavar="GOLDEN.npz",
               help="Compare bindings with a golden .npz; exit 1 on mismatch.")
 @click.option("--rtol", type=click.FloatRange(min=0), default=1e-5, show_default=True)
 @click.option("--atol", type=click.FloatRange(min=0), default=1e-6, show_default=True)
 @click.option("--equal-nan", is_flag=True, help="With --check: NaN in the output equals NaN in the golden at the "
               "same element (by default it is a mismatch).")
-@click.option("--engine", type=click.Choice(["auto", "python", "native"]), default="auto", show_default=True,
+@click.option("--engine", type=click.Choice(["auto", "python", "native"]), default=REPLAY_DEFAULTS["engine"],
+              show_default=True,
               help="auto: the native engine (wrp-replay, the faster) unless an option needs the python one "
                    "(--device cuda: device timings) or wrp-replay cannot run; the output says which and why.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")

@@ -21,6 +21,10 @@ import os
 import sys
 from typing import Optional
 
+#: ``wrp replay``'s defaults, the one place: its click options take them from here, and :func:`parse`
+#: fills in what a command line leaves out.
+REPLAY_DEFAULTS = {"repeat": 1, "warmup": 0, "device": "cpu", "engine": "auto"}
+
 #: The options taken here with a value, and the flags.
 _VALUED = ("--repeat", "--warmup", "--device", "--engine")
 _FLAGS = ("--json", "--no-verify")
@@ -29,7 +33,7 @@ _FLAGS = ("--json", "--no-verify")
 def parse(args: list) -> Optional[dict]:
     """``{file, repeat, warmup, device, engine, as_json, no_verify}`` for a command line this start
     takes (what follows ``replay``), else None."""
-    got = {"repeat": "1", "warmup": "0", "device": "cpu", "engine": "auto", "--json": False, "--no-verify": False}
+    got = {**{k: str(v) for k, v in REPLAY_DEFAULTS.items()}, "--json": False, "--no-verify": False}
     files = []
     k = 0
     while k < len(args):
