@@ -18,6 +18,7 @@ import pytest
 import warp as wp
 
 import wrpkit
+from wrpkit.deadline import Deadline
 from wrpkit.run.load.prepare import prepare
 from wrpkit.run.contain.served import ChildCrashed
 from wrpkit.run.contain.worker import ReplayWorker
@@ -75,7 +76,7 @@ def test_a_fork_replays_as_a_started_child_does(capture, zygote):
     w.zygote = zygote
     try:
         p0 = np.random.default_rng(3).standard_normal((N, 3)).astype(np.float32)
-        run = w.run({"p": p0.reshape(-1).view(np.uint8)}, 1, 0, timeout=120)
+        run = w.run({"p": p0.reshape(-1).view(np.uint8)}, 1, 0, deadline=Deadline(120))
         assert w.proc.pid in _zygote_forks(zygote)  # forked, not started
         q = run.results["q"].view(np.float32).reshape(N, 3)
         np.testing.assert_allclose(q, p0 * 2.0 + np.array([1, 2, 3], np.float32), rtol=1e-6)
@@ -109,7 +110,7 @@ def test_a_killed_fork_reports_its_signal(capture, zygote):
         killer.start()
         try:
             with pytest.raises(ChildCrashed) as e:
-                w.run({}, 10**8, 0, timeout=120)
+                w.run({}, 10**8, 0, deadline=Deadline(120))
         finally:
             stop.set()
             killer.join()
@@ -120,7 +121,7 @@ def test_a_killed_fork_reports_its_signal(capture, zygote):
     w2 = ReplayWorker(prepare(capture), "cpu")
     w2.zygote = zygote
     try:
-        w2.run({}, 1, 0, timeout=120)
+        w2.run({}, 1, 0, deadline=Deadline(120))
         assert w2.proc.pid in _zygote_forks(zygote)
     finally:
         w2.close()
@@ -132,7 +133,7 @@ def test_a_dead_zygote_makes_the_worker_start_its_child(capture, zygote):
     w = ReplayWorker(prepare(capture), "cpu")
     w.zygote = zygote
     try:
-        w.run({}, 1, 0, timeout=300)
+        w.run({}, 1, 0, deadline=Deadline(300))
         assert w.zygote is None and w.proc.pid not in _zygote_forks(zygote)
     finally:
         w.close()

@@ -665,6 +665,34 @@ def test_timeout_stops_an_endless_while(tmp_path):
     assert list(work.iterdir()) == [], "no output and no temporary file may be left"
 
 
+def test_one_deadline_says_the_same_words_on_every_route(tmp_path):
+    """A --timeout is one deadline, whichever process waits on it: the Python engine's child, wrp-replay,
+    a trace's child, a Program's replay child.  Each names the seconds the user gave (not what was left
+    when the wait began) and, for several replays, their count; each ends within a few seconds of it."""
+    import wrpkit  # noqa: PLC0415
+    from wrpkit.errors import WrpTimeoutError, timeout_hint, timeout_message  # noqa: PLC0415
+
+    path = endless_capture(tmp_path / "f")
+    for engine in ("python", "native"):
+        for repeat, replays in (("1", 1), ("2", 3)):
+            p, wall = _wrp("replay", path, "--timeout", 1.5, "--engine", engine, "--repeat", repeat,
+                           "--warmup", "1" if replays == 3 else "0", cwd=tmp_path)
+            assert p.returncode == 124, (engine, p.returncode, p.stderr)
+            text = " ".join(p.stderr.split())
+            assert f"error: {timeout_message(1.5, replays)}" in text, (engine, replays, p.stderr)
+            assert f"hint: {timeout_hint(replays)}" in text, (engine, replays, p.stderr)
+            assert wall < 30, (engine, wall)
+    p, _ = _wrp("trace", path, "--timeout", 1.5, cwd=tmp_path)
+    assert p.returncode == 124 and timeout_message(1.5) in " ".join(p.stderr.split()), p.stderr
+    prog = wrpkit.load(path, isolate=True)
+    try:
+        with pytest.raises(WrpTimeoutError) as e:
+            prog.run(timeout=1.5, repeat=2)
+        assert e.value.message == timeout_message(1.5, 2) and e.value.hint == timeout_hint(2)
+    finally:
+        prog.close()
+
+
 def test_timeout_does_not_disturb_a_normal_replay(tmp_path):
     name = "capture_while" if "capture_while" in PROGRAMS else _kernel_program()
     wrp = rc.wrpkit_capture(name)

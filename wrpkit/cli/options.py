@@ -8,12 +8,12 @@ import functools
 import math
 import os
 import threading
-import time
 from pathlib import Path
 
 import click
 
-from ..errors import EXIT_TIMEOUT, WrpBindingError, WrpIOError, timeout_hint, timeout_message
+from ..deadline import Deadline
+from ..errors import EXIT_TIMEOUT, WrpBindingError, WrpIOError
 
 
 class UserPath(click.Path):
@@ -69,21 +69,22 @@ class Watchdog:
     Warp replays through ctypes calls, which release the GIL, so a timer
     thread runs while native code loops (a WHILE that does not end) and can
     only stop it with ``os._exit``: a command line's tool, never the
-    library's.  The library is handed it (``disarm``, ``remaining``,
-    ``seconds``, ``replays``) and disarms it before it starts a child process
-    that keeps the time itself, and before anything is written, so no output
-    or temporary file is left.  A lock makes :meth:`disarm` final: once it
-    returns, the process is never ended by the watchdog.
+    library's.  The library is handed it (``disarm``, ``deadline``) and
+    disarms it before it starts a child process that keeps the same deadline
+    itself, and before anything is written, so no output or temporary file is
+    left.  A lock makes :meth:`disarm` final: once it returns, the process is
+    never ended by the watchdog.
 
     Args:
-        seconds: The deadline from now, or None for none.
+        seconds: The timeout from now, or None for none.
         replays: Replays asked for, named in the timeout's message.
+
+    Attributes:
+        deadline: The command's one :class:`~wrpkit.deadline.Deadline` (None without a timeout).
     """
 
     def __init__(self, seconds, replays: int = 1):
-        self.replays = replays
-        self.seconds = seconds
-        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.deadline = Deadline.after(seconds, replays)
         self._lock = threading.Lock()
         self._armed = seconds is not None
         self._timer = None
@@ -96,15 +97,11 @@ class Watchdog:
         with self._lock:
             if not self._armed:
                 return
-            text = (f"error: {timeout_message(self.seconds, self.replays)}\n"
-                    f"hint: {timeout_hint(self.replays)}\n").encode()
+            err = self.deadline.error()
+            text = f"error: {err.message}\nhint: {err.hint}\n".encode()
             with contextlib.suppress(OSError):
                 os.write(2, text)
             os._exit(EXIT_TIMEOUT)
-
-    def remaining(self):
-        """Seconds left (at least 1 ms), or None without a timeout."""
-        return None if self.deadline is None else max(1e-3, self.deadline - time.monotonic())
 
     def disarm(self):
         """Stop the timer for good (idempotent)."""

@@ -32,6 +32,7 @@ from typing import Callable, Mapping, Optional
 
 import numpy as np
 
+from ..deadline import Deadline
 from ..op_slots import EMPTY, SLOT, read_slot
 from ..run.contain.crash import crash_error
 from ..run.contain.served import ChildCrashed, ServedChild
@@ -120,10 +121,8 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
             held.callback(shown.flush)  # what the child printed, also when it crashed or timed out
         held.callback(child.stop)  # a timeout, Ctrl-C or an error here never leaves it running on its own
         child.start()
-        deadline = None
-        if timeout is not None:
-            deadline = time.monotonic() + max(1e-3, timeout - (time.perf_counter() - started))
-        answer, _, deadline = child.ask_job("wrpkit.debug.jobs", message, fds, timeout, deadline)
+        deadline = Deadline.after(timeout, spent=time.perf_counter() - started)
+        answer, _, deadline = child.ask_job("wrpkit.debug.jobs", message, fds, deadline)
         if answer is None or "error" in answer:
             ended = child.ended(answer, deadline)
             if isinstance(ended, ChildCrashed):

@@ -224,7 +224,7 @@ def _memcheck_cuda(opened, device: str, inputs, timeout, t0: float, typing) -> M
     import shutil  # noqa: PLC0415
     import subprocess  # noqa: PLC0415
 
-    from ..errors import WrpTimeoutError, timeout_message  # noqa: PLC0415
+    from ..deadline import Deadline, left  # noqa: PLC0415
     from ..run.replay.engines import native_paths  # noqa: PLC0415
 
     if opened.model.device_type == m.DeviceType.CPU:
@@ -244,11 +244,11 @@ def _memcheck_cuda(opened, device: str, inputs, timeout, t0: float, typing) -> M
     replayer = native_paths().require_replayer()
     cmd = [sanitizer, "--tool", "memcheck", "--print-limit", "1", "--error-exitcode", "86",
            str(replayer), str(opened.path), "--device", device]
-    left = None if timeout is None else max(0.001, timeout - (time.perf_counter() - t0))
+    deadline = Deadline.after(timeout, spent=time.perf_counter() - t0)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=left)
+        done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=left(deadline))
     except subprocess.TimeoutExpired:
-        raise WrpTimeoutError(timeout_message(timeout)) from None
+        raise deadline.error() from None
     text = done.stdout + done.stderr
     result = MemcheckResult(str(opened.path), device, "compute-sanitizer")
     result.passes = ["compute-sanitizer"]

@@ -11,11 +11,11 @@ words the :class:`~wrpkit.errors.WrpCrashError`.
 
 from __future__ import annotations
 
-import time
 from typing import Mapping, Optional
 
 import numpy as np
 
+from ...deadline import Deadline, left
 from ...errors import CRASH_STAGES, WrpCrashError, WrpError, WrpTimeoutError
 from ...op_slots import AFTER_LAST_OP, SECOND_RUN
 from ...records import record
@@ -27,14 +27,13 @@ from .worker import ChildSource, ReplayWorker, verify_deferred, whole_region
 IDENTIFY_BUDGET_S = 120.0
 
 
-def located_crash(prep, crash: ChildCrashed, device, inputs: Mapping, replays: int, timeout: Optional[float],
-                   t0: float, identify: bool, verify_checksums: bool, source=None) -> WrpCrashError:
+def located_crash(prep, crash: ChildCrashed, device, inputs: Mapping, replays: int, deadline: Optional[Deadline],
+                   identify: bool, verify_checksums: bool, source=None) -> WrpCrashError:
     """The :class:`WrpCrashError` of a crashed child; a crash while replaying is located by one more
-    run with op slots (on the same inputs), within what is left of ``timeout``."""
-    left = None if timeout is None else timeout - (time.monotonic() - t0)
+    run with op slots (on the same inputs), within what is left before ``deadline``."""
     found = Located()
     if identify and crash.stage == "replaying" and len(prep.model.ops) > 0:
-        budget = IDENTIFY_BUDGET_S if left is None else min(IDENTIFY_BUDGET_S, left)
+        budget = min(IDENTIFY_BUDGET_S, left(deadline) or IDENTIFY_BUDGET_S)
         found = _slotted_run(prep, device, inputs, replays, budget, source)
     return crash_error(prep, crash.signum, crash.stage, found.index, found.why, verify_checksums=verify_checksums,
                        path=found.path, how=SECOND_RUN)
@@ -79,7 +78,7 @@ def _slotted_run(prep, device, inputs: Mapping, replays: int, budget: float, sou
     slot.view()[:] = np.frombuffer(EMPTY, np.uint8)
     run = ReplayWorker(prep, device, op_slots=slot, source=source)
     try:
-        run.run(inputs, max(1, replays), 0, budget, read_back=[])
+        run.run(inputs, max(1, replays), 0, Deadline(budget), read_back=[])
         return Located(why="the second run, with op slots, did not crash")
     except ChildCrashed:
         record = read_slot(slot.view())

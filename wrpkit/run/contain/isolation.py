@@ -6,12 +6,11 @@ the op (:mod:`wrpkit.run.contain.crash`); nothing is written.
 
 from __future__ import annotations
 
-import time
 from typing import Mapping, Optional
 
 import numpy as np
 
-from ...errors import TIMEOUT_HINT, WrpTimeoutError, timeout_message
+from ...deadline import Deadline
 from .crash import located_crash
 from .spawn import kernel_output_of
 from .served import ChildCrashed
@@ -21,9 +20,8 @@ from .worker import ChildRun, ReplayWorker, whole_region
 
 
 def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int = 1, warmup: int = 0, *,
-                    verify_checksums: bool = True, timeout: Optional[float] = None, read_back=True,
-                    identify: bool = True, raw: bool = False, timeout_total: Optional[float] = None,
-                    stats: Optional[Mapping] = None, max_memory: Optional[int] = None,
+                    verify_checksums: bool = True, deadline: Optional[Deadline] = None, read_back=True,
+                    identify: bool = True, raw: bool = False, stats: Optional[Mapping] = None, max_memory: Optional[int] = None,
                     kernel_output=None) -> ChildRun:
     """Load and replay a prepared capture in a child process (one request, then it ends).
 
@@ -35,11 +33,10 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
         repeat: Timed replays.
         warmup: Untimed replays first.
         verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
-        timeout: Seconds for the whole child run (None: no limit).
+        deadline: When to give up (None: no limit).
         read_back: True: every binding; False: none; or the names to return.
         identify: On a crash, search for the op that crashed (more children).
         raw: Inputs are whole bindings as ``uint8`` bytes, and so are the results.
-        timeout_total: The timeout to name in a timeout's message (default ``timeout``).
         stats: ``{binding: spec}`` to summarise in the child (``ChildRun.stats``).
         max_memory: Bytes the child's load may allocate (None: the device's free memory).
         kernel_output: Where the replays' kernel output (``wp.printf``) goes: a stream, a
@@ -53,23 +50,20 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
     Raises:
         WrpCrashError: The replay died of a fatal signal; the message names
             the op when it could be identified.
-        WrpTimeoutError: ``timeout`` ran out (the child was killed).
+        WrpTimeoutError: ``deadline`` passed (the child was killed).
         WrpError: Whatever the child raised (the same class and message).
     """
     from ...formats import annotations as ann  # noqa: PLC0415
 
-    t0 = time.monotonic()
     whole = {n: (np.asarray(a) if raw else whole_region(prep, n, a)) for n, a in dict(inputs or {}).items()}
     names = list(prep.sizes) if read_back is True else [] if read_back is False else list(read_back)
     worker = ReplayWorker(prep, device, max_memory=max_memory)
     shown, owned = kernel_output_of(kernel_output)
     try:
         try:
-            run = worker.run(whole, repeat, warmup, timeout, read_back=names, stats=stats, kernel_output=shown)
-        except WrpTimeoutError:
-            raise WrpTimeoutError(timeout_message(timeout_total or timeout), hint=TIMEOUT_HINT) from None
+            run = worker.run(whole, repeat, warmup, deadline, read_back=names, stats=stats, kernel_output=shown)
         except ChildCrashed as crash:
-            raise located_crash(prep, crash, device, whole, repeat + warmup, timeout, t0, identify,
+            raise located_crash(prep, crash, device, whole, repeat + warmup, deadline, identify,
                                  verify_checksums, worker.source) from None
     finally:
         worker.close()
@@ -85,7 +79,7 @@ def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int 
 
 
 def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, verify_checksums: bool = True,
-                     timeout: Optional[float] = None, full_state: Optional[Mapping] = None,
+                     deadline: Optional[Deadline] = None, full_state: Optional[Mapping] = None,
                      read_back=None, reset: bool = False, kernel_output=None) -> ChildRun:
     """Replay in ``worker``; on a crash, find the op (children from ``full_state``) and raise it.
 
@@ -94,7 +88,7 @@ def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, veri
         inputs: Whole bindings (``uint8``) to set before the replay.
         repeat: Replays.
         verify_checksums: Whether a ``.wrpk`` input's blob checksums were verified (said on a crash).
-        timeout: Seconds for the request (None: no limit).
+        deadline: When to give up (None: no limit).
         full_state: Every binding the program holds (what a new child needs to replay the same run).
         read_back: Names of the bindings to return (None: every binding).
         reset: The child restores all of its graph's memory to the captured bytes first.
@@ -103,12 +97,11 @@ def replay_in_worker(worker: ReplayWorker, inputs: Mapping, repeat: int, *, veri
     Raises:
         WrpCrashError, WrpTimeoutError, WrpError: As :func:`replay_in_child`.
     """
-    t0 = time.monotonic()
     shown, owned = kernel_output_of(kernel_output)
     try:
-        return worker.run(inputs, repeat, 0, timeout, read_back=read_back, reset=reset, kernel_output=shown)
+        return worker.run(inputs, repeat, 0, deadline, read_back=read_back, reset=reset, kernel_output=shown)
     except ChildCrashed as crash:
-        raise located_crash(worker.prep, crash, worker.device, dict(full_state or inputs), repeat, timeout, t0,
+        raise located_crash(worker.prep, crash, worker.device, dict(full_state or inputs), repeat, deadline,
                              True, verify_checksums, worker.source) from None
     finally:
         if owned:

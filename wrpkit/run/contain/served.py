@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from typing import Mapping, Optional
 
-from ...errors import CRASH_SIGNAL_NUMBERS, TIMEOUT_HINT, WrpError, WrpRuntimeError, WrpTimeoutError, timeout_message
+from ...deadline import Deadline, left
+from ...errors import CRASH_SIGNAL_NUMBERS, WrpError, WrpRuntimeError
 from .spawn import CHILD_MODULE, child_channel, end_started, output_tail, spawn_served, take_prestarted
 
 #: Bytes of a child's stage page (``"loading"``, ``"replaying"``, ...; :func:`wrpkit.run.contain.child.set_stage`).
@@ -165,12 +165,12 @@ class ServedChild:
             os.close(self._out_fd)
             self._out_fd = -1
 
-    def ask(self, message: dict, fds: list, timeout: Optional[float], deadline: Optional[float]) -> tuple:
+    def ask(self, message: dict, fds: list, deadline: Optional[Deadline]) -> tuple:
         """Send one request and take its answer: ``(answer or None if the child ended, fds, deadline)``.
 
-        The one timeout of every child: ``deadline`` (a :func:`time.monotonic` value, or None) bounds
-        the wait; an interim ``{"validated": true}`` (a ``wrp regress`` case) starts the ``timeout``
-        clock then and is not the answer.
+        The one timeout of every child: ``deadline`` (or None) bounds the wait; an interim
+        ``{"validated": true}`` (a ``wrp regress`` case) restarts it then (a case's clock, given
+        not started, starts there) and is not the answer.
 
         Raises:
             WrpTimeoutError: ``deadline`` passed (the child is stopped).
@@ -186,24 +186,23 @@ class ServedChild:
                 answer, got = receive(self._sock, deadline)
                 if not answer.get("validated"):
                     return answer, got, deadline
-                deadline = None if timeout is None else time.monotonic() + timeout
+                deadline = None if deadline is None else deadline.restarted()
         except ChannelTimeout:
             self.stop()
-            raise WrpTimeoutError(timeout_message(timeout), hint=TIMEOUT_HINT) from None
+            raise deadline.error() from None
         except (ChannelClosed, ConnectionResetError):  # reset: it died with our request unread
             return None, [], deadline
         except BaseException:
             self.stop()  # Ctrl-C or an error here: never leave a child running on its own
             raise
 
-    def ask_job(self, entry: str, message: dict, fds: list, timeout: Optional[float],
-                deadline: Optional[float]) -> tuple:
+    def ask_job(self, entry: str, message: dict, fds: list, deadline: Optional[Deadline]) -> tuple:
         """:meth:`ask` for a ``job`` that module ``entry`` serves in the child (its ``serve_job``,
         :func:`wrpkit.run.contain.child._serve_job`), handed the stage page before ``fds``."""
         return self.ask({**message, "op": "job", "entry": entry, "stage_size": self._stage.size},
-                        [self._stage.fd] + list(fds), timeout, deadline)
+                        [self._stage.fd] + list(fds), deadline)
 
-    def ended(self, answer: Optional[dict], deadline: Optional[float]) -> Exception:
+    def ended(self, answer: Optional[dict], deadline: Optional[Deadline]) -> Exception:
         """The error of a child that answered ``answer`` (an error, or None) and ended; it is stopped.
 
         Returns:
@@ -213,7 +212,8 @@ class ServedChild:
         proc = self.proc
         stage = self.stage()
         try:
-            proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
+            wait = left(deadline)
+            proc.wait(timeout=None if wait is None else max(0.1, wait))
         except subprocess.TimeoutExpired:
             pass
         tail = self.output_tail()

@@ -20,7 +20,6 @@ import os
 import select
 import socket
 import struct
-import time
 from typing import Iterable, Mapping, Optional
 
 #: Byte alignment of the bindings laid out in one shared area.
@@ -150,19 +149,19 @@ def send(sock: socket.socket, message: dict, fds: Iterable[int] = ()) -> None:
         sock.sendall(payload[sent:])
 
 
-def receive(sock: socket.socket, deadline: Optional[float] = None, max_fds: int = 16) -> tuple:
+def receive(sock: socket.socket, deadline=None, max_fds: int = 16) -> tuple:
     """``(message, [fds])``: the next message.
 
     Raises:
         ChannelClosed: The other end closed before a whole message came.
-        ChannelTimeout: ``deadline`` (``time.monotonic()``) passed first.
+        ChannelTimeout: ``deadline`` (a :class:`~wrpkit.deadline.Deadline`, or None) passed first.
     """
     buf, fds = bytearray(), []
     need = _HEAD.size
     while len(buf) < need:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
+        left = None if deadline is None else deadline.left()
+        if left is not None:
+            if deadline.passed():
                 raise ChannelTimeout()
             ready, _, _ = select.select([sock], [], [], left)
             if not ready:

@@ -28,11 +28,11 @@ Cost: :func:`~wrpkit.run.contain.isolation.replay_in_child` starts one child pro
 from __future__ import annotations
 
 import os
-import time
 from typing import Mapping, Optional
 
 import numpy as np
 
+from ...deadline import Deadline
 from ...records import field, record
 from ...errors import WrpError, WrpFormatError, WrpTimeoutError
 from .served import ServedChild, ended_without_result, error_from
@@ -286,10 +286,9 @@ class ReplayWorker(ServedChild):
             return
         self.stop()
         self.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             send(self._sock, {"op": "warm", "device": self.device})
-            answer, _ = receive(self._sock, deadline)
+            answer, _ = receive(self._sock, Deadline.after(timeout))
         except ChannelTimeout:
             self.stop()
             raise WrpTimeoutError(f"the replay process did not start within {timeout:g} s",
@@ -350,7 +349,7 @@ class ReplayWorker(ServedChild):
             self.source.close()
             self.source = None
 
-    def run(self, inputs: Mapping, repeat: int, warmup: int = 0, timeout: Optional[float] = None, *,
+    def run(self, inputs: Mapping, repeat: int, warmup: int = 0, deadline: Optional[Deadline] = None, *,
             read_back=None, stats: Optional[Mapping] = None, reset: bool = False, kernel_output=None) -> ChildRun:
         """Replay in the child: set ``inputs`` (whole bindings as ``uint8``), replay, answer.
 
@@ -358,7 +357,7 @@ class ReplayWorker(ServedChild):
             inputs: ``{binding: uint8 bytes of its whole region}``.
             repeat: Timed replays.
             warmup: Untimed replays first.
-            timeout: Seconds for the request, loading included (None: no limit).
+            deadline: When to give up (None: no limit); the child's load counts, as wrp-replay's does.
             read_back: Names of the bindings to return (None: every binding).
             stats: ``{binding: spec}`` (:func:`wrpkit.checks.binding_stats.view_spec`)
                 to summarise in the child.
@@ -374,7 +373,7 @@ class ReplayWorker(ServedChild):
 
         Raises:
             ChildCrashed: The child died of a signal (it is gone).
-            WrpTimeoutError: ``timeout`` ran out (the child was killed).
+            WrpTimeoutError: ``deadline`` passed (the child was killed).
             WrpError: What the child reported (it is gone).
         """
         from .shared import SharedArea, layout  # noqa: PLC0415
@@ -386,8 +385,6 @@ class ReplayWorker(ServedChild):
         elif not self._loaded:
             self._send_load()  # warmed, or retargeted to another capture
         self._verified()  # the child loads meanwhile; it replays nothing before this
-        # The clock starts once the data is verified, as it did when that came first.
-        deadline = None if timeout is None else time.monotonic() + timeout
         names = list(self.prep.sizes) if read_back is None else list(read_back)
         in_at, in_size = layout({n: np.asarray(a).nbytes for n, a in inputs.items()})
         out_at, out_size = layout({n: self.prep.sizes[n] for n in names})
@@ -402,7 +399,7 @@ class ReplayWorker(ServedChild):
                        "reset": bool(reset), "kernel_output": kernel_output is not None}
             fds = [in_area.fd, out_area.fd] + ([kernel_output.fd()] if kernel_output is not None else [])
             try:
-                answer, _, deadline = self.ask(message, fds, timeout, deadline)
+                answer, _, deadline = self.ask(message, fds, deadline)
             finally:
                 if kernel_output is not None:
                     kernel_output.flush()  # the kernels' lines, before the caller says anything of its own
@@ -435,8 +432,9 @@ class ReplayWorker(ServedChild):
         self._drop_verification()  # a case's child reads and checks the case's files itself
         if not self.alive:
             self.warm()
+        clock = None if timeout is None else Deadline(timeout, started=False)  # started once validated
         answer, fds, deadline = self.ask({"op": "case", "job": job, "stage_size": self._stage.size},
-                                          [self._stage.fd] + ([files] if files >= 0 else []), timeout, None)
+                                          [self._stage.fd] + ([files] if files >= 0 else []), clock)
         if answer is not None and "error" not in answer:
             return answer, fds
         raise self.ended(answer, deadline)

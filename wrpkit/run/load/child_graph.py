@@ -14,6 +14,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...deadline import Deadline
 from .prepare import Prepared
 
 
@@ -88,8 +89,8 @@ class ChildGraph:
         try:
             # The kernels' own output (wp.printf) goes to sys.stdout, as an in-process run's goes to the
             # process's stdout.
-            run = replay_in_worker(self._worker, send, repeat, timeout=timeout, full_state=dict(state),
-                                   reset=self._reset, kernel_output="stdout")
+            run = replay_in_worker(self._worker, send, repeat, deadline=Deadline.after(timeout, repeat),
+                                   full_state=dict(state), reset=self._reset, kernel_output="stdout")
         except BaseException:
             self.restore(before)  # its child is gone, and the next run starts a new one
             raise

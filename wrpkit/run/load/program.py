@@ -37,6 +37,7 @@ from ...errors import WrpBindingError, WrpError, WrpRuntimeError
 from ..warp_bridge.dtypes import warp_dtype
 
 
+from ...deadline import Deadline
 from .child_graph import ChildGraph
 from .prepare import Prepared, check_runnable, coerce_input, prepare, release, unknown_binding, writes_whole_region
 from .program_load import load_graph
@@ -465,8 +466,8 @@ class Program:
         if repeat < 0:
             raise WrpError(f"repeat must be >= 0, got {repeat}")
         # The kernels' own output (wp.printf) goes to sys.stdout, as an in-process run's goes to stdout.
-        run = replay_in_child(self._prepared, str(self.device), state, repeat, timeout=timeout, raw=True,
-                              kernel_output="stdout")
+        run = replay_in_child(self._prepared, str(self.device), state, repeat,
+                              deadline=Deadline.after(timeout, repeat), raw=True, kernel_output="stdout")
         for name, slot in self._slots.items():
             self._write_raw(slot, run.results[name])
 

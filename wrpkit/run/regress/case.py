@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from ...deadline import Deadline
 from ...records import field, fields, record
 from ...checks.json_values import json_safe
 from ...errors import EXIT_FAILED, WrpDeviceError, WrpError
@@ -236,7 +237,7 @@ def _replay_native(prep, device: str, given: dict, timeout: Optional[float]) -> 
     ``({binding: uint8 bytes}, host_ms)``."""
     from ..replay.engines import NativeEngine, ReplayRequest  # noqa: PLC0415
 
-    request = ReplayRequest(device=device, inputs=given, timeout=timeout, read_back=list(prep.sizes), raw=True,
+    request = ReplayRequest(device=device, inputs=given, deadline=Deadline.after(timeout), read_back=list(prep.sizes), raw=True,
                             identify=False)
     run = NativeEngine().replay(prep, request)
     # Copies: the results are mappings of memory files, and a remote worker pickles them.
@@ -361,7 +362,7 @@ def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
 
     w, started = _warm_worker(None, s.get("device") or "cpu", zygote)
     res.worker_start_s = started
-    t1 = time.monotonic()
+    clock = Deadline.after(s.get("timeout"))  # what a search for a crashing op has left
     sent, files = (job, -1) if job.get("payload") is None else payload_to_file(job)
     try:
         answer, fds = w.run_case(sent, s.get("timeout"), files)
@@ -373,7 +374,7 @@ def _case_in_child(job: dict, s: dict, res: CaseResult, zygote) -> None:
 
         prep, device, state, _given, _golden, _outputs = _prepared_case(job, s, res)
         try:
-            raise located_crash(prep, crash, device, state, 1, s.get("timeout"), t1, True, True) from None
+            raise located_crash(prep, crash, device, state, 1, clock, True, True) from None
         finally:
             preparation.release(prep)
     finally:

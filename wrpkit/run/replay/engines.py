@@ -23,10 +23,11 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from ...deadline import Deadline, left
 from ...records import field, record
 from ...environment import hit_while_guard, warp_replay_error
 from ...errors import (EXIT_CRASH, EXIT_TIMEOUT, WrpBindingError, WrpError, WrpFormatError, WrpOutOfMemoryError,
-                       WrpRuntimeError, WrpTimeoutError, timeout_hint, timeout_message)
+                       WrpRuntimeError)
 from ..contain.spawn import discard_prestarted, held, hold, take_prestarted
 
 NATIVE_EXE = "wrp-replay"
@@ -141,8 +142,8 @@ class ReplayRequest:
         warmup: Untimed replays first.
         verify_checksums: Verify a ``.wrpk``'s blob checksums.
         allow_raw_pointers: Replay kernel arguments that hold live process pointers.
-        timeout: Seconds left for the whole run (None: no limit); the child keeps the time.
-        timeout_total: The timeout to name when it runs out (default ``timeout``).
+        deadline: When to give up (:class:`~wrpkit.deadline.Deadline`, None: no limit); the
+            child keeps the time (wrp-replay is given what is left as its ``--timeout``).
         read_back: The bindings whose values come back.
         stats: ``{binding: spec or None}`` to summarise where the data is (:mod:`wrpkit.checks.binding_stats`).
         max_memory: Bytes the load may allocate (None: the device's free memory).
@@ -164,8 +165,7 @@ class ReplayRequest:
     warmup: int = 0
     verify_checksums: bool = True
     allow_raw_pointers: bool = False
-    timeout: Optional[float] = None
-    timeout_total: Optional[float] = None
+    deadline: Optional[Deadline] = None
     read_back: list = field(default_factory=list)
     stats: Mapping = field(default_factory=dict)
     max_memory: Optional[int] = None
@@ -178,11 +178,6 @@ class ReplayRequest:
     @property
     def replays(self) -> int:
         return self.repeat + self.warmup
-
-    def timeout_error(self) -> WrpTimeoutError:
-        """The error of a run that ran past its timeout (the replay count named when many were asked for)."""
-        seconds = self.timeout_total if self.timeout_total is not None else self.timeout
-        return WrpTimeoutError(timeout_message(seconds, self.replays), hint=timeout_hint(self.replays))
 
 
 @record
@@ -212,23 +207,16 @@ class PythonEngine:
 
         Raises:
             WrpCrashError: The child died of a fatal signal (the op named where found).
-            WrpTimeoutError: ``request.timeout`` ran out.
+            WrpTimeoutError: ``request.deadline`` passed.
             WrpError: Whatever the child raised.
         """
         from ..contain.isolation import replay_in_child  # noqa: PLC0415
 
-        try:
-            run = replay_in_child(prep, request.device, dict(request.inputs), request.repeat, request.warmup,
-                                  verify_checksums=request.verify_checksums, timeout=request.timeout,
-                                  timeout_total=request.timeout_total, read_back=list(request.read_back),
-                                  stats=dict(request.stats), max_memory=request.max_memory,
-                                  raw=request.raw, identify=request.identify,
-                                  kernel_output=request.kernel_output)
-        except WrpTimeoutError:
-            if request.timeout_total is None or request.replays <= 1:
-                raise
-            # Many replays asked for: the count is a cause too, not only a WHILE loop (as wrp-replay says).
-            raise request.timeout_error() from None
+        run = replay_in_child(prep, request.device, dict(request.inputs), request.repeat, request.warmup,
+                              verify_checksums=request.verify_checksums, deadline=request.deadline,
+                              read_back=list(request.read_back), stats=dict(request.stats),
+                              max_memory=request.max_memory, raw=request.raw, identify=request.identify,
+                              kernel_output=request.kernel_output)
         return EngineRun(run.results, dict(run.stats or {}), list(run.host_ms), run.device_ms)
 
 
@@ -250,7 +238,7 @@ class NativeEngine:
         Raises:
             WrpError: wrp-replay is not installed, or refused the file (its exit code's class).
             WrpCrashError: It died of a fatal signal (the op named where found).
-            WrpTimeoutError: ``request.timeout`` ran out.
+            WrpTimeoutError: ``request.deadline`` passed.
         """
         from ..contain.shared import memory_file  # noqa: PLC0415
 
@@ -364,8 +352,8 @@ class NativeEngine:
         """The error of a wrp-replay that exited non-zero."""
         from ...errors import CRASH_SIGNAL_NUMBERS  # noqa: PLC0415
 
-        if proc.returncode == EXIT_TIMEOUT and request.timeout is not None:
-            return request.timeout_error()
+        if proc.returncode == EXIT_TIMEOUT and request.deadline is not None:
+            return request.deadline.error()  # the seconds the user gave, not those left when it started
         msg = report.get("error")
         if not msg:
             msg = " | ".join((proc.stderr or proc.stdout or "").strip().splitlines()[-10:])
@@ -506,8 +494,8 @@ def replayer_args(exe: Path, source: str, request: ReplayRequest, modules_dir) -
         args.append("--allow-raw-pointers")
     if request.max_memory is not None:
         args += ["--max-memory", str(request.max_memory)]
-    if request.timeout is not None:
-        args += ["--timeout", repr(float(request.timeout))]
+    if request.deadline is not None:
+        args += ["--timeout", repr(request.deadline.left())]
     if request.kernel_output is not None:
         args += ["--kernel-output-fd", str(request.kernel_output.fd())]
     if request.trust is not None:
@@ -634,7 +622,8 @@ def _run_replayer(exe: Path, args: list, env: dict, fds: list, request: ReplayRe
             if request.while_replaying is not None:
                 request.while_replaying()
             # wrp-replay stops itself; this timeout is only a backstop (it kills the child)
-            out, err = child.communicate(timeout=None if request.timeout is None else request.timeout + 30)
+            wait = left(request.deadline)
+            out, err = child.communicate(timeout=None if wait is None else wait + 30)
         except subprocess.TimeoutExpired:
             child.kill()
             child.communicate()

@@ -419,7 +419,7 @@ def replay_file(file, *, device: str = "cpu", inputs_npz=None, inputs: Optional[
             # From here on the child keeps the time (it is killed, or wrp-replay stops itself): this
             # process must not be ended while its child runs.
             watchdog.disarm()
-            request.timeout, request.timeout_total = watchdog.remaining(), watchdog.seconds
+            request.deadline = watchdog.deadline
         run, choice = _replay_with(chosen, choice, prep, request)
     finally:
         if owned:
