@@ -665,6 +665,7 @@ def test_timeout_stops_an_endless_while(tmp_path):
     assert list(work.iterdir()) == [], "no output and no temporary file may be left"
 
 
+@pytest.mark.slow  # six commands that each wait out a 1.5 s timeout
 def test_one_deadline_says_the_same_words_on_every_route(tmp_path):
     """A --timeout is one deadline, whichever process waits on it: the Python engine's child, wrp-replay,
     a trace's child, a Program's replay child.  Each names the seconds the user gave (not what was left
