@@ -347,6 +347,7 @@ wp.capture_save(wp.capture_end(device="cpu"), sys.argv[1], inputs={"x": x}, outp
 '''
 
 
+@pytest.mark.slow  # 4 s: captures a loop twice and diffs
 def test_diff_of_a_step_in_a_loop_reads_as_the_change_made(tmp_path):
     """A 32-launch SGD step captured by stock Warp three times: lr 0.1, lr 0.2, and 64 elements instead
     of 128. One changed scalar is one entry with its count; an array argument reads as its shape; with

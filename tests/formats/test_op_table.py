@@ -290,6 +290,7 @@ def unlisted(named: dict, places: dict) -> dict:
     return {t.name: sorted(files - every) for t, files in named.items() if files - every}
 
 
+@pytest.mark.slow  # 4 s: reads every hand-written file for every op type
 def test_adding_an_op_type_touches_only_the_listed_places():
     """Counted, not assumed: for every op type, the hand-written files that name it are all in the
     list, the list has only the three kinds of place, and no C++ file but the op's meaning names it

@@ -151,6 +151,7 @@ def test_a_folder_signed_by_model_signing_is_accepted(captures, keys, tmp_path):
     assert wrp("validate", cap, "--trusted-key", keys["a"][1]).returncode == 3
 
 
+@pytest.mark.slow  # 3 s: makes P-384 keys and signs
 def test_p384_keys_and_a_bundle(captures, keys, tmp_path):
     cap = capture_copy(captures, tmp_path / "cap")
     bundle = tmp_path / "cap" / "views.wrpk"
