@@ -31,7 +31,7 @@ from wrpkit.formats.wrpk.builder import encode_wrpk
 from wrpkit.formats.wrpk.reader import decode_wrpk
 from wrpkit.checks.validate import validate_program
 from wrpkit.apic_types import OpType
-from proc_helpers import LEGACY_FIXTURES, run
+from proc_helpers import LEGACY_FIXTURES, invoke, run
 
 ROOT = LEGACY_FIXTURES
 #: Fixture folders: one per release, plus format13 (see the README beside them).
@@ -162,24 +162,25 @@ def test_format13_transpose_without_snapshot_capacity_is_refused():
 
 @pytest.mark.parametrize("rel", RELEASES)
 def test_cli_inspect_validate_convert_work_on_old_files(rel, tmp_path):
+    # In this process (click's runner): the commands, not the interpreter's start, are under test.
     src = ROOT / rel / "saxpy.wrp"
-    r = _wrp("inspect", "--json", src)
-    assert r.returncode == 0, r.stderr
+    r = invoke("inspect", "--json", src)
+    assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["format_version"] == FORMATS[rel]
-    r = _wrp("validate", src)
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = invoke("validate", src)
+    assert r.exit_code == 0, r.stdout + r.stderr
     for ext in ("wrpk", "json"):
-        r = _wrp("convert", src, tmp_path / f"s.{ext}")
-        assert r.returncode == 0, r.stderr
-        r = _wrp("convert", tmp_path / f"s.{ext}", tmp_path / f"back_{ext}.wrp")
-        assert r.returncode == 0, r.stderr
+        r = invoke("convert", src, tmp_path / f"s.{ext}")
+        assert r.exit_code == 0, r.stderr
+        r = invoke("convert", tmp_path / f"s.{ext}", tmp_path / f"back_{ext}.wrp")
+        assert r.exit_code == 0, r.stderr
         assert (tmp_path / f"back_{ext}.wrp").read_bytes() == src.read_bytes()
 
 
 @pytest.mark.parametrize("rel", RELEASES)
 def test_check_names_the_writer_and_points_to_upgrade(rel):
-    r = _wrp("check", "--json", ROOT / rel / "saxpy.wrp")
-    assert r.returncode == 1
+    r = invoke("check", "--json", ROOT / rel / "saxpy.wrp")
+    assert r.exit_code == 1
     f = next(f for f in json.loads(r.stdout)["findings"] if f["check"] == "warp-version")
     assert f["status"] == "fail"
     made_by = _manifest(rel)["warp_version"]
