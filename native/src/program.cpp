@@ -271,7 +271,7 @@ Program::OpCrashContext Program::op_crash_context(size_t index, const TopLevelOp
 {
     if (index >= graph_.top_ops.size())
         fail(WRP_ERR_INVALID_ARGUMENT, "op %zu does not exist", index);
-    const TopLevelOp& op = nested ? *nested : graph_.top_ops[index];
+    const TopLevelOp& op = nested ? *nested : graph_.top_op(index);
     OpCrashContext c;
     c.kind = op_name(op.type);
     c.summary = "op " + std::to_string(index) + " (" + c.kind;
@@ -359,7 +359,7 @@ void Program::start(const uint8_t* image, size_t size, const std::vector<ModuleI
              "whole graph; open the program with one of them");
     std::vector<uint8_t> prefix;
     if (opts_.op_limit > 0 && opts_.op_limit < graph_.top_ops.size()) {
-        prefix = prefix_image(image, size, graph_.top_ops, opts_.op_limit);
+        prefix = prefix_image(image, size, graph_, opts_.op_limit);
         image = prefix.data();
         size = prefix.size();
     }

@@ -146,8 +146,9 @@ struct Wrp1Graph {
     std::vector<PointerLocationRecord> pointer_locations;
     std::vector<RegionRecord> regions;  // ascending id
     uint64_t total_ops = 0;             // at every nesting depth
-    std::vector<TopLevelOp> top_ops;    // the top-level stream, in file order
     std::vector<TopLevelOp> all_ops;    // every op at every depth, in file order (an op slot's seq indexes it)
+    std::vector<size_t> top_ops;        // the top-level stream, in file order: indexes into all_ops
+    const TopLevelOp& top_op(size_t i) const { return all_ops[top_ops[i]]; }
     // Where the sections and two lists lie (file offsets; op slots rewrite a copy of the file).
     uint64_t metadata_at = 0, metadata_size = 0, memory_at = 0, memory_size = 0;
     uint64_t operations_at = 0, operations_size = 0;

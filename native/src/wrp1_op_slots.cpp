@@ -149,10 +149,10 @@ std::vector<uint8_t> op_slot_image(const uint8_t* image, size_t size, const Wrp1
     uint64_t ops = out.size();
     uint32_t top = load<uint32_t>(image + g.operations_at);
     append_value<uint32_t>(out, top * 2);
-    append(out, image + g.operations_at + 4, g.top_ops.front().offset - (g.operations_at + 4));
+    append(out, image + g.operations_at + 4, g.top_op(0).offset - (g.operations_at + 4));
     Slotter slotter{image, region_id};
-    uint64_t read = slotter.stream(out, g.top_ops.front().offset, top, "", false, -1);
-    uint64_t ops_end = g.top_ops.front().offset + read;
+    uint64_t read = slotter.stream(out, g.top_op(0).offset, top, "", false, -1);
+    uint64_t ops_end = g.top_op(0).offset + read;
     append(out, image + ops_end, g.operations_at + g.operations_size - ops_end);
 
     uint64_t starts[3] = {meta, mem, ops};

@@ -46,7 +46,7 @@ void OpsValidator::stream(uint64_t begin, uint64_t end, uint32_t count, const st
             g_.all_ops[at].module_hash = std::move(launched_hash_);
         }
         if (depth == 0)
-            g_.top_ops.push_back(g_.all_ops[at]);
+            g_.top_ops.push_back(at);
         pos += op.total;
     }
     if (pos != end)

@@ -234,7 +234,7 @@ private:
     bool semantic_;
     std::unordered_set<uint64_t> mesh_ids_;
     std::set<std::string> raw_seen_;  // (module, kernel, argument, byte) already reported
-    // The kernel key and module hash of the last launch checked (for Wrp1Graph::top_ops).
+    // The kernel key and module hash of the last launch checked (for Wrp1Graph::all_ops).
     std::string launched_key_, launched_hash_;
     // The launch being checked: its forward argument count, and the most elements of its forward
     // array arguments (the extent lint).

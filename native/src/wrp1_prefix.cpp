@@ -35,13 +35,13 @@ SectionAt operations_section(const uint8_t* image, size_t size)
 
 }  // namespace
 
-std::vector<uint8_t> prefix_image(const uint8_t* image, size_t size, const std::vector<TopLevelOp>& ops, uint64_t count)
+std::vector<uint8_t> prefix_image(const uint8_t* image, size_t size, const Wrp1Graph& graph, uint64_t count)
 {
-    if (count > ops.size())
+    if (count > graph.top_ops.size())
         fail(WRP_ERR_INTERNAL, "prefix of %llu ops asked of a graph of %zu", static_cast<unsigned long long>(count),
-             ops.size());
+             graph.top_ops.size());
     SectionAt s = operations_section(image, size);
-    uint64_t cut = count == ops.size() ? s.offset + s.size : ops[count].offset;
+    uint64_t cut = count == graph.top_ops.size() ? s.offset + s.size : graph.top_op(count).offset;
     uint64_t dropped = s.offset + s.size - cut;
     std::vector<uint8_t> out;
     out.reserve(size - dropped);

@@ -16,8 +16,8 @@
 namespace wrp {
 
 // A copy of the validated image whose OPERATIONS section holds only its first
-// `count` top-level ops (count <= ops.size()); every other byte is the same,
-// and an ANNOTATIONS section after OPERATIONS moves up with the cut.
-std::vector<uint8_t> prefix_image(const uint8_t* image, size_t size, const std::vector<TopLevelOp>& ops, uint64_t count);
+// `count` top-level ops of `graph` (its validation; count <= graph.top_ops.size()); every other
+// byte is the same, and an ANNOTATIONS section after OPERATIONS moves up with the cut.
+std::vector<uint8_t> prefix_image(const uint8_t* image, size_t size, const Wrp1Graph& graph, uint64_t count);
 
 }  // namespace wrp
