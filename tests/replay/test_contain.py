@@ -29,8 +29,8 @@ import wrpkit
 from check_helpers import run_check, stock_grid_capture
 from wrpkit.checks.elf import symbol_bytes
 from wrpkit.run.replay.engines import native_paths
-from wrpkit.errors import (CRASH_STAGES, EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpError, WrpRuntimeError, WrpTimeoutError,
-                           WrpValidationError, timeout_message)
+from wrpkit.errors import (CRASH_STAGES, EXIT_CRASH, EXIT_TIMEOUT, WrpCrashError, WrpError, WrpRuntimeError,
+                           WrpTimeoutError, WrpValidationError, timeout_message)
 from wrpkit.formats import jsonform, wrp1
 
 pytestmark = pytest.mark.slow  # crashes and hangs child processes on purpose

@@ -21,8 +21,8 @@ from .worker import ChildRun, ReplayWorker, whole_region
 
 def replay_in_child(prep, device, inputs: Optional[Mapping] = None, repeat: int = 1, warmup: int = 0, *,
                     verify_checksums: bool = True, deadline: Optional[Deadline] = None, read_back=True,
-                    identify: bool = True, raw: bool = False, stats: Optional[Mapping] = None, max_memory: Optional[int] = None,
-                    kernel_output=None) -> ChildRun:
+                    identify: bool = True, raw: bool = False, stats: Optional[Mapping] = None,
+                    max_memory: Optional[int] = None, kernel_output=None) -> ChildRun:
     """Load and replay a prepared capture in a child process (one request, then it ends).
 
     Args:

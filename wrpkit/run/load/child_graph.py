@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 
 from ...deadline import Deadline
-from .prepare import Prepared
+from .prepare import Prepared, captured_bytes
 
 
 class ChildGraph:
@@ -39,11 +39,7 @@ class ChildGraph:
     def initial(self, name: str) -> np.ndarray:
         """The bytes binding ``name`` held when it was captured (zeros where the file has none)."""
         model = self._prepared.model
-        region = model.region_map()[model.binding_map()[name]]
-        data = getattr(region, "data", None)
-        if data is not None and len(memoryview(data)) == region.size:
-            return np.frombuffer(bytes(memoryview(data)), dtype=np.uint8).copy()
-        return np.zeros(region.size, dtype=np.uint8)
+        return captured_bytes(model.region_map()[model.binding_map()[name]]).copy()
 
     def read(self, name: str) -> np.ndarray:
         """A copy of a binding's bytes as the last run (or a write here) left them."""

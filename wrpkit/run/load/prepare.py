@@ -407,6 +407,16 @@ def writes_whole_region(sig: Optional[ann.ArraySignature], nbytes: int, size: in
     return sig.byte_offset == 0 and sig.is_contiguous and nbytes == size
 
 
+def captured_bytes(region) -> "np.ndarray":
+    """A region's bytes as captured: a read-only ``uint8`` view of the file's data, or zeros where the
+    file holds none (or the program let go of it)."""
+    import numpy as np  # noqa: PLC0415
+
+    if region.has_initial_data and region.data is not None:
+        return np.frombuffer(region.data, dtype=np.uint8, count=region.size)
+    return np.zeros(region.size, dtype=np.uint8)
+
+
 def warp_data_type(name: str, type_name: str) -> ann.DataType:
     """The element type a ``--dtype NAME=TYPE`` names, as the installed Warp defines it.
 

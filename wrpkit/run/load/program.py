@@ -39,7 +39,7 @@ from ..warp_bridge.dtypes import warp_dtype
 
 from ...deadline import Deadline
 from .child_graph import ChildGraph
-from .prepare import Prepared, check_runnable, coerce_input, prepare, release, unknown_binding, writes_whole_region
+from .prepare import Prepared, captured_bytes, check_runnable, coerce_input, prepare, release, unknown_binding, writes_whole_region
 from .program_load import load_graph
 
 def _serialised(method):
@@ -238,12 +238,7 @@ class Program:
         for slot, region_id in targets:
             if slot is None:
                 continue
-            region = regions[region_id]
-            if region.data is not None and region.has_initial_data:
-                data = np.frombuffer(region.data, dtype=np.uint8, count=slot.size)
-            else:
-                data = np.zeros(slot.size, dtype=np.uint8)
-            self._write_raw(slot, data)
+            self._write_raw(slot, captured_bytes(regions[region_id]))
 
     @property
     def closed(self) -> bool:
@@ -368,6 +363,12 @@ class Program:
         """
         self._check_open()
         names = self._asked(outputs)
+        # Checked before anything changes, on every route.
+        if inputs and not isinstance(inputs, Mapping):
+            raise WrpBindingError(f"inputs must be a mapping of binding name to array, got {type(inputs).__name__}")
+        repeat = int(repeat)
+        if repeat < 0:
+            raise WrpError(f"repeat must be >= 0, got {repeat}")
         if self._child is not None:
             if isolate is False:
                 raise WrpError("this program was loaded with isolate=True; load it again without to run "
@@ -382,15 +383,9 @@ class Program:
             self._run_isolated(inputs, repeat, timeout)
             return self._results(names, copy)
         if inputs:
-            if not isinstance(inputs, Mapping):
-                raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
-                                      f"{type(inputs).__name__}")
             checked = [(self._slot(n), self._as_input(n, v)) for n, v in inputs.items()]
             for slot, arr in checked:
                 self._write(slot, arr)
-        repeat = int(repeat)
-        if repeat < 0:
-            raise WrpError(f"repeat must be >= 0, got {repeat}")
         graph, launch = self.graph, wp.capture_launch
         try:
             for _ in range(repeat):
@@ -433,15 +428,8 @@ class Program:
         try:
             if reset:
                 self.reset()
-            if inputs:
-                if not isinstance(inputs, Mapping):
-                    raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
-                                          f"{type(inputs).__name__}")
-                for n, v in inputs.items():
-                    self.set(n, v)
-            repeat = int(repeat)
-            if repeat < 0:
-                raise WrpError(f"repeat must be >= 0, got {repeat}")
+            for n, v in (inputs or {}).items():
+                self.set(n, v)
         except WrpError:
             child.restore(before)
             raise
@@ -452,9 +440,6 @@ class Program:
 
         state = {name: self._read_raw(slot) for name, slot in self._slots.items()}
         if inputs:
-            if not isinstance(inputs, Mapping):
-                raise WrpBindingError(f"inputs must be a mapping of binding name to array, got "
-                                      f"{type(inputs).__name__}")
             for n, v in inputs.items():
                 slot = self._slot(n)
                 arr = self._as_input(n, v)
@@ -462,9 +447,6 @@ class Program:
                     state[n] = np.ascontiguousarray(arr).reshape(-1).view(np.uint8)
                 else:  # a view binding: write through the signature
                     ann.view_region(state[n], slot.sig)[...] = arr
-        repeat = int(repeat)
-        if repeat < 0:
-            raise WrpError(f"repeat must be >= 0, got {repeat}")
         # The kernels' own output (wp.printf) goes to sys.stdout, as an in-process run's goes to stdout.
         run = replay_in_child(self._prepared, str(self.device), state, repeat,
                               deadline=Deadline.after(timeout, repeat), raw=True, kernel_output="stdout")

@@ -218,7 +218,7 @@ class NativeLoaded:
         from .native_api import NativeGraph  # noqa: PLC0415
 
         return cls(NativeGraph(wrp_bytes, modules, device, op_slots=op_slots,
-                                 allow_raw_pointers=allow_raw_pointers))
+                               allow_raw_pointers=allow_raw_pointers))
 
     def view(self, name: str) -> Optional[np.ndarray]:
         """A live zero-copy ``uint8`` view of a binding's memory (CPU), else None."""
