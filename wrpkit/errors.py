@@ -68,6 +68,8 @@ CRASH_STAGES = {
     "loading": "while Warp loaded the capture (before any op ran)",
     "replaying": "while replaying",
     "reading": "after the last replay, while its results were read",
+    "writing": "after the replay, while its result was written",
+    "idle": "between requests, while the replay process waited for the next one",
 }
 
 #: ``{signal number: name}`` of :data:`CRASH_SIGNALS` on this platform (SIGBUS

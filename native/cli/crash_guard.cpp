@@ -128,7 +128,8 @@ void set_crash_locator(int argc, char** argv)
 void arm_crash_guard(const CrashStage& stage, const std::string& context, bool json, bool locate)
 {
     g_locate = locate;
-    const std::string what = std::string(" ") + stage.words + "; nothing was written." + (context.empty() ? "" : " " + context);
+    const std::string what =
+        std::string(" ") + stage.words + "; nothing was written." + (context.empty() ? "" : " " + context);
     copy(g_err_prefix, sizeof(g_err_prefix), nullptr, "wrp-replay: error: the replay crashed with ");
     copy(g_err_suffix, sizeof(g_err_suffix), &g_err_suffix_len, what + "\n");
     // The signal's name needs no escaping.

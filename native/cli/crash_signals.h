@@ -36,5 +36,7 @@ struct CrashStage {
 constexpr CrashStage kCrashStageLoading = {"loading", "while Warp loaded the capture (before any op ran)"};
 constexpr CrashStage kCrashStageReplaying = {"replaying", "while replaying"};
 constexpr CrashStage kCrashStageReading = {"reading", "after the last replay, while its results were read"};
+constexpr CrashStage kCrashStageWriting = {"writing", "after the replay, while its result was written"};
+constexpr CrashStage kCrashStageIdle = {"idle", "between requests, while the replay process waited for the next one"};
 
 }  // namespace wrpcli

@@ -132,7 +132,9 @@ def run_in_child(opened, kind: str, job: Mapping, inputs: Optional[Mapping], *, 
                     if answer is not None:
                         return answer
                 ran = ended.stage == "replaying" and record.ran
-                raise crash_error(opened, ended.signum, "replaying" if ran else "loading",
+                # Replaying with no op begun yet is still the load; any other stage is said as it was.
+                said = "loading" if ended.stage == "replaying" and not ran else ended.stage
+                raise crash_error(opened, ended.signum, said,
                                   record.index if ran else None, path=record.path if ran else None,
                                   iteration=record.iteration if ran else None) from None
             raise ended

@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-from ...errors import WrpError, WrpRuntimeError
+from ...errors import CRASH_STAGES, WrpError, WrpRuntimeError
 
 
 
@@ -176,7 +176,13 @@ def _load_served(message: dict, fds: list):
 
 
 def set_stage(stage, text: str) -> None:
-    """Record the child's stage for a crash report (the parent reads the shared page after the child died)."""
+    """Record the child's stage for a crash report (the parent reads the shared page after the child died).
+
+    Raises:
+        ValueError: ``text`` is not a key of :data:`~wrpkit.errors.CRASH_STAGES`, which words it.
+    """
+    if text not in CRASH_STAGES:
+        raise ValueError(f"unknown crash stage {text!r}: add it to wrpkit.errors.CRASH_STAGES")
     data = text.encode("ascii")[:stage.size]
     view = stage.view()
     view[:] = 0
