@@ -85,16 +85,30 @@ def main():
             return _interrupted()
         raise
     finally:
+        _ignore_signals()
         # A replayer started early that the command never took (click refused the command line
         # before the command ran) ends with it.
         spawn = sys.modules.get("wrpkit.run.contain.spawn")
         if spawn is not None:
             spawn.discard_prestarted()
-        # The command has ended (its outputs published or left as they were): a signal now would
-        # kill the interpreter as it shuts down (Python gives back the default action of signals
-        # it handled, and any thread may receive one), so both are ignored from here to the exit.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _ignore_signals() -> None:
+    """Ignore SIGINT and SIGTERM from here to the exit.
+
+    The command has ended (its outputs published or left as they were): a signal now would kill the
+    interpreter as it shuts down (Python gives back the default action of signals it handled, and any
+    thread may receive one).  One that lands while this runs has its handler raise KeyboardInterrupt
+    here; it came after the command ended, so it is dropped and the ignoring done again (once a
+    signal is ignored, Python runs no handler for it, even one already pending).
+    """
+    while True:
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            return
+        except KeyboardInterrupt:
+            continue
 
 
 def _interrupted() -> int:
@@ -127,6 +141,10 @@ def run():
         if not (e.code is None or isinstance(e.code, int)):
             raise  # a message for Python to print
         code = e.code
+    except KeyboardInterrupt:
+        # A signal in the moment between the command's end and main()'s ignoring of it (its handler
+        # for an exit already under way): said as any interrupt is; both signals are ignored now.
+        code = _interrupted()
     import atexit  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
